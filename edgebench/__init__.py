@@ -1,0 +1,3 @@
+"""edgebench: what each memory-efficient way of computing gradients costs on a device."""
+
+__version__ = "0.1.0"

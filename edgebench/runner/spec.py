@@ -1,0 +1,66 @@
+"""RunSpec: everything one run needs, and nothing else (the runner takes only this)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class RunSpec:
+    """One (model, method, backend, shapes, steps) combination to execute on a device.
+
+    `model` is a config name (`tiny`, `nanovlm-222m`, ...) unless `checkpoint` names a
+    nanoVLM folder. `method` is a preset or a `+` combination (`lora+ckpt+bf16`).
+    A run stops after `steps` measured steps, or after `duration_s` if that is set.
+    """
+
+    model: str = "tiny"
+    method: str = "adamw"
+    backend: str = "eager"
+    checkpoint: str | None = None
+    batch_size: int = 1
+    image_size: int | None = None  # None: the model config's own
+    text_length: int = 32
+    warmup_steps: int = 1
+    steps: int = 5
+    duration_s: float | None = None
+    timeout_s: float | None = None
+    lr: float | None = None  # None: the method's default
+    seed: int = 0
+    sample_hz: float = 20.0
+    threads: int | None = None  # None: torch's default
+    accelerator: str = "cpu"  # cpu | cuda
+    program: str | None = None  # exported program dir (executorch / onnxruntime backends)
+    run_id: str | None = None
+    power_model: dict[str, float] | None = None  # {"idle_w":..,"max_w":..} for estimates
+    sensors: dict[str, Any] = field(default_factory=dict)  # from the device profile
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RunSpec":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"RunSpec: unknown field(s) {unknown}; known fields are {sorted(known)}")
+        return cls(**data)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "RunSpec":
+        try:
+            data = json.loads(Path(path).read_text())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+        return cls.from_dict(data)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_json() + "\n")
