@@ -1,0 +1,207 @@
+"""Device profiles: one validated YAML per device kind (`device_profiles/*.yaml`).
+
+A profile says what a device is (arch, RAM, cores, accelerators), what it can run
+(backends, python), how to reach it by default (transport), what it can measure
+(sensors), how to estimate power where it cannot (power_model) and how the lab
+emulates it (emulation). A bad file fails loudly, naming the file, the field and the fix.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+REPO_PROFILES_DIR = Path(__file__).resolve().parents[2] / "device_profiles"
+BACKENDS = ("eager", "executorch", "onnxruntime")
+# onnxruntime-training(-cpu) ships Linux wheels for x86_64 only (FIELD-NOTES.md).
+ORT_TRAINING_ARCHES = ("x86_64",)
+
+
+class ProfileError(ValueError):
+    """A profile that cannot be found or does not validate; the message names the fix."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Transport(_Strict):
+    """How to reach the device; an inventory entry overrides any of these."""
+
+    kind: Literal["local", "ssh", "adb"] = "ssh"
+    host: str | None = None
+    port: int = Field(22, ge=1, le=65535)
+    user: str | None = None
+    key: str | None = None  # private key file; None: the ssh agent / default keys
+    known_hosts: str | None = None  # None: ~/.ssh/known_hosts
+    serial: str | None = None  # adb serial
+    connect_timeout_s: float = Field(10.0, gt=0)
+
+
+class Power(_Strict):
+    """Where measured power comes from (FIELD-NOTES.md lists each source's format)."""
+
+    source: Literal["none", "ina3221", "pmic", "battery", "rapl"] = "none"
+    rails: list[str] = Field(default_factory=list)  # ["*"]: every rail found
+    total_rail: str | None = None  # None: the sum of the rails
+    battery_current_sign: Literal[-1, 1] = 1  # multiply current_now so discharge is positive
+
+
+class Sensors(_Strict):
+    power: Power = Field(default_factory=Power)
+    thermal_zones: list[str] = Field(default_factory=list)  # thermal_zone*/type names; "*": all
+    throttle: Literal["none", "vcgencmd"] = "none"
+
+
+class PowerModel(_Strict):
+    """Linear idle-to-max model; only ever used for figures named *_est."""
+
+    idle_w: float = Field(ge=0)
+    max_w: float = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "PowerModel":
+        if self.max_w < self.idle_w:
+            raise ValueError(f"max_w ({self.max_w}) is below idle_w ({self.idle_w}); swap them")
+        return self
+
+
+class Emulation(_Strict):
+    """Limits the lab's cgroups enforce for an emulated device of this kind."""
+
+    memory_bytes: ByteSize
+    cpus: float = Field(gt=0)
+
+
+class Export(_Strict):
+    """Settings for the exporters (ExecuTorch / ONNX Runtime lowering)."""
+
+    xnnpack: bool = True
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+
+
+class Profile(_Strict):
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
+    name: str
+    arch: Literal["x86_64", "aarch64"]
+    ram_bytes: ByteSize
+    cores: int = Field(ge=1)
+    accelerators: list[Literal["cuda"]] = Field(default_factory=list)
+    backends: list[Literal["eager", "executorch", "onnxruntime"]]
+    python: str = "python3"
+    workdir: str = "edgebench-work"  # relative: under the device user's home
+    transport: Transport = Field(default_factory=Transport)
+    sensors: Sensors = Field(default_factory=Sensors)
+    power_model: PowerModel | None = None
+    emulation: Emulation
+    export: Export = Field(default_factory=Export)
+    source: str | None = Field(None, exclude=True)  # the file it came from
+
+    @field_validator("backends")
+    @classmethod
+    def _backends_unique(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("list at least one backend, e.g. [eager]")
+        return list(dict.fromkeys(value))
+
+    @model_validator(mode="after")
+    def _backends_fit_arch(self) -> "Profile":
+        if "onnxruntime" in self.backends and self.arch not in ORT_TRAINING_ARCHES:
+            raise ValueError(
+                f"backends: onnxruntime on {self.arch}: onnxruntime-training has no {self.arch} wheel; "
+                "remove it (or build ONNX Runtime from source with --enable_training_apis)"
+            )
+        return self
+
+
+def _detect_local(data: dict[str, Any]) -> dict[str, Any]:
+    """Fills `auto` fields from this machine (the `local` profile)."""
+    import psutil
+
+    data = dict(data)
+    if data.get("arch") == "auto":
+        machine = platform.machine().lower()
+        data["arch"] = {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+    if data.get("ram_bytes") == "auto":
+        data["ram_bytes"] = psutil.virtual_memory().total
+    if data.get("cores") == "auto":
+        data["cores"] = os.cpu_count() or 1
+    if data.get("backends") == "auto":
+        data["backends"] = ["eager", "executorch"] + (["onnxruntime"] if data["arch"] in ORT_TRAINING_ARCHES else [])
+    return data
+
+
+def profile_dirs() -> list[Path]:
+    """`$EDGEBENCH_PROFILES` dirs (os.pathsep-separated) first, then the repo's."""
+    extra = [Path(p) for p in os.environ.get("EDGEBENCH_PROFILES", "").split(os.pathsep) if p]
+    return extra + [REPO_PROFILES_DIR]
+
+
+def _format_errors(source: str, exc: ValidationError) -> str:
+    lines = [f"{source}: invalid device profile"]
+    for err in exc.errors():
+        field = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field; remove it or fix its spelling (see device_profiles/local.yaml)"
+        elif err["type"] == "missing":
+            msg = "required field is missing; add it"
+        elif err["type"] in ("byte_size", "byte_size_unit"):
+            msg += "; write bytes or a size like 8GiB, 512MiB"
+        lines.append(f"  {field}: {msg} (got {err.get('input')!r})" if err["type"] != "missing" else f"  {field}: {msg}")
+    return "\n".join(lines)
+
+
+def parse_profile(data: Any, source: str = "<profile>") -> Profile:
+    """Validates a profile mapping; `source` names it in errors."""
+    if not isinstance(data, dict):
+        raise ProfileError(f"{source}: a profile is a YAML mapping of fields, got {type(data).__name__}")
+    try:
+        profile = Profile.model_validate(_detect_local(data))
+    except ValidationError as exc:
+        raise ProfileError(_format_errors(source, exc)) from None
+    profile.source = source
+    return profile
+
+
+def find_profile(name_or_path: str | os.PathLike[str]) -> Path:
+    """A path to a YAML file, or a profile id looked up in `profile_dirs()`."""
+    text = str(name_or_path)
+    path = Path(text).expanduser()
+    if text.endswith((".yaml", ".yml")) or os.sep in text:
+        if not path.is_file():
+            raise ProfileError(f"{path}: no such profile file")
+        return path
+    for directory in profile_dirs():
+        candidate = directory / f"{text}.yaml"
+        if candidate.is_file():
+            return candidate
+    raise ProfileError(f"unknown device profile {text!r}; known: {', '.join(list_profiles())}")
+
+
+def load_profile(name_or_path: str | os.PathLike[str]) -> Profile:
+    """Loads and validates a profile by id (`raspberry-pi-5-8gb`) or file path."""
+    import yaml
+
+    path = find_profile(name_or_path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ProfileError(f"{path}: not valid YAML ({exc})") from None
+    profile = parse_profile(data, str(path))
+    if profile.id != path.stem:
+        raise ProfileError(f"{path}: id: {profile.id!r} differs from the file name; rename one to match")
+    return profile
+
+
+def list_profiles() -> list[str]:
+    """Profile ids found in `profile_dirs()`, first directory wins, sorted."""
+    names: set[str] = set()
+    for directory in profile_dirs():
+        if directory.is_dir():
+            names.update(p.stem for p in directory.glob("*.yaml"))
+    return sorted(names)

@@ -1,0 +1,33 @@
+"""`python -m edgebench.runner SPEC.json --out DIR`: run one spec under the supervisor."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from edgebench.runner.spec import RunSpec
+from edgebench.runner.supervisor import run_spec
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m edgebench.runner",
+        description="Run one RunSpec in a fresh worker process, sample it, and write the run "
+                    "directory (meta.json, samples.jsonl, events.jsonl, result.json).")
+    parser.add_argument("spec", help="RunSpec JSON file")
+    parser.add_argument("--out", required=True, help="run directory to write")
+    parser.add_argument("--root", default="/", help="filesystem root for sensors (tests)")
+    args = parser.parse_args(argv)
+    try:
+        spec = RunSpec.load(args.spec)
+    except (OSError, ValueError, TypeError) as exc:
+        print(f"edgebench runner: {exc}", file=sys.stderr)
+        return 2
+    result = run_spec(spec, args.out, root=args.root)
+    print(json.dumps({k: result[k] for k in ("run_id", "status", "detail")}))
+    return 0 if result["status"] == "ok" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

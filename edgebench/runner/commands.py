@@ -1,0 +1,139 @@
+"""`edgebench bench`: benchmark methods on this host, each in a fresh process."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from edgebench.runner.local import new_run_id, run_local
+from edgebench.runner.spec import RunSpec
+
+
+def _mib(value: Any) -> str:
+    return "-" if value is None else f"{value / 2**20:,.1f}"
+
+
+def _loss(result: dict[str, Any]) -> str:
+    first, last = result.get("loss_first"), result.get("loss_last")
+    return "-" if first is None else f"{first:.3f} -> {last:.3f}"
+
+
+def render_table(results: list[dict[str, Any]], title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for name in ("method", "backend", "status", "peak RSS MiB (kernel)", "peak RSS MiB (sampled)",
+                 "predicted MiB (est.)", "median step s", "samples/s", "loss first -> last"):
+        table.add_column(name, justify="left" if name in ("method", "backend", "status") else "right")
+    for r in results:
+        median = (r.get("step_time_s") or {}).get("median")
+        status = r["status"] if r["status"] == "ok" else f"[red]{r['status']}[/red]"
+        table.add_row(r.get("method", "?"), r.get("backend", "?"), status,
+                      _mib(r.get("peak_rss_bytes_kernel")), _mib(r.get("peak_rss_bytes_sampled")),
+                      _mib(r.get("predicted_peak_bytes_est")),
+                      "-" if median is None else f"{median:.4f}",
+                      "-" if r.get("samples_per_s") is None else f"{r['samples_per_s']:.2f}",
+                      _loss(r))
+    console = Console()
+    console.print(table)
+    for r in results:
+        if r["status"] != "ok":
+            console.print(f"[red]{r.get('method')}[/red]: {r['status']}: {str(r.get('detail', ''))[:500]}")
+
+
+def _profile_fields(device: str) -> dict[str, Any]:
+    """Power model and sensor settings of the local profile, when profiles are available."""
+    try:
+        from edgebench.devices.profiles import load_profile
+    except ImportError:
+        return {}
+    profile = load_profile(device)
+    fields: dict[str, Any] = {}
+    if getattr(profile, "power_model", None) is not None:
+        fields["power_model"] = profile.power_model.model_dump()
+    if getattr(profile, "sensors", None) is not None:
+        fields["sensors"] = profile.sensors.model_dump()
+    return fields
+
+
+@click.command()
+@click.option("--device", default="local", show_default=True,
+              help="Where to run. `local` is this host; remote devices go through `edgebench deploy`.")
+@click.option("--model", default="tiny", show_default=True, help="Model config (see `edgebench models`).")
+@click.option("--methods", default="adamw,sgd", show_default=True,
+              help="Comma-separated presets or combinations (see `edgebench methods`).")
+@click.option("--backend", default="eager", show_default=True,
+              type=click.Choice(["eager", "executorch", "onnxruntime"]))
+@click.option("--steps", default=5, show_default=True, type=click.IntRange(min=1), help="Measured steps.")
+@click.option("--warmup", default=1, show_default=True, type=click.IntRange(min=0), help="Warmup steps.")
+@click.option("--duration", default=None, help="Run for a time instead of --steps, e.g. 90s or 10m.")
+@click.option("--batch-size", default=1, show_default=True, type=click.IntRange(min=1))
+@click.option("--text-length", default=32, show_default=True, type=click.IntRange(min=2))
+@click.option("--threads", default=None, type=int, help="torch threads (default: torch's own).")
+@click.option("--accelerator", default="cpu", show_default=True, type=click.Choice(["cpu", "cuda"]))
+@click.option("--sample-hz", default=20.0, show_default=True, type=click.FloatRange(1, 100),
+              help="Telemetry sampling rate.")
+@click.option("--timeout", "timeout_s", default=None, type=float, help="Wall-clock limit per run, seconds.")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False),
+              help="Where run directories go.")
+@click.option("--json", "as_json", is_flag=True, help="Print results as JSON instead of a table.")
+def bench(device: str, model: str, methods: str, backend: str, steps: int, warmup: int,
+          duration: str | None, batch_size: int, text_length: int, threads: int | None,
+          accelerator: str, sample_hz: float, timeout_s: float | None, seed: int, runs_dir: str,
+          as_json: bool) -> None:
+    """Benchmark fine-tuning methods on this host.
+
+    Each method runs in a fresh process so its memory is its own, sampled while it runs;
+    a run that OOMs, diverges or fails is recorded with its status and the sweep goes on.
+    Each run leaves a run directory under --runs-dir.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    if device != "local":
+        raise click.UsageError(
+            f"bench runs on this host only (--device local); for device {device!r} use "
+            f"`edgebench deploy --device {device}` and then `edgebench collect`")
+    method_list = [m.strip() for m in methods.split(",") if m.strip()]
+    duration_s = parse_duration(duration) if duration else None
+    base = dict(model=model, backend=backend, batch_size=batch_size, text_length=text_length,
+                warmup_steps=warmup, steps=steps, duration_s=duration_s, timeout_s=timeout_s,
+                seed=seed, sample_hz=sample_hz, threads=threads, accelerator=accelerator,
+                **_profile_fields(device))
+    results = []
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), disable=as_json, transient=False) as progress:
+        for method in method_list:
+            spec = RunSpec(method=method, **base)
+            spec.run_id = new_run_id(device, spec)
+            total = None if duration_s else warmup + steps
+            task = progress.add_task(f"{method} ({backend})", total=total)
+            result = run_local(spec, Path(runs_dir) / spec.run_id,
+                               on_progress=lambda n, t=task: progress.update(t, completed=n))
+            result["run_dir"] = str(Path(runs_dir) / spec.run_id)
+            progress.update(task, completed=total or result.get("steps_done") or 0,
+                            description=f"{method} ({backend}): {result['status']}")
+            results.append(result)
+    if as_json:
+        click.echo(json.dumps(results, indent=2, default=str))
+    else:
+        render_table(results, f"{model} on {device}, batch {batch_size}, {backend}")
+
+
+def parse_duration(text: str) -> float:
+    """'90s', '10m', '1h' or plain seconds -> seconds."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    text = text.strip().lower()
+    try:
+        if text[-1] in units:
+            return float(text[:-1]) * units[text[-1]]
+        return float(text)
+    except (ValueError, IndexError):
+        raise click.BadParameter(f"{text!r}: use e.g. 90s, 10m or 1h") from None
+
+
+COMMANDS = [bench]

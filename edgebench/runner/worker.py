@@ -1,0 +1,137 @@
+"""The worker: one fresh process that loads the model and runs the training steps.
+
+It writes events.jsonl (flushed per line) and reports how it ended through its exit
+code; the supervisor turns that into result.json, even when the worker is killed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from edgebench.runner.spec import RunSpec
+from edgebench.telemetry.trace import TraceWriter
+
+# Exit codes the supervisor understands.
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_DIVERGED = 3
+EXIT_OOM = 4
+EXIT_UNSUPPORTED = 5
+EXIT_INTERRUPTED = 6
+
+
+class Interrupted(Exception):
+    """Raised in the main thread when SIGTERM arrives, so the step loop stops cleanly."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Interrupted()
+
+
+def _batches(spec: RunSpec):
+    from edgebench.data.synthetic import synthetic_batches
+    from edgebench.model.config import get_config
+
+    cfg = get_config(spec.model) if spec.checkpoint is None else _checkpoint_config(spec.checkpoint)
+    return synthetic_batches(cfg, spec.batch_size, spec.text_length, spec.seed, image_size=spec.image_size)
+
+
+def _checkpoint_config(path: str):
+    from edgebench.model.checkpoint import load_config
+
+    return load_config(path)
+
+
+def _predicted(spec: RunSpec) -> dict | None:
+    """The method's memory prediction (an estimate), or None where it cannot be made."""
+    if spec.checkpoint is not None:
+        return None
+    try:
+        from edgebench.methods import memory, parse_method
+        from edgebench.model.config import get_config
+
+        return memory.predict(get_config(spec.model), parse_method(spec.method), spec.batch_size,
+                              spec.text_length, image_size=spec.image_size)
+    except Exception as exc:  # a prediction must never stop the run
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def train(spec: RunSpec, events: TraceWriter) -> int:
+    """Runs warmup then measured steps; returns the exit code."""
+    from edgebench.backends import TORCH_FREE, UnsupportedBackend, create
+
+    if spec.threads and spec.backend not in TORCH_FREE:
+        import torch
+
+        torch.set_num_threads(spec.threads)
+    events.write({"t_ns": time.monotonic_ns(), "event": "predicted", "memory": _predicted(spec)})
+    batches = _batches(spec)
+    events.write({"t_ns": time.monotonic_ns(), "event": "load_begin"})
+    try:
+        backend = create(spec)
+        backend.setup(spec, next(batches))
+    except UnsupportedBackend as exc:
+        events.write({"t_ns": time.monotonic_ns(), "event": "unsupported", "detail": str(exc)})
+        return EXIT_UNSUPPORTED
+    events.write({"t_ns": time.monotonic_ns(), "event": "load_end"})
+
+    deadline = None if spec.duration_s is None else time.monotonic() + spec.duration_s
+    step = 0
+    while True:
+        phase = "warmup" if step < spec.warmup_steps else "measure"
+        measured = step - spec.warmup_steps
+        if phase == "measure":
+            if deadline is None and measured >= spec.steps:
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+        batch = next(batches)
+        begin = time.monotonic_ns()
+        events.write({"t_ns": begin, "event": "step_begin", "step": step, "phase": phase})
+        loss = float(backend.step(batch))
+        end = time.monotonic_ns()
+        events.write({"t_ns": end, "event": "step_end", "step": step, "phase": phase,
+                      "loss": loss, "duration_s": (end - begin) / 1e9})
+        if not math.isfinite(loss):
+            events.write({"t_ns": end, "event": "diverged", "step": step, "loss": loss})
+            return EXIT_DIVERGED
+        step += 1
+    backend.close()
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m edgebench.runner.worker")
+    parser.add_argument("spec")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    spec = RunSpec.load(args.spec)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    events = TraceWriter(Path(args.out) / "events.jsonl")
+    try:
+        return train(spec, events)
+    except Interrupted:
+        events.write({"t_ns": time.monotonic_ns(), "event": "interrupted"})
+        return EXIT_INTERRUPTED
+    except MemoryError as exc:
+        events.write({"t_ns": time.monotonic_ns(), "event": "oom", "detail": f"MemoryError: {exc}"})
+        return EXIT_OOM
+    except Exception as exc:
+        detail = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}"
+        if "out of memory" in str(exc).lower():  # e.g. CUDA OOM, DefaultCPUAllocator
+            events.write({"t_ns": time.monotonic_ns(), "event": "oom", "detail": detail})
+            return EXIT_OOM
+        events.write({"t_ns": time.monotonic_ns(), "event": "error", "detail": detail})
+        return EXIT_ERROR
+    finally:
+        events.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

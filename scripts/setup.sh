@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Sets up edgebench on a fresh machine: system tools the tests and the lab need
+# (sshd, adb, tmux), then a virtual environment in .venv with everything pinned.
+# Safe to run again: it only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || need+=(openssh-server)
+command -v adb >/dev/null 2>&1 || need+=(adb)
+command -v tmux >/dev/null 2>&1 || need+=(tmux)
+if [ ${#need[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ]; then
+        echo "setup: installing ${need[*]} (apt)"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+    else
+        echo "setup: ${need[*]} missing; the lab and its tests need them: sudo apt-get install ${need[*]}" >&2
+    fi
+fi
+
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+    echo "setup: creating .venv"
+    "$PYTHON" -m venv .venv
+fi
+# torch first and pinned, so nothing else can pull another (CUDA) build.
+.venv/bin/pip install -q --disable-pip-version-check torch==2.13.0
+.venv/bin/pip install -q --disable-pip-version-check -e '.[all]'
+.venv/bin/python -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+echo "setup: ready (.venv/bin/edgebench)"
