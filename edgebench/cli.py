@@ -12,6 +12,9 @@ from edgebench import __version__
 COMMAND_MODULES = [
     "edgebench.model.commands",  # models
     "edgebench.runner.commands",  # bench
+    "edgebench.devices.commands",  # devices, lab
+    "edgebench.fleet.commands",  # deploy, collect, status
+    "edgebench.telemetry.commands",  # sensors
 ]
 
 

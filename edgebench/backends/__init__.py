@@ -27,6 +27,8 @@ class Backend(Protocol):
 # backend name -> "module:Class"; modules are imported only when asked for.
 BACKENDS = {
     "eager": "edgebench.backends.eager:EagerBackend",
+    "executorch": "edgebench.backends.executorch:ExecutorchBackend",
+    "onnxruntime": "edgebench.backends.onnxruntime:OnnxRuntimeBackend",
 }
 
 # Backends that never import torch in the device process.

@@ -28,7 +28,7 @@ class EagerBackend:
             )
         self.device = spec.accelerator
         torch.manual_seed(spec.seed)
-        model = build_model(spec.checkpoint or spec.model).to(self.device)
+        model = build_model(spec.checkpoint or spec.model, image_size=spec.image_size).to(self.device)
         total = spec.warmup_steps + spec.steps
         self.trainer = make_trainer(parse_method(spec.method), model, lr=spec.lr, total_steps=total)
 

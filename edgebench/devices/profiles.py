@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
 from pathlib import Path
 from typing import Any, Literal
 
@@ -87,6 +88,7 @@ class Export(_Strict):
 class Profile(_Strict):
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
     name: str
+    alias: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")  # short name: lab devices are `lab-<alias>`
     arch: Literal["x86_64", "aarch64"]
     ram_bytes: ByteSize
     cores: int = Field(ge=1)
@@ -130,6 +132,8 @@ def _detect_local(data: dict[str, Any]) -> dict[str, Any]:
         data["ram_bytes"] = psutil.virtual_memory().total
     if data.get("cores") == "auto":
         data["cores"] = os.cpu_count() or 1
+    if data.get("python") == "auto":
+        data["python"] = sys.executable  # the host's own interpreter, with its libraries
     if data.get("backends") == "auto":
         data["backends"] = ["eager", "executorch"] + (["onnxruntime"] if data["arch"] in ORT_TRAINING_ARCHES else [])
     return data

@@ -1,0 +1,28 @@
+"""nanoVLM for edgebench: configs by name, the model, nanoVLM checkpoints."""
+
+from __future__ import annotations
+
+from edgebench.model.config import CONFIG_NAMES, VLMConfig, get_config
+from edgebench.model.vlm import VisionLanguageModel
+
+__all__ = ["CONFIG_NAMES", "VLMConfig", "VisionLanguageModel", "build_model", "get_config"]
+
+
+def build_model(name_or_dir: str, image_size: int | None = None) -> VisionLanguageModel:
+    """A model by config name (fresh weights, torch's global RNG) or from a checkpoint.
+
+    `name_or_dir`: one of CONFIG_NAMES, a nanoVLM folder (config.json +
+    model.safetensors) or a hub id. `image_size` (None: the config's own) re-sizes a
+    fresh model; a checkpoint must be used at its own size.
+    """
+    if name_or_dir in CONFIG_NAMES:
+        return VisionLanguageModel(get_config(name_or_dir).with_image_size(image_size))
+    from edgebench.model.checkpoint import from_pretrained
+
+    model = from_pretrained(name_or_dir)
+    if image_size is not None and image_size != model.cfg.vit_img_size:
+        raise ValueError(
+            f"{name_or_dir}: the checkpoint's images are {model.cfg.vit_img_size} px "
+            f"(its position embeddings are sized for them), not {image_size}"
+        )
+    return model

@@ -37,6 +37,12 @@ class Alignment:
         host = mono + self.offset_ns + np.rint(self.drift * (mono - self.ref_mono_ns)).astype(np.int64)
         return host if host.ndim else int(host)
 
+    def to_mono_ns(self, host_ns: np.ndarray | int) -> np.ndarray | int:
+        """The inverse: host wall-clock ns -> device monotonic ns."""
+        host = np.asarray(host_ns, dtype=np.int64)
+        mono = self.ref_mono_ns + np.rint((host - self.offset_ns - self.ref_mono_ns) / (1.0 + self.drift)).astype(np.int64)
+        return mono if mono.ndim else int(mono)
+
 
 def _boot_wall_ns(meta: dict[str, Any] | None) -> int | None:
     start = ((meta or {}).get("clock") or {}).get("start") or {}

@@ -32,13 +32,14 @@ def _percentile(values: list[float], q: float) -> float:
 
 def step_statistics(events: list[dict[str, Any]]) -> dict[str, Any]:
     """Step-time statistics and losses from the measured steps of an events trace."""
+    begins = [e for e in events if e.get("event") == "step_begin"]
     ends = [e for e in events if e.get("event") == "step_end"]
     measured = [e for e in ends if e.get("phase") == "measure"]
     times = [e["duration_s"] for e in measured]
     losses = [e["loss"] for e in ends]
     stats: dict[str, Any] = {
         "steps_done": len(measured),
-        "last_step": ends[-1]["step"] if ends else None,
+        "last_step": begins[-1]["step"] if begins else None,  # reached, finished or not
         "loss_first": losses[0] if losses else None,
         "loss_last": losses[-1] if losses else None,
         "step_time_s": None,

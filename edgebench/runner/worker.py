@@ -43,9 +43,9 @@ def _batches(spec: RunSpec):
 
 
 def _checkpoint_config(path: str):
-    from edgebench.model.checkpoint import load_config
+    from edgebench.model.checkpoint import read_config
 
-    return load_config(path)
+    return read_config(path)
 
 
 def _predicted(spec: RunSpec) -> dict | None:

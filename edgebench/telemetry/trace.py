@@ -57,6 +57,8 @@ def iter_trace(path: str | Path) -> Iterator[tuple[dict[str, Any] | None, bool]]
     """Yields (record or None, is_last_unterminated) per line."""
     with open(path, "rb") as fh:
         data = fh.read()
+    if not data:
+        return  # an empty trace has no lines (not one truncated line)
     lines = data.split(b"\n")
     ends_with_newline = data.endswith(b"\n")
     if ends_with_newline:

@@ -1,0 +1,139 @@
+"""The ExecuTorch backend: the exported training program (`.pte`) steps in ExecuTorch's runtime.
+
+Backprop methods run the joint forward-backward program; the update follows the methods'
+recipe (exporters and eager share it: projector lr group, global-norm clip 1.0, warmup +
+cosine schedule). SGD updates in the runtime (`get_sgd_optimizer`), with the clip and
+schedule folded into the gradients it is given; Adam/AdamW/SGD-momentum run torch.optim
+over the program's own parameter tensors (`named_parameters()` aliases the program's
+weights, so in-place updates train it). MeZO runs a forward-only program whose trainable
+weights are inputs, perturbed in place by the methods' MeZO trainer.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from edgebench.backends.program import check_batch, open_program
+from edgebench.methods import optim, parse_method
+
+PTE = "model.pte"
+TRAINABLE_INIT = "trainable_init.pt"
+
+
+def _as_inputs(batch: dict[str, Any]) -> tuple[torch.Tensor, ...]:
+    return tuple(torch.as_tensor(batch[k]) for k in ("input_ids", "images", "labels"))
+
+
+class ProgramUpdate:
+    """The methods' update step over a program's named parameters and gradients."""
+
+    def __init__(self, optimizer: str, lr: float, total_steps: int) -> None:
+        self.optimizer = optimizer
+        self.lr = lr
+        self.total_steps = total_steps
+        self.steps_done = 0
+        self.runtime_sgd: list[tuple[Any, list[str]]] | None = None
+        self.torch_optimizer: torch.optim.Optimizer | None = None
+
+    def _groups(self, params: dict[str, torch.Tensor]) -> list[tuple[float, list[str]]]:
+        """nanoVLM's lr groups by name: projector at max(lr, lr_mp), backbones at lr."""
+        projector = [n for n in params if optim.is_projector(n)]
+        backbone = [n for n in params if not optim.is_projector(n)]
+        groups = [(self.lr, backbone), (max(self.lr, optim.NANOVLM_LR_MP), projector)]
+        return [(lr, names) for lr, names in groups if names]
+
+    def step(self, params: dict[str, torch.Tensor], grads: dict[str, torch.Tensor]) -> None:
+        torch.nn.utils.clip_grad_norm_(list(grads.values()), optim.MAX_GRAD_NORM)
+        if self.optimizer == "sgd":
+            self._runtime_sgd(params, grads)
+        else:
+            self._torch_step(params, grads)
+        self.steps_done += 1
+
+    def _runtime_sgd(self, params, grads) -> None:
+        from executorch.extension.training import get_sgd_optimizer
+
+        if self.runtime_sgd is None:
+            self.runtime_sgd = [(get_sgd_optimizer({n: params[n] for n in names}, lr), names)
+                                for lr, names in self._groups(params)]
+        # Plain SGD is linear in the gradient: scaling it applies the schedule exactly.
+        factor = optim.lr_factor(self.steps_done, self.total_steps)
+        for sgd, names in self.runtime_sgd:
+            sgd.step({n: grads[n].mul_(factor) for n in names})
+
+    def _torch_step(self, params, grads) -> None:
+        if self.torch_optimizer is None:
+            groups = [{"params": [params[n] for n in names], "lr": lr} for lr, names in self._groups(params)]
+            self.torch_optimizer = optim.build_optimizer(self.optimizer, groups)
+        for name, tensor in params.items():
+            tensor.grad = grads[name]
+        optim.set_schedule([self.torch_optimizer], self.steps_done, self.total_steps)
+        with torch.no_grad():
+            self.torch_optimizer.step()
+        for tensor in params.values():
+            tensor.grad = None
+
+
+class ExecutorchBackend:
+    name = "executorch"
+
+    def __init__(self) -> None:
+        self.module = None
+        self.update: ProgramUpdate | None = None
+        self.mezo = None
+        self.manifest: dict[str, Any] = {}
+
+    def setup(self, spec: Any, example_batch: dict[str, Any]) -> None:
+        method = parse_method(spec.method)
+        directory, self.manifest = open_program(spec, self.name, method.knobs())
+        check_batch(self.manifest, example_batch, directory)
+        lr = optim.default_lr(method) if spec.lr is None else spec.lr
+        total = spec.warmup_steps + spec.steps
+        if method.grad_mode == "zeroth-order":
+            self.mezo = _program_mezo(directory, self.manifest, method, lr, total)
+            return
+        from executorch.extension.training import _load_for_executorch_for_training
+
+        self.module = _load_for_executorch_for_training(str(directory / PTE))
+        self.update = ProgramUpdate(method.optimizer, lr, total)
+
+    def step(self, batch: dict[str, Any]) -> float:
+        if self.mezo is not None:
+            return self.mezo.step(dict(zip(("input_ids", "images", "labels"), _as_inputs(batch))))
+        loss = float(self.module.forward_backward("forward", _as_inputs(batch))[0])
+        self.update.step(self.module.named_parameters(), self.module.named_gradients())
+        return loss
+
+    def named_parameters(self) -> dict[str, torch.Tensor]:
+        """The program's trainable weights (for tests and checkpoints)."""
+        if self.mezo is not None:
+            return dict(zip(self.manifest["trainable_parameters"], self.mezo.params))
+        return self.module.named_parameters()
+
+    def close(self) -> None:
+        self.module = self.update = self.mezo = None
+
+
+def _program_mezo(directory: Path, manifest: dict[str, Any], method: Any, lr: float, total: int):
+    """The methods' MeZO trainer, its loss computed by the forward-only program."""
+    from executorch.extension.pybindings.portable_lib import _load_for_executorch
+
+    from edgebench.methods.mezo import MeZOTrainer
+
+    if manifest.get("program") != "forward-only":
+        raise ValueError(f"{directory}: MeZO needs the forward-only export (made for zeroth-order methods)")
+    program = _load_for_executorch(str(directory / PTE))
+    initial = torch.load(directory / TRAINABLE_INIT)
+    holder = torch.nn.ParameterList(
+        [torch.nn.Parameter(initial[n]) for n in manifest["trainable_parameters"]]
+    )
+
+    class ProgramMeZO(MeZOTrainer):
+        def loss(self, batch):
+            inputs = (batch["input_ids"], batch["images"], batch["labels"], *self.params)
+            return program.run_method("forward", inputs)[0]
+
+    return ProgramMeZO(method, holder, lr, total)

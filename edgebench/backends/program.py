@@ -1,0 +1,76 @@
+"""The exported program a backend runs: find it, read its manifest, check the batch fits.
+
+Torch-free and independent of the host-side `exporters` package (a device gets the
+export directory and edgebench, nothing else). Manifest format: exporters/manifest.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from edgebench.backends import UnsupportedBackend
+from edgebench.backends.support import unsupported_reason
+
+MANIFEST = "manifest.json"
+BATCH_INPUTS = ("input_ids", "images", "labels")
+
+
+def open_program(spec: Any, backend: str, knobs: dict[str, Any] | None) -> tuple[Path, dict[str, Any]]:
+    """(directory, manifest) of `spec.program`, after refusing an unsupported method.
+
+    `knobs`: the spec's method knobs where the caller could parse them (parsing imports
+    torch); None takes the manifest's, after checking the method text is the same.
+    """
+    if knobs is not None:
+        _refuse_unsupported(spec, backend, knobs)
+    if not spec.program:
+        raise ValueError(
+            f"RunSpec.program is not set: the {backend} backend runs an exported program. Export it "
+            f"on the host (`edgebench export --backend {'onnx' if backend == 'onnxruntime' else backend} "
+            f"--model {spec.model} --method {spec.method} --out DIR`, or "
+            "exporters.pipeline.export_for_spec(spec)) and set program to that directory"
+        )
+    directory = Path(spec.program).expanduser()
+    path = directory / MANIFEST
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no export manifest; is {directory} an `edgebench export` output?")
+    manifest = json.loads(path.read_text())
+    if manifest.get("runtime_backend") != backend:
+        raise ValueError(
+            f"{directory} holds a {manifest.get('runtime_backend')} program, not {backend}; "
+            f"export with --backend {'onnx' if backend == 'onnxruntime' else backend}"
+        )
+    made_for = manifest["method"]
+    same = (made_for["text"] == spec.method if knobs is None else
+            all(made_for["knobs"].get(k) == knobs.get(k) for k in ("trainable", "grad_mode", "optimizer")))
+    if not same:
+        raise ValueError(
+            f"{directory} was exported for method {made_for['text']!r}, not {spec.method!r}; "
+            "export it for this method"
+        )
+    if knobs is None:
+        _refuse_unsupported(spec, backend, made_for["knobs"])
+    return directory, manifest
+
+
+def _refuse_unsupported(spec: Any, backend: str, knobs: dict[str, Any]) -> None:
+    reason = unsupported_reason(SimpleNamespace(**knobs), backend)
+    if reason:
+        raise UnsupportedBackend(f"method {spec.method!r} on {backend}: {reason}")
+
+
+def check_batch(manifest: dict[str, Any], batch: dict[str, Any], directory: Path) -> None:
+    """Shapes are fixed at export: say which input differs and how to re-export."""
+    expected = {i["name"]: i["shape"] for i in manifest["inputs"]}
+    for name in BATCH_INPUTS:
+        if name == "labels" and manifest.get("runtime_backend") == "onnxruntime":
+            continue  # ORT's labels are the shifted, flattened form (checked by ORT itself)
+        got = list(batch[name].shape)
+        if expected.get(name) != got:
+            raise ValueError(
+                f"{directory}: {name} was exported as {expected.get(name)}, the batch is {got}; "
+                "export again with this batch size / text length / image size"
+            )

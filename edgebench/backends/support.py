@@ -1,0 +1,80 @@
+"""Which method runs on which backend, and which backend runs on which device.
+
+Torch-free (the ONNX Runtime device process imports it). `unsupported_reason(...)` is the
+one source of truth: the exporters refuse early with it, the backends refuse at setup
+with it, and `edgebench methods` shows it as the method x backend matrix.
+"""
+
+from __future__ import annotations
+
+import platform
+from typing import Any
+
+BACKEND_NAMES = ("eager", "executorch", "onnxruntime")
+# ONNX Runtime training wheels (onnxruntime-training-cpu 1.19.2) exist for these only.
+ORT_TRAINING_ARCHES = ("x86_64",)
+ORT_FROM_SOURCE = (
+    "build ONNX Runtime from source with --enable_training_apis on the device "
+    "(https://onnxruntime.ai/docs/build/training.html), or use --backend executorch"
+)
+
+# Optimizers each exported backend applies (ExecuTorch: SGD in the runtime, the others
+# with torch.optim over the program's parameters; ONNX Runtime: its optimizer graphs).
+EXPORT_OPTIMIZERS = {
+    "executorch": ("sgd", "sgd-momentum", "adam", "adamw"),
+    "onnxruntime": ("sgd", "adamw"),
+}
+
+
+def _knob(method: Any, name: str, default: Any) -> Any:
+    return getattr(method, name, default)
+
+
+def unsupported_reason(method: Any, backend: str) -> str | None:
+    """Why `method` (a methods.Method) cannot run on `backend`, with what to do; None if it can."""
+    if backend == "eager":
+        return None
+    if backend not in BACKEND_NAMES:
+        return f"unknown backend {backend!r}; choose one of {', '.join(BACKEND_NAMES)}"
+    other = "onnxruntime" if backend == "executorch" else "executorch"
+    grad_mode = _knob(method, "grad_mode", "backprop")
+    if grad_mode == "zeroth-order":
+        if backend == "executorch":
+            return None  # a forward-only program plus in-place perturbation
+        return "MeZO on onnxruntime is not built (no forward-only artifact); use --backend executorch or eager"
+    if grad_mode != "backprop":
+        return f"{grad_mode} gradients need torch.func (jvp) at run time; use --backend eager"
+    optimizer = _knob(method, "optimizer", "adamw")
+    if optimizer not in EXPORT_OPTIMIZERS[backend]:
+        alternatives = [b for b, opts in EXPORT_OPTIMIZERS.items() if optimizer in opts]
+        where = f"--backend {alternatives[0]} or eager" if alternatives else "--backend eager"
+        return (f"optimizer {optimizer} is not available on {backend} "
+                f"(it has {', '.join(EXPORT_OPTIMIZERS[backend])}); use {where}")
+    if _knob(method, "checkpointing", False):
+        return (f"activation checkpointing has no meaning in a lowered {backend} program (its memory "
+                "is planned at export); use --backend eager")
+    if _knob(method, "accumulation", 1) != 1:
+        return f"gradient accumulation is not built for {backend}; use --backend eager"
+    if _knob(method, "precision", "fp32") != "fp32" or _knob(method, "frozen_dtype", "fp32") != "fp32":
+        return f"{backend} programs are exported in float32 only; use --backend eager for bf16 / int8"
+    if _knob(method, "fused_update", False):
+        return f"fused update-in-backward needs torch's autograd hooks; use --backend eager (or {other} without it)"
+    return None
+
+
+def device_reason(backend: str, arch: str | None = None, backends: list[str] | None = None,
+                  device: str = "this device") -> str | None:
+    """Why `device` (its arch and the profile's backend list) cannot run `backend`; None if it can."""
+    arch = arch or platform.machine()
+    arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(arch.lower(), arch)
+    if backend == "onnxruntime" and arch not in ORT_TRAINING_ARCHES:
+        return (f"{device} is {arch}: onnxruntime-training has no Linux {arch} wheel; {ORT_FROM_SOURCE}")
+    if backends is not None and backend not in backends:
+        return (f"{device}'s profile lists backends {', '.join(backends)}, not {backend}; "
+                "add it to the profile's `backends` if the device has the runtime")
+    return None
+
+
+def support_matrix(methods: dict[str, Any]) -> dict[str, dict[str, str | None]]:
+    """{method name: {backend: None (runs) or the reason it does not}} for display."""
+    return {name: {b: unsupported_reason(m, b) for b in BACKEND_NAMES} for name, m in methods.items()}

@@ -1,0 +1,174 @@
+"""The inventory: the names users type (`jetson-orin`) mapped to a profile and an address.
+
+A user file, `$EDGEBENCH_INVENTORY` or `~/.config/edgebench/inventory.yaml`:
+
+    devices:
+      jetson-orin:
+        profile: jetson-orin-nano-8gb
+        host: 192.168.1.20
+        user: nvidia
+        key: ~/.ssh/id_ed25519
+      pixel:
+        profile: pixel-8
+        kind: adb
+        serial: 3A1B2C3D
+
+Any transport field of the profile (kind, host, port, user, key, known_hosts, serial,
+connect_timeout_s) plus `python` and `workdir` can be set per device. The name `local`
+always means this machine unless the file defines it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from edgebench.devices.profiles import Profile, ProfileError, Transport, load_profile
+
+
+class InventoryError(ValueError):
+    """An inventory file or entry that cannot be used; the message names it and the fix."""
+
+
+def inventory_path() -> Path:
+    return Path(os.environ.get("EDGEBENCH_INVENTORY") or "~/.config/edgebench/inventory.yaml").expanduser()
+
+
+class InventoryEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    profile: str
+    kind: Literal["local", "ssh", "adb"] | None = None
+    host: str | None = None
+    port: int | None = Field(None, ge=1, le=65535)
+    user: str | None = None
+    key: str | None = None
+    known_hosts: str | None = None
+    serial: str | None = None
+    connect_timeout_s: float | None = Field(None, gt=0)
+    python: str | None = None
+    workdir: str | None = None
+    lab: str | None = None  # the lab directory that registered this entry
+
+
+@dataclass
+class Device:
+    """A device ready to connect to: its name, profile and merged transport settings."""
+
+    name: str
+    profile: Profile
+    transport: Transport
+    python: str
+    workdir: str
+    lab: str | None = None
+
+    @property
+    def address(self) -> str:
+        t = self.transport
+        if t.kind == "adb":
+            return f"adb:{t.serial}"
+        if t.kind == "local":
+            return "local"
+        return f"{t.user + '@' if t.user else ''}{t.host}:{t.port}"
+
+
+def read_inventory(path: Path | None = None) -> dict[str, dict[str, Any]]:
+    """The raw `devices` mapping (a missing file is an empty inventory)."""
+    import yaml
+
+    path = path or inventory_path()
+    if not path.exists():
+        return {}
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise InventoryError(f"{path}: not valid YAML ({exc})") from None
+    devices = data.get("devices", {}) if isinstance(data, dict) else None
+    if not isinstance(devices, dict):
+        raise InventoryError(f"{path}: expected a mapping `devices: {{NAME: {{profile: ..., host: ...}}}}`")
+    return devices
+
+
+def write_inventory(devices: dict[str, dict[str, Any]], path: Path | None = None) -> None:
+    import yaml
+
+    path = path or inventory_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(yaml.safe_dump({"devices": devices}, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def make_device(name: str, entry: dict[str, Any], source: str = "inventory") -> Device:
+    """Validates one entry and merges it over its profile's transport defaults."""
+    try:
+        parsed = InventoryEntry.model_validate(entry)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc']))}: "
+            + ("unknown field (check the spelling)" if e["type"] == "extra_forbidden" else e["msg"])
+            for e in exc.errors()
+        )
+        raise InventoryError(f"{source}: device {name!r}: {problems}") from None
+    try:
+        profile = load_profile(parsed.profile)
+    except ProfileError as exc:
+        raise InventoryError(f"{source}: device {name!r}: profile: {exc}") from None
+    overrides = parsed.model_dump(include=set(Transport.model_fields), exclude_none=True)
+    transport = profile.transport.model_copy(update=overrides)
+    if transport.kind == "ssh" and not transport.host:
+        raise InventoryError(f"{source}: device {name!r}: ssh needs `host:` (and usually `user:`, `key:`)")
+    if transport.kind == "adb" and not transport.serial:
+        raise InventoryError(f"{source}: device {name!r}: adb needs `serial:` (see `adb devices -l`)")
+    return Device(
+        name=name,
+        profile=profile,
+        transport=transport,
+        python=parsed.python or profile.python,
+        workdir=parsed.workdir or profile.workdir,
+        lab=parsed.lab,
+    )
+
+
+def list_devices(path: Path | None = None) -> list[Device]:
+    """Every inventory device, plus `local` when the file does not define it."""
+    path = path or inventory_path()
+    raw = read_inventory(path)
+    devices = [make_device(name, entry, str(path)) for name, entry in sorted(raw.items())]
+    if "local" not in raw:
+        devices.insert(0, make_device("local", {"profile": "local"}, "built-in"))
+    return devices
+
+
+def scan_devices(path: Path | None = None) -> tuple[list[Device], dict[str, str]]:
+    """Like list_devices, but a bad entry is reported by name instead of stopping the listing."""
+    path = path or inventory_path()
+    raw = read_inventory(path)
+    devices, problems = [], {}
+    for name, entry in sorted(raw.items()):
+        try:
+            devices.append(make_device(name, entry, str(path)))
+        except InventoryError as exc:
+            problems[name] = str(exc)
+    if "local" not in raw:
+        devices.insert(0, make_device("local", {"profile": "local"}, "built-in"))
+    return devices, problems
+
+
+def get_device(name: str, path: Path | None = None) -> Device:
+    """The device called `name`; an unknown name says where the inventory is."""
+    path = path or inventory_path()
+    raw = read_inventory(path)
+    if name in raw:
+        return make_device(name, raw[name], str(path))
+    if name == "local":
+        return make_device("local", {"profile": "local"}, "built-in")
+    known = ", ".join(sorted(set(raw) | {"local"}))
+    raise InventoryError(
+        f"unknown device {name!r}; known: {known}. Add it to {path} "
+        "(`devices: {NAME: {profile: ..., host: ...}}`) or start the lab with `edgebench lab up`"
+    )

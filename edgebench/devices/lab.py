@@ -1,0 +1,292 @@
+"""The emulated device lab: one real sshd per device, inside the profile's memory and CPU limits.
+
+Each device gets its own sshd on a loopback port, its own host key and known_hosts entry
+(host-key checking stays on), key-only login, and cgroups enforcing the profile's
+`emulation` limits; every SSH session inherits them. Devices are registered in the
+inventory as `lab-<alias>`, so deploy and collect treat them like hardware.
+`down` kills everything inside the cgroups, removes them, the keys and the entries.
+State lives in `$EDGEBENCH_LAB_DIR` or ~/.local/state/edgebench/lab.
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edgebench.devices.cgroups import Limits
+from edgebench.devices.inventory import read_inventory, write_inventory
+from edgebench.devices.profiles import load_profile
+
+DEFAULT_PROFILES = ("raspberry-pi-4-4gb", "raspberry-pi-zero-2w")
+SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/bin/sshd")
+
+
+class LabError(RuntimeError):
+    """The lab cannot do what was asked; the message says what to do."""
+
+
+def lab_dir() -> Path:
+    return Path(os.environ.get("EDGEBENCH_LAB_DIR") or "~/.local/state/edgebench/lab").expanduser().resolve()
+
+
+def _state_file(root: Path) -> Path:
+    return root / "lab.json"
+
+
+def read_state(root: Path | None = None) -> dict[str, dict[str, Any]]:
+    path = _state_file(root or lab_dir())
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _write_state(root: Path, state: dict[str, dict[str, Any]]) -> None:
+    path = _state_file(root)
+    if not state:
+        path.unlink(missing_ok=True)
+        return
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state, indent=2, sort_keys=True))
+    os.replace(tmp, path)
+
+
+@dataclass
+class LabDevice:
+    """What to start: a profile, optionally under another name or other limits."""
+
+    profile: str
+    name: str | None = None
+    memory_bytes: int | None = None
+    cpus: float | None = None
+
+
+def _sshd() -> str:
+    for path in SSHD_CANDIDATES:
+        if os.access(path, os.X_OK):
+            return path
+    raise LabError("sshd is not installed; `apt-get install -y openssh-server` (Debian/Ubuntu)")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _keygen(path: Path, comment: str) -> None:
+    if not path.exists():
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)], check=True)
+
+
+def _sshd_config(home: Path, port: int, user: str) -> str:
+    return f"""# edgebench lab device: written by `edgebench lab up`
+Port {port}
+ListenAddress 127.0.0.1
+HostKey {home}/ssh_host_ed25519_key
+PidFile {home}/sshd.pid
+AuthorizedKeysFile {home}/authorized_keys
+AllowUsers {user}
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+UsePAM no
+StrictModes no
+MaxStartups 100:30:200
+MaxSessions 100
+Subsystem sftp internal-sftp
+"""
+
+
+def _wait_listening(port: int, proc: subprocess.Popen, log: Path, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise LabError(f"sshd exited with code {proc.returncode}: {log.read_text().strip()[-1500:]}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.02)
+    raise LabError(f"sshd did not listen on 127.0.0.1:{port} within {timeout_s} s; see {log}")
+
+
+def _cgroup_name(root: Path, name: str) -> str:
+    return f"edgebench-lab-{hashlib.sha256(str(root).encode()).hexdigest()[:8]}/{name}"
+
+
+def _start(root: Path, spec: LabDevice, client_pub: str, user: str) -> dict[str, Any]:
+    profile = load_profile(spec.profile)
+    name = spec.name or f"lab-{profile.alias}"
+    home = root / name
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "work").mkdir(exist_ok=True)
+    _keygen(home / "ssh_host_ed25519_key", f"edgebench-lab-{name}")
+    (home / "authorized_keys").write_text(client_pub)
+    port = _free_port()
+    config = home / "sshd_config"
+    config.write_text(_sshd_config(home, port, user))
+    Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # sshd's privilege-separation dir
+    memory = int(spec.memory_bytes or profile.emulation.memory_bytes)
+    cpus = float(spec.cpus or profile.emulation.cpus)
+    limits = Limits.create(_cgroup_name(root, name), memory, cpus)
+    log = home / "sshd.log"
+    # The shell joins the cgroups, then becomes sshd: sshd and every session start inside them.
+    join = 'for f in "$@"; do echo $$ > "$f" || exit 97; done; exec "$SSHD" -D -e -f "$CONFIG"'
+    with open(log, "ab") as log_fh:
+        proc = subprocess.Popen(
+            ["sh", "-c", join, "sh", *map(str, limits.procs_file())],
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "SSHD": _sshd(), "CONFIG": str(config)},
+            stdin=subprocess.DEVNULL,
+            stdout=log_fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        _wait_listening(port, proc, log)
+    except LabError:
+        limits.destroy()
+        raise
+    host_pub = (home / "ssh_host_ed25519_key.pub").read_text().split()
+    (home / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_pub[0]} {host_pub[1]}\n")
+    return {
+        "name": name,
+        "profile": profile.id,
+        "port": port,
+        "pid": proc.pid,
+        "memory_bytes": memory,
+        "cpus": cpus,
+        "cgroups": [str(d) for d in limits.dirs],
+        "cgroup_version": limits.version,
+        "home": str(home),
+    }
+
+
+def _inventory_entry(root: Path, dev: dict[str, Any], user: str) -> dict[str, Any]:
+    home = Path(dev["home"])
+    return {
+        "profile": dev["profile"],
+        "kind": "ssh",
+        "host": "127.0.0.1",
+        "port": dev["port"],
+        "user": user,
+        "key": str(root / "client_key"),
+        "known_hosts": str(home / "known_hosts"),
+        "python": sys.executable,  # the lab shares this machine's interpreter and libraries
+        "workdir": str(home / "work"),
+        "lab": str(root),
+    }
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie child of ours counts as gone
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def up(devices: list[LabDevice] | None = None) -> list[dict[str, Any]]:
+    """Starts the devices not already running and registers them; returns every lab device."""
+    root = lab_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    user = getpass.getuser()
+    _keygen(root / "client_key", "edgebench-lab-client")
+    client_pub = (root / "client_key.pub").read_text()
+    state = read_state(root)
+    inventory = read_inventory()
+    for spec in devices or [LabDevice(p) for p in DEFAULT_PROFILES]:
+        name = spec.name or f"lab-{load_profile(spec.profile).alias}"
+        if name in state and _alive(state[name]["pid"]):
+            continue
+        if name in inventory and inventory[name].get("lab") != str(root):
+            raise LabError(f"inventory already has a device {name!r} that is not this lab's; remove it or pick another name")
+        if name in state:  # a stale entry from a crash: clean it up first
+            _stop(state.pop(name))
+        dev = _start(root, spec, client_pub, user)
+        state[name] = dev
+        inventory[name] = _inventory_entry(root, dev, user)
+        _write_state(root, state)
+        write_inventory(inventory)
+    return [state[n] for n in sorted(state)]
+
+
+def _stop(dev: dict[str, Any]) -> None:
+    if _alive(dev["pid"]):
+        os.kill(dev["pid"], signal.SIGTERM)
+    limits = Limits([Path(d) for d in dev["cgroups"]], dev["cgroup_version"])
+    limits.destroy()
+    try:
+        os.waitpid(dev["pid"], 0)  # reap it if this process started it (it is dead by now)
+    except ChildProcessError:
+        pass
+    home = Path(dev["home"])
+    for name in ("ssh_host_ed25519_key", "ssh_host_ed25519_key.pub", "authorized_keys", "known_hosts",
+                 "sshd_config", "sshd.pid"):
+        (home / name).unlink(missing_ok=True)
+
+
+def down(purge: bool = False) -> list[str]:
+    """Stops every lab device: no process, cgroup, key or inventory entry is left.
+
+    The devices' work directories (runs not yet collected) stay unless `purge`.
+    """
+    root = lab_dir()
+    state = read_state(root)
+    for dev in state.values():
+        _stop(dev)
+        if purge:
+            shutil.rmtree(dev["home"], ignore_errors=True)
+    inventory = read_inventory()
+    kept = {name: entry for name, entry in inventory.items() if entry.get("lab") != str(root)}
+    if kept != inventory:
+        write_inventory(kept)
+    for name in ("client_key", "client_key.pub"):
+        (root / name).unlink(missing_ok=True)
+    _write_state(root, {})
+    return sorted(state)
+
+
+def status() -> list[dict[str, Any]]:
+    """Each lab device with whether its sshd runs and its cgroup memory figures."""
+    rows = []
+    for name, dev in sorted(read_state().items()):
+        limits = Limits([Path(d) for d in dev["cgroups"]], dev["cgroup_version"])
+        row = {k: dev[k] for k in ("name", "profile", "port", "pid", "memory_bytes", "cpus")}
+        row["running"] = _alive(dev["pid"])
+        row["processes"] = len(limits.pids()) if row["running"] else 0
+        row.update(limits.memory_stats() if Path(dev["cgroups"][0]).exists() else {})
+        rows.append(row)
+    return rows
+
+
+def drop_connections(name: str) -> int:
+    """Kills a device's SSH session processes but not its listener: a dropped network link.
+
+    What runs detached on the device (a sweep) carries on. Returns how many were killed.
+    """
+    dev = read_state().get(name)
+    if dev is None:
+        raise LabError(f"no lab device {name!r}; `edgebench lab status` lists them")
+    killed = 0
+    for pid in Limits([Path(d) for d in dev["cgroups"]], dev["cgroup_version"]).pids():
+        try:
+            is_sshd = Path(f"/proc/{pid}/comm").read_text().strip().startswith("sshd")
+        except OSError:
+            continue
+        if is_sshd and pid != dev["pid"]:
+            os.kill(pid, signal.SIGKILL)
+            killed += 1
+    return killed

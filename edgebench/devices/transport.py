@@ -1,0 +1,140 @@
+"""One interface to reach any device: run a command, put and get files, stream lines.
+
+Remote relative paths are relative to the device user's home directory (what SSH and
+SFTP do); commands are argv lists, quoted with shlex where a shell is involved.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from edgebench.devices.inventory import Device, get_device
+
+
+class TransportError(RuntimeError):
+    """A device that cannot be reached or used; the message names the device and the fix."""
+
+
+@dataclass
+class CommandResult:
+    """Exit status, output and, if the command died of a signal, its name (e.g. "KILL").
+
+    Unpacks as `rc, stdout, stderr`.
+    """
+
+    rc: int
+    stdout: str
+    stderr: str
+    exit_signal: str | None = None
+
+    def __iter__(self) -> Iterator[object]:
+        return iter((self.rc, self.stdout, self.stderr))
+
+
+class Transport(ABC):
+    """What deploy, collect and the live view need from a device connection."""
+
+    device: Device
+
+    @abstractmethod
+    def run(self, argv: list[str], timeout: float | None = 60.0) -> CommandResult:
+        """Runs argv on the device and waits for it (TransportError on timeout)."""
+
+    @abstractmethod
+    def put(self, local: str | Path, remote: str) -> None:
+        """Copies one local file to a remote path (parent dir must exist)."""
+
+    @abstractmethod
+    def get(self, remote: str, local: str | Path, offset: int = 0) -> None:
+        """Copies a remote file; offset > 0 appends the bytes from there to the local file."""
+
+    @abstractmethod
+    def stream(self, argv: list[str]) -> Iterator[str]:
+        """Yields the command's stdout line by line (no newline); closing it stops the command."""
+
+    def close(self) -> None:
+        """Releases the connection."""
+
+    def check(self, argv: list[str], timeout: float | None = 60.0) -> str:
+        """run() that raises with the device's stderr unless the command succeeds."""
+        result = self.run(argv, timeout)
+        if result.rc != 0:
+            detail = (result.stderr or result.stdout).strip()[-2000:]
+            died = f" (signal {result.exit_signal})" if result.exit_signal else ""
+            raise TransportError(f"{self.device.name}: `{' '.join(argv)}` failed with exit code {result.rc}{died}: {detail}")
+        return result.stdout
+
+    def __enter__(self) -> "Transport":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _copy_from(src: Path, dst: Path, offset: int) -> None:
+    with open(src, "rb") as fin, open(dst, "ab" if offset else "wb") as fout:
+        if offset:
+            fout.truncate(offset)
+            fin.seek(offset)
+        shutil.copyfileobj(fin, fout)
+
+
+class LocalTransport(Transport):
+    """This machine, through subprocesses; relative paths are under the home directory."""
+
+    def __init__(self, device: Device):
+        self.device = device
+        self.home = Path.home()
+
+    def _path(self, remote: str) -> Path:
+        return self.home / Path(remote).expanduser()
+
+    def run(self, argv: list[str], timeout: float | None = 60.0) -> CommandResult:
+        try:
+            proc = subprocess.run(argv, cwd=self.home, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise TransportError(f"{self.device.name}: `{' '.join(argv)}` timed out after {timeout} s") from None
+        except FileNotFoundError as exc:
+            return CommandResult(127, "", str(exc))
+        died_of = signal.Signals(-proc.returncode).name.removeprefix("SIG") if proc.returncode < 0 else None
+        return CommandResult(proc.returncode, proc.stdout, proc.stderr, died_of)
+
+    def put(self, local: str | Path, remote: str) -> None:
+        shutil.copyfile(local, self._path(remote))
+
+    def get(self, remote: str, local: str | Path, offset: int = 0) -> None:
+        _copy_from(self._path(remote), Path(local), offset)
+
+    def stream(self, argv: list[str]) -> Iterator[str]:
+        proc = subprocess.Popen(argv, cwd=self.home, stdout=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                yield line.rstrip("\n")
+        finally:
+            proc.kill()
+            proc.wait()
+
+
+def connect(device: str | Device) -> Transport:
+    """A connected transport for a device name (from the inventory) or a Device."""
+    if isinstance(device, str):
+        device = get_device(device)
+    kind = device.transport.kind
+    if kind == "local":
+        return LocalTransport(device)
+    if kind == "ssh":
+        from edgebench.devices.ssh import SSHTransport
+
+        return SSHTransport(device)
+    if kind == "adb":
+        from edgebench.devices.adb import AdbTransport
+
+        return AdbTransport(device)
+    raise TransportError(f"{device.name}: unknown transport kind {kind!r}")

@@ -1,0 +1,139 @@
+"""Collect: fetch finished and partial run directories, verified, resumable, idempotent.
+
+The device lists every run file with its size and sha256; a file whose local copy
+already matches is skipped; a download goes to `NAME.part` and resumes from its length
+(traces are append-only), then is checked against the listed size and sha256 before it
+replaces the local file. Runs land in `<local_root>/<device>/<run_id>/`; fresh clock
+probes are taken, and every fetched run is ingested into the results store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from edgebench.devices.inventory import Device, get_device
+from edgebench.devices.transport import Transport, TransportError, connect
+from edgebench.fleet.clock import probe_clock
+from edgebench.fleet.remote import MANIFEST, run_program
+
+APPEND_ONLY = (".jsonl", ".log")
+
+
+@dataclass
+class Collected:
+    device: str
+    runs: dict[str, str] = field(default_factory=dict)  # run_id -> status (or "partial")
+    files_fetched: int = 0
+    bytes_fetched: int = 0
+    ingested: list[str] = field(default_factory=list)
+    not_ingested: dict[str, str] = field(default_factory=dict)  # run_id -> why
+    probes: list[dict[str, Any]] = field(default_factory=list)
+
+
+def sha256_prefix(path: Path, size: int) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        remaining = size
+        while remaining > 0 and (chunk := fh.read(min(1 << 20, remaining))):
+            digest.update(chunk)
+            remaining -= len(chunk)
+    return digest.hexdigest()
+
+
+def fetch_file(transport: Transport, remote: str, local: Path, size: int, sha256: str) -> int:
+    """Brings `local` to exactly the listed size and sha256; returns bytes transferred."""
+    if local.exists() and local.stat().st_size == size and sha256_prefix(local, size) == sha256:
+        return 0
+    part = local.with_name(local.name + ".part")
+    if not part.exists() and local.exists() and local.suffix in APPEND_ONLY and local.stat().st_size < size:
+        os.replace(local, part)  # an append-only trace grew: fetch only the new bytes
+    for attempt in range(2):
+        offset = part.stat().st_size if part.exists() and attempt == 0 else 0
+        offset = min(offset, size)
+        transport.get(remote, part, offset=offset)
+        with open(part, "r+b") as fh:  # the file may have grown since it was listed
+            fh.truncate(size)
+        if part.stat().st_size == size and sha256_prefix(part, size) == sha256:
+            os.replace(part, local)
+            return size - offset
+    part.unlink(missing_ok=True)
+    raise TransportError(f"{transport.device.name}: {remote} does not match its listed size/sha256 after two "
+                         "downloads (it was rewritten meanwhile?); run collect again")
+
+
+def _fresh_probes(transport: Transport, device: Device, manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """Probes with the newest sweep's shipped package (none if nothing was deployed)."""
+    sweeps = sorted(manifest["sweeps"])
+    if not sweeps:
+        return []
+    return probe_clock(transport, device, f"{manifest['root']}/{sweeps[-1]}/pkg")
+
+
+def collect_device(name: str, run_id: str | None = None, local_root: Path = Path("runs"),
+                   store_path: Path | None = None, log: Callable[[str], None] = lambda _: None) -> Collected:
+    """Fetches one device's runs (or one run), then ingests them when a store is given."""
+    device = get_device(name)
+    out = Collected(name)
+    with connect(device) as transport:
+        manifest = run_program(transport, device, MANIFEST, device.workdir, timeout=600)
+        for sweep_id, sweep in sorted(manifest["sweeps"].items()):
+            states = (sweep["state"] or {}).get("runs", {})
+            for rid, files in sorted(sweep["runs"].items()):
+                if run_id and rid != run_id:
+                    continue
+                local_dir = local_root / name / rid
+                local_dir.mkdir(parents=True, exist_ok=True)
+                for file_name, info in files.items():
+                    remote = f"{manifest['root']}/{sweep_id}/runs/{rid}/{file_name}"
+                    got = fetch_file(transport, remote, local_dir / file_name, info["size"], info["sha256"])
+                    if got:
+                        out.files_fetched += 1
+                        out.bytes_fetched += got
+                status = _local_status(local_dir)
+                out.runs[rid] = status or f"partial ({states.get(rid, 'not started')})"
+                log(f"{name}: {rid}: {out.runs[rid]}")
+        out.probes = _fresh_probes(transport, device, manifest)
+    _save_probes(local_root / name, out.probes)
+    if run_id and run_id not in out.runs:
+        raise TransportError(f"{name}: no run {run_id!r} on the device; `edgebench status --device {name}` lists them")
+    if store_path is not None:
+        _ingest(out, local_root, store_path)
+    return out
+
+
+def _local_status(run_dir: Path) -> str | None:
+    try:
+        return json.loads((run_dir / "result.json").read_text())["status"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _save_probes(directory: Path, probes: list[dict[str, Any]]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / "clock_probes.jsonl", "a") as fh:
+        for probe in probes:
+            fh.write(json.dumps(probe) + "\n")
+
+
+def _read_probes(directory: Path) -> list[dict[str, Any]]:
+    path = directory / "clock_probes.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def _ingest(out: Collected, local_root: Path, store_path: Path) -> None:
+    """Adds every probe (deploy-time and fresh) and every fetched run to the store."""
+    from edgebench.results.store import Store
+
+    with Store(store_path) as store:
+        store.add_clock_probes(out.device, _read_probes(local_root / out.device))
+        for rid in out.runs:
+            try:
+                store.ingest_run(local_root / out.device / rid, device=out.device)
+                out.ingested.append(rid)
+            except Exception as exc:  # a run that has not written meta.json yet is not an error
+                out.not_ingested[rid] = f"{type(exc).__name__}: {exc}"

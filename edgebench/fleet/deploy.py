@@ -1,0 +1,219 @@
+"""Deploy: check a device, ship edgebench and the specs, start the sweep detached.
+
+On the device a sweep lives in `<workdir>/sweeps/<sweep_id>/`: `pkg/edgebench/` (this
+package's own source, so the device runs exactly the host's code; no dependency is
+installed there), `programs/` (exported programs the specs name), `specs/NNN-<run_id>.json`,
+and what the runner writes: `runs/<run_id>/`, `sweep.json`, `sweep.log`, `sweep.pid`.
+The sweep is started with setsid + nohup, so a dropped connection does not stop it.
+Clock probes and a record of the deployment go to `<local_root>/<device>/`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import secrets
+import shlex
+import tarfile
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import edgebench
+from edgebench.devices.inventory import Device, get_device
+from edgebench.devices.profiles import ORT_TRAINING_ARCHES
+from edgebench.devices.transport import Transport, TransportError, connect
+from edgebench.fleet.clock import probe_clock
+from edgebench.fleet.remote import FACTS, run_program
+from edgebench.runner.local import new_run_id
+from edgebench.runner.spec import RunSpec
+
+MIN_PYTHON = (3, 10)
+MIN_FREE_RAM = 200 * 2**20  # below this even importing torch fails
+DISK_HEADROOM = 100 * 2**20  # traces of a long sweep
+
+
+class PreflightError(RuntimeError):
+    """The device cannot run the sweep; the message lists every problem with its fix."""
+
+
+@dataclass
+class Deployment:
+    device: str
+    sweep_id: str
+    sweep_dir: str
+    run_ids: list[str]
+    facts: dict[str, Any]
+    probes: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _tar_dir(directory: Path, arcname: str) -> bytes:
+    """A gzipped tar of a directory, without caches."""
+    buffer = io.BytesIO()
+
+    def skip_caches(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        return None if "__pycache__" in info.name or info.name.endswith(".pyc") else info
+
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        tar.add(directory, arcname=arcname, filter=skip_caches)
+    return buffer.getvalue()
+
+
+def package_tarball() -> bytes:
+    """The edgebench package's own source (the device runs the host's code)."""
+    return _tar_dir(Path(edgebench.__file__).resolve().parent, "edgebench")
+
+
+def preflight(device: Device, facts: dict[str, Any], specs: list[RunSpec], payload_bytes: int) -> list[str]:
+    """Every reason the device cannot run these specs, each with its fix (empty: go)."""
+    problems: list[str] = []
+    python = tuple(facts["python"])
+    if python < MIN_PYTHON:
+        problems.append(f"python {'.'.join(map(str, python))} at {facts['executable']} is older than 3.10; "
+                        f"install Python 3.10+ and set `python:` in the inventory entry")
+    for lib in ("torch", "numpy", "psutil"):
+        if not facts[lib]:
+            hint = " (Jetson: NVIDIA's JetPack wheel; others: PyPI has aarch64 wheels)" if lib == "torch" else ""
+            pin = "==2.13.0" if lib == "torch" else ""
+            problems.append(f"{lib} is not installed for {facts['executable']}; `{facts['executable']} -m pip "
+                            f"install {lib}{pin}`{hint}")
+    arch = facts["arch"]
+    if arch != device.profile.arch and not device.lab:
+        problems.append(f"the device reports arch {arch} but profile {device.profile.id} says "
+                        f"{device.profile.arch}; fix `profile:` in the inventory entry")
+    for backend in sorted({s.backend for s in specs}):
+        if backend not in device.profile.backends:
+            problems.append(f"backend {backend} is not among profile {device.profile.id}'s backends "
+                            f"{device.profile.backends}; choose one of them")
+        if backend == "executorch" and not facts["executorch"]:
+            problems.append("backend executorch: executorch is not installed on the device; "
+                            "`pip install executorch==1.5.1` there")
+        if backend == "onnxruntime":
+            if arch not in ORT_TRAINING_ARCHES:
+                problems.append(f"backend onnxruntime: onnxruntime-training has no {arch} wheel; build ONNX "
+                                "Runtime from source with --enable_training_apis, or use eager/executorch")
+            elif not facts["onnxruntime_training"]:
+                problems.append("backend onnxruntime: onnxruntime-training is not installed on the device; "
+                                "`pip install onnxruntime-training-cpu==1.19.2` there")
+    for spec in specs:
+        if spec.backend in ("executorch", "onnxruntime") and not spec.program:
+            problems.append(f"{spec.run_id}: backend {spec.backend} needs an exported program; set `program` "
+                            "(see exporters/)")
+        if spec.program and not Path(spec.program).is_dir():
+            problems.append(f"{spec.run_id}: program directory {spec.program} does not exist on this host")
+    available = facts["mem_available_bytes"]
+    if facts.get("cgroup_limit_bytes"):
+        available = min(available, facts["cgroup_limit_bytes"] - (facts.get("cgroup_usage_bytes") or 0))
+    if available < MIN_FREE_RAM:
+        problems.append(f"only {available / 2**20:.0f} MiB of RAM is free; stop other programs on the device "
+                        f"(at least {MIN_FREE_RAM / 2**20:.0f} MiB needed)")
+    needed = payload_bytes * 2 + DISK_HEADROOM
+    if facts["disk_free_bytes"] < needed:
+        problems.append(f"only {facts['disk_free_bytes'] / 2**20:.0f} MiB free on the disk of {facts['workdir']}; "
+                        f"free at least {needed / 2**20:.0f} MiB")
+    return problems
+
+
+def _put_bytes(transport: Transport, data: bytes, remote: str) -> None:
+    with tempfile.NamedTemporaryFile(suffix=Path(remote).suffix) as tmp:
+        tmp.write(data)
+        tmp.flush()
+        transport.put(tmp.name, remote)
+
+
+def _ship_tar(transport: Transport, data: bytes, remote_dir: str) -> None:
+    archive = f"{remote_dir}.tar.gz"
+    transport.check(["mkdir", "-p", remote_dir])
+    _put_bytes(transport, data, archive)
+    transport.check(["tar", "-xzf", archive, "-C", remote_dir])
+    transport.check(["rm", "-f", archive])
+
+
+def prepare_specs(device: Device, specs: list[RunSpec]) -> list[RunSpec]:
+    """Per-device copies: fresh run ids, the profile's sensors and power model."""
+    out = []
+    for spec in specs:
+        spec = dataclasses.replace(spec, sensors=dict(spec.sensors), extra=dict(spec.extra))
+        if not spec.sensors:
+            spec.sensors = device.profile.sensors.model_dump()
+        if spec.power_model is None and device.profile.power_model is not None:
+            spec.power_model = device.profile.power_model.model_dump()
+        spec.run_id = new_run_id(device.name, spec)
+        out.append(spec)
+    return out
+
+
+def deploy_one(name: str, specs: list[RunSpec], local_root: Path = Path("runs"),
+               log: Callable[[str], None] = lambda _: None) -> Deployment:
+    """Preflight, ship and start one device's sweep; returns what was started."""
+    device = get_device(name)
+    specs = prepare_specs(device, specs)
+    with connect(device) as transport:
+        log(f"{name}: preflight")
+        facts = run_program(transport, device, FACTS, device.workdir)
+        package = package_tarball()
+        programs = {spec.program: _tar_dir(Path(spec.program), ".") for spec in specs
+                    if spec.program and Path(spec.program).is_dir()}
+        problems = preflight(device, facts, specs, len(package) + sum(map(len, programs.values())))
+        if problems:
+            raise PreflightError(f"{name} ({device.address}) cannot run this sweep:\n  - " + "\n  - ".join(problems))
+        sweep_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+        sweep = f"{facts['workdir']}/sweeps/{sweep_id}"
+        log(f"{name}: shipping edgebench ({len(package) / 1024:.0f} KiB) to {sweep}")
+        transport.check(["mkdir", "-p", f"{sweep}/specs", f"{sweep}/runs"])
+        _ship_tar(transport, package, f"{sweep}/pkg")
+        for index, (local, data) in enumerate(programs.items()):
+            remote = f"{sweep}/programs/{index:02d}-{Path(local).name}"
+            log(f"{name}: shipping program {local} ({len(data) / 2**20:.1f} MiB)")
+            _ship_tar(transport, data, remote)
+            for spec in specs:
+                if spec.program == local:
+                    spec.program = remote
+        for index, spec in enumerate(specs):
+            _put_bytes(transport, spec.to_json().encode(), f"{sweep}/specs/{index:03d}-{spec.run_id}.json")
+        _check_shipped_copy(transport, device, sweep)
+        start = (f"cd {shlex.quote(sweep)} && S=$(command -v setsid || true); "
+                 f"PYTHONPATH={shlex.quote(sweep + '/pkg')} $S nohup {shlex.quote(device.python)} "
+                 f"-m edgebench.runner.sweep {shlex.quote(sweep)} > sweep.log 2>&1 < /dev/null & echo $! > sweep.pid")
+        transport.check(["sh", "-c", start])
+        log(f"{name}: sweep {sweep_id} started ({len(specs)} runs)")
+        probes = probe_clock(transport, device, f"{sweep}/pkg")
+    deployment = Deployment(name, sweep_id, sweep, [s.run_id for s in specs], facts, probes)
+    _record(local_root / name, deployment)
+    return deployment
+
+
+def _check_shipped_copy(transport: Transport, device: Device, sweep: str) -> None:
+    """The device must import the shipped copy, not another edgebench installed there."""
+    out = transport.check(["env", f"PYTHONPATH={sweep}/pkg", device.python, "-c",
+                           "import edgebench; print(edgebench.__file__)"]).strip()
+    if not out.startswith(f"{sweep}/pkg/"):
+        raise PreflightError(f"{device.name}: python imports edgebench from {out}, not the shipped copy in "
+                             f"{sweep}/pkg; uninstall that copy on the device")
+
+
+def _record(directory: Path, deployment: Deployment) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / "clock_probes.jsonl", "a") as fh:
+        for probe in deployment.probes:
+            fh.write(json.dumps(probe) + "\n")
+    with open(directory / "deployments.jsonl", "a") as fh:
+        fh.write(json.dumps(dataclasses.asdict(deployment)) + "\n")
+
+
+def deploy_many(names: list[str], specs: list[RunSpec], local_root: Path = Path("runs"),
+                log: Callable[[str], None] = lambda _: None) -> dict[str, Deployment | Exception]:
+    """Deploys to every device at once (one thread each); a failure stays that device's."""
+
+    def one(name: str) -> Deployment | Exception:
+        try:
+            return deploy_one(name, specs, local_root, log)
+        except (PreflightError, TransportError, ValueError, OSError) as exc:
+            return exc
+
+    with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
+        return dict(zip(names, pool.map(one, names)))

@@ -1,0 +1,62 @@
+"""`edgebench live`: a rich dashboard following a run as it happens."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command("live")
+@click.option("--device", help="Follow a run on this device (inventory name) over its transport (SSH, adb).")
+@click.option("--run", "run_id", help="The run id (default: the most recently started run).")
+@click.option("--dir", "run_dir", help="The run directory itself (on the device when --device is given).")
+@click.option("--root", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,
+              help="Where to look for local runs by id (ROOT/ID, ROOT/DEVICE/ID, ROOT/sweeps/*/runs/ID).")
+@click.option("--hz", type=click.FloatRange(1, 30), default=8.0, show_default=True, help="Refreshes per second.")
+@click.option("--exit-when-done", is_flag=True, help="Leave once result.json appears (default: stay until Ctrl-C).")
+def live_command(device: str | None, run_id: str | None, run_dir: str | None, root: Path, hz: float,
+                 exit_when_done: bool) -> None:
+    """Watch a run live: RAM against the device's budget, power, temperature, step progress
+    and rate, a loss sparkline, the method and backend; a finished run shows its summary.
+
+    Works on this machine, on a device over SSH (tails its run directory with `tail -F`),
+    and inside an SSH terminal on the device itself (run it there without --device).
+    Ctrl-C leaves the view; the run itself carries on.
+
+    \b
+    Examples:
+      edgebench live                              # newest run under ./runs
+      edgebench live --dir runs/adamw-eager-0
+      edgebench live --device lab-pi4             # newest run on the device
+      edgebench live --device lab-pi4 --run lora-eager-0
+    """
+    from edgebench.live.app import run_live
+    from edgebench.live.follow import LocalRun, RemoteRun, find_local_run, find_remote_run
+    from edgebench.live.state import LiveState
+
+    try:
+        if device:
+            from edgebench.devices.transport import TransportError, connect
+
+            try:
+                transport = connect(device)
+                remote_dir = run_dir or find_remote_run(transport, transport.device.workdir, run_id)
+            except TransportError as exc:
+                raise click.ClickException(str(exc)) from exc
+            source = RemoteRun(transport, remote_dir)
+            state = LiveState(source=source.label, device=device,
+                              ram_budget_bytes=int(transport.device.profile.ram_bytes))
+        else:
+            source = LocalRun(Path(run_dir) if run_dir else find_local_run(root, run_id))
+            state = LiveState(source=source.label)
+    except FileNotFoundError as exc:
+        raise click.ClickException(str(exc)) from exc
+    try:
+        run_live(source, state, refresh_hz=hz, exit_when_finished=exit_when_done)
+    finally:
+        if device:
+            transport.close()
+
+
+COMMANDS = [live_command]

@@ -1,0 +1,119 @@
+"""What the live view knows about a run so far, built from followed records."""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from edgebench.live.follow import Update
+
+HISTORY = 120  # samples kept for sparklines
+UNLIMITED_BYTES = 1 << 60
+
+
+@dataclass
+class LiveState:
+    source: str = ""
+    device: str | None = None
+    ram_budget_bytes: int | None = None  # from the device profile, when known
+    meta: dict[str, Any] | None = None
+    result: dict[str, Any] | None = None
+    last_sample: dict[str, Any] = field(default_factory=dict)  # latest value of every field (lines are sparse)
+    samples_seen: int = 0
+    peak_rss_bytes: int = 0
+    rss_history: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
+    power_history: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
+    losses: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
+    durations: deque = field(default_factory=lambda: deque(maxlen=20))
+    steps_done: dict[str, int] = field(default_factory=lambda: {"warmup": 0, "measure": 0})
+    last_step: dict[str, Any] | None = None
+    phase: str = "waiting"
+    errors: list[str] = field(default_factory=list)
+    bad_lines: int = 0
+    follow_error: str | None = None
+
+    def apply(self, up: Update) -> None:
+        if up.meta is not None:
+            self.meta = up.meta
+        if up.result is not None:
+            self.result = up.result
+        if up.error:
+            self.follow_error = up.error
+        self.bad_lines += up.bad_lines
+        for rec in up.samples:
+            self._sample(rec)
+        for ev in up.events:
+            self._event(ev)
+
+    def _sample(self, rec: dict[str, Any]) -> None:
+        self.samples_seen += 1
+        self.last_sample.update(rec)
+        rss = rec.get("rss_bytes")
+        if isinstance(rss, (int, float)):
+            self.peak_rss_bytes = max(self.peak_rss_bytes, int(rss))
+            self.rss_history.append(rss)
+        power = rec.get("power_w", rec.get("power_w_est"))
+        if isinstance(power, (int, float)):
+            self.power_history.append(power)
+
+    def _event(self, ev: dict[str, Any]) -> None:
+        kind = ev.get("event")
+        if kind == "load_begin":
+            self.phase = "loading"
+        elif kind == "load_end":
+            self.phase = "training"
+        elif kind == "step_begin":
+            self.phase = ev.get("phase", "measure")
+        elif kind == "step_end":
+            phase = ev.get("phase", "measure")
+            self.steps_done[phase] = self.steps_done.get(phase, 0) + 1
+            self.last_step = ev
+            if isinstance(ev.get("loss"), (int, float)):
+                self.losses.append(float(ev["loss"]))
+            if isinstance(ev.get("duration_s"), (int, float)):
+                self.durations.append(float(ev["duration_s"]))
+        elif kind in ("error", "diverged"):
+            self.errors.append(f"{kind}: {ev.get('detail', '')}".strip(": "))
+
+    # ---- derived figures -----------------------------------------------------------
+    @property
+    def spec(self) -> dict[str, Any]:
+        return (self.meta or {}).get("spec") or {}
+
+    @property
+    def run_id(self) -> str:
+        return str((self.meta or {}).get("run_id") or (self.result or {}).get("run_id") or "?")
+
+    @property
+    def finished(self) -> bool:
+        return self.result is not None
+
+    @property
+    def status(self) -> str:
+        return str(self.result.get("status")) if self.result else self.phase
+
+    @property
+    def budget_bytes(self) -> int | None:
+        """The tightest memory limit known: cgroup limit, profile RAM, or the device's total."""
+        limits = [self.ram_budget_bytes, ((self.meta or {}).get("device") or {}).get("mem_total_bytes"),
+                  self.last_sample.get("cgroup_limit_bytes")]
+        limits = [int(v) for v in limits if isinstance(v, (int, float)) and 0 < v < UNLIMITED_BYTES]
+        return min(limits) if limits else None
+
+    @property
+    def step_time_s(self) -> float | None:
+        return statistics.median(self.durations) if self.durations else None
+
+    @property
+    def steps_total(self) -> int | None:
+        steps = self.spec.get("steps")
+        return int(steps) if isinstance(steps, int) and not self.spec.get("duration_s") else None
+
+    @property
+    def eta_s(self) -> float | None:
+        total, step = self.steps_total, self.step_time_s
+        if total is None or step is None or self.finished:
+            return None
+        return max(0, total - self.steps_done.get("measure", 0)) * step

@@ -1,0 +1,144 @@
+"""Rendering a LiveState as a rich dashboard (pure: state in, renderable out)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+from rich.console import Group
+from rich.panel import Panel
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from edgebench.live.state import LiveState
+
+BLOCKS = "▁▂▃▄▅▆▇█"
+MIB = 1 << 20
+
+
+def sparkline(values: Sequence[float], width: int = 40) -> str:
+    """The last `width` values as block characters scaled between their min and max."""
+    vals = [v for v in list(values)[-width:] if v == v]
+    if not vals:
+        return ""
+    lo, hi = min(vals), max(vals)
+    span = hi - lo or 1.0
+    return "".join(BLOCKS[min(len(BLOCKS) - 1, int((v - lo) / span * (len(BLOCKS) - 1) + 0.5))] for v in vals)
+
+
+def _fmt_s(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 else f"{seconds // 60}:{seconds % 60:02d}"
+
+
+def _bar(done: float, total: float | None, width: int = 30) -> ProgressBar:
+    return ProgressBar(total=total or 1.0, completed=min(done, total or 1.0) if total else 0, width=width)
+
+
+def _status_style(status: str) -> str:
+    return {"ok": "bold green", "oom": "bold red", "error": "bold red", "diverged": "bold red",
+            "timeout": "bold yellow", "interrupted": "yellow", "unsupported": "yellow"}.get(status, "bold cyan")
+
+
+def header(state: LiveState, now: float) -> Text:
+    spec = state.spec
+    t = Text()
+    t.append("edgebench live ", style="bold")
+    t.append(f"{state.device or 'local'} · {state.run_id} ", style="bold white")
+    t.append(f"· model {spec.get('model', '?')} · method {spec.get('method', '?')} · backend {spec.get('backend', '?')} ")
+    t.append(f"[{state.status}]", style=_status_style(state.status))
+    t.append(f"  {time.strftime('%H:%M:%S', time.localtime(now))}.{int(now * 10) % 10}", style="dim")
+    return t
+
+
+def gauges(state: LiveState) -> Table:
+    s = state.last_sample
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="bold", width=9)
+    grid.add_column(width=31)
+    grid.add_column()
+    rss, budget = s.get("rss_bytes"), state.budget_bytes
+    if isinstance(rss, (int, float)):
+        pct = f" ({rss / budget:.0%})" if budget else ""
+        budget_text = f" / {budget / MIB:,.0f} MiB{pct}" if budget else " (budget unknown)"
+        grid.add_row("RAM", _bar(rss, budget), f"{rss / MIB:,.1f} MiB{budget_text}  peak {state.peak_rss_bytes / MIB:,.1f} MiB")
+    else:
+        grid.add_row("RAM", Text("-"), "no memory sample yet")
+    grid.add_row("", Text(sparkline(state.rss_history, 30), style="blue"), "")
+    if isinstance(s.get("power_w"), (int, float)):
+        grid.add_row("power", Text(sparkline(state.power_history, 30), style="red"), f"{s['power_w']:.2f} W (measured)")
+    elif isinstance(s.get("power_w_est"), (int, float)):
+        grid.add_row("power", Text(sparkline(state.power_history, 30), style="red"),
+                     Text(f"~{s['power_w_est']:.2f} W (ESTIMATED)", style="italic yellow"))
+    else:
+        grid.add_row("power", Text("-"), "no power sensor")
+    temp = s.get("temp_c_max")
+    throttled = s.get("throttle_flags")
+    temp_text = f"{temp:.1f} °C" if isinstance(temp, (int, float)) else "no thermal sensor"
+    if throttled:
+        temp_text += f"  THROTTLED (flags {throttled:#x})" if isinstance(throttled, int) else "  THROTTLED"
+    grid.add_row("temp", Text(""), Text(temp_text, style="bold red" if throttled else ""))
+    if isinstance(s.get("cpu_proc_pct"), (int, float)):
+        grid.add_row("CPU", Text(""), f"{s['cpu_proc_pct']:.0f} %")
+    return grid
+
+
+def progress(state: LiveState) -> Table:
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="bold", width=9)
+    grid.add_column(width=31)
+    grid.add_column()
+    total = state.steps_total
+    done = state.steps_done.get("measure", 0)
+    warm = state.steps_done.get("warmup", 0)
+    step_s = state.step_time_s
+    rate = f"{1 / step_s:.2f} steps/s, {step_s:.3f} s/step" if step_s else "-"
+    grid.add_row("steps", _bar(done, total), f"step {done}/{total if total else '?'} (+{warm} warmup)  {rate}  "
+                 f"ETA {_fmt_s(state.eta_s)}")
+    loss = state.losses[-1] if state.losses else None
+    grid.add_row("loss", Text(sparkline(state.losses, 30), style="green"),
+                 f"{loss:.4f}" if loss is not None else "-")
+    return grid
+
+
+def summary(result: dict[str, Any]) -> Table:
+    t = Table.grid(padding=(0, 2))
+    t.add_column(style="bold")
+    t.add_column()
+    step = result.get("step_time_s") or {}
+    rows = [
+        ("status", Text(str(result.get("status")), style=_status_style(str(result.get("status"))))),
+        ("detail", str(result.get("detail") or "")),
+        ("steps done", str(result.get("steps_done", "-"))),
+        ("peak RSS (kernel)", f"{result['peak_rss_bytes_kernel'] / MIB:,.1f} MiB" if result.get("peak_rss_bytes_kernel") else "-"),
+        ("peak RSS (sampled)", f"{result['peak_rss_bytes_sampled'] / MIB:,.1f} MiB" if result.get("peak_rss_bytes_sampled") else "-"),
+        ("step time median/p90", f"{step.get('median', 0):.3f} / {step.get('p90', 0):.3f} s" if step else "-"),
+        ("samples/s", f"{result['samples_per_s']:.2f}" if result.get("samples_per_s") else "-"),
+        ("loss first → last", f"{result['loss_first']:.4g} → {result['loss_last']:.4g}"
+         if isinstance(result.get("loss_first"), (int, float)) and isinstance(result.get("loss_last"), (int, float)) else "-"),
+    ]
+    for k, v in rows:
+        if v:
+            t.add_row(k, v)
+    return t
+
+
+def render(state: LiveState, now: float | None = None) -> Group:
+    now = time.time() if now is None else now
+    parts: list[Any] = [header(state, now), Panel(gauges(state), title="device", title_align="left"),
+                        Panel(progress(state), title="training", title_align="left")]
+    notes = list(state.errors)
+    if state.follow_error:
+        notes.append(state.follow_error)
+    if state.bad_lines:
+        notes.append(f"{state.bad_lines} unreadable trace line(s) skipped")
+    if notes:
+        parts.append(Text("\n".join(notes), style="yellow"))
+    if state.finished:
+        parts.append(Panel(summary(state.result), title="finished: summary", title_align="left", border_style="green"))
+    else:
+        parts.append(Text(f"following {state.source}  ·  Ctrl-C to leave", style="dim"))
+    return Group(*parts)

@@ -1,0 +1,95 @@
+"""Nonlinear conjugate gradient with Polak-Ribiere+ directions and an Armijo line search.
+
+Polak & Ribiere 1969 / Polyak 1969; the "+" (beta clipped at 0, an automatic restart) is
+Gilbert & Nocedal 1992, "Global convergence properties of conjugate gradient methods for
+optimization" (SIAM J. Optim. 2(1)); backtracking with the Armijo sufficient-decrease condition
+(Nocedal & Wright, Numerical Optimization, Alg. 3.1). Each step: one backward for the gradient,
+direction d = -g + beta * d_prev (restarted to -g when beta <= 0, when d is not a descent
+direction, or every `RESTART_EVERY` steps), then trial steps theta + alpha*d evaluated with
+forward passes only. A trial is accepted only if L(theta + alpha*d) <= L(theta) + c*alpha*g.d,
+which with g.d < 0 means the loss on the step's batch fell; if no trial passes, the weights go
+back and the next step restarts from steepest descent. Memory: weights + gradient + previous
+gradient + direction (like Adam's two states).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from edgebench.methods.knobs import Method
+from edgebench.methods.trainer import Batch, Trainer
+
+ARMIJO_C = 1e-4
+BACKTRACK = 0.5
+MAX_TRIALS = 8
+RESTART_EVERY = 20
+GROW = 2.0  # the next step's first trial: the last accepted alpha times this
+
+
+def _dot(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
+    return float(sum(torch.sum(x.float() * y.float()) for x, y in zip(a, b)))
+
+
+class ConjugateGradientTrainer(Trainer):
+    def __init__(self, method: Method, model: nn.Module, lr: float, total_steps: int):
+        super().__init__(method, model, lr, total_steps)
+        self.alpha = lr
+        self.grad_prev: list[torch.Tensor] | None = None
+        self.direction: list[torch.Tensor] | None = None
+        self.last_search: dict = {}
+
+    def _gradient(self, batch: Batch) -> tuple[float, list[torch.Tensor]]:
+        self.model.train()
+        loss = self.loss(batch)
+        loss.backward()
+        grads = [p.grad for p in self.params]
+        for p in self.params:
+            p.grad = None
+        return loss.item(), grads
+
+    def _new_direction(self, grad: list[torch.Tensor]) -> list[torch.Tensor]:
+        restart = self.direction is None or self.steps_done % RESTART_EVERY == 0
+        if not restart:
+            beta = _dot(grad, [g - gp for g, gp in zip(grad, self.grad_prev)]) / max(
+                _dot(self.grad_prev, self.grad_prev), 1e-30)
+            restart = beta <= 0
+        if restart:
+            return [-g for g in grad]
+        direction = [-g + beta * d for g, d in zip(grad, self.direction)]
+        if _dot(grad, direction) >= 0:  # not a descent direction
+            return [-g for g in grad]
+        return direction
+
+    @torch.no_grad()
+    def _move(self, direction: list[torch.Tensor], scale: float) -> None:
+        for p, d in zip(self.params, direction):
+            p.add_(d, alpha=scale)
+
+    def step(self, batch: Batch) -> float:
+        loss0, grad = self._gradient(batch)
+        direction = self._new_direction(grad)
+        slope = _dot(grad, direction)
+        alpha, applied, accepted_loss = self.alpha, 0.0, None
+        self.model.eval()
+        with torch.no_grad():
+            for trial in range(1, MAX_TRIALS + 1):
+                self._move(direction, alpha - applied)
+                applied = alpha
+                trial_loss = self.loss(batch).item()
+                if trial_loss <= loss0 + ARMIJO_C * alpha * slope:
+                    accepted_loss = trial_loss
+                    break
+                alpha *= BACKTRACK
+        if accepted_loss is None:
+            self._move(direction, -applied)
+            self.direction = None  # restart from steepest descent
+            self.alpha = alpha
+        else:
+            self.direction = direction
+            self.alpha = alpha * GROW
+        self.grad_prev = grad
+        self.last_search = {"loss_before": loss0, "loss_after": accepted_loss, "alpha": alpha,
+                            "trials": trial, "slope": slope}
+        self.steps_done += 1
+        return loss0

@@ -1,0 +1,45 @@
+"""Forward gradients: a gradient estimate from one forward-mode pass, no backward.
+
+Baydin, Pearlmutter, Syme, Wood & Torr 2022, "Gradients without Backpropagation"
+(arXiv:2202.08587): draw a tangent v ~ N(0, I), compute the directional derivative
+d = grad(L) . v with forward-mode AD (here torch.func.jvp), and step along g = d * v, an
+unbiased estimate of grad(L). Memory: the weights, one tangent per trainable weight, and the
+forward's dual temporaries; nothing is kept for a backward pass.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.func import functional_call, jvp
+
+from edgebench.methods import optim
+from edgebench.methods.knobs import Method
+from edgebench.methods.trainer import Batch, Trainer
+
+
+class ForwardGradTrainer(Trainer):
+    def __init__(self, method: Method, model: nn.Module, lr: float, total_steps: int, seed: int = 0):
+        super().__init__(method, model, lr, total_steps)
+        self.names = [n for n, p in model.named_parameters() if p.requires_grad]
+        self.tangents = torch.Generator().manual_seed(seed)
+        self.directional_derivative = 0.0
+
+    @torch.no_grad()
+    def step(self, batch: Batch) -> float:
+        self.model.train()
+        primals = tuple(p.detach() for p in self.params)
+        tangents = tuple(torch.randn(p.shape, generator=self.tangents, dtype=p.dtype) for p in primals)
+        inputs = (batch["input_ids"], batch["images"], batch["labels"])
+
+        def loss_of(*weights: torch.Tensor) -> torch.Tensor:
+            with self.autocast():
+                return functional_call(self.model, dict(zip(self.names, weights)), inputs, strict=False)
+
+        loss, derivative = jvp(loss_of, primals, tangents)
+        self.directional_derivative = derivative.item()
+        lr = self.lr * optim.lr_factor(self.steps_done, self.total_steps)
+        for param, tangent in zip(self.params, tangents):
+            param.add_(tangent, alpha=-lr * self.directional_derivative)
+        self.steps_done += 1
+        return loss.item()

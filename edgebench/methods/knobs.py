@@ -1,0 +1,201 @@
+"""Method knobs, the named presets, and `parse_method` for `+` combinations.
+
+A method is a set of orthogonal knobs. Each preset or modifier token sets only the knobs it is
+about; `parse_method("lora+ckpt+bf16")` merges the tokens, refuses two tokens that set the same
+knob differently, fills the rest with defaults, and refuses combinations that cannot work,
+with the reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from typing import Any
+
+OPTIMIZERS = (
+    "sgd", "sgd-momentum", "adam", "adamw", "adafactor", "adamw-8bit", "adamw-4bit",
+    "galore", "lomo", "adalomo", "cg",
+)
+GRAD_MODES = ("backprop", "zeroth-order", "forward-mode")
+PRECISIONS = ("fp32", "bf16")
+TRAINABLE = ("all", "freeze-vision", "lora", "bitfit")
+FROZEN_DTYPES = ("fp32", "bf16", "int8")
+
+# Optimizers that update inside backward themselves (lomo-optim) or need the whole-batch
+# loss several times (cg's line search): they cannot accumulate micro-batches.
+_UPDATE_IN_BACKWARD = ("lomo", "adalomo")
+# Optimizers the fused (post-accumulate-grad hook) update can run per parameter.
+_FUSABLE = ("sgd", "sgd-momentum", "adam", "adamw", "adafactor")
+
+
+class MethodError(ValueError):
+    """A method text that names an unknown knob or an impossible combination."""
+
+
+@dataclass(frozen=True)
+class Method:
+    """One gradient-computation method: the knobs, and the text it was parsed from."""
+
+    optimizer: str = "adamw"
+    grad_mode: str = "backprop"
+    checkpointing: bool = False  # per transformer block, vision and decoder
+    accumulation: int = 1  # micro-batches per step (same effective batch)
+    precision: str = "fp32"  # bf16: autocast of the forward (and backward) compute
+    trainable: str = "all"
+    frozen_dtype: str = "fp32"  # storage of frozen weights: fp32 | bf16 | int8
+    fused_update: bool = False  # update each parameter in backward, free its grad at once
+    name: str = ""
+
+    def knobs(self) -> dict[str, Any]:
+        """The knobs alone (without the name), for JSON and tables."""
+        out = dataclasses.asdict(self)
+        out.pop("name")
+        return out
+
+    @property
+    def uses_backward(self) -> bool:
+        return self.grad_mode == "backprop"
+
+
+# Modifier tokens: combinable with any preset by `+`.
+_MODIFIERS: dict[str, dict[str, Any]] = {
+    "ckpt": {"checkpointing": True},
+    "bf16": {"precision": "bf16"},
+    "fp32": {"precision": "fp32"},
+    "fused": {"fused_update": True},
+    "frozen-bf16": {"frozen_dtype": "bf16"},
+    "frozen-int8": {"frozen_dtype": "int8"},
+}
+_ACCUM = re.compile(r"accum(\d+)$")
+
+# name -> (one-line description, the knobs it sets; the rest are defaults)
+PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
+    "sgd": ("plain SGD, full backprop", {"optimizer": "sgd"}),
+    "sgd-momentum": ("SGD with momentum 0.9 (one state tensor)", {"optimizer": "sgd-momentum"}),
+    "adam": ("Adam (two fp32 state tensors)", {"optimizer": "adam"}),
+    "adamw": ("AdamW as nanoVLM trains: projector lr > backbone lr, cosine, clip 1.0",
+              {"optimizer": "adamw"}),
+    "adamw-ckpt": ("AdamW + activation checkpointing per transformer block",
+                   {"optimizer": "adamw", "checkpointing": True}),
+    "adamw-accum4": ("AdamW over 4 micro-batches (same effective batch)",
+                     {"optimizer": "adamw", "accumulation": 4}),
+    "adamw-bf16": ("AdamW with bf16 autocast", {"optimizer": "adamw", "precision": "bf16"}),
+    "adafactor": ("Adafactor: factored second moment (torch.optim.Adafactor)",
+                  {"optimizer": "adafactor"}),
+    "adamw-8bit": ("AdamW with 8-bit block-quantised states (torchao)",
+                   {"optimizer": "adamw-8bit"}),
+    "adamw-4bit": ("AdamW with 4-bit block-quantised states (torchao)",
+                   {"optimizer": "adamw-4bit"}),
+    "galore": ("GaLore: AdamW in a low-rank gradient projection (galore-torch)",
+               {"optimizer": "galore"}),
+    "lomo": ("LOMO: SGD fused into backward, grads freed at once (lomo-optim)",
+             {"optimizer": "lomo"}),
+    "adalomo": ("AdaLomo: LOMO with factored adaptive lr (lomo-optim)",
+                {"optimizer": "adalomo"}),
+    "fused-adamw": ("AdamW applied per parameter in backward (post-accumulate-grad hooks)",
+                    {"optimizer": "adamw", "fused_update": True}),
+    "lora": ("LoRA r=8 on decoder and vision linears (peft), base frozen",
+             {"trainable": "lora"}),
+    "lora-ckpt": ("LoRA + activation checkpointing", {"trainable": "lora", "checkpointing": True}),
+    "qlora": ("LoRA over int8 frozen base weights (MeBP recipe), bf16 compute",
+              {"trainable": "lora", "frozen_dtype": "int8", "precision": "bf16"}),
+    "freeze-vision": ("AdamW with the vision encoder frozen", {"trainable": "freeze-vision"}),
+    "bitfit": ("train biases (and norms' gains) only", {"trainable": "bitfit"}),
+    "mezo": ("MeZO: zeroth-order SPSA, two forwards, no backward (Malladi et al. 2023)",
+             {"grad_mode": "zeroth-order"}),
+    "mezo-lora": ("MeZO on LoRA parameters only", {"grad_mode": "zeroth-order", "trainable": "lora"}),
+    "forward-grad": ("forward gradient: jvp with a random tangent (Baydin et al. 2022)",
+                     {"grad_mode": "forward-mode"}),
+    "cg": ("nonlinear conjugate gradient (Polak-Ribiere+, Armijo backtracking)",
+           {"optimizer": "cg"}),
+}
+
+
+def _token_knobs(token: str) -> dict[str, Any]:
+    if token in PRESETS:
+        return dict(PRESETS[token][1])
+    if token in _MODIFIERS:
+        return dict(_MODIFIERS[token])
+    if token in OPTIMIZERS:
+        return {"optimizer": token}
+    if token in TRAINABLE:
+        return {"trainable": token}
+    match = _ACCUM.match(token)
+    if match:
+        return {"accumulation": int(match.group(1))}
+    raise MethodError(
+        f"unknown method part {token!r}: use a preset ({', '.join(PRESETS)}) or a modifier "
+        f"({', '.join(_MODIFIERS)}, accumN, an optimizer name, a trainable subset); "
+        "`edgebench methods` lists them"
+    )
+
+
+def _defaults(knobs: dict[str, Any]) -> dict[str, Any]:
+    """Defaults that depend on other knobs: zeroth-order/forward-mode step with SGD."""
+    if "optimizer" not in knobs and knobs.get("grad_mode", "backprop") != "backprop":
+        knobs["optimizer"] = "sgd"
+    if knobs.get("frozen_dtype") in ("bf16", "int8") and "precision" not in knobs:
+        knobs["precision"] = "bf16"  # low-precision frozen weights need a bf16 compute path
+    return knobs
+
+
+def _refusal(m: Method) -> str | None:
+    """The reason `m` cannot work, or None."""
+    if m.grad_mode != "backprop":
+        kind = "MeZO" if m.grad_mode == "zeroth-order" else "forward-mode"
+        if m.checkpointing:
+            return f"{kind} has no backward pass, so there is nothing to checkpoint"
+        if m.accumulation > 1:
+            return f"{kind} estimates one projected gradient per step; use a larger batch instead of accumN"
+        if m.fused_update:
+            return f"{kind} has no backward pass to fuse the update into"
+        if m.optimizer != "sgd":
+            return f"{kind} steps with SGD on its gradient estimate; drop {m.optimizer!r}"
+    if m.optimizer in _UPDATE_IN_BACKWARD:
+        if m.accumulation > 1:
+            return f"{m.optimizer} updates each weight inside backward, so gradients cannot accumulate over micro-batches"
+        if m.fused_update:
+            return f"{m.optimizer} already updates inside backward; drop `fused`"
+    if m.optimizer == "cg" and (m.accumulation > 1 or m.fused_update):
+        return "cg needs the whole gradient before its line search: no accumN or fused"
+    if m.fused_update:
+        if m.optimizer not in _FUSABLE:
+            return f"fused update runs one torch optimizer per parameter: {', '.join(_FUSABLE)}; not {m.optimizer!r}"
+        if m.accumulation > 1:
+            return "fused update frees each gradient as soon as it is applied, so micro-batches cannot accumulate"
+    if m.optimizer == "galore" and m.trainable == "lora":
+        return "GaLore projects full weight gradients; LoRA already makes them low-rank"
+    if m.frozen_dtype != "fp32" and m.trainable == "all":
+        return f"frozen-{m.frozen_dtype} stores frozen weights, but nothing is frozen; combine with lora, freeze-vision or bitfit"
+    if m.frozen_dtype != "fp32" and m.precision != "bf16":
+        return f"frozen-{m.frozen_dtype} weights need the bf16 compute path; drop `fp32`"
+    return None
+
+
+def parse_method(text: str) -> Method:
+    """Parse a preset or a `+` combination (`lora+ckpt+bf16`) into a `Method`.
+
+    Raises `MethodError` naming the part that is unknown, the two parts that disagree, or why
+    the combination cannot work.
+    """
+    tokens = [t.strip().lower() for t in text.split("+")]
+    if not text.strip() or any(not t for t in tokens):
+        raise MethodError(f"empty method part in {text!r}; write e.g. `lora+ckpt+bf16`")
+    knobs: dict[str, Any] = {}
+    set_by: dict[str, str] = {}
+    for token in tokens:
+        for key, value in _token_knobs(token).items():
+            if key in knobs and knobs[key] != value:
+                raise MethodError(
+                    f"{text!r}: {set_by[key]!r} sets {key}={knobs[key]!r} but {token!r} sets {value!r}"
+                )
+            knobs[key] = value
+            set_by[key] = token
+    method = Method(**_defaults(knobs), name="+".join(tokens))
+    if method.accumulation < 1:
+        raise MethodError(f"{text!r}: accumN needs N >= 1")
+    reason = _refusal(method)
+    if reason:
+        raise MethodError(f"{text!r} is refused: {reason}")
+    return method

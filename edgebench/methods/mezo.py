@@ -1,0 +1,80 @@
+"""MeZO: memory-efficient zeroth-order optimisation.
+
+Malladi et al. 2023, "Fine-Tuning Language Models with Just Forward Passes" (NeurIPS 2023,
+arXiv:2305.17333), Algorithm 1: SPSA with the random-seed trick. Each step draws a seed s,
+perturbs the weights in place by +eps*z, -2eps*z, +eps*z (z regenerated from s each time, never
+stored), takes the projected gradient g = (L+ - L-) / 2eps and updates theta -= lr * g * z with
+z regenerated once more. Memory stays that of inference plus one chunk of z.
+
+Floating-point rounding can leave a few weights one ulp off after +eps, -2eps, +eps. To
+restore them bitwise, each tensor's round trip is simulated before it is perturbed (one chunk at
+a time) and the elements that would not come back are recorded (index, value) and written back:
+a sparse record, not a copy of the weights.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from edgebench.methods import optim
+from edgebench.methods.knobs import Method
+from edgebench.methods.trainer import Batch, Trainer
+
+EPS = 1e-3  # the paper's perturbation scale
+CHUNK = 1 << 20  # elements of z generated at once: bounds the temporary memory
+
+
+class MeZOTrainer(Trainer):
+    def __init__(self, method: Method, model: nn.Module, lr: float, total_steps: int, seed: int = 0):
+        super().__init__(method, model, lr, total_steps)
+        self.eps = EPS
+        self.seeds = torch.Generator().manual_seed(seed)
+        self.projected_grad = 0.0
+
+    def _z_chunks(self, seed: int, index: int, param: torch.Tensor):
+        """(slice, z) over the flattened parameter; the same seed gives the same z."""
+        gen = torch.Generator().manual_seed(seed * 1_000_003 + index)
+        n = param.numel()
+        for start in range(0, n, CHUNK):
+            stop = min(n, start + CHUNK)
+            yield slice(start, stop), torch.randn(stop - start, generator=gen, dtype=torch.float32)
+
+    def _add(self, seed: int, scale: float) -> None:
+        """theta += scale * z, in place, chunk by chunk."""
+        for index, param in enumerate(self.params):
+            flat = param.data.view(-1)
+            for part, z in self._z_chunks(seed, index, param):
+                flat[part] += (scale * z).to(flat.dtype)
+
+    def _unrestorable(self, seed: int) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """(param, indices, values) of the elements the +eps, -2eps, +eps round trip would change."""
+        record = []
+        for index, param in enumerate(self.params):
+            flat = param.data.view(-1)
+            for part, z in self._z_chunks(seed, index, param):
+                original = flat[part]
+                dz = (self.eps * z).to(flat.dtype)
+                back = (original + dz) + (-2 * self.eps * z).to(flat.dtype) + dz
+                bad = torch.nonzero(back.view(-1) != original.view(-1)).view(-1)
+                if bad.numel():
+                    record.append((flat, bad + part.start, original[bad].clone()))
+        return record
+
+    @torch.no_grad()
+    def step(self, batch: Batch) -> float:
+        self.model.eval()
+        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=self.seeds))
+        record = self._unrestorable(seed)
+        self._add(seed, self.eps)
+        loss_plus = self.loss(batch).item()
+        self._add(seed, -2 * self.eps)
+        loss_minus = self.loss(batch).item()
+        self._add(seed, self.eps)
+        for flat, indices, values in record:
+            flat[indices] = values
+        self.projected_grad = (loss_plus - loss_minus) / (2 * self.eps)
+        lr = self.lr * optim.lr_factor(self.steps_done, self.total_steps)
+        self._add(seed, -lr * self.projected_grad)
+        self.steps_done += 1
+        return (loss_plus + loss_minus) / 2

@@ -1,0 +1,137 @@
+"""Optimizers, learning rates and the schedule, set up the way nanoVLM's own trainer does.
+
+nanoVLM (train.py) trains with AdamW, a separate higher lr for the modality projector `MP.*`
+than for the two backbones, a cosine schedule with linear warmup to 10% of the peak lr, and
+gradient clipping at 1.0. Every backprop method here keeps that recipe and changes only the
+knob it is about.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+import torch
+from torch import nn
+
+from edgebench.methods.knobs import Method
+
+# nanoVLM TrainConfig: lr_mp = 0.00512, lr_vision_backbone = lr_language_backbone = 5e-5.
+NANOVLM_LR_MP = 5.12e-3
+NANOVLM_LR_BACKBONE = 5e-5
+MAX_GRAD_NORM = 1.0
+WARMUP_FRACTION = 0.03  # nanoVLM: warmup over 3% of the steps
+MIN_LR_FRACTION = 0.1  # nanoVLM: cosine decays to 10% of the peak
+
+# Backbone lr per optimizer when the caller gives none. Adaptive optimizers use nanoVLM's;
+# plain gradient steps need a larger one to move in the few steps a benchmark runs.
+DEFAULT_LR = {
+    "sgd": 5e-2, "sgd-momentum": 1e-2, "lomo": 5e-2, "cg": 5e-2,
+    "adam": NANOVLM_LR_BACKBONE, "adamw": NANOVLM_LR_BACKBONE,
+    "adamw-8bit": NANOVLM_LR_BACKBONE, "adamw-4bit": NANOVLM_LR_BACKBONE,
+    "galore": NANOVLM_LR_BACKBONE, "adafactor": 1e-3, "adalomo": 1e-3,
+}
+# Adapters (LoRA) start from zero and train faster at a larger lr (peft's usual 1e-4..1e-3).
+ADAPTER_LR = 1e-3
+
+
+# Estimated-gradient methods step along noisy directions whose variance grows with the
+# number of weights: smaller steps (MeZO's paper uses 1e-6..1e-7 on 13B-66B models).
+GRAD_MODE_LR = {"zeroth-order": 1e-3, "forward-mode": 1e-4}
+
+
+def default_lr(method: Method) -> float:
+    if method.grad_mode in GRAD_MODE_LR:
+        return GRAD_MODE_LR[method.grad_mode]
+    if method.trainable == "lora" and method.optimizer in ("adam", "adamw", "adamw-8bit", "adamw-4bit"):
+        return ADAPTER_LR
+    return DEFAULT_LR[method.optimizer]
+
+
+def is_projector(name: str) -> bool:
+    """Parameters of nanoVLM's modality projector (`MP.*`), which get the higher lr."""
+    return name.startswith("MP.") or ".MP." in name
+
+
+def param_groups(model: nn.Module, lr: float) -> list[dict]:
+    """Trainable parameters split as nanoVLM does: projector at max(lr, lr_mp), backbones at lr."""
+    projector, backbone = [], []
+    for name, param in model.named_parameters():
+        if param.requires_grad:
+            (projector if is_projector(name) else backbone).append(param)
+    groups = [{"params": backbone, "lr": lr, "name": "backbones"}]
+    if projector:
+        groups.append({"params": projector, "lr": max(lr, NANOVLM_LR_MP), "name": "MP"})
+    return [g for g in groups if g["params"]]
+
+
+def lr_factor(step: int, total_steps: int) -> float:
+    """nanoVLM's get_lr as a factor of the peak: linear warmup, cosine down to 10%."""
+    warmup = max(1.0, total_steps * WARMUP_FRACTION)
+    if step < warmup:
+        return (step + 1) / warmup
+    if step >= total_steps:
+        return MIN_LR_FRACTION
+    ratio = (step - warmup) / max(1.0, total_steps - warmup)
+    return MIN_LR_FRACTION + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (1.0 - MIN_LR_FRACTION)
+
+
+def set_schedule(optimizers: Iterable[torch.optim.Optimizer], step: int, total_steps: int) -> None:
+    """Set every group's lr to its peak (kept as `peak_lr`) times the schedule factor."""
+    factor = lr_factor(step, total_steps)
+    for opt in optimizers:
+        for group in opt.param_groups:
+            group.setdefault("peak_lr", group["lr"])
+            group["lr"] = group["peak_lr"] * factor
+
+
+def build_optimizer(optimizer: str, groups: list[dict]) -> torch.optim.Optimizer:
+    """The library optimizer behind a knob value (the per-step ones; lomo/cg live elsewhere)."""
+    if optimizer == "sgd":
+        return torch.optim.SGD(groups)
+    if optimizer == "sgd-momentum":
+        return torch.optim.SGD(groups, momentum=0.9)
+    if optimizer == "adam":
+        return torch.optim.Adam(groups)
+    if optimizer == "adamw":
+        return torch.optim.AdamW(groups, weight_decay=0.01)
+    if optimizer == "adafactor":
+        return torch.optim.Adafactor(groups)
+    if optimizer in ("adamw-8bit", "adamw-4bit"):
+        from torchao.optim import AdamW4bit, AdamW8bit  # heavy import: only when used
+
+        return (AdamW8bit if optimizer == "adamw-8bit" else AdamW4bit)(groups)
+    if optimizer == "galore":
+        from galore_torch import GaLoreAdamW
+
+        return GaLoreAdamW(groups, no_deprecation_warning=True)  # groups from galore_groups()
+    raise ValueError(f"no per-step optimizer for {optimizer!r}")
+
+
+GALORE_RANK_MAX = 64
+GALORE_UPDATE_PROJ_GAP = 200
+GALORE_SCALE = 0.25
+
+
+def is_galore_matrix(name: str, shape: tuple[int, ...]) -> bool:
+    """GaLore projects the transformer blocks' weight matrices (as in its paper), nothing else."""
+    return len(shape) == 2 and ".blocks." in name and min(shape) >= 8
+
+
+def galore_rank(shape: tuple[int, ...]) -> int:
+    """Rank of the projection: GALORE_RANK_MAX, or a quarter of a small matrix's short side."""
+    return max(2, min(GALORE_RANK_MAX, min(shape) // 4))
+
+
+def galore_groups(model: nn.Module, lr: float) -> list[dict]:
+    """nanoVLM's groups, with each block matrix in a GaLore group of its rank."""
+    groups = []
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        group = {"params": [param], "lr": max(lr, NANOVLM_LR_MP) if is_projector(name) else lr}
+        if is_galore_matrix(name, tuple(param.shape)):
+            group.update(rank=galore_rank(tuple(param.shape)), update_proj_gap=GALORE_UPDATE_PROJ_GAP,
+                         scale=GALORE_SCALE, proj_type="std")
+        groups.append(group)
+    return groups

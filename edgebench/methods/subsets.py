@@ -1,0 +1,114 @@
+"""What trains and how the rest is stored: freezing, LoRA (peft), BitFit, frozen-weight
+storage (bf16 / int8), and activation checkpointing of the transformer blocks.
+
+All of it changes the model in place from the methods side; the model files stay untouched.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from edgebench.methods.knobs import Method
+
+LORA_RANK = 8
+LORA_ALPHA = 16
+# Every linear layer inside a transformer block (nanoVLM's module names), and the projector.
+LORA_TARGETS = (
+    r"(vision_encoder|decoder)\.blocks\.\d+\.(attn|mlp)\."
+    r"(qkv_proj|q_proj|k_proj|v_proj|out_proj|fc1|fc2|gate_proj|up_proj|down_proj)"
+    r"|MP\.proj"
+)
+_BLOCK = re.compile(r"(vision_encoder|decoder)\.blocks\.\d+$")
+
+
+def lora_target_names(model: nn.Module) -> list[str]:
+    """Names of the linear layers LoRA adapts (the same list the memory model counts)."""
+    pattern = re.compile(LORA_TARGETS)
+    return [n for n, m in model.named_modules() if isinstance(m, nn.Linear) and pattern.fullmatch(n)]
+
+
+def apply_trainable(method: Method, model: nn.Module) -> nn.Module:
+    """Set requires_grad for the method's trainable subset; inject LoRA adapters (peft)."""
+    if method.trainable == "lora":
+        from peft import LoraConfig, inject_adapter_in_model
+
+        config = LoraConfig(r=LORA_RANK, lora_alpha=LORA_ALPHA, lora_dropout=0.0,
+                            target_modules=LORA_TARGETS)
+        model = inject_adapter_in_model(config, model)
+    for name, param in model.named_parameters():
+        param.requires_grad = _trains(method.trainable, name, param)
+    return model
+
+
+def _trains(trainable: str, name: str, param: nn.Parameter) -> bool:
+    if trainable == "all":
+        return True
+    if trainable == "freeze-vision":
+        return not name.startswith("vision_encoder.")
+    if trainable == "lora":
+        return ".lora_" in name
+    if trainable == "bitfit":
+        # BitFit (Ben Zaken et al. 2022) trains the biases; SmolLM2's linears have none, so
+        # the norms' gains (1-D, like biases) train too, or the decoder would not adapt.
+        return name.endswith(".bias") or (param.dim() == 1 and "norm" in name)
+    raise ValueError(f"unknown trainable subset {trainable!r}")
+
+
+def store_frozen(method: Method, model: nn.Module) -> None:
+    """Hold frozen weights in bf16, or frozen linears in int8 (torchao weight-only).
+
+    int8: each frozen nn.Linear weight becomes torchao's per-channel int8 tensor, dequantised
+    in its forward; the other frozen weights (embedding/tied head, norms, patch conv) go bf16.
+    """
+    if method.frozen_dtype == "fp32":
+        return
+    if method.frozen_dtype == "int8":
+        _quantize_frozen_linears(model)
+    for param in model.parameters():
+        if not param.requires_grad and param.dtype == torch.float32:
+            param.data = param.data.to(torch.bfloat16)
+
+
+def _quantize_frozen_linears(model: nn.Module) -> None:
+    from torchao.quantization import Int8WeightOnlyConfig, quantize_
+
+    tied = {id(p) for n, p in model.named_parameters(remove_duplicate=False)
+            if n.endswith("token_embedding.weight")}
+
+    def frozen_linear(module: nn.Module, fqn: str) -> bool:
+        return (isinstance(module, nn.Linear) and not module.weight.requires_grad
+                and id(module.weight) not in tied)
+
+    quantize_(model, Int8WeightOnlyConfig(), filter_fn=frozen_linear)
+
+
+def transformer_blocks(model: nn.Module) -> list[nn.Module]:
+    """The vision and decoder transformer blocks, by nanoVLM's module names."""
+    return [m for n, m in model.named_modules() if _BLOCK.search(n)]
+
+
+def checkpoint_blocks(model: nn.Module) -> int:
+    """Recompute each transformer block in backward instead of keeping its activations.
+
+    Wraps each block's forward with torch.utils.checkpoint (non-reentrant), so only the block
+    inputs are kept. Returns the number of blocks wrapped.
+    """
+    blocks = transformer_blocks(model)
+    for block in blocks:
+        inner = block.forward
+
+        def forward(*args, _inner=inner, **kwargs):
+            return checkpoint(_inner, *args, use_reentrant=False, **kwargs)
+
+        block.forward = forward
+    if not blocks:
+        raise ValueError("activation checkpointing found no `*.blocks.N` transformer blocks in the model")
+    return len(blocks)
+
+
+def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
+    return [p for p in model.parameters() if p.requires_grad]

@@ -1,0 +1,176 @@
+"""`make_trainer`: a model and a Method in, a `Trainer` with `step(batch) -> loss` out.
+
+Backprop methods live here (plain, accumulated, bf16 autocast, fused update-in-backward,
+LOMO/AdaLomo); zeroth-order, forward-mode and conjugate gradient have their own modules.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch import nn
+
+from edgebench.methods import optim
+from edgebench.methods.knobs import Method, parse_method
+from edgebench.methods.subsets import (
+    apply_trainable,
+    checkpoint_blocks,
+    store_frozen,
+    trainable_parameters,
+)
+
+Batch = dict[str, torch.Tensor]
+
+
+class Trainer:
+    """One method applied to one model. `step(batch)` returns that batch's loss (before the
+    update); `model` is the model being trained (with adapters, if any)."""
+
+    def __init__(self, method: Method, model: nn.Module, lr: float, total_steps: int):
+        self.method = method
+        self.model = model
+        self.lr = lr
+        self.total_steps = max(1, total_steps)
+        self.steps_done = 0
+        self.params = trainable_parameters(model)
+        if not self.params:
+            raise ValueError(f"method {method.name!r}: no trainable parameters in the model")
+
+    def autocast(self):
+        """bf16 autocast of the compute when the method asks for it."""
+        if self.method.precision == "bf16":
+            return torch.autocast("cpu", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def loss(self, batch: Batch) -> torch.Tensor:
+        with self.autocast():
+            return self.model(batch["input_ids"], batch["images"], batch["labels"])
+
+    def step(self, batch: Batch) -> float:
+        raise NotImplementedError
+
+
+class BackpropTrainer(Trainer):
+    """Backward pass, global-norm clip 1.0, then one optimizer step over the schedule."""
+
+    def __init__(self, method: Method, model: nn.Module, lr: float, total_steps: int):
+        super().__init__(method, model, lr, total_steps)
+        groups = (optim.galore_groups(model, lr) if method.optimizer == "galore"
+                  else optim.param_groups(model, lr))
+        self.optimizer = optim.build_optimizer(method.optimizer, groups)
+
+    def step(self, batch: Batch) -> float:
+        self.model.train()
+        total = 0.0
+        for micro in split_batch(batch, self.method.accumulation):
+            loss = self.loss(micro) / self.method.accumulation
+            loss.backward()
+            total += loss.item()
+        torch.nn.utils.clip_grad_norm_(self.params, optim.MAX_GRAD_NORM)
+        optim.set_schedule([self.optimizer], self.steps_done, self.total_steps)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.steps_done += 1
+        return total
+
+
+class FusedTrainer(Trainer):
+    """Update each parameter inside backward as soon as its gradient is accumulated, then free
+    that gradient (torch's `register_post_accumulate_grad_hook`, one optimizer per parameter).
+
+    Only one parameter's gradient exists at a time, so the gradients' memory nearly vanishes.
+    The price: no global-norm clipping (the norm is known only after the last gradient).
+    """
+
+    def __init__(self, method: Method, model: nn.Module, lr: float, total_steps: int):
+        super().__init__(method, model, lr, total_steps)
+        self.optimizers = []
+        for group in optim.param_groups(model, lr):
+            for param in group["params"]:
+                opt = optim.build_optimizer(method.optimizer, [{**group, "params": [param]}])
+                param.register_post_accumulate_grad_hook(self._update_hook(opt))
+                self.optimizers.append(opt)
+
+    @staticmethod
+    def _update_hook(opt: torch.optim.Optimizer):
+        def hook(param: torch.Tensor) -> None:
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        return hook
+
+    def step(self, batch: Batch) -> float:
+        self.model.train()
+        optim.set_schedule(self.optimizers, self.steps_done, self.total_steps)
+        loss = self.loss(batch)
+        loss.backward()
+        self.steps_done += 1
+        return loss.item()
+
+
+class LomoTrainer(Trainer):
+    """LOMO / AdaLomo (Lv et al. 2023/2024) from lomo-optim: the update runs in gradient hooks
+    during backward and each gradient is dropped right after. One lr for all parameters
+    (lomo-optim has no groups); no clipping (its norm clip needs a second backward pass)."""
+
+    def __init__(self, method: Method, model: nn.Module, lr: float, total_steps: int):
+        super().__init__(method, model, lr, total_steps)
+        from lomo_optim import AdaLomo, Lomo
+
+        self.optimizer = (Lomo if method.optimizer == "lomo" else AdaLomo)(model, lr=lr)
+
+    def step(self, batch: Batch) -> float:
+        self.model.train()
+        loss = self.loss(batch)
+        self.optimizer.fused_backward(loss, self.lr * optim.lr_factor(self.steps_done, self.total_steps))
+        self.steps_done += 1
+        return loss.item()
+
+
+def split_batch(batch: Batch, parts: int) -> list[Batch]:
+    """`parts` equal micro-batches of one batch (the same effective batch)."""
+    if parts == 1:
+        return [batch]
+    size = batch["input_ids"].shape[0]
+    if size % parts:
+        raise ValueError(
+            f"accum{parts} splits each batch into {parts} micro-batches: the batch size must be "
+            f"a multiple of {parts} (got {size})"
+        )
+    return [{k: v[i::parts] for k, v in batch.items()} for i in range(parts)]
+
+
+def prepare_model(method: Method, model: nn.Module) -> nn.Module:
+    """Apply the method's model-side knobs: trainable subset, frozen storage, checkpointing."""
+    model = apply_trainable(method, model)
+    store_frozen(method, model)
+    if method.checkpointing:
+        checkpoint_blocks(model)
+    return model
+
+
+def make_trainer(method: Method | str, model: nn.Module, *, lr: float | None = None,
+                 total_steps: int = 1000) -> Trainer:
+    """The trainer for `method` (a Method or its text) on `model` (changed in place).
+
+    `lr` is the backbone peak lr (None: the method's default); nanoVLM's projector lr applies
+    to `MP.*` when higher. `total_steps` sizes the warmup + cosine schedule.
+    """
+    if isinstance(method, str):
+        method = parse_method(method)
+    model = prepare_model(method, model)
+    lr = optim.default_lr(method) if lr is None else lr
+    if method.grad_mode == "zeroth-order":
+        from edgebench.methods.mezo import MeZOTrainer as cls
+    elif method.grad_mode == "forward-mode":
+        from edgebench.methods.forward_grad import ForwardGradTrainer as cls
+    elif method.optimizer == "cg":
+        from edgebench.methods.cg import ConjugateGradientTrainer as cls
+    elif method.optimizer in ("lomo", "adalomo"):
+        cls = LomoTrainer
+    elif method.fused_update:
+        cls = FusedTrainer
+    else:
+        cls = BackpropTrainer
+    return cls(method, model, lr, total_steps)

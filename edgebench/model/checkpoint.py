@@ -1,0 +1,122 @@
+"""nanoVLM checkpoints: `config.json` + `model.safetensors`, read and written as nanoVLM does.
+
+nanoVLM stores the tied embedding/head tensor once, as `decoder.head.weight`, and
+keeps `decoder.rotary_embd.inv_freq`. We accept the tied tensor under either name
+and check every other key strictly, so a checkpoint that does not fit is refused
+with the keys that differ instead of loading half a model.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from edgebench.model.config import VLMConfig, config_from_dict
+from edgebench.model.vlm import VisionLanguageModel
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+TIED_KEYS = ("decoder.head.weight", "decoder.token_embedding.weight")  # stored name first
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that does not match the model (the message lists the keys)."""
+
+
+def expected_keys(model: VisionLanguageModel) -> set[str]:
+    """The keys a nanoVLM file of this model holds (the tied tensor once, as decoder.head.weight)."""
+    keys = set(model.state_dict())
+    if model.cfg.lm_tie_weights:
+        keys.discard(TIED_KEYS[1])
+    return keys
+
+
+def _resolve(name_or_dir: str) -> Path:
+    """A local folder as is; a hub id (owner/name) downloaded through huggingface_hub."""
+    path = Path(name_or_dir).expanduser()
+    if path.is_dir():
+        return path
+    looks_like_hub_id = name_or_dir.count("/") == 1 and not path.exists() and not name_or_dir.startswith((".", "/", "~"))
+    if not looks_like_hub_id:
+        raise FileNotFoundError(f"{name_or_dir}: no such checkpoint folder (expected {CONFIG_FILE} + {WEIGHTS_FILE})")
+    manual = (
+        f"download {CONFIG_FILE} and {WEIGHTS_FILE} from https://huggingface.co/{name_or_dir} "
+        "into a folder and pass that folder instead"
+    )
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise CheckpointError(f"{name_or_dir}: huggingface_hub is not installed; {manual}") from None
+    try:
+        return Path(snapshot_download(repo_id=name_or_dir, allow_patterns=[CONFIG_FILE, WEIGHTS_FILE]))
+    except Exception as exc:  # network, auth, missing repo: all end the same way for the user
+        raise CheckpointError(f"{name_or_dir}: download failed ({exc}); {manual}") from exc
+
+
+def read_config(folder: str | Path) -> VLMConfig:
+    path = Path(folder) / CONFIG_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing (a nanoVLM checkpoint folder holds {CONFIG_FILE} + {WEIGHTS_FILE})")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: expected a JSON object of nanoVLM config fields")
+    return config_from_dict(data, source=str(path))
+
+
+def load_state_dict_strict(model: VisionLanguageModel, tensors: dict[str, torch.Tensor], source: str) -> None:
+    """Put `tensors` into `model`; refuse (naming the keys) unless they match exactly."""
+    tensors = dict(tensors)
+    if model.cfg.lm_tie_weights:
+        head, embedding = TIED_KEYS
+        if embedding in tensors:
+            alias = tensors.pop(embedding)
+            if head in tensors and not torch.equal(tensors[head], alias):
+                raise CheckpointError(f"{source}: {head} and {embedding} differ but the config ties them")
+            tensors.setdefault(head, alias)
+    wanted = model.state_dict()
+    expected = expected_keys(model)
+    missing, unexpected = sorted(expected - set(tensors)), sorted(set(tensors) - expected)
+    wrong_shape = sorted(
+        f"{k} {list(tensors[k].shape)} (model {list(wanted[k].shape)})"
+        for k in expected & set(tensors) if tensors[k].shape != wanted[k].shape
+    )
+    if missing or unexpected or wrong_shape:
+        parts = [f"{label}: {', '.join(keys)}" for label, keys in
+                 (("missing keys", missing), ("unexpected keys", unexpected), ("shape mismatch", wrong_shape)) if keys]
+        raise CheckpointError(f"{source}: checkpoint does not match the model; " + "; ".join(parts))
+    if model.cfg.lm_tie_weights:
+        tensors[TIED_KEYS[1]] = tensors[TIED_KEYS[0]]
+    model.load_state_dict(tensors, strict=True, assign=True)
+    model.decoder.tie_weights()  # assign=True gave the two names separate Parameters
+
+
+def from_pretrained(name_or_dir: str | Path) -> VisionLanguageModel:
+    """Load a nanoVLM checkpoint folder (or hub id) with strict key checking."""
+    from safetensors.torch import load_file
+
+    folder = _resolve(str(name_or_dir))
+    cfg = read_config(folder)
+    weights = folder / WEIGHTS_FILE
+    if not weights.is_file():
+        raise FileNotFoundError(f"{weights}: missing (a nanoVLM checkpoint folder holds {CONFIG_FILE} + {WEIGHTS_FILE})")
+    with torch.device("meta"):  # no throwaway random weights: the file's tensors are assigned
+        model = VisionLanguageModel(cfg)
+    load_state_dict_strict(model, load_file(str(weights)), source=str(weights))
+    return model
+
+
+def save_pretrained(model: VisionLanguageModel, folder: str | Path) -> Path:
+    """Write config.json + model.safetensors in nanoVLM's layout (tied tensor once)."""
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().contiguous() for k, v in model.state_dict().items() if k in expected_keys(model)}
+    (folder / CONFIG_FILE).write_text(json.dumps(model.cfg.to_dict(), indent=4) + "\n")
+    save_file(tensors, str(folder / WEIGHTS_FILE))
+    return folder

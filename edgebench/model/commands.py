@@ -1,0 +1,109 @@
+"""`edgebench models`: the model configs and their sizes, or a checkpoint folder checked."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+BYTES_PER_PARAM = {"fp32": 4, "bf16": 2}
+
+
+def count_parameters(model) -> int:
+    """Distinct parameters (the tied embedding/head counted once)."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def describe(name: str, model) -> dict:
+    cfg = model.cfg
+    n = count_parameters(model)
+    return {
+        "name": name,
+        "parameters": n,
+        **{f"weights_{dtype}_bytes": n * size for dtype, size in BYTES_PER_PARAM.items()},
+        "image_size": cfg.vit_img_size,
+        "image_tokens": model.n_image_tokens,
+        "vision": {"hidden": cfg.vit_hidden_dim, "blocks": cfg.vit_n_blocks, "heads": cfg.vit_n_heads,
+                   "mlp": cfg.vit_inter_dim, "patch": cfg.vit_patch_size},
+        "decoder": {"hidden": cfg.lm_hidden_dim, "blocks": cfg.lm_n_blocks, "heads": cfg.lm_n_heads,
+                    "kv_heads": cfg.lm_n_kv_heads, "mlp": cfg.lm_inter_dim, "vocab": cfg.lm_vocab_size},
+        "pixel_shuffle": cfg.mp_pixel_shuffle_factor,
+    }
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB"
+
+
+def _render(rows: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="nanoVLM configs (weights only; training needs more)")
+    for column in ("name", "parameters", "fp32 weights", "bf16 weights", "image", "vision / decoder"):
+        table.add_column(column, justify="left" if column == "name" else "right", no_wrap=True)
+    for r in rows:
+        v, d = r["vision"], r["decoder"]
+        table.add_row(r["name"], f"{r['parameters']:,}", _mib(r["weights_fp32_bytes"]), _mib(r["weights_bf16_bytes"]),
+                      f"{r['image_size']} px → {r['image_tokens']} tok",
+                      f"{v['hidden']}×{v['blocks']} / {d['hidden']}×{d['blocks']}")
+    Console().print(table)
+
+
+def _render_loaded(r: dict) -> None:
+    v, d = r["vision"], r["decoder"]
+    click.echo(f"{r['name']}: every key matched; {r['parameters']:,} parameters "
+               f"({_mib(r['weights_fp32_bytes'])} fp32, {_mib(r['weights_bf16_bytes'])} bf16)")
+    click.echo(f"  vision:  {v['hidden']} hidden, {v['blocks']} blocks, {v['heads']} heads, MLP {v['mlp']}, "
+               f"patch {v['patch']}, image {r['image_size']} px")
+    click.echo(f"  project: pixel shuffle {r['pixel_shuffle']} -> {r['image_tokens']} image tokens")
+    click.echo(f"  decoder: {d['hidden']} hidden, {d['blocks']} blocks, {d['heads']} heads "
+               f"({d['kv_heads']} KV), MLP {d['mlp']}, vocab {d['vocab']:,}")
+
+
+@click.command("models")
+@click.option("--load", "load_dir", metavar="DIR",
+              help="Load a nanoVLM checkpoint folder (config.json + model.safetensors) or hub id, "
+                   "check every key strictly and print its dimensions.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+def models_command(load_dir: str | None, as_json: bool) -> None:
+    """List the model configs with exact parameter counts and weight memory.
+
+    \b
+    Configs: tiny (tests, seconds to train), nanovlm-222m (nanoVLM v0.1:
+    SigLIP-B/16-224 + SmolLM2-135M), nanovlm-460m (nanoVLM HEAD: SigLIP2-B/16-512 +
+    SmolLM2-360M). Sizes are counted on the meta device: nothing is allocated.
+    With --load DIR the folder's weights are loaded; any missing, unexpected or
+    mis-shaped key is listed and the exit status is 1.
+    """
+    import torch
+
+    from edgebench.model import CONFIG_NAMES, VisionLanguageModel, get_config
+
+    if load_dir:
+        from edgebench.model.checkpoint import CheckpointError, from_pretrained
+        from edgebench.model.config import ConfigError
+
+        try:
+            rows = [describe(load_dir, from_pretrained(load_dir))]
+        except (CheckpointError, ConfigError, FileNotFoundError) as exc:
+            if as_json:
+                click.echo(json.dumps({"error": str(exc)}))
+            else:
+                click.echo(f"error: {exc}", err=True)
+            sys.exit(1)
+    else:
+        rows = []
+        for name in CONFIG_NAMES:
+            with torch.device("meta"):
+                rows.append(describe(name, VisionLanguageModel(get_config(name))))
+    if as_json:
+        click.echo(json.dumps(rows[0] if load_dir else rows, indent=2))
+    elif load_dir:
+        _render_loaded(rows[0])
+    else:
+        _render(rows)
+
+
+COMMANDS = [models_command]

@@ -1,0 +1,93 @@
+"""`edgebench report`: tables, Pareto frontiers and timelines from the results store."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from edgebench.results import DEFAULT_STORE
+
+FORMATS = ["term", "html", "png", "csv", "json"]
+
+
+def open_store(path: Path):
+    """The store read-only, with an error that says what to do when it is missing or busy."""
+    import duckdb
+
+    from edgebench.results.store import Store
+
+    try:
+        return Store(path, read_only=True)
+    except FileNotFoundError as exc:
+        raise click.ClickException(str(exc)) from exc
+    except duckdb.IOException as exc:
+        raise click.ClickException(f"{path}: cannot open the store ({exc}); is a collect still writing to it?") from exc
+
+
+@click.command("report")
+@click.option("--store", "store_path", type=click.Path(path_type=Path), default=DEFAULT_STORE, show_default=True,
+              help="The results store (DuckDB file).")
+@click.option("--device", help="Only runs of this device.")
+@click.option("--model", help="Only runs of this model config.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="term", show_default=True,
+              help="term: tables in the terminal; html: one self-contained file; png: one file per figure; "
+                   "csv/json: one row per run.")
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json (for scripts).")
+@click.option("--out", type=click.Path(path_type=Path),
+              help="Output file (html, csv, json) or folder (png). Defaults: report.html, report/, stdout.")
+def report_command(store_path: Path, device: str | None, model: str | None, fmt: str, as_json: bool,
+                   out: Path | None) -> None:
+    """Report the runs in the store: a table per run (peak memory, step time, throughput,
+    energy, power, temperature, loss), the Pareto frontier of memory against time per
+    step for each device and model (energy as colour, device RAM as a line), memory and
+    power/temperature timelines per run, and a comparison across devices.
+
+    Estimated figures (from a device's power model) are marked "(est.)"/"ESTIMATED"
+    in tables and plots and carry `_est` in CSV/JSON column names.
+
+    \b
+    Examples:
+      edgebench report
+      edgebench report --device lab-pi4 --format html --out pi4.html
+      edgebench report --format png --out figures/
+      edgebench report --json > runs.json
+    """
+    from edgebench.report import build, export
+
+    fmt = "json" if as_json else fmt
+    with open_store(store_path) as store:
+        report = build.collect(store, device=device, model=model, figures=fmt in ("html", "png"))
+    if not report.rows:
+        raise click.ClickException(f"{store_path}: no runs match (device={device}, model={model}); "
+                                   "ingest some with `edgebench collect` or `edgebench ingest RUN_DIR`")
+    if fmt == "term":
+        from rich.console import Console
+
+        from edgebench.report.tables import terminal_report
+
+        console = Console()
+        console.print(terminal_report(report.rows, report.runs, width=console.width))
+    elif fmt in ("csv", "json"):
+        text = export.to_csv(report.rows) if fmt == "csv" else export.to_json(report.rows)
+        if out:
+            out.write_text(text)
+            click.echo(f"wrote {out} ({len(report.rows)} runs)", err=True)
+        else:
+            sys.stdout.write(text)
+    elif fmt == "html":
+        from edgebench.report.html import render_html
+
+        out = out or Path("report.html")
+        out.write_text(render_html(report), encoding="utf-8")
+        click.echo(f"wrote {out} ({len(report.rows)} runs, {len(report.figures)} figures)")
+    else:
+        out = out or Path("report")
+        out.mkdir(parents=True, exist_ok=True)
+        for fig in report.figures:
+            (out / f"{fig.name}.png").write_bytes(fig.png)
+        click.echo(f"wrote {len(report.figures)} PNG files to {out}/")
+
+
+COMMANDS = [report_command]

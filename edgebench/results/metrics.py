@@ -1,0 +1,139 @@
+"""Per-run figures: memory, step time, throughput, energy, power, heat, loss, status.
+
+Step figures use the measured steps (warmup excluded) when there are any. Energy is the
+exact integral of the power trace over each step window (energy.py), taken from an
+external meter's trace when one covers the run on the host timeline, else from the
+device's own measured `power_w`. A device's estimated `power_w_est` only ever feeds the
+`*_est` figures, so an estimate is never mistaken for a measurement.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from edgebench.results.energy import window_energy_j, window_mean_peak_w
+from edgebench.results.pareto import mark_frontier
+from edgebench.results.store import Store
+
+SAMPLE_FIELDS = ["rss_bytes", "cgroup_peak_bytes", "power_w", "power_w_est", "temp_c_max", "throttle_flags"]
+
+# Column order of `edgebench report --format csv|json`.
+METRIC_COLUMNS = [
+    "device", "run_id", "model", "method", "backend", "status", "detail", "batch_size", "steps_measured",
+    "peak_rss_bytes_sampled", "peak_rss_bytes_kernel", "cgroup_peak_bytes", "peak_mem_bytes", "device_ram_bytes",
+    "step_time_median_s", "step_time_p90_s", "samples_per_s", "tokens_per_s",
+    "energy_per_step_j", "energy_per_sample_j", "power_mean_w", "power_peak_w", "energy_source",
+    "energy_per_step_j_est", "energy_per_sample_j_est", "power_mean_w_est", "power_peak_w_est",
+    "temp_peak_c", "time_throttled_s", "loss_first", "loss_last", "align_source", "on_frontier",
+]
+
+
+def _finite_max(values: np.ndarray) -> float | None:
+    values = values[np.isfinite(values)]
+    return float(values.max()) if len(values) else None
+
+
+def _or_none(value: float) -> float | None:
+    return float(value) if value is not None and np.isfinite(value) else None
+
+
+def _energy(t_ns: np.ndarray, p_w: np.ndarray, begin: np.ndarray, end: np.ndarray, batch: int) -> dict[str, float | None]:
+    """Energy per step and per sample, mean and peak power over the measured steps."""
+    if np.isfinite(p_w).sum() < 2 or not len(begin):
+        return {"energy_per_step_j": None, "energy_per_sample_j": None, "power_mean_w": None, "power_peak_w": None}
+    per_step = window_energy_j(t_ns, p_w, begin, end)
+    mean_w, peak_w = window_mean_peak_w(t_ns, p_w, int(begin.min()), int(end.max()))
+    per_step_mean = float(np.mean(per_step)) if np.isfinite(per_step).all() else None
+    return {"energy_per_step_j": per_step_mean,
+            "energy_per_sample_j": per_step_mean / batch if per_step_mean is not None else None,
+            "power_mean_w": _or_none(mean_w), "power_peak_w": _or_none(peak_w)}
+
+
+def _measured_power(store: Store, run: dict[str, Any], steps: dict[str, np.ndarray], samples: dict[str, np.ndarray]
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, str | None]:
+    """(times, watts, step begins, step ends, source) for measured power, on one timeline.
+
+    An external meter's trace covering the aligned steps wins (it sees the whole device);
+    otherwise the device's own `power_w` on its monotonic clock.
+    """
+    host_begin, host_end = steps["host_begin_ns"], steps["host_end_ns"]
+    if len(host_begin) and host_begin.dtype.kind == "i":
+        trace_id = store.external_covering(run["device"], int(host_begin.min()), int(host_end.max()))
+        if trace_id:
+            t_ns, p_w = store.external_arrays(trace_id)
+            return t_ns, p_w, host_begin.astype(np.int64), host_end.astype(np.int64), f"external:{trace_id}"
+    has_power = np.isfinite(samples["power_w"]).sum() >= 2
+    return (samples["t_ns"], samples["power_w"], steps["begin_ns"].astype(np.int64), steps["end_ns"].astype(np.int64),
+            "device" if has_power else None)
+
+
+def step_energy_j(store: Store, device: str, run_id: str) -> tuple[dict[str, np.ndarray], np.ndarray, str | None]:
+    """Measured energy of every step of a run: (steps, joules per step, source)."""
+    run = store.runs(device=device, run_id=run_id)[0]
+    steps = store.steps(device, run_id)
+    t_ns, p_w, begin, end, source = _measured_power(store, run, steps, store.samples(device, run_id, ["power_w"]))
+    return steps, window_energy_j(t_ns, p_w, begin, end), source
+
+
+def _measured_energy(store: Store, run: dict[str, Any], steps: dict[str, np.ndarray], measured: np.ndarray,
+                     samples: dict[str, np.ndarray], batch: int) -> tuple[dict[str, float | None], str | None]:
+    t_ns, p_w, begin, end, source = _measured_power(store, run, steps, samples)
+    return _energy(t_ns, p_w, begin[measured], end[measured], batch), source
+
+
+def _throttled_s(t_ns: np.ndarray, flags: np.ndarray) -> float | None:
+    """Time spent with any throttle flag set (each sample holds until the next one)."""
+    if not np.isfinite(flags).any() or len(t_ns) < 2:
+        return None
+    dt = np.diff(t_ns) / 1e9
+    on = np.nan_to_num(flags[:-1]) != 0
+    return float(dt[on].sum())
+
+
+def run_metrics(store: Store, run: dict[str, Any]) -> dict[str, Any]:
+    """The figures of one run row of the store."""
+    device, run_id = run["device"], run["run_id"]
+    result = json.loads(run["result_json"]) if run.get("result_json") else {}
+    s = store.samples(device, run_id, SAMPLE_FIELDS)
+    steps = store.steps(device, run_id)
+    measured = steps["phase"] == "measure"
+    if not measured.any():
+        measured = np.ones(len(steps["step"]), dtype=bool)
+    durations = steps["duration_s"][measured]
+    batch = run.get("batch_size") or 1
+    total_s = float(np.nansum(durations))
+    samples_per_s = batch * len(durations) / total_s if total_s > 0 else None
+    losses = steps["loss"][np.isfinite(steps["loss"])] if len(steps["loss"]) else np.array([])
+
+    out: dict[str, Any] = {k: run.get(k) for k in ("device", "run_id", "model", "method", "backend", "status",
+                                                    "detail", "batch_size", "device_ram_bytes", "align_source")}
+    out["steps_measured"] = int(len(durations))
+    out["peak_rss_bytes_sampled"] = _finite_max(s["rss_bytes"]) or result.get("peak_rss_bytes_sampled")
+    out["peak_rss_bytes_kernel"] = result.get("peak_rss_bytes_kernel")
+    out["cgroup_peak_bytes"] = result.get("cgroup_peak_bytes") or _finite_max(s["cgroup_peak_bytes"])
+    out["peak_mem_bytes"] = out["peak_rss_bytes_kernel"] or out["peak_rss_bytes_sampled"]
+    out["step_time_median_s"] = float(np.median(durations)) if len(durations) else None
+    out["step_time_p90_s"] = float(np.percentile(durations, 90)) if len(durations) else None
+    out["samples_per_s"] = samples_per_s
+    out["tokens_per_s"] = samples_per_s * run["text_length"] if samples_per_s and run.get("text_length") else None
+
+    measured_energy, source = _measured_energy(store, run, steps, measured, s, batch)
+    out.update(measured_energy)
+    out["energy_source"] = source
+    dev_begin, dev_end = steps["begin_ns"][measured].astype(np.int64), steps["end_ns"][measured].astype(np.int64)
+    out.update({f"{k}_est": v for k, v in _energy(s["t_ns"], s["power_w_est"], dev_begin, dev_end, batch).items()})
+    out["temp_peak_c"] = _finite_max(s["temp_c_max"])
+    out["time_throttled_s"] = _throttled_s(s["t_ns"], s["throttle_flags"])
+    out["loss_first"] = float(losses[0]) if len(losses) else result.get("loss_first")
+    out["loss_last"] = float(losses[-1]) if len(losses) else result.get("loss_last")
+    out["on_frontier"] = None
+    return {k: out.get(k) for k in METRIC_COLUMNS}
+
+
+def all_metrics(store: Store, device: str | None = None, model: str | None = None) -> list[dict[str, Any]]:
+    """Figures of every matching run, with the memory/time Pareto frontier marked per (device, model)."""
+    rows = [run_metrics(store, run) for run in store.runs(device=device, model=model)]
+    return mark_frontier(rows)

@@ -1,0 +1,331 @@
+"""The results store: one DuckDB file with every run, sample, step, clock probe and
+external power trace, plus the raw trace files kept beside it.
+
+Samples are stored wide: one column per field the samplers wrote (`rss_bytes`,
+`rail_vdd_in_w`, `temp_cpu_c`, ...); a field seen for the first time adds a column, so
+devices with different sensors share one table. Rows go in as Arrow tables in one bulk
+INSERT per run (millions of samples ingest in seconds). Device times stay as written
+(monotonic ns); the views `samples_host` and `steps_host` place them on the host's
+wall clock with each run's alignment (see alignment.py), recomputed whenever probes
+for the device arrive.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Iterable
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from edgebench.results import DEFAULT_STORE
+from edgebench.results.alignment import Alignment, align_run
+from edgebench.results.external import CsvMapping, read_power_csv
+from edgebench.results.runfiles import RunFiles, read_run_dir
+
+UNLIMITED_BYTES = 1 << 60  # cgroup "max" reads as ~2^63: no limit
+INTEGER_SUFFIXES = ("_bytes", "_ns", "_us", "_kills", "_flags", "_count")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    device VARCHAR, run_id VARCHAR, model VARCHAR, method VARCHAR, backend VARCHAR,
+    status VARCHAR, detail VARCHAR, batch_size INTEGER, text_length INTEGER, image_size INTEGER,
+    steps_done INTEGER, run_dir VARCHAR, raw_dir VARCHAR, meta_json VARCHAR, result_json VARCHAR,
+    mem_total_bytes BIGINT, cgroup_limit_bytes BIGINT, device_ram_bytes BIGINT,
+    samples_count BIGINT, samples_bad_lines BIGINT, samples_truncated BOOLEAN,
+    events_bad_lines BIGINT, events_truncated BOOLEAN,
+    align_source VARCHAR, align_offset_ns BIGINT, align_drift DOUBLE, align_ref_mono_ns BIGINT,
+    align_probes_used INTEGER, align_probes_discarded INTEGER, align_max_error_ns BIGINT, align_note VARCHAR,
+    ingested_at TIMESTAMP DEFAULT current_timestamp,
+    PRIMARY KEY (device, run_id)
+);
+CREATE TABLE IF NOT EXISTS samples (device VARCHAR, run_id VARCHAR, t_ns BIGINT);
+CREATE TABLE IF NOT EXISTS steps (
+    device VARCHAR, run_id VARCHAR, step BIGINT, phase VARCHAR,
+    begin_ns BIGINT, end_ns BIGINT, duration_s DOUBLE, loss DOUBLE
+);
+CREATE TABLE IF NOT EXISTS clock_probes (
+    device VARCHAR, host_send_ns BIGINT, device_mono_ns BIGINT, device_wall_ns BIGINT, host_recv_ns BIGINT,
+    added_at TIMESTAMP DEFAULT current_timestamp
+);
+CREATE TABLE IF NOT EXISTS external_sources (
+    trace_id VARCHAR PRIMARY KEY, device VARCHAR, source_path VARCHAR, raw_path VARCHAR, mapping_json VARCHAR,
+    rows BIGINT, first_host_ns BIGINT, last_host_ns BIGINT, imported_at TIMESTAMP DEFAULT current_timestamp
+);
+CREATE TABLE IF NOT EXISTS external_traces (trace_id VARCHAR, device VARCHAR, host_t_ns BIGINT, power_w DOUBLE);
+"""
+
+HOST_NS = "{t} + r.align_offset_ns + CAST(round(r.align_drift * ({t} - r.align_ref_mono_ns)) AS BIGINT)"
+VIEWS = f"""
+CREATE OR REPLACE VIEW samples_host AS
+    SELECT s.*, CASE WHEN r.align_source = 'none' THEN NULL ELSE {HOST_NS.format(t='s.t_ns')} END AS host_t_ns
+    FROM samples s JOIN runs r USING (device, run_id);
+CREATE OR REPLACE VIEW steps_host AS
+    SELECT s.*,
+        CASE WHEN r.align_source = 'none' THEN NULL ELSE {HOST_NS.format(t='s.begin_ns')} END AS host_begin_ns,
+        CASE WHEN r.align_source = 'none' THEN NULL ELSE {HOST_NS.format(t='s.end_ns')} END AS host_end_ns
+    FROM steps s JOIN runs r USING (device, run_id);
+"""
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _duck_type(name: str, arrow_type: pa.DataType) -> str:
+    if pa.types.is_boolean(arrow_type):
+        return "BOOLEAN"
+    if pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type) or pa.types.is_null(arrow_type):
+        return "BIGINT" if name.endswith(INTEGER_SUFFIXES) else "DOUBLE"
+    return "VARCHAR"
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _plain(values: Any) -> np.ndarray:
+    """A fetched column as a plain array: nulls become NaN (numbers) or None (text)."""
+    if not np.ma.isMaskedArray(values):
+        return np.asarray(values)
+    if not values.mask.any():
+        return values.data
+    if values.dtype.kind in "iuf":
+        return values.astype(np.float64).filled(np.nan)
+    return values.astype(object).filled(None)
+
+
+class Store:
+    """One DuckDB results file. Not safe for two writing processes at once (DuckDB's rule)."""
+
+    def __init__(self, path: str | Path = DEFAULT_STORE, read_only: bool = False):
+        self.path = Path(path)
+        if read_only and not self.path.exists():
+            raise FileNotFoundError(f"{self.path}: no results store here; run `edgebench collect` or "
+                                    "`edgebench ingest RUN_DIR` first, or pass --store")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.con = duckdb.connect(str(self.path), read_only=read_only)
+        if not read_only:
+            self.con.execute(SCHEMA)
+            self.con.execute(VIEWS)
+
+    @property
+    def raw_root(self) -> Path:
+        return self.path.parent / "raw"
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- ingest ---------------------------------------------------------------------
+    def ingest_run(self, run_dir: str | Path, device: str | None = None, keep_raw: bool = True) -> str:
+        """Loads a run directory; re-ingesting the same (device, run_id) replaces it."""
+        files = read_run_dir(run_dir)
+        device = device or "local"
+        run_id = files.run_id
+        raw_dir = self._keep_raw(files.path, device, run_id) if keep_raw else None
+        self.con.execute("BEGIN TRANSACTION")
+        try:
+            for table in ("runs", "samples", "steps"):
+                self.con.execute(f"DELETE FROM {table} WHERE device = ? AND run_id = ?", [device, run_id])
+            self._insert_run_row(files, device, run_id, raw_dir)
+            self._insert_bulk("samples", files.samples, device, run_id)
+            self._insert_bulk("steps", files.steps, device, run_id)
+            self._store_alignment(device, run_id, align_run(self.probes(device), files.meta))
+            self.con.execute("COMMIT")
+        except BaseException:
+            self.con.execute("ROLLBACK")
+            raise
+        return run_id
+
+    def _keep_raw(self, run_dir: Path, device: str, run_id: str) -> str:
+        """Copies the trace files beside the store, unless the run already lives under it."""
+        root = self.path.parent.resolve()
+        if run_dir.resolve().is_relative_to(root):
+            return str(run_dir.resolve())
+        dest = self.raw_root / device / run_id
+        dest.mkdir(parents=True, exist_ok=True)
+        for name in ("meta.json", "samples.jsonl", "events.jsonl", "result.json"):
+            if (run_dir / name).exists():
+                shutil.copy2(run_dir / name, dest / name)
+        return str(dest)
+
+    def _insert_run_row(self, files: RunFiles, device: str, run_id: str, raw_dir: str | None) -> None:
+        meta, result = files.meta, files.result or {}
+        spec = meta.get("spec") or {}
+        facts = meta.get("device") or {}
+        limit = None
+        if "cgroup_limit_bytes" in files.samples.column_names:
+            limits = [v for v in files.samples.column("cgroup_limit_bytes").to_pylist() if isinstance(v, (int, float))]
+            limit = int(min(limits)) if limits and min(limits) < UNLIMITED_BYTES else None
+        mem_total = _int_or_none(facts.get("mem_total_bytes"))
+        ram = _int_or_none(meta.get("device_ram_bytes")) or min([v for v in (limit, mem_total) if v], default=None)
+        detail = result.get("detail") or "; ".join(str(e.get("detail", e.get("event"))) for e in files.error_events) or None
+        row = {
+            "device": device, "run_id": run_id,
+            "model": result.get("model") or spec.get("model"), "method": result.get("method") or spec.get("method"),
+            "backend": result.get("backend") or spec.get("backend"),
+            "status": result.get("status") or "incomplete", "detail": detail,
+            "batch_size": _int_or_none(spec.get("batch_size")), "text_length": _int_or_none(spec.get("text_length")),
+            "image_size": _int_or_none(spec.get("image_size")), "steps_done": _int_or_none(result.get("steps_done")),
+            "run_dir": str(files.path.resolve()), "raw_dir": raw_dir,
+            "meta_json": json.dumps(meta, default=str), "result_json": json.dumps(result, default=str) if files.result else None,
+            "mem_total_bytes": mem_total, "cgroup_limit_bytes": limit, "device_ram_bytes": ram,
+            "samples_count": files.samples.num_rows,
+            "samples_bad_lines": files.samples_counts.bad_lines, "samples_truncated": files.samples_counts.truncated_last_line,
+            "events_bad_lines": files.events_counts.bad_lines, "events_truncated": files.events_counts.truncated_last_line,
+        }
+        names = ", ".join(row)
+        self.con.execute(f"INSERT INTO runs ({names}) VALUES ({', '.join('?' * len(row))})", list(row.values()))
+
+    def _insert_bulk(self, table: str, data: pa.Table, device: str, run_id: str) -> None:
+        """One INSERT ... BY NAME from Arrow; new sample fields become new columns first."""
+        existing = {name: dtype for name, dtype in self.con.execute(
+            "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ?", [table]).fetchall()}
+        for col_field in data.schema:
+            if col_field.name not in existing and col_field.name not in ("device", "run_id"):
+                dtype = _duck_type(col_field.name, col_field.type)
+                self.con.execute(f"ALTER TABLE {table} ADD COLUMN {_quote(col_field.name)} {dtype}")
+                existing[col_field.name] = dtype
+        select = ", ".join(f"TRY_CAST({_quote(n)} AS {existing[n]}) AS {_quote(n)}"
+                           for n in data.column_names if n not in ("device", "run_id"))
+        self.con.register("_incoming", data)
+        try:
+            self.con.execute(f"INSERT INTO {table} BY NAME SELECT $device AS device, $run_id AS run_id, {select} FROM _incoming",
+                             {"device": device, "run_id": run_id})
+        finally:
+            self.con.unregister("_incoming")
+
+    # ---- clocks ---------------------------------------------------------------------
+    def add_clock_probes(self, device: str, probes: Iterable[dict[str, Any]]) -> int:
+        """Adds probes (host times from the host's time.time_ns()) and re-aligns the device's runs.
+
+        A probe already stored (same host_send_ns and device_mono_ns) is not added twice.
+        Returns how many were new.
+        """
+        rows = [(device, int(p["host_send_ns"]), int(p["device_mono_ns"]), _int_or_none(p.get("device_wall_ns")),
+                 int(p["host_recv_ns"])) for p in probes]
+        before = self.con.execute("SELECT count(*) FROM clock_probes WHERE device = ?", [device]).fetchall()[0][0]
+        if rows:
+            table = pa.table({name: [r[i] for r in rows] for i, name in enumerate(
+                ("device", "host_send_ns", "device_mono_ns", "device_wall_ns", "host_recv_ns"))})
+            self.con.register("_probes", table)
+            self.con.execute("""INSERT INTO clock_probes BY NAME
+                SELECT DISTINCT p.* FROM _probes p ANTI JOIN clock_probes c
+                ON c.device = p.device AND c.host_send_ns = p.host_send_ns AND c.device_mono_ns = p.device_mono_ns""")
+            self.con.unregister("_probes")
+        self.realign(device)
+        return self.con.execute("SELECT count(*) FROM clock_probes WHERE device = ?", [device]).fetchall()[0][0] - before
+
+    def probes(self, device: str) -> list[dict[str, Any]]:
+        cur = self.con.execute("""SELECT host_send_ns, device_mono_ns, device_wall_ns, host_recv_ns
+                                  FROM clock_probes WHERE device = ? ORDER BY host_send_ns""", [device])
+        cols = [d[0] for d in cur.description]
+        return [dict(zip(cols, row)) for row in cur.fetchall()]
+
+    def realign(self, device: str) -> None:
+        """Recomputes the alignment of every run of `device` from its current probes."""
+        probes = self.probes(device)
+        for run_id, meta_json in self.con.execute("SELECT run_id, meta_json FROM runs WHERE device = ?", [device]).fetchall():
+            self._store_alignment(device, run_id, align_run(probes, json.loads(meta_json)))
+
+    def _store_alignment(self, device: str, run_id: str, a: Alignment) -> None:
+        self.con.execute("""UPDATE runs SET align_source = ?, align_offset_ns = ?, align_drift = ?, align_ref_mono_ns = ?,
+            align_probes_used = ?, align_probes_discarded = ?, align_max_error_ns = ?, align_note = ?
+            WHERE device = ? AND run_id = ?""",
+                         [a.source, a.offset_ns, a.drift, a.ref_mono_ns, a.probes_used, a.probes_discarded,
+                          a.max_error_ns, a.note, device, run_id])
+
+    def alignment(self, device: str, run_id: str) -> Alignment:
+        row = self.con.execute("""SELECT align_source, align_offset_ns, align_drift, align_ref_mono_ns, align_probes_used,
+            align_probes_discarded, align_max_error_ns, align_note FROM runs WHERE device = ? AND run_id = ?""",
+                               [device, run_id]).fetchall()
+        if not row:
+            raise KeyError(f"no run {run_id!r} on device {device!r} in {self.path}")
+        return Alignment(*row[0])
+
+    # ---- external traces ----------------------------------------------------------------
+    def import_external_trace(self, csv_path: str | Path, device: str, mapping: CsvMapping,
+                              trace_id: str | None = None) -> str:
+        """Reads a meter's CSV onto the host timeline; re-importing the same trace_id replaces it."""
+        csv_path = Path(csv_path)
+        t_ns, power = read_power_csv(csv_path, mapping)
+        trace_id = trace_id or f"{device}:{csv_path.stem}"
+        raw = self.raw_root / "external" / f"{trace_id.replace('/', '_').replace(':', '_')}{csv_path.suffix}"
+        raw.parent.mkdir(parents=True, exist_ok=True)
+        if csv_path.resolve() != raw.resolve():
+            shutil.copy2(csv_path, raw)
+        self.con.execute("BEGIN TRANSACTION")
+        try:
+            self.con.execute("DELETE FROM external_sources WHERE trace_id = ?", [trace_id])
+            self.con.execute("DELETE FROM external_traces WHERE trace_id = ?", [trace_id])
+            self.con.execute("INSERT INTO external_sources BY NAME SELECT ? AS trace_id, ? AS device, ? AS source_path, "
+                             "? AS raw_path, ? AS mapping_json, ? AS rows, ? AS first_host_ns, ? AS last_host_ns",
+                             [trace_id, device, str(csv_path.resolve()), str(raw), json.dumps(mapping.to_dict()),
+                              len(t_ns), int(t_ns[0]), int(t_ns[-1])])
+            self.con.register("_ext", pa.table({"trace_id": [trace_id] * len(t_ns), "device": [device] * len(t_ns),
+                                                "host_t_ns": t_ns, "power_w": power}))
+            self.con.execute("INSERT INTO external_traces BY NAME SELECT * FROM _ext")
+            self.con.unregister("_ext")
+            self.con.execute("COMMIT")
+        except BaseException:
+            self.con.execute("ROLLBACK")
+            raise
+        return trace_id
+
+    def external_covering(self, device: str, first_host_ns: int, last_host_ns: int) -> str | None:
+        """The trace_id of an external trace on `device` spanning the whole host-time window."""
+        row = self.con.execute("""SELECT trace_id FROM external_sources WHERE device = ? AND first_host_ns <= ?
+            AND last_host_ns >= ? ORDER BY imported_at DESC LIMIT 1""", [device, first_host_ns, last_host_ns]).fetchall()
+        return row[0][0] if row else None
+
+    def external_arrays(self, trace_id: str) -> tuple[np.ndarray, np.ndarray]:
+        got = self.con.execute("SELECT host_t_ns, power_w FROM external_traces WHERE trace_id = ? ORDER BY host_t_ns",
+                               [trace_id]).fetchnumpy()
+        return np.asarray(got["host_t_ns"], dtype=np.int64), np.asarray(got["power_w"], dtype=np.float64)
+
+    # ---- reading ------------------------------------------------------------------------
+    def runs(self, device: str | None = None, model: str | None = None, run_id: str | None = None) -> list[dict[str, Any]]:
+        """Run rows (the `runs` table) matching the filters, oldest first."""
+        where, args = [], []
+        for column, value in (("device", device), ("model", model), ("run_id", run_id)):
+            if value:
+                where.append(f"{column} = ?")
+                args.append(value)
+        sql = "SELECT * FROM runs" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY ingested_at, device, run_id"
+        cur = self.con.execute(sql, args)
+        cols = [d[0] for d in cur.description]
+        return [dict(zip(cols, row)) for row in cur.fetchall()]
+
+    def sample_columns(self) -> list[str]:
+        return [r[0] for r in self.con.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'samples' ORDER BY ordinal_position").fetchall()]
+
+    def samples(self, device: str, run_id: str, columns: Iterable[str]) -> dict[str, np.ndarray]:
+        """Sample columns of one run in time order (a column the store lacks reads as all-NaN)."""
+        have = set(self.sample_columns())
+        wanted = ["t_ns"] + [c for c in columns if c != "t_ns"]
+        select = ", ".join(f"CAST({_quote(c)} AS DOUBLE) AS {_quote(c)}" if c in have else f"NULL::DOUBLE AS {_quote(c)}"
+                           for c in wanted[1:])
+        got = self.con.execute(f"SELECT t_ns, {select} FROM samples WHERE device = ? AND run_id = ? ORDER BY t_ns"
+                               if select else "SELECT t_ns FROM samples WHERE device = ? AND run_id = ? ORDER BY t_ns",
+                               [device, run_id]).fetchnumpy()
+        return {c: _plain(got[c]) for c in wanted}
+
+    def steps(self, device: str, run_id: str) -> dict[str, np.ndarray]:
+        """Steps of one run with device and host times (host times are null when unaligned)."""
+        got = self.con.execute("""SELECT step, phase, begin_ns, end_ns, duration_s, loss, host_begin_ns, host_end_ns
+            FROM steps_host WHERE device = ? AND run_id = ? AND begin_ns IS NOT NULL AND end_ns IS NOT NULL
+            ORDER BY begin_ns, step""", [device, run_id]).fetchnumpy()
+        return {k: _plain(v) for k, v in got.items()}

@@ -1,0 +1,57 @@
+"""`edgebench sensors`: what this machine (or a fixture tree) can measure, and why not."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from edgebench.telemetry.probe import probe
+
+
+@click.command("sensors")
+@click.option("--root", default="/", show_default=True, type=click.Path(exists=True, file_okay=False),
+              help="Filesystem root holding /proc and /sys (point it at a fixture tree to test).")
+@click.option("--sensors", "sensors_json", default="{}", show_default=True,
+              help='The profile\'s sensors block as JSON, e.g. \'{"power": {"source": "rapl"}}\'; '
+                   "empty: detect every source.")
+@click.option("--seconds", default=1.0, show_default=True, help="How long to sample before reporting.")
+@click.option("--json", "as_json", is_flag=True, help="Print the full report as JSON.")
+def sensors_command(root: str, sensors_json: str, seconds: float, as_json: bool) -> None:
+    """List each telemetry source (memory, cgroup, CPU, power, thermal, GPU): active with its
+    latest values, or unavailable with the reason and what would fix it.
+
+    \b
+    Examples:
+      edgebench sensors
+      edgebench sensors --root tests/fixtures/devices/jetson-orin-nano --json
+    """
+    try:
+        sensors = json.loads(sensors_json)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint="--sensors") from None
+    report = probe(root, sensors, seconds=seconds)
+    if as_json:
+        click.echo(json.dumps(report, indent=2, default=str))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"telemetry sources under {root}")
+    table.add_column("source")
+    table.add_column("status")
+    for name in report["sources_active"]:
+        table.add_row(name, "[green]active[/green]")
+    for name, why in {**report["sources_unavailable"], **report["sources_failed"]}.items():
+        table.add_row(name, f"[yellow]{why}[/yellow]")
+    values = Table(title="latest values")
+    values.add_column("key")
+    values.add_column("value", justify="right")
+    for key, value in report["latest"].items():
+        values.add_row(key, str(value))
+    console = Console()
+    console.print(table)
+    console.print(values)
+
+
+COMMANDS = [sensors_command]

@@ -1,0 +1,319 @@
+"""The sampler: one daemon thread that samples a process tree and the device's sensors.
+
+Built in the supervisor and pointed at the worker's pid. Each tick writes one flat JSON
+line (flushed) with `t_ns` (monotonic) and whatever was due: RSS and cgroup usage every
+tick; the costlier sources at their own lower rates (`INTERVALS_S`), so a line carries
+only the keys read at that tick. Every source is optional and detected at `start()`; the
+summary from `stop()` lists the active ones and why each other one is absent.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from edgebench.telemetry import cpu, gpu, memory, power, thermal
+from edgebench.telemetry.sysfs import Runner, SourceUnavailable, run_command
+from edgebench.telemetry.trace import TraceWriter
+
+MAX_RATE_HZ = 100.0
+
+# Seconds between reads of each source (0: every tick). The per-pid /proc reads are the
+# cheap ones; smaps_rollup walks page tables under the worker's mmap lock (~10 ms for a
+# torch process here), INA3221 reads go over I2C, vcgencmd is a process spawn.
+INTERVALS_S = {
+    "process_rss": 0.0,
+    "cgroup_memory": 0.0,
+    "system_memory": 0.1,
+    "process_cpu": 0.1,
+    "system_cpu": 0.1,
+    "ina3221": 0.1,
+    "rapl": 0.1,
+    "battery": 0.1,
+    "jetson_gpu_load": 0.1,
+    "nvml_gpu": 0.1,
+    "cgroup_memory_counters": 0.5,
+    "cpu_freq": 0.5,
+    "cgroup_cpu_throttle": 0.5,
+    "thermal_zones": 0.5,
+    "hwmon_temps": 0.5,
+    "pmic": 0.5,
+    "jtop": 0.5,
+    "process_uss_pss": 1.0,
+    "pi_throttled": 1.0,
+}
+
+# A slow source (interval >= SLOW_S) is read at most every CORE_SHARE_DIVISOR x its own
+# last read time, so none takes more than 1 % of a core however big the process grows.
+SLOW_S = 0.5
+CORE_SHARE_DIVISOR = 100
+
+# Summary statistics: which sampled keys get a max, a min or a mean.
+PEAK_KEYS = {"rss_bytes": "peak_rss_bytes", "uss_bytes": "peak_uss_bytes", "pss_bytes": "peak_pss_bytes",
+             "cgroup_usage_bytes": "cgroup_peak_bytes_sampled", "cgroup_rss_bytes": "cgroup_rss_peak_bytes_sampled",
+             "cpu_proc_pct": "cpu_proc_pct_max", "power_w": "power_w_max", "power_w_est": "power_w_est_max",
+             "temp_c_max": "temp_c_max", "gpu_load_pct": "gpu_load_pct_max"}
+MIN_KEYS = {"mem_available_bytes": "mem_available_min_bytes"}
+MEAN_KEYS = ("cpu_proc_pct", "cpu_sys_pct", "cpu_freq_mhz", "power_w", "power_w_est", "gpu_load_pct")
+LAST_KEYS = ("energy_j", "energy_j_est")
+DELTA_KEYS = {"cpu_throttled_us": "cpu_throttled_us"}  # cumulative counters: the run's share
+
+
+@dataclass
+class _Scheduled:
+    name: str
+    interval_s: float
+    read: Callable[[float], dict[str, Any]]
+    due_s: float = 0.0
+
+
+class _Stats:
+    """Running max/min/mean/first/last of the sampled keys; O(1) per sample."""
+
+    def __init__(self) -> None:
+        self.maxima: dict[str, float] = {}
+        self.minima: dict[str, float] = {}
+        self.sums: dict[str, tuple[float, int]] = {}
+        self.first: dict[str, float] = {}
+        self.last: dict[str, float] = {}
+        self.throttle_or = 0
+
+    def add(self, rec: dict[str, Any]) -> None:
+        for key in PEAK_KEYS:
+            if key in rec and rec[key] > self.maxima.get(key, -math.inf):
+                self.maxima[key] = rec[key]
+        for key in MIN_KEYS:
+            if key in rec and rec[key] < self.minima.get(key, math.inf):
+                self.minima[key] = rec[key]
+        for key in MEAN_KEYS:
+            if key in rec:
+                total, n = self.sums.get(key, (0.0, 0))
+                self.sums[key] = (total + rec[key], n + 1)
+        for key in (*LAST_KEYS, *DELTA_KEYS):
+            if key in rec:
+                self.first.setdefault(key, rec[key])
+                self.last[key] = rec[key]
+        self.throttle_or |= rec.get("throttle_flags", 0)
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {name: self.maxima.get(key) for key, name in PEAK_KEYS.items()}
+        out.update({name: self.minima.get(key) for key, name in MIN_KEYS.items()})
+        out.update({f"{key}_mean": round(t / n, 3) if n else None for key, (t, n) in
+                    ((k, self.sums.get(k, (0.0, 0))) for k in MEAN_KEYS)})
+        out.update({key: self.last.get(key) for key in LAST_KEYS})
+        out.update({name: (self.last[key] - self.first[key]) if key in self.last else None
+                    for key, name in DELTA_KEYS.items()})
+        return out
+
+
+class Sampler:
+    """Samples the process tree of `pid` and this device's sensors into `out_path` (JSONL).
+
+    `root`: filesystem root for /proc and /sys (fixture trees in tests). `sensors`: the
+    device profile's sensors block (`power.source`, `power.rails`, `power.total_rail`,
+    `power.battery_current_sign`, `thermal_zones`, `throttle`); empty means detect all.
+    `power_model` {"idle_w", "max_w"}: only used for `power_w_est` where no power is
+    measured. `runner`: runs device commands (vcgencmd), argv -> stdout.
+    """
+
+    def __init__(self, out_path: str | Path, pid: int, rate_hz: float = 20.0, root: str | Path = "/",
+                 sensors: dict[str, Any] | None = None, power_model: dict[str, float] | None = None,
+                 runner: Runner | None = None):
+        if not 0 < rate_hz <= MAX_RATE_HZ:
+            raise ValueError(f"sampling rate {rate_hz} Hz is out of range: use 0 < rate_hz <= {MAX_RATE_HZ:g}")
+        self.out_path, self.pid, self.rate_hz, self.root = Path(out_path), pid, float(rate_hz), root
+        self.sensors = sensors or {}
+        self.power_model = power_model
+        self.runner = runner or run_command
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._schedule: list[_Scheduled] = []
+        self._closers: list[Callable[[], None]] = []
+        self._active: list[str] = []
+        self._unavailable: dict[str, str] = {}
+        self._failed: dict[str, str] = {}
+        self._stats = _Stats()
+        self._samples = 0
+        self._cost_ns_total = 0
+        self._cost_ns_max = 0
+        self._started_ns = self._stopped_ns = 0
+        self._cgroup: memory.CgroupMemory | None = None
+        self._power_source: Any = None
+        self._estimate: power.PowerEstimate | None = None
+        self._summary: dict[str, Any] | None = None
+
+    # -- detection ------------------------------------------------------------------------
+
+    def _try(self, name: str, make: Callable[[], Any]) -> Any:
+        try:
+            source = make()
+        except SourceUnavailable as exc:
+            self._unavailable[name] = str(exc)
+            return None
+        self._add(name, source.read)
+        self._closers.append(source.close)
+        return source
+
+    def _add(self, name: str, read: Callable[[float], dict[str, Any]]) -> None:
+        self._schedule.append(_Scheduled(name, INTERVALS_S[name], read))
+        self._active.append(name)
+
+    def _detect(self) -> None:
+        root, sensors = self.root, self.sensors
+        tree = memory.ProcessTree(self.pid, root)
+        self._try("process_rss", lambda: memory.ProcessRss(tree))
+        self._try("process_uss_pss", lambda: memory.ProcessUssPss(tree))
+        self._try("system_memory", lambda: memory.SystemMemory(root))
+        self._cgroup = self._try("cgroup_memory", lambda: memory.CgroupMemory(self.pid, root))
+        if self._cgroup is not None:
+            self._add("cgroup_memory_counters", self._cgroup.counters)
+            self._cgroup_start = self._cgroup.counters()
+        self._try("process_cpu", lambda: cpu.ProcessCpu(tree))
+        self._try("system_cpu", lambda: cpu.SystemCpu(root))
+        self._try("cpu_freq", lambda: cpu.CpuFreq(root))
+        self._try("cgroup_cpu_throttle", lambda: cpu.CgroupCpuThrottle(self.pid, root))
+
+        self._power_source, reasons = power.measured_power_source(root, self.runner, sensors)
+        self._unavailable.update(reasons)
+        if self._power_source is not None:
+            self._add(self._power_source.name, self._power_source.read)
+            self._closers.append(self._power_source.close)
+        elif self.power_model:
+            self._estimate = power.PowerEstimate(self.power_model)
+            if "system_cpu" not in self._active:
+                self._unavailable["power_estimate"] = "needs system CPU utilisation (/proc/stat), which is unreadable"
+                self._estimate = None
+
+        zones = [z for z in sensors.get("thermal_zones") or [] if z != "*"] or None
+        self._try("thermal_zones", lambda: thermal.ThermalZones(root, zones))
+        self._try("hwmon_temps", lambda: thermal.HwmonTemps(root))
+        if sensors.get("throttle", "vcgencmd") == "vcgencmd":
+            self._try("pi_throttled", lambda: thermal.PiThrottled(self.runner))
+        else:
+            self._unavailable["pi_throttled"] = f"the profile says throttle: {sensors.get('throttle')}"
+        if self._try("jetson_gpu_load", lambda: gpu.JetsonGpuLoad(root)) is None:
+            self._try("nvml_gpu", lambda: gpu.NvmlGpu())
+
+    # -- the thread -----------------------------------------------------------------------
+
+    def start(self) -> "Sampler":
+        if self._thread is not None:
+            raise RuntimeError("Sampler.start() called twice")
+        self._writer = TraceWriter(self.out_path)
+        self._detect()
+        self._started_ns = time.monotonic_ns()
+        self._thread = threading.Thread(target=self._run, name=f"edgebench-sampler-{self.pid}", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        period = 1.0 / self.rate_hz
+        next_s = time.monotonic()
+        while not self._stop.is_set():
+            self.sample_once(period)
+            next_s += period
+            delay = next_s - time.monotonic()
+            if delay < 0:  # fell behind (a slow sensor, a busy machine): skip, don't burst
+                next_s, delay = time.monotonic(), 0.0
+            if self._stop.wait(delay):
+                break
+
+    def sample_once(self, period_s: float = 0.0) -> dict[str, Any]:
+        """Reads every due source and writes one line; returns it."""
+        started = time.perf_counter_ns()
+        t_ns = time.monotonic_ns()
+        now_s = t_ns / 1e9
+        rec: dict[str, Any] = {"t_ns": t_ns}
+        for item in self._schedule:
+            if now_s + period_s / 2 < item.due_s:
+                continue
+            read_started = time.perf_counter()
+            try:
+                rec.update(item.read(now_s))
+            except Exception as exc:  # a sensor that breaks mid-run is dropped, not fatal
+                self._failed[item.name] = f"{type(exc).__name__}: {exc}"
+                self._schedule = [s for s in self._schedule if s is not item]
+            interval = item.interval_s
+            if interval >= SLOW_S:
+                interval = max(interval, CORE_SHARE_DIVISOR * (time.perf_counter() - read_started))
+            item.due_s = now_s + interval
+        if self._estimate is not None and "cpu_sys_pct" in rec:
+            rec.update(self._estimate.estimate(now_s, rec["cpu_sys_pct"]))
+        temps = [v for k, v in rec.items() if k.startswith("temp_") and k.endswith("_c")]
+        if temps:
+            rec["temp_c_max"] = max(temps)
+        self._writer.write(rec)
+        self._stats.add(rec)
+        self._samples += 1
+        cost = time.perf_counter_ns() - started
+        self._cost_ns_total += cost
+        self._cost_ns_max = max(self._cost_ns_max, cost)
+        return rec
+
+    def stop(self) -> dict[str, Any]:
+        """Stops the thread, reads the kernel's own peak counters and returns the summary."""
+        if self._summary is not None:
+            return self._summary
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._stopped_ns = time.monotonic_ns()
+            self._writer.close()
+        for close in self._closers:
+            close()
+        self._summary = self._summarise()
+        return self._summary
+
+    def _summarise(self) -> dict[str, Any]:
+        duration_s = (self._stopped_ns - self._started_ns) / 1e9
+        out: dict[str, Any] = {
+            "samples": self._samples,
+            "rate_hz": self.rate_hz,
+            "achieved_hz": round(self._samples / duration_s, 2) if duration_s > 0 else None,
+            "duration_s": round(duration_s, 3),
+            "sample_cost_us_mean": round(self._cost_ns_total / self._samples / 1e3, 1) if self._samples else None,
+            "sample_cost_us_max": round(self._cost_ns_max / 1e3, 1) if self._samples else None,
+            "sources_active": [n for n in self._active if n not in self._failed],
+            "sources_unavailable": dict(self._unavailable),
+            "sources_failed": dict(self._failed),
+        }
+        out.update(self._stats.summary())
+        out["throttle_flags_seen"] = thermal.decode_throttled(self._stats.throttle_or) \
+            if "pi_throttled" in self._active else None
+        out.update(self._cgroup_summary())
+        out.update(self._power_summary())
+        return out
+
+    def _cgroup_summary(self) -> dict[str, Any]:
+        if self._cgroup is None:
+            return {"cgroup": None, "cgroup_peak_bytes": None,
+                    "cgroup_status": self._unavailable.get("cgroup_memory", "not read")}
+        end = self._cgroup.counters()  # the kernel's high-water mark, not a sampled one
+        start_kills = self._cgroup_start.get("cgroup_oom_kills")
+        return {
+            "cgroup": f"{self._cgroup.version}:{self._cgroup.dir}",
+            "cgroup_status": "active",
+            "cgroup_peak_bytes": end.get("cgroup_peak_bytes"),
+            "cgroup_limit_bytes": end.get("cgroup_limit_bytes"),
+            "cgroup_oom_kills": end.get("cgroup_oom_kills"),
+            "cgroup_oom_kills_during_run": (end["cgroup_oom_kills"] - start_kills)
+            if start_kills is not None and "cgroup_oom_kills" in end else None,
+        }
+
+    def _power_summary(self) -> dict[str, Any]:
+        source = self._power_source
+        out: dict[str, Any] = {"power_source": source.name if source else None}
+        if source is not None:
+            if isinstance(source, power.Ina3221Power):
+                out["power_total"] = source.total_rail or "sum_of_rails"
+            if isinstance(source, power.BatteryPower) and source.status in ("Charging", "Full"):
+                out["power_warning"] = (f"battery status is {source.status}: the charger feeds the device, so "
+                                        "current_now does not show what it draws; unplug USB")
+        elif self._estimate is not None:
+            out["power_source"] = "estimate"
+            out["power_model"] = {"idle_w": self._estimate.idle_w, "max_w": self._estimate.max_w}
+        return out

@@ -1,0 +1,94 @@
+"""Small readers shared by the sensor modules: files under a root, and device commands.
+
+Every sensor reads through these so tests can point it at a fixture tree shaped like a
+real device's /proc and /sys, and feed it recorded command output through `runner`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Callable, Sequence
+
+# A command runner takes argv and returns its stdout; it raises OSError (not installed)
+# or subprocess.SubprocessError (failed, timed out) when the command cannot answer.
+Runner = Callable[[Sequence[str]], str]
+
+
+class SourceUnavailable(Exception):
+    """A sensor source that this host does not have; the message says why."""
+
+
+def run_command(argv: Sequence[str], timeout_s: float = 2.0) -> str:
+    """The default runner: runs argv here and returns stdout (raises on failure)."""
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s, check=True).stdout
+
+
+def under(root: str | Path, path: str) -> Path:
+    """`path` (absolute on the device) inside `root`."""
+    return Path(root) / path.lstrip("/")
+
+
+def read_text(path: str | Path) -> str | None:
+    """The stripped content of a file, or None when it is missing or unreadable."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
+
+
+def read_int(path: str | Path) -> int | None:
+    text = read_text(path)
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def key_name(text: str) -> str:
+    """A label made fit for a flat JSON key: `VDD_CPU_GPU_CV` -> `vdd_cpu_gpu_cv`."""
+    return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_") or "unnamed"
+
+
+def unique_names(names: Sequence[str]) -> list[str]:
+    """Keeps names unique by suffixing repeats (`cpu`, `cpu_2`), order kept."""
+    seen: dict[str, int] = {}
+    out = []
+    for name in names:
+        seen[name] = seen.get(name, 0) + 1
+        out.append(name if seen[name] == 1 else f"{name}_{seen[name]}")
+    return out
+
+
+class PreadFile:
+    """A /proc or /sys file kept open and re-read with pread at offset 0.
+
+    Both seq_file (/proc) and sysfs regenerate their content on a read at offset 0, so
+    this saves an open and a close per read; that is most of the cost of a sample.
+    """
+
+    def __init__(self, path: str | Path, size: int = 4096):
+        self.path = str(path)
+        self._size = size
+        self._fd: int | None = None
+
+    def read(self) -> str | None:
+        """The stripped content, or None when the file is gone or unreadable (e.g. the process exited)."""
+        try:
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_RDONLY)
+            return os.pread(self._fd, self._size, 0).decode("ascii", "replace").strip()
+        except OSError:
+            self.close()
+            return None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = None

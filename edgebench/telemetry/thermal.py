@@ -1,0 +1,121 @@
+"""Temperatures (thermal zones, hwmon sensors) and the Raspberry Pi's throttling flags.
+
+Keys: `temp_<zone type>_c` per thermal zone, `temp_<chip>_<label>_c` per hwmon sensor,
+`temp_c_max` over all of them, and `throttle_flags` (the raw get_throttled word).
+A zone reading -256 °C is offline (Jetson reports powered-off zones so) and is skipped,
+as is a zone whose read fails (some drivers return EINVAL/ENODATA).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from edgebench.telemetry.power import hwmon_dirs
+from edgebench.telemetry.sysfs import PreadFile, Runner, SourceUnavailable, key_name, read_text, under, unique_names
+
+OFFLINE_MILLI_C = -256000
+ZONE_DIRS = ("/sys/class/thermal", "/sys/devices/virtual/thermal")
+
+THROTTLE_BITS = {
+    0: "under_voltage", 1: "freq_capped", 2: "throttled", 3: "soft_temp_limit",
+}
+SINCE_BOOT_SHIFT = 16
+
+
+def decode_throttled(value: int) -> dict[str, list[str]]:
+    """`vcgencmd get_throttled` word -> names active now (bits 0-3) and since boot (16-19)."""
+    return {
+        "now": [name for bit, name in THROTTLE_BITS.items() if value >> bit & 1],
+        "since_boot": [name for bit, name in THROTTLE_BITS.items() if value >> (bit + SINCE_BOOT_SHIFT) & 1],
+    }
+
+
+def _milli_c(fh: PreadFile) -> float | None:
+    text = fh.read()
+    try:
+        value = int(text) if text else None
+    except ValueError:
+        return None
+    return None if value is None or value <= OFFLINE_MILLI_C else value / 1000.0
+
+
+class _TempFiles:
+    """Reads a list of (key, m°C file), leaving out offline and unreadable ones."""
+
+    _files: list[tuple[str, PreadFile]]
+
+    def read(self, now_s: float) -> dict[str, float]:
+        out = {}
+        for key, fh in self._files:
+            celsius = _milli_c(fh)
+            if celsius is not None:
+                out[key] = celsius
+        return out
+
+    def close(self) -> None:
+        for _, fh in self._files:
+            fh.close()
+
+
+class ThermalZones(_TempFiles):
+    """Every thermal_zone*/temp (m°C) with its `type` as the name; `zones` limits them."""
+
+    name = "thermal_zones"
+
+    def __init__(self, root: str | Path = "/", zones: list[str] | None = None):
+        found: list[Path] = []
+        for directory in ZONE_DIRS:
+            found = sorted(under(root, directory).glob("thermal_zone[0-9]*"), key=lambda p: int(p.name[12:]))
+            if found:
+                break
+        types = [(read_text(p / "type") or p.name) for p in found]
+        picked = [(t, p) for t, p in zip(types, found) if not zones or t in zones]
+        keys = unique_names([f"temp_{key_name(t)}_c" for t, _ in picked])
+        self._files = [(key, PreadFile(p / "temp", 32)) for key, (_, p) in zip(keys, picked)]
+        if not self.read(0.0):
+            raise SourceUnavailable(f"no readable, online thermal zone under {under(root, ZONE_DIRS[0])}")
+
+
+class HwmonTemps(_TempFiles):
+    """hwmon temp*_input (m°C), named `temp_<chip>_<label or tempN>_c`."""
+
+    name = "hwmon_temps"
+
+    def __init__(self, root: str | Path = "/"):
+        sensors = []
+        for directory in hwmon_dirs(root):
+            chip = key_name(read_text(directory / "name") or directory.name)
+            for path in sorted(directory.glob("temp[0-9]*_input")):
+                stem = path.name[: -len("_input")]
+                label = key_name(read_text(directory / f"{stem}_label") or stem)
+                sensors.append((f"temp_{chip}_{label}_c", path))
+        keys = unique_names([key for key, _ in sensors])
+        self._files = [(key, PreadFile(path, 32)) for key, (_, path) in zip(keys, sensors)]
+        if not self.read(0.0):
+            raise SourceUnavailable(f"no readable hwmon temp*_input under {root}")
+
+
+class PiThrottled:
+    """`throttle_flags` from `vcgencmd get_throttled` (e.g. `throttled=0x50005`)."""
+
+    name = "pi_throttled"
+    command = ("vcgencmd", "get_throttled")
+
+    def __init__(self, runner: Runner):
+        self._runner = runner
+        try:
+            first = self.read(0.0)
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise SourceUnavailable(f"`{' '.join(self.command)}` failed: {exc}") from None
+        if not first:
+            raise SourceUnavailable(f"`{' '.join(self.command)}` printed no throttled=0x... line")
+
+    def read(self, now_s: float) -> dict[str, int]:
+        text = self._runner(self.command).strip()
+        if not text.startswith("throttled="):
+            return {}
+        return {"throttle_flags": int(text.partition("=")[2], 16)}
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,208 @@
+"""What an export was made from and what it holds, and the content-keyed export cache.
+
+Every export directory holds `manifest.json`: the request (model, method, backend,
+shapes, delegate, dtype, seed, profile), the program's inputs and shapes, trainable
+parameter names, planned memory (ExecuTorch), each file's size and sha256, and the
+library versions. The cache key hashes the request, the library versions and the
+source of the code that shapes the program, so the same request is exported once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import platform
+import shutil
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+MANIFEST = "manifest.json"
+FORMAT = "edgebench-export/1"
+# Export backend -> the runtime backend that executes it (RunSpec.backend).
+RUNTIME_BACKEND = {"executorch": "executorch", "onnx": "onnxruntime"}
+EXPORT_BACKEND = {runtime: export for export, runtime in RUNTIME_BACKEND.items()}
+DELEGATES = ("xnnpack",)
+_LIBRARIES = ("torch", "executorch", "onnx", "onnxruntime-training-cpu", "numpy", "edgebench")
+# Source trees whose code shapes the exported program (a change there re-exports).
+_SOURCE_PACKAGES = ("edgebench/model", "edgebench/methods", "exporters")
+
+
+@dataclass(frozen=True)
+class ExportRequest:
+    """One export: what to lower, for which runtime and shapes.
+
+    `backend`: "executorch" or "onnx" ("onnxruntime" is accepted for the latter).
+    `delegate`: "xnnpack" or None (ExecuTorch only). `seed` fixes the fresh weights
+    (torch.manual_seed before build_model, as the eager backend does).
+    """
+
+    model: str = "tiny"
+    method: str = "sgd"
+    backend: str = "executorch"
+    batch_size: int = 1
+    image_size: int | None = None
+    text_length: int = 32
+    delegate: str | None = None
+    dtype: str = "float32"
+    seed: int = 0
+    profile: str | None = None
+
+    def __post_init__(self) -> None:
+        backend = EXPORT_BACKEND.get(self.backend, self.backend)
+        if backend not in RUNTIME_BACKEND:
+            raise ValueError(f"export backend {self.backend!r}: use one of {', '.join(RUNTIME_BACKEND)}")
+        object.__setattr__(self, "backend", backend)
+        if self.delegate in ("none", ""):
+            object.__setattr__(self, "delegate", None)
+        if self.delegate is not None and self.delegate not in DELEGATES:
+            raise ValueError(f"delegate {self.delegate!r}: use one of {', '.join(DELEGATES)} or none")
+        if backend == "onnx" and self.delegate is not None:
+            object.__setattr__(self, "delegate", None)  # ORT's CPU provider has no delegate knob
+        if self.batch_size < 1 or self.text_length < 2:
+            raise ValueError("batch_size must be >= 1 and text_length >= 2 (the loss predicts the next token)")
+
+    @property
+    def runtime_backend(self) -> str:
+        return RUNTIME_BACKEND[self.backend]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ExportRequest":
+        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
+
+    def key(self) -> str:
+        """sha256 of everything that determines the exported files."""
+        content = {
+            "format": FORMAT,
+            "request": self.to_dict(),
+            "versions": library_versions(),
+            "source": source_fingerprint(),
+            "checkpoint": checkpoint_fingerprint(self.model),
+        }
+        return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
+
+
+def library_versions() -> dict[str, str | None]:
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for name in _LIBRARIES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def _repo_root() -> Path:
+    return Path(__file__).resolve().parent.parent
+
+
+def source_fingerprint() -> str:
+    """sha256 over the .py files that shape the program (model, methods, exporters)."""
+    digest = hashlib.sha256()
+    root = _repo_root()
+    for package in _SOURCE_PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            digest.update(str(path.relative_to(root)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def checkpoint_fingerprint(model: str) -> str | None:
+    """For a checkpoint folder: sha256 over its config and weights files; None for a config name."""
+    path = Path(model).expanduser()
+    if not path.is_dir():
+        return None
+    digest = hashlib.sha256()
+    for file in sorted(path.iterdir()):
+        if file.is_file():
+            digest.update(file.name.encode())
+            digest.update(sha256_file(file).encode())
+    return digest.hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def describe_files(directory: Path, names: list[str]) -> dict[str, dict[str, Any]]:
+    """{name: {"bytes", "sha256"}} for the files an export wrote."""
+    return {n: {"bytes": (directory / n).stat().st_size, "sha256": sha256_file(directory / n)} for n in names}
+
+
+def write_manifest(directory: Path, manifest: dict[str, Any]) -> None:
+    tmp = directory / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, directory / MANIFEST)
+
+
+def read_manifest(directory: str | Path) -> dict[str, Any]:
+    """The manifest of an export directory; a clear error when there is none."""
+    path = Path(directory) / MANIFEST
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path}: no export manifest here; make one with `edgebench export --device ... --out {directory}`"
+        )
+    manifest = json.loads(path.read_text())
+    if manifest.get("format") != FORMAT:
+        raise ValueError(f"{path}: format {manifest.get('format')!r}, this edgebench reads {FORMAT!r}")
+    return manifest
+
+
+def is_complete(directory: Path, key: str) -> bool:
+    """The directory holds the export `key` with every listed file at its recorded size."""
+    try:
+        manifest = read_manifest(directory)
+    except (FileNotFoundError, ValueError, json.JSONDecodeError):
+        return False
+    if manifest.get("key") != key:
+        return False
+    return all(
+        (directory / name).is_file() and (directory / name).stat().st_size == info["bytes"]
+        for name, info in manifest["files"].items()
+    )
+
+
+def cache_root() -> Path:
+    """`$EDGEBENCH_EXPORT_CACHE`, else ~/.cache/edgebench/exports."""
+    env = os.environ.get("EDGEBENCH_EXPORT_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "edgebench" / "exports"
+
+
+def materialize(source: Path, target: Path) -> None:
+    """Put an export's files into `target` (hard links where possible, else copies)."""
+    target.mkdir(parents=True, exist_ok=True)
+    manifest = read_manifest(source)
+    for name in list(manifest["files"]) + [MANIFEST]:
+        dest = target / name
+        if dest.exists():
+            dest.unlink()
+        try:
+            os.link(source / name, dest)
+        except OSError:
+            shutil.copy2(source / name, dest)
+
+
+__all__ = [
+    "DELEGATES",
+    "ExportRequest",
+    "MANIFEST",
+    "RUNTIME_BACKEND",
+    "cache_root",
+    "describe_files",
+    "is_complete",
+    "library_versions",
+    "materialize",
+    "read_manifest",
+    "sha256_file",
+    "write_manifest",
+]

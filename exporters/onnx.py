@@ -1,0 +1,179 @@
+"""Lowers the training step to ONNX Runtime training artifacts.
+
+FIELD-NOTES.md, "ONNX Runtime training": the TorchScript exporter (dynamo=False) in
+TRAINING mode at opset 17, LayerNormalization nodes given their optional Mean/InvStdDev
+outputs (the gradient builder needs them), and onnxblock's CrossEntropyLoss with
+ignore_index=-100 on flattened logits [N, vocab] and labels [N] (the LossType enum
+reads -100 out of bounds, silently). ORT 1.19 reads IR version 10 at most.
+
+Files written: training_model.onnx, eval_model.onnx, optimizer_model.onnx, checkpoint.
+The ONNX graph's inputs are `input_ids`, `images` and `labels` (already shifted and
+flattened: `shifted_labels(batch)`), so the device needs only numpy to feed it.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from edgebench.backends.onnxruntime import shifted_labels  # the device feeds labels the same way
+
+OPSET = 17
+MAX_IR_VERSION = 10  # what onnxruntime 1.19 accepts
+OPTIMIZERS = ("sgd", "adamw")
+# ORT's AdamW is HF-style (adam_mode=1); these match torch.optim.AdamW's defaults except
+# eps, whose placement differs (FIELD-NOTES.md: parity within 0.029 over 20 steps).
+ADAMW_BETAS = (0.9, 0.999)
+ADAMW_EPS = 1e-8
+FILES = ("training_model.onnx", "eval_model.onnx", "optimizer_model.onnx", "checkpoint")
+STAGES = ("torch.onnx.export", "LayerNorm outputs", "training artifacts")
+
+
+class TextLogits(torch.nn.Module):
+    """The model's logits over text positions that have a next token, as [N, vocab]:
+    the same positions and order as `model.forward`'s loss, without the loss."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
+        hidden = self.model.hidden_states(input_ids, images)[:, self.model.n_image_tokens : -1]
+        logits = self.model.decoder.head(hidden)
+        return logits.reshape(-1, logits.size(-1))
+
+
+def add_layernorm_outputs(model) -> int:
+    """Give every LayerNormalization node its optional Mean and InvStdDev outputs, which
+    ORT's LayerNormalizationGrad reads. Returns how many nodes were changed."""
+    count = 0
+    for node in model.graph.node:
+        if node.op_type == "LayerNormalization" and len(node.output) == 1:
+            node.output.extend([f"{node.name or node.output[0]}_mean", f"{node.name or node.output[0]}_inv_std"])
+            count += 1
+    return count
+
+
+def _strip_wrapper_prefix(graph, prefix: str = "model.") -> None:
+    """Name initializers as the torch model does (`TextLogits` adds `model.`)."""
+    renamed = {}
+    for init in graph.initializer:
+        if init.name.startswith(prefix):
+            renamed[init.name] = init.name[len(prefix):]
+            init.name = renamed[init.name]
+    for node in graph.node:
+        for i, name in enumerate(node.input):
+            if name in renamed:
+                node.input[i] = renamed[name]
+
+
+def _onnx_names(model: torch.nn.Module, graph) -> dict[str, str]:
+    """torch parameter name -> ONNX initializer name. Tied parameters are exported once,
+    under one of their names; the other names map to it."""
+    initializers = {init.name for init in graph.initializer}
+    mapping = {}
+    by_id: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        by_id.setdefault(id(param), []).append(name)
+    for names in by_id.values():
+        present = [n for n in names if n in initializers]
+        if not present:
+            raise RuntimeError(f"parameter {names[0]} is missing from the ONNX graph's initializers")
+        for n in names:
+            mapping[n] = present[0]
+    return mapping
+
+
+def export_artifacts(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    images: torch.Tensor,
+    out_dir: str | Path,
+    *,
+    optimizer: str,
+    weight_decay: float = 0.0,
+    max_grad_norm: float | None = None,
+    on_stage: Callable[[str], None] = lambda stage: None,
+) -> dict:
+    """Writes the four artifacts for `model` (trainable = requires_grad) into `out_dir`.
+
+    The optimizer graph clips the global gradient norm at `max_grad_norm` (None: no clip).
+
+    Returns {"trainable_parameters", "frozen_parameters"} in ONNX (= checkpoint) names.
+    """
+    import onnx
+    import onnxruntime
+    from onnxruntime.training import artifacts, onnxblock
+
+    onnxruntime.set_default_logger_severity(3)  # generate_artifacts logs every graph pass at INFO
+
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"ONNX Runtime training has optimizers {OPTIMIZERS}, not {optimizer!r}")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.eval()  # no dropout: the graph must equal eager's
+    on_stage("torch.onnx.export")
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():  # TracerWarnings about shape checks: shapes are fixed here
+        warnings.simplefilter("ignore")
+        _onnx_export(model, input_ids, images, buffer)
+    onnx_model = onnx.load_from_string(buffer.getvalue())
+    on_stage("LayerNorm outputs")
+    add_layernorm_outputs(onnx_model)
+    onnx_model.ir_version = min(onnx_model.ir_version, MAX_IR_VERSION)
+    _strip_wrapper_prefix(onnx_model.graph)
+
+    names = _onnx_names(model, onnx_model.graph)
+    trainable = sorted({names[n] for n, p in model.named_parameters() if p.requires_grad})
+    frozen = sorted({names[n] for n, p in model.named_parameters() if not p.requires_grad})
+    if set(trainable) & set(frozen):
+        raise RuntimeError(f"tied parameters {sorted(set(trainable) & set(frozen))} are both trained and frozen")
+
+    on_stage("training artifacts")
+    clip = onnxblock.optim.ClipGradNorm(max_grad_norm) if max_grad_norm else None
+    if optimizer == "adamw":
+        optim_block = onnxblock.optim.AdamW(betas=ADAMW_BETAS, eps=ADAMW_EPS, weight_decay=weight_decay,
+                                            clip_grad=clip)
+    else:
+        optim_block = onnxblock.optim.SGD(clip_grad=clip)
+    artifacts.generate_artifacts(
+        onnx_model,
+        requires_grad=trainable,
+        frozen_params=frozen,
+        loss=onnxblock.loss.CrossEntropyLoss(ignore_index=-100),
+        optimizer=optim_block,
+        artifact_directory=out_dir,
+    )
+    for name in ("training_model.onnx", "eval_model.onnx", "optimizer_model.onnx"):
+        _cap_ir_version(out_dir / name)
+    return {"trainable_parameters": trainable, "frozen_parameters": frozen}
+
+
+def _onnx_export(model: torch.nn.Module, input_ids: torch.Tensor, images: torch.Tensor, buffer) -> None:
+    torch.onnx.export(
+        TextLogits(model),
+        (input_ids, images),
+        buffer,
+        input_names=["input_ids", "images"],
+        output_names=["logits"],
+        dynamo=False,
+        training=torch.onnx.TrainingMode.TRAINING,
+        do_constant_folding=False,
+        opset_version=OPSET,
+        export_params=True,
+        keep_initializers_as_inputs=False,
+    )
+
+
+def _cap_ir_version(path: Path) -> None:
+    """onnx >= 1.18 writes IR 14 graphs, which ORT 1.19 refuses; keep them at 10."""
+    import onnx
+
+    model = onnx.load(path)
+    if model.ir_version > MAX_IR_VERSION:
+        model.ir_version = MAX_IR_VERSION
+        onnx.save(model, path)

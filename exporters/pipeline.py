@@ -1,0 +1,227 @@
+"""`export(request)`: the model and method of a request, lowered for its runtime, with
+a manifest, through the content-keyed cache (the same request twice exports once)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from exporters.manifest import (
+    FORMAT,
+    ExportRequest,
+    cache_root,
+    describe_files,
+    is_complete,
+    library_versions,
+    materialize,
+    read_manifest,
+    write_manifest,
+)
+
+PTE = "model.pte"
+TRAINABLE_INIT = "trainable_init.pt"  # MeZO: the starting values of the program's weight inputs
+
+
+class ExportRefused(Exception):
+    """The request cannot be exported for its device or runtime; the message says what to do."""
+
+
+@dataclass
+class ExportResult:
+    directory: Path
+    manifest: dict[str, Any]
+    cached: bool
+
+
+def request_from_profile(profile: Any, **fields: Any) -> ExportRequest:
+    """A request with the device profile's export settings (delegate, dtype) and name."""
+    delegate = "xnnpack" if profile.export.xnnpack else None
+    return ExportRequest(profile=profile.id, delegate=delegate, dtype=profile.export.dtype, **fields)
+
+
+def check_request(request: ExportRequest, profile: Any | None = None) -> None:
+    """Refuse early (before any lowering) what the device or runtime cannot run."""
+    from edgebench.backends.support import device_reason, unsupported_reason
+    from edgebench.methods import parse_method
+
+    runtime = request.runtime_backend
+    if profile is not None:
+        reason = device_reason(runtime, profile.arch, list(profile.backends), device=profile.id)
+        if reason:
+            raise ExportRefused(reason)
+    reason = unsupported_reason(parse_method(request.method), runtime)
+    if reason:
+        raise ExportRefused(f"method {request.method!r} on {runtime}: {reason}")
+    if request.dtype != "float32":
+        raise ExportRefused(
+            f"dtype {request.dtype}: training programs are exported in float32 only (ExecuTorch's "
+            "portable training kernels and ORT's optimizer graphs are fp32); set the profile's "
+            "export.dtype to float32"
+        )
+
+
+def build_training_model(request: ExportRequest):
+    """(model with the method's trainable subset, method, example numpy batch).
+
+    Same seed, same calls, same order as the eager backend: identical initial weights.
+    """
+    import torch
+
+    from edgebench.data.synthetic import synthetic_batches
+    from edgebench.methods import parse_method
+    from edgebench.methods.subsets import apply_trainable
+    from edgebench.model import build_model
+
+    method = parse_method(request.method)
+    torch.manual_seed(request.seed)
+    model = build_model(request.model, image_size=request.image_size)
+    model = apply_trainable(method, model)
+    batch = next(iter(synthetic_batches(model.cfg, request.batch_size, request.text_length,
+                                        request.seed, image_size=model.cfg.vit_img_size)))
+    return model, method, batch
+
+
+def _inputs(arrays: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"name": k, "shape": list(v.shape), "dtype": str(v.dtype)} for k, v in arrays.items()]
+
+
+def _export_executorch(request: ExportRequest, directory: Path, on_stage) -> dict[str, Any]:
+    import torch
+
+    from edgebench.data.synthetic import to_torch
+    from exporters.executorch import lower_forward, lower_training_step
+
+    on_stage("build model")
+    model, method, batch = build_training_model(request)
+    tensors = to_torch(batch)
+    example = (tensors["input_ids"], tensors["images"], tensors["labels"])
+    files = [PTE]
+    if method.grad_mode == "zeroth-order":
+        lowered = lower_forward(model, example, on_stage=on_stage)
+        named = dict(model.named_parameters())
+        torch.save({n: named[n].detach().clone() for n in lowered.trainable_parameters},
+                   directory / TRAINABLE_INIT)
+        files.append(TRAINABLE_INIT)
+        program = "forward-only"
+    else:
+        lowered = lower_training_step(model, example, delegate=request.delegate, on_stage=on_stage)
+        program = "forward-backward"
+    (directory / PTE).write_bytes(lowered.buffer)
+    inputs = _inputs(batch)
+    if program == "forward-only":
+        named = dict(model.named_parameters())
+        inputs += [{"name": n, "shape": list(named[n].shape), "dtype": "float32"}
+                   for n in lowered.trainable_parameters]
+    return {
+        "program": program,
+        "inputs": inputs,
+        "trainable_parameters": lowered.trainable_parameters,
+        "frozen_parameters": lowered.frozen_parameters,
+        "planned_memory_bytes": lowered.planned_memory_bytes,
+        "files": files,
+    }
+
+
+def _export_onnx(request: ExportRequest, directory: Path, on_stage) -> dict[str, Any]:
+    from edgebench.data.synthetic import to_torch
+    from edgebench.methods import optim
+    from exporters.onnx import FILES, export_artifacts, shifted_labels
+
+    on_stage("build model")
+    model, method, batch = build_training_model(request)
+    tensors = to_torch(batch)
+    optimizer = method.optimizer
+    weight_decay = 0.01 if optimizer == "adamw" else 0.0  # the methods' AdamW recipe
+    info = export_artifacts(model, tensors["input_ids"], tensors["images"], directory,
+                            optimizer=optimizer, weight_decay=weight_decay,
+                            max_grad_norm=optim.MAX_GRAD_NORM, on_stage=on_stage)
+    labels = shifted_labels(batch["labels"])
+    return {
+        "program": "training-artifacts",
+        "inputs": _inputs({"input_ids": batch["input_ids"], "images": batch["images"], "labels": labels}),
+        "labels": "shifted: labels[:, 1:] flattened (exporters.onnx.shifted_labels)",
+        "optimizer": optimizer,
+        "weight_decay": weight_decay,
+        "max_grad_norm": optim.MAX_GRAD_NORM,
+        "default_lr": optim.default_lr(method),
+        "trainable_parameters": info["trainable_parameters"],
+        "frozen_parameters": info["frozen_parameters"],
+        "planned_memory_bytes": None,  # ORT allocates at run time; no static plan to read
+        "files": list(FILES),
+    }
+
+
+def _build(request: ExportRequest, key: str, directory: Path, on_stage) -> dict[str, Any]:
+    from edgebench.methods import parse_method
+
+    started = time.perf_counter()
+    built = (_export_executorch if request.backend == "executorch" else _export_onnx)(request, directory, on_stage)
+    on_stage("write manifest")
+    manifest = {
+        "format": FORMAT,
+        "key": key,
+        "backend": request.backend,
+        "runtime_backend": request.runtime_backend,
+        "request": request.to_dict(),
+        "profile": request.profile,
+        "method": {"text": request.method, "knobs": parse_method(request.method).knobs()},
+        "versions": library_versions(),
+        "export_time_s": round(time.perf_counter() - started, 3),
+        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **{k: v for k, v in built.items() if k != "files"},
+        "files": describe_files(directory, built["files"]),
+    }
+    write_manifest(directory, manifest)
+    return manifest
+
+
+def export(
+    request: ExportRequest,
+    out: str | Path | None = None,
+    *,
+    profile: Any | None = None,
+    on_stage: Callable[[str], None] = lambda stage: None,
+) -> ExportResult:
+    """Exports `request` (or finds it in the cache) and returns where its files are.
+
+    The export lives in `cache_root()/<key>`; `out`, when given, gets links to its files.
+    Refuses early (ExportRefused) what the profile's device or the runtime cannot run.
+    """
+    check_request(request, profile)
+    key = request.key()
+    target = Path(out) if out is not None else None
+    if target is not None and is_complete(target, key):
+        return ExportResult(target, read_manifest(target), cached=True)
+    entry = cache_root() / key[:24]
+    cached = is_complete(entry, key)
+    if not cached:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=entry.parent))
+        try:
+            _build(request, key, work, on_stage)
+            if entry.exists():
+                shutil.rmtree(entry)  # an incomplete earlier attempt
+            os.replace(work, entry)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    if target is None or target.resolve() == entry.resolve():
+        return ExportResult(entry, read_manifest(entry), cached=cached)
+    materialize(entry, target)
+    return ExportResult(target, read_manifest(target), cached=cached)
+
+
+def export_for_spec(spec: Any, profile: Any | None = None,
+                    on_stage: Callable[[str], None] = lambda stage: None) -> str:
+    """The program directory for a RunSpec with backend executorch/onnxruntime (exported
+    now or found in the cache), for the host to set as `spec.program` before the run."""
+    fields = dict(model=spec.checkpoint or spec.model, method=spec.method,
+                  backend={"onnxruntime": "onnx"}.get(spec.backend, spec.backend),
+                  batch_size=spec.batch_size, image_size=spec.image_size,
+                  text_length=spec.text_length, seed=spec.seed)
+    request = request_from_profile(profile, **fields) if profile is not None else ExportRequest(**fields)
+    return str(export(request, profile=profile, on_stage=on_stage).directory)

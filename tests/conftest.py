@@ -1,0 +1,38 @@
+"""Shared fixtures: tiny specs, run helpers, and a real cgroup v1 memory group."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+FULL = os.environ.get("EDGEBENCH_FULL") == "1"
+CGROUP_V1_MEMORY = Path("/sys/fs/cgroup/memory")
+
+
+@pytest.fixture
+def memory_cgroup():
+    """A fresh cgroup v1 memory group (yielded as its path); removed afterwards with its processes."""
+    if not (CGROUP_V1_MEMORY / "cgroup.procs").exists() or not os.access(CGROUP_V1_MEMORY, os.W_OK):
+        pytest.fail("cgroup v1 memory controller not writable here: run the tests as root "
+                    "on a host with /sys/fs/cgroup/memory (CI does)")
+    path = CGROUP_V1_MEMORY / f"edgebench-test-{uuid.uuid4().hex[:8]}"
+    path.mkdir()
+    try:
+        yield path
+    finally:
+        for pid in (path / "cgroup.procs").read_text().split():
+            try:
+                os.kill(int(pid), 9)
+            except ProcessLookupError:
+                pass
+        for _ in range(50):
+            try:
+                path.rmdir()
+                break
+            except OSError:
+                import time
+
+                time.sleep(0.1)

@@ -1,0 +1,158 @@
+"""Profiles, inventory, local and adb transports (no sshd needed; see test_lab.py for SSH)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from edgebench.devices.inventory import InventoryError, get_device, list_devices, scan_devices
+from edgebench.devices.profiles import ProfileError, list_profiles, load_profile, parse_profile
+from edgebench.devices.transport import TransportError, connect
+
+REQUIRED = {"local", "raspberry-pi-5-8gb", "raspberry-pi-4-4gb", "raspberry-pi-zero-2w",
+            "jetson-orin-nano-8gb", "jetson-agx-orin-64gb", "pixel-8"}
+
+
+@pytest.fixture
+def inventory(tmp_path, monkeypatch):
+    """Writes an inventory file and points $EDGEBENCH_INVENTORY at it."""
+    path = tmp_path / "inventory.yaml"
+    monkeypatch.setenv("EDGEBENCH_INVENTORY", str(path))
+
+    def write(devices):
+        path.write_text(yaml.safe_dump({"devices": devices}))
+        return path
+
+    return write
+
+
+def test_every_required_profile_loads_with_sane_figures():
+    assert REQUIRED <= set(list_profiles())
+    for name in REQUIRED:
+        p = load_profile(name)
+        assert p.id == name and p.cores >= 1 and p.ram_bytes >= 256 * 2**20
+        assert p.emulation.memory_bytes > 0 and p.emulation.cpus > 0
+        if p.arch != "x86_64":
+            assert "onnxruntime" not in p.backends, name
+        if p.power_model is not None:
+            assert p.power_model.max_w > p.power_model.idle_w
+    assert int(load_profile("raspberry-pi-zero-2w").ram_bytes) == 512 * 2**20
+    assert int(load_profile("jetson-agx-orin-64gb").ram_bytes) == 64 * 2**30
+    assert load_profile("pixel-8").sensors.power.source == "battery"
+    assert load_profile("jetson-orin-nano-8gb").sensors.power.total_rail == "VDD_IN"
+
+
+def test_local_profile_is_detected_from_this_machine():
+    p = load_profile("local")
+    assert p.cores == os.cpu_count()
+    assert int(p.ram_bytes) == psutil.virtual_memory().total
+    assert p.arch == "x86_64" and "onnxruntime" in p.backends  # this machine is x86_64
+    assert os.path.exists(p.python)
+
+
+def _pi4() -> dict:
+    return yaml.safe_load(Path(load_profile("raspberry-pi-4-4gb").source).read_text())
+
+
+def test_sizes_parse_and_bad_fields_name_file_field_and_fix():
+    data = _pi4()
+    data["ram_bytes"] = "1.5GiB"
+    assert int(parse_profile(data, "x.yaml").ram_bytes) == 1536 * 2**20
+    data.update(ram_bytes="4 gigs", colour="red")
+    del data["cores"]
+    with pytest.raises(ProfileError) as err:
+        parse_profile(data, "device_profiles/broken.yaml")
+    text = str(err.value)
+    assert "device_profiles/broken.yaml" in text
+    assert "ram_bytes" in text and "8GiB" in text  # the fix: how to write a size
+    assert "cores: required field is missing; add it" in text
+    assert "colour: unknown field" in text
+
+
+def test_onnxruntime_on_aarch64_is_refused_with_the_reason():
+    data = _pi4()
+    data["backends"] = ["eager", "onnxruntime"]
+    with pytest.raises(ProfileError, match="no aarch64 wheel.*--enable_training_apis"):
+        parse_profile(data, "pi.yaml")
+
+
+def test_profile_file_name_must_match_id(tmp_path, monkeypatch):
+    data = _pi4()
+    (tmp_path / "my-pi.yaml").write_text(yaml.safe_dump(data))
+    monkeypatch.setenv("EDGEBENCH_PROFILES", str(tmp_path))
+    with pytest.raises(ProfileError, match="my-pi.yaml: id: 'raspberry-pi-4-4gb' differs from the file name"):
+        load_profile("my-pi")
+    with pytest.raises(ProfileError, match="unknown device profile 'nope'; known: .*pixel-8"):
+        load_profile("nope")
+
+
+def test_inventory_merges_entry_over_profile_and_names_bad_entries(inventory):
+    path = inventory({
+        "orin": {"profile": "jetson-orin-nano-8gb", "host": "10.0.0.5", "key": "~/.ssh/id_ed25519"},
+        "typo": {"profile": "raspberry-pi-4-4gb", "hots": "10.0.0.6"},
+        "ghost": {"profile": "no-such-profile", "host": "x"},
+        "nohost": {"profile": "raspberry-pi-5-8gb"},
+    })
+    orin = get_device("orin")
+    assert (orin.transport.host, orin.transport.user, orin.transport.port) == ("10.0.0.5", "nvidia", 22)
+    assert orin.profile.id == "jetson-orin-nano-8gb" and orin.address == "nvidia@10.0.0.5:22"
+    with pytest.raises(InventoryError, match=rf"{path}: device 'typo': hots: unknown field"):
+        get_device("typo")
+    with pytest.raises(InventoryError, match="device 'ghost': profile: unknown device profile 'no-such-profile'"):
+        get_device("ghost")
+    with pytest.raises(InventoryError, match="device 'nohost': ssh needs `host:`"):
+        get_device("nohost")
+    with pytest.raises(InventoryError, match=f"unknown device 'jetson'; known: .*orin.*Add it to {path}"):
+        get_device("jetson")
+    with pytest.raises(InventoryError, match="device 'ghost'"):  # the first bad entry, by name
+        list_devices()
+    found, problems = scan_devices()
+    assert [d.name for d in found] == ["local", "orin"]
+    assert sorted(problems) == ["ghost", "nohost", "typo"] and "hots" in problems["typo"]
+
+
+def test_local_transport_runs_streams_and_copies(tmp_path):
+    t = connect("local")
+    result = t.run(["sh", "-c", "echo out; echo err >&2; exit 3"])
+    rc, out, err = result
+    assert (rc, out, err, result.exit_signal) == (3, "out\n", "err\n", None)
+    assert t.run(["sh", "-c", "kill -KILL $$"]).exit_signal == "KILL"
+    src = tmp_path / "a.bin"
+    src.write_bytes(b"0123456789")
+    t.put(src, str(tmp_path / "b.bin"))  # absolute remote paths are used as they are
+    dst = tmp_path / "c.bin"
+    dst.write_bytes(b"01234xx")
+    t.get(str(tmp_path / "b.bin"), dst, offset=5)  # resume: keep the first 5 bytes
+    assert dst.read_bytes() == b"0123456789"
+    assert list(t.stream(["printf", "a\\nb\\n"])) == ["a", "b"]
+    with pytest.raises(TransportError, match="timed out after 0.2 s"):
+        t.run(["sleep", "5"], timeout=0.2)
+
+
+@pytest.fixture
+def adb_server_port():
+    """A private adb server port, so the test neither uses nor leaves a user's server."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "ANDROID_ADB_SERVER_PORT": str(port)}
+    yield port
+    subprocess.run(["adb", "kill-server"], env=env, capture_output=True, timeout=30)
+
+
+def test_adb_without_phone_names_serial_and_fix(inventory, adb_server_port, monkeypatch):
+    monkeypatch.setenv("ANDROID_ADB_SERVER_PORT", str(adb_server_port))
+    inventory({"phone": {"profile": "pixel-8", "kind": "adb", "serial": "EB0NOPHONE"}})
+    device = get_device("phone")
+    assert device.address == "adb:EB0NOPHONE"
+    with pytest.raises(TransportError) as err:
+        connect(device)
+    text = str(err.value)
+    assert "phone" in text and "'EB0NOPHONE'" in text
+    assert "USB debugging" in text and "adb connect HOST:PORT" in text and "adb devices -l" in text

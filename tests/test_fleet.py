@@ -1,0 +1,83 @@
+"""Verified, resumable fetching and preflight, without a lab (see test_lab.py for the real thing)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from edgebench.devices.inventory import get_device
+from edgebench.devices.transport import TransportError, connect
+from edgebench.fleet.collect import fetch_file
+from edgebench.fleet.deploy import preflight
+from edgebench.runner.spec import RunSpec
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_fetch_resumes_verifies_and_is_idempotent(tmp_path):
+    transport = connect("local")
+    remote = tmp_path / "device" / "samples.jsonl"
+    remote.parent.mkdir()
+    data = b"".join(b'{"t_ns": %d}\n' % i for i in range(20000))
+    remote.write_bytes(data)
+    local = tmp_path / "host" / "samples.jsonl"
+    local.parent.mkdir()
+    part = local.with_name("samples.jsonl.part")
+    part.write_bytes(data[:100000])  # an interrupted download
+    assert fetch_file(transport, str(remote), local, len(data), _sha(data)) == len(data) - 100000
+    assert local.read_bytes() == data and not part.exists()
+    assert fetch_file(transport, str(remote), local, len(data), _sha(data)) == 0  # nothing to do
+    # The trace grows on the device: only the new bytes travel.
+    more = data + b'{"t_ns": -1}\n'
+    remote.write_bytes(more)
+    assert fetch_file(transport, str(remote), local, len(more), _sha(more)) == len(more) - len(data)
+    assert local.read_bytes() == more
+    # A corrupt partial download is detected by its sha256 and fetched again whole.
+    part.write_bytes(b"garbage" * 10)
+    local.unlink()
+    assert fetch_file(transport, str(remote), local, len(more), _sha(more)) == len(more)
+    assert local.read_bytes() == more
+    # A listing that does not match the file is refused, never stored.
+    with pytest.raises(TransportError, match="does not match its listed size/sha256"):
+        fetch_file(transport, str(remote), tmp_path / "host" / "x.json", len(more), _sha(b"other"))
+    assert not (tmp_path / "host" / "x.json").exists()
+
+
+def _facts(**changes):
+    facts = {"python": [3, 11, 7], "executable": "/usr/bin/python3", "arch": "aarch64", "torch": "2.13.0",
+             "executorch": None, "onnxruntime_training": None, "psutil": "7.0", "numpy": "2.1",
+             "mem_available_bytes": 3 * 2**30, "mem_total_bytes": 4 * 2**30, "cgroup_limit_bytes": None,
+             "cgroup_usage_bytes": None, "disk_free_bytes": 10 * 2**30, "workdir": "/home/pi/edgebench-work"}
+    facts.update(changes)
+    return facts
+
+
+def test_preflight_names_each_problem_and_its_fix(tmp_path, monkeypatch):
+    inventory = tmp_path / "inv.yaml"
+    inventory.write_text("devices:\n  pi: {profile: raspberry-pi-4-4gb, host: 10.0.0.9}\n")
+    monkeypatch.setenv("EDGEBENCH_INVENTORY", str(inventory))
+    pi = get_device("pi")
+    eager = [RunSpec(method="sgd", run_id="r1")]
+    assert preflight(pi, _facts(), eager, 10**6) == []
+    problems = preflight(pi, _facts(python=[3, 9, 2], torch=None, arch="x86_64",
+                                    mem_available_bytes=50 * 2**20, disk_free_bytes=2**20), eager, 10**6)
+    text = "\n".join(problems)
+    assert "python 3.9.2 at /usr/bin/python3 is older than 3.10" in text
+    assert "torch is not installed for /usr/bin/python3; `/usr/bin/python3 -m pip install torch==2.13.0`" in text
+    assert "reports arch x86_64 but profile raspberry-pi-4-4gb says aarch64" in text
+    assert "only 50 MiB of RAM is free" in text and "MiB free on the disk of /home/pi/edgebench-work" in text
+    ort = [RunSpec(method="sgd", backend="onnxruntime", run_id="r2", program=str(tmp_path / "missing"))]
+    text = "\n".join(preflight(pi, _facts(), ort, 10**6))
+    assert "backend onnxruntime is not among profile raspberry-pi-4-4gb's backends" in text
+    assert "onnxruntime-training has no aarch64 wheel" in text
+    assert f"program directory {tmp_path / 'missing'} does not exist" in text
+    et = [RunSpec(method="sgd", backend="executorch", run_id="r3")]
+    text = "\n".join(preflight(pi, _facts(), et, 10**6))
+    assert "executorch is not installed on the device" in text and "r3: backend executorch needs an exported program" in text
+    # A cgroup limit (a container, the lab) counts as less free RAM.
+    assert any("RAM is free" in p for p in preflight(pi, _facts(cgroup_limit_bytes=300 * 2**20,
+                                                                  cgroup_usage_bytes=200 * 2**20), eager, 10**6))

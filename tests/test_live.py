@@ -1,0 +1,140 @@
+"""Live view: following files as they grow, the state, the rendering, and the real thing in tmux."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from rich.console import Console
+
+from edgebench.devices.transport import LocalTransport
+from edgebench.live.follow import FileTail, LocalRun, RemoteRun, find_local_run
+from edgebench.live.state import LiveState
+from edgebench.live.view import render, sparkline
+from live_writer import write_run
+
+TESTS = Path(__file__).parent
+
+
+def _text(state: LiveState, width: int = 120) -> str:
+    console = Console(record=True, width=width, color_system=None)
+    console.print(render(state, now=0.0))
+    return console.export_text()
+
+
+def test_file_tail_returns_only_complete_lines(tmp_path):
+    path = tmp_path / "samples.jsonl"
+    tail = FileTail(path)
+    assert tail.read_lines() == []  # not there yet
+    path.write_bytes(b'{"t_ns": 1}\n{"t_ns": 2, "rss')
+    assert tail.read_lines() == [b'{"t_ns": 1}']
+    with open(path, "ab") as fh:
+        fh.write(b'_bytes": 5}\n')
+    assert tail.read_lines() == [b'{"t_ns": 2, "rss_bytes": 5}']
+    path.write_bytes(b'{"t_ns": 9}\n')  # replaced by a shorter file: start again
+    assert tail.read_lines() == [b'{"t_ns": 9}']
+
+
+def test_state_and_render_show_the_figures_of_a_finished_run(tmp_path):
+    write_run(tmp_path / "r1", steps=4, step_s=0.02, sample_s=0.005)
+    with open(tmp_path / "r1" / "samples.jsonl", "a") as fh:
+        fh.write("garbage\n")
+    source = LocalRun(tmp_path / "r1")
+    state = LiveState(source=source.label)
+    state.apply(source.poll())
+    assert state.finished and state.steps_done == {"warmup": 1, "measure": 4} and state.bad_lines == 1
+    assert state.peak_rss_bytes == (100 << 20) + 4 * (7 << 20)
+    text = _text(state)
+    for needle in ("method lora", "backend eager", "[ok]", "step 4/4", "/ 1,024 MiB", "W (measured)",
+                   "finished: summary", "1 unreadable trace line"):
+        assert needle in text, needle
+    assert sparkline([1, 2, 3, 4, 5, 6, 7, 8]) == "▁▂▃▄▅▆▇█"
+
+
+def test_estimated_power_is_marked_in_the_view():
+    state = LiveState()
+    state.apply(SimpleNamespace(meta=None, result=None, error=None, bad_lines=0, events=[],
+                                samples=[{"t_ns": 1, "rss_bytes": 1 << 20, "power_w_est": 4.2}]))
+    assert "~4.20 W (ESTIMATED)" in _text(state)
+
+
+def test_find_local_run_by_id_and_newest(tmp_path):
+    for path in ("a", "pi/b", "sweeps/s1/runs/c"):
+        (tmp_path / path).mkdir(parents=True)
+        (tmp_path / path / "meta.json").write_text("{}")
+        time.sleep(0.01)
+    assert find_local_run(tmp_path, "b") == tmp_path / "pi" / "b"
+    assert find_local_run(tmp_path, None) == tmp_path / "sweeps" / "s1" / "runs" / "c"
+    with pytest.raises(FileNotFoundError, match="no run 'zz'"):
+        find_local_run(tmp_path, "zz")
+
+
+def test_remote_follower_tails_through_a_transport(tmp_path):
+    """RemoteRun over the devices room's LocalTransport: a real `tail -F` subprocess."""
+    transport = LocalTransport(SimpleNamespace(name="here"))
+    writer = subprocess.Popen([sys.executable, str(TESTS / "live_writer.py"), str(tmp_path / "r"), "--steps", "5",
+                               "--step-s", "0.1", "--sample-s", "0.02"])
+    (tmp_path / "r").mkdir(exist_ok=True)
+    source = RemoteRun(transport, str(tmp_path / "r"), json_interval_s=0.1)
+    state = LiveState(source=source.label)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not (state.finished and state.steps_done["measure"] == 5):
+            state.apply(source.poll())
+            time.sleep(0.05)
+    finally:
+        source.close()
+        writer.wait(timeout=20)
+    assert state.finished and state.status == "ok"
+    assert state.steps_done == {"warmup": 1, "measure": 5} and state.samples_seen > 10 and state.bad_lines == 0
+
+
+def _capture(session: str) -> str:
+    return subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
+
+
+def test_live_view_in_tmux_follows_a_run_being_written(tmp_path):
+    assert shutil.which("tmux"), "tmux is needed for this test: apt-get install -y tmux"
+    run_dir = tmp_path / "live-run"
+    session = f"ebtest{int(time.time() * 1000) % 10**8}"
+    writer = subprocess.Popen([sys.executable, str(TESTS / "live_writer.py"), str(run_dir), "--steps", "16",
+                               "--step-s", "0.3", "--sample-s", "0.05"])
+    command = f"{sys.executable} -m edgebench.live --dir {run_dir}; echo LIVE-EXIT=$?; sleep 60"
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "130", "-y", "45", command], check=True)
+    try:
+        time.sleep(1.5)
+        first = _capture(session)
+        clocks = set()
+        for _ in range(10):  # >= 4 refreshes a second: the header clock shows tenths
+            clocks.update(re.findall(r"\d\d:\d\d:\d\d\.\d", _capture(session)))
+            time.sleep(0.1)
+        time.sleep(1.0)
+        second = _capture(session)
+        writer.wait(timeout=30)
+        time.sleep(0.6)
+        done = _capture(session)
+        subprocess.run(["tmux", "send-keys", "-t", session, "C-c"], check=True)
+        time.sleep(1.0)
+        after = _capture(session)
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+        if writer.poll() is None:
+            writer.kill()
+
+    def figures(text: str) -> tuple[int, float]:
+        step = re.search(r"step (\d+)/16", text)
+        ram = re.search(r"([\d,.]+) MiB / 1,024 MiB", text)
+        assert step and ram, text
+        return int(step.group(1)), float(ram.group(1).replace(",", ""))
+
+    (step1, ram1), (step2, ram2) = figures(first), figures(second)
+    assert step2 > step1 and ram2 > ram1, (first, second)
+    assert len(clocks) >= 4, clocks
+    assert "finished: summary" in done and "[ok]" in done and "step 16/16" in done
+    assert "LIVE-EXIT=0" in after and "Traceback" not in after

@@ -1,0 +1,178 @@
+"""Results store: ingest, clock alignment, energy integration, external meter traces, metrics."""
+
+from __future__ import annotations
+
+import csv
+from datetime import datetime, timezone
+
+import numpy as np
+import pytest
+
+from edgebench.results.alignment import fit_probes
+from edgebench.results.energy import window_energy_j
+from edgebench.results.external import CsvMapping
+from edgebench.results.metrics import all_metrics, step_energy_j
+from edgebench.results.pareto import frontier_indices
+from edgebench.results.store import Store
+from results_fixtures import FakeRun, probes_for
+
+HOST_EPOCH_NS = 1_790_000_000_000_000_000
+
+
+def test_alignment_recovers_offset_and_drift_and_drops_slow_probes():
+    rng = np.random.default_rng(1)
+    run = FakeRun()
+    offset, drift, ref = HOST_EPOCH_NS - run.mono0_ns, 80e-6, run.mono0_ns  # 80 ppm: 288 ms per hour
+    times = np.sort(rng.uniform(0, 3600, 40)).tolist()
+    fast = rng.uniform(0.8, 2.5, 40)
+    slow = rng.random(40) < 0.3
+    rtts = np.where(slow, rng.uniform(150, 900, 40), fast).tolist()
+    asym = np.where(slow, 0.95, rng.uniform(0.3, 0.7, 40)).tolist()  # slow trips are also lopsided
+    probes = probes_for(run, offset, drift, ref, times, rtts, asym)
+    meta = run.meta()
+
+    a = fit_probes(probes, meta=meta)
+    assert a.source == "probes" and a.probes_discarded == int(slow.sum()) and a.probes_used == 40 - int(slow.sum())
+    mono = run.mono0_ns + np.linspace(0, 3600e9, 50).astype(np.int64)
+    truth = mono + offset + np.rint(drift * (mono - ref)).astype(np.int64)
+    assert np.abs(a.to_host_ns(mono) - truth).max() < 1_000_000
+    assert abs(a.drift - drift) < 1e-6
+
+    keep_all = fit_probes(probes, rtt_factor=1e9, meta=meta)  # the same fit without discarding
+    assert np.abs(keep_all.to_host_ns(mono) - truth).max() > 5_000_000
+
+
+def test_alignment_ignores_probes_from_another_boot_and_falls_back_to_meta(tmp_path):
+    run = FakeRun()
+    other_boot = probes_for(FakeRun(boot_wall_ns=run.boot_wall_ns + 86_400 * 10**9), 10**9, 0.0, 0, [0, 1], [1, 1])
+    assert fit_probes(other_boot, meta=run.meta()) is None
+    with Store(tmp_path / "s.duckdb") as store:
+        store.ingest_run(run.write(tmp_path / "src"), device="pi")
+        store.add_clock_probes("pi", other_boot)
+        a = store.alignment("pi", run.run_id)
+        assert a.source == "meta" and "meta.json" in a.note
+        assert a.to_host_ns(run.mono0_ns) == run.mono0_ns + run.boot_wall_ns
+
+
+def test_window_energy_is_the_exact_integral_of_a_piecewise_linear_trace():
+    rng = np.random.default_rng(2)
+    t = np.sort(rng.choice(np.arange(0, 10_000_000_000, 1000), 300, replace=False)).astype(np.int64)
+    p = rng.uniform(1, 9, len(t))
+    begin = np.sort(rng.integers(t[0], t[-1] - 2_000_000_000, 30))
+    end = begin + rng.integers(1, 2_000_000_000, 30)
+    got = window_energy_j(t, p, begin, end)
+    for b, e, g in zip(begin, end, got):  # exact: trapezoids over the breakpoints inside plus both edges
+        xs = np.concatenate([[b], t[(t > b) & (t < e)], [e]])
+        ys = np.interp(xs, t, p)
+        assert g == pytest.approx(float(np.sum(np.diff(xs) * (ys[1:] + ys[:-1]) / 2)) / 1e9, rel=1e-9)
+    outside = window_energy_j(t, p, np.array([t[0] - 1]), np.array([t[5]]))
+    assert np.isnan(outside[0])
+
+
+def test_energy_per_step_from_the_device_trace_matches_the_analytic_integral(tmp_path):
+    run = FakeRun(power=lambda t_s: 2.0 + 0.5 * t_s, sample_hz=7.0, power_est=lambda t_s: 4.0 + 0 * t_s)
+    with Store(tmp_path / "s.duckdb") as store:
+        store.ingest_run(run.write(tmp_path / "src"), device="pi")
+        m = all_metrics(store)[0]
+    windows = [((b - run.mono0_ns) / 1e9, (e - run.mono0_ns) / 1e9) for ph, _, b, e in run.step_windows_ns() if ph == "measure"]
+    exact = np.mean([2.0 * (e - b) + 0.25 * (e * e - b * b) for b, e in windows])
+    assert m["energy_per_step_j"] == pytest.approx(exact, rel=1e-9)
+    assert m["energy_per_sample_j"] == pytest.approx(exact / run.batch_size, rel=1e-9)
+    assert m["energy_source"] == "device"
+    assert m["energy_per_step_j_est"] == pytest.approx(4.0 * run.step_s, rel=1e-9)
+    assert m["power_mean_w_est"] == pytest.approx(4.0) and m["power_mean_w"] != pytest.approx(4.0)
+
+
+def _write_meter_csv(path, times_ns, watts):
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["Timestamp", "Voltage(mV)", "Current(mA)"])
+        for t, p in zip(times_ns, watts):
+            stamp = datetime.fromtimestamp(t // 1000 / 1e6, tz=timezone.utc).replace(tzinfo=None)
+            w.writerow([stamp.isoformat(timespec="microseconds"), "5000", f"{p / 5 * 1000:.6f}"])
+
+
+def test_external_csv_with_a_known_offset_lands_on_the_right_steps(tmp_path):
+    run = FakeRun(power=None, steps=12, step_s=0.5)
+    offset = HOST_EPOCH_NS - run.mono0_ns
+    probes = probes_for(run, offset, 0.0, run.mono0_ns, [0, 2, 4, 6, 8], [1, 1, 1, 1, 1])
+    meter_ahead_s = 2.75  # the meter's clock runs 2.75 s ahead of the host
+    # Power high in odd measured steps, low in even ones, switching exactly at step edges (host time).
+    times, watts = [], []
+    windows = [(s, b, e) for ph, s, b, e in run.step_windows_ns() if ph == "measure"]
+    for step, b, e in windows:
+        level = 10.0 if step % 2 else 2.0
+        for t in (b, e - 1000):
+            times.append(b + offset if t == b else e + offset - 1000)
+            watts.append(level)
+    first, last = run.step_windows_ns()[0][2] + offset - 10**9, run.end_ns() + offset + 10**9
+    times = [first] + times + [last]
+    watts = [1.0] + watts + [1.0]
+    meter_times = [t + int(meter_ahead_s * 1e9) for t in times]
+    _write_meter_csv(tmp_path / "um34c.csv", meter_times, watts)
+
+    with Store(tmp_path / "s.duckdb") as store:
+        store.ingest_run(run.write(tmp_path / "src"), device="pi")
+        store.add_clock_probes("pi", probes)
+        mapping = CsvMapping(time_col="Timestamp", time_format="iso", voltage_col="Voltage(mV)", voltage_unit="mV",
+                             current_col="Current(mA)", current_unit="mA", offset_s=meter_ahead_s)
+        trace_id = store.import_external_trace(tmp_path / "um34c.csv", "pi", mapping)
+        steps, energy, source = step_energy_j(store, "pi", run.run_id)
+        m = all_metrics(store)[0]
+    assert source == f"external:{trace_id}" and m["energy_source"] == source
+    measured = steps["phase"] == "measure"
+    expected = np.array([(10.0 if s % 2 else 2.0) * run.step_s for s in steps["step"][measured]])
+    np.testing.assert_allclose(energy[measured], expected, rtol=1e-4)
+    assert m["power_peak_w"] == pytest.approx(10.0)
+
+
+def test_ingest_is_idempotent_and_counts_bad_lines(tmp_path):
+    run = FakeRun()
+    src = run.write(tmp_path / "src", garbage=True)
+    with Store(tmp_path / "s.duckdb") as store:
+        assert store.ingest_run(src, device="pi") == run.run_id
+        counts = [store.con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0] for t in ("runs", "samples", "steps")]
+        store.ingest_run(src, device="pi")
+        again = [store.con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0] for t in ("runs", "samples", "steps")]
+        assert counts == again == [1, len(run.sample_times_ns()), run.steps + run.warmup_steps]
+        row = store.runs()[0]
+        assert row["samples_bad_lines"] == 1 and row["samples_truncated"] is True
+        assert (tmp_path / "raw").exists() is False  # the run lives beside the store: kept in place
+        longer = FakeRun(steps=15)
+        longer.write(tmp_path / "src")  # the same run re-collected after more steps replaces the old rows
+        store.ingest_run(src, device="pi")
+        assert store.con.execute("SELECT count(*) FROM steps").fetchall()[0][0] == 16
+        store.ingest_run(src, device="jetson")  # same run id on another device: a separate run
+        assert len(store.runs()) == 2
+
+
+def test_raw_traces_are_copied_beside_the_store_and_new_sample_fields_add_columns(tmp_path):
+    store_dir = tmp_path / "store"
+    with Store(store_dir / "edgebench.duckdb") as store:
+        store.ingest_run(FakeRun(run_id="a").write(tmp_path / "elsewhere"), device="pi")
+        store.ingest_run(FakeRun(run_id="b", extra_fields={"rail_vdd_in_w": 4.5, "temp_cpu_c": 51.0}).write(
+            tmp_path / "elsewhere"), device="pi")
+        assert (store_dir / "raw" / "pi" / "b" / "samples.jsonl").exists()
+        assert {"rail_vdd_in_w", "temp_cpu_c"} <= set(store.sample_columns())
+        assert np.isnan(store.samples("pi", "a", ["rail_vdd_in_w"])["rail_vdd_in_w"]).all()
+        assert (store.samples("pi", "b", ["rail_vdd_in_w"])["rail_vdd_in_w"] == 4.5).all()
+
+
+def test_metrics_memory_time_throttle_loss_and_frontier(tmp_path):
+    with Store(tmp_path / "s.duckdb") as store:
+        for i, (rss_mib, step_s) in enumerate([(300, 0.2), (200, 0.3), (320, 0.25), (150, 0.5)]):
+            run = FakeRun(run_id=f"r{i}", rss_base=rss_mib << 20, step_s=step_s, throttle_after_s=1.0,
+                          status="ok" if i < 3 else "oom")
+            store.ingest_run(run.write(tmp_path / "src"), device="pi")
+        rows = {r["run_id"]: r for r in all_metrics(store)}
+    assert [rows[f"r{i}"]["on_frontier"] for i in range(4)] == [True, True, False, None]
+    r0 = rows["r0"]
+    assert r0["step_time_median_s"] == pytest.approx(0.2) and r0["samples_per_s"] == pytest.approx(2 / 0.2)
+    assert r0["tokens_per_s"] == pytest.approx(16 * 2 / 0.2)
+    assert r0["peak_rss_bytes_sampled"] == (300 << 20) + 11 * (1 << 20)
+    assert r0["loss_first"] == pytest.approx(10.0) and r0["loss_last"] == pytest.approx(10.0 * 0.9 ** 10)
+    run0 = FakeRun(step_s=0.2)
+    span_s = (run0.end_ns() - run0.mono0_ns) / 1e9
+    assert r0["time_throttled_s"] == pytest.approx(span_s - 1.0, abs=0.03)
+    assert r0["temp_peak_c"] == pytest.approx(45 + span_s, abs=0.03)
+    assert frontier_indices([(1, 5), (2, 4), (2, 6), (3, 4)]) == {0, 1}

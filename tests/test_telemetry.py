@@ -1,0 +1,321 @@
+"""Sensor parsers against fixture trees shaped like real devices, the sampler's output
+contract, and the trace reader's tolerance. The memory-fidelity check against the kernel
+lives in test_telemetry_fidelity.py."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from edgebench.telemetry import clock, cpu, gpu, memory, power, thermal
+from edgebench.telemetry.sampler import Sampler
+from edgebench.telemetry.sysfs import SourceUnavailable
+from edgebench.telemetry.trace import TraceWriter, read_trace
+
+DEVICES = Path(__file__).parent / "fixtures" / "devices"
+JETSON, PI5, ANDROID, X86 = (DEVICES / d for d in ("jetson-orin-nano", "raspberry-pi-5", "android-phone", "x86-rapl"))
+
+
+def recorded_runner(device: Path):
+    """Replays `<device>/<command>/<argument>.txt` as the command's output; anything not
+    recorded fails as a missing command would."""
+    def run(argv):
+        path = device / argv[0] / f"{argv[1]}.txt"
+        if not path.exists():
+            raise FileNotFoundError(errno.ENOENT, "not recorded for this device", " ".join(argv))
+        return path.read_text()
+    return run
+
+
+@pytest.fixture
+def sleeper():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    yield child
+    child.kill()
+    child.wait()
+
+
+def copy_device(device: Path, tmp_path: Path) -> Path:
+    target = tmp_path / device.name
+    shutil.copytree(device, target, symlinks=True)
+    return target
+
+
+# -- clock --------------------------------------------------------------------------------
+
+def test_clock_pair_is_tight_and_printed_as_json():
+    pair = clock.clock_pair()
+    assert abs(pair["wall_ns"] - time.time_ns()) < 1e9
+    assert abs(pair["mono_ns"] - time.monotonic_ns()) < 1e9
+    assert pair["uncertainty_ns"] < 1_000_000
+    out = subprocess.run([sys.executable, "-m", "edgebench.telemetry.clock"], capture_output=True, text=True, check=True)
+    assert set(json.loads(out.stdout)) >= {"mono_ns", "wall_ns"}
+
+
+# -- Jetson: INA3221, thermal zones, GPU load, cgroup v2, process tree --------------------
+
+def test_ina3221_rails_skip_nc_and_sum_channel_and_total_is_vdd_in():
+    source = power.Ina3221Power(JETSON)
+    first = source.read(10.0)
+    assert first["rail_vdd_in_w"] == pytest.approx(5.096 * 1.248, abs=1e-4)
+    assert first["rail_vdd_cpu_gpu_cv_w"] == pytest.approx(5.088 * 0.416, abs=1e-4)
+    assert first["rail_vdd_soc_w"] == pytest.approx(5.096 * 0.704, abs=1e-4)
+    assert first["power_w"] == first["rail_vdd_in_w"]
+    assert sorted(k for k in first if k.startswith("rail_")) == ["rail_vdd_cpu_gpu_cv_w", "rail_vdd_in_w", "rail_vdd_soc_w"]
+    second = source.read(12.0)
+    assert second["energy_j"] == pytest.approx(2 * 5.096 * 1.248, abs=1e-3)
+
+
+def test_ina3221_missing_rail_and_no_input_rail(tmp_path):
+    root = copy_device(JETSON, tmp_path)
+    chip = root / "sys/bus/i2c/devices/1-0040/hwmon/hwmon1"
+    (chip / "curr2_input").unlink()  # a rail whose current cannot be read
+    rec = power.Ina3221Power(root).read(0.0)
+    assert "rail_vdd_cpu_gpu_cv_w" not in rec and rec["power_w"] == rec["rail_vdd_in_w"]
+    (chip / "in1_label").write_text("VDD_GPU_SOC\n")  # an AGX-like board: no VDD_IN, total = sum of rails
+    source = power.Ina3221Power(root)
+    rec = source.read(0.0)
+    assert source.total_rail is None
+    assert rec["power_w"] == pytest.approx(rec["rail_vdd_gpu_soc_w"] + rec["rail_vdd_soc_w"], abs=1e-3)
+    with pytest.raises(SourceUnavailable, match="total_rail 'VDD_IN'"):
+        power.Ina3221Power(root, total_rail="VDD_IN")
+    source, reasons = power.measured_power_source(X86, recorded_runner(X86), {"power": {"source": "ina3221"}})
+    assert source is None and "no ina3221 rails" in reasons["ina3221"]
+    assert "jtop" in reasons["ina3221"]  # the fallback was tried, and says why not
+
+
+def test_thermal_zones_skip_offline_zone():
+    rec = thermal.ThermalZones(JETSON).read(0.0)
+    assert rec == {"temp_cpu_thermal_c": 47.5, "temp_gpu_thermal_c": 46.062, "temp_soc0_thermal_c": 45.531,
+                   "temp_tj_thermal_c": 48.218}
+    assert thermal.ThermalZones(JETSON, zones=["gpu-thermal"]).read(0.0) == {"temp_gpu_thermal_c": 46.062}
+
+
+def test_jetson_gpu_load_and_unavailable_gpu_paths():
+    assert gpu.JetsonGpuLoad(JETSON).read(0.0) == {"gpu_load_pct": 31.2}
+    with pytest.raises(SourceUnavailable, match="no Jetson GPU load file"):
+        gpu.JetsonGpuLoad(X86)
+    try:
+        import pynvml  # noqa: F401
+    except ImportError:
+        with pytest.raises(SourceUnavailable, match="pynvml is not installed"):
+            gpu.NvmlGpu()
+    assert gpu.cuda_memory_sample() == {} and gpu.cuda_status().startswith("unavailable")
+
+
+def test_cgroup_v2_memory_and_cpu_throttle():
+    cg = memory.CgroupMemory(4242, JETSON)
+    assert cg.version == "v2" and cg.path == "edgebench/run1"
+    assert cg.read() == {"cgroup_usage_bytes": 262144000}
+    assert cg.counters() == {"cgroup_peak_bytes": 314572800, "cgroup_rss_bytes": 220200960, "cgroup_oom_kills": 1}
+    assert not cg.reset_peak()  # v2 peaks reset only per open file
+    assert cpu.CgroupCpuThrottle(4242, JETSON).read(0.0) == {"cpu_throttled_us": 125000}
+
+
+def test_process_tree_memory_from_fixture():
+    tree = memory.ProcessTree(4242, JETSON)
+    assert sorted(tree.pids(0.0)) == [4242, 4243]
+    assert memory.ProcessRss(tree).read(0.0) == {"rss_bytes": (51200 + 2560) * memory.PAGE_SIZE}
+    assert memory.ProcessUssPss(tree).read(0.0) == {"uss_bytes": (4800 + 170000 + 100 + 2000) * 1024,
+                                                      "pss_bytes": (180224 + 4096) * 1024}
+    assert memory.SystemMemory(JETSON).read(0.0) == {"mem_available_bytes": 5629952 * 1024}
+
+
+def test_process_tree_without_children_files(tmp_path):
+    root = copy_device(JETSON, tmp_path)
+    for children in root.glob("proc/*/task/*/children"):
+        children.unlink()  # kernels without CONFIG_PROC_CHILDREN: the tree comes from the ppids
+    assert sorted(memory.ProcessTree(4242, root).pids(0.0)) == [4242, 4243]
+
+
+def test_cpu_rates_and_frequencies(tmp_path):
+    root = copy_device(JETSON, tmp_path)
+    proc_cpu, sys_cpu = cpu.ProcessCpu(memory.ProcessTree(4242, root)), cpu.SystemCpu(root)
+    assert proc_cpu.read(1.0) == {} and sys_cpu.read(1.0) == {}  # a rate needs two reads
+    stat = root / "proc/4242/stat"
+    stat.write_text(stat.read_text().replace(" 350 50 10 5 ", f" {350 + cpu.CLOCK_TICKS // 2} 50 10 5 "))
+    (root / "proc/stat").write_text("cpu  10250 50 3150 80400 200 0 100 0 0 0\n")  # +400 busy, +400 idle
+    assert proc_cpu.read(2.0) == {"cpu_proc_pct": 50.0}
+    assert sys_cpu.read(2.0) == {"cpu_sys_pct": 50.0}
+    assert cpu.CpuFreq(root).read(0.0) == {"cpu0_freq_mhz": 1510.4, "cpu1_freq_mhz": 729.6, "cpu_freq_mhz": 1120.0}
+
+
+def test_sampler_on_jetson_fixture(tmp_path):
+    out = tmp_path / "samples.jsonl"
+    sampler = Sampler(out, 4242, rate_hz=50, root=JETSON, power_model={"idle_w": 4, "max_w": 15},
+                      runner=recorded_runner(JETSON)).start()
+    time.sleep(0.3)
+    summary = sampler.stop()
+    lines = read_trace(out).records
+    assert lines and all(isinstance(r["t_ns"], int) for r in lines)
+    assert all(b["t_ns"] > a["t_ns"] for a, b in zip(lines, lines[1:]))
+    assert lines[0]["rail_vdd_in_w"] == pytest.approx(6.3598) and lines[0]["temp_c_max"] == 48.218
+    assert not any("power_w_est" in r for r in lines)  # measured power wins over the model
+    assert summary["power_source"] == "ina3221" and summary["power_total"] == "VDD_IN"
+    assert summary["cgroup_peak_bytes"] == 314572800 and summary["cgroup_oom_kills"] == 1
+    assert summary["cgroup_oom_kills_during_run"] == 0
+    assert summary["peak_rss_bytes"] == (51200 + 2560) * memory.PAGE_SIZE
+    assert {"process_rss", "cgroup_memory", "ina3221", "thermal_zones", "jetson_gpu_load", "cpu_freq"} <= \
+        set(summary["sources_active"])
+    assert "vcgencmd" in summary["sources_unavailable"]["pi_throttled"]
+
+
+# -- Raspberry Pi 5: PMIC rails and throttling through the command runner -----------------
+
+def test_pi5_pmic_power_pairs_rails():
+    source = power.PiPmicPower(recorded_runner(PI5))
+    rec = source.read(0.0)
+    rails = {k: v for k, v in rec.items() if k.startswith("rail_")}
+    assert len(rails) == 8 and "rail_ext5v_w" not in rails and "rail_batt_w" not in rails
+    assert rails["rail_vdd_core_w"] == pytest.approx(1.11625 * 0.7494, abs=1e-4)
+    assert rec["power_w"] == pytest.approx(sum(rails.values()), abs=1e-3)
+    with pytest.raises(SourceUnavailable, match="pmic_read_adc"):
+        power.PiPmicPower(recorded_runner(JETSON))
+
+
+def test_pi_throttled_flags_decoded():
+    assert thermal.PiThrottled(recorded_runner(PI5)).read(0.0) == {"throttle_flags": 0x50005}
+    assert thermal.decode_throttled(0x50005) == {"now": ["under_voltage", "throttled"],
+                                                 "since_boot": ["under_voltage", "throttled"]}
+    assert thermal.decode_throttled(0x80008) == {"now": ["soft_temp_limit"], "since_boot": ["soft_temp_limit"]}
+    assert thermal.decode_throttled(0) == {"now": [], "since_boot": []}
+    assert thermal.ThermalZones(PI5).read(0.0) == {"temp_cpu_thermal_c": 52.65}
+
+
+def test_sampler_on_pi5_fixture(tmp_path):
+    sampler = Sampler(tmp_path / "s.jsonl", os.getpid(), rate_hz=20, root=PI5,
+                      sensors={"power": {"source": "pmic"}, "thermal_zones": ["cpu-thermal"], "throttle": "vcgencmd"},
+                      runner=recorded_runner(PI5)).start()
+    time.sleep(0.2)
+    summary = sampler.stop()
+    assert summary["power_source"] == "pmic"
+    assert summary["throttle_flags_seen"] == {"now": ["under_voltage", "throttled"],
+                                              "since_boot": ["under_voltage", "throttled"]}
+    assert summary["temp_c_max"] == 52.65
+    assert "not selected" not in json.dumps(summary["sources_unavailable"])
+
+
+# -- Android: battery sign convention; an unreadable thermal zone --------------------------
+
+def test_android_battery_sign_and_unreadable_zone():
+    rec = power.BatteryPower(ANDROID, current_sign=-1).read(0.0)
+    assert rec["power_w"] == pytest.approx(0.412 * 3.987, abs=1e-4)
+    assert power.BatteryPower(ANDROID, current_sign=1).read(0.0)["power_w"] < 0
+    source, _ = power.measured_power_source(ANDROID, recorded_runner(ANDROID), {"battery_current_sign": -1})
+    assert source.name == "battery" and source.sign == -1
+    source, _ = power.measured_power_source(ANDROID, recorded_runner(ANDROID),
+                                            {"power": {"source": "battery", "battery_current_sign": -1}})
+    assert source.read(0.0)["power_w"] > 0
+    assert thermal.ThermalZones(ANDROID).read(0.0) == {"temp_battery_c": 31.2}
+
+
+# -- x86: RAPL wrap-around, cgroup v1 -----------------------------------------------------
+
+def test_rapl_energy_across_wraparound(tmp_path):
+    root = copy_device(X86, tmp_path)
+    package, core = root / "sys/class/powercap/intel-rapl:0", root / "sys/class/powercap/intel-rapl:0:0"
+    source = power.RaplPower(root)
+    assert source.read(100.0) == {}  # counters need a previous read
+    max_range = 262143328850
+    (package / "energy_uj").write_text(f"{1_000_000 - (max_range - 262143000000)}\n")  # wrapped, +1 J in all
+    (core / "energy_uj").write_text(f"{100_000_000 + 500_000}\n")
+    rec = source.read(100.5)
+    assert rec["power_w"] == pytest.approx(2.0) and rec["energy_j"] == pytest.approx(1.0)
+    assert rec["rail_package_0_w"] == pytest.approx(2.0) and rec["rail_core_w"] == pytest.approx(1.0)
+    (package / "energy_uj").write_text(f"{1_000_000 - (max_range - 262143000000) + 3_000_000}\n")
+    rec = source.read(101.5)
+    assert rec["power_w"] == pytest.approx(3.0) and rec["energy_j"] == pytest.approx(4.0)
+
+
+def test_cgroup_v1_memory_and_cpu_throttle():
+    cg = memory.CgroupMemory(777, X86)
+    assert cg.version == "v1" and cg.read() == {"cgroup_usage_bytes": 524288000}
+    assert cg.counters() == {"cgroup_peak_bytes": 629145600, "cgroup_rss_bytes": 419430400,
+                             "cgroup_limit_bytes": 4294967296, "cgroup_oom_kills": 0}
+    assert cpu.CgroupCpuThrottle(777, X86).read(0.0) == {"cpu_throttled_us": 42000}
+
+
+def test_root_cgroup_is_reported_not_read(tmp_path):
+    (tmp_path / "proc/5").mkdir(parents=True)
+    (tmp_path / "proc/5/cgroup").write_text("0::/\n")
+    (tmp_path / "sys/fs/cgroup").mkdir(parents=True)
+    (tmp_path / "sys/fs/cgroup/memory.current").write_text("1000\n")
+    with pytest.raises(SourceUnavailable, match="root memory cgroup"):
+        memory.CgroupMemory(5, tmp_path)
+    with pytest.raises(SourceUnavailable, match="no memory cgroup"):
+        memory.CgroupMemory(6, tmp_path)
+
+
+# -- power estimate, rate, traces ---------------------------------------------------------
+
+def test_estimated_power_is_labelled_estimated(tmp_path, sleeper):
+    out = tmp_path / "samples.jsonl"
+    sampler = Sampler(out, sleeper.pid, rate_hz=50, sensors={"power": {"source": "none"}},
+                      power_model={"idle_w": 2.0, "max_w": 6.0}).start()
+    time.sleep(0.5)
+    summary = sampler.stop()
+    lines = read_trace(out).records
+    estimates = [r["power_w_est"] for r in lines if "power_w_est" in r]
+    assert estimates and all(2.0 <= w <= 6.0 for w in estimates)
+    assert not any("power_w" in r or "energy_j" in r for r in lines)
+    assert summary["power_source"] == "estimate" and summary["power_w_mean"] is None
+    assert summary["energy_j_est"] > 0 and summary["energy_j"] is None
+
+
+def test_sampler_rate_and_real_process(tmp_path, sleeper):
+    out = tmp_path / "samples.jsonl"
+    sampler = Sampler(out, sleeper.pid, rate_hz=50).start()
+    time.sleep(1.0)
+    summary = sampler.stop()
+    lines = read_trace(out).records
+    assert 35 <= len(lines) <= 60, len(lines)
+    assert summary["samples"] == len(lines)
+    assert "process_rss" in summary["sources_active"] and summary["peak_rss_bytes"] > 1_000_000
+    assert any("uss_bytes" in r for r in lines) and any("cpu_proc_pct" in r for r in lines)
+    with pytest.raises(ValueError, match="out of range"):
+        Sampler(out, sleeper.pid, rate_hz=500)
+
+
+def test_sampler_keeps_going_after_the_process_exits(tmp_path):
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    sampler = Sampler(tmp_path / "s.jsonl", child.pid, rate_hz=50).start()
+    child.wait()
+    time.sleep(0.2)
+    summary = sampler.stop()
+    assert summary["samples"] >= 5 and not summary["sources_failed"]
+
+
+def test_trace_with_truncated_last_line_and_garbage(tmp_path):
+    path = tmp_path / "t.jsonl"
+    with TraceWriter(path) as writer:
+        writer.write({"t_ns": 1})
+        writer.write({"t_ns": 2})
+    with open(path, "a") as fh:
+        fh.write("not json at all\n[1, 2]\n")
+        fh.write('{"t_ns": 3, "rss_by')
+    trace = read_trace(path)
+    assert [r["t_ns"] for r in trace.records] == [1, 2]
+    assert trace.bad_lines == 2 and trace.truncated_last_line
+    path.write_text("")
+    empty = read_trace(path)
+    assert empty.records == [] and not empty.truncated_last_line and empty.bad_lines == 0
+
+
+def test_sensors_command_reports_sources_as_json():
+    from click.testing import CliRunner
+
+    from edgebench.telemetry.commands import sensors_command
+
+    result = CliRunner().invoke(sensors_command, ["--root", str(JETSON), "--seconds", "0.2", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert "ina3221" in report["sources_active"] and report["latest"]["power_w"] == pytest.approx(6.3598)
+    assert "process_rss" in report["sources_unavailable"]  # this process is not in the fixture's /proc
