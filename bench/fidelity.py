@@ -1,8 +1,9 @@
 """What a sampling rate can miss: sampled peak RSS vs the kernel's peak (ru_maxrss).
 
-A child holds a baseline, then follows a pattern: `steady` (one allocation, held 1 s) or
-`spike_Nms` (SPIKES times: map SPIKE_MIB of resident tmpfs pages, hold N ms, unmap). The sampler watches it at each rate; the table shows the peak it saw next to
-the kernel's high-water mark, and how many of the spikes any sample caught. Mapping a
+A child holds a baseline, then follows a pattern: `steady` (one spike held 1 s) or
+`spike_Nms` (SPIKES times: map SPIKE_MIB of resident tmpfs pages, hold N ms, unmap). The
+sampler watches it at each rate; the table shows the peak it saw next to the kernel's
+high-water mark, and how many of the spikes any sample caught. Mapping a
 spike's pages takes time too (`ramp_ms`), during which a sample sees part of it.
 
     .venv/bin/python bench/fidelity.py [--rates 20,50,100] [--spikes 8]

@@ -15,6 +15,10 @@ COMMAND_MODULES = [
     "edgebench.devices.commands",  # devices, lab
     "edgebench.fleet.commands",  # deploy, collect, status
     "edgebench.telemetry.commands",  # sensors
+    "edgebench.results.commands",  # ingest, import-trace
+    "edgebench.report.commands",  # report
+    "edgebench.live.commands",  # live
+    "exporters.commands",  # export
 ]
 
 

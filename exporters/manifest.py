@@ -27,8 +27,9 @@ RUNTIME_BACKEND = {"executorch": "executorch", "onnx": "onnxruntime"}
 EXPORT_BACKEND = {runtime: export for export, runtime in RUNTIME_BACKEND.items()}
 DELEGATES = ("xnnpack",)
 _LIBRARIES = ("torch", "executorch", "onnx", "onnxruntime-training-cpu", "numpy", "edgebench")
-# Source trees whose code shapes the exported program (a change there re-exports).
-_SOURCE_PACKAGES = ("edgebench/model", "edgebench/methods", "exporters")
+# Source files whose code shapes the exported program (a change there re-exports).
+_SOURCES = ("edgebench/model/*.py", "edgebench/methods/knobs.py", "edgebench/methods/subsets.py",
+            "exporters/*.py")
 
 
 @dataclass(frozen=True)
@@ -103,11 +104,11 @@ def _repo_root() -> Path:
 
 
 def source_fingerprint() -> str:
-    """sha256 over the .py files that shape the program (model, methods, exporters)."""
+    """sha256 over the .py files that shape the program (model, trainable subsets, exporters)."""
     digest = hashlib.sha256()
     root = _repo_root()
-    for package in _SOURCE_PACKAGES:
-        for path in sorted((root / package).rglob("*.py")):
+    for pattern in _SOURCES:
+        for path in sorted(root.glob(pattern)):
             digest.update(str(path.relative_to(root)).encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()

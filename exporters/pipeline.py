@@ -86,6 +86,13 @@ def build_training_model(request: ExportRequest):
     return model, method, batch
 
 
+def _model_facts(model) -> dict[str, Any]:
+    return {"config": model.cfg.to_dict() if hasattr(model.cfg, "to_dict") else None,
+            "vit_img_size": model.cfg.vit_img_size, "lm_vocab_size": model.cfg.lm_vocab_size,
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "trainable_elements": sum(p.numel() for p in model.parameters() if p.requires_grad)}
+
+
 def _inputs(arrays: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"name": k, "shape": list(v.shape), "dtype": str(v.dtype)} for k, v in arrays.items()]
 
@@ -118,6 +125,7 @@ def _export_executorch(request: ExportRequest, directory: Path, on_stage) -> dic
         inputs += [{"name": n, "shape": list(named[n].shape), "dtype": "float32"}
                    for n in lowered.trainable_parameters]
     return {
+        "model": _model_facts(model),
         "program": program,
         "inputs": inputs,
         "trainable_parameters": lowered.trainable_parameters,
@@ -142,6 +150,7 @@ def _export_onnx(request: ExportRequest, directory: Path, on_stage) -> dict[str,
                             max_grad_norm=optim.MAX_GRAD_NORM, on_stage=on_stage)
     labels = shifted_labels(batch["labels"])
     return {
+        "model": _model_facts(model),
         "program": "training-artifacts",
         "inputs": _inputs({"input_ids": batch["input_ids"], "images": batch["images"], "labels": labels}),
         "labels": "shifted: labels[:, 1:] flattened (exporters.onnx.shifted_labels)",

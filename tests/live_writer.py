@@ -10,12 +10,13 @@ from pathlib import Path
 from edgebench.telemetry.trace import TraceWriter, write_json_atomic
 
 
-def write_run(run_dir: Path, steps: int, step_s: float, sample_s: float, status: str = "ok") -> None:
+def write_run(run_dir: Path, steps: int, step_s: float, sample_s: float, status: str = "ok",
+              mem_total_bytes: int = 1 << 30) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic_ns()
     meta = {"run_id": run_dir.name, "spec": {"model": "tiny", "method": "lora", "backend": "eager", "steps": steps,
                                              "warmup_steps": 1, "batch_size": 2},
-            "device": {"hostname": "writer", "mem_total_bytes": 1 << 30},
+            "device": {"hostname": "writer", "mem_total_bytes": mem_total_bytes},
             "clock": {"start": {"mono_ns": t0, "wall_ns": time.time_ns()}}}
     write_json_atomic(run_dir / "meta.json", meta)
     samples, events = TraceWriter(run_dir / "samples.jsonl"), TraceWriter(run_dir / "events.jsonl")
@@ -51,5 +52,6 @@ if __name__ == "__main__":
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--step-s", type=float, default=0.3)
     p.add_argument("--sample-s", type=float, default=0.05)
+    p.add_argument("--mem-total-bytes", type=int, default=1 << 30)
     a = p.parse_args()
-    write_run(a.run_dir, a.steps, a.step_s, a.sample_s)
+    write_run(a.run_dir, a.steps, a.step_s, a.sample_s, mem_total_bytes=a.mem_total_bytes)

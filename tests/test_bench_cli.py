@@ -23,6 +23,11 @@ def test_bench_json_end_to_end(tmp_path):
         assert r["samples_per_s"] > 0
         run_dir = Path(r["run_dir"])
         assert (run_dir / "result.json").exists() and (run_dir / "samples.jsonl").exists()
+    from edgebench.results.store import Store
+
+    with Store(tmp_path / "edgebench.duckdb", read_only=True) as store:
+        stored = {r["run_id"]: r["status"] for r in store.runs(device="local")}
+    assert stored == {r["run_id"]: "ok" for r in results}
 
 
 def test_bench_refuses_remote_devices_with_the_way_to_go():

@@ -156,3 +156,23 @@ def test_adb_without_phone_names_serial_and_fix(inventory, adb_server_port, monk
     text = str(err.value)
     assert "phone" in text and "'EB0NOPHONE'" in text
     assert "USB debugging" in text and "adb connect HOST:PORT" in text and "adb devices -l" in text
+
+
+def test_cgroup_v2_limits_are_written_and_read_back(tmp_path):
+    """cgroup v2 (memory.max, cpu.max) on a fixture tree shaped like /sys/fs/cgroup."""
+    from edgebench.devices.cgroups import Limits, cgroup_version
+
+    (tmp_path / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    (tmp_path / "cgroup.subtree_control").write_text("")
+    assert cgroup_version(tmp_path) == 2
+    limits = Limits.create("edgebench-lab-x/lab-pi4", 512 * 2**20, 1.5, root=tmp_path)
+    group = tmp_path / "edgebench-lab-x" / "lab-pi4"
+    assert limits.dirs == [group] and limits.version == 2
+    assert (group / "memory.max").read_text() == str(512 * 2**20)
+    assert (group / "cpu.max").read_text() == "150000 100000"
+    assert "+memory" in (tmp_path / "edgebench-lab-x" / "cgroup.subtree_control").read_text()
+    (group / "memory.current").write_text("1000\n")
+    (group / "memory.peak").write_text("2000\n")
+    (group / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
+    assert limits.memory_stats() == {"usage_bytes": 1000, "limit_bytes": 512 * 2**20, "peak_bytes": 2000,
+                                     "oom_kills": 1}

@@ -138,3 +138,36 @@ def test_live_view_in_tmux_follows_a_run_being_written(tmp_path):
     assert len(clocks) >= 4, clocks
     assert "finished: summary" in done and "[ok]" in done and "step 16/16" in done
     assert "LIVE-EXIT=0" in after and "Traceback" not in after
+
+
+@pytest.mark.lab
+def test_live_follows_a_run_on_a_lab_device_over_ssh(tmp_path, monkeypatch):
+    """`edgebench live --device` against an emulated device: real sshd, real `tail -F` over SSH."""
+    from click.testing import CliRunner
+
+    from edgebench.devices import lab
+    from edgebench.devices.inventory import get_device
+    from edgebench.live.commands import live_command
+
+    monkeypatch.setenv("EDGEBENCH_LAB_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("EDGEBENCH_INVENTORY", str(tmp_path / "inventory.yaml"))
+    lab.up([lab.LabDevice("raspberry-pi-4-4gb", name="lab-live", cpus=1)])
+    writer = None
+    try:
+        device = get_device("lab-live")
+        budget_mib = int(device.profile.ram_bytes) / (1 << 20)  # the profile's RAM, tighter than the host's 64 GiB
+        run_dir = Path(device.workdir) / "sweeps" / "s1" / "runs" / "ssh-run"
+        writer = subprocess.Popen([sys.executable, str(TESTS / "live_writer.py"), str(run_dir), "--steps", "6",
+                                   "--step-s", "0.2", "--sample-s", "0.05", "--mem-total-bytes", str(64 << 30)])
+        deadline = time.monotonic() + 10
+        while not (run_dir / "meta.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        result = CliRunner().invoke(live_command, ["--device", "lab-live", "--run", "ssh-run", "--exit-when-done"],
+                                    catch_exceptions=False, env={"COLUMNS": "130"})
+    finally:
+        if writer is not None:
+            writer.wait(timeout=30)
+        lab.down(purge=True)
+    assert result.exit_code == 0, result.output
+    assert "lab-live · ssh-run" in result.output and "finished: summary" in result.output
+    assert "step 6/6" in result.output and f"/ {budget_mib:,.0f} MiB" in result.output

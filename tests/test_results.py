@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 from datetime import datetime, timezone
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 from edgebench.results.alignment import fit_probes
 from edgebench.results.energy import window_energy_j
 from edgebench.results.external import CsvMapping
-from edgebench.results.metrics import all_metrics, step_energy_j
+from edgebench.results.metrics import all_metrics, forward_fill, step_energy_j
 from edgebench.results.pareto import frontier_indices
 from edgebench.results.store import Store
 from results_fixtures import FakeRun, probes_for
@@ -176,3 +177,28 @@ def test_metrics_memory_time_throttle_loss_and_frontier(tmp_path):
     assert r0["time_throttled_s"] == pytest.approx(span_s - 1.0, abs=0.03)
     assert r0["temp_peak_c"] == pytest.approx(45 + span_s, abs=0.03)
     assert frontier_indices([(1, 5), (2, 4), (2, 6), (3, 4)]) == {0, 1}
+    np.testing.assert_array_equal(forward_fill(np.array([np.nan, 1, np.nan, 0, np.nan])), [np.nan, 1, 1, 0, 0])
+
+
+def test_ingest_and_import_trace_commands(tmp_path):
+    from click.testing import CliRunner
+
+    from edgebench.results.commands import import_trace_command, ingest_command
+
+    run_dir = FakeRun().write(tmp_path / "src", garbage=True)
+    store_path = tmp_path / "s.duckdb"
+    out = CliRunner().invoke(ingest_command, [str(run_dir), "--device", "pi", "--store", str(store_path), "--json"])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)[0] | {"samples_bad_lines": 1, "samples_truncated": True} == json.loads(out.output)[0]
+    (tmp_path / "plug.csv").write_text("when;mw\n1790000000000;2500\n1790000000500;3500\n1790000001000;\n")
+    out = CliRunner().invoke(import_trace_command, [
+        str(tmp_path / "plug.csv"), "--device", "pi", "--store", str(store_path), "--time-col", "when",
+        "--time-format", "ms", "--power-col", "mw", "--power-unit", "mW", "--delimiter", ";", "--offset-s", "1"])
+    assert out.exit_code == 0, out.output
+    with Store(store_path) as store:
+        t, p = store.external_arrays("pi:plug")
+    np.testing.assert_array_equal(t, [1_789_999_999_000_000_000, 1_789_999_999_500_000_000])
+    np.testing.assert_allclose(p, [2.5, 3.5])
+    bad = CliRunner().invoke(import_trace_command, [str(tmp_path / "plug.csv"), "--device", "pi", "--store",
+                                                    str(store_path), "--power-col", "watts"])
+    assert bad.exit_code != 0 and "no column(s)" in bad.output and "the header has" in bad.output

@@ -125,7 +125,9 @@ def test_oom_kill_under_a_cgroup_limit_is_recorded(tmp_path, memory_cgroup):
     samples = read_trace(run_dir / "samples.jsonl")
     assert samples.bad_lines == 0 and len(samples.records) >= 3
     assert result["peak_rss_bytes_sampled"] > 200 * 2**20
-    assert result["peak_rss_bytes_sampled"] <= limit
+    # The kernel's own peak for the group is at the limit (shared library pages charged to
+    # other groups make the summed RSS of the tree read higher than the group's usage).
+    assert 0.8 * limit <= result["cgroup_peak_bytes"] <= limit
 
 
 def test_sweep_runs_every_spec_and_resumes(tmp_path):

@@ -56,7 +56,8 @@ def test_clock_pair_is_tight_and_printed_as_json():
     assert abs(pair["wall_ns"] - time.time_ns()) < 1e9
     assert abs(pair["mono_ns"] - time.monotonic_ns()) < 1e9
     assert pair["uncertainty_ns"] < 1_000_000
-    out = subprocess.run([sys.executable, "-m", "edgebench.telemetry.clock"], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-m", "edgebench.telemetry.clock"],
+                         capture_output=True, text=True, check=True)
     assert set(json.loads(out.stdout)) >= {"mono_ns", "wall_ns"}
 
 
@@ -69,7 +70,8 @@ def test_ina3221_rails_skip_nc_and_sum_channel_and_total_is_vdd_in():
     assert first["rail_vdd_cpu_gpu_cv_w"] == pytest.approx(5.088 * 0.416, abs=1e-4)
     assert first["rail_vdd_soc_w"] == pytest.approx(5.096 * 0.704, abs=1e-4)
     assert first["power_w"] == first["rail_vdd_in_w"]
-    assert sorted(k for k in first if k.startswith("rail_")) == ["rail_vdd_cpu_gpu_cv_w", "rail_vdd_in_w", "rail_vdd_soc_w"]
+    rails = sorted(k for k in first if k.startswith("rail_"))
+    assert rails == ["rail_vdd_cpu_gpu_cv_w", "rail_vdd_in_w", "rail_vdd_soc_w"]  # no NC, no sum channel
     second = source.read(12.0)
     assert second["energy_j"] == pytest.approx(2 * 5.096 * 1.248, abs=1e-3)
 
@@ -116,7 +118,7 @@ def test_cgroup_v2_memory_and_cpu_throttle():
     assert cg.version == "v2" and cg.path == "edgebench/run1"
     assert cg.read() == {"cgroup_usage_bytes": 262144000}
     assert cg.counters() == {"cgroup_peak_bytes": 314572800, "cgroup_rss_bytes": 220200960, "cgroup_oom_kills": 1}
-    assert not cg.reset_peak()  # v2 peaks reset only per open file
+    assert "fresh cgroup per run" in cg.reset_peak()  # v2 peaks reset only per open file
     assert cpu.CgroupCpuThrottle(4242, JETSON).read(0.0) == {"cpu_throttled_us": 125000}
 
 
@@ -161,6 +163,7 @@ def test_sampler_on_jetson_fixture(tmp_path):
     assert not any("power_w_est" in r for r in lines)  # measured power wins over the model
     assert summary["power_source"] == "ina3221" and summary["power_total"] == "VDD_IN"
     assert summary["cgroup_peak_bytes"] == 314572800 and summary["cgroup_oom_kills"] == 1
+    assert summary["cgroup_peak_scope"].startswith("cgroup lifetime")
     assert summary["cgroup_oom_kills_during_run"] == 0
     assert summary["peak_rss_bytes"] == (51200 + 2560) * memory.PAGE_SIZE
     assert {"process_rss", "cgroup_memory", "ina3221", "thermal_zones", "jetson_gpu_load", "cpu_freq"} <= \
@@ -187,7 +190,11 @@ def test_pi_throttled_flags_decoded():
                                                  "since_boot": ["under_voltage", "throttled"]}
     assert thermal.decode_throttled(0x80008) == {"now": ["soft_temp_limit"], "since_boot": ["soft_temp_limit"]}
     assert thermal.decode_throttled(0) == {"now": [], "since_boot": []}
-    assert thermal.ThermalZones(PI5).read(0.0) == {"temp_cpu_thermal_c": 52.65}
+    zones = thermal.ThermalZones(PI5)
+    assert zones.read(0.0) == {"temp_cpu_thermal_c": 52.65}
+    # hwmon's cpu_thermal mirrors the zone and is left out; the RP1 ADC's sensor is not.
+    assert thermal.HwmonTemps(PI5, zones.chip_names).read(0.0) == {"temp_rp1_adc_temp1_c": 41.2}
+    assert len(thermal.HwmonTemps(PI5).read(0.0)) == 2
 
 
 def test_sampler_on_pi5_fixture(tmp_path):
@@ -243,15 +250,28 @@ def test_cgroup_v1_memory_and_cpu_throttle():
     assert cpu.CgroupCpuThrottle(777, X86).read(0.0) == {"cpu_throttled_us": 42000}
 
 
+def test_sampler_resets_the_v1_peak_so_it_covers_the_run(tmp_path):
+    root = copy_device(X86, tmp_path)
+    summary = Sampler(tmp_path / "s.jsonl", 777, root=root, runner=recorded_runner(root)).start().stop()
+    assert summary["cgroup_peak_scope"] == "run"
+    assert summary["cgroup_peak_bytes"] == 0  # the fixture file took the reset (the kernel would hold usage)
+    assert summary["cpu_throttled_us"] == 0 and summary["power_source"] == "rapl"
+
+
 def test_root_cgroup_is_reported_not_read(tmp_path):
     (tmp_path / "proc/5").mkdir(parents=True)
-    (tmp_path / "proc/5/cgroup").write_text("0::/\n")
-    (tmp_path / "sys/fs/cgroup").mkdir(parents=True)
-    (tmp_path / "sys/fs/cgroup/memory.current").write_text("1000\n")
+    (tmp_path / "proc/5/cgroup").write_text("4:memory:/\n0::/\n")
+    v1_root = tmp_path / "sys/fs/cgroup/memory"
+    v1_root.mkdir(parents=True)
+    for name, text in (("memory.usage_in_bytes", "1000"), ("cgroup.sane_behavior", "0")):
+        (v1_root / name).write_text(text + "\n")
     with pytest.raises(SourceUnavailable, match="root memory cgroup"):
         memory.CgroupMemory(5, tmp_path)
-    with pytest.raises(SourceUnavailable, match="no memory cgroup"):
-        memory.CgroupMemory(6, tmp_path)
+    (v1_root / "cgroup.sane_behavior").unlink()  # a container's own cgroup, seen through its namespace
+    assert memory.CgroupMemory(5, tmp_path).read() == {"cgroup_usage_bytes": 1000}
+    (tmp_path / "proc/5/cgroup").write_text("0::/\n")  # v2 root: no memory.current there
+    with pytest.raises(SourceUnavailable, match="0::/"):
+        memory.CgroupMemory(5, tmp_path)
 
 
 # -- power estimate, rate, traces ---------------------------------------------------------
@@ -268,6 +288,8 @@ def test_estimated_power_is_labelled_estimated(tmp_path, sleeper):
     assert not any("power_w" in r or "energy_j" in r for r in lines)
     assert summary["power_source"] == "estimate" and summary["power_w_mean"] is None
     assert summary["energy_j_est"] > 0 and summary["energy_j"] is None
+    with pytest.raises(ValueError, match="idle_w and max_w"):
+        power.PowerEstimate({"idle_w": "two"})
 
 
 def test_sampler_rate_and_real_process(tmp_path, sleeper):
@@ -319,3 +341,23 @@ def test_sensors_command_reports_sources_as_json():
     report = json.loads(result.output)
     assert "ina3221" in report["sources_active"] and report["latest"]["power_w"] == pytest.approx(6.3598)
     assert "process_rss" in report["sources_unavailable"]  # this process is not in the fixture's /proc
+
+
+def test_bad_settings_and_a_sensor_breaking_mid_run_do_not_stop_sampling(tmp_path, sleeper):
+    calls = []
+
+    def flaky_runner(argv):  # answers once, then the command starts failing
+        calls.append(argv)
+        if len(calls) > 1:
+            raise subprocess.CalledProcessError(1, list(argv), stderr="VCHI initialization failed")
+        return recorded_runner(PI5)(argv)
+
+    sampler = Sampler(tmp_path / "s.jsonl", sleeper.pid, rate_hz=50, root=PI5,
+                      sensors={"power": {"source": "bogus"}, "throttle": "vcgencmd"},
+                      runner=flaky_runner).start()
+    time.sleep(0.3)
+    summary = sampler.stop()
+    assert "sensors.power.source is 'bogus'" in summary["sources_failed"]["power"]
+    assert "CalledProcessError" in summary["sources_failed"]["pi_throttled"]
+    assert "pi_throttled" not in summary["sources_active"]
+    assert summary["samples"] >= 5 and summary["temp_c_max"] == 52.65

@@ -35,12 +35,12 @@ sys.stdin.readline()
 """
 
 
-def make_test_cgroup() -> tuple[Path | None, str]:
-    """A fresh v1 memory cgroup under this process's own (so it stays inside whatever
-    limits this session has), or None and why it cannot be made here."""
-    found = memory.cgroup_dir(os.getpid(), "memory")
+def make_test_cgroup(controller: str = "memory") -> tuple[Path | None, str]:
+    """A fresh v1 cgroup under this process's own (so it stays inside whatever limits this
+    session has), or None and why it cannot be made here."""
+    found = memory.cgroup_dir(os.getpid(), controller)
     if found is None or found[0] != "v1":
-        return None, f"no cgroup v1 memory hierarchy for this process ({found})"
+        return None, f"no cgroup v1 {controller} hierarchy for this process ({found})"
     path = found[1] / f"edgebench-test-{uuid.uuid4().hex[:8]}"
     try:
         path.mkdir()
@@ -86,6 +86,7 @@ def test_sampled_peak_matches_kernel_peaks(tmp_path):
             assert summary["cgroup_status"] == "active" or "cgroup" in summary["cgroup_status"], why
             return
         assert summary["cgroup_status"] == "active" and summary["cgroup"].endswith(cgroup.name)
+        assert summary["cgroup_peak_scope"] == "run"
         kernel_cgroup_peak = summary["cgroup_peak_bytes"]
         print(f"\nallocated {allocated}, ru_maxrss {kernel_rss}, sampled rss {summary['peak_rss_bytes']}, "
               f"cgroup peak {kernel_cgroup_peak}, sampled cgroup usage {summary['cgroup_peak_bytes_sampled']}, "
@@ -95,6 +96,28 @@ def test_sampled_peak_matches_kernel_peaks(tmp_path):
         assert summary["peak_rss_bytes"] == pytest.approx(kernel_cgroup_peak, rel=0.02)
         assert summary["cgroup_rss_peak_bytes_sampled"] == pytest.approx(kernel_cgroup_peak, rel=0.02)
         assert any("cgroup_usage_bytes" in r for r in lines)
+    finally:
+        if cgroup is not None:
+            cgroup.rmdir()
+
+
+def test_cpu_quota_throttling_is_seen(tmp_path):
+    cgroup, why = make_test_cgroup("cpu")
+    spin = "import time\nend = time.monotonic() + 1.0\nwhile time.monotonic() < end: pass\n"
+    try:
+        if cgroup is not None:
+            (cgroup / "cpu.cfs_quota_us").write_text("20000\n")  # 20 ms per 100 ms period: 20 % of a core
+        child = subprocess.Popen([sys.executable, "-c", spin], preexec_fn=(
+            lambda: (cgroup / "cgroup.procs").write_text(str(os.getpid()))) if cgroup else None)
+        sampler = Sampler(tmp_path / "s.jsonl", child.pid, rate_hz=20).start()
+        child.wait()
+        summary = sampler.stop()
+        if cgroup is None:
+            assert "cgroup_cpu_throttle" in summary["sources_unavailable"], why
+            return
+        assert "cgroup_cpu_throttle" in summary["sources_active"]
+        assert summary["cpu_throttled_us"] > 50_000  # ~0.8 s when the child gets its share; less on a busy host
+        assert summary["cpu_proc_pct_mean"] < 40
     finally:
         if cgroup is not None:
             cgroup.rmdir()

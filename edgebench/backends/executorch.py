@@ -27,6 +27,13 @@ def _as_inputs(batch: dict[str, Any]) -> tuple[torch.Tensor, ...]:
     return tuple(torch.as_tensor(batch[k]) for k in ("input_ids", "images", "labels"))
 
 
+def clip_gradients(grads: list[torch.Tensor], max_norm: float) -> None:
+    """torch.nn.utils.clip_grad_norm_ on gradient tensors themselves (it reads `.grad`)."""
+    total = torch.nn.utils.get_total_norm(grads)
+    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    torch._foreach_mul_(grads, coef)
+
+
 class ProgramUpdate:
     """The methods' update step over a program's named parameters and gradients."""
 
@@ -46,7 +53,7 @@ class ProgramUpdate:
         return [(lr, names) for lr, names in groups if names]
 
     def step(self, params: dict[str, torch.Tensor], grads: dict[str, torch.Tensor]) -> None:
-        torch.nn.utils.clip_grad_norm_(list(grads.values()), optim.MAX_GRAD_NORM)
+        clip_gradients(list(grads.values()), optim.MAX_GRAD_NORM)
         if self.optimizer == "sgd":
             self._runtime_sgd(params, grads)
         else:

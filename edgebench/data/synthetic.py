@@ -86,10 +86,11 @@ def draw_scene(rng: np.random.Generator, size: int, objects: list[dict]) -> np.n
 def make_sample(rng: np.random.Generator, index: int, size: int) -> dict[str, Any]:
     """One example; the question type cycles with `index` so every batch covers all types."""
     n = int(rng.integers(1, 5))
+    colours = list(COLOURS)
     objects = [
-        {"shape": s, "colour": c, "quadrant": int(q)}
-        for s, c, q in zip(rng.permutation(SHAPES)[:n], rng.permutation(list(COLOURS))[:n],
-                           rng.permutation(4)[:n])
+        {"shape": SHAPES[s], "colour": colours[c], "quadrant": int(q)}
+        for s, c, q in zip(rng.permutation(len(SHAPES))[:n], rng.permutation(len(colours))[:n],
+                           rng.permutation(len(QUADRANTS))[:n])
     ]
     kind = QUESTION_TYPES[index % len(QUESTION_TYPES)]
     target = objects[int(rng.integers(n))]

@@ -79,7 +79,10 @@ class SSHTransport(Transport):
 
     async def _connect(self) -> asyncssh.SSHClientConnection:
         t = self.device.transport
-        options: dict[str, Any] = {"known_hosts": _known_hosts_path(self.device), "username": t.user}
+        known_hosts = _known_hosts_path(self.device)
+        if not os.path.exists(known_hosts):
+            raise host_key_error(self.device)
+        options: dict[str, Any] = {"known_hosts": known_hosts, "username": t.user}
         if t.key:
             key = os.path.expanduser(t.key)
             if not os.path.exists(key):

@@ -17,6 +17,22 @@ def _echo_err(message: str) -> None:
     click.echo(message, err=True)
 
 
+def _device_names(given: tuple[str, ...], with_local: bool) -> tuple[list[str], dict[str, dict[str, str]]]:
+    """The devices named, or every good inventory device; bad entries come back as errors."""
+    from edgebench.devices.inventory import InventoryError, scan_devices
+
+    if given:
+        return list(given), {}
+    try:
+        found, problems = scan_devices()
+    except InventoryError as exc:
+        raise click.ClickException(str(exc)) from None
+    for name, why in problems.items():
+        _echo_err(f"{name}: skipped: {why}")
+    names = [d.name for d in found if with_local or d.name != "local"]
+    return names, {name: {"error": why} for name, why in problems.items()}
+
+
 @click.command()
 @click.option("--device", "devices", multiple=True, required=True,
               help="Inventory name (repeatable; several devices run at once). See `edgebench devices`.")
@@ -90,12 +106,10 @@ def collect(devices: tuple[str, ...], run_id: str | None, store: str, no_ingest:
     downloads resume; running it again fetches only what changed. Fresh clock probes are
     taken each time.
     """
-    from edgebench.devices.inventory import list_devices
     from edgebench.fleet.collect import collect_device
 
-    names = list(devices) or [d.name for d in list_devices() if d.name != "local"]
-    report: dict[str, Any] = {}
-    errors = False
+    names, report = _device_names(devices, with_local=False)
+    errors = bool(report)
     for name in names:  # one at a time: the store takes one writer
         try:
             got = collect_device(name, run_id, Path(runs_dir), None if no_ingest else Path(store),
@@ -124,11 +138,10 @@ def collect(devices: tuple[str, ...], run_id: str | None, store: str, no_ingest:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def status(devices: tuple[str, ...], as_json: bool) -> None:
     """Show what is running where: each device's sweeps and their runs' statuses."""
-    from edgebench.devices.inventory import list_devices
     from edgebench.fleet.status import fleet_status
 
-    names = list(devices) or [d.name for d in list_devices()]
-    rows = fleet_status(names)
+    names, problems = _device_names(devices, with_local=True)
+    rows = fleet_status(names) + [{"device": name, **why} for name, why in problems.items()]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return

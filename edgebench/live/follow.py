@@ -192,7 +192,7 @@ def find_local_run(root: Path, run_id: str | None) -> Path:
     if run_id:
         found = [d for d in found if d.name == run_id]
     if not found:
-        what = f"run {run_id!r}" if run_id else "any run"
+        what = f"run {run_id!r}" if run_id else "run"
         raise FileNotFoundError(f"{root}: no {what} here (looked for */meta.json, */*/meta.json, sweeps/*/runs/*/); "
                                 "pass --dir RUN_DIR or --root")
     return max(found, key=lambda d: (d / "meta.json").stat().st_mtime)
@@ -204,7 +204,7 @@ def find_remote_run(transport: Any, workdir: str, run_id: str | None) -> str:
     result = transport.run(["sh", "-c", script, "sh", workdir, run_id or ""], timeout=20)
     path = result.stdout.strip()
     if not path:
-        what = f"run {run_id!r}" if run_id else "any run"
+        what = f"run {run_id!r}" if run_id else "run"
         raise FileNotFoundError(f"{transport.device.name}: no {what} under {workdir}/sweeps/*/runs/; "
                                 f"deploy one first (`edgebench deploy --device {transport.device.name}`)")
     return path.rstrip("/")

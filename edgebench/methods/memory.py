@@ -26,6 +26,7 @@ MiB = 1 << 20
 # Measured once (RSS of a process that imported torch and edgebench and built the tiny
 # model, minus its weights): labelled estimates, not measurements of the device at hand.
 RUNTIME_BASELINE_BYTES_EST = 232 * MiB
+# peft's figure includes the transformers and torchao it imports.
 LIBRARY_BASELINE_BYTES_EST = {"peft": 209 * MiB, "torchao": 83 * MiB, "galore_torch": 134 * MiB,
                               "lomo_optim": 19 * MiB}
 MEZO_CHUNK_ELEMENTS = 1 << 20
@@ -149,7 +150,8 @@ def _libraries(method: Method) -> list[str]:
     libs = []
     if method.trainable == "lora":
         libs.append("peft")
-    if method.optimizer in ("adamw-8bit", "adamw-4bit") or method.frozen_dtype == "int8":
+    torchao = method.optimizer in ("adamw-8bit", "adamw-4bit") or method.frozen_dtype == "int8"
+    if torchao and "peft" not in libs:
         libs.append("torchao")
     if method.optimizer == "galore":
         libs.append("galore_torch")

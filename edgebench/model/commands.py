@@ -40,14 +40,12 @@ def _render(rows: list[dict]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="nanoVLM configs (weights only; training needs more)")
-    for column in ("name", "parameters", "fp32 weights", "bf16 weights", "image", "vision / decoder"):
+    table = Table(title="nanoVLM configs: weights memory (training needs more), image tokens")
+    for column in ("name", "parameters", "fp32", "bf16", "image px", "tokens"):
         table.add_column(column, justify="left" if column == "name" else "right", no_wrap=True)
     for r in rows:
-        v, d = r["vision"], r["decoder"]
         table.add_row(r["name"], f"{r['parameters']:,}", _mib(r["weights_fp32_bytes"]), _mib(r["weights_bf16_bytes"]),
-                      f"{r['image_size']} px → {r['image_tokens']} tok",
-                      f"{v['hidden']}×{v['blocks']} / {d['hidden']}×{d['blocks']}")
+                      str(r["image_size"]), str(r["image_tokens"]))
     Console().print(table)
 
 

@@ -20,9 +20,9 @@ import torch.nn.functional as F
 from edgebench.model.config import VLMConfig
 
 
-def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
-    """softmax(q k^T / sqrt(d)) v over [B, heads, T, head_dim]; causal hides later keys."""
-    scores = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))
+def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, causal: bool) -> torch.Tensor:
+    """softmax(q k^T * scale) v over [B, heads, T, head_dim]; causal hides later keys."""
+    scores = torch.matmul(q, k.transpose(-2, -1)) * scale
     if causal:
         positions = torch.arange(q.size(-2), device=q.device)
         future = positions.unsqueeze(0) > positions.unsqueeze(1)  # [T, T], True above the diagonal
@@ -52,6 +52,7 @@ class ViTMultiHeadAttention(nn.Module):
         super().__init__()
         self.n_heads = cfg.vit_n_heads
         self.head_dim = cfg.vit_hidden_dim // cfg.vit_n_heads
+        self.scale = 1.0 / math.sqrt(self.head_dim)
         self.qkv_proj = nn.Linear(cfg.vit_hidden_dim, 3 * cfg.vit_hidden_dim, bias=True)
         self.out_proj = nn.Linear(cfg.vit_hidden_dim, cfg.vit_hidden_dim, bias=True)
 
@@ -61,7 +62,7 @@ class ViTMultiHeadAttention(nn.Module):
             t.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
             for t in self.qkv_proj(x).split(C, dim=2)
         )
-        y = _attention(q, k, v, causal=False)
+        y = _attention(q, k, v, self.scale, causal=False)
         return self.out_proj(y.transpose(1, 2).reshape(B, T, C))
 
 
@@ -185,6 +186,7 @@ class LanguageModelGroupedQueryAttention(nn.Module):
         self.n_heads = cfg.lm_n_heads
         self.n_kv_heads = cfg.lm_n_kv_heads
         self.head_dim = cfg.lm_hidden_dim // cfg.lm_n_heads
+        self.scale = 1.0 / math.sqrt(self.head_dim)
         self.q_proj = nn.Linear(cfg.lm_hidden_dim, cfg.lm_hidden_dim, bias=False)
         self.k_proj = nn.Linear(cfg.lm_hidden_dim, self.head_dim * self.n_kv_heads, bias=False)
         self.v_proj = nn.Linear(cfg.lm_hidden_dim, self.head_dim * self.n_kv_heads, bias=False)
@@ -203,7 +205,7 @@ class LanguageModelGroupedQueryAttention(nn.Module):
         v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
-        y = _attention(q, self._expand_kv(k), self._expand_kv(v), causal=True)
+        y = _attention(q, self._expand_kv(k), self._expand_kv(v), self.scale, causal=True)
         return self.out_proj(y.transpose(1, 2).reshape(B, T, C))
 
 

@@ -16,6 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from edgebench.results.metrics import forward_fill  # noqa: E402
 from edgebench.results.store import Store  # noqa: E402
 
 DPI = 100
@@ -34,16 +35,17 @@ def png_bytes(fig: plt.Figure) -> bytes:
     return buf.getvalue()
 
 
-def _decimate(t: np.ndarray, *series: np.ndarray) -> tuple[np.ndarray, ...]:
-    """At most ~MAX_POINTS points per line, keeping each series' peak (a peak is the story)."""
-    if len(t) <= MAX_POINTS:
-        return (t, *series)
-    idx = set(np.linspace(0, len(t) - 1, MAX_POINTS).astype(int).tolist())
-    for s in series:
-        if np.isfinite(s).any():
-            idx.add(int(np.nanargmax(s)))
-    keep = np.array(sorted(idx))
-    return (t[keep], *(s[keep] for s in series))
+def _plot(ax: plt.Axes, t: np.ndarray, values: np.ndarray, **style: Any) -> None:
+    """One line through the samples that have this field (lines are sparse), at most
+    ~MAX_POINTS points, always keeping the peak (a peak is the story)."""
+    have = np.isfinite(values)
+    if not have.any():
+        return
+    t, values = t[have], values[have]
+    if len(t) > MAX_POINTS:
+        keep = np.union1d(np.linspace(0, len(t) - 1, MAX_POINTS).astype(int), [int(np.argmax(values))])
+        t, values = t[keep], values[keep]
+    ax.plot(t, values, **style)
 
 
 def _energy_colour(rows: list[dict[str, Any]]) -> tuple[list[float | None], str]:
@@ -102,14 +104,18 @@ def memory_timeline_figure(store: Store, run: dict[str, Any]) -> bytes:
     steps = store.steps(run["device"], run["run_id"])
     t0 = s["t_ns"][0] if len(s["t_ns"]) else 0
     fig, ax = plt.subplots(figsize=TIMELINE_SIZE)
-    t, rss, cg = _decimate((s["t_ns"] - t0) / 1e9, s["rss_bytes"] / MIB, s["cgroup_usage_bytes"] / MIB)
-    ax.plot(t, rss, label="RSS (process tree)", color="tab:blue")
-    if np.isfinite(cg).any():
-        ax.plot(t, cg, label="cgroup usage", color="tab:purple", alpha=0.7)
+    t = (s["t_ns"] - t0) / 1e9
+    _plot(ax, t, s["rss_bytes"] / MIB, label="RSS (process tree)", color="tab:blue")
+    _plot(ax, t, s["cgroup_usage_bytes"] / MIB, label="cgroup usage", color="tab:purple", alpha=0.7)
     for i, b in enumerate(steps["begin_ns"]):
         ax.axvline((b - t0) / 1e9, color="grey", lw=0.5, alpha=0.5, label="step start" if i == 0 else None)
-    if run.get("device_ram_bytes"):
-        ax.axhline(run["device_ram_bytes"] / MIB, color="tab:orange", ls="--", label="device RAM")
+    ram = run.get("device_ram_bytes")
+    peak = np.nanmax(s["rss_bytes"]) if np.isfinite(s["rss_bytes"]).any() else 0
+    if ram and ram <= 4 * peak:
+        ax.axhline(ram / MIB, color="tab:orange", ls="--", label="device RAM")
+    elif ram:
+        ax.text(0.01, 0.95, f"device RAM {ram / MIB:,.0f} MiB (off scale)", transform=ax.transAxes, va="top",
+                color="tab:orange", fontsize=8)
     ax.set_xlabel("time since start (s)")
     ax.set_ylabel("MiB")
     ax.set_title(f"memory: {run['device']} / {run['run_id']} ({run['method']}, {run['backend']}, {run['status']})")
@@ -126,26 +132,22 @@ def power_temp_figure(store: Store, run: dict[str, Any], external: tuple[np.ndar
     s = store.samples(run["device"], run["run_id"], ["power_w", "power_w_est", "temp_c_max", "throttle_flags"])
     t0 = s["t_ns"][0] if len(s["t_ns"]) else 0
     fig, (ax_p, ax_t) = plt.subplots(2, 1, figsize=POWER_SIZE, sharex=True)
-    t, pw, pe, temp, flags = _decimate((s["t_ns"] - t0) / 1e9, s["power_w"], s["power_w_est"], s["temp_c_max"],
-                                       s["throttle_flags"])
-    if np.isfinite(pw).any():
-        ax_p.plot(t, pw, label="power (device sensor)", color="tab:red")
+    t = (s["t_ns"] - t0) / 1e9
+    _plot(ax_p, t, s["power_w"], label="power (device sensor)", color="tab:red")
     if external is not None and len(external[0]):
         end = t[-1] if len(t) else 0
         et = (external[0] - t0) / 1e9
         inside = (et >= 0) & (et <= end)
         ax_p.plot(et[inside], external[1][inside], label="power (external meter)", color="tab:green")
-    if np.isfinite(pe).any():
-        ax_p.plot(t, pe, label="power ESTIMATED (model, not measured)", color="tab:gray", ls="--")
+    _plot(ax_p, t, s["power_w_est"], label="power ESTIMATED (model, not measured)", color="tab:gray", ls="--")
     ax_p.set_ylabel("W")
     ax_p.grid(alpha=0.3)
     if ax_p.get_legend_handles_labels()[0]:
         ax_p.legend(loc="upper right", fontsize=8)
     else:
         ax_p.text(0.5, 0.5, "no power figures for this run", transform=ax_p.transAxes, ha="center")
-    if np.isfinite(temp).any():
-        ax_t.plot(t, temp, color="tab:orange", label="max temperature")
-    throttled = np.nan_to_num(flags) != 0
+    _plot(ax_t, t, s["temp_c_max"], color="tab:orange", label="max temperature")
+    throttled = np.nan_to_num(forward_fill(s["throttle_flags"])) != 0
     if throttled.any():
         ax_t.fill_between(t, 0, 1, where=throttled, transform=ax_t.get_xaxis_transform(), color="red", alpha=0.15,
                           label="throttled")

@@ -51,6 +51,7 @@ COLUMNS = [
     Column("energy_per_sample_j", "J/sample", _num(".3f")),
     Column("power_mean_w", "W mean", _num(".2f"), short="W"),
     Column("power_peak_w", "W peak", _num(".2f")),
+    Column("energy_source", "energy from", str),
     Column("energy_per_step_j_est", "J/step (est.)", _num(".3f"), estimated=True, short="J/step est."),
     Column("power_mean_w_est", "W mean (est.)", _num(".2f"), estimated=True),
     Column("temp_peak_c", "°C peak", _num(".1f"), short="°C"),

@@ -84,12 +84,19 @@ def _measured_energy(store: Store, run: dict[str, Any], steps: dict[str, np.ndar
     return _energy(t_ns, p_w, begin[measured], end[measured], batch), source
 
 
+def forward_fill(values: np.ndarray) -> np.ndarray:
+    """Each missing value takes the last one seen (sample lines carry only some fields)."""
+    idx = np.where(np.isfinite(values), np.arange(len(values)), 0)
+    np.maximum.accumulate(idx, out=idx)
+    return values[idx]
+
+
 def _throttled_s(t_ns: np.ndarray, flags: np.ndarray) -> float | None:
     """Time spent with any throttle flag set (each sample holds until the next one)."""
     if not np.isfinite(flags).any() or len(t_ns) < 2:
         return None
     dt = np.diff(t_ns) / 1e9
-    on = np.nan_to_num(flags[:-1]) != 0
+    on = np.nan_to_num(forward_fill(flags)[:-1]) != 0
     return float(dt[on].sum())
 
 

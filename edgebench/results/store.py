@@ -90,6 +90,16 @@ def _int_or_none(value: Any) -> int | None:
         return None
 
 
+def _profile_ram_bytes(device: str) -> int | None:
+    """The device profile's RAM when the inventory knows the device (reports draw it as a line)."""
+    from edgebench.devices.inventory import get_device
+
+    try:
+        return int(get_device(device).profile.ram_bytes)
+    except ValueError:  # not in the inventory (or its profile is broken): RAM from the run itself
+        return None
+
+
 def _plain(values: Any) -> np.ndarray:
     """A fetched column as a plain array: nulls become NaN (numbers) or None (text)."""
     if not np.ma.isMaskedArray(values):
@@ -170,7 +180,7 @@ class Store:
             limits = [v for v in files.samples.column("cgroup_limit_bytes").to_pylist() if isinstance(v, (int, float))]
             limit = int(min(limits)) if limits and min(limits) < UNLIMITED_BYTES else None
         mem_total = _int_or_none(facts.get("mem_total_bytes"))
-        ram = _int_or_none(meta.get("device_ram_bytes")) or min([v for v in (limit, mem_total) if v], default=None)
+        ram = min([v for v in (limit, mem_total, _profile_ram_bytes(device)) if v], default=None)
         detail = result.get("detail") or "; ".join(str(e.get("detail", e.get("event"))) for e in files.error_events) or None
         row = {
             "device": device, "run_id": run_id,
@@ -316,7 +326,7 @@ class Store:
         """Sample columns of one run in time order (a column the store lacks reads as all-NaN)."""
         have = set(self.sample_columns())
         wanted = ["t_ns"] + [c for c in columns if c != "t_ns"]
-        select = ", ".join(f"CAST({_quote(c)} AS DOUBLE) AS {_quote(c)}" if c in have else f"NULL::DOUBLE AS {_quote(c)}"
+        select = ", ".join(f"TRY_CAST({_quote(c)} AS DOUBLE) AS {_quote(c)}" if c in have else f"NULL::DOUBLE AS {_quote(c)}"
                            for c in wanted[1:])
         got = self.con.execute(f"SELECT t_ns, {select} FROM samples WHERE device = ? AND run_id = ? ORDER BY t_ns"
                                if select else "SELECT t_ns FROM samples WHERE device = ? AND run_id = ? ORDER BY t_ns",

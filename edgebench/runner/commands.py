@@ -81,11 +81,13 @@ def _profile_fields(device: str) -> dict[str, Any]:
 @click.option("--seed", default=0, show_default=True)
 @click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False),
               help="Where run directories go.")
+@click.option("--store", default=None, type=click.Path(dir_okay=False),
+              help="Results store to ingest into (default: RUNS_DIR/edgebench.duckdb); see `edgebench report`.")
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON instead of a table.")
 def bench(device: str, model: str, methods: str, backend: str, steps: int, warmup: int,
           duration: str | None, batch_size: int, text_length: int, threads: int | None,
           accelerator: str, sample_hz: float, timeout_s: float | None, seed: int, runs_dir: str,
-          as_json: bool) -> None:
+          store: str | None, as_json: bool) -> None:
     """Benchmark fine-tuning methods on this host.
 
     Each method runs in a fresh process so its memory is its own, sampled while it runs;
@@ -118,10 +120,21 @@ def bench(device: str, model: str, methods: str, backend: str, steps: int, warmu
             progress.update(task, completed=total or result.get("steps_done") or 0,
                             description=f"{method} ({backend}): {result['status']}")
             results.append(result)
+    store_path = Path(store) if store else Path(runs_dir) / "edgebench.duckdb"
+    _ingest(store_path, [Path(r["run_dir"]) for r in results], device)
     if as_json:
         click.echo(json.dumps(results, indent=2, default=str))
     else:
         render_table(results, f"{model} on {device}, batch {batch_size}, {backend}")
+        click.echo(f"run directories under {runs_dir}/; store {store_path} (edgebench report --store {store_path})")
+
+
+def _ingest(store_path: Path, run_dirs: list[Path], device: str) -> None:
+    from edgebench.results.store import Store
+
+    with Store(store_path) as results_store:
+        for run_dir in run_dirs:
+            results_store.ingest_run(run_dir, device=device)
 
 
 def parse_duration(text: str) -> float:

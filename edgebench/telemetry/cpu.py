@@ -11,7 +11,7 @@ import os
 import re
 from pathlib import Path
 
-from edgebench.telemetry.memory import ProcessTree, PerPidFiles, cgroup_dir, keyed_values
+from edgebench.telemetry.memory import PerPidFiles, ProcessTree, cgroup_dir, is_hierarchy_root, keyed_values
 from edgebench.telemetry.sysfs import PreadFile, SourceUnavailable, under
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -129,7 +129,7 @@ class CgroupCpuThrottle:
 
     def __init__(self, pid: int, root: str | Path = "/"):
         found = cgroup_dir(pid, "cpu", root)
-        if found is None or not found[2]:
+        if found is None or is_hierarchy_root(found[1]):
             raise SourceUnavailable(f"pid {pid} is in no (non-root) cpu cgroup: no quota, nothing throttles it")
         self.version, directory, _ = found
         self._path = directory / "cpu.stat"

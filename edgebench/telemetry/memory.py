@@ -176,7 +176,8 @@ def _mountinfo_dirs(root: str | Path, controller: str | None) -> list[tuple[str,
         if len(fields) < 5 or len(tail) < 3:
             continue
         fstype, options = tail[0], tail[2].split(",")
-        if (controller is None and fstype == "cgroup2") or (controller and fstype == "cgroup" and controller in options):
+        wanted = fstype == "cgroup2" if controller is None else (fstype == "cgroup" and controller in options)
+        if wanted:
             out.append((fields[3], under(root, fields[4])))
     return out
 
@@ -206,6 +207,12 @@ def cgroup_dir(pid: int, controller: str, root: str | Path = "/") -> tuple[str, 
     return None
 
 
+def is_hierarchy_root(directory: Path) -> bool:
+    """True for the real root of a v1 hierarchy (whose counters are system-wide). A cgroup
+    namespace's root ("/" in /proc/PID/cgroup inside a container) is a real cgroup."""
+    return (directory / "cgroup.sane_behavior").exists()
+
+
 def keyed_values(path: Path) -> dict[str, int]:
     """`key value` lines (memory.stat, memory.events, cpu.stat) as a dict."""
     out = {}
@@ -230,10 +237,11 @@ class CgroupMemory:
     def __init__(self, pid: int, root: str | Path = "/"):
         found = cgroup_dir(pid, "memory", root)
         if found is None:
-            raise SourceUnavailable(f"pid {pid}: no memory cgroup readable under {under(root, '/sys/fs/cgroup')} "
-                                    "(/proc/PID/cgroup names none, or its directory is missing)")
+            names = " | ".join((read_text(under(root, f"/proc/{pid}/cgroup")) or "unreadable").splitlines())
+            raise SourceUnavailable(f"pid {pid}: no memory cgroup with counters under {under(root, '/sys/fs/cgroup')} "
+                                    f"(/proc/{pid}/cgroup: {names}; the v2 root cgroup has none)")
         self.version, self.dir, self.path = found
-        if not self.path:
+        if is_hierarchy_root(self.dir):
             raise SourceUnavailable(f"pid {pid} is in the root memory cgroup ({self.dir}): no per-run usage or peak; "
                                     "run it inside a cgroup (the lab does) to get the kernel's peak")
         v1 = self.version == "v1"
@@ -264,16 +272,16 @@ class CgroupMemory:
             out["cgroup_oom_kills"] = kills
         return out
 
-    def reset_peak(self) -> bool:
-        """Restarts the v1 high-water mark (writes 0 to max_usage_in_bytes) so it covers one
-        run. False on v2 (memory.peak resets only per open file there) or without permission."""
+    def reset_peak(self) -> str | None:
+        """Restarts the v1 high-water mark (0 into max_usage_in_bytes: it becomes the current
+        usage) so the peak covers this run, not the group's lifetime. None when done, else why not."""
         if self.version != "v1":
-            return False
+            return "cgroup v2 memory.peak cannot be reset for every reader: use a fresh cgroup per run"
         try:
             self._peak_path.write_text("0\n")
-            return True
-        except OSError:
-            return False
+            return None
+        except OSError as exc:
+            return f"cannot write {self._peak_path}: {exc.strerror}"
 
     def close(self) -> None:
         self._usage.close()

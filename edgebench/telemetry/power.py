@@ -23,11 +23,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from edgebench.telemetry.sysfs import (PreadFile, Runner, SourceUnavailable, key_name, read_int, read_text,
-                                       under, unique_names)
-
-HWMON_DIRS = ("/sys/class/hwmon/hwmon*", "/sys/bus/i2c/devices/*/hwmon/hwmon*")
-
+from edgebench.telemetry.sysfs import (PreadFile, Runner, SourceUnavailable, hwmon_dirs, key_name, read_int,
+                                       read_text, under, unique_names)
 
 class Integrator:
     """Energy in joules from power samples (trapezoid rule between consecutive reads)."""
@@ -41,18 +38,6 @@ class Integrator:
             self.energy_j += 0.5 * (power_w + self._last[1]) * (now_s - self._last[0])
         self._last = (now_s, power_w)
         return self.energy_j
-
-
-def hwmon_dirs(root: str | Path) -> list[Path]:
-    """Every hwmon device directory once (class links and i2c paths can name the same one)."""
-    seen, out = set(), []
-    for pattern in HWMON_DIRS:
-        for path in sorted(Path(root).glob(pattern.lstrip("/"))):
-            real = path.resolve()
-            if real not in seen:
-                seen.add(real)
-                out.append(path)
-    return out
 
 
 class Ina3221Power:
@@ -81,7 +66,8 @@ class Ina3221Power:
         self._channels = [(key, label, v, a) for key, (label, v, a) in zip(keys, channels)]
         labels = {label for _, label, _, _ in self._channels}
         if total_rail and total_rail not in labels:
-            raise SourceUnavailable(f"ina3221: the profile's total_rail {total_rail!r} is not among the rails {sorted(labels)}")
+            raise SourceUnavailable(f"ina3221: the profile's total_rail {total_rail!r} is not among the rails "
+                                    f"{sorted(labels)}")
         # The input rail measures the whole board; without one, the sum of rails under-reads it.
         self.total_rail = total_rail or ("VDD_IN" if "VDD_IN" in labels else None)
         self._energy = Integrator()
@@ -252,12 +238,15 @@ class PiPmicPower:
 
 
 class BatteryPower:
-    """Android battery: current_now (uA) x voltage_now (uV) x the profile's sign."""
+    """Android battery: current_now (uA) x voltage_now (uV) x the profile's sign. Reads
+    power_supply/battery, else the first supply whose type is Battery."""
 
     name = "battery"
 
     def __init__(self, root: str | Path = "/", current_sign: int = 1):
-        base = under(root, "/sys/class/power_supply/battery")
+        supplies = under(root, "/sys/class/power_supply")
+        batteries = [p for p in sorted(supplies.glob("*")) if read_text(p / "type") == "Battery"]
+        base = supplies / "battery" if (supplies / "battery").exists() or not batteries else batteries[0]
         self._current = PreadFile(base / "current_now", 32)
         self._voltage = PreadFile(base / "voltage_now", 32)
         if self._current.read() is None or self._voltage.read() is None:
@@ -311,7 +300,8 @@ def power_settings(sensors: dict[str, Any] | None) -> dict[str, Any]:
     return power
 
 
-def measured_power_source(root: str | Path, runner: Runner, sensors: dict[str, Any] | None) -> tuple[Any, dict[str, str]]:
+def measured_power_source(root: str | Path, runner: Runner,
+                          sensors: dict[str, Any] | None) -> tuple[Any, dict[str, str]]:
     """The first measured power source this device has (or the one the profile names), and
     why each one tried before it is unavailable."""
     power = power_settings(sensors)

@@ -48,9 +48,10 @@ INTERVALS_S = {
 }
 
 # A slow source (interval >= SLOW_S) is read at most every CORE_SHARE_DIVISOR x its own
-# last read time, so none takes more than 1 % of a core however big the process grows.
+# last read time, so none takes more than 0.5 % of a core however big the process grows
+# (smaps_rollup of a 2 GB process takes tens of ms).
 SLOW_S = 0.5
-CORE_SHARE_DIVISOR = 100
+CORE_SHARE_DIVISOR = 200
 
 # Summary statistics: which sampled keys get a max, a min or a mean.
 PEAK_KEYS = {"rss_bytes": "peak_rss_bytes", "uss_bytes": "peak_uss_bytes", "pss_bytes": "peak_pss_bytes",
@@ -142,20 +143,32 @@ class Sampler:
         self._cost_ns_max = 0
         self._started_ns = self._stopped_ns = 0
         self._cgroup: memory.CgroupMemory | None = None
+        self._cgroup_start: dict[str, int] = {}
+        self._cgroup_peak_scope: str | None = None
         self._power_source: Any = None
         self._estimate: power.PowerEstimate | None = None
         self._summary: dict[str, Any] | None = None
+        self._error: str | None = None
 
     # -- detection ------------------------------------------------------------------------
 
-    def _try(self, name: str, make: Callable[[], Any]) -> Any:
+    def _make(self, name: str, make: Callable[[], Any]) -> Any:
+        """Builds one source; a missing one is noted, a broken one (odd format, bad
+        setting) is reported as failed: neither stops the run."""
         try:
-            source = make()
+            return make()
         except SourceUnavailable as exc:
             self._unavailable[name] = str(exc)
-            return None
-        self._add(name, source.read)
-        self._closers.append(source.close)
+        except Exception as exc:
+            self._failed[name] = f"{type(exc).__name__}: {exc}"
+        return None
+
+    def _try(self, name: str, make: Callable[[], Any]) -> Any:
+        """Builds a source and schedules its reads."""
+        source = self._make(name, make)
+        if source is not None:
+            self._add(name, source.read)
+            self._closers.append(source.close)
         return source
 
     def _add(self, name: str, read: Callable[[float], dict[str, Any]]) -> None:
@@ -172,25 +185,28 @@ class Sampler:
         if self._cgroup is not None:
             self._add("cgroup_memory_counters", self._cgroup.counters)
             self._cgroup_start = self._cgroup.counters()
+            why_not = self._cgroup.reset_peak()
+            self._cgroup_peak_scope = "run" if why_not is None else f"cgroup lifetime ({why_not})"
         self._try("process_cpu", lambda: cpu.ProcessCpu(tree))
         self._try("system_cpu", lambda: cpu.SystemCpu(root))
         self._try("cpu_freq", lambda: cpu.CpuFreq(root))
         self._try("cgroup_cpu_throttle", lambda: cpu.CgroupCpuThrottle(self.pid, root))
 
-        self._power_source, reasons = power.measured_power_source(root, self.runner, sensors)
+        found = self._make("power", lambda: power.measured_power_source(root, self.runner, sensors))
+        source, reasons = found or (None, {})
         self._unavailable.update(reasons)
-        if self._power_source is not None:
-            self._add(self._power_source.name, self._power_source.read)
-            self._closers.append(self._power_source.close)
+        if source is not None:
+            self._power_source = self._try(source.name, lambda: source)
         elif self.power_model:
-            self._estimate = power.PowerEstimate(self.power_model)
-            if "system_cpu" not in self._active:
+            if "system_cpu" in self._active:
+                self._estimate = self._make("power_estimate", lambda: power.PowerEstimate(self.power_model))
+            else:
                 self._unavailable["power_estimate"] = "needs system CPU utilisation (/proc/stat), which is unreadable"
-                self._estimate = None
 
         zones = [z for z in sensors.get("thermal_zones") or [] if z != "*"] or None
-        self._try("thermal_zones", lambda: thermal.ThermalZones(root, zones))
-        self._try("hwmon_temps", lambda: thermal.HwmonTemps(root))
+        zone_source = self._try("thermal_zones", lambda: thermal.ThermalZones(root, zones))
+        mirrored = zone_source.chip_names if zone_source else set()
+        self._try("hwmon_temps", lambda: thermal.HwmonTemps(root, mirrored))
         if sensors.get("throttle", "vcgencmd") == "vcgencmd":
             self._try("pi_throttled", lambda: thermal.PiThrottled(self.runner))
         else:
@@ -211,6 +227,12 @@ class Sampler:
         return self
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        except Exception as exc:  # e.g. the disk filled up: the summary says so, the run goes on
+            self._error = f"sampling stopped early: {type(exc).__name__}: {exc}"
+
+    def _loop(self) -> None:
         period = 1.0 / self.rate_hz
         next_s = time.monotonic()
         while not self._stop.is_set():
@@ -224,7 +246,7 @@ class Sampler:
 
     def sample_once(self, period_s: float = 0.0) -> dict[str, Any]:
         """Reads every due source and writes one line; returns it."""
-        started = time.perf_counter_ns()
+        started = time.thread_time_ns()  # CPU time, not wall: what sampling takes from the device
         t_ns = time.monotonic_ns()
         now_s = t_ns / 1e9
         rec: dict[str, Any] = {"t_ns": t_ns}
@@ -249,18 +271,25 @@ class Sampler:
         self._writer.write(rec)
         self._stats.add(rec)
         self._samples += 1
-        cost = time.perf_counter_ns() - started
+        cost = time.thread_time_ns() - started
         self._cost_ns_total += cost
         self._cost_ns_max = max(self._cost_ns_max, cost)
         return rec
 
     def stop(self) -> dict[str, Any]:
-        """Stops the thread, reads the kernel's own peak counters and returns the summary."""
+        """Stops the thread, reads the kernel's own peak counters and returns the summary.
+
+        On cgroup v1 the group's peak was reset at start, so `cgroup_peak_bytes` covers this
+        run (everything in the group, the supervisor included)."""
         if self._summary is not None:
             return self._summary
         if self._thread is not None:
             self._stop.set()
             self._thread.join()
+            if self._error is None:
+                for item in self._schedule:  # a last line with every source: counters end complete
+                    item.due_s = 0.0
+                self.sample_once()
             self._stopped_ns = time.monotonic_ns()
             self._writer.close()
         for close in self._closers:
@@ -275,11 +304,12 @@ class Sampler:
             "rate_hz": self.rate_hz,
             "achieved_hz": round(self._samples / duration_s, 2) if duration_s > 0 else None,
             "duration_s": round(duration_s, 3),
-            "sample_cost_us_mean": round(self._cost_ns_total / self._samples / 1e3, 1) if self._samples else None,
-            "sample_cost_us_max": round(self._cost_ns_max / 1e3, 1) if self._samples else None,
+            "sample_cpu_us_mean": round(self._cost_ns_total / self._samples / 1e3, 1) if self._samples else None,
+            "sample_cpu_us_max": round(self._cost_ns_max / 1e3, 1) if self._samples else None,
             "sources_active": [n for n in self._active if n not in self._failed],
             "sources_unavailable": dict(self._unavailable),
             "sources_failed": dict(self._failed),
+            "sampler_error": self._error,
         }
         out.update(self._stats.summary())
         out["throttle_flags_seen"] = thermal.decode_throttled(self._stats.throttle_or) \
@@ -291,13 +321,14 @@ class Sampler:
     def _cgroup_summary(self) -> dict[str, Any]:
         if self._cgroup is None:
             return {"cgroup": None, "cgroup_peak_bytes": None,
-                    "cgroup_status": self._unavailable.get("cgroup_memory", "not read")}
+                    "cgroup_status": self._unavailable.get("cgroup_memory") or self._failed.get("cgroup_memory")}
         end = self._cgroup.counters()  # the kernel's high-water mark, not a sampled one
         start_kills = self._cgroup_start.get("cgroup_oom_kills")
         return {
             "cgroup": f"{self._cgroup.version}:{self._cgroup.dir}",
             "cgroup_status": "active",
             "cgroup_peak_bytes": end.get("cgroup_peak_bytes"),
+            "cgroup_peak_scope": self._cgroup_peak_scope,  # "run": reset at start; else since when
             "cgroup_limit_bytes": end.get("cgroup_limit_bytes"),
             "cgroup_oom_kills": end.get("cgroup_oom_kills"),
             "cgroup_oom_kills_during_run": (end["cgroup_oom_kills"] - start_kills)

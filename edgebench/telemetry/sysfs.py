@@ -16,6 +16,8 @@ from typing import Callable, Sequence
 # or subprocess.SubprocessError (failed, timed out) when the command cannot answer.
 Runner = Callable[[Sequence[str]], str]
 
+HWMON_DIRS = ("/sys/class/hwmon/hwmon*", "/sys/bus/i2c/devices/*/hwmon/hwmon*")
+
 
 class SourceUnavailable(Exception):
     """A sensor source that this host does not have; the message says why."""
@@ -60,6 +62,18 @@ def unique_names(names: Sequence[str]) -> list[str]:
     for name in names:
         seen[name] = seen.get(name, 0) + 1
         out.append(name if seen[name] == 1 else f"{name}_{seen[name]}")
+    return out
+
+
+def hwmon_dirs(root: str | Path) -> list[Path]:
+    """Every hwmon device directory once (class links and i2c paths can name the same one)."""
+    seen, out = set(), []
+    for pattern in HWMON_DIRS:
+        for path in sorted(Path(root).glob(pattern.lstrip("/"))):
+            real = path.resolve()
+            if real not in seen:
+                seen.add(real)
+                out.append(path)
     return out
 
 

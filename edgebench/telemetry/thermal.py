@@ -11,8 +11,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from edgebench.telemetry.power import hwmon_dirs
-from edgebench.telemetry.sysfs import PreadFile, Runner, SourceUnavailable, key_name, read_text, under, unique_names
+from edgebench.telemetry.sysfs import (PreadFile, Runner, SourceUnavailable, hwmon_dirs, key_name, read_text, under,
+                                       unique_names)
 
 OFFLINE_MILLI_C = -256000
 ZONE_DIRS = ("/sys/class/thermal", "/sys/devices/virtual/thermal")
@@ -71,6 +71,7 @@ class ThermalZones(_TempFiles):
                 break
         types = [(read_text(p / "type") or p.name) for p in found]
         picked = [(t, p) for t, p in zip(types, found) if not zones or t in zones]
+        self.chip_names = {key_name(t) for t in types}  # how thermal_hwmon names these zones' chips
         keys = unique_names([f"temp_{key_name(t)}_c" for t, _ in picked])
         self._files = [(key, PreadFile(p / "temp", 32)) for key, (_, p) in zip(keys, picked)]
         if not self.read(0.0):
@@ -78,14 +79,18 @@ class ThermalZones(_TempFiles):
 
 
 class HwmonTemps(_TempFiles):
-    """hwmon temp*_input (m°C), named `temp_<chip>_<label or tempN>_c`."""
+    """hwmon temp*_input (m°C), named `temp_<chip>_<label or tempN>_c`. Chips that mirror a
+    thermal zone (the kernel's thermal_hwmon: `cpu_thermal` for zone `cpu-thermal`) are
+    left out via `skip_chips`, so a sensor is not counted twice."""
 
     name = "hwmon_temps"
 
-    def __init__(self, root: str | Path = "/"):
+    def __init__(self, root: str | Path = "/", skip_chips: set[str] | None = None):
         sensors = []
         for directory in hwmon_dirs(root):
             chip = key_name(read_text(directory / "name") or directory.name)
+            if chip in (skip_chips or set()):
+                continue
             for path in sorted(directory.glob("temp[0-9]*_input")):
                 stem = path.name[: -len("_input")]
                 label = key_name(read_text(directory / f"{stem}_label") or stem)

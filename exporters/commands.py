@@ -1,0 +1,109 @@
+"""`edgebench export`: lower the training step for a device profile, with a manifest."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from exporters.executorch import STAGES as ET_STAGES
+from exporters.onnx import STAGES as ONNX_STAGES
+
+
+def _stages(backend: str, zeroth_order: bool) -> list[str]:
+    if backend != "executorch":
+        return ["build model", *ONNX_STAGES, "write manifest"]
+    stages = [s for s in ET_STAGES if not (zeroth_order and s == "joint graph")]
+    return ["build model", *stages, "write manifest"]
+
+
+@click.command("export")
+@click.option("--device", "device", default="local", show_default=True,
+              help="Device profile id or YAML path; its `export:` settings (xnnpack, dtype) and arch apply.")
+@click.option("--model", default="tiny", show_default=True, help="Model config name or nanoVLM checkpoint folder.")
+@click.option("--method", default="sgd", show_default=True, help="Method preset or combination (`edgebench methods`).")
+@click.option("--backend", type=click.Choice(["executorch", "onnx"]), default="executorch", show_default=True)
+@click.option("--batch-size", default=1, show_default=True, type=click.IntRange(min=1))
+@click.option("--text-length", default=32, show_default=True, type=click.IntRange(min=2))
+@click.option("--image-size", default=None, type=int, help="Image side in pixels (default: the model's).")
+@click.option("--seed", default=0, show_default=True, help="Seed of the fresh weights (as the eager backend).")
+@click.option("--delegate", type=click.Choice(["profile", "xnnpack", "none"]), default="profile",
+              show_default=True, help="ExecuTorch delegate; `profile` follows the profile's export.xnnpack.")
+@click.option("--out", "out", default=None, type=click.Path(file_okay=False),
+              help="Directory for the files (default: the export cache entry).")
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
+def export_command(device: str, model: str, method: str, backend: str, batch_size: int, text_length: int,
+                   image_size: int | None, seed: int, delegate: str, out: str | None, as_json: bool) -> None:
+    """Lower one training step (model + loss + backward) for an on-device runtime.
+
+    \b
+    executorch: a .pte joint forward-backward program (torch.export -> to_edge ->
+                optional XNNPACK -> to_executorch); MeZO gets a forward-only program.
+    onnx:       ONNX Runtime training artifacts (training/eval/optimizer graphs and
+                checkpoint) for SGD or AdamW.
+
+    Shapes are fixed at export (batch size, text length, image size). Every export writes
+    manifest.json (inputs, trainable parameters, planned memory, file sha256, versions).
+    The same request again is served from the cache ($EDGEBENCH_EXPORT_CACHE or
+    ~/.cache/edgebench/exports) without exporting.
+
+    \b
+    Example:
+      edgebench export --device raspberry-pi-5-8gb --model tiny --method sgd --out pte/
+    """
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from edgebench.devices.profiles import ProfileError, load_profile
+    from edgebench.methods import MethodError, parse_method
+    from exporters.manifest import ExportRequest
+    from exporters.pipeline import ExportRefused, check_request, export, request_from_profile
+
+    try:
+        profile = load_profile(device)
+        parsed = parse_method(method)
+    except (ProfileError, MethodError) as exc:
+        raise click.UsageError(str(exc)) from None
+    fields = dict(model=model, method=method, backend=backend, batch_size=batch_size,
+                  text_length=text_length, image_size=image_size, seed=seed)
+    request = request_from_profile(profile, **fields)
+    if delegate != "profile":
+        request = ExportRequest.from_dict({**request.to_dict(), "delegate": None if delegate == "none" else delegate})
+
+    try:
+        check_request(request, profile)  # refuse before any progress display or lowering
+    except ExportRefused as exc:
+        raise click.ClickException(str(exc)) from None
+
+    console = Console(stderr=True)
+    stages = _stages(request.backend, parsed.grad_mode == "zeroth-order")
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=console, disable=as_json, transient=False) as progress:
+        task = progress.add_task(f"export {request.backend} for {profile.id}", total=len(stages))
+
+        def on_stage(stage: str) -> None:
+            done = stages.index(stage) if stage in stages else 0
+            progress.update(task, completed=done, description=f"export {request.backend}: {stage}")
+
+        try:
+            result = export(request, out, profile=profile, on_stage=on_stage)
+        except ExportRefused as exc:
+            raise click.ClickException(str(exc)) from None
+        progress.update(task, completed=len(stages),
+                        description=f"export {request.backend}: {'cached' if result.cached else 'done'}")
+    manifest = result.manifest
+    if as_json:
+        click.echo(json.dumps({**manifest, "directory": str(result.directory), "cached": result.cached}, indent=2))
+        return
+    how = "from cache" if result.cached else f"exported in {manifest['export_time_s']:.1f} s"
+    console.print(f"[bold]{result.directory}[/] ({how})")
+    for name, info in manifest["files"].items():
+        console.print(f"  {name:22s} {info['bytes'] / 2**20:9.2f} MiB  sha256 {info['sha256'][:16]}")
+    planned = manifest.get("planned_memory_bytes")
+    if planned is not None:
+        console.print(f"  planned memory         {planned / 2**20:9.2f} MiB (ExecuTorch memory plan)")
+    shapes = ", ".join(f"{i['name']}{i['shape']}" for i in manifest["inputs"][:3])
+    console.print(f"  trainable parameters   {len(manifest['trainable_parameters'])} tensors; inputs {shapes}")
+
+
+COMMANDS = [export_command]

@@ -1,0 +1,348 @@
+"""Exporters and the ExecuTorch / ONNX Runtime backends, proven equal to eager on the tiny model.
+
+Exports are made once per session (a session-scoped cache directory) and shared.
+The XNNPACK form runs on a small conv+linear stand-in by default (EDGEBENCH_FULL=1: the tiny VLM).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from edgebench.backends import UnsupportedBackend, create
+from edgebench.data.synthetic import synthetic_batches, to_torch
+from edgebench.runner.spec import RunSpec
+from exporters.executorch import lower_training_step, planned_memory_bytes_of_file
+from exporters.manifest import ExportRequest, read_manifest
+from exporters.pipeline import ExportRefused, build_training_model, export
+
+FULL = os.environ.get("EDGEBENCH_FULL") == "1"
+
+TEXT = 12  # short text keeps every export small (the synthetic task needs 11 tokens)
+STEPS = 10
+
+
+@pytest.fixture(scope="session")
+def export_cache(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("export-cache")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("EDGEBENCH_EXPORT_CACHE", str(cache))
+    yield cache
+    patch.undo()
+
+
+def _export(method: str, backend: str):
+    return export(ExportRequest(model="tiny", method=method, backend=backend, text_length=TEXT))
+
+
+@pytest.fixture(scope="session")
+def et_sgd(export_cache):
+    return _export("sgd", "executorch")
+
+
+@pytest.fixture(scope="session")
+def ort_sgd(export_cache):
+    return _export("sgd", "onnx")
+
+
+@pytest.fixture(scope="session")
+def ort_adamw(export_cache):
+    return _export("adamw", "onnx")
+
+
+def _eager(result):
+    """The same initial model (seed, build, trainable subset) and batch the export was made from."""
+    model, _, batch = build_training_model(ExportRequest.from_dict(result.manifest["request"]))
+    return model, batch
+
+
+def _et_module(result):
+    from executorch.extension.training import _load_for_executorch_for_training
+
+    return _load_for_executorch_for_training(str(result.directory / "model.pte"))
+
+
+# ---------------------------------------------------------------- ExecuTorch
+
+
+def test_executorch_sgd_matches_eager_losses_and_parameters(et_sgd):
+    from executorch.extension.training import get_sgd_optimizer
+
+    model, batch = _eager(et_sgd)
+    inputs = tuple(to_torch(batch)[k] for k in ("input_ids", "images", "labels"))
+    module = _et_module(et_sgd)
+    reference = torch.optim.SGD(model.parameters(), lr=0.05)
+    sgd = None
+    for step in range(STEPS):
+        loss = float(module.forward_backward("forward", inputs)[0])
+        sgd = sgd or get_sgd_optimizer(module.named_parameters(), 0.05)
+        sgd.step(module.named_gradients())
+        reference.zero_grad()
+        expected = model(*inputs)
+        expected.backward()
+        reference.step()
+        assert loss == pytest.approx(expected.item(), rel=1e-4), f"step {step}"
+    eager = dict(model.named_parameters())
+    program = module.named_parameters()
+    assert sorted(program) == sorted(eager)
+    for name, value in program.items():
+        torch.testing.assert_close(value, eager[name].detach(), rtol=1e-4, atol=1e-5, msg=name)
+    first = float(module.forward_backward("forward", inputs)[0])
+    assert first < loss  # the program really trained
+
+
+def test_executorch_backend_matches_eager_backend(et_sgd):
+    """The whole backend (runtime SGD, clip, lr groups, schedule) against the eager trainer."""
+    spec = RunSpec(model="tiny", method="sgd", backend="executorch", text_length=TEXT,
+                   warmup_steps=0, steps=4, program=str(et_sgd.directory))
+    batches = [b for b, _ in zip(synthetic_batches(_eager(et_sgd)[0].cfg, 1, TEXT, 0), range(4))]
+    losses = {}
+    for backend in ("executorch", "eager"):
+        run = RunSpec(**{**spec.to_dict(), "backend": backend})
+        instance = create(run)
+        instance.setup(run, batches[0])
+        losses[backend] = [instance.step(b) for b in batches]
+        instance.close()
+    np.testing.assert_allclose(losses["executorch"], losses["eager"], rtol=1e-4)
+    assert len(set(np.round(losses["eager"], 4))) == 4  # the steps changed the model
+
+
+def test_planned_memory_in_manifest_is_the_programs(et_sgd):
+    manifest = read_manifest(et_sgd.directory)
+    pte = (et_sgd.directory / "model.pte").read_bytes()
+    assert manifest["planned_memory_bytes"] == planned_memory_bytes_of_file(pte)
+    inputs = sum(np.prod(i["shape"]) * (8 if i["dtype"] == "int64" else 4) for i in manifest["inputs"])
+    assert manifest["planned_memory_bytes"] > inputs  # activations + gradients, not just the inputs
+    info = manifest["files"]["model.pte"]
+    assert info["bytes"] == len(pte)
+    import hashlib
+
+    assert info["sha256"] == hashlib.sha256(pte).hexdigest()
+    assert manifest["versions"]["executorch"] and manifest["versions"]["torch"]
+    assert [i["name"] for i in manifest["inputs"]] == ["input_ids", "images", "labels"]
+    assert manifest["inputs"][0]["shape"] == [1, TEXT]
+
+
+def test_cache_hits_on_a_repeated_request(et_sgd, tmp_path):
+    stages = []
+    request = ExportRequest.from_dict(et_sgd.manifest["request"])
+    again = export(request, on_stage=stages.append)
+    assert again.cached and stages == [] and again.directory == et_sgd.directory
+    copied = export(request, tmp_path / "out", on_stage=stages.append)
+    assert copied.cached and stages == []
+    assert (tmp_path / "out" / "model.pte").read_bytes() == (et_sgd.directory / "model.pte").read_bytes()
+    assert export(request, tmp_path / "out").cached  # the out dir itself is recognised
+    other = ExportRequest.from_dict({**request.to_dict(), "text_length": TEXT + 1})
+    assert other.key() != request.key()
+
+
+@pytest.mark.parametrize("method", ["lora", "freeze-vision"])
+def test_trainable_subset_gets_exactly_its_gradients(export_cache, method):
+    result = _export(method, "executorch")
+    model, batch = _eager(result)
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
+    assert trainable and frozen
+    assert set(result.manifest["trainable_parameters"]) == trainable
+    module = _et_module(result)
+    module.forward_backward("forward", tuple(to_torch(batch)[k] for k in ("input_ids", "images", "labels")))
+    grads = module.named_gradients()
+    assert set(grads) == trainable
+    assert all(torch.isfinite(g).all() for g in grads.values())
+    assert any(g.abs().sum() > 0 for g in grads.values())
+
+
+def _xnnpack_model():
+    if FULL:
+        model, batch = build_training_model(ExportRequest(model="tiny", method="sgd", text_length=TEXT))
+        return model, tuple(to_torch(batch)[k] for k in ("input_ids", "images", "labels"))
+
+    class ConvLinear(torch.nn.Module):
+        """Patch-embed conv (trainable) + linear + loss: the case XNNPACK used to train wrong."""
+
+        def __init__(self):
+            super().__init__()
+            self.patch = torch.nn.Conv2d(3, 16, 4, 4)
+            self.head = torch.nn.Linear(16, 10)
+
+        def forward(self, images, labels):
+            x = self.patch(images).flatten(2).transpose(1, 2).mean(1)
+            return torch.nn.functional.cross_entropy(self.head(torch.nn.functional.silu(x)), labels)
+
+    torch.manual_seed(0)
+    return ConvLinear(), (torch.randn(2, 3, 16, 16), torch.tensor([1, 7]))
+
+
+@pytest.mark.slow
+def test_xnnpack_keeps_trainable_weights_out_and_matches_eager():
+    from executorch.extension.training import _load_for_executorch_for_training_from_buffer, get_sgd_optimizer
+
+    model, inputs = _xnnpack_model()
+    reference = copy.deepcopy(model)
+    lowered = lower_training_step(model, inputs, delegate="xnnpack")
+    assert lowered.delegated
+    module = _load_for_executorch_for_training_from_buffer(lowered.buffer)
+    opt = torch.optim.SGD(reference.parameters(), lr=0.05)
+    sgd = None
+    for step in range(3):
+        loss = float(module.forward_backward("forward", inputs)[0])
+        sgd = sgd or get_sgd_optimizer(module.named_parameters(), 0.05)
+        sgd.step(module.named_gradients())
+        opt.zero_grad()
+        expected = reference(*inputs)
+        expected.backward()
+        opt.step()
+        assert loss == pytest.approx(expected.item(), rel=1e-4), f"step {step}"
+    assert set(module.named_parameters()) == {n for n, _ in reference.named_parameters()}
+
+
+def test_xnnpack_guard_refuses_a_delegate_that_captures_a_trainable_weight(monkeypatch):
+    import exporters.executorch as et
+
+    class ConvOnly(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.patch = torch.nn.Conv2d(3, 4, 4, 4)
+
+        def forward(self, images):
+            return self.patch(images).square().mean()
+
+    partitioner = et._xnnpack_partitioner
+    monkeypatch.setattr(et, "_xnnpack_partitioner", lambda trainable_convs: partitioner(False))
+    with pytest.raises(RuntimeError, match="captured trainable parameter"):
+        et.lower_training_step(ConvOnly(), (torch.randn(1, 3, 8, 8),), delegate="xnnpack")
+
+
+# ---------------------------------------------------------------- ONNX Runtime
+
+
+def _ort_session(result):
+    from edgebench.backends.onnxruntime import training_api
+
+    api = training_api()
+    state = api.CheckpointState.load_checkpoint(str(result.directory / "checkpoint"))
+    module = api.Module(str(result.directory / "training_model.onnx"), state,
+                        str(result.directory / "eval_model.onnx"))
+    optimizer = api.Optimizer(str(result.directory / "optimizer_model.onnx"), module)
+    return state, module, optimizer
+
+
+@pytest.mark.parametrize("optimizer,lr,loss_atol,param_atol", [
+    ("sgd", 0.05, 0.0035, 1e-4),  # FIELD-NOTES.md: within 0.0035 over 20 steps
+    ("adamw", 1e-3, 0.029, 5e-3),  # within 0.029 (HF-style eps placement)
+])
+def test_onnxruntime_matches_eager(request, optimizer, lr, loss_atol, param_atol):
+    from edgebench.backends.onnxruntime import shifted_labels
+
+    result = request.getfixturevalue(f"ort_{optimizer}")
+    manifest = result.manifest
+    model, batch = _eager(result)
+    inputs = tuple(to_torch(batch)[k] for k in ("input_ids", "images", "labels"))
+    params = list(model.parameters())
+    reference = (torch.optim.SGD(params, lr=lr) if optimizer == "sgd" else
+                 torch.optim.AdamW(params, lr=lr, eps=1e-8, weight_decay=manifest["weight_decay"]))
+    state, module, ort_optimizer = _ort_session(result)
+    ort_optimizer.set_learning_rate(lr)
+    module.train()
+    feeds = (batch["input_ids"], batch["images"], shifted_labels(batch["labels"]))
+    for step in range(STEPS):
+        loss = float(module(*feeds))
+        ort_optimizer.step()
+        module.lazy_reset_grad()
+        reference.zero_grad()
+        expected = model(*inputs)
+        expected.backward()
+        torch.nn.utils.clip_grad_norm_(params, manifest["max_grad_norm"])  # the optimizer graph clips too
+        reference.step()
+        assert abs(loss - expected.item()) < loss_atol, f"step {step}"
+    eager = dict(model.named_parameters())
+    names = [name for name, p in state.parameters if p.requires_grad]
+    assert set(names) == set(manifest["trainable_parameters"])
+    for name in names:
+        np.testing.assert_allclose(state.parameters[name].data, eager[name].detach().numpy(),
+                                   atol=param_atol, err_msg=name)
+    assert float(module(*feeds)) < manifest_first_loss(result)  # it trained
+
+
+def manifest_first_loss(result) -> float:
+    model, batch = _eager(result)
+    with torch.no_grad():
+        return float(model(*(to_torch(batch)[k] for k in ("input_ids", "images", "labels"))))
+
+
+def test_onnxruntime_backend_runs_without_torch(ort_sgd):
+    """The device process: backend set up and stepped from numpy, torch never imported."""
+    vocab, image = ort_sgd.manifest["model"]["lm_vocab_size"], ort_sgd.manifest["model"]["vit_img_size"]
+    script = f"""
+import sys, json, types
+from edgebench.runner.spec import RunSpec
+from edgebench.backends import create
+from edgebench.data.synthetic import synthetic_batches
+spec = RunSpec(model="tiny", method="sgd", backend="onnxruntime", text_length={TEXT}, program={str(ort_sgd.directory)!r})
+cfg = types.SimpleNamespace(lm_vocab_size={vocab}, vit_img_size={image})  # model.config's package imports torch
+batches = synthetic_batches(cfg, 1, {TEXT}, 0)
+backend = create(spec)
+backend.setup(spec, next(batches))
+losses = [backend.step(next(batches)) for _ in range(3)]
+print(json.dumps({{"torch": "torch" in sys.modules, "losses": losses}}))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["torch"] is False
+    assert all(np.isfinite(report["losses"])) and len(report["losses"]) == 3
+
+
+# ---------------------------------------------------------------- early, clear refusals
+
+
+def test_onnx_for_an_aarch64_profile_is_refused_early(export_cache):
+    from edgebench.devices.profiles import load_profile
+    from exporters.pipeline import request_from_profile
+
+    profile = load_profile("raspberry-pi-5-8gb")
+    request = request_from_profile(profile, model="tiny", method="sgd", backend="onnx")
+    stages = []
+    with pytest.raises(ExportRefused, match=r"aarch64.*--enable_training_apis"):
+        export(request, profile=profile, on_stage=stages.append)
+    assert stages == []
+
+
+@pytest.mark.parametrize("method,backend,why", [
+    ("lomo", "onnx", "optimizer lomo is not available on onnxruntime"),
+    ("adamw-ckpt", "executorch", "checkpointing"),
+    ("forward-grad", "executorch", "--backend eager"),
+])
+def test_unsupported_method_backend_pair_is_refused_early(method, backend, why):
+    stages = []
+    with pytest.raises(ExportRefused, match=why):
+        export(ExportRequest(model="tiny", method=method, backend=backend), on_stage=stages.append)
+    assert stages == []
+
+
+def test_backends_refuse_unsupported_pairs_and_devices(tmp_path):
+    from edgebench.backends.support import device_reason
+
+    spec = RunSpec(model="tiny", method="lomo", backend="executorch", program=str(tmp_path))
+    with pytest.raises(UnsupportedBackend, match="lomo"):
+        create(spec).setup(spec, {})
+    reason = device_reason("onnxruntime", "aarch64")
+    assert "no Linux aarch64 wheel" in reason and "--enable_training_apis" in reason
+    assert device_reason("executorch", "aarch64") is None
+
+
+def test_export_command_refuses_onnx_for_a_pi():
+    from click.testing import CliRunner
+
+    from edgebench.cli import cli
+
+    out = CliRunner().invoke(cli, ["export", "--device", "raspberry-pi-5-8gb", "--backend", "onnx"])
+    assert out.exit_code != 0
+    assert "aarch64" in out.output and "--enable_training_apis" in out.output

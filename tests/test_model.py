@@ -1,0 +1,225 @@
+"""The nanoVLM model: shapes, exact sizes, nanoVLM checkpoint layout, export, `edgebench models`."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from click.testing import CliRunner
+from safetensors.torch import load_file, save_file
+
+from edgebench.model import CONFIG_NAMES, VisionLanguageModel, build_model, get_config
+from edgebench.model.checkpoint import CheckpointError, from_pretrained, save_pretrained
+from edgebench.model.commands import models_command
+from edgebench.model.config import ConfigError, config_from_dict
+
+
+def _inputs(model: VisionLanguageModel, batch: int = 2, text: int = 12, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    size = model.cfg.vit_img_size
+    ids = torch.randint(0, model.cfg.lm_vocab_size, (batch, text), generator=g)
+    images = torch.randn(batch, 3, size, size, generator=g)
+    labels = ids.clone()
+    labels[:, : text // 2] = -100
+    return ids, images, labels
+
+
+@pytest.fixture(scope="module")
+def tiny() -> VisionLanguageModel:
+    torch.manual_seed(0)
+    return build_model("tiny").eval()
+
+
+def test_tiny_loss_is_shifted_text_cross_entropy(tiny):
+    ids, images, labels = _inputs(tiny)
+    logits = tiny.logits(ids, images)
+    assert logits.shape == (2, tiny.n_image_tokens + 12, tiny.cfg.lm_vocab_size) and tiny.n_image_tokens == 16
+    text = logits[:, tiny.n_image_tokens :]
+    expected = F.cross_entropy(text[:, :-1].reshape(-1, text.size(-1)), labels[:, 1:].reshape(-1), ignore_index=-100)
+    loss = tiny(ids, images, labels)
+    assert loss.dim() == 0 and torch.allclose(loss, expected, atol=1e-5)
+    prompt_changed = labels.clone()
+    prompt_changed[:, : 12 // 2] = -100  # already ignored: same loss
+    assert torch.equal(tiny(ids, images, prompt_changed), loss)
+
+
+def test_decoder_is_causal_and_sees_the_image(tiny):
+    ids, images, _ = _inputs(tiny)
+    later = ids.clone()
+    later[:, -1] = (later[:, -1] + 1) % tiny.cfg.lm_vocab_size
+    before, after = tiny.logits(ids, images), tiny.logits(later, images)
+    assert torch.allclose(before[:, :-1], after[:, :-1], atol=1e-5)
+    assert not torch.allclose(before[:, -1], after[:, -1])
+    assert not torch.allclose(tiny.logits(ids, images.flip(-1))[:, -1], before[:, -1])
+
+
+def test_wrong_image_size_is_refused(tiny):
+    ids, images, labels = _inputs(tiny)
+    with pytest.raises(ValueError, match="images must be"):
+        tiny(ids, images[:, :, :32, :32], labels)
+
+
+@pytest.mark.parametrize("name,count", [("nanovlm-222m", 222_081_600), ("nanovlm-460m", 460_113_984)])
+def test_real_sizes_exact_on_meta(name, count):
+    with torch.device("meta"):
+        model = VisionLanguageModel(get_config(name))
+    assert sum(p.numel() for p in model.parameters()) == count
+    assert model.decoder.head.weight is model.decoder.token_embedding.weight
+    ids = torch.zeros(1, 20, dtype=torch.long, device="meta")
+    size = model.cfg.vit_img_size
+    images = torch.zeros(1, 3, size, size, device="meta")
+    assert model.logits(ids, images).shape == (1, model.n_image_tokens + 20, model.cfg.lm_vocab_size)
+    assert model(ids, images, ids).shape == ()
+    assert model.n_image_tokens == {"nanovlm-222m": 49, "nanovlm-460m": 64}[name]
+
+
+def test_tiny_is_small():
+    with torch.device("meta"):
+        model = VisionLanguageModel(get_config("tiny"))
+    assert sum(p.numel() for p in model.parameters()) < 5_000_000
+    assert set(CONFIG_NAMES) == {"tiny", "nanovlm-222m", "nanovlm-460m"}
+
+
+def nanovlm_layout(cfg) -> dict[str, tuple[int, ...]]:
+    """nanoVLM's safetensors keys and shapes, written out from its module names."""
+    vh, lh, hd = cfg.vit_hidden_dim, cfg.lm_hidden_dim, cfg.lm_hidden_dim // cfg.lm_n_heads
+    patches = (cfg.vit_img_size // cfg.vit_patch_size) ** 2
+    keys = {
+        "vision_encoder.patch_embedding.conv.weight": (vh, 3, cfg.vit_patch_size, cfg.vit_patch_size),
+        "vision_encoder.patch_embedding.conv.bias": (vh,),
+        "vision_encoder.patch_embedding.position_embedding": (1, patches, vh),
+        "vision_encoder.layer_norm.weight": (vh,), "vision_encoder.layer_norm.bias": (vh,),
+        "MP.proj.weight": (lh, vh * cfg.mp_pixel_shuffle_factor**2),
+        "decoder.head.weight": (cfg.lm_vocab_size, lh),
+        "decoder.norm.weight": (lh,),
+        "decoder.rotary_embd.inv_freq": (hd // 2,),
+    }
+    for i in range(cfg.vit_n_blocks):
+        p = f"vision_encoder.blocks.{i}."
+        keys.update({p + "ln1.weight": (vh,), p + "ln1.bias": (vh,), p + "ln2.weight": (vh,), p + "ln2.bias": (vh,),
+                     p + "attn.qkv_proj.weight": (3 * vh, vh), p + "attn.qkv_proj.bias": (3 * vh,),
+                     p + "attn.out_proj.weight": (vh, vh), p + "attn.out_proj.bias": (vh,),
+                     p + "mlp.fc1.weight": (cfg.vit_inter_dim, vh), p + "mlp.fc1.bias": (cfg.vit_inter_dim,),
+                     p + "mlp.fc2.weight": (vh, cfg.vit_inter_dim), p + "mlp.fc2.bias": (vh,)})
+    for i in range(cfg.lm_n_blocks):
+        p = f"decoder.blocks.{i}."
+        kv = hd * cfg.lm_n_kv_heads
+        keys.update({p + "norm1.weight": (lh,), p + "norm2.weight": (lh,),
+                     p + "attn.q_proj.weight": (lh, lh), p + "attn.k_proj.weight": (kv, lh),
+                     p + "attn.v_proj.weight": (kv, lh), p + "attn.out_proj.weight": (lh, lh),
+                     p + "mlp.gate_proj.weight": (cfg.lm_inter_dim, lh), p + "mlp.up_proj.weight": (cfg.lm_inter_dim, lh),
+                     p + "mlp.down_proj.weight": (lh, cfg.lm_inter_dim)})
+    return keys
+
+
+@pytest.mark.parametrize("name", CONFIG_NAMES)
+def test_state_dict_matches_nanovlm_layout(name):
+    from edgebench.model.checkpoint import expected_keys
+
+    with torch.device("meta"):
+        model = VisionLanguageModel(get_config(name))
+    layout = nanovlm_layout(model.cfg)
+    assert expected_keys(model) == set(layout)
+    state = model.state_dict()
+    assert {k: tuple(state[k].shape) for k in layout} == layout
+
+
+def test_save_load_round_trip_is_identical(tiny, tmp_path):
+    save_pretrained(tiny, tmp_path)
+    stored = load_file(str(tmp_path / "model.safetensors"))
+    assert "decoder.head.weight" in stored and "decoder.token_embedding.weight" not in stored
+    assert "decoder.rotary_embd.inv_freq" in stored
+    loaded = from_pretrained(tmp_path)
+    assert loaded.decoder.head.weight is loaded.decoder.token_embedding.weight
+    ids, images, labels = _inputs(tiny)
+    assert torch.equal(loaded.logits(ids, images), tiny.logits(ids, images))
+    assert torch.equal(loaded(ids, images, labels), tiny(ids, images, labels))
+
+
+def test_renamed_key_is_refused_by_name(tiny, tmp_path):
+    save_pretrained(tiny, tmp_path)
+    tensors = load_file(str(tmp_path / "model.safetensors"))
+    tensors["MP.projection.weight"] = tensors.pop("MP.proj.weight")
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    with pytest.raises(CheckpointError) as err:
+        from_pretrained(tmp_path)
+    assert "missing keys: MP.proj.weight" in str(err.value)
+    assert "unexpected keys: MP.projection.weight" in str(err.value)
+    result = CliRunner().invoke(models_command, ["--load", str(tmp_path)])
+    assert result.exit_code == 1 and "MP.projection.weight" in result.output
+
+
+def test_hand_built_nanovlm_checkpoint_loads(tmp_path):
+    cfg = get_config("tiny")
+    g = torch.Generator().manual_seed(1)
+    tensors = {k: torch.randn(shape, generator=g) for k, shape in nanovlm_layout(cfg).items()}
+    # nanoVLM v0.1's config.json field set: no mp_image_token_length, has lm_eos_token_id.
+    v01 = {k: v for k, v in cfg.to_dict().items() if k != "mp_image_token_length"}
+    (tmp_path / "config.json").write_text(json.dumps(v01))
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    model = from_pretrained(tmp_path)
+    assert torch.equal(model.decoder.token_embedding.weight, tensors["decoder.head.weight"])
+    assert torch.equal(model.MP.proj.weight, tensors["MP.proj.weight"])
+    assert torch.equal(model.decoder.rotary_embd.inv_freq, tensors["decoder.rotary_embd.inv_freq"])
+    # The tied tensor under its other name loads too.
+    tensors["decoder.token_embedding.weight"] = tensors.pop("decoder.head.weight")
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    assert torch.equal(from_pretrained(tmp_path).decoder.head.weight, tensors["decoder.token_embedding.weight"])
+
+
+def test_head_config_fields_are_read():
+    head_json = {**get_config("nanovlm-460m").to_dict(), "lm_base_vocab_size": 49152, "extra_token_amount": 66,
+                 "max_img_size": 1536, "resize_to_max_side_len": False, "hf_repo_name": "nanoVLM",
+                 "vlm_extra_tokens": {"image_token": "<|image|>"}, "lm_chat_template": "{{x}}"}
+    del head_json["lm_vocab_size"], head_json["lm_eos_token_id"]
+    assert config_from_dict(head_json) == get_config("nanovlm-460m")
+    with pytest.raises(ConfigError, match="lm_n_experts"):
+        config_from_dict({**head_json, "lm_n_experts": 8})
+
+
+def test_hub_id_without_huggingface_hub_says_what_to_do(monkeypatch):
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # import fails as if not installed
+    with pytest.raises(CheckpointError) as err:
+        from_pretrained("lusxvr/nanoVLM-222M")
+    assert "huggingface_hub is not installed" in str(err.value)
+    assert "https://huggingface.co/lusxvr/nanoVLM-222M" in str(err.value) and "pass that folder" in str(err.value)
+
+
+def test_image_size_changes_fresh_model_only(tmp_path):
+    model = build_model("tiny", image_size=32)
+    assert model.cfg.vit_img_size == 32 and model.n_image_tokens == 4
+    with pytest.raises(ConfigError, match="mp_pixel_shuffle_factor"):
+        build_model("tiny", image_size=40)
+    save_pretrained(model, tmp_path)
+    with pytest.raises(ValueError, match="32 px"):
+        build_model(str(tmp_path), image_size=64)
+
+
+def test_strict_export_of_the_loss(tiny):
+    ids, images, labels = _inputs(tiny, batch=2, text=8)
+    exported = torch.export.export(tiny, (ids, images, labels), strict=True)
+    assert "decoder.rotary_embd.inv_freq" in exported.graph_signature.buffers
+    assert not any(n.target == torch.ops.aten.view_as_complex.default for n in exported.graph.nodes)
+    assert torch.allclose(exported.module()(ids, images, labels), tiny(ids, images, labels), atol=1e-6)
+
+
+def test_models_json_lists_exact_counts():
+    result = CliRunner().invoke(models_command, ["--json"])
+    assert result.exit_code == 0, result.output
+    rows = {r["name"]: r for r in json.loads(result.output)}
+    assert set(rows) == set(CONFIG_NAMES)
+    assert rows["nanovlm-222m"]["parameters"] == 222_081_600
+    assert rows["nanovlm-460m"]["parameters"] == 460_113_984
+    assert rows["nanovlm-222m"]["weights_bf16_bytes"] == 2 * 222_081_600
+    assert rows["tiny"]["weights_fp32_bytes"] == 4 * rows["tiny"]["parameters"]
+    table = CliRunner().invoke(models_command, [])
+    assert "222,081,600" in table.output and "460,113,984" in table.output
+
+
+def test_models_command_is_registered():
+    from edgebench import cli
+
+    assert "edgebench.model.commands" in cli.COMMAND_MODULES
