@@ -12,6 +12,7 @@ from edgebench import __version__
 COMMAND_MODULES = [
     "edgebench.model.commands",  # models
     "edgebench.runner.commands",  # bench
+    "edgebench.methods.commands",  # methods, predict
     "edgebench.devices.commands",  # devices, lab
     "edgebench.fleet.commands",  # deploy, collect, status
     "edgebench.telemetry.commands",  # sensors

@@ -80,11 +80,14 @@ def test_every_question_type_with_answers_true_to_the_picture():
     assert kinds == set(QUESTION_TYPES)
 
 
-def test_synthetic_runs_without_torch_or_pillow():
+def test_synthetic_and_configs_run_without_torch_or_pillow():
     code = (
         "import sys; sys.modules['torch'] = None; sys.modules['PIL'] = None\n"
         "from types import SimpleNamespace as N\n"
         "from edgebench.data.synthetic import synthetic_batches\n"
+        "from edgebench.model import get_config\n"
+        "from edgebench.model.checkpoint import read_config\n"
+        "assert get_config('tiny').vit_img_size == 64\n"
         "b = next(synthetic_batches(N(lm_vocab_size=64, vit_img_size=32), 2, 12, 0))\n"
         "print(b['images'].shape, 'torch' in sys.modules and sys.modules['torch'] is not None)\n"
     )

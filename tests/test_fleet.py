@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+import edgebench
 from edgebench.devices.inventory import get_device
 from edgebench.devices.transport import TransportError, connect
+from edgebench.fleet.clock import probe_clock
 from edgebench.fleet.collect import fetch_file
 from edgebench.fleet.deploy import preflight
 from edgebench.runner.spec import RunSpec
@@ -81,3 +83,14 @@ def test_preflight_names_each_problem_and_its_fix(tmp_path, monkeypatch):
     # A cgroup limit (a container, the lab) counts as less free RAM.
     assert any("RAM is free" in p for p in preflight(pi, _facts(cgroup_limit_bytes=300 * 2**20,
                                                                   cgroup_usage_bytes=200 * 2**20), eager, 10**6))
+
+
+def test_clock_probes_bracket_the_device_reading_and_are_fast():
+    device = get_device("local")
+    package_dir = str(Path(edgebench.__file__).resolve().parents[1])
+    probes = probe_clock(connect(device), device, package_dir, count=8)
+    assert len(probes) == 8
+    for p in probes:  # on one machine the device's wall clock is the host's
+        assert p["host_send_ns"] <= p["device_wall_ns"] <= p["host_recv_ns"]
+    # One Python answers every probe: a round trip costs no interpreter start-up (~50+ ms).
+    assert min(p["host_recv_ns"] - p["host_send_ns"] for p in probes) < 20e6

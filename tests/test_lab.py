@@ -2,7 +2,7 @@
 
 Two devices: `lab-small` (600 MiB) and `lab-pi4` (the 4 GiB profile). One sweep of three
 specs goes to both at once: sgd and adamw at batch 1 (~270 MB charged to the cgroup, ~350 MB
-RSS: torch's import plus the tiny model) and sgd at batch 96 (~0.6 GB more activations).
+RSS: torch's import plus the tiny model) and sgd-momentum at batch 96 (~0.6 GB more activations).
 The big batch cannot fit in 600 MiB, so there it must end `oom` while the rest completes.
 """
 
@@ -22,7 +22,7 @@ from edgebench.devices import lab
 from edgebench.devices.inventory import get_device, read_inventory, write_inventory
 from edgebench.devices.transport import TransportError, connect
 from edgebench.fleet.collect import collect_device
-from edgebench.fleet.deploy import PreflightError, deploy_one
+from edgebench.fleet.deploy import PreflightError, deploy_one, remote_run_dir
 from edgebench.fleet.status import device_status
 from edgebench.results.store import Store
 from edgebench.runner.spec import RunSpec
@@ -64,7 +64,7 @@ def _wait_finished(name: str, sweep_id: str, timeout_s: float = 150) -> dict:
 def test_sweep_on_two_devices_at_once_oom_on_the_small_one(lab_env):
     specs = [RunSpec(method="sgd", steps=1, warmup_steps=0),
              RunSpec(method="adamw", steps=1, warmup_steps=0),
-             RunSpec(method="sgd", batch_size=96, steps=1, warmup_steps=0)]
+             RunSpec(method="sgd-momentum", batch_size=96, steps=1, warmup_steps=0)]
     spec_files = []
     for i, spec in enumerate(specs):
         spec_files += ["--spec", str(lab_env / f"spec{i}.json")]
@@ -91,7 +91,10 @@ def test_sweep_on_two_devices_at_once_oom_on_the_small_one(lab_env):
             assert collected[name]["runs"] == dict(zip(d["run_ids"], statuses))
             for rid in d["run_ids"]:  # the raw files stay on the host, next to the store
                 assert (runs_dir / name / rid / "result.json").exists()
-        assert len(store.probes("lab-small")) >= 10  # deploy-time and collect-time probes
+        probes = store.probes("lab-small")
+        assert len(probes) >= 20  # deploy-time and collect-time probes
+        # over SSH, a probe is a network round trip, not a Python start-up (0.5-1.6 s on a busy device)
+        assert min(p["host_recv_ns"] - p["host_send_ns"] for p in probes) < 100e6
     small_oom = json.loads((runs_dir / "lab-small" / deployed["lab-small"]["run_ids"][2] / "result.json").read_text())
     assert small_oom["exit_signal"] == "SIGKILL" or small_oom["exit_signal"] == "KILL"
     assert lab.status()[[r["name"] for r in lab.status()].index("lab-small")]["oom_kills"] >= 1
@@ -107,7 +110,8 @@ def test_cut_connection_sweep_carries_on_and_collect_gets_everything(lab_env):
     spec = RunSpec(method="sgd", warmup_steps=1, steps=1000, duration_s=5, program=str(program))
     deployment = deploy_one("lab-pi4", [spec], runs_dir)
     run_id = deployment.run_ids[0]
-    run_remote = f"{deployment.sweep_dir}/runs/{run_id}"
+    run_remote = remote_run_dir("lab-pi4", run_id, runs_dir)
+    assert run_remote == f"{deployment.sweep_dir}/runs/{run_id}"
     watcher = connect("lab-pi4")
     (spec_name,) = watcher.check(["ls", f"{deployment.sweep_dir}/specs"]).split()
     shipped = json.loads(watcher.check(["cat", f"{deployment.sweep_dir}/specs/{spec_name}"]))["program"]
@@ -207,3 +211,15 @@ def test_down_leaves_no_process_cgroup_key_or_entry(tmp_path, monkeypatch):
     assert not any(d.exists() for d in cgroups) and not any(d.parent.exists() for d in cgroups)
     leftovers = [p.name for p in (tmp_path / "state").rglob("*") if "key" in p.name or p.name == "known_hosts"]
     assert leftovers == [] and read_inventory() == {} and lab.status() == []
+
+
+def test_missing_python_on_the_device_is_named(lab_env):
+    inventory = read_inventory()
+    saved = dict(inventory)
+    try:
+        inventory["lab-small"] = {**inventory["lab-small"], "python": "/opt/no/python3"}
+        write_inventory(inventory)
+        with pytest.raises(TransportError, match=r"lab-small: python '/opt/no/python3' cannot be run on the device"):
+            deploy_one("lab-small", [RunSpec(method="sgd")], lab_env / "pf-runs")
+    finally:
+        write_inventory(saved)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 
@@ -14,7 +15,7 @@ from safetensors.torch import load_file, save_file
 from edgebench.model import CONFIG_NAMES, VisionLanguageModel, build_model, get_config
 from edgebench.model.checkpoint import CheckpointError, from_pretrained, save_pretrained
 from edgebench.model.commands import models_command
-from edgebench.model.config import ConfigError, config_from_dict
+from edgebench.model.config import ConfigError, config_from_dict, parameter_count
 
 
 def _inputs(model: VisionLanguageModel, batch: int = 2, text: int = 12, seed: int = 0):
@@ -66,7 +67,7 @@ def test_wrong_image_size_is_refused(tiny):
 def test_real_sizes_exact_on_meta(name, count):
     with torch.device("meta"):
         model = VisionLanguageModel(get_config(name))
-    assert sum(p.numel() for p in model.parameters()) == count
+    assert sum(p.numel() for p in model.parameters()) == count == parameter_count(model.cfg)
     assert model.decoder.head.weight is model.decoder.token_embedding.weight
     ids = torch.zeros(1, 20, dtype=torch.long, device="meta")
     size = model.cfg.vit_img_size
@@ -76,10 +77,13 @@ def test_real_sizes_exact_on_meta(name, count):
     assert model.n_image_tokens == {"nanovlm-222m": 49, "nanovlm-460m": 64}[name]
 
 
-def test_tiny_is_small():
+def test_tiny_is_small_and_untied_heads_count_twice():
     with torch.device("meta"):
         model = VisionLanguageModel(get_config("tiny"))
-    assert sum(p.numel() for p in model.parameters()) < 5_000_000
+        untied = VisionLanguageModel(dataclasses.replace(get_config("tiny"), lm_tie_weights=False))
+    n = sum(p.numel() for p in model.parameters())
+    assert n == parameter_count(model.cfg) < 5_000_000
+    assert sum(p.numel() for p in untied.parameters()) == parameter_count(untied.cfg) == n + 512 * 192
     assert set(CONFIG_NAMES) == {"tiny", "nanovlm-222m", "nanovlm-460m"}
 
 
@@ -137,6 +141,17 @@ def test_save_load_round_trip_is_identical(tiny, tmp_path):
     ids, images, labels = _inputs(tiny)
     assert torch.equal(loaded.logits(ids, images), tiny.logits(ids, images))
     assert torch.equal(loaded(ids, images, labels), tiny(ids, images, labels))
+
+
+def test_untied_head_is_stored_and_loaded_separately(tmp_path):
+    torch.manual_seed(2)
+    model = VisionLanguageModel(dataclasses.replace(get_config("tiny"), lm_tie_weights=False))
+    save_pretrained(model, tmp_path)
+    assert {"decoder.head.weight", "decoder.token_embedding.weight"} <= set(load_file(str(tmp_path / "model.safetensors")))
+    loaded = from_pretrained(tmp_path)
+    assert loaded.decoder.head.weight is not loaded.decoder.token_embedding.weight
+    ids, images, labels = _inputs(model)
+    assert torch.equal(loaded(ids, images, labels), model(ids, images, labels))
 
 
 def test_renamed_key_is_refused_by_name(tiny, tmp_path):

@@ -140,7 +140,8 @@ def _program_mezo(directory: Path, manifest: dict[str, Any], method: Any, lr: fl
 
     class ProgramMeZO(MeZOTrainer):
         def loss(self, batch):
-            inputs = (batch["input_ids"], batch["images"], batch["labels"], *self.params)
+            weights = [p.data for p in self.params]  # plain tensors (pybind refuses Parameter)
+            inputs = (batch["input_ids"], batch["images"], batch["labels"], *weights)
             return program.run_method("forward", inputs)[0]
 
     return ProgramMeZO(method, holder, lr, total)

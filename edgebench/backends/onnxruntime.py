@@ -1,8 +1,9 @@
 """The ONNX Runtime backend: the exported training artifacts step in ORT's training API.
 
 No torch in this process (58 MB vs 285 MB RSS, FIELD-NOTES.md): `onnxruntime.training`'s
-package `__init__` imports torch (ORTModule), so `onnxruntime.training.api` is loaded with
-an empty stand-in for that package. The optimizer (SGD or AdamW, global-norm clip) is the
+package `__init__` imports torch (ORTModule), and so does `import onnxruntime` (it probes
+ORTModule), so `onnxruntime.training.api` is loaded with an empty stand-in for that
+package and ORTModule marked absent. The optimizer (SGD or AdamW, global-norm clip) is the
 artifacts' optimizer graph; the learning rate is constant per run (spec.lr or the method's
 default recorded at export) for all parameters: one optimizer graph has one lr, and the
 schedule lives in torch-importing code.
@@ -39,9 +40,12 @@ def training_api():
         )
     package_dir = list(spec.submodule_search_locations)[0]
     if "onnxruntime.training" not in sys.modules:
+        # Before `import onnxruntime`: its __init__ probes ORTModule (torch) too; a None entry
+        # makes that probe an ImportError, which it handles as "no ORTModule".
         stand_in = types.ModuleType("onnxruntime.training")
         stand_in.__path__ = [f"{package_dir}/training"]
         sys.modules["onnxruntime.training"] = stand_in
+        sys.modules.setdefault("onnxruntime.training.ortmodule", None)
     try:
         return importlib.import_module("onnxruntime.training.api")
     except ImportError as exc:

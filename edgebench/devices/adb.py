@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Iterator
 
 from edgebench.devices.inventory import Device
-from edgebench.devices.transport import CommandResult, Transport, TransportError
+from edgebench.devices.transport import CommandResult, Session, Transport, TransportError, PipeSession
 
 ANDROID_HOME = "/data/local/tmp"
 
@@ -59,6 +59,10 @@ class AdbTransport(Transport):
     def get(self, remote: str, local: str | Path, offset: int = 0) -> None:
         # adb pull cannot resume: fetch the whole file again (sizes are small: JSON traces).
         self._adb(["pull", self._path(remote), str(local)], timeout=None)
+
+    def interact(self, argv: list[str]) -> Session:
+        return PipeSession([self.adb, "-s", self.serial, "shell", f"cd {ANDROID_HOME} && {shlex.join(argv)}"],
+                            self.device.name)
 
     def stream(self, argv: list[str]) -> Iterator[str]:
         proc = subprocess.Popen(

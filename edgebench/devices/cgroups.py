@@ -31,6 +31,16 @@ def cgroup_version(root: Path = ROOT) -> int:
     raise CgroupError(f"no memory cgroup controller under {root} (neither v1 memory/ nor v2 memory.max); the lab needs one")
 
 
+def own_group(controller: str, proc_cgroup: Path = Path("/proc/self/cgroup")) -> str:
+    """This process's v1 group for `controller`, relative: lab groups nest inside it, so any
+    limit already placed on us (a container, a CI job) still holds for the emulated devices."""
+    for line in proc_cgroup.read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controller in controllers.split(","):
+            return path.lstrip("/")
+    return ""
+
+
 @dataclass
 class Limits:
     """One emulated device's cgroup directories (one per controller on v1, one on v2).
@@ -47,7 +57,8 @@ class Limits:
         quota = max(1000, int(cpus * CFS_PERIOD_US))
         try:
             if version == 1:
-                mem, cpu = root / "memory" / name, root / "cpu" / name
+                mem = root / "memory" / own_group("memory") / name
+                cpu = root / "cpu" / own_group("cpu") / name
                 mem.mkdir(parents=True, exist_ok=True)
                 cpu.mkdir(parents=True, exist_ok=True)
                 (mem / "memory.limit_in_bytes").write_text(str(memory_bytes))
@@ -71,12 +82,12 @@ class Limits:
                 "to your user (systemd-run --user --scope -p Delegate=yes ...)"
             ) from None
 
-    def procs_file(self) -> list[Path]:
+    def procs_files(self) -> list[Path]:
         return [d / "cgroup.procs" for d in self.dirs]
 
     def pids(self) -> set[int]:
         found: set[int] = set()
-        for path in self.procs_file():
+        for path in self.procs_files():
             if path.exists():
                 found.update(int(p) for p in path.read_text().split())
         return found

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -115,9 +116,11 @@ def lab_up(profiles: tuple[str, ...], memory: str | None, cpus: float | None, as
     if as_json:
         click.echo(json.dumps(running, indent=2))
         return
+    host_cores = os.cpu_count() or 1
     for dev in running:
+        note = f" (this host has only {host_cores}: not a real limit)" if dev["cpus"] >= host_cores else ""
         click.echo(f"{dev['name']}: {dev['profile']} on 127.0.0.1:{dev['port']}, "
-                   f"{_gib(dev['memory_bytes'])} GiB, {dev['cpus']:g} CPUs")
+                   f"{_gib(dev['memory_bytes'])} GiB, {dev['cpus']:g} CPUs{note}")
     click.echo(f"registered in {inventory_path()}; try `edgebench deploy --device {running[0]['name']}`")
 
 
@@ -145,7 +148,7 @@ def lab_status(as_json: bool) -> None:
         click.echo("the lab is not running; `edgebench lab up`")
     for r in rows:
         click.echo(f"{r['name']}: {'running' if r['running'] else 'STOPPED'} on port {r['port']}, "
-                   f"{r['processes']} processes, memory {_gib(r.get('usage_bytes'))}/{_gib(r.get('limit_bytes'))} "
+                   f"processes {r['processes']}, memory {_gib(r.get('usage_bytes'))}/{_gib(r.get('limit_bytes'))} "
                    f"GiB (peak {_gib(r.get('peak_bytes'))}), OOM kills {r.get('oom_kills', '-')}")
 
 

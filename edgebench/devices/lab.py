@@ -144,7 +144,7 @@ def _start(root: Path, spec: LabDevice, client_pub: str, user: str) -> dict[str,
     join = 'for f in "$@"; do echo $$ > "$f" || exit 97; done; exec "$SSHD" -D -e -f "$CONFIG"'
     with open(log, "ab") as log_fh:
         proc = subprocess.Popen(
-            ["sh", "-c", join, "sh", *map(str, limits.procs_file())],
+            ["sh", "-c", join, "sh", *map(str, limits.procs_files())],
             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "SSHD": _sshd(), "CONFIG": str(config)},
             stdin=subprocess.DEVNULL,
             stdout=log_fh,

@@ -18,7 +18,7 @@ from typing import Any, Awaitable, Iterator, TypeVar
 import asyncssh
 
 from edgebench.devices.inventory import Device
-from edgebench.devices.transport import CommandResult, Transport, TransportError
+from edgebench.devices.transport import CommandResult, Session, Transport, TransportError
 
 T = TypeVar("T")
 _loop: asyncio.AbstractEventLoop | None = None
@@ -69,6 +69,29 @@ def host_key_error(device: Device) -> TransportError:
     )
 
 
+class _SSHSession(Session):
+    def __init__(self, transport: "SSHTransport", command: str):
+        self.name = transport.device.name
+        self.process = _call(transport._conn.create_process(command))
+
+    async def _ask(self, line: str) -> str:
+        self.process.stdin.write(line + "\n")
+        await self.process.stdin.drain()
+        return str(await self.process.stdout.readline())
+
+    def ask(self, line: str, timeout: float = 10.0) -> str:
+        try:
+            reply = _call(self._ask(line), timeout)
+        except (asyncssh.Error, OSError, TimeoutError) as exc:
+            raise TransportError(f"{self.name}: no answer ({exc or type(exc).__name__})") from None
+        if not reply:
+            raise TransportError(f"{self.name}: the command ended without answering")
+        return reply.rstrip("\n")
+
+    def close(self) -> None:
+        self.process.close()
+
+
 class SSHTransport(Transport):
     """One asyncssh connection (and one SFTP session) to one device."""
 
@@ -82,7 +105,9 @@ class SSHTransport(Transport):
         known_hosts = _known_hosts_path(self.device)
         if not os.path.exists(known_hosts):
             raise host_key_error(self.device)
-        options: dict[str, Any] = {"known_hosts": known_hosts, "username": t.user}
+        # Keepalives notice a dead link within ~45 s instead of hanging a transfer forever.
+        options: dict[str, Any] = {"known_hosts": known_hosts, "username": t.user,
+                                   "keepalive_interval": 15, "keepalive_count_max": 3}
         if t.key:
             key = os.path.expanduser(t.key)
             if not os.path.exists(key):
@@ -147,6 +172,9 @@ class SSHTransport(Transport):
             _call(self._get(remote, str(local), offset))
         except (asyncssh.Error, OSError) as exc:
             raise TransportError(f"{self.device.name}: download of {remote} failed ({exc})") from None
+
+    def interact(self, argv: list[str]) -> Session:
+        return _SSHSession(self, shlex.join(argv))
 
     def stream(self, argv: list[str]) -> Iterator[str]:
         process = _call(self._conn.create_process(shlex.join(argv)))

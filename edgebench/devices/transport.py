@@ -37,6 +37,42 @@ class CommandResult:
         return iter((self.rc, self.stdout, self.stderr))
 
 
+class Session(ABC):
+    """A command that answers one line per line sent (for clock probes: ~1 ms a round trip)."""
+
+    @abstractmethod
+    def ask(self, line: str, timeout: float = 10.0) -> str:
+        """Sends one line and returns the next line of the command's output."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Ends the command."""
+
+
+class PipeSession(Session):
+    """A Session over a local subprocess (the local device, or the adb client)."""
+
+    def __init__(self, argv: list[str], name: str):
+        self.name = name
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+
+    def ask(self, line: str, timeout: float = 10.0) -> str:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            self.proc.stdin.write(line + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            raise TransportError(f"{self.name}: the command ended (exit {self.proc.poll()})") from None
+        reply = self.proc.stdout.readline()
+        if not reply:
+            raise TransportError(f"{self.name}: the command ended without answering (exit {self.proc.wait()})")
+        return reply.rstrip("\r\n")
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
 class Transport(ABC):
     """What deploy, collect and the live view need from a device connection."""
 
@@ -57,6 +93,10 @@ class Transport(ABC):
     @abstractmethod
     def stream(self, argv: list[str]) -> Iterator[str]:
         """Yields the command's stdout line by line (no newline); closing it stops the command."""
+
+    @abstractmethod
+    def interact(self, argv: list[str]) -> Session:
+        """Starts argv with a line-by-line conversation on its stdin/stdout."""
 
     def close(self) -> None:
         """Releases the connection."""
@@ -110,6 +150,9 @@ class LocalTransport(Transport):
 
     def get(self, remote: str, local: str | Path, offset: int = 0) -> None:
         _copy_from(self._path(remote), Path(local), offset)
+
+    def interact(self, argv: list[str]) -> Session:
+        return PipeSession(argv, self.device.name)
 
     def stream(self, argv: list[str]) -> Iterator[str]:
         proc = subprocess.Popen(argv, cwd=self.home, stdout=subprocess.PIPE, text=True)

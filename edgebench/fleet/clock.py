@@ -2,8 +2,10 @@
 
 A probe is {host_send_ns, device_mono_ns, device_wall_ns, host_recv_ns} (host times from
 time.time_ns()); the results store fits the device's monotonic clock to host time from
-them. The round trip includes starting Python on the device (tens of ms), so the
-alignment is good to about half the shortest round trip.
+them. One Python process on the device answers each probe line (the telemetry room's
+`clock_pair`), so a round trip is a network round trip (~1 ms on a LAN or loopback),
+not a Python start-up (tens to hundreds of ms on a busy device); the alignment is good to
+about half the shortest round trip.
 """
 
 from __future__ import annotations
@@ -16,17 +18,30 @@ from edgebench.devices.inventory import Device
 from edgebench.devices.transport import Transport, TransportError
 
 
-def probe_clock(transport: Transport, device: Device, package_dir: str, count: int = 5) -> list[dict[str, Any]]:
+ANSWER_EACH_LINE = (
+    "import json, sys\n"
+    "from edgebench.telemetry.clock import clock_pair\n"
+    "for _ in sys.stdin:\n"
+    "    print(json.dumps(clock_pair()), flush=True)\n"
+)
+
+
+def probe_clock(transport: Transport, device: Device, package_dir: str, count: int = 10) -> list[dict[str, Any]]:
     """Takes `count` probes with the edgebench copy shipped in `package_dir` on the device."""
-    argv = ["env", f"PYTHONPATH={package_dir}", device.python, "-m", "edgebench.telemetry.clock"]
+    session = transport.interact(["env", f"PYTHONPATH={package_dir}", device.python, "-c", ANSWER_EACH_LINE])
     probes = []
-    for _ in range(count):
-        host_send = time.time_ns()
-        result = transport.run(argv, timeout=30)
-        host_recv = time.time_ns()
-        if result.rc != 0:
-            raise TransportError(f"{device.name}: clock probe failed: {result.stderr.strip()[-500:]}")
-        pair = json.loads(result.stdout)
-        probes.append({"host_send_ns": host_send, "device_mono_ns": pair["mono_ns"],
-                       "device_wall_ns": pair["wall_ns"], "host_recv_ns": host_recv})
+    try:
+        session.ask("warm-up", timeout=60)  # Python's start-up is not part of any probe
+        for _ in range(count):
+            host_send = time.time_ns()
+            reply = session.ask("probe")
+            host_recv = time.time_ns()
+            try:
+                pair = json.loads(reply)
+            except ValueError:
+                raise TransportError(f"{device.name}: clock probe answered {reply[:200]!r}") from None
+            probes.append({"host_send_ns": host_send, "device_mono_ns": pair["mono_ns"],
+                           "device_wall_ns": pair["wall_ns"], "host_recv_ns": host_recv})
+    finally:
+        session.close()
     return probes

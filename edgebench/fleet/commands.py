@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import click
 
+from edgebench.results import DEFAULT_STORE
 from edgebench.runner.spec import RunSpec
-
-DEFAULT_STORE = "runs/edgebench.duckdb"
 
 
 def _echo_err(message: str) -> None:
@@ -93,7 +91,7 @@ def deploy(devices: tuple[str, ...], model: str, methods: str, backend: str, pro
 @click.command()
 @click.option("--device", "devices", multiple=True, help="Inventory name (repeatable). Default: every device.")
 @click.option("--run", "run_id", default=None, help="Only this run id.")
-@click.option("--store", default=DEFAULT_STORE, show_default=True, help="DuckDB results store to ingest into.")
+@click.option("--store", default=str(DEFAULT_STORE), show_default=True, help="DuckDB results store to ingest into.")
 @click.option("--no-ingest", is_flag=True, help="Fetch only; do not touch the store.")
 @click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False),
               help="Local folder: runs land in RUNS_DIR/<device>/<run_id>/.")

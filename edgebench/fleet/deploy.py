@@ -11,7 +11,6 @@ Clock probes and a record of the deployment go to `<local_root>/<device>/`.
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import secrets
 import shlex
@@ -51,21 +50,20 @@ class Deployment:
     probes: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _tar_dir(directory: Path, arcname: str) -> bytes:
-    """A gzipped tar of a directory, without caches."""
-    buffer = io.BytesIO()
+def _tar_dir(directory: Path, arcname: str, dest: Path, compress: bool) -> Path:
+    """Writes a tar of a directory, without caches, to `dest` (on disk: programs can be GBs)."""
 
     def skip_caches(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
         return None if "__pycache__" in info.name or info.name.endswith(".pyc") else info
 
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+    with tarfile.open(dest, mode="w:gz" if compress else "w") as tar:
         tar.add(directory, arcname=arcname, filter=skip_caches)
-    return buffer.getvalue()
+    return dest
 
 
-def package_tarball() -> bytes:
+def package_tarball(dest: Path) -> Path:
     """The edgebench package's own source (the device runs the host's code)."""
-    return _tar_dir(Path(edgebench.__file__).resolve().parent, "edgebench")
+    return _tar_dir(Path(edgebench.__file__).resolve().parent, "edgebench", dest, compress=True)
 
 
 def preflight(device: Device, facts: dict[str, Any], specs: list[RunSpec], payload_bytes: int) -> list[str]:
@@ -118,19 +116,12 @@ def preflight(device: Device, facts: dict[str, Any], specs: list[RunSpec], paylo
     return problems
 
 
-def _put_bytes(transport: Transport, data: bytes, remote: str) -> None:
-    with tempfile.NamedTemporaryFile(suffix=Path(remote).suffix) as tmp:
-        tmp.write(data)
-        tmp.flush()
-        transport.put(tmp.name, remote)
-
-
-def _ship_tar(transport: Transport, data: bytes, remote_dir: str) -> None:
-    archive = f"{remote_dir}.tar.gz"
+def _ship_tar(transport: Transport, archive: Path, remote_dir: str) -> None:
+    remote_archive = f"{remote_dir}.tar"
     transport.check(["mkdir", "-p", remote_dir])
-    _put_bytes(transport, data, archive)
-    transport.check(["tar", "-xzf", archive, "-C", remote_dir])
-    transport.check(["rm", "-f", archive])
+    transport.put(archive, remote_archive)
+    transport.check(["tar", "-xf", remote_archive, "-C", remote_dir])  # tar detects gzip itself
+    transport.check(["rm", "-f", remote_archive])
 
 
 def prepare_specs(device: Device, specs: list[RunSpec]) -> list[RunSpec]:
@@ -152,29 +143,33 @@ def deploy_one(name: str, specs: list[RunSpec], local_root: Path = Path("runs"),
     """Preflight, ship and start one device's sweep; returns what was started."""
     device = get_device(name)
     specs = prepare_specs(device, specs)
-    with connect(device) as transport:
+    with connect(device) as transport, tempfile.TemporaryDirectory(prefix="edgebench-deploy-") as staging:
         log(f"{name}: preflight")
         facts = run_program(transport, device, FACTS, device.workdir)
-        package = package_tarball()
-        programs = {spec.program: _tar_dir(Path(spec.program), ".") for spec in specs
-                    if spec.program and Path(spec.program).is_dir()}
-        problems = preflight(device, facts, specs, len(package) + sum(map(len, programs.values())))
+        package = package_tarball(Path(staging) / "pkg.tar.gz")
+        named = dict.fromkeys(s.program for s in specs if s.program and Path(s.program).is_dir())
+        programs = {local: _tar_dir(Path(local), ".", Path(staging) / f"program{i}.tar", compress=False)
+                    for i, local in enumerate(named)}
+        payload = package.stat().st_size + sum(p.stat().st_size for p in programs.values())
+        problems = preflight(device, facts, specs, payload)
         if problems:
             raise PreflightError(f"{name} ({device.address}) cannot run this sweep:\n  - " + "\n  - ".join(problems))
         sweep_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
         sweep = f"{facts['workdir']}/sweeps/{sweep_id}"
-        log(f"{name}: shipping edgebench ({len(package) / 1024:.0f} KiB) to {sweep}")
+        log(f"{name}: shipping edgebench ({package.stat().st_size / 1024:.0f} KiB) to {sweep}")
         transport.check(["mkdir", "-p", f"{sweep}/specs", f"{sweep}/runs"])
         _ship_tar(transport, package, f"{sweep}/pkg")
-        for index, (local, data) in enumerate(programs.items()):
+        for index, (local, archive) in enumerate(programs.items()):
             remote = f"{sweep}/programs/{index:02d}-{Path(local).name}"
-            log(f"{name}: shipping program {local} ({len(data) / 2**20:.1f} MiB)")
-            _ship_tar(transport, data, remote)
+            log(f"{name}: shipping program {local} ({archive.stat().st_size / 2**20:.1f} MiB)")
+            _ship_tar(transport, archive, remote)
             for spec in specs:
                 if spec.program == local:
                     spec.program = remote
         for index, spec in enumerate(specs):
-            _put_bytes(transport, spec.to_json().encode(), f"{sweep}/specs/{index:03d}-{spec.run_id}.json")
+            spec_file = Path(staging) / f"{index:03d}-{spec.run_id}.json"
+            spec.save(spec_file)
+            transport.put(spec_file, f"{sweep}/specs/{spec_file.name}")
         _check_shipped_copy(transport, device, sweep)
         start = (f"cd {shlex.quote(sweep)} && S=$(command -v setsid || true); "
                  f"PYTHONPATH={shlex.quote(sweep + '/pkg')} $S nohup {shlex.quote(device.python)} "
@@ -203,6 +198,26 @@ def _record(directory: Path, deployment: Deployment) -> None:
             fh.write(json.dumps(probe) + "\n")
     with open(directory / "deployments.jsonl", "a") as fh:
         fh.write(json.dumps(dataclasses.asdict(deployment)) + "\n")
+
+
+def deployments(name: str, local_root: Path = Path("runs")) -> list[dict[str, Any]]:
+    """This host's records of sweeps started on a device, oldest first.
+
+    A run's directory on the device is `<sweep_dir>/runs/<run_id>` (e.g. for a live
+    `tail -F` of its samples.jsonl over `connect(name).stream`).
+    """
+    path = local_root / name / "deployments.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def remote_run_dir(name: str, run_id: str, local_root: Path = Path("runs")) -> str | None:
+    """Where run `run_id` lives on device `name`, if this host deployed it."""
+    for record in deployments(name, local_root):
+        if run_id in record["run_ids"]:
+            return f"{record['sweep_dir']}/runs/{run_id}"
+    return None
 
 
 def deploy_many(names: list[str], specs: list[RunSpec], local_root: Path = Path("runs"),

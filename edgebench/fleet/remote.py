@@ -114,10 +114,11 @@ print(json.dumps(out))
 def run_program(transport: Transport, device: Device, program: str, *args: str, timeout: float = 120) -> Any:
     """Runs one of the programs above with the device's python; returns its JSON."""
     result = transport.run([device.python, "-c", program, *args], timeout=timeout)
-    if result.rc == 127 or (result.rc != 0 and "not found" in result.stderr):
+    if result.rc in (126, 127) or (result.rc != 0 and "not found" in result.stderr):
         raise TransportError(
-            f"{device.name}: python {device.python!r} not found on the device; install Python 3.10+ there "
-            f"or set `python:` in the inventory entry (or the profile)"
+            f"{device.name}: python {device.python!r} cannot be run on the device ({result.stderr.strip()[-300:]}); "
+            f"install Python 3.10+ there or set `python:` in the inventory entry (or the profile). Over adb the "
+            f"`shell` user cannot run Termux's python: use SSH into Termux instead (see device_profiles/pixel-8.yaml)"
         )
     if result.rc != 0:
         raise TransportError(f"{device.name}: remote helper failed (exit {result.rc}): {result.stderr.strip()[-1500:]}")

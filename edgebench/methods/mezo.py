@@ -62,9 +62,8 @@ class MeZOTrainer(Trainer):
         return record
 
     @torch.no_grad()
-    def step(self, batch: Batch) -> float:
-        self.model.eval()
-        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=self.seeds))
+    def estimate(self, batch: Batch, seed: int) -> tuple[float, float]:
+        """(projected gradient, loss) from the +eps / -eps forwards; weights restored bitwise."""
         record = self._unrestorable(seed)
         self._add(seed, self.eps)
         loss_plus = self.loss(batch).item()
@@ -73,8 +72,15 @@ class MeZOTrainer(Trainer):
         self._add(seed, self.eps)
         for flat, indices, values in record:
             flat[indices] = values
-        self.projected_grad = (loss_plus - loss_minus) / (2 * self.eps)
+        return (loss_plus - loss_minus) / (2 * self.eps), (loss_plus + loss_minus) / 2
+
+    @torch.no_grad()
+    def step(self, batch: Batch) -> float:
+        """One SPSA step; returns the mean of the two perturbed losses (MeZO's logged loss)."""
+        self.model.eval()
+        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=self.seeds))
+        self.projected_grad, loss = self.estimate(batch, seed)
         lr = self.lr * optim.lr_factor(self.steps_done, self.total_steps)
         self._add(seed, -lr * self.projected_grad)
         self.steps_done += 1
-        return (loss_plus + loss_minus) / 2
+        return loss

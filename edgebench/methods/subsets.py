@@ -64,6 +64,9 @@ def store_frozen(method: Method, model: nn.Module) -> None:
     int8: each frozen nn.Linear weight becomes torchao's per-channel int8 tensor, dequantised
     in its forward; the other frozen weights (embedding/tied head, norms, patch conv) go bf16.
     """
+    for param in model.parameters():  # trainable weights always fp32 (see build_model_for)
+        if param.requires_grad and param.dtype != torch.float32:
+            param.data = param.data.float()
     if method.frozen_dtype == "fp32":
         return
     if method.frozen_dtype == "int8":

@@ -150,6 +150,25 @@ def prepare_model(method: Method, model: nn.Module) -> nn.Module:
     return model
 
 
+def build_model_for(method: Method | str, name_or_dir: str, image_size: int | None = None) -> nn.Module:
+    """Build a fresh model the way the method stores it, so loading never peaks higher than
+    training: methods that keep frozen weights in bf16/int8 build in bf16 (half the fp32 peak);
+    `make_trainer` then returns the trainable weights to fp32. Checkpoints load as they are.
+    """
+    from edgebench.model import CONFIG_NAMES, build_model
+
+    if isinstance(method, str):
+        method = parse_method(method)
+    if method.frozen_dtype == "fp32" or name_or_dir not in CONFIG_NAMES:
+        return build_model(name_or_dir, image_size=image_size)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        return build_model(name_or_dir, image_size=image_size)
+    finally:
+        torch.set_default_dtype(previous)
+
+
 def make_trainer(method: Method | str, model: nn.Module, *, lr: float | None = None,
                  total_steps: int = 1000) -> Trainer:
     """The trainer for `method` (a Method or its text) on `model` (changed in place).

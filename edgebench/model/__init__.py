@@ -1,14 +1,30 @@
-"""nanoVLM for edgebench: configs by name, the model, nanoVLM checkpoints."""
+"""nanoVLM for edgebench: configs by name, the model, nanoVLM checkpoints.
+
+Importing the package (or `edgebench.model.config`) does not import torch, so a
+torch-free device process (the ONNX Runtime backend) can still read configs.
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from edgebench.model.config import CONFIG_NAMES, VLMConfig, get_config
-from edgebench.model.vlm import VisionLanguageModel
+
+if TYPE_CHECKING:
+    from edgebench.model.vlm import VisionLanguageModel
 
 __all__ = ["CONFIG_NAMES", "VLMConfig", "VisionLanguageModel", "build_model", "get_config"]
 
 
-def build_model(name_or_dir: str, image_size: int | None = None) -> VisionLanguageModel:
+def __getattr__(name: str):
+    if name == "VisionLanguageModel":
+        from edgebench.model.vlm import VisionLanguageModel
+
+        return VisionLanguageModel
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def build_model(name_or_dir: str, image_size: int | None = None) -> "VisionLanguageModel":
     """A model by config name (fresh weights, torch's global RNG) or from a checkpoint.
 
     `name_or_dir`: one of CONFIG_NAMES, a nanoVLM folder (config.json +
@@ -16,6 +32,8 @@ def build_model(name_or_dir: str, image_size: int | None = None) -> VisionLangua
     fresh model; a checkpoint must be used at its own size.
     """
     if name_or_dir in CONFIG_NAMES:
+        from edgebench.model.vlm import VisionLanguageModel
+
         return VisionLanguageModel(get_config(name_or_dir).with_image_size(image_size))
     from edgebench.model.checkpoint import from_pretrained
 

@@ -3,18 +3,22 @@
 nanoVLM stores the tied embedding/head tensor once, as `decoder.head.weight`, and
 keeps `decoder.rotary_embd.inv_freq`. We accept the tied tensor under either name
 and check every other key strictly, so a checkpoint that does not fit is refused
-with the keys that differ instead of loading half a model.
+with the keys that differ instead of loading half a model. torch is imported only
+where weights are touched, so `read_config` works in a torch-free device process.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from edgebench.model.config import VLMConfig, config_from_dict
-from edgebench.model.vlm import VisionLanguageModel
+
+if TYPE_CHECKING:
+    import torch
+
+    from edgebench.model.vlm import VisionLanguageModel
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -70,6 +74,8 @@ def read_config(folder: str | Path) -> VLMConfig:
 
 def load_state_dict_strict(model: VisionLanguageModel, tensors: dict[str, torch.Tensor], source: str) -> None:
     """Put `tensors` into `model`; refuse (naming the keys) unless they match exactly."""
+    import torch
+
     tensors = dict(tensors)
     if model.cfg.lm_tie_weights:
         head, embedding = TIED_KEYS
@@ -95,9 +101,22 @@ def load_state_dict_strict(model: VisionLanguageModel, tensors: dict[str, torch.
     model.decoder.tie_weights()  # assign=True gave the two names separate Parameters
 
 
+def _safetensors():
+    try:
+        import safetensors.torch
+    except ImportError:
+        raise CheckpointError("reading/writing nanoVLM checkpoints needs the safetensors package: "
+                              "pip install safetensors") from None
+    return safetensors.torch
+
+
 def from_pretrained(name_or_dir: str | Path) -> VisionLanguageModel:
     """Load a nanoVLM checkpoint folder (or hub id) with strict key checking."""
-    from safetensors.torch import load_file
+    import torch
+
+    from edgebench.model.vlm import VisionLanguageModel
+
+    load_file = _safetensors().load_file
 
     folder = _resolve(str(name_or_dir))
     cfg = read_config(folder)
@@ -112,7 +131,7 @@ def from_pretrained(name_or_dir: str | Path) -> VisionLanguageModel:
 
 def save_pretrained(model: VisionLanguageModel, folder: str | Path) -> Path:
     """Write config.json + model.safetensors in nanoVLM's layout (tied tensor once)."""
-    from safetensors.torch import save_file
+    save_file = _safetensors().save_file
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

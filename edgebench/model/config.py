@@ -105,6 +105,24 @@ class VLMConfig:
         return dataclasses.asdict(self)
 
 
+def parameter_count(cfg: VLMConfig) -> int:
+    """Distinct parameters of the model `cfg` builds (tied embedding/head once), without torch.
+
+    Arithmetic on the dimensions, so a device without torch can size a model; the
+    tests check it against the built model on the meta device.
+    """
+    vh, vi, lh, li = cfg.vit_hidden_dim, cfg.vit_inter_dim, cfg.lm_hidden_dim, cfg.lm_inter_dim
+    patches = (cfg.vit_img_size // cfg.vit_patch_size) ** 2
+    vit_block = 4 * vh + (vh * 3 * vh + 3 * vh) + (vh * vh + vh) + (vh * vi + vi) + (vi * vh + vh)
+    vision = (3 * cfg.vit_patch_size**2 * vh + vh) + patches * vh + cfg.vit_n_blocks * vit_block + 2 * vh
+    kv = lh // cfg.lm_n_heads * cfg.lm_n_kv_heads
+    lm_block = 2 * lh + 2 * lh * lh + 2 * lh * kv + 3 * lh * li
+    head = 0 if cfg.lm_tie_weights else cfg.lm_vocab_size * lh
+    decoder = cfg.lm_vocab_size * lh + cfg.lm_n_blocks * lm_block + lh + head
+    projector = vh * cfg.mp_pixel_shuffle_factor**2 * lh
+    return vision + projector + decoder
+
+
 # nanoVLM fields that do not change the modules or the weights' shapes (HEAD's image
 # splitting, tokenizer extras, training paths). Reading a config ignores them.
 IGNORED_NANOVLM_FIELDS = frozenset({

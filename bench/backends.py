@@ -1,0 +1,165 @@
+"""Where each runtime stands: eager vs ExecuTorch (portable, XNNPACK) vs ONNX Runtime.
+
+For each model: export time, file sizes and planned memory (from the manifests), then
+median step time and peak RSS (the kernel's ru_maxrss of a fresh process per run) from
+one interleaved run: every round starts one process per variant in turn, so load from
+other work hits all variants alike. Figures are printed as ratios to eager too.
+Method: SGD (the update every runtime has), batch 1, short text.
+
+    .venv/bin/python bench/backends.py                       # tiny
+    .venv/bin/python bench/backends.py --models tiny,nanovlm-222m --rounds 1 --steps 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+VARIANTS = {  # name -> (runtime backend, export backend, delegate)
+    "eager": ("eager", None, None),
+    "executorch": ("executorch", "executorch", None),
+    "executorch-xnnpack": ("executorch", "executorch", "xnnpack"),
+    "onnxruntime": ("onnxruntime", "onnx", None),
+}
+
+# One run in a fresh process: backend setup, warmup + measured steps, its own ru_maxrss.
+# The ONNX Runtime child never imports torch (the config facts come from the manifest).
+CHILD = r"""
+import json, resource, sys, time, types
+from edgebench.backends import create
+from edgebench.data.synthetic import synthetic_batches
+from edgebench.runner.spec import RunSpec
+spec = RunSpec.from_dict(json.loads(sys.argv[1]))
+facts = json.loads(sys.argv[2])
+cfg = types.SimpleNamespace(lm_vocab_size=facts["lm_vocab_size"], vit_img_size=facts["vit_img_size"])
+batches = synthetic_batches(cfg, spec.batch_size, spec.text_length, spec.seed)
+backend = create(spec)
+started = time.perf_counter()
+backend.setup(spec, next(batches))
+setup_s = time.perf_counter() - started
+times, losses = [], []
+for step in range(spec.warmup_steps + spec.steps):
+    batch = next(batches)
+    t = time.perf_counter()
+    losses.append(backend.step(batch))
+    if step >= spec.warmup_steps:
+        times.append(time.perf_counter() - t)
+print(json.dumps({"setup_s": setup_s, "step_s": times, "losses": losses,
+                  "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                  "torch_imported": "torch" in sys.modules}))
+"""
+
+
+def export_variants(model: str, text_length: int, variants: list[str]) -> dict[str, dict]:
+    from exporters.manifest import ExportRequest
+    from exporters.pipeline import export
+
+    out = {}
+    for name in variants:
+        _, backend, delegate = VARIANTS[name]
+        if backend is None:
+            continue
+        request = ExportRequest(model=model, method="sgd", backend=backend, delegate=delegate,
+                                text_length=text_length)
+        started = time.perf_counter()
+        result = export(request, on_stage=lambda s, n=name: print(f"  [{model} {n}] {s}", file=sys.stderr))
+        out[name] = {"directory": str(result.directory), "manifest": result.manifest, "cached": result.cached,
+                     "wall_s": time.perf_counter() - started}
+    return out
+
+
+def run_child(spec: dict, facts: dict) -> dict:
+    proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec), json.dumps(facts)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def bench_model(model: str, variants: list[str], rounds: int, steps: int, warmup: int, text_length: int) -> dict:
+    from edgebench.model.config import get_config
+
+    cfg = get_config(model)
+    facts = {"lm_vocab_size": cfg.lm_vocab_size, "vit_img_size": cfg.vit_img_size}
+    exports = export_variants(model, text_length, variants)
+    runs: dict[str, list[dict]] = {v: [] for v in variants}
+    for round_index in range(rounds):
+        for name in variants:  # interleaved: one process per variant per round
+            runtime = VARIANTS[name][0]
+            spec = {"model": model, "method": "sgd", "backend": runtime, "text_length": text_length,
+                    "warmup_steps": warmup, "steps": steps, "program": exports.get(name, {}).get("directory")}
+            print(f"  [{model}] round {round_index + 1}/{rounds}: {name}", file=sys.stderr)
+            runs[name].append(run_child(spec, facts))
+    rows = {}
+    for name in variants:
+        ok = [r for r in runs[name] if "error" not in r]
+        manifest = exports.get(name, {}).get("manifest", {})
+        rows[name] = {
+            "error": next((r["error"] for r in runs[name] if "error" in r), None),
+            "median_step_s": statistics.median(t for r in ok for t in r["step_s"]) if ok else None,
+            "peak_rss_bytes": max(r["peak_rss_bytes"] for r in ok) if ok else None,
+            "first_losses": ok[0]["losses"][:3] if ok else None,
+            "torch_imported": ok[0]["torch_imported"] if ok else None,
+            "export_time_s": manifest.get("export_time_s"),
+            "export_cached": exports.get(name, {}).get("cached"),
+            "file_bytes": sum(f["bytes"] for f in manifest.get("files", {}).values()) or None,
+            "planned_memory_bytes": manifest.get("planned_memory_bytes"),
+        }
+    eager = rows.get("eager", {})
+    for row in rows.values():
+        for key in ("median_step_s", "peak_rss_bytes"):
+            base, value = eager.get(key), row[key]
+            row[f"{key}_vs_eager"] = round(value / base, 3) if base and value else None
+    return rows
+
+
+def render(results: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    for model, rows in results.items():
+        table = Table(title=f"{model}: SGD, batch 1 (ratios to eager from one interleaved run)")
+        for col in ("variant", "step s", "x eager", "peak RSS MiB", "x eager", "export s", "files MiB",
+                    "planned MiB", "loss[0]"):
+            table.add_column(col, justify="left" if col == "variant" else "right")
+
+        def fmt(value, scale=1.0, digits=3):
+            return "-" if value is None else f"{value / scale:.{digits}f}"
+
+        for name, r in rows.items():
+            table.add_row(name, fmt(r["median_step_s"]), fmt(r["median_step_s_vs_eager"], digits=2),
+                          fmt(r["peak_rss_bytes"], 2**20, 0), fmt(r["peak_rss_bytes_vs_eager"], digits=2),
+                          fmt(r["export_time_s"], digits=1), fmt(r["file_bytes"], 2**20, 1),
+                          fmt(r["planned_memory_bytes"], 2**20, 1),
+                          r["error"] or ("-" if not r["first_losses"] else f"{r['first_losses'][0]:.4f}"))
+        Console().print(table)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="tiny")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--text-length", type=int, default=16)
+    parser.add_argument("--json", dest="json_out", default=None, help="Also write the figures to this file.")
+    args = parser.parse_args()
+    variants = [v for v in args.variants.split(",") if v]
+    unknown = set(variants) - set(VARIANTS)
+    if unknown:
+        parser.error(f"unknown variant(s) {sorted(unknown)}; choose from {', '.join(VARIANTS)}")
+    results = {m: bench_model(m, variants, args.rounds, args.steps, args.warmup, args.text_length)
+               for m in args.models.split(",")}
+    render(results)
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

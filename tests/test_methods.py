@@ -1,0 +1,171 @@
+"""Methods: knob parsing, refusals, exact parameter counts, optimizer state sizes, MeZO's
+bitwise restore, CG's line search, the memory model's shape, and the two CLI commands."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from edgebench.data.synthetic import synthetic_batches, to_torch
+from edgebench.methods import PRESETS, MethodError, make_trainer, memory, parse_method
+from edgebench.model import build_model, get_config
+
+ISSUE_PRESETS = {
+    "sgd", "sgd-momentum", "adam", "adamw", "adamw-ckpt", "adamw-accum4", "adamw-bf16", "adafactor",
+    "adamw-8bit", "adamw-4bit", "galore", "lomo", "adalomo", "fused-adamw", "lora", "lora-ckpt",
+    "qlora", "freeze-vision", "bitfit", "mezo", "mezo-lora", "forward-grad", "cg",
+}
+
+
+def _batch(batch_size: int = 4, text_length: int = 16, seed: int = 0) -> dict[str, torch.Tensor]:
+    return to_torch(next(synthetic_batches(get_config("tiny"), batch_size, text_length, seed)))
+
+
+def _tiny() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return build_model("tiny")
+
+
+def test_every_issue_preset_exists_and_parses():
+    assert ISSUE_PRESETS <= set(PRESETS)
+    for name in PRESETS:
+        assert parse_method(name).name == name
+
+
+def test_combination_merges_knobs():
+    m = parse_method("lora+ckpt+bf16")
+    assert (m.trainable, m.checkpointing, m.precision, m.optimizer) == ("lora", True, "bf16", "adamw")
+    assert parse_method("adamw+accum4").accumulation == 4
+    assert parse_method("bitfit+frozen-int8").frozen_dtype == "int8"
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("mezo+ckpt", "nothing to checkpoint"),
+    ("lomo+accum4", "cannot accumulate"),
+    ("forward-grad+fused", "no backward pass"),
+    ("sgd+adamw", "sets optimizer"),
+    ("adamw+frozen-int8", "nothing is frozen"),
+    ("lora+warp", "unknown method part"),
+    ("lora+", "empty method part"),
+])
+def test_impossible_combinations_are_refused_with_reason(text, reason):
+    with pytest.raises(MethodError, match=reason):
+        parse_method(text)
+
+
+def _lora_count_from_config(cfg, r: int = 8) -> int:
+    dv, iv, dl, il = cfg.vit_hidden_dim, cfg.vit_inter_dim, cfg.lm_hidden_dim, cfg.lm_inter_dim
+    kv = dl // cfg.lm_n_heads * cfg.lm_n_kv_heads
+    vit_block = (dv + 3 * dv) + (dv + dv) + (dv + iv) + (iv + dv)
+    lm_block = 2 * dl + (dl + kv) * 2 + 2 * dl + 2 * (dl + il) + (il + dl)
+    projector = dv * cfg.mp_pixel_shuffle_factor**2 + dl
+    return r * (cfg.vit_n_blocks * vit_block + cfg.lm_n_blocks * lm_block + projector)
+
+
+def test_lora_trainable_parameter_count_is_exact():
+    trainer = make_trainer("lora", _tiny())
+    counted = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+    expected = _lora_count_from_config(get_config("tiny"))
+    assert counted == expected
+    assert memory.predict("tiny", "lora", 1, 16)["trainable_params"] == expected
+    assert memory.predict("nanovlm-222m", "lora", 1, 16)["trainable_params"] == \
+        _lora_count_from_config(get_config("nanovlm-222m"))
+
+
+def test_freeze_vision_computes_no_vision_gradients():
+    trainer = make_trainer("freeze-vision", _tiny())
+    calls = {"vision": 0, "rest": 0}
+    for name, param in trainer.model.named_parameters():
+        part = "vision" if name.startswith("vision_encoder.") else "rest"
+        if param.requires_grad:
+            param.register_post_accumulate_grad_hook(lambda p, part=part: calls.__setitem__(part, calls[part] + 1))
+    trainer.step(_batch())
+    assert calls["vision"] == 0 and calls["rest"] > 0
+    assert all(p.grad is None and not p.requires_grad
+               for n, p in trainer.model.named_parameters() if n.startswith("vision_encoder."))
+
+
+def _state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of the optimizer's state tensors, looking inside tensor subclasses (torchao)."""
+    def size(t: torch.Tensor) -> int:
+        if type(t) is not torch.Tensor and hasattr(t, "__tensor_flatten__"):
+            names, _ = t.__tensor_flatten__()
+            return sum(size(getattr(t, n)) for n in names)
+        return t.numel() * t.element_size()
+
+    return sum(size(v) for state in optimizer.state.values() for v in state.values()
+               if isinstance(v, torch.Tensor) and v.numel() > 1)
+
+
+def test_8bit_adamw_state_is_about_a_quarter_of_fp32():
+    batch = _batch()
+    full = make_trainer("adamw", _tiny())
+    full.step(batch)
+    low = make_trainer("adamw-8bit", _tiny())
+    low.step(batch)
+    ratio = _state_bytes(low.optimizer) / _state_bytes(full.optimizer)
+    assert 0.2 <= ratio <= 0.35, ratio
+    predicted = (memory.predict("tiny", "adamw-8bit", 4, 16)["optimizer_state_bytes"]
+                 / memory.predict("tiny", "adamw", 4, 16)["optimizer_state_bytes"])
+    assert abs(predicted - ratio) < 0.05
+
+
+def test_mezo_restores_weights_bitwise_after_perturbations():
+    trainer = make_trainer("mezo", _tiny())
+    batch = _batch()
+    for seed in (1, 2, 3):
+        before = [p.detach().clone() for p in trainer.params]
+        grad, _ = trainer.estimate(batch, seed)
+        assert grad != 0.0
+        assert all(torch.equal(a, b) for a, b in zip(before, trainer.params))
+    before = [p.detach().clone() for p in trainer.params]
+    trainer.step(batch)  # the update itself does change them
+    assert not all(torch.equal(a, b) for a, b in zip(before, trainer.params))
+
+
+def test_cg_line_search_never_accepts_a_loss_raising_step():
+    trainer = make_trainer("cg", _tiny(), lr=50.0)  # first trials far too long: must backtrack
+    backtracked = False
+    for seed in range(6):
+        batch = _batch(seed=seed)
+        loss_before = trainer.step(batch)
+        with torch.no_grad():
+            loss_after = trainer.loss(batch).item()
+        search = trainer.last_search
+        assert loss_after <= loss_before + 1e-5
+        if search["loss_after"] is not None:
+            assert search["loss_after"] < loss_before
+        backtracked |= search["trials"] > 1
+    assert backtracked
+
+
+def test_predict_labels_estimates_and_orders_methods():
+    adamw = memory.predict("nanovlm-222m", "adamw", 1, 32)
+    assert adamw["estimate"] is True
+    assert all(k.endswith("_bytes") for k, v in adamw.items() if isinstance(v, int) and k.endswith("bytes"))
+    assert adamw["weights_bytes"] == 4 * 222_081_600  # nanoVLM v0.1, tied weight once
+    assert adamw["optimizer_state_bytes"] == 2 * adamw["weights_bytes"]
+    ckpt = memory.predict("nanovlm-222m", "adamw-ckpt", 1, 32)
+    assert ckpt["activations_bytes"] < adamw["activations_bytes"] / 5
+    assert memory.predict("nanovlm-222m", "adamw-8bit", 1, 32)["optimizer_state_bytes"] < \
+        0.3 * adamw["optimizer_state_bytes"]
+    assert memory.predict("nanovlm-222m", "mezo", 1, 32)["gradients_bytes"] == 0
+    assert memory.predict("nanovlm-222m", "qlora", 1, 32)["weights_bytes"] < 0.35 * adamw["weights_bytes"]
+
+
+def test_methods_and_predict_commands():
+    from click.testing import CliRunner
+
+    from edgebench.methods.commands import methods_command, predict_command
+
+    listed = json.loads(CliRunner().invoke(methods_command, ["--json"]).output)
+    assert {row["name"] for row in listed} == set(PRESETS)
+    assert all("eager" in row["backends"] for row in listed)
+    result = CliRunner().invoke(predict_command, ["--ram-bytes", str(2**30), "--model", "nanovlm-222m",
+                                                  "--method", "adamw", "--json"])
+    out = json.loads(result.output)
+    assert out["fits_est"] is False and out["peak_bytes"] > 2**30
+    refused = CliRunner().invoke(predict_command, ["--ram-bytes", "1", "--method", "mezo+ckpt"])
+    assert refused.exit_code != 0 and "nothing to checkpoint" in refused.output
