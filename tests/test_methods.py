@@ -38,7 +38,7 @@ def test_combination_merges_knobs():
     m = parse_method("lora+ckpt+bf16")
     assert (m.trainable, m.checkpointing, m.precision, m.optimizer) == ("lora", True, "bf16", "adamw")
     assert parse_method("adamw+accum4").accumulation == 4
-    assert parse_method("bitfit+frozen-int8").frozen_dtype == "int8"
+    assert parse_method("mezo-lora+frozen-int8").frozen_dtype == "int8"
 
 
 @pytest.mark.parametrize("text, reason", [

@@ -135,7 +135,10 @@ def _start(root: Path, spec: LabDevice, client_pub: str, user: str) -> dict[str,
     port = _free_port()
     config = home / "sshd_config"
     config.write_text(_sshd_config(home, port, user))
-    Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # sshd's privilege-separation dir
+    try:
+        Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # sshd's privilege-separation dir
+    except PermissionError:
+        raise LabError("sshd needs /run/sshd and the lab needs cgroups: run `edgebench lab up` as root") from None
     memory = int(spec.memory_bytes or profile.emulation.memory_bytes)
     cpus = float(spec.cpus or profile.emulation.cpus)
     limits = Limits.create(_cgroup_name(root, name), memory, cpus)

@@ -114,6 +114,7 @@ class SSHTransport(Transport):
                 raise TransportError(f"{self.device.name}: key file {key} does not exist; fix `key:` in the inventory")
             options["client_keys"] = [key]
         try:
+            # With a key file: that key only (no agent). Without: asyncssh's defaults (agent, ~/.ssh keys).
             return await asyncio.wait_for(
                 asyncssh.connect(t.host, t.port, agent_path=None if t.key else (), **options),
                 timeout=t.connect_timeout_s,

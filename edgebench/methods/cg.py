@@ -7,8 +7,9 @@ optimization" (SIAM J. Optim. 2(1)); backtracking with the Armijo sufficient-dec
 direction d = -g + beta * d_prev (restarted to -g when beta <= 0, when d is not a descent
 direction, or every `RESTART_EVERY` steps), then trial steps theta + alpha*d evaluated with
 forward passes only. A trial is accepted only if L(theta + alpha*d) <= L(theta) + c*alpha*g.d,
-which with g.d < 0 means the loss on the step's batch fell; if no trial passes, the weights go
-back and the next step restarts from steepest descent. Memory: weights + gradient + previous
+which with g.d < 0 means the loss on the step's batch fell; a rejected trial is undone bitwise
+(the few elements whose rounding would not come back are recorded and rewritten), and if no trial
+passes the next step restarts from steepest descent. Memory: weights + gradient + previous
 gradient + direction (like Adam's two states).
 """
 
@@ -62,27 +63,41 @@ class ConjugateGradientTrainer(Trainer):
         return direction
 
     @torch.no_grad()
-    def _move(self, direction: list[torch.Tensor], scale: float) -> None:
+    def _move(self, direction: list[torch.Tensor], alpha: float) -> list:
+        """theta += alpha * d in place; returns what `_undo` needs to come back bitwise."""
+        record = []
         for p, d in zip(self.params, direction):
-            p.add_(d, alpha=scale)
+            delta = alpha * d
+            moved = p + delta
+            bad = torch.nonzero((moved - delta).view(-1) != p.view(-1)).view(-1)
+            if bad.numel():
+                record.append((p.view(-1), bad, p.view(-1)[bad].clone()))
+            p.copy_(moved)
+        return record
+
+    @torch.no_grad()
+    def _undo(self, direction: list[torch.Tensor], alpha: float, record: list) -> None:
+        for p, d in zip(self.params, direction):
+            p.sub_(alpha * d)
+        for flat, indices, values in record:
+            flat[indices] = values
 
     def step(self, batch: Batch) -> float:
         loss0, grad = self._gradient(batch)
         direction = self._new_direction(grad)
         slope = _dot(grad, direction)
-        alpha, applied, accepted_loss = self.alpha, 0.0, None
+        alpha, accepted_loss = self.alpha, None
         self.model.eval()
         with torch.no_grad():
             for trial in range(1, MAX_TRIALS + 1):
-                self._move(direction, alpha - applied)
-                applied = alpha
+                record = self._move(direction, alpha)
                 trial_loss = self.loss(batch).item()
                 if trial_loss <= loss0 + ARMIJO_C * alpha * slope:
                     accepted_loss = trial_loss
                     break
+                self._undo(direction, alpha, record)
                 alpha *= BACKTRACK
         if accepted_loss is None:
-            self._move(direction, -applied)
             self.direction = None  # restart from steepest descent
             self.alpha = alpha
         else:

@@ -167,7 +167,10 @@ def _refusal(m: Method) -> str | None:
     if m.optimizer == "galore" and m.trainable == "lora":
         return "GaLore projects full weight gradients; LoRA already makes them low-rank"
     if m.frozen_dtype != "fp32" and m.trainable == "all":
-        return f"frozen-{m.frozen_dtype} stores frozen weights, but nothing is frozen; combine with lora, freeze-vision or bitfit"
+        return f"frozen-{m.frozen_dtype} stores frozen weights, but nothing is frozen; combine with lora or freeze-vision"
+    if m.frozen_dtype != "fp32" and m.trainable == "bitfit":
+        return ("frozen low-precision weights with bitfit: the trained fp32 norm gains would meet bf16 "
+                "inputs (not supported yet); use lora or freeze-vision")
     if m.frozen_dtype != "fp32" and m.precision != "bf16":
         return f"frozen-{m.frozen_dtype} weights need the bf16 compute path; drop `fp32`"
     return None

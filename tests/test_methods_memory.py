@@ -1,0 +1,99 @@
+"""Methods' memory, measured in fresh processes (kernel peak RSS, ru_maxrss) on the same model
+and batch, and the memory model's prediction against it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from edgebench.runner.spec import RunSpec
+
+FULL = os.environ.get("EDGEBENCH_FULL") == "1"
+# Big enough a batch that activations (not the ~300 MB runtime) separate the methods.
+TINY_SHAPE = {"batch_size": 16, "text_length": 32}
+TOLERANCE = 0.15
+
+
+def run_spec(out: Path, **fields) -> dict:
+    """One RunSpec through `python -m edgebench.runner` (a fresh worker process)."""
+    out.mkdir(parents=True, exist_ok=True)
+    spec = RunSpec(warmup_steps=1, steps=fields.pop("steps", 2), threads=1, **fields)
+    spec.save(out / "spec.json")
+    subprocess.run([sys.executable, "-m", "edgebench.runner", str(out / "spec.json"), "--out", str(out / "run")],
+                   check=True, capture_output=True, timeout=600)
+    result = json.loads((out / "run" / "result.json").read_text())
+    assert result["status"] == "ok", result
+    return result
+
+
+@pytest.fixture(scope="module")
+def tiny_runs(tmp_path_factory) -> dict[str, dict]:
+    root = tmp_path_factory.mktemp("methods-memory")
+    return {m: run_spec(root / m, model="tiny", method=m, **TINY_SHAPE)
+            for m in ("adamw", "adamw-ckpt", "fused-adamw", "lomo")}
+
+
+def test_checkpointing_lowers_peak(tiny_runs):
+    assert tiny_runs["adamw-ckpt"]["peak_rss_bytes_kernel"] < tiny_runs["adamw"]["peak_rss_bytes_kernel"]
+
+
+@pytest.mark.parametrize("method", ["fused-adamw", "lomo"])
+def test_update_in_backward_peaks_below_adamw(tiny_runs, method):
+    assert tiny_runs[method]["peak_rss_bytes_kernel"] < tiny_runs["adamw"]["peak_rss_bytes_kernel"]
+
+
+@pytest.mark.parametrize("method", ["adamw", "adamw-ckpt", "fused-adamw", "lomo"])
+def test_predicted_peak_within_15_percent_on_tiny(tiny_runs, method):
+    result = tiny_runs[method]
+    measured, predicted = result["peak_rss_bytes_kernel"], result["predicted_peak_bytes_est"]
+    assert abs(predicted - measured) <= TOLERANCE * measured, (predicted, measured)
+
+
+_PROBE = """
+import json, resource, sys, psutil, torch
+from edgebench.data.synthetic import synthetic_batches, to_torch
+from edgebench.methods import make_trainer
+from edgebench.model import build_model, get_config
+torch.set_num_threads(1)
+batch = to_torch(next(synthetic_batches(get_config("tiny"), {batch_size}, {text_length}, 0)))
+base = psutil.Process().memory_info().rss
+torch.manual_seed(0)
+model = build_model("tiny")
+if sys.argv[1] == "forward-only":
+    with torch.no_grad():
+        for _ in range(3):
+            model(batch["input_ids"], batch["images"], batch["labels"])
+else:
+    trainer = make_trainer(sys.argv[1], model)
+    for _ in range(3):
+        trainer.step(batch)
+print(json.dumps({{"base": base, "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}}))
+"""
+
+
+def _probe(what: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", _PROBE.format(**TINY_SHAPE), what],
+                         check=True, capture_output=True, text=True, timeout=600).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_mezo_peak_close_to_a_forward_pass():
+    """What MeZO adds over the imported runtime is at most 1.2x what a forward-only pass adds."""
+    forward, mezo = _probe("forward-only"), _probe("mezo")
+    assert mezo["peak"] - mezo["base"] <= 1.2 * (forward["peak"] - forward["base"]), (mezo, forward)
+
+
+@pytest.mark.slow
+def test_predicted_peak_within_15_percent_on_222m(tmp_path):
+    """nanovlm-222m at batch 1; the reduced form runs one preset, EDGEBENCH_FULL=1 all of these."""
+    methods = ["adamw", "adamw-ckpt", "fused-adamw", "lomo", "lora", "freeze-vision"] if FULL else ["sgd"]
+    for method in methods:
+        result = run_spec(tmp_path / method, model="nanovlm-222m", method=method, batch_size=1,
+                          text_length=32, steps=1)
+        measured, predicted = result["peak_rss_bytes_kernel"], result["predicted_peak_bytes_est"]
+        assert abs(predicted - measured) <= TOLERANCE * measured, (method, predicted, measured)
