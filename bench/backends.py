@@ -1,7 +1,7 @@
 """Where each runtime stands: eager vs ExecuTorch (portable, XNNPACK) vs ONNX Runtime.
 
 For each model: export time, file sizes and planned memory (from the manifests), then
-median step time and peak RSS (the kernel's ru_maxrss of a fresh process per run) from
+median step time and peak RSS (the kernel's VmHWM of a fresh process per run) from
 one interleaved run: every round starts one process per variant in turn, so load from
 other work hits all variants alike. Figures are printed as ratios to eager too.
 Method: SGD (the update every runtime has), batch 1, short text.
@@ -30,7 +30,7 @@ VARIANTS = {  # name -> (runtime backend, export backend, delegate)
 # One run in a fresh process: backend setup, warmup + measured steps, its own ru_maxrss.
 # The ONNX Runtime child never imports torch (the config facts come from the manifest).
 CHILD = r"""
-import json, resource, sys, time, types
+import json, sys, time, types
 from edgebench.backends import create
 from edgebench.data.synthetic import synthetic_batches
 from edgebench.runner.spec import RunSpec
@@ -38,6 +38,9 @@ spec = RunSpec.from_dict(json.loads(sys.argv[1]))
 facts = json.loads(sys.argv[2])
 cfg = types.SimpleNamespace(lm_vocab_size=facts["lm_vocab_size"], vit_img_size=facts["vit_img_size"])
 batches = synthetic_batches(cfg, spec.batch_size, spec.text_length, spec.seed)
+if spec.threads and spec.backend != "onnxruntime":
+    import torch
+    torch.set_num_threads(spec.threads)
 backend = create(spec)
 started = time.perf_counter()
 backend.setup(spec, next(batches))
@@ -49,8 +52,10 @@ for step in range(spec.warmup_steps + spec.steps):
     losses.append(backend.step(batch))
     if step >= spec.warmup_steps:
         times.append(time.perf_counter() - t)
+# VmHWM, not ru_maxrss: ru_maxrss survives exec and starts at the (torch-laden) parent's RSS.
+hwm_kib = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:"))
 print(json.dumps({"setup_s": setup_s, "step_s": times, "losses": losses,
-                  "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                  "peak_rss_bytes": hwm_kib * 1024,
                   "torch_imported": "torch" in sys.modules}))
 """
 
@@ -81,7 +86,8 @@ def run_child(spec: dict, facts: dict) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def bench_model(model: str, variants: list[str], rounds: int, steps: int, warmup: int, text_length: int) -> dict:
+def bench_model(model: str, variants: list[str], rounds: int, steps: int, warmup: int, text_length: int,
+                threads: int | None = None) -> dict:
     from edgebench.model.config import get_config
 
     cfg = get_config(model)
@@ -92,7 +98,8 @@ def bench_model(model: str, variants: list[str], rounds: int, steps: int, warmup
         for name in variants:  # interleaved: one process per variant per round
             runtime = VARIANTS[name][0]
             spec = {"model": model, "method": "sgd", "backend": runtime, "text_length": text_length,
-                    "warmup_steps": warmup, "steps": steps, "program": exports.get(name, {}).get("directory")}
+                    "warmup_steps": warmup, "steps": steps, "threads": threads,
+                    "program": exports.get(name, {}).get("directory")}
             print(f"  [{model}] round {round_index + 1}/{rounds}: {name}", file=sys.stderr)
             runs[name].append(run_child(spec, facts))
     rows = {}
@@ -148,13 +155,15 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--text-length", type=int, default=16)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="Threads for every runtime (default: each one's own); 1 is fairer on a busy host.")
     parser.add_argument("--json", dest="json_out", default=None, help="Also write the figures to this file.")
     args = parser.parse_args()
     variants = [v for v in args.variants.split(",") if v]
     unknown = set(variants) - set(VARIANTS)
     if unknown:
         parser.error(f"unknown variant(s) {sorted(unknown)}; choose from {', '.join(VARIANTS)}")
-    results = {m: bench_model(m, variants, args.rounds, args.steps, args.warmup, args.text_length)
+    results = {m: bench_model(m, variants, args.rounds, args.steps, args.warmup, args.text_length, args.threads)
                for m in args.models.split(",")}
     render(results)
     if args.json_out:

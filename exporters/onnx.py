@@ -13,6 +13,7 @@ flattened: `shifted_labels(batch)`), so the device needs only numpy to feed it.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import warnings
 from pathlib import Path
@@ -109,7 +110,7 @@ def export_artifacts(
     import onnxruntime
     from onnxruntime.training import artifacts, onnxblock
 
-    onnxruntime.set_default_logger_severity(3)  # generate_artifacts logs every graph pass at INFO
+    onnxruntime.set_default_logger_severity(3)
 
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"ONNX Runtime training has optimizers {OPTIMIZERS}, not {optimizer!r}")
@@ -140,17 +141,38 @@ def export_artifacts(
                                             clip_grad=clip)
     else:
         optim_block = onnxblock.optim.SGD(clip_grad=clip)
-    artifacts.generate_artifacts(
-        onnx_model,
-        requires_grad=trainable,
-        frozen_params=frozen,
-        loss=onnxblock.loss.CrossEntropyLoss(ignore_index=-100),
-        optimizer=optim_block,
-        artifact_directory=out_dir,
-    )
+    with _quiet_graph_optimizer():
+        artifacts.generate_artifacts(
+            onnx_model,
+            requires_grad=trainable,
+            frozen_params=frozen,
+            loss=onnxblock.loss.CrossEntropyLoss(ignore_index=-100),
+            optimizer=optim_block,
+            artifact_directory=out_dir,
+        )
     for name in ("training_model.onnx", "eval_model.onnx", "optimizer_model.onnx"):
         _cap_ir_version(out_dir / name)
     return {"trainable_parameters": trainable, "frozen_parameters": frozen}
+
+
+@contextlib.contextmanager
+def _quiet_graph_optimizer():
+    """generate_artifacts' graph optimizer logs every pass at INFO through its own
+    SessionOptions (the default logger's severity does not reach it): give it quiet ones."""
+    import onnxruntime
+    from onnxruntime.training.onnxblock import _training_graph_utils
+
+    def quiet_options():
+        options = onnxruntime.SessionOptions()
+        options.log_severity_level = 3
+        return options
+
+    original = _training_graph_utils.SessionOptions
+    _training_graph_utils.SessionOptions = quiet_options
+    try:
+        yield
+    finally:
+        _training_graph_utils.SessionOptions = original
 
 
 def _onnx_export(model: torch.nn.Module, input_ids: torch.Tensor, images: torch.Tensor, buffer) -> None:

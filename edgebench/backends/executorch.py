@@ -94,6 +94,19 @@ class ExecutorchBackend:
         self.manifest: dict[str, Any] = {}
 
     def setup(self, spec: Any, example_batch: dict[str, Any]) -> None:
+        try:
+            import executorch.extension.training  # noqa: F401
+        except ImportError as exc:
+            from edgebench.backends import UnsupportedBackend
+
+            raise UnsupportedBackend(
+                f"ExecuTorch's training runtime is not importable here ({exc}); "
+                "`pip install executorch==1.5.1` (wheels exist for x86_64 and aarch64 with torch 2.13.0)"
+            ) from None
+        if spec.threads:
+            from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
+
+            _unsafe_reset_threadpool(spec.threads)  # XNNPACK's and the kernels' pool
         method = parse_method(spec.method)
         directory, self.manifest = open_program(spec, self.name, method.knobs())
         check_batch(self.manifest, example_batch, directory)

@@ -76,9 +76,12 @@ class OnnxRuntimeBackend:
         import onnxruntime
 
         onnxruntime.set_default_logger_severity(3)
+        options = onnxruntime.SessionOptions()
+        if spec.threads:
+            options.intra_op_num_threads = spec.threads
         self.state = api.CheckpointState.load_checkpoint(str(directory / "checkpoint"))
         self.module = api.Module(str(directory / "training_model.onnx"), self.state,
-                                 str(directory / "eval_model.onnx"), device="cpu")
+                                 str(directory / "eval_model.onnx"), device="cpu", session_options=options)
         self.optimizer = api.Optimizer(str(directory / "optimizer_model.onnx"), self.module)
         self.optimizer.set_learning_rate(manifest["default_lr"] if spec.lr is None else spec.lr)
         self.module.train()

@@ -57,6 +57,9 @@ def unsupported_reason(method: Any, backend: str) -> str | None:
         return f"gradient accumulation is not built for {backend}; use --backend eager"
     if _knob(method, "precision", "fp32") != "fp32" or _knob(method, "frozen_dtype", "fp32") != "fp32":
         return f"{backend} programs are exported in float32 only; use --backend eager for bf16 / int8"
+    if backend == "onnxruntime" and _knob(method, "trainable", "all") == "lora":
+        return ("ONNX Runtime 1.19's pre-training graph optimizer fails on peft's LoRA graph "
+                "(\"Argument mismatch when removing edge\" in generate_artifacts); use --backend executorch or eager")
     if _knob(method, "fused_update", False):
         return f"fused update-in-backward needs torch's autograd hooks; use --backend eager (or {other} without it)"
     return None

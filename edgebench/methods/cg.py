@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from edgebench.methods.exact import Record, add_recorded, restore, undo
 from edgebench.methods.knobs import Method
 from edgebench.methods.trainer import Batch, Trainer
 
@@ -62,25 +63,17 @@ class ConjugateGradientTrainer(Trainer):
             return [-g for g in grad]
         return direction
 
-    @torch.no_grad()
-    def _move(self, direction: list[torch.Tensor], alpha: float) -> list:
+    def _move(self, direction: list[torch.Tensor], alpha: float) -> Record:
         """theta += alpha * d in place; returns what `_undo` needs to come back bitwise."""
-        record = []
+        record: Record = []
         for p, d in zip(self.params, direction):
-            delta = alpha * d
-            moved = p + delta
-            bad = torch.nonzero((moved - delta).view(-1) != p.view(-1)).view(-1)
-            if bad.numel():
-                record.append((p.view(-1), bad, p.view(-1)[bad].clone()))
-            p.copy_(moved)
+            add_recorded(p.data.view(-1), (alpha * d).view(-1), record)
         return record
 
-    @torch.no_grad()
-    def _undo(self, direction: list[torch.Tensor], alpha: float, record: list) -> None:
+    def _undo(self, direction: list[torch.Tensor], alpha: float, record: Record) -> None:
         for p, d in zip(self.params, direction):
-            p.sub_(alpha * d)
-        for flat, indices, values in record:
-            flat[indices] = values
+            undo(p.data.view(-1), (alpha * d).view(-1))
+        restore(record)
 
     def step(self, batch: Batch) -> float:
         loss0, grad = self._gradient(batch)

@@ -41,7 +41,7 @@ class _Param:
     name: str
     shape: tuple[int, ...]
     trainable: bool
-    int8: bool  # stored as torchao int8 weight-only (per-channel fp32 scale)
+    int8: bool  # stored as int8 codes + a per-row fp32 scale (edgebench.methods.int8)
 
     @property
     def numel(self) -> int:
@@ -61,8 +61,8 @@ def _params(cfg_items: tuple, trainable: str, frozen_dtype: str) -> tuple[_Param
         model = apply_trainable(Method(trainable=trainable), VisionLanguageModel(cfg))
     tied = {id(model.decoder.token_embedding.weight)}
     int8 = set()
-    if frozen_dtype == "int8":
-        int8 = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)
+    if frozen_dtype == "int8":  # the layers edgebench.methods.int8 quantises
+        int8 = {id(m.weight) for m in model.modules() if type(m) is nn.Linear
                 and not m.weight.requires_grad and id(m.weight) not in tied}
     return tuple(_Param(n, tuple(p.shape), p.requires_grad, id(p) in int8)
                  for n, p in model.named_parameters())
@@ -154,8 +154,7 @@ def _libraries(method: Method) -> list[str]:
     libs = []
     if method.trainable == "lora":
         libs.append("peft")
-    torchao = method.optimizer in ("adamw-8bit", "adamw-4bit") or method.frozen_dtype == "int8"
-    if torchao and "peft" not in libs:
+    if method.optimizer in ("adamw-8bit", "adamw-4bit") and "peft" not in libs:
         libs.append("torchao")
     if method.optimizer == "galore":
         libs.append("galore_torch")

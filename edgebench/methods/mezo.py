@@ -2,14 +2,14 @@
 
 Malladi et al. 2023, "Fine-Tuning Language Models with Just Forward Passes" (NeurIPS 2023,
 arXiv:2305.17333), Algorithm 1: SPSA with the random-seed trick. Each step draws a seed s,
-perturbs the weights in place by +eps*z, -2eps*z, +eps*z (z regenerated from s each time, never
+perturbs the weights in place by +eps*z and -eps*z (z regenerated from s each time, never
 stored), takes the projected gradient g = (L+ - L-) / 2eps and updates theta -= lr * g * z with
 z regenerated once more. Memory stays that of inference plus one chunk of z.
 
-Floating-point rounding can leave a few weights one ulp off after +eps, -2eps, +eps. To
-restore them bitwise, each tensor's round trip is simulated before it is perturbed (one chunk at
-a time) and the elements that would not come back are recorded (index, value) and written back:
-a sparse record, not a copy of the weights.
+Floating-point rounding would leave weights an ulp off after +eps, -2eps, +eps (about 45% of
+elements). Here each perturbation is undone on its own (+eps, undo, -eps, undo) and the few
+elements whose rounding would not come back are recorded and written back
+(edgebench.methods.exact): the weights are restored bitwise, with no copy of them.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from edgebench.methods import optim
+from edgebench.methods.exact import Record, add_recorded, restore, undo
 from edgebench.methods.knobs import Method
 from edgebench.methods.trainer import Batch, Trainer
 
@@ -40,38 +41,37 @@ class MeZOTrainer(Trainer):
             stop = min(n, start + CHUNK)
             yield slice(start, stop), torch.randn(stop - start, generator=gen, dtype=torch.float32)
 
-    def _add(self, seed: int, scale: float) -> None:
-        """theta += scale * z, in place, chunk by chunk."""
+    def _add(self, seed: int, scale: float, record: Record | None = None) -> None:
+        """theta += scale * z in place, chunk by chunk; with `record`, undoable bitwise."""
         for index, param in enumerate(self.params):
             flat = param.data.view(-1)
             for part, z in self._z_chunks(seed, index, param):
-                flat[part] += (scale * z).to(flat.dtype)
+                delta = (scale * z).to(flat.dtype)
+                if record is None:
+                    flat[part] += delta
+                else:
+                    add_recorded(flat[part], delta, record)
 
-    def _unrestorable(self, seed: int) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-        """(param, indices, values) of the elements the +eps, -2eps, +eps round trip would change."""
-        record = []
+    def _undo(self, seed: int, scale: float, record: Record) -> None:
         for index, param in enumerate(self.params):
             flat = param.data.view(-1)
             for part, z in self._z_chunks(seed, index, param):
-                original = flat[part]
-                dz = (self.eps * z).to(flat.dtype)
-                back = (original + dz) + (-2 * self.eps * z).to(flat.dtype) + dz
-                bad = torch.nonzero(back.view(-1) != original.view(-1)).view(-1)
-                if bad.numel():
-                    record.append((flat, bad + part.start, original[bad].clone()))
-        return record
+                undo(flat[part], (scale * z).to(flat.dtype))
+        restore(record)
+
+    def _loss_at(self, batch: Batch, seed: int, scale: float) -> float:
+        """The loss at theta + scale * z; theta is back bitwise afterwards."""
+        record: Record = []
+        self._add(seed, scale, record)
+        loss = self.loss(batch).item()
+        self._undo(seed, scale, record)
+        return loss
 
     @torch.no_grad()
     def estimate(self, batch: Batch, seed: int) -> tuple[float, float]:
         """(projected gradient, loss) from the +eps / -eps forwards; weights restored bitwise."""
-        record = self._unrestorable(seed)
-        self._add(seed, self.eps)
-        loss_plus = self.loss(batch).item()
-        self._add(seed, -2 * self.eps)
-        loss_minus = self.loss(batch).item()
-        self._add(seed, self.eps)
-        for flat, indices, values in record:
-            flat[indices] = values
+        loss_plus = self._loss_at(batch, seed, self.eps)
+        loss_minus = self._loss_at(batch, seed, -self.eps)
         return (loss_plus - loss_minus) / (2 * self.eps), (loss_plus + loss_minus) / 2
 
     @torch.no_grad()

@@ -35,14 +35,16 @@ DEFAULT_LR = {
 ADAPTER_LR = 1e-3
 
 
-# Estimated-gradient methods step along noisy directions whose variance grows with the
-# number of weights: smaller steps (MeZO's paper uses 1e-6..1e-7 on 13B-66B models).
+# Estimated-gradient methods step along random directions: the update's noise grows with the
+# number of trained weights n, so their lr shrinks as 1/n past REFERENCE_PARAMS (MeZO's paper
+# uses 1e-6..1e-7 on 13B-66B models).
 GRAD_MODE_LR = {"zeroth-order": 1e-3, "forward-mode": 1e-4}
+REFERENCE_PARAMS = 4_000_000
 
 
-def default_lr(method: Method) -> float:
+def default_lr(method: Method, n_trainable: int = 0) -> float:
     if method.grad_mode in GRAD_MODE_LR:
-        return GRAD_MODE_LR[method.grad_mode]
+        return GRAD_MODE_LR[method.grad_mode] * min(1.0, REFERENCE_PARAMS / max(1, n_trainable))
     if method.trainable == "lora" and method.optimizer in ("adam", "adamw", "adamw-8bit", "adamw-4bit"):
         return ADAPTER_LR
     return DEFAULT_LR[method.optimizer]

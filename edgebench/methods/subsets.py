@@ -59,10 +59,11 @@ def _trains(trainable: str, name: str, param: nn.Parameter) -> bool:
 
 
 def store_frozen(method: Method, model: nn.Module) -> None:
-    """Hold frozen weights in bf16, or frozen linears in int8 (torchao weight-only).
+    """Hold frozen weights in bf16, or frozen linears in int8 (edgebench.methods.int8).
 
-    int8: each frozen nn.Linear weight becomes torchao's per-channel int8 tensor, dequantised
-    in its forward; the other frozen weights (embedding/tied head, norms, patch conv) go bf16.
+    int8: each frozen nn.Linear becomes per-channel int8 codes dequantised in its forward and
+    backward; the other frozen weights (embedding/tied head, norms, patch conv) go bf16. Every
+    kept tensor gets its own storage, so a memory-mapped checkpoint file is released.
     """
     for param in model.parameters():  # trainable weights always fp32 (see build_model_for)
         if param.requires_grad and param.dtype != torch.float32:
@@ -70,23 +71,21 @@ def store_frozen(method: Method, model: nn.Module) -> None:
     if method.frozen_dtype == "fp32":
         return
     if method.frozen_dtype == "int8":
-        _quantize_frozen_linears(model)
+        from edgebench.methods.int8 import quantize_frozen_linears
+
+        quantize_frozen_linears(model, skip=_tied_ids(model))
     for param in model.parameters():
-        if not param.requires_grad and param.dtype == torch.float32:
-            param.data = param.data.to(torch.bfloat16)
+        if not param.requires_grad:
+            param.data = param.data.to(torch.bfloat16, copy=True)
+    for module in model.modules():
+        for name, buffer in module.named_buffers(recurse=False):
+            setattr(module, name, buffer.clone())
 
 
-def _quantize_frozen_linears(model: nn.Module) -> None:
-    from torchao.quantization import Int8WeightOnlyConfig, quantize_
-
-    tied = {id(p) for n, p in model.named_parameters(remove_duplicate=False)
+def _tied_ids(model: nn.Module) -> set[int]:
+    """The embedding weight shared with the LM head: stays a bf16 embedding, not int8."""
+    return {id(p) for n, p in model.named_parameters(remove_duplicate=False)
             if n.endswith("token_embedding.weight")}
-
-    def frozen_linear(module: nn.Module, fqn: str) -> bool:
-        return (isinstance(module, nn.Linear) and not module.weight.requires_grad
-                and id(module.weight) not in tied)
-
-    quantize_(model, Int8WeightOnlyConfig(), filter_fn=frozen_linear)
 
 
 def transformer_blocks(model: nn.Module) -> list[nn.Module]:

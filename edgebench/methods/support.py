@@ -5,10 +5,20 @@ A backend maps to the presets (or `+` combinations) it supports; `"*"` means eve
 
 from __future__ import annotations
 
+
+
+def _presets_on(backend: str) -> list[str]:
+    """Presets the exported backend runs (edgebench.backends.support says why the others don't)."""
+    from edgebench.backends.support import unsupported_reason
+    from edgebench.methods.knobs import PRESETS, parse_method
+
+    return [name for name in PRESETS if unsupported_reason(parse_method(name), backend) is None]
+
+
 BACKEND_SUPPORT: dict[str, list[str]] = {
     "eager": ["*"],
-    "executorch": [],
-    "onnxruntime": [],
+    "executorch": _presets_on("executorch"),
+    "onnxruntime": _presets_on("onnxruntime"),
 }
 
 

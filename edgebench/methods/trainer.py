@@ -179,7 +179,8 @@ def make_trainer(method: Method | str, model: nn.Module, *, lr: float | None = N
     if isinstance(method, str):
         method = parse_method(method)
     model = prepare_model(method, model)
-    lr = optim.default_lr(method) if lr is None else lr
+    if lr is None:
+        lr = optim.default_lr(method, sum(p.numel() for p in trainable_parameters(model)))
     if method.grad_mode == "zeroth-order":
         from edgebench.methods.mezo import MeZOTrainer as cls
     elif method.grad_mode == "forward-mode":

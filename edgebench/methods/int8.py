@@ -1,0 +1,61 @@
+"""Frozen linear layers held in int8 (per-output-channel absmax scale), dequantised on the fly.
+
+Why not torchao's int8 weight-only tensor: under autograd its linear saves the dequantised
+bf16 weight for backward (checked with saved-tensor hooks), so a LoRA step keeps a bf16 copy of
+every frozen weight alive: +400 MB on nanoVLM-222M. Here the backward dequantises again instead,
+so only the int8 codes and one scale per row stay resident.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+def _dequantize(codes: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return codes.to(dtype) * scale.to(dtype).unsqueeze(1)
+
+
+class _Int8Matmul(torch.autograd.Function):
+    """y = x W^T with W = codes * scale; saves nothing of size activations x weights."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else x.dtype
+        ctx.save_for_backward(codes, scale)
+        ctx.x_dtype, ctx.compute_dtype = x.dtype, dtype
+        return F.linear(x.to(dtype), _dequantize(codes, scale, dtype))
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        codes, scale = ctx.saved_tensors
+        weight = _dequantize(codes, scale, ctx.compute_dtype)
+        return (grad.to(ctx.compute_dtype) @ weight).to(ctx.x_dtype), None, None
+
+
+class Int8Linear(nn.Module):
+    """A frozen nn.Linear stored as int8 codes + fp32 per-row scales (buffers, never trained)."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        weight = linear.weight.detach().float()
+        scale = weight.abs().amax(dim=1).clamp(min=1e-12) / 127.0
+        self.register_buffer("codes", torch.round(weight / scale.unsqueeze(1)).clamp(-127, 127).to(torch.int8))
+        self.register_buffer("scale", scale)
+        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = _Int8Matmul.apply(x, self.codes, self.scale)
+        return y if self.bias is None else y + self.bias.to(y.dtype)
+
+
+def quantize_frozen_linears(model: nn.Module, skip: set[int]) -> int:
+    """Replace every frozen nn.Linear (weight id not in `skip`) by an Int8Linear; returns how many."""
+    targets = [(name, module) for name, module in model.named_modules()
+               if type(module) is nn.Linear and not module.weight.requires_grad and id(module.weight) not in skip]
+    for name, module in targets:
+        parent_name, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent_name) if parent_name else model, child, Int8Linear(module))
+    return len(targets)
