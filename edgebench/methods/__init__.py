@@ -4,7 +4,7 @@
 and `edgebench.methods.memory.predict(...)` (estimates, in bytes).
 """
 
-from edgebench.methods.knobs import PRESETS, Method, MethodError, parse_method
+from edgebench.methods.knobs import PRESETS, Method, MethodError, MethodUnavailable, parse_method
 from edgebench.methods.trainer import Trainer, make_trainer
 
-__all__ = ["PRESETS", "Method", "MethodError", "Trainer", "make_trainer", "parse_method"]
+__all__ = ["PRESETS", "Method", "MethodError", "MethodUnavailable", "Trainer", "make_trainer", "parse_method"]

@@ -33,6 +33,10 @@ class MethodError(ValueError):
     """A method text that names an unknown knob or an impossible combination."""
 
 
+class MethodUnavailable(RuntimeError):
+    """A valid method that cannot run here (e.g. a library that needs CUDA); says what to do."""
+
+
 @dataclass(frozen=True)
 class Method:
     """One gradient-computation method: the knobs, and the text it was parsed from."""

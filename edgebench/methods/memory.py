@@ -34,6 +34,8 @@ LIBRARY_BASELINE_BYTES_EST = {"peft": 209 * MiB, "torchao": 83 * MiB, "galore_to
 # engine's worker threads, allocator arenas): measured once on the tiny model, batch 1.
 STEP_RUNTIME_OVERHEAD_BYTES_EST = 25 * MiB
 MEZO_CHUNK_ELEMENTS = 1 << 20
+# edgebench.methods.exact: ~7.5% of elements need a recorded fix-up, 8 bytes each.
+RESTORE_RECORD_BYTES_PER_WEIGHT_EST = 0.6
 
 
 @dataclass
@@ -199,6 +201,7 @@ def predict(cfg, method: Method | str, batch_size: int, text_length: int,
     activations, temporaries = _activations(cfg, method, batch_size, text_length)
     if method.grad_mode == "zeroth-order":
         temporaries += 4 * 4 * min(MEZO_CHUNK_ELEMENTS, largest // 4)
+        temporaries += int(RESTORE_RECORD_BYTES_PER_WEIGHT_EST * n_trainable)
     if method.grad_mode == "forward-mode":
         temporaries *= 2  # every forward temporary carries its tangent
     if method.optimizer == "cg":

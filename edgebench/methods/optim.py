@@ -31,7 +31,7 @@ DEFAULT_LR = {
     "adamw-8bit": NANOVLM_LR_BACKBONE, "adamw-4bit": NANOVLM_LR_BACKBONE,
     "galore": NANOVLM_LR_BACKBONE, "adafactor": 1e-3, "adalomo": 1e-3,
 }
-# Adapters (LoRA) start from zero and train faster at a larger lr (peft's usual 1e-4..1e-3).
+# Adapters (LoRA) and BitFit's biases train few weights, at a larger lr (peft's usual 1e-4..1e-3).
 ADAPTER_LR = 1e-3
 
 
@@ -45,6 +45,8 @@ REFERENCE_PARAMS = 4_000_000
 def default_lr(method: Method, n_trainable: int = 0) -> float:
     if method.grad_mode in GRAD_MODE_LR:
         return GRAD_MODE_LR[method.grad_mode] * min(1.0, REFERENCE_PARAMS / max(1, n_trainable))
+    if method.trainable == "bitfit" and method.optimizer in ("adam", "adamw"):
+        return ADAPTER_LR  # BitFit's paper: 1e-4..1e-3 for the few bias terms
     if method.trainable == "lora" and method.optimizer in ("adam", "adamw", "adamw-8bit", "adamw-4bit"):
         return ADAPTER_LR
     return DEFAULT_LR[method.optimizer]

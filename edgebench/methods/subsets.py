@@ -73,13 +73,27 @@ def store_frozen(method: Method, model: nn.Module) -> None:
     if method.frozen_dtype == "int8":
         from edgebench.methods.int8 import quantize_frozen_linears
 
-        quantize_frozen_linears(model, skip=_tied_ids(model))
+        quantize_frozen_linears(model, skip=_tied_ids(model), after_each=release_freed_memory)
     for param in model.parameters():
         if not param.requires_grad:
             param.data = param.data.to(torch.bfloat16, copy=True)
     for module in model.modules():
         for name, buffer in module.named_buffers(recurse=False):
             setattr(module, name, buffer.clone())
+    release_freed_memory()
+
+
+def release_freed_memory() -> None:
+    """Hand the heap pages freed by the conversion back to the OS (glibc's malloc_trim), so
+    the high-precision weights just dropped do not stay in the process's RSS. No-op elsewhere."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    if name:
+        libc = ctypes.CDLL(name)
+        if hasattr(libc, "malloc_trim"):
+            libc.malloc_trim(0)
 
 
 def _tied_ids(model: nn.Module) -> set[int]:

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from edgebench.methods import optim
-from edgebench.methods.knobs import Method, parse_method
+from edgebench.methods.knobs import Method, MethodUnavailable, parse_method
 from edgebench.methods.subsets import (
     apply_trainable,
     checkpoint_blocks,
@@ -117,6 +117,12 @@ class LomoTrainer(Trainer):
     def __init__(self, method: Method, model: nn.Module, lr: float, total_steps: int):
         super().__init__(method, model, lr, total_steps)
         from lomo_optim import AdaLomo, Lomo
+
+        if method.optimizer == "adalomo" and not torch.cuda.is_available():
+            raise MethodUnavailable(
+                "adalomo: lomo-optim's AdaLomo allocates its state with .cuda(), so it needs a CUDA "
+                "device (torch sees none); on CPU use lomo or adafactor"
+            )
 
         self.optimizer = (Lomo if method.optimizer == "lomo" else AdaLomo)(model, lr=lr)
 

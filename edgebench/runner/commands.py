@@ -18,21 +18,24 @@ def _mib(value: Any) -> str:
 
 def _loss(result: dict[str, Any]) -> str:
     first, last = result.get("loss_first"), result.get("loss_last")
-    return "-" if first is None else f"{first:.3f} -> {last:.3f}"
+    return "-" if first is None else f"{first:.2f}->{last:.2f}"
 
 
 def render_table(results: list[dict[str, Any]], title: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=title)
-    for name in ("method", "backend", "status", "peak RSS MiB (kernel)", "peak RSS MiB (sampled)",
-                 "predicted MiB (est.)", "median step s", "samples/s", "loss first -> last"):
-        table.add_column(name, justify="left" if name in ("method", "backend", "status") else "right")
+    table = Table(title=title, caption="peak: kernel ru_maxrss; sampled: tree RSS at --sample-hz; "
+                                       "pred.: the method's memory model (an estimate); "
+                                       "smp/s: samples per second; loss: first->last step")
+    for name in ("method", "status", "peak MiB", "sampled MiB", "pred. MiB (est.)", "step s",
+                 "smp/s", "loss"):
+        table.add_column(name, justify="left" if name in ("method", "status") else "right",
+                         no_wrap=name in ("loss", "method"))
     for r in results:
         median = (r.get("step_time_s") or {}).get("median")
         status = r["status"] if r["status"] == "ok" else f"[red]{r['status']}[/red]"
-        table.add_row(r.get("method", "?"), r.get("backend", "?"), status,
+        table.add_row(r.get("method", "?"), status,
                       _mib(r.get("peak_rss_bytes_kernel")), _mib(r.get("peak_rss_bytes_sampled")),
                       _mib(r.get("predicted_peak_bytes_est")),
                       "-" if median is None else f"{median:.4f}",
@@ -45,19 +48,29 @@ def render_table(results: list[dict[str, Any]], title: str) -> None:
             console.print(f"[red]{r.get('method')}[/red]: {r['status']}: {str(r.get('detail', ''))[:500]}")
 
 
-def _profile_fields(device: str) -> dict[str, Any]:
-    """Power model and sensor settings of the local profile, when profiles are available."""
-    try:
-        from edgebench.devices.profiles import load_profile
-    except ImportError:
-        return {}
-    profile = load_profile(device)
+def _profile_fields(profile: Any) -> dict[str, Any]:
+    """Power model and sensor settings the runner needs from the device profile."""
     fields: dict[str, Any] = {}
-    if getattr(profile, "power_model", None) is not None:
+    if profile.power_model is not None:
         fields["power_model"] = profile.power_model.model_dump()
-    if getattr(profile, "sensors", None) is not None:
+    if profile.sensors is not None:
         fields["sensors"] = profile.sensors.model_dump()
     return fields
+
+
+def _export_program(spec: RunSpec, profile: Any, progress: Any, task: Any) -> dict[str, Any] | None:
+    """Sets spec.program for exported backends; returns a result when the export is refused."""
+    if spec.backend == "eager":
+        return None
+    from exporters.pipeline import ExportRefused, export_for_spec
+
+    try:
+        spec.program = export_for_spec(
+            spec, profile, on_stage=lambda stage: progress.update(task, description=f"{spec.method}: {stage}"))
+    except ExportRefused as exc:
+        return {"run_id": spec.run_id, "model": spec.model, "method": spec.method, "backend": spec.backend,
+                "status": "unsupported", "detail": str(exc)}
+    return None
 
 
 @click.command()
@@ -100,12 +113,15 @@ def bench(device: str, model: str, methods: str, backend: str, steps: int, warmu
         raise click.UsageError(
             f"bench runs on this host only (--device local); for device {device!r} use "
             f"`edgebench deploy --device {device}` and then `edgebench collect`")
+    from edgebench.devices.profiles import load_profile
+
+    profile = load_profile(device)
     method_list = [m.strip() for m in methods.split(",") if m.strip()]
     duration_s = parse_duration(duration) if duration else None
     base = dict(model=model, backend=backend, batch_size=batch_size, text_length=text_length,
                 warmup_steps=warmup, steps=steps, duration_s=duration_s, timeout_s=timeout_s,
                 seed=seed, sample_hz=sample_hz, threads=threads, accelerator=accelerator,
-                **_profile_fields(device))
+                **_profile_fields(profile))
     results = []
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), disable=as_json, transient=False) as progress:
@@ -114,6 +130,11 @@ def bench(device: str, model: str, methods: str, backend: str, steps: int, warmu
             spec.run_id = new_run_id(device, spec)
             total = None if duration_s else warmup + steps
             task = progress.add_task(f"{method} ({backend})", total=total)
+            refused = _export_program(spec, profile, progress, task)
+            if refused is not None:
+                progress.update(task, description=f"{method} ({backend}): unsupported")
+                results.append(refused)
+                continue
             result = run_local(spec, Path(runs_dir) / spec.run_id,
                                on_progress=lambda n, t=task: progress.update(t, completed=n))
             result["run_dir"] = str(Path(runs_dir) / spec.run_id)
@@ -121,7 +142,7 @@ def bench(device: str, model: str, methods: str, backend: str, steps: int, warmu
                             description=f"{method} ({backend}): {result['status']}")
             results.append(result)
     store_path = Path(store) if store else Path(runs_dir) / "edgebench.duckdb"
-    _ingest(store_path, [Path(r["run_dir"]) for r in results], device)
+    _ingest(store_path, [Path(r["run_dir"]) for r in results if "run_dir" in r], device)
     if as_json:
         click.echo(json.dumps(results, indent=2, default=str))
     else:

@@ -50,8 +50,10 @@ def _checkpoint_config(path: str):
 
 def _predicted(spec: RunSpec) -> dict | None:
     """The method's memory prediction (an estimate), or None where it cannot be made."""
-    if spec.checkpoint is not None:
-        return None
+    from edgebench.backends import TORCH_FREE
+
+    if spec.checkpoint is not None or spec.backend in TORCH_FREE:
+        return None  # the memory model describes eager torch runs of named configs
     try:
         from edgebench.methods import memory, parse_method
         from edgebench.model.config import get_config
