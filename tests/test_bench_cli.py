@@ -35,3 +35,18 @@ def test_bench_refuses_remote_devices_with_the_way_to_go():
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
     assert "edgebench deploy --device jetson-orin" in out.stderr
+
+
+def test_bench_onnxruntime_exports_runs_torch_free_and_records_refusals(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGEBENCH_EXPORT_CACHE", str(tmp_path / "cache"))
+    out = subprocess.run(
+        [sys.executable, "-m", "edgebench.cli", "bench", "--model", "tiny", "--backend", "onnxruntime",
+         "--methods", "sgd,lora", "--steps", "2", "--json", "--runs-dir", str(tmp_path / "runs")],
+        capture_output=True, text=True, timeout=300, check=True)
+    sgd, lora = json.loads(out.stdout)
+    assert sgd["status"] == "ok", sgd["detail"]
+    assert sgd["backend"] == "onnxruntime" and sgd["steps_done"] == 2
+    # No torch in the device process: far below the ~300 MB torch import alone.
+    assert sgd["peak_rss_bytes_kernel"] < 200 * 2**20
+    assert lora["status"] == "unsupported"
+    assert "executorch" in lora["detail"]

@@ -14,7 +14,7 @@ from edgebench.model import build_model, get_config
 # Estimated-gradient methods get more steps (and, on 2M weights, a larger step than their
 # 222M-safe defaults); every other preset runs with its own default lr.
 STEPS = {"backprop": 6, "zeroth-order": 40, "forward-mode": 40}
-LR = {"mezo": 1e-2, "mezo-lora": 5e-2, "forward-grad": 3e-4}
+LR = {"mezo": 1e-2, "forward-grad": 3e-4}
 MIN_DECREASE = {"backprop": 0.05, "zeroth-order": 0.005, "forward-mode": 0.005}
 
 

@@ -26,7 +26,7 @@ MIN_LR_FRACTION = 0.1  # nanoVLM: cosine decays to 10% of the peak
 # Backbone lr per optimizer when the caller gives none. Adaptive optimizers use nanoVLM's;
 # plain gradient steps need a larger one to move in the few steps a benchmark runs.
 DEFAULT_LR = {
-    "sgd": 5e-2, "sgd-momentum": 1e-2, "lomo": 5e-2, "cg": 5e-2,
+    "sgd": 5e-2, "sgd-momentum": 1e-2, "lomo": 1e-2, "cg": 5e-2,
     "adam": NANOVLM_LR_BACKBONE, "adamw": NANOVLM_LR_BACKBONE,
     "adamw-8bit": NANOVLM_LR_BACKBONE, "adamw-4bit": NANOVLM_LR_BACKBONE,
     "galore": NANOVLM_LR_BACKBONE, "adafactor": 1e-3, "adalomo": 1e-3,

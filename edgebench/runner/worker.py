@@ -15,6 +15,7 @@ import traceback
 from pathlib import Path
 
 from edgebench.runner.spec import RunSpec
+from edgebench.telemetry.gpu import cuda_memory_sample
 from edgebench.telemetry.trace import TraceWriter
 
 # Exit codes the supervisor understands.
@@ -83,6 +84,8 @@ def train(spec: RunSpec, events: TraceWriter) -> int:
         return EXIT_UNSUPPORTED
     events.write({"t_ns": time.monotonic_ns(), "event": "load_end"})
 
+    # The CUDA allocator is readable only from inside this process: record it per step.
+    gpu_memory = cuda_memory_sample if spec.accelerator == "cuda" else dict
     deadline = None if spec.duration_s is None else time.monotonic() + spec.duration_s
     step = 0
     while True:
@@ -99,7 +102,7 @@ def train(spec: RunSpec, events: TraceWriter) -> int:
         loss = float(backend.step(batch))
         end = time.monotonic_ns()
         events.write({"t_ns": end, "event": "step_end", "step": step, "phase": phase,
-                      "loss": loss, "duration_s": (end - begin) / 1e9})
+                      "loss": loss, "duration_s": (end - begin) / 1e9, **gpu_memory()})
         if not math.isfinite(loss):
             events.write({"t_ns": end, "event": "diverged", "step": step, "loss": loss})
             return EXIT_DIVERGED

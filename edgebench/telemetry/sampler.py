@@ -222,6 +222,8 @@ class Sampler:
         self._writer = TraceWriter(self.out_path)
         self._detect()
         self._started_ns = time.monotonic_ns()
+        for item in self._schedule:  # detection read every source once: the next reads wait their turn
+            item.due_s = self._started_ns / 1e9 + item.interval_s
         self._thread = threading.Thread(target=self._run, name=f"edgebench-sampler-{self.pid}", daemon=True)
         self._thread.start()
         return self
