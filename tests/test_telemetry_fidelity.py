@@ -6,6 +6,7 @@ anon) is compared as well (FIELD-NOTES.md)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -74,10 +75,20 @@ def run_child(cgroup: Path | None, out: Path, rate_hz: float):
     return summary, read_trace(out).records, usage.ru_maxrss * 1024
 
 
+def run_child_from_a_small_process(cgroup: Path | None, out: Path, rate_hz: float):
+    """run_child, but from a fresh small process: Linux starts a forked child's ru_maxrss at
+    its parent's RSS, so a parent that has grown (pytest after torch-heavy tests) would
+    inflate the kernel figure this test compares against."""
+    proc = subprocess.run([sys.executable, __file__, str(cgroup or ""), str(out), str(rate_hz)],
+                          capture_output=True, text=True, timeout=120, check=True)
+    summary, kernel_rss = json.loads(proc.stdout.splitlines()[-1])
+    return summary, read_trace(out).records, kernel_rss
+
+
 def test_sampled_peak_matches_kernel_peaks(tmp_path):
     cgroup, why = make_test_cgroup()
     try:
-        summary, lines, kernel_rss = run_child(cgroup, tmp_path / "samples.jsonl", rate_hz=20)
+        summary, lines, kernel_rss = run_child_from_a_small_process(cgroup, tmp_path / "samples.jsonl", rate_hz=20)
         allocated = STEPS * STEP_BYTES
         assert kernel_rss > allocated
         assert summary["peak_rss_bytes"] == pytest.approx(kernel_rss, rel=0.02)
@@ -121,3 +132,9 @@ def test_cpu_quota_throttling_is_seen(tmp_path):
     finally:
         if cgroup is not None:
             cgroup.rmdir()
+
+
+if __name__ == "__main__":
+    _summary, _lines, _kernel_rss = run_child(Path(sys.argv[1]) if sys.argv[1] else None, Path(sys.argv[2]),
+                                              float(sys.argv[3]))
+    print(json.dumps([_summary, _kernel_rss]))

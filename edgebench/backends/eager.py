@@ -6,9 +6,10 @@ from typing import Any
 
 import torch
 
+from edgebench.backends import UnsupportedBackend
 from edgebench.data.synthetic import to_torch
-from edgebench.methods import make_trainer, parse_method
-from edgebench.model import build_model
+from edgebench.methods import MethodUnavailable, make_trainer, parse_method
+from edgebench.methods.trainer import build_model_for
 
 
 class EagerBackend:
@@ -20,17 +21,21 @@ class EagerBackend:
 
     def setup(self, spec: Any, example_batch: dict[str, Any]) -> None:
         if spec.accelerator == "cuda" and not torch.cuda.is_available():
-            from edgebench.backends import UnsupportedBackend
-
             raise UnsupportedBackend(
                 "--accelerator cuda asked for, but torch sees no CUDA device "
                 f"(torch {torch.__version__}); run on a CUDA host or use --accelerator cpu"
             )
         self.device = spec.accelerator
         torch.manual_seed(spec.seed)
-        model = build_model(spec.checkpoint or spec.model, image_size=spec.image_size).to(self.device)
+        method = parse_method(spec.method)
+        # Built the way the method stores weights (bf16 when frozen weights are bf16/int8),
+        # so loading never peaks above training.
+        model = build_model_for(method, spec.checkpoint or spec.model, image_size=spec.image_size)
         total = spec.warmup_steps + spec.steps
-        self.trainer = make_trainer(parse_method(spec.method), model, lr=spec.lr, total_steps=total)
+        try:
+            self.trainer = make_trainer(method, model.to(self.device), lr=spec.lr, total_steps=total)
+        except MethodUnavailable as exc:
+            raise UnsupportedBackend(str(exc)) from exc
 
     def step(self, batch: dict[str, Any]) -> float:
         return self.trainer.step(to_torch(batch, device=self.device))

@@ -13,7 +13,7 @@ from edgebench.runner.spec import RunSpec
 
 
 def _mib(value: Any) -> str:
-    return "-" if value is None else f"{value / 2**20:,.1f}"
+    return "-" if value is None else f"{value / 2**20:,.0f}"
 
 
 def _loss(result: dict[str, Any]) -> str:
@@ -25,20 +25,19 @@ def render_table(results: list[dict[str, Any]], title: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=title, caption="peak: kernel ru_maxrss; sampled: tree RSS at --sample-hz; "
-                                       "pred.: the method's memory model (an estimate); "
-                                       "smp/s: samples per second; loss: first->last step")
-    for name in ("method", "status", "peak MiB", "sampled MiB", "pred. MiB (est.)", "step s",
-                 "smp/s", "loss"):
+    table = Table(title=title, caption="memory in MiB. peak: kernel ru_maxrss; smpl: sampled tree RSS; "
+                                       "est.: the method's memory model (an estimate); step: median "
+                                       "seconds; smp/s: samples per second; loss: first->last step")
+    for name in ("method", "status", "peak", "smpl", "est.", "step", "smp/s", "loss"):
         table.add_column(name, justify="left" if name in ("method", "status") else "right",
-                         no_wrap=name in ("loss", "method"))
+                         no_wrap=name != "method", overflow="fold")
     for r in results:
         median = (r.get("step_time_s") or {}).get("median")
         status = r["status"] if r["status"] == "ok" else f"[red]{r['status']}[/red]"
         table.add_row(r.get("method", "?"), status,
                       _mib(r.get("peak_rss_bytes_kernel")), _mib(r.get("peak_rss_bytes_sampled")),
                       _mib(r.get("predicted_peak_bytes_est")),
-                      "-" if median is None else f"{median:.4f}",
+                      "-" if median is None else f"{median:.3g}",
                       "-" if r.get("samples_per_s") is None else f"{r['samples_per_s']:.2f}",
                       _loss(r))
     console = Console()

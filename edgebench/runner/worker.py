@@ -111,12 +111,24 @@ def train(spec: RunSpec, events: TraceWriter) -> int:
     return EXIT_OK
 
 
+def _volunteer_for_oom_kill() -> None:
+    """Make this worker the OOM killer's first choice, so that under a memory limit the
+    kernel kills the training process, never the supervisor or the sweep that must record
+    the result. (Raising one's own oom_score_adj needs no privilege.)"""
+    try:
+        with open("/proc/self/oom_score_adj", "w") as fh:
+            fh.write("1000")
+    except OSError:
+        pass  # not Linux, or /proc not mounted: nothing to adjust
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m edgebench.runner.worker")
     parser.add_argument("spec")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     spec = RunSpec.load(args.spec)
+    _volunteer_for_oom_kill()
     signal.signal(signal.SIGTERM, _on_sigterm)
     events = TraceWriter(Path(args.out) / "events.jsonl")
     try:
