@@ -21,7 +21,6 @@ from typing import Callable
 
 import torch
 
-from edgebench.backends.onnxruntime import shifted_labels  # the device feeds labels the same way
 
 OPSET = 17
 MAX_IR_VERSION = 10  # what onnxruntime 1.19 accepts

@@ -63,6 +63,24 @@ def _eager(result):
     return model, batch
 
 
+def _train_side_by_side(module, reference, inputs, steps, lr=0.05):
+    """Runs SGD steps in the ExecuTorch program and in eager torch, checking each step's loss."""
+    from executorch.extension.training import get_sgd_optimizer
+
+    optimizer = torch.optim.SGD(reference.parameters(), lr=lr)
+    sgd = None
+    for step in range(steps):
+        loss = float(module.forward_backward("forward", inputs)[0])
+        sgd = sgd or get_sgd_optimizer(module.named_parameters(), lr)
+        sgd.step(module.named_gradients())
+        optimizer.zero_grad()
+        expected = reference(*inputs)
+        expected.backward()
+        optimizer.step()
+        assert loss == pytest.approx(expected.item(), rel=1e-4), f"step {step}"
+    return loss
+
+
 def _et_module(result):
     from executorch.extension.training import _load_for_executorch_for_training
 
@@ -73,22 +91,10 @@ def _et_module(result):
 
 
 def test_executorch_sgd_matches_eager_losses_and_parameters(et_sgd):
-    from executorch.extension.training import get_sgd_optimizer
-
     model, batch = _eager(et_sgd)
     inputs = tuple(to_torch(batch)[k] for k in ("input_ids", "images", "labels"))
     module = _et_module(et_sgd)
-    reference = torch.optim.SGD(model.parameters(), lr=0.05)
-    sgd = None
-    for step in range(STEPS):
-        loss = float(module.forward_backward("forward", inputs)[0])
-        sgd = sgd or get_sgd_optimizer(module.named_parameters(), 0.05)
-        sgd.step(module.named_gradients())
-        reference.zero_grad()
-        expected = model(*inputs)
-        expected.backward()
-        reference.step()
-        assert loss == pytest.approx(expected.item(), rel=1e-4), f"step {step}"
+    loss = _train_side_by_side(module, model, inputs, STEPS)
     eager = dict(model.named_parameters())
     program = module.named_parameters()
     assert sorted(program) == sorted(eager)
@@ -225,24 +231,14 @@ def _xnnpack_model():
 
 @pytest.mark.slow
 def test_xnnpack_keeps_trainable_weights_out_and_matches_eager():
-    from executorch.extension.training import _load_for_executorch_for_training_from_buffer, get_sgd_optimizer
+    from executorch.extension.training import _load_for_executorch_for_training_from_buffer
 
     model, inputs = _xnnpack_model()
     reference = copy.deepcopy(model)
     lowered = lower_training_step(model, inputs, delegate="xnnpack")
     assert lowered.delegated
     module = _load_for_executorch_for_training_from_buffer(lowered.buffer)
-    opt = torch.optim.SGD(reference.parameters(), lr=0.05)
-    sgd = None
-    for step in range(3):
-        loss = float(module.forward_backward("forward", inputs)[0])
-        sgd = sgd or get_sgd_optimizer(module.named_parameters(), 0.05)
-        sgd.step(module.named_gradients())
-        opt.zero_grad()
-        expected = reference(*inputs)
-        expected.backward()
-        opt.step()
-        assert loss == pytest.approx(expected.item(), rel=1e-4), f"step {step}"
+    _train_side_by_side(module, reference, inputs, 3)
     assert set(module.named_parameters()) == {n for n, _ in reference.named_parameters()}
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Iterator
 
 from edgebench.devices.inventory import Device
-from edgebench.devices.transport import CommandResult, Session, Transport, TransportError, PipeSession
+from edgebench.devices.transport import (CommandResult, PipeSession, Session, Transport, TransportError,
+                                         stream_process)
 
 ANDROID_HOME = "/data/local/tmp"
 
@@ -65,15 +66,4 @@ class AdbTransport(Transport):
                             self.device.name)
 
     def stream(self, argv: list[str]) -> Iterator[str]:
-        proc = subprocess.Popen(
-            [self.adb, "-s", self.serial, "shell", f"cd {ANDROID_HOME} && {shlex.join(argv)}"],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                yield line.rstrip("\r\n")
-        finally:
-            proc.kill()
-            proc.wait()
+        return stream_process([self.adb, "-s", self.serial, "shell", f"cd {ANDROID_HOME} && {shlex.join(argv)}"])

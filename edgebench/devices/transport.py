@@ -155,14 +155,19 @@ class LocalTransport(Transport):
         return PipeSession(argv, self.device.name)
 
     def stream(self, argv: list[str]) -> Iterator[str]:
-        proc = subprocess.Popen(argv, cwd=self.home, stdout=subprocess.PIPE, text=True)
-        try:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                yield line.rstrip("\n")
-        finally:
-            proc.kill()
-            proc.wait()
+        return stream_process(argv, cwd=self.home)
+
+
+def stream_process(argv: list[str], cwd: str | Path | None = None) -> Iterator[str]:
+    """Lines of a local process's stdout as they come; the process is killed when the caller stops."""
+    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            yield line.rstrip("\r\n")
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def connect(device: str | Device) -> Transport:
