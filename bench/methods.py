@@ -2,8 +2,8 @@
 
 For each preset (and a few combinations) one fresh runner process (`python -m edgebench.runner`)
 measures the kernel peak RSS (ru_maxrss), the median step time and the loss; the memory model's
-prediction (an estimate) stands beside it. Methods that store frozen weights in bf16/int8 start
-from a bf16 checkpoint of the same fresh weights (saved once), so loading never holds fp32 weights.
+prediction (an estimate) stands beside it. Methods that store frozen weights in bf16/int8 build
+the model in bf16 (the eager backend does), so loading never holds fp32 weights.
 
     .venv/bin/python bench/methods.py [--model nanovlm-222m] [--steps 3] [--methods a,b,...]
 
@@ -24,27 +24,10 @@ EXTRA = ["mezo-lora+frozen-int8", "lora+ckpt+frozen-int8"]
 GiB = 1 << 30
 
 
-def bf16_checkpoint(model: str, folder: Path) -> Path:
-    """The config's fresh weights (seed 0) saved in bf16, built once."""
-    if (folder / "model.safetensors").exists():
-        return folder
-    import torch
-
-    from edgebench.model import build_model
-    from edgebench.model.checkpoint import save_pretrained
-
-    torch.manual_seed(0)
-    save_pretrained(build_model(model).to(torch.bfloat16), folder)
-    return folder
-
-
 def run_one(model: str, name: str, steps: int, out: Path) -> dict:
     method = parse_method(name)
     batch = method.accumulation  # accumN splits the batch: its smallest batch is N
-    checkpoint = None
-    if method.frozen_dtype != "fp32":
-        checkpoint = str(bf16_checkpoint(model, out / "bf16-checkpoint"))
-    spec = RunSpec(model=model, method=name, checkpoint=checkpoint, batch_size=batch, text_length=32,
+    spec = RunSpec(model=model, method=name, batch_size=batch, text_length=32,
                    warmup_steps=1, steps=steps, threads=2, run_id=name.replace("+", "_"))
     result = run_local(spec, out / "runs" / spec.run_id)
     predicted = memory.predict(model, method, batch, 32)

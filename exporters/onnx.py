@@ -8,7 +8,7 @@ reads -100 out of bounds, silently). ORT 1.19 reads IR version 10 at most.
 
 Files written: training_model.onnx, eval_model.onnx, optimizer_model.onnx, checkpoint.
 The ONNX graph's inputs are `input_ids`, `images` and `labels` (already shifted and
-flattened: `shifted_labels(batch)`), so the device needs only numpy to feed it.
+flattened: `edgebench.backends.onnxruntime.shifted_labels`), so the device needs only numpy to feed it.
 """
 
 from __future__ import annotations

@@ -138,7 +138,8 @@ def _export_executorch(request: ExportRequest, directory: Path, on_stage) -> dic
 def _export_onnx(request: ExportRequest, directory: Path, on_stage) -> dict[str, Any]:
     from edgebench.data.synthetic import to_torch
     from edgebench.methods import optim
-    from exporters.onnx import FILES, export_artifacts, shifted_labels
+    from edgebench.backends.onnxruntime import shifted_labels
+    from exporters.onnx import FILES, export_artifacts
 
     on_stage("build model")
     model, method, batch = build_training_model(request)
@@ -153,7 +154,7 @@ def _export_onnx(request: ExportRequest, directory: Path, on_stage) -> dict[str,
         "model": _model_facts(model),
         "program": "training-artifacts",
         "inputs": _inputs({"input_ids": batch["input_ids"], "images": batch["images"], "labels": labels}),
-        "labels": "shifted: labels[:, 1:] flattened (exporters.onnx.shifted_labels)",
+        "labels": "shifted: labels[:, 1:] flattened (edgebench.backends.onnxruntime.shifted_labels)",
         "optimizer": optimizer,
         "weight_decay": weight_decay,
         "max_grad_norm": optim.MAX_GRAD_NORM,

@@ -56,7 +56,7 @@ def training_api():
 
 
 def shifted_labels(labels: np.ndarray) -> np.ndarray:
-    """The artifacts' labels: position t predicts t+1, flattened (= exporters.onnx.shifted_labels)."""
+    """The artifacts' labels: position t predicts t+1, flattened (the exporter feeds them the same way)."""
     return np.ascontiguousarray(labels[:, 1:].reshape(-1), dtype=np.int64)
 
 
