@@ -6,11 +6,13 @@ import json
 
 import click
 
-from exporters.executorch import STAGES as ET_STAGES
-from exporters.onnx import STAGES as ONNX_STAGES
 
 
 def _stages(backend: str, zeroth_order: bool) -> list[str]:
+    # Imported here: the exporters load torch, which `edgebench --help` should not wait for.
+    from exporters.executorch import STAGES as ET_STAGES
+    from exporters.onnx import STAGES as ONNX_STAGES
+
     if backend != "executorch":
         return ["build model", *ONNX_STAGES, "write manifest"]
     stages = [s for s in ET_STAGES if not (zeroth_order and s == "joint graph")]
