@@ -28,7 +28,7 @@ def run_one(model: str, name: str, steps: int, out: Path) -> dict:
     method = parse_method(name)
     batch = method.accumulation  # accumN splits the batch: its smallest batch is N
     spec = RunSpec(model=model, method=name, batch_size=batch, text_length=32,
-                   warmup_steps=1, steps=steps, threads=2, run_id=name.replace("+", "_"))
+                   warmup_steps=1, steps=steps, threads=2, timeout_s=600, run_id=name.replace("+", "_"))
     result = run_local(spec, out / "runs" / spec.run_id)
     predicted = memory.predict(model, method, batch, 32)
     return {"method": name, "batch_size": batch, "status": result.get("status"),

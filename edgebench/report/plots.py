@@ -86,9 +86,14 @@ def pareto_figure(rows: list[dict[str, Any]], title: str) -> bytes:
         ax.scatter([r["peak_mem_bytes"] / MIB], [r["step_time_median_s"]], marker="x", color="grey", s=60, zorder=3)
         ax.annotate(f"{r['method']} ({r['status']})", (r["peak_mem_bytes"] / MIB, r["step_time_median_s"]),
                     textcoords="offset points", xytext=(6, -10), fontsize=8, color="grey")
-    rams = {r["device_ram_bytes"] for r in rows if r.get("device_ram_bytes")}
-    for ram in rams:
-        ax.axvline(ram / MIB, color="tab:orange", ls="--", label=f"device RAM {ram / MIB:.0f} MiB")
+    rams = sorted({r["device_ram_bytes"] for r in rows if r.get("device_ram_bytes")})
+    widest = max((r["peak_mem_bytes"] for r in done), default=0)
+    for i, ram in enumerate(rams):
+        if ram <= 4 * widest:
+            ax.axvline(ram / MIB, color="tab:orange", ls="--", label=f"device RAM {ram / MIB:,.0f} MiB")
+        else:  # a line that far out would squash every point against the axis
+            ax.text(0.99, 0.02 + 0.05 * i, f"device RAM {ram / MIB:,.0f} MiB (off scale)", transform=ax.transAxes,
+                    ha="right", va="bottom", color="tab:orange", fontsize=8)
     ax.set_xlabel("peak memory (MiB)")
     ax.set_ylabel("time per step, median (s)")
     ax.set_title(title)
@@ -106,7 +111,8 @@ def memory_timeline_figure(store: Store, run: dict[str, Any]) -> bytes:
     fig, ax = plt.subplots(figsize=TIMELINE_SIZE)
     t = (s["t_ns"] - t0) / 1e9
     _plot(ax, t, s["rss_bytes"] / MIB, label="RSS (process tree)", color="tab:blue")
-    _plot(ax, t, s["cgroup_usage_bytes"] / MIB, label="cgroup usage", color="tab:purple", alpha=0.7)
+    _plot(ax, t, s["cgroup_usage_bytes"] / MIB, label="cgroup usage (whole group, page cache too)",
+          color="tab:purple", alpha=0.7)
     for i, b in enumerate(steps["begin_ns"]):
         ax.axvline((b - t0) / 1e9, color="grey", lw=0.5, alpha=0.5, label="step start" if i == 0 else None)
     ram = run.get("device_ram_bytes")
