@@ -104,11 +104,9 @@ def test_executorch_sgd_matches_eager_losses_and_parameters(et_sgd):
     assert first < loss  # the program really trained
 
 
-def test_executorch_backend_matches_eager_backend(et_sgd):
-    """The whole backend (runtime SGD, clip, lr groups, schedule) against the eager trainer."""
-    spec = RunSpec(model="tiny", method="sgd", backend="executorch", text_length=TEXT,
-                   warmup_steps=0, steps=4, program=str(et_sgd.directory))
-    batches = [b for b, _ in zip(synthetic_batches(_eager(et_sgd)[0].cfg, 1, TEXT, 0), range(4))]
+def _losses_by_backend(spec, cfg):
+    """The losses of `spec.steps` steps on the same batches through the executorch and eager backends."""
+    batches = [b for b, _ in zip(synthetic_batches(cfg, 1, TEXT, 0), range(spec.steps))]
     losses = {}
     for backend in ("executorch", "eager"):
         run = RunSpec(**{**spec.to_dict(), "backend": backend})
@@ -116,6 +114,14 @@ def test_executorch_backend_matches_eager_backend(et_sgd):
         instance.setup(run, batches[0])
         losses[backend] = [instance.step(b) for b in batches]
         instance.close()
+    return losses
+
+
+def test_executorch_backend_matches_eager_backend(et_sgd):
+    """The whole backend (runtime SGD, clip, lr groups, schedule) against the eager trainer."""
+    spec = RunSpec(model="tiny", method="sgd", backend="executorch", text_length=TEXT,
+                   warmup_steps=0, steps=4, program=str(et_sgd.directory))
+    losses = _losses_by_backend(spec, _eager(et_sgd)[0].cfg)
     np.testing.assert_allclose(losses["executorch"], losses["eager"], rtol=1e-4)
     assert len(set(np.round(losses["eager"], 4))) == 4  # the steps changed the model
 
@@ -196,15 +202,7 @@ def test_executorch_mezo_forward_program_matches_eager_mezo(export_cache):
     assert "planned_memory_bytes" in result.manifest and result.manifest["planned_memory_bytes"] > 0
     spec = RunSpec(model="tiny", method="mezo", backend="executorch", text_length=TEXT,
                    warmup_steps=0, steps=3, program=str(result.directory))
-    model_cfg = _eager(result)[0].cfg
-    batches = [b for b, _ in zip(synthetic_batches(model_cfg, 1, TEXT, 0), range(3))]
-    losses = {}
-    for backend in ("executorch", "eager"):
-        run = RunSpec(**{**spec.to_dict(), "backend": backend})
-        instance = create(run)
-        instance.setup(run, batches[0])
-        losses[backend] = [instance.step(b) for b in batches]
-        instance.close()
+    losses = _losses_by_backend(spec, _eager(result)[0].cfg)
     np.testing.assert_allclose(losses["executorch"], losses["eager"], rtol=1e-4)
 
 
