@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 from edgebench.runner.spec import RunSpec
-from edgebench.telemetry.trace import read_trace
 
 
 def new_run_id(device: str, spec: RunSpec) -> str:
@@ -22,9 +21,25 @@ def new_run_id(device: str, spec: RunSpec) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text)
 
 
-def steps_done(run_dir: Path) -> int:
-    """How many steps (warmup included) the worker has finished so far."""
-    return sum(1 for e in read_trace(run_dir / "events.jsonl").records if e.get("event") == "step_end")
+class StepCounter:
+    """Counts finished steps (warmup included) in a growing events.jsonl, reading only what is new."""
+
+    def __init__(self, events_path: Path):
+        self.path = events_path
+        self.offset = 0
+        self.count = 0
+
+    def __call__(self) -> int:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return self.count
+        complete = data[: data.rfind(b"\n") + 1]  # a line still being written is read next time
+        self.offset += len(complete)
+        self.count += complete.count(b'"event":"step_end"')
+        return self.count
 
 
 def run_local(spec: RunSpec, run_dir: Path, on_progress: Callable[[int], None] | None = None) -> dict[str, Any]:
@@ -38,9 +53,10 @@ def run_local(spec: RunSpec, run_dir: Path, on_progress: Callable[[int], None] |
     proc = subprocess.Popen(
         [sys.executable, "-m", "edgebench.runner", str(spec_path), "--out", str(run_dir)],
         stdout=subprocess.DEVNULL, stderr=open(run_dir / "supervisor.log", "ab"))
+    steps_done = StepCounter(run_dir / "events.jsonl")
     while proc.poll() is None:
         if on_progress is not None:
-            on_progress(steps_done(run_dir))
+            on_progress(steps_done())
         time.sleep(0.25)
     result_path = run_dir / "result.json"
     if not result_path.exists():

@@ -88,14 +88,17 @@ class Supervisor:
         self.out = Path(out)
         self.root = root
         self.interrupted = False
+        self._facts: dict[str, Any] | None = None
 
     def _write_meta(self, clock_start: dict[str, int], clock_end: dict[str, int] | None,
                     predicted: Any) -> None:
+        """meta.json at start, and again at the end with the end clock and the prediction."""
+        if self._facts is None:  # read once: the device and its libraries do not change mid-run
+            self._facts = {"device": device_facts(), "versions": library_versions()}
         write_json_atomic(self.out / "meta.json", {
             "run_id": self.spec.run_id,
             "spec": self.spec.to_dict(),
-            "device": device_facts(),
-            "versions": library_versions(),
+            **self._facts,
             "clock": {"start": clock_start, "end": clock_end},
             "predicted": predicted,
         })
