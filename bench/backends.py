@@ -24,7 +24,7 @@ VARIANTS = {  # name -> (runtime backend, export backend, delegate)
     "eager": ("eager", None, None),
     "executorch": ("executorch", "executorch", None),
     "executorch-xnnpack": ("executorch", "executorch", "xnnpack"),
-    "onnxruntime": ("onnxruntime", "onnx", None),
+    "onnxruntime": ("onnxruntime", "onnxruntime", None),
 }
 
 # One run in a fresh process: backend setup, warmup + measured steps, its own ru_maxrss.

@@ -11,7 +11,7 @@ import click
 def _stages(backend: str, zeroth_order: bool) -> list[str]:
     # Imported here: the exporters load torch, which `edgebench --help` should not wait for.
     from exporters.executorch import STAGES as ET_STAGES
-    from exporters.onnx import STAGES as ONNX_STAGES
+    from exporters.onnxruntime import STAGES as ONNX_STAGES
 
     if backend != "executorch":
         return ["build model", *ONNX_STAGES, "write manifest"]
@@ -24,7 +24,7 @@ def _stages(backend: str, zeroth_order: bool) -> list[str]:
               help="Device profile id or YAML path; its `export:` settings (xnnpack, dtype) and arch apply.")
 @click.option("--model", default="tiny", show_default=True, help="Model config name or nanoVLM checkpoint folder.")
 @click.option("--method", default="sgd", show_default=True, help="Method preset or combination (`edgebench methods`).")
-@click.option("--backend", type=click.Choice(["executorch", "onnx"]), default="executorch", show_default=True)
+@click.option("--backend", type=click.Choice(["executorch", "onnxruntime"]), default="executorch", show_default=True)
 @click.option("--batch-size", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--text-length", default=32, show_default=True, type=click.IntRange(min=2))
 @click.option("--image-size", default=None, type=int, help="Image side in pixels (default: the model's).")
@@ -41,7 +41,7 @@ def export_command(device: str, model: str, method: str, backend: str, batch_siz
     \b
     executorch: a .pte joint forward-backward program (torch.export -> to_edge ->
                 optional XNNPACK -> to_executorch); MeZO gets a forward-only program.
-    onnx:       ONNX Runtime training artifacts (training/eval/optimizer graphs and
+    onnxruntime: ONNX Runtime training artifacts (training/eval/optimizer graphs and
                 checkpoint) for SGD or AdamW.
 
     Shapes are fixed at export (batch size, text length, image size). Every export writes

@@ -22,9 +22,8 @@ from typing import Any
 
 MANIFEST = "manifest.json"
 FORMAT = "edgebench-export/1"
-# Export backend -> the runtime backend that executes it (RunSpec.backend).
-RUNTIME_BACKEND = {"executorch": "executorch", "onnx": "onnxruntime"}
-EXPORT_BACKEND = {runtime: export for export, runtime in RUNTIME_BACKEND.items()}
+# The runtimes an export can be made for, spelt as everywhere else (RunSpec.backend).
+EXPORT_BACKENDS = ("executorch", "onnxruntime")
 DELEGATES = ("xnnpack",)
 _LIBRARIES = ("torch", "executorch", "onnx", "onnxruntime-training-cpu", "numpy", "edgebench")
 # Source files whose code shapes the exported program (a change there re-exports).
@@ -36,7 +35,7 @@ _SOURCES = ("edgebench/model/*.py", "edgebench/methods/knobs.py", "edgebench/met
 class ExportRequest:
     """One export: what to lower, for which runtime and shapes.
 
-    `backend`: "executorch" or "onnx" ("onnxruntime" is accepted for the latter).
+    `backend`: "executorch" or "onnxruntime".
     `delegate`: "xnnpack" or None (ExecuTorch only). `seed` fixes the fresh weights
     (torch.manual_seed before build_model, as the eager backend does).
     """
@@ -53,22 +52,17 @@ class ExportRequest:
     profile: str | None = None
 
     def __post_init__(self) -> None:
-        backend = EXPORT_BACKEND.get(self.backend, self.backend)
-        if backend not in RUNTIME_BACKEND:
-            raise ValueError(f"export backend {self.backend!r}: use one of {', '.join(RUNTIME_BACKEND)}")
-        object.__setattr__(self, "backend", backend)
+        backend = self.backend
+        if backend not in EXPORT_BACKENDS:
+            raise ValueError(f"export backend {self.backend!r}: use one of {', '.join(EXPORT_BACKENDS)}")
         if self.delegate in ("none", ""):
             object.__setattr__(self, "delegate", None)
         if self.delegate is not None and self.delegate not in DELEGATES:
             raise ValueError(f"delegate {self.delegate!r}: use one of {', '.join(DELEGATES)} or none")
-        if backend == "onnx" and self.delegate is not None:
+        if backend == "onnxruntime" and self.delegate is not None:
             object.__setattr__(self, "delegate", None)  # ORT's CPU provider has no delegate knob
         if self.batch_size < 1 or self.text_length < 2:
             raise ValueError("batch_size must be >= 1 and text_length >= 2 (the loss predicts the next token)")
-
-    @property
-    def runtime_backend(self) -> str:
-        return RUNTIME_BACKEND[self.backend]
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -197,7 +191,7 @@ __all__ = [
     "DELEGATES",
     "ExportRequest",
     "MANIFEST",
-    "RUNTIME_BACKEND",
+    "EXPORT_BACKENDS",
     "cache_root",
     "describe_files",
     "is_complete",

@@ -49,7 +49,7 @@ def check_request(request: ExportRequest, profile: Any | None = None) -> None:
     from edgebench.backends.support import device_reason, unsupported_reason
     from edgebench.methods import parse_method
 
-    runtime = request.runtime_backend
+    runtime = request.backend
     if profile is not None:
         reason = device_reason(runtime, profile.arch, list(profile.backends), device=profile.id)
         if reason:
@@ -135,11 +135,11 @@ def _export_executorch(request: ExportRequest, directory: Path, on_stage) -> dic
     }
 
 
-def _export_onnx(request: ExportRequest, directory: Path, on_stage) -> dict[str, Any]:
+def _export_onnxruntime(request: ExportRequest, directory: Path, on_stage) -> dict[str, Any]:
     from edgebench.data.synthetic import to_torch
     from edgebench.methods import optim
     from edgebench.backends.onnxruntime import shifted_labels
-    from exporters.onnx import FILES, export_artifacts
+    from exporters.onnxruntime import FILES, export_artifacts
 
     on_stage("build model")
     model, method, batch = build_training_model(request)
@@ -170,13 +170,12 @@ def _build(request: ExportRequest, key: str, directory: Path, on_stage) -> dict[
     from edgebench.methods import parse_method
 
     started = time.perf_counter()
-    built = (_export_executorch if request.backend == "executorch" else _export_onnx)(request, directory, on_stage)
+    built = (_export_executorch if request.backend == "executorch" else _export_onnxruntime)(request, directory, on_stage)
     on_stage("write manifest")
     manifest = {
         "format": FORMAT,
         "key": key,
         "backend": request.backend,
-        "runtime_backend": request.runtime_backend,
         "request": request.to_dict(),
         "profile": request.profile,
         "method": {"text": request.method, "knobs": parse_method(request.method).knobs()},
@@ -230,7 +229,7 @@ def export_for_spec(spec: Any, profile: Any | None = None,
     """The program directory for a RunSpec with backend executorch/onnxruntime (exported
     now or found in the cache), for the host to set as `spec.program` before the run."""
     fields = dict(model=spec.checkpoint or spec.model, method=spec.method,
-                  backend={"onnxruntime": "onnx"}.get(spec.backend, spec.backend),
+                  backend=spec.backend,
                   batch_size=spec.batch_size, image_size=spec.image_size,
                   text_length=spec.text_length, seed=spec.seed)
     request = request_from_profile(profile, **fields) if profile is not None else ExportRequest(**fields)

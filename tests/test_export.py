@@ -49,12 +49,12 @@ def et_sgd(export_cache):
 
 @pytest.fixture(scope="session")
 def ort_sgd(export_cache):
-    return _export("sgd", "onnx")
+    return _export("sgd", "onnxruntime")
 
 
 @pytest.fixture(scope="session")
 def ort_adamw(export_cache):
-    return _export("adamw", "onnx")
+    return _export("adamw", "onnxruntime")
 
 
 def _eager(result):
@@ -157,7 +157,7 @@ def test_cache_hits_on_a_repeated_request(et_sgd, tmp_path):
 
 # LoRA runs on ExecuTorch only (support.py says why not on ORT); EDGEBENCH_FULL=1 adds the
 # ExecuTorch freeze-vision export (the frozen patch-embed conv).
-SUBSETS = [("lora", "executorch"), ("freeze-vision", "onnx")]
+SUBSETS = [("lora", "executorch"), ("freeze-vision", "onnxruntime")]
 if FULL:
     SUBSETS += [("freeze-vision", "executorch")]
 
@@ -345,7 +345,7 @@ def test_onnx_for_an_aarch64_profile_is_refused_early(export_cache):
     from exporters.pipeline import request_from_profile
 
     profile = load_profile("raspberry-pi-5-8gb")
-    request = request_from_profile(profile, model="tiny", method="sgd", backend="onnx")
+    request = request_from_profile(profile, model="tiny", method="sgd", backend="onnxruntime")
     stages = []
     with pytest.raises(ExportRefused, match=r"aarch64.*--enable_training_apis"):
         export(request, profile=profile, on_stage=stages.append)
@@ -353,10 +353,10 @@ def test_onnx_for_an_aarch64_profile_is_refused_early(export_cache):
 
 
 @pytest.mark.parametrize("method,backend,why", [
-    ("lomo", "onnx", "optimizer lomo is not available on onnxruntime"),
+    ("lomo", "onnxruntime", "optimizer lomo is not available on onnxruntime"),
     ("adamw-ckpt", "executorch", "checkpointing"),
     ("forward-grad", "executorch", "--backend eager"),
-    ("lora", "onnx", "LoRA graph"),
+    ("lora", "onnxruntime", "LoRA graph"),
 ])
 def test_unsupported_method_backend_pair_is_refused_early(method, backend, why):
     stages = []
@@ -381,7 +381,7 @@ def test_export_command_refuses_onnx_for_a_pi():
 
     from edgebench.cli import cli
 
-    out = CliRunner().invoke(cli, ["export", "--device", "raspberry-pi-5-8gb", "--backend", "onnx"])
+    out = CliRunner().invoke(cli, ["export", "--device", "raspberry-pi-5-8gb", "--backend", "onnxruntime"])
     assert out.exit_code != 0
     assert "aarch64" in out.output and "--enable_training_apis" in out.output
 

@@ -29,7 +29,7 @@ def open_program(spec: Any, backend: str, knobs: dict[str, Any] | None) -> tuple
     if not spec.program:
         raise ValueError(
             f"RunSpec.program is not set: the {backend} backend runs an exported program. Export it "
-            f"on the host (`edgebench export --backend {'onnx' if backend == 'onnxruntime' else backend} "
+            f"on the host (`edgebench export --backend {backend} "
             f"--model {spec.model} --method {spec.method} --out DIR`, or "
             "exporters.pipeline.export_for_spec(spec)) and set program to that directory"
         )
@@ -38,10 +38,10 @@ def open_program(spec: Any, backend: str, knobs: dict[str, Any] | None) -> tuple
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no export manifest; is {directory} an `edgebench export` output?")
     manifest = json.loads(path.read_text())
-    if manifest.get("runtime_backend") != backend:
+    if manifest.get("backend") != backend:
         raise ValueError(
-            f"{directory} holds a {manifest.get('runtime_backend')} program, not {backend}; "
-            f"export with --backend {'onnx' if backend == 'onnxruntime' else backend}"
+            f"{directory} holds a {manifest.get('backend')} program, not {backend}; "
+            f"export with --backend {backend}"
         )
     made_for = manifest["method"]
     same = (made_for["text"] == spec.method if knobs is None else
@@ -66,7 +66,7 @@ def check_batch(manifest: dict[str, Any], batch: dict[str, Any], directory: Path
     """Shapes are fixed at export: say which input differs and how to re-export."""
     expected = {i["name"]: i["shape"] for i in manifest["inputs"]}
     for name in BATCH_INPUTS:
-        if name == "labels" and manifest.get("runtime_backend") == "onnxruntime":
+        if name == "labels" and manifest.get("backend") == "onnxruntime":
             continue  # ORT's labels are the shifted, flattened form (checked by ORT itself)
         got = list(batch[name].shape)
         if expected.get(name) != got:
