@@ -1,16 +1,18 @@
 """Power and energy, measured where the device has a meter, estimated where it has none.
 
 Measured sources (the first present wins, unless the profile's `sensors.power.source` names one):
-- `ina3221`: Jetson INA3221 rails in hwmon (in{k}_input mV x curr{k}_input mA); total =
-  VDD_IN when present (Orin Nano/NX), else the sum of rails (which under-reads the input).
-  Where the hwmon files cannot be read, jetson-stats' `jtop` service (if installed) gives
-  the same chip's figures, updated about once a second.
+- `ina3221`: Jetson INA3221 rails in hwmon (JetPack 5+: in{k}_input mV x curr{k}_input mA) or
+  NVIDIA's ina3221x IIO driver (JetPack 4: in_power{k}_input mW); the total sums the roots of
+  the module's rail tree (`rails`), so no rail is counted twice. Where the sysfs files cannot
+  be read, jetson-stats' `jtop` service (if installed) gives the same rails and total,
+  updated about once a second.
 - `rapl`: x86 RAPL energy counters (energy_uj, wrapping at max_energy_range_uj).
 - `pmic`: Raspberry Pi 5 `vcgencmd pmic_read_adc`, sum of V x I over paired rails
   (under-reads the 5 V input).
-- `battery`: Android power_supply/battery current_now (uA) x voltage_now (uV), signed by
-  `battery_current_sign` so that discharging reads positive.
-Each yields `power_w`, `energy_j` (since the start) and `rail_<name>_w`.
+- `battery`: Android power_supply/battery current_now (uA) x voltage_now (uV), with the sign
+  determined so that discharging reads positive (`battery`).
+Each yields `power_w`, `energy_j` (since the start) and `rail_<name>_w`; `describe()` gives the
+summary fields saying what `power_w` covers (`power_total`, e.g. "VDD_IN" or "sum of rails").
 
 `PowerEstimate` (a profile's power model: idle + utilisation x (max - idle)) yields only
 `power_w_est` / `energy_j_est`: an estimate is never written into the measured names.
@@ -23,7 +25,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from edgebench.telemetry.sysfs import (PreadFile, Runner, SourceUnavailable, hwmon_dirs, key_name, read_int,
+from edgebench.telemetry import battery
+from edgebench.telemetry.battery import battery_dir
+from edgebench.telemetry.rails import RAIL_TREES, SUM_OF_RAILS, RailTotal
+from edgebench.telemetry.sysfs import (PreadFile, Runner, SourceUnavailable, hwmon_dirs, iio_dirs, key_name, read_int,
                                        read_text, under, unique_names)
 
 class Integrator:
@@ -40,103 +45,169 @@ class Integrator:
         return self.energy_j
 
 
-class Ina3221Power:
-    """Jetson INA3221 rails from hwmon sysfs; skips `NC` rails and the sum-of-shunts channel."""
+class _Hwmon:
+    """One INA3221 channel in hwmon (JetPack 5+): in<k>_input mV x curr<k>_input mA."""
 
-    name = "ina3221"
+    def __init__(self, directory: Path, k: str):
+        self.volts, self.amps = PreadFile(directory / f"in{k}_input", 32), PreadFile(directory / f"curr{k}_input", 32)
 
-    def __init__(self, root: str | Path = "/", rails: list[str] | None = None, total_rail: str | None = None):
-        channels = []
-        for directory in hwmon_dirs(root):
-            if read_text(directory / "name") != "ina3221":
-                continue
-            for label_path in sorted(directory.glob("in[0-9]*_label")):
-                k = label_path.name[2:-len("_label")]
-                label = read_text(label_path) or ""
-                if not label or label.upper() == "NC" or "sum" in label.lower():
-                    continue
-                volts, amps = directory / f"in{k}_input", directory / f"curr{k}_input"
-                if (rails and label not in rails and label != total_rail) or not (volts.exists() and amps.exists()):
-                    continue
-                channels.append((label, PreadFile(volts, 32), PreadFile(amps, 32)))
-        if not channels:
-            raise SourceUnavailable(f"no ina3221 rails under {root} (hwmon name 'ina3221' with in<k>_label, "
-                                    "in<k>_input, curr<k>_input)")
-        keys = unique_names([f"rail_{key_name(label)}_w" for label, _, _ in channels])
-        self._channels = [(key, label, v, a) for key, (label, v, a) in zip(keys, channels)]
-        labels = {label for _, label, _, _ in self._channels}
-        if total_rail and total_rail not in labels:
-            raise SourceUnavailable(f"ina3221: the profile's total_rail {total_rail!r} is not among the rails "
-                                    f"{sorted(labels)}")
-        # The input rail measures the whole board; without one, the sum of rails under-reads it.
-        self.total_rail = total_rail or ("VDD_IN" if "VDD_IN" in labels else None)
+    def watts(self) -> float | None:
+        mv, ma = self.volts.read(), self.amps.read()  # a disabled channel fails with ENODATA: None
+        return int(mv) * int(ma) / 1e6 if mv and ma else None
+
+    def close(self) -> None:
+        self.volts.close()
+        self.amps.close()
+
+
+class _Iio:
+    """One INA3221 channel of NVIDIA's `ina3221x` IIO driver (JetPack 4): in_power<k>_input mW."""
+
+    def __init__(self, directory: Path, k: str):
+        self.power = PreadFile(directory / f"in_power{k}_input", 32)
+
+    def watts(self) -> float | None:
+        mw = self.power.read()
+        return int(mw) / 1e3 if mw else None
+
+    def close(self) -> None:
+        self.power.close()
+
+
+def ina3221_channels(root: str | Path) -> list[tuple[str, _Hwmon | _Iio]]:
+    """(label, channel) for every connected INA3221 rail, through hwmon (name `ina3221`,
+    in<k>_label) or IIO (`ina3221x`, rail_name_<k>); skips `NC` rails and the sum channel."""
+    channels: list[tuple[str, _Hwmon | _Iio]] = []
+    for directory in hwmon_dirs(root):
+        if read_text(directory / "name") != "ina3221":
+            continue
+        for label_path in sorted(directory.glob("in[0-9]*_label")):
+            k = label_path.name[2:-len("_label")]
+            label = read_text(label_path) or ""
+            if label and label.upper() != "NC" and "sum" not in label.lower() \
+                    and (directory / f"in{k}_input").exists() and (directory / f"curr{k}_input").exists():
+                channels.append((label, _Hwmon(directory, k)))
+    for directory in iio_dirs(root):
+        for label_path in sorted(directory.glob("rail_name_[0-9]*")):
+            k = label_path.name[len("rail_name_"):]
+            label = read_text(label_path) or ""
+            if label and label.upper() != "NC" and (directory / f"in_power{k}_input").exists():
+                channels.append((label, _Iio(directory, k)))
+    return channels
+
+
+class _Rails:
+    """Rails by label -> `rail_<label>_w` keys plus `power_w`/`energy_j` from a RailTotal;
+    shared by the sysfs reader and the jtop fallback so both give the same keys."""
+
+    def _setup(self, labels: list[str], total_rail: str | None, rail_tree: str | None) -> None:
+        self._keys = dict(zip(labels, unique_names([f"rail_{key_name(label)}_w" for label in labels])))
+        self.total = RailTotal(set(labels), total_rail, rail_tree)
         self._energy = Integrator()
 
-    def read(self, now_s: float) -> dict[str, float]:
-        out: dict[str, float] = {}
-        total = None
-        for key, label, volts, amps in self._channels:
-            mv, ma = volts.read(), amps.read()
-            if not (mv and ma):
-                continue  # a rail that cannot be read this time is simply absent
-            watts = int(mv) * int(ma) / 1e6
-            out[key] = round(watts, 4)
-            if label == self.total_rail:
-                total = watts
-        if self.total_rail is None and out:
-            total = sum(out.values())
+    def _record(self, now_s: float, watts: dict[str, float]) -> dict[str, float]:
+        out = {self._keys[label]: round(w, 4) for label, w in watts.items() if label in self._keys}
+        total = self.total.total(watts)
         if total is not None:
             out["power_w"] = round(total, 4)
             out["energy_j"] = round(self._energy.add(now_s, total), 4)
         return out
 
+    def describe(self) -> dict[str, Any]:
+        return self.total.describe()
+
+
+class Ina3221Power(_Rails):
+    """Jetson INA3221 rails from sysfs, hwmon (JetPack 5+) or IIO (JetPack 4). `rails` limits
+    the rails recorded (the total's rails are always read); the total follows RailTotal."""
+
+    name = "ina3221"
+
+    def __init__(self, root: str | Path = "/", rails: list[str] | None = None, total_rail: str | None = None,
+                 rail_tree: str | None = None):
+        found = ina3221_channels(root)
+        if not found:
+            raise SourceUnavailable(f"no ina3221 rails under {root} (hwmon named 'ina3221' with in<k>_label, or the "
+                                    "ina3221x IIO driver with rail_name_<k>)")
+        needed = set(RAIL_TREES[rail_tree].roots) if rail_tree in RAIL_TREES else set()
+        keep = [(label, ch) for label, ch in found if not rails or label in rails or label == total_rail
+                or label in needed]
+        for label, ch in found:
+            if (label, ch) not in keep:
+                ch.close()
+        self._channels = keep
+        self._setup([label for label, _ in keep], total_rail, rail_tree)
+
+    def read(self, now_s: float) -> dict[str, float]:
+        watts = {}
+        for label, channel in self._channels:
+            w = channel.watts()
+            if w is not None:  # a rail that cannot be read this time is simply absent
+                watts[label] = w
+        return self._record(now_s, watts)
+
     def close(self) -> None:
-        for _, _, volts, amps in self._channels:
-            volts.close()
-            amps.close()
+        for _, channel in self._channels:
+            channel.close()
 
 
-class JtopPower:
-    """The same INA3221 figures through jetson-stats (`jtop`), where it is installed and its
-    service runs; its values refresh at the service interval (1 s by default)."""
+def jtop_rail_watts(power: dict[str, Any]) -> dict[str, float]:
+    """{rail label: watts} from jtop's `jetson.power` ({'rail': {name: {'power': mW, 'online'}},
+    'tot': {...}}). jtop moves the input rail (VDD_IN, POM_5V_IN) out of 'rail' into 'tot' with
+    its 'name'; it is put back here. A 'tot' without a name is jtop's own sum: left out."""
+    watts = {name: rail["power"] / 1000.0 for name, rail in (power.get("rail") or {}).items()
+             if rail.get("online", True) and rail.get("power") is not None}
+    total = power.get("tot") or {}
+    if total.get("name") and total.get("power") is not None:
+        watts[total["name"]] = total["power"] / 1000.0
+    return watts
+
+
+class JtopPower(_Rails):
+    """The same INA3221 rails through jetson-stats (`jtop`), where the sysfs files cannot be
+    read; the keys and the total are those of Ina3221Power. Values refresh at the service
+    interval (1 s by default). `client`: an object with `.power` and `.close()` (a started
+    `jtop.jtop()` by default)."""
 
     name = "jtop"
 
-    def __init__(self) -> None:
-        try:
-            from jtop import jtop, JtopException
-        except ImportError:
-            raise SourceUnavailable("jetson-stats (jtop) is not installed") from None
-        self._jetson = jtop()
-        try:
-            self._jetson.start()
-        except JtopException as exc:
-            raise SourceUnavailable(f"jtop service not reachable: {exc} (sudo systemctl start jtop)") from None
-        self._energy = Integrator()
+    def __init__(self, rails: list[str] | None = None, total_rail: str | None = None, rail_tree: str | None = None,
+                 client: Any = None):
+        if client is None:
+            try:
+                from jtop import jtop, JtopException
+            except ImportError:
+                raise SourceUnavailable("jetson-stats (jtop) is not installed") from None
+            client = jtop()
+            try:
+                client.start()
+            except JtopException as exc:
+                raise SourceUnavailable(f"jtop service not reachable: {exc} (sudo systemctl start jtop)") from None
+        self._client = client
+        labels = [label for label in jtop_rail_watts(client.power)
+                  if not rails or label in rails or label == total_rail]
+        if not labels:
+            client.close()
+            raise SourceUnavailable("jtop reports no power rails")
+        self._setup(labels, total_rail, rail_tree)
 
     def read(self, now_s: float) -> dict[str, float]:
-        readings = self._jetson.power  # mV, mA, mW
-        out = {f"rail_{key_name(name)}_w": rail["power"] / 1000.0
-               for name, rail in readings.get("rail", {}).items() if rail.get("online", True)}
-        total = readings.get("tot", {}).get("power")
-        if total is not None:
-            out["power_w"] = total / 1000.0
-            out["energy_j"] = round(self._energy.add(now_s, total / 1000.0), 4)
-        return out
+        return self._record(now_s, jtop_rail_watts(self._client.power))
 
     def close(self) -> None:
-        self._jetson.close()
+        self._client.close()
 
 
-def jetson_power(root: str | Path, rails: list[str] | None, total_rail: str | None) -> Ina3221Power | JtopPower:
-    """INA3221 from hwmon, else through jtop; the error names both attempts."""
+def jetson_power(root: str | Path, rails: list[str] | None, total_rail: str | None,
+                 rail_tree: str | None = None) -> Ina3221Power | JtopPower:
+    """INA3221 from sysfs, else through jtop; the error names both attempts."""
     try:
-        return Ina3221Power(root, rails, total_rail)
-    except SourceUnavailable as hwmon:
+        return Ina3221Power(root, rails, total_rail, rail_tree)
+    except SourceUnavailable as sysfs:
         try:
-            return JtopPower()
+            return JtopPower(rails, total_rail, rail_tree)
         except SourceUnavailable as jtop:
-            raise SourceUnavailable(f"{hwmon}; {jtop}") from None
+            raise SourceUnavailable(f"{sysfs}; {jtop}") from None
 
 
 class RaplPower:
@@ -187,6 +258,9 @@ class RaplPower:
             out["energy_j"] = round(self.energy_j, 4)
         return out
 
+    def describe(self) -> dict[str, Any]:
+        return {"power_total": "sum of package zones", "power_total_source": "RAPL package zones (CPU package only)"}
+
     def close(self) -> None:
         for _, _, fh, _ in self._zones:
             fh.close()
@@ -233,40 +307,69 @@ class PiPmicPower:
         out["energy_j"] = round(self._energy.add(now_s, total), 4)
         return out
 
+    def describe(self) -> dict[str, Any]:
+        return {"power_total": SUM_OF_RAILS,
+                "power_total_source": "V x I over the PMIC's paired rails; under-reads the 5 V input (EXT5V_V has no "
+                                      "current)"}
+
     def close(self) -> None:
         pass
 
 
 class BatteryPower:
-    """Android battery: current_now (uA) x voltage_now (uV) x the profile's sign. Reads
-    power_supply/battery, else the first supply whose type is Battery."""
+    """Android battery: current_now (uA) x voltage_now (uV) x a sign determined at start (see
+    `battery`: status, stored calibration, profile, kernel convention). Reads power_supply/battery,
+    else the first supply whose type is Battery; watches `status` so a run on external power is
+    flagged in the summary."""
 
     name = "battery"
 
-    def __init__(self, root: str | Path = "/", current_sign: int = 1):
-        supplies = under(root, "/sys/class/power_supply")
-        batteries = [p for p in sorted(supplies.glob("*")) if read_text(p / "type") == "Battery"]
-        base = supplies / "battery" if (supplies / "battery").exists() or not batteries else batteries[0]
+    def __init__(self, root: str | Path = "/", current_sign: int | str = "auto", state_path: str | Path | None = None):
+        if current_sign not in (1, -1, "auto"):
+            raise ValueError(f"sensors.power.battery_current_sign must be 1, -1 or auto, not {current_sign!r}")
+        self._root = root
+        base = battery_dir(root)
         self._current = PreadFile(base / "current_now", 32)
         self._voltage = PreadFile(base / "voltage_now", 32)
-        if self._current.read() is None or self._voltage.read() is None:
+        self._status = PreadFile(base / "status", 64)
+        ua = self._current.read()
+        if not ua or self._voltage.read() is None:
             raise SourceUnavailable(f"no readable {base}/current_now and voltage_now")
-        if current_sign not in (1, -1):
-            raise ValueError(f"sensors.battery_current_sign must be 1 or -1, not {current_sign!r}")
-        self.sign = current_sign
-        self.status = read_text(base / "status")  # "Charging" spoils the reading: reported in the summary
+        self.status = self._status.read()
+        self.sign, self.sign_origin, self.sign_verified = battery.determine_sign(
+            self.status, int(ua), battery.stored_calibration(state_path), current_sign)
+        self.statuses: list[str] = []
+        self.flags: dict[str, str] = {}
+        self._watch(self.status)
         self._energy = Integrator()
+
+    def _watch(self, status: str | None) -> None:
+        if status and (not self.statuses or status != self.statuses[-1]):
+            self.statuses.append(status)
+            flag = battery.external_power(self._root, status)
+            if flag:
+                self.flags.setdefault(*flag)
 
     def read(self, now_s: float) -> dict[str, float]:
         ua, uv = self._current.read(), self._voltage.read()
+        self._watch(self._status.read())
         if not (ua and uv):
             return {}
         watts = self.sign * int(ua) * int(uv) / 1e12
         return {"power_w": round(watts, 4), "energy_j": round(self._energy.add(now_s, watts), 4)}
 
+    def describe(self) -> dict[str, Any]:
+        flags = dict(self.flags)
+        if not self.sign_verified:
+            flags["battery_sign_unverified"] = f"battery sign from {self.sign_origin}"
+        return {"battery_current_sign": self.sign, "battery_sign_origin": self.sign_origin,
+                "battery_status_seen": list(self.statuses), "power_flags": sorted(flags),
+                "power_warning": "; ".join(flags.values()) or None}
+
     def close(self) -> None:
         self._current.close()
         self._voltage.close()
+        self._status.close()
 
 
 class PowerEstimate:
@@ -294,7 +397,7 @@ def power_settings(sensors: dict[str, Any] | None) -> dict[str, Any]:
     sensors = sensors or {}
     power = dict(sensors.get("power") or {})
     power.setdefault("source", "auto")
-    power.setdefault("battery_current_sign", sensors.get("battery_current_sign", 1))
+    power.setdefault("battery_current_sign", sensors.get("battery_current_sign", "auto"))
     rails = [r for r in power.get("rails") or [] if r != "*"]
     power["rails"] = rails or None
     return power
@@ -307,10 +410,10 @@ def measured_power_source(root: str | Path, runner: Runner,
     power = power_settings(sensors)
     wanted = power["source"]
     makers = {
-        "ina3221": lambda: jetson_power(root, power["rails"], power.get("total_rail")),
+        "ina3221": lambda: jetson_power(root, power["rails"], power.get("total_rail"), power.get("rail_tree")),
         "rapl": lambda: RaplPower(root),
         "pmic": lambda: PiPmicPower(runner),
-        "battery": lambda: BatteryPower(root, int(power["battery_current_sign"])),
+        "battery": lambda: BatteryPower(root, power["battery_current_sign"]),
     }
     if wanted not in ("auto", "none", *makers):
         raise ValueError(f"sensors.power.source is {wanted!r}; use auto, none or one of {sorted(makers)}")

@@ -341,11 +341,7 @@ class Sampler:
         source = self._power_source
         out: dict[str, Any] = {"power_source": source.name if source else None}
         if source is not None:
-            if isinstance(source, power.Ina3221Power):
-                out["power_total"] = source.total_rail or "sum_of_rails"
-            if isinstance(source, power.BatteryPower) and source.status in ("Charging", "Full"):
-                out["power_warning"] = (f"battery status is {source.status}: the charger feeds the device, so "
-                                        "current_now does not show what it draws; unplug USB")
+            out.update(source.describe())  # what power_w covers; battery sign and external-power flags
         elif self._estimate is not None:
             out["power_source"] = "estimate"
             out["power_model"] = {"idle_w": self._estimate.idle_w, "max_w": self._estimate.max_w}

@@ -17,10 +17,18 @@ from typing import Callable, Sequence
 Runner = Callable[[Sequence[str]], str]
 
 HWMON_DIRS = ("/sys/class/hwmon/hwmon*", "/sys/bus/i2c/devices/*/hwmon/hwmon*")
+# JetPack 4 and older (Nano, TX1/TX2, Xavier on L4T 32) expose the INA3221 through NVIDIA's
+# `ina3221x` IIO driver instead of hwmon.
+IIO_DIRS = ("/sys/bus/i2c/drivers/ina3221x/*/iio:device*", "/sys/bus/i2c/devices/*/iio:device*")
 
 
 class SourceUnavailable(Exception):
     """A sensor source that this host does not have; the message says why."""
+
+
+class ProfileMismatch(ValueError):
+    """The profile names sensors this board does not report; the message lists what it does
+    report, so the profile can be fixed."""
 
 
 def run_command(argv: Sequence[str], timeout_s: float = 2.0) -> str:
@@ -67,8 +75,19 @@ def unique_names(names: Sequence[str]) -> list[str]:
 
 def hwmon_dirs(root: str | Path) -> list[Path]:
     """Every hwmon device directory once (class links and i2c paths can name the same one)."""
+    return unique_dirs(root, HWMON_DIRS)
+
+
+def iio_dirs(root: str | Path) -> list[Path]:
+    """Every INA3221 IIO device directory (`ina3221x` driver) once."""
+    return unique_dirs(root, IIO_DIRS)
+
+
+def unique_dirs(root: str | Path, patterns: Sequence[str]) -> list[Path]:
+    """Directories matching any pattern under root, each real directory once: sysfs reaches
+    one device through several symlinks (/sys/class, /sys/bus/*/devices, drivers)."""
     seen, out = set(), []
-    for pattern in HWMON_DIRS:
+    for pattern in patterns:
         for path in sorted(Path(root).glob(pattern.lstrip("/"))):
             real = path.resolve()
             if real not in seen:

@@ -2,17 +2,20 @@
 
 Keys: `temp_<zone type>_c` per thermal zone, `temp_<chip>_<label>_c` per hwmon sensor,
 `temp_c_max` over all of them, and `throttle_flags` (the raw get_throttled word).
-A zone reading -256 °C is offline (Jetson reports powered-off zones so) and is skipped,
-as is a zone whose read fails (some drivers return EINVAL/ENODATA).
+A zone whose read fails is offline and skipped: JetPack 6 fails powered-off zones with
+EAGAIN, other drivers with EINVAL/ENODATA; -256 °C (what jtop shows for such zones) too.
+Zone names differ between releases (AGX Orin: `CPU-therm` on JetPack 5, `cpu-thermal` on
+JetPack 6), so a profile's zones are case-insensitive names or patterns (`cpu-therm*`).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import subprocess
 from pathlib import Path
 
-from edgebench.telemetry.sysfs import (PreadFile, Runner, SourceUnavailable, hwmon_dirs, key_name, read_text, under,
-                                       unique_names)
+from edgebench.telemetry.sysfs import (PreadFile, ProfileMismatch, Runner, SourceUnavailable, hwmon_dirs, key_name,
+                                       read_text, under, unique_names)
 
 OFFLINE_MILLI_C = -256000
 ZONE_DIRS = ("/sys/class/thermal", "/sys/devices/virtual/thermal")
@@ -58,8 +61,14 @@ class _TempFiles:
             fh.close()
 
 
+def zone_matches(zone_type: str, patterns: list[str]) -> bool:
+    """A zone type against profile entries: names or shell patterns, case-insensitive."""
+    return any(fnmatch.fnmatchcase(zone_type.lower(), p.lower()) for p in patterns)
+
+
 class ThermalZones(_TempFiles):
-    """Every thermal_zone*/temp (m°C) with its `type` as the name; `zones` limits them."""
+    """Every thermal_zone*/temp (m°C) with its `type` as the name; `zones` (names or patterns)
+    limits them, and a list matching none of the board's zones is a profile error naming them."""
 
     name = "thermal_zones"
 
@@ -70,12 +79,16 @@ class ThermalZones(_TempFiles):
             if found:
                 break
         types = [(read_text(p / "type") or p.name) for p in found]
-        picked = [(t, p) for t, p in zip(types, found) if not zones or t in zones]
+        picked = [(t, p) for t, p in zip(types, found) if not zones or zone_matches(t, zones)]
+        if zones and types and not picked:
+            raise ProfileMismatch(f"sensors.thermal_zones {zones} match none of the thermal zones this board "
+                                  f"reports: {types}; list some of these (names or patterns like 'cpu*')")
         self.chip_names = {key_name(t) for t in types}  # how thermal_hwmon names these zones' chips
         keys = unique_names([f"temp_{key_name(t)}_c" for t, _ in picked])
         self._files = [(key, PreadFile(p / "temp", 32)) for key, (_, p) in zip(keys, picked)]
         if not self.read(0.0):
-            raise SourceUnavailable(f"no readable, online thermal zone under {under(root, ZONE_DIRS[0])}")
+            raise SourceUnavailable(f"no readable, online thermal zone under {under(root, ZONE_DIRS[0])} (tried "
+                                    f"{[t for t, _ in picked]})")
 
 
 class HwmonTemps(_TempFiles):

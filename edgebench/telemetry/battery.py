@@ -1,0 +1,111 @@
+"""Android battery readings: which sign of `current_now` means discharging, and whether a run is
+on external power.
+
+The kernel's power_supply ABI has current_now < 0 while discharging, but vendors differ (a
+Xiaomi Mi 8 reads negative while *charging*). So the sign is determined, not assumed: from a
+Discharging status at the start of a run; else from a one-time calibration stored on the device
+(`edgebench sensors --calibrate`, run unplugged); else the profile's sign; else the ABI's, the
+last two marked unverified. A charging phone, or one on USB with charging disabled, is flagged:
+its battery current then leaves out what the supply provides.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from edgebench.telemetry.sysfs import read_int, read_text, under
+
+# A discharging phone draws tens to hundreds of mA; below 10 mA the sign could be noise.
+MIN_CALIBRATION_UA = 10_000
+EXTERNAL_SUPPLY_TYPES = ("USB", "Mains", "Wireless")  # power_supply `type`s (USB_PD, USB_DCP... start with USB)
+CALIBRATE_HINT = "run `edgebench sensors --calibrate` once with the phone unplugged"
+
+
+class CalibrationError(Exception):
+    """The battery sign cannot be calibrated now; the message says what to change."""
+
+
+def battery_dir(root: str | Path) -> Path:
+    """power_supply/battery, else the first supply whose type is Battery."""
+    supplies = under(root, "/sys/class/power_supply")
+    if (supplies / "battery").exists():
+        return supplies / "battery"
+    batteries = [p for p in sorted(supplies.glob("*")) if read_text(p / "type") == "Battery"]
+    return batteries[0] if batteries else supplies / "battery"
+
+
+def state_file() -> Path:
+    """Where this device keeps its battery calibration: $EDGEBENCH_STATE_DIR, else
+    ~/.local/state/edgebench (on the device: the calibration belongs to the phone)."""
+    base = os.environ.get("EDGEBENCH_STATE_DIR") or Path.home() / ".local" / "state" / "edgebench"
+    return Path(base) / "battery_sign.json"
+
+
+def stored_calibration(path: str | Path | None = None) -> dict[str, Any] | None:
+    try:
+        data = json.loads(Path(path or state_file()).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if data.get("battery_current_sign") in (1, -1) else None
+
+
+def calibrate_battery_sign(root: str | Path = "/", path: str | Path | None = None) -> dict[str, Any]:
+    """Reads the battery while it discharges and stores which sign makes that positive.
+
+    Raises CalibrationError (with the fix) when the phone is not discharging or draws too
+    little to tell the sign."""
+    base = battery_dir(root)
+    status, ua = read_text(base / "status"), read_int(base / "current_now")
+    if ua is None:
+        raise CalibrationError(f"{base}/current_now is not readable: no battery to calibrate here")
+    if status != "Discharging":
+        raise CalibrationError(f"battery status is {status!r}, not 'Discharging': unplug USB (use wireless adb or "
+                               "Termux SSH over Wi-Fi) so the phone runs on its battery, then calibrate again")
+    if abs(ua) < MIN_CALIBRATION_UA:
+        raise CalibrationError(f"current_now is {ua} uA, too small to tell the sign (< {MIN_CALIBRATION_UA} uA): "
+                               "turn the screen on or start some load, then calibrate again")
+    record = {"battery_current_sign": 1 if ua > 0 else -1, "calibrated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+              "status": status, "current_now_ua": ua, "supply": str(base)}
+    target = Path(path or state_file())
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    os.replace(tmp, target)
+    record["stored_in"] = str(target)
+    return record
+
+
+def determine_sign(status: str | None, ua: int, stored: dict[str, Any] | None,
+                   profile_sign: int | str) -> tuple[int, str, bool]:
+    """(sign, where it comes from, verified on this device)."""
+    if status == "Discharging" and abs(ua) >= MIN_CALIBRATION_UA:
+        sign = 1 if ua > 0 else -1
+        origin = "battery status at start: Discharging"
+        others = [(stored and stored["battery_current_sign"], "the stored calibration"),
+                  (profile_sign if profile_sign in (1, -1) else None, "the profile")]
+        origin += "".join(f"; differs from {name} ({other:+d})" for other, name in others if other and other != sign)
+        return sign, origin, True
+    if stored:
+        return stored["battery_current_sign"], f"calibrated on this device at {stored.get('calibrated_at')}", True
+    if profile_sign in (1, -1):
+        return int(profile_sign), f"the profile, not verified on this device: {CALIBRATE_HINT}", False
+    return -1, f"the kernel's convention (current_now < 0 when discharging), not verified: {CALIBRATE_HINT}", False
+
+
+def external_power(root: str | Path, status: str | None) -> tuple[str, str] | None:
+    """(flag, why the battery figure is incomplete) when the phone is on external power."""
+    if status not in ("Charging", "Full", "Not charging"):
+        return None
+    supplies = under(root, "/sys/class/power_supply")
+    online = [p.name for p in sorted(supplies.glob("*"))
+              if (read_text(p / "type") or "").startswith(EXTERNAL_SUPPLY_TYPES) and read_text(p / "online") == "1"]
+    by = ", ".join(online) or "an external supply"
+    if status == "Not charging":
+        return "charging_disabled", (f"on {by} with charging disabled (status 'Not charging'): the supply feeds the "
+                                     "phone, so the battery current leaves out what it provides; unplug USB")
+    return "charging", (f"battery status is {status} ({by} online): current_now is the charger's input net of "
+                        "what the phone draws, not the draw; unplug USB")
