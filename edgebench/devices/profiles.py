@@ -16,6 +16,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from edgebench.telemetry.rails import RAIL_TREES
+
 REPO_PROFILES_DIR = Path(__file__).resolve().parents[2] / "device_profiles"
 BACKENDS = ("eager", "executorch", "onnxruntime")
 # onnxruntime-training(-cpu) ships Linux wheels for x86_64 only (FIELD-NOTES.md).
@@ -48,13 +50,31 @@ class Power(_Strict):
 
     source: Literal["none", "ina3221", "pmic", "battery", "rapl"] = "none"
     rails: list[str] = Field(default_factory=list)  # ["*"]: every rail found
-    total_rail: str | None = None  # None: the sum of the rails
-    battery_current_sign: Literal[-1, 1] = 1  # multiply current_now so discharge is positive
+    total_rail: str | None = None  # one rail metering the whole input (VDD_IN); None: see rail_tree
+    rail_tree: str | None = None  # the module's rail tree (telemetry/rails.py): power_w sums its roots
+    battery_current_sign: Literal[-1, 1, "auto"] = "auto"  # auto: determined on the device (telemetry/battery.py)
+
+    @field_validator("rail_tree")
+    @classmethod
+    def _known_tree(cls, value: str | None) -> str | None:
+        if value is not None and value not in RAIL_TREES:
+            raise ValueError(f"unknown rail tree {value!r}; use one of {', '.join(RAIL_TREES)}, or leave it out "
+                             "(power_w is then labelled 'sum of rails' unless a tree matches the rails)")
+        return value
+
+    @model_validator(mode="after")
+    def _total_is_the_root(self) -> "Power":
+        if self.rail_tree and self.total_rail and RAIL_TREES[self.rail_tree].roots != [self.total_rail]:
+            raise ValueError(f"total_rail {self.total_rail!r} is not the only root of rail_tree {self.rail_tree!r} "
+                             f"({RAIL_TREES[self.rail_tree].roots}); remove total_rail")
+        return self
 
 
 class Sensors(_Strict):
     power: Power = Field(default_factory=Power)
-    thermal_zones: list[str] = Field(default_factory=list)  # thermal_zone*/type names; "*": all
+    # thermal_zone*/type names or patterns, case-insensitive ("cpu-therm*" matches JetPack 5's CPU-therm and
+    # JetPack 6's cpu-thermal); "*": all. On the device, a list matching none of the zones is an error naming them.
+    thermal_zones: list[str] = Field(default_factory=list)
     throttle: Literal["none", "vcgencmd"] = "none"
 
 
