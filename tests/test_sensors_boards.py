@@ -91,6 +91,8 @@ def test_agx_orin_total_sums_the_roots_only():
     assert rec["power_w"] == pytest.approx(13.2277 - 0.609, abs=1e-3)  # VDDQ_VDD2_1V8AO is inside VIN_SYS_5V0
     assert source.describe()["power_total"] == "VDD_GPU_SOC + VDD_CPU_CV + VIN_SYS_5V0"
     assert power.Ina3221Power(AGX).describe() == source.describe()  # the tree is recognised from the rails
+    narrow = power.Ina3221Power(AGX, rails=["VDD_GPU_SOC"], rail_tree="jetson-agx-orin").read(0.0)
+    assert narrow["power_w"] == rec["power_w"] and "rail_vddq_vdd2_1v8ao_w" not in narrow  # roots always read
 
 
 def test_agx_orin_unreadable_root_rail_drops_the_total_not_part_of_it(tmp_path):

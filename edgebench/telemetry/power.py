@@ -96,6 +96,12 @@ def ina3221_channels(root: str | Path) -> list[tuple[str, _Hwmon | _Iio]]:
     return channels
 
 
+def _wanted(label: str, rails: list[str] | None, total_rail: str | None, rail_tree: str | None) -> bool:
+    """A rail the profile lists, or one the total needs (total_rail, the tree's roots)."""
+    roots = RAIL_TREES[rail_tree].roots if rail_tree in RAIL_TREES else []
+    return not rails or label in rails or label == total_rail or label in roots
+
+
 class _Rails:
     """Rails by label -> `rail_<label>_w` keys plus `power_w`/`energy_j` from a RailTotal;
     shared by the sysfs reader and the jtop fallback so both give the same keys."""
@@ -129,9 +135,7 @@ class Ina3221Power(_Rails):
         if not found:
             raise SourceUnavailable(f"no ina3221 rails under {root} (hwmon named 'ina3221' with in<k>_label, or the "
                                     "ina3221x IIO driver with rail_name_<k>)")
-        needed = set(RAIL_TREES[rail_tree].roots) if rail_tree in RAIL_TREES else set()
-        keep = [(label, ch) for label, ch in found if not rails or label in rails or label == total_rail
-                or label in needed]
+        keep = [(label, ch) for label, ch in found if _wanted(label, rails, total_rail, rail_tree)]
         for label, ch in found:
             if (label, ch) not in keep:
                 ch.close()
@@ -184,8 +188,7 @@ class JtopPower(_Rails):
             except JtopException as exc:
                 raise SourceUnavailable(f"jtop service not reachable: {exc} (sudo systemctl start jtop)") from None
         self._client = client
-        labels = [label for label in jtop_rail_watts(client.power)
-                  if not rails or label in rails or label == total_rail]
+        labels = [label for label in jtop_rail_watts(client.power) if _wanted(label, rails, total_rail, rail_tree)]
         if not labels:
             client.close()
             raise SourceUnavailable("jtop reports no power rails")
