@@ -5,56 +5,77 @@ from __future__ import annotations
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from edgebench.devices.inventory import Device, InventoryError, inventory_path, scan_devices
+from edgebench.devices.inventory import (Device, InventoryError, add_entry, get_device, inventory_path, read_inventory,
+                                         remove_entry, scan_devices)
+
+if TYPE_CHECKING:
+    from edgebench.devices.readiness import Readiness
 
 
-def _reachability(device: Device) -> str:
-    """"ok", or the transport's message naming what is wrong and the fix."""
-    from edgebench.devices.transport import TransportError, connect
+class UserError(click.ClickException):
+    """A mistake the user can fix: one line, exit code 2."""
 
-    try:
-        with connect(device) as transport:
-            transport.check(["true"], timeout=device.transport.connect_timeout_s)
-        return "ok"
-    except (TransportError, OSError) as exc:
-        return str(exc)
+    exit_code = 2
 
 
 def _gib(value: Any) -> str:
     return "-" if value is None or value < 0 else f"{value / 2**30:.2f}"
 
 
-@click.command()
-@click.option("--no-check", is_flag=True, help="Do not try to reach the devices.")
+def _readiness(device: Device) -> "Readiness":
+    from edgebench.devices.readiness import check
+
+    return check(device)
+
+
+@click.group(invoke_without_command=True)
+@click.option("--no-check", is_flag=True, help="Do not contact the devices.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def devices(no_check: bool, as_json: bool) -> None:
-    """List the devices of the inventory and whether each can be reached.
+@click.pass_context
+def devices(ctx: click.Context, no_check: bool, as_json: bool) -> None:
+    """The devices of the inventory: profile, arch, RAM and whether each is ready.
 
     The inventory maps the names you type (`--device jetson-orin`) to a profile in
     device_profiles/ and an address. It is $EDGEBENCH_INVENTORY or
-    ~/.config/edgebench/inventory.yaml; `edgebench lab up` adds emulated devices to it.
+    ~/.config/edgebench/inventory.yaml; `edgebench devices add` and `edgebench lab up` write it.
+
+    \b
+    edgebench devices add orin --host 192.168.1.20 --user nvidia   # detects the board, checks it
+    edgebench devices check orin --fix                              # installs what pip can
+    edgebench devices remove orin
 
     \b
     devices:
       jetson-orin: {profile: jetson-orin-nano-8gb, host: 192.168.1.20, user: nvidia, key: ~/.ssh/id_ed25519}
       pixel:       {profile: pixel-8, kind: adb, serial: 3A1B2C3D}
     """
+    if ctx.invoked_subcommand is not None:
+        return
     try:
-        found, problems = scan_devices()
+        found, bad = scan_devices()
     except InventoryError as exc:
-        raise click.ClickException(str(exc)) from None
-    with ThreadPoolExecutor(max_workers=max(1, len(found))) as pool:
-        reach = list(pool.map(_reachability, found)) if not no_check else ["not checked"] * len(found)
-    rows = [{"name": d.name, "profile": d.profile.id, "transport": d.transport.kind, "address": d.address,
-             "arch": d.profile.arch, "ram_bytes": int(d.profile.ram_bytes), "cores": d.profile.cores,
-             "backends": d.profile.backends, "lab": bool(d.lab), "reachable": r} for d, r in zip(found, reach)]
+        raise UserError(str(exc)) from None
+    if no_check:
+        states: list[Any] = [None] * len(found)
+    else:
+        with ThreadPoolExecutor(max_workers=max(1, len(found))) as pool:
+            states = list(pool.map(_readiness, found))
+    rows = []
+    for d, r in zip(found, states):
+        unreachable = next((f.detail for f in r.findings if f.item == "reachable"), None) if r else None
+        rows.append({"name": d.name, "profile": d.profile.id, "transport": d.transport.kind, "address": d.address,
+                     "arch": d.profile.arch, "ram_bytes": int(d.profile.ram_bytes), "cores": d.profile.cores,
+                     "backends": d.profile.backends, "lab": bool(d.lab),
+                     "reachable": "not checked" if r is None else unreachable or "ok",
+                     "readiness": "not checked" if r is None else r.summary(),
+                     "problems": [] if r is None else r.messages()})
     rows += [{"name": name, "profile": None, "transport": None, "address": None, "arch": None, "ram_bytes": None,
-              "cores": None, "backends": [], "lab": False, "reachable": f"bad inventory entry: {problem}"}
-             for name, problem in problems.items()]
+              "cores": None, "backends": [], "lab": False, "reachable": f"bad inventory entry: {problem}",
+              "readiness": "bad entry", "problems": [problem]} for name, problem in bad.items()]
     if as_json:
         click.echo(json.dumps({"inventory": str(inventory_path()), "devices": rows}, indent=2))
         return
@@ -62,14 +83,242 @@ def devices(no_check: bool, as_json: bool) -> None:
     from rich.table import Table
 
     table = Table(title=f"devices ({inventory_path()})")
-    for column in ("name", "profile", "address", "arch", "RAM GiB", "cores", "backends", "reachable"):
+    for column in ("name", "profile", "address", "arch", "RAM GiB", "cores", "readiness"):
         table.add_column(column)
     for r in rows:
-        ok = r["reachable"] in ("ok", "not checked")
-        table.add_row(r["name"] + (" (lab)" if r["lab"] else ""), r["profile"] or "-", r["address"] or "-", r["arch"] or "-",
-                      _gib(r["ram_bytes"]), str(r["cores"] or "-"), ",".join(r["backends"]),
-                      r["reachable"] if ok else f"[red]{r['reachable']}[/red]")
+        ready = r["readiness"].startswith(("ready", "not checked"))
+        detail = r["readiness"] if ready or r["reachable"] == "ok" else r["reachable"]
+        table.add_row(r["name"] + (" (lab)" if r["lab"] else ""), r["profile"] or "-", r["address"] or "-",
+                      r["arch"] or "-", _gib(r["ram_bytes"]), str(r["cores"] or "-"),
+                      detail if ready else f"[red]{detail}[/red]")
     Console().print(table)
+    if any(not r["readiness"].startswith(("ready", "not checked")) for r in rows):
+        click.echo("`edgebench devices check NAME` lists each problem with the command that fixes it")
+
+
+def _print_readiness(readiness: "Readiness") -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    colour = {"ok": "green", "missing": "red", "warn": "yellow"}
+    table = Table(title=f"{readiness.device}: {readiness.summary()}", show_lines=False)
+    for column in ("", "item", "found", "fix"):
+        table.add_column(column, overflow="fold")
+    for f in readiness.findings:
+        mark = f"[{colour.get(f.status, 'dim')}]{f.status}[/]"
+        table.add_row(mark, f.item, f.detail, f.fix or "")
+    Console(width=max(160, Console().width)).print(table)
+
+
+def _check_and_fix(name: str, fix: bool, only: tuple[str, ...], quiet: bool) -> tuple["Readiness", list[Any]]:
+    """Checks the device; with `fix`, runs the safe fixes under a progress bar and checks again."""
+    from edgebench.devices import readiness as ready_mod
+
+    try:
+        device = get_device(name)
+    except InventoryError as exc:
+        raise UserError(str(exc)) from None
+    result = ready_mod.check(device)
+    if not fix or not result.reachable:
+        return result, []
+    todo = ready_mod.fix_plan(result, only)
+    if not todo:
+        if not quiet:
+            click.echo("nothing --fix can do: the remaining fixes need you (sudo, another package manager)")
+        return result, []
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  disable=quiet) as progress:
+        task = progress.add_task(f"{name}: fixing", total=len(todo))
+        started = []
+
+        def step(command: str) -> None:
+            if started:
+                progress.advance(task)
+            started.append(command)
+            progress.update(task, description=f"{name}: {command[:100]}")
+
+        fixed = ready_mod.fix(device, result, only or None, step=step)
+        progress.update(task, completed=len(fixed), description=f"{name}: done")
+    if not quiet:
+        for r in fixed:
+            last = r.output.splitlines()[-1] if r.output else ""
+            click.echo(f"{'fixed' if r.ok else 'FAILED'} {r.item}: `{r.command}`" + ("" if r.ok else f"\n  {last}"))
+    return ready_mod.check(get_device(name)), fixed
+
+
+@devices.command("check")
+@click.argument("name")
+@click.option("--fix", is_flag=True, help="Run the safe fixes: pip installs into a venv in the device's work directory.")
+@click.option("--only", multiple=True, metavar="ITEM",
+              help="With --fix: only these items (repeatable), e.g. --only executorch.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def devices_check(name: str, fix: bool, only: tuple[str, ...], as_json: bool) -> None:
+    """What the device has and lacks to run sweeps, each missing piece with the command that fixes it.
+
+    Checks Python, edgebench's on-device libraries and their builds (a CPU or CUDA torch,
+    ExecuTorch, ONNX Runtime training where the arch has a wheel), free disk, the sensors
+    the profile names (power rails, thermal zones, jtop on a Jetson, the battery on a
+    phone) and the clock. Exit code 1 when something stops a deploy.
+    """
+    result, fixed = _check_and_fix(name, fix, only, as_json)
+    if as_json:
+        click.echo(json.dumps({**result.to_json(), "fixed": [vars(r) for r in fixed]}, indent=2))
+    else:
+        _print_readiness(result)
+    if not result.ready:
+        raise SystemExit(1)
+
+
+def _choose_profile(candidates: list[str], proposed: str | None, yes: bool, what: str) -> str:
+    if len(candidates) == 1 and (yes or candidates[0] != proposed):
+        return candidates[0]
+    default = proposed if proposed in candidates else candidates[0]
+    if yes:
+        return default
+    return click.prompt(f"{what}: which profile", type=click.Choice(candidates), default=default)
+
+
+@devices.command("add")
+@click.argument("name")
+@click.option("--host", help="The board's address (SSH).")
+@click.option("--serial", help="An adb serial instead of --host (`adb devices -l` lists them).")
+@click.option("--user", "-u", help="SSH user (default: the profile's, e.g. pi, nvidia).")
+@click.option("--port", "-p", type=click.IntRange(1, 65535), help="SSH port (default 22; Termux: 8022).")
+@click.option("--key", "-k", help="Private key file (default: the ssh agent and ~/.ssh keys).")
+@click.option("--profile", help="Profile id or alias (pi5, orin-nano, jetson-orin): skips detection's proposal.")
+@click.option("--trust-host-key", "fingerprint", metavar="SHA256:...",
+              help="Trust the host key without asking, only if it has this fingerprint (for scripts).")
+@click.option("--known-hosts", help="known_hosts file to check and extend (default ~/.ssh/known_hosts).")
+@click.option("--python", help="The board's Python (default: the profile's, e.g. python3, else one that runs).")
+@click.option("--workdir", help="Where edgebench keeps its files on the board (default: the profile's, in the home).")
+@click.option("--root", help="Read board files (/proc, /sys, /etc) under this directory: emulated boards.")
+@click.option("--yes", "-y", is_flag=True, help="Accept the proposed profile without asking.")
+@click.option("--no-check", is_flag=True, help="Do not run `devices check` afterwards.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (what was found and written).")
+def devices_add(name: str, host: str | None, serial: str | None, user: str | None, port: int | None, key: str | None,
+                profile: str | None, fingerprint: str | None, known_hosts: str | None, python: str | None,
+                workdir: str | None, root: str | None, yes: bool, no_check: bool, as_json: bool) -> None:
+    """Add a board: check its host key, detect what it is, pick its profile, write the entry.
+
+    Connects over SSH (or adb with --serial), shows the host key's fingerprint and asks
+    before trusting it (--trust-host-key SHA256:... for scripts: it is compared, never
+    skipped), detects the board (device-tree model, arch, RAM, cores, OS, Python), proposes
+    the matching profile, writes the inventory entry and runs `devices check`.
+
+    \b
+    edgebench devices add pi5 --host 192.168.1.30 --user pi
+    edgebench devices add orin --host orin.local --user nvidia --profile jetson-orin   # asks: Nano or AGX
+    edgebench devices add pixel --host 192.168.1.40 --port 8022 --profile android     # SSH into Termux
+    """
+    from pathlib import Path
+
+    from edgebench.devices import connect, detect
+    from edgebench.devices.readiness import ADB_LIMITS
+    from edgebench.devices.profiles import ProfileError, Transport as TransportSettings, list_profiles, \
+        load_profile, resolve_profile
+    from edgebench.devices.transport import TransportError
+
+    if (host is None) == (serial is None):
+        raise UserError("give the board's address: --host HOST (SSH) or --serial SERIAL (adb)")
+    if name in read_inventory():
+        raise UserError(f"{inventory_path()} already has a device {name!r}; `edgebench devices remove {name}` first "
+                        "or pick another name")
+    candidates: list[str] = []
+    if profile:
+        candidates = resolve_profile(profile)
+        if not candidates:
+            raise UserError(f"unknown profile {profile!r}; known: {', '.join(list_profiles())}")
+    say = (lambda _: None) if as_json else click.echo
+    entry: dict[str, Any] = {"kind": "adb", "serial": serial} if serial else {"kind": "ssh", "host": host}
+    entry.update({k: v for k, v in (("port", port), ("user", user), ("key", key), ("known_hosts", known_hosts),
+                                    ("python", python), ("workdir", workdir), ("root", root)) if v is not None})
+    # Connection defaults come from the profile named, else the first candidate family's.
+    defaults = load_profile(candidates[0]).transport if candidates else TransportSettings()
+    settings = defaults.model_copy(update={k: v for k, v in entry.items() if k in TransportSettings.model_fields})
+    if settings.kind == "ssh":
+        if key and not Path(key).expanduser().exists():
+            raise UserError(f"key file {key} does not exist; give --key the private key the board accepts")
+        try:
+            offered = detect.server_host_key(settings.host or "", settings.port, settings.connect_timeout_s)
+        except TransportError as exc:
+            raise UserError(str(exc)) from None
+        kh_path = Path(known_hosts or "~/.ssh/known_hosts").expanduser()
+        state = detect.host_key_status(kh_path, offered)
+        say(f"host key of {offered.host_spec}: {offered.algorithm} {offered.fingerprint}")
+        if state == "changed":
+            raise UserError(f"{offered.host_spec}: HOST KEY CHANGED — {kh_path} lists another key for it, so this "
+                            f"may be an interception. If the board was reinstalled, compare `{detect.keygen_hint(offered)}`"
+                            f" on it, then `ssh-keygen -R '{offered.host_spec}' -f {kh_path}` and run this again")
+        if state == "unknown":
+            if fingerprint is not None:
+                if not detect.same_fingerprint(fingerprint, offered):
+                    raise UserError(f"{offered.host_spec} offers {offered.fingerprint}, not {fingerprint}: not trusted, "
+                                    f"nothing written. Compare `{detect.keygen_hint(offered)}` on the board")
+            elif not click.confirm(f"Trust it? (compare `{detect.keygen_hint(offered)}` on the board)", default=False):
+                raise UserError("host key not trusted: nothing written (--trust-host-key SHA256:... for scripts)")
+            detect.trust(kh_path, offered)
+            say(f"trusted: added to {kh_path}")
+    probe_device = detect.first_contact_device(name, settings, workdir or "edgebench-work", root)
+    try:
+        with connect(probe_device) as transport:
+            facts = detect.probe(transport, probe_device, [python] if python else None)
+    except TransportError as exc:
+        extra = f". Note: {ADB_LIMITS}" if settings.kind == "adb" else ""
+        raise UserError(f"{exc}{extra}") from None
+    say(f"found: {facts.board}, {facts.arch}, {_gib(facts.ram_bytes)} GiB RAM, {facts.cores} cores, "
+        f"{facts.os or (facts.android_model and 'Android ' + facts.android_release) or 'OS unknown'}"
+        + (f", {facts.l4t}" if facts.l4t else "")
+        + (f", python {facts.pythons[0][2]} ({facts.pythons[0][1]})" if facts.pythons else ", no python found"))
+    proposed = detect.propose_profiles(facts)
+    if not candidates:
+        candidates = proposed
+        if not candidates:
+            raise UserError(f"no profile matches {facts.board!r} ({facts.arch}); pass --profile (known: "
+                            f"{', '.join(list_profiles())}) or write one (copy a device_profiles/*.yaml, "
+                            "point $EDGEBENCH_PROFILES at its folder)")
+    chosen = _choose_profile(candidates, proposed[0] if proposed else None, yes, name)
+    try:
+        notes = detect.profile_mismatches(facts, chosen)
+        chosen_profile = load_profile(chosen)
+    except ProfileError as exc:
+        raise UserError(str(exc)) from None
+    if facts.arch and facts.arch != chosen_profile.arch:
+        raise UserError(f"{name}: {notes[0]}; pick a profile for {facts.arch} with --profile")
+    for note in notes:
+        say(f"note: {note}")
+    entry["profile"] = chosen
+    if python is None and facts.python(chosen_profile.python) is None and facts.pythons:
+        entry["python"] = facts.pythons[0][1]  # the profile's python does not run there; one that does
+    entry = {k: v for k, v in entry.items() if not (k == "kind" and v == chosen_profile.transport.kind)}
+    try:
+        add_entry(name, entry)
+    except InventoryError as exc:
+        raise UserError(str(exc)) from None
+    say(f"added {name} ({chosen}) to {inventory_path()}")
+    result = None if no_check else _check_and_fix(name, False, (), as_json)[0]
+    if as_json:
+        click.echo(json.dumps({"name": name, "entry": entry, "facts": vars(facts), "notes": notes,
+                               "readiness": result.to_json() if result else None}, indent=2))
+    elif result is not None:
+        _print_readiness(result)
+        if not result.ready:
+            click.echo(f"`edgebench devices check {name} --fix` runs the pip installs; the others are yours to run")
+
+
+@devices.command("remove")
+@click.argument("name")
+def devices_remove(name: str) -> None:
+    """Remove a device from the inventory (its known_hosts line and files on the board stay)."""
+    try:
+        entry = remove_entry(name)
+    except InventoryError as exc:
+        raise UserError(str(exc)) from None
+    if entry.get("lab"):
+        click.echo(f"removed {name}; it is a lab device: `edgebench lab down` stops it")
+    else:
+        click.echo(f"removed {name} from {inventory_path()}")
 
 
 @click.group()

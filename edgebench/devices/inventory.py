@@ -14,7 +14,7 @@ A user file, `$EDGEBENCH_INVENTORY` or `~/.config/edgebench/inventory.yaml`:
         serial: 3A1B2C3D
 
 Any transport field of the profile (kind, host, port, user, key, known_hosts, serial,
-connect_timeout_s) plus `python` and `workdir` can be set per device. The name `local`
+connect_timeout_s) plus `python`, `workdir` and `root` can be set per device. The name `local`
 always means this machine unless the file defines it.
 """
 
@@ -53,6 +53,7 @@ class InventoryEntry(BaseModel):
     python: str | None = None
     workdir: str | None = None
     lab: str | None = None  # the lab directory that registered this entry
+    root: str | None = None  # board files (/proc, /sys, /etc) are read under this directory: emulated boards
 
 
 @dataclass
@@ -65,6 +66,7 @@ class Device:
     python: str
     workdir: str
     lab: str | None = None
+    root: str | None = None  # where `devices check` reads board files; None: /
 
     @property
     def address(self) -> str:
@@ -131,6 +133,7 @@ def make_device(name: str, entry: dict[str, Any], source: str = "inventory") -> 
         python=parsed.python or profile.python,
         workdir=parsed.workdir or profile.workdir,
         lab=parsed.lab,
+        root=parsed.root,
     )
 
 
@@ -172,3 +175,24 @@ def get_device(name: str, path: Path | None = None) -> Device:
         f"unknown device {name!r}; known: {known}. Add it to {path} "
         "(`devices: {NAME: {profile: ..., host: ...}}`) or start the lab with `edgebench lab up`"
     )
+
+
+def add_entry(name: str, entry: dict[str, Any], path: Path | None = None) -> Device:
+    """Validates and writes one entry (replacing one of that name); returns its Device."""
+    path = path or inventory_path()
+    device = make_device(name, entry, str(path))
+    raw = read_inventory(path)
+    raw[name] = entry
+    write_inventory(raw, path)
+    return device
+
+
+def remove_entry(name: str, path: Path | None = None) -> dict[str, Any]:
+    """Removes one entry and returns it; an unknown name says which names exist."""
+    path = path or inventory_path()
+    raw = read_inventory(path)
+    if name not in raw:
+        raise InventoryError(f"no device {name!r} in {path}; known: {', '.join(sorted(raw)) or 'none'}")
+    entry = raw.pop(name)
+    write_inventory(raw, path)
+    return entry

@@ -204,7 +204,32 @@ def find_profile(name_or_path: str | os.PathLike[str]) -> Path:
         candidate = directory / f"{text}.yaml"
         if candidate.is_file():
             return candidate
+    matches = resolve_profile(text)
+    if len(matches) == 1:
+        return find_profile(matches[0])
+    if matches:
+        raise ProfileError(f"profile {text!r} could mean {', '.join(matches)}; name one of them")
     raise ProfileError(f"unknown device profile {text!r}; known: {', '.join(list_profiles())}")
+
+
+# Words people use for a family of boards that are not in its profile ids.
+FAMILY_WORDS = {"rpi": "pi", "raspberrypi": "pi", "android": "pixel", "termux": "pixel", "phone": "pixel"}
+
+
+def resolve_profile(name: str) -> list[str]:
+    """The profile ids a name can mean: an id or a profile's `alias` exactly, else every id
+    holding all of the name's words (`jetson-orin` -> both Jetson Orin profiles)."""
+    ids = list_profiles()
+    if name in ids:
+        return [name]
+    for pid in ids:
+        try:
+            if load_profile(pid).alias == name:
+                return [pid]
+        except ProfileError:
+            continue
+    words = [FAMILY_WORDS.get(w, w) for w in name.lower().split("-") if w]
+    return [pid for pid in ids if words and set(words) <= set(pid.split("-"))]
 
 
 def load_profile(name_or_path: str | os.PathLike[str]) -> Profile:

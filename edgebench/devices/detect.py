@@ -1,0 +1,298 @@
+"""First contact with a board: its SSH host key, what it is, and which profile fits it.
+
+One POSIX shell probe (it works before Python is installed, and in adb's shell) prints
+`key=value` lines: the device-tree model, arch, RAM, cores, OS, Pythons, free disk,
+readable sensors and the clock. Board files are read under a root directory (`/` on a
+device; a fixture tree or an emulated board's files in tests), so tests take the same path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgebench.devices.inventory import Device
+from edgebench.devices.profiles import ProfileError, Transport as TransportSettings, load_profile, resolve_profile
+from edgebench.devices.transport import Transport, TransportError
+
+# Pythons tried when the device's own is not known yet (the last one is Termux's).
+PYTHONS = ("python3", "python", "/data/data/com.termux/files/usr/bin/python")
+
+PROBE = r"""
+R=${1%/}; W=$2; shift 2
+kv() { printf '%s=%s\n' "$1" "$2"; }
+kv epoch "$(date +%s.%N 2>/dev/null)"
+for f in "$R/proc/device-tree/model" "$R/sys/firmware/devicetree/base/model"; do
+  if [ -r "$f" ]; then kv model "$(tr -d '\000' < "$f")"; break; fi
+done
+kv arch "$(cat "$R/proc/sys/kernel/arch" 2>/dev/null || uname -m)"
+kv mem_kib "$(sed -n 's/^MemTotal:[[:space:]]*\([0-9]*\).*/\1/p' "$R/proc/meminfo" 2>/dev/null)"
+c=$(grep -c '^processor' "$R/proc/cpuinfo" 2>/dev/null)
+[ -n "$c" ] && [ "$c" != 0 ] || c=$(getconf _NPROCESSORS_ONLN 2>/dev/null)
+kv cores "$c"
+kv os "$(sed -n 's/^PRETTY_NAME=//p' "$R/etc/os-release" 2>/dev/null | tr -d '"')"
+kv l4t "$(head -n 1 "$R/etc/nv_tegra_release" 2>/dev/null | sed 's/^# *//')"
+if command -v getprop >/dev/null 2>&1; then
+  kv android_model "$(getprop ro.product.model)"; kv android_release "$(getprop ro.build.version.release)"
+elif [ -r "$R/system/build.prop" ]; then
+  kv android_model "$(sed -n 's/^ro.product.model=//p' "$R/system/build.prop")"
+  kv android_release "$(sed -n 's/^ro.build.version.release=//p' "$R/system/build.prop")"
+fi
+case "$PREFIX" in *com.termux*) kv termux yes;; esac
+for p in "$@"; do
+  path=$(command -v "$p" 2>/dev/null) || continue
+  v=$("$path" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null) || continue
+  kv python "$p	$path	$v"
+done
+mkdir -p "$W" 2>/dev/null
+kv workdir "$(cd "$W" 2>/dev/null && pwd)"
+kv disk_free_kib "$(df -Pk "$W" 2>/dev/null | sed -n '2p' | tr -s ' ' | cut -d ' ' -f 4)"
+for z in "$R"/sys/class/thermal/thermal_zone*; do
+  [ -r "$z/type" ] && kv thermal "$(cat "$z/type")	$(cat "$z/temp" 2>/dev/null)"
+done
+for h in "$R"/sys/bus/i2c/devices/*/hwmon/hwmon* "$R"/sys/class/hwmon/hwmon*; do
+  [ "$(cat "$h/name" 2>/dev/null)" = ina3221 ] || continue
+  for l in "$h"/in*_label; do
+    [ -r "$l" ] && kv rail "$(cat "$l")	$(cat "${l%_label}_input" 2>/dev/null)"
+  done
+done
+b="$R/sys/class/power_supply/battery"
+[ -e "$b" ] && kv battery "$(cat "$b/current_now" 2>/dev/null)	$(cat "$b/voltage_now" 2>/dev/null)"
+for z in "$R"/sys/class/powercap/intel-rapl:*; do
+  [ -e "$z/energy_uj" ] && kv rapl "$(cat "$z/name" 2>/dev/null)	$(cat "$z/energy_uj" 2>/dev/null)"
+done
+if command -v vcgencmd >/dev/null 2>&1; then
+  kv vcgencmd "$(vcgencmd get_throttled 2>&1 | head -n 1)"
+  kv pmic_lines "$(vcgencmd pmic_read_adc 2>/dev/null | grep -c current)"
+fi
+command -v systemctl >/dev/null 2>&1 && kv jtop "$(systemctl is-active jtop 2>/dev/null)"
+[ -S "$R/run/jtop.sock" ] && kv jtop_socket yes
+command -v timedatectl >/dev/null 2>&1 && kv ntp "$(timedatectl show -p NTPSynchronized --value 2>/dev/null)"
+exit 0
+"""
+
+
+@dataclass
+class BoardFacts:
+    """What the probe found; lists hold (name, value) pairs, values "" when unreadable."""
+
+    model: str = ""
+    arch: str = ""
+    ram_bytes: int | None = None
+    cores: int | None = None
+    os: str = ""
+    l4t: str = ""  # Jetson Linux release line: the JetPack version follows from it
+    android_model: str = ""
+    android_release: str = ""
+    termux: bool = False
+    pythons: list[tuple[str, str, str]] = field(default_factory=list)  # (asked for, path, version)
+    workdir: str = ""  # absolute
+    disk_free_bytes: int | None = None
+    thermal: list[tuple[str, str]] = field(default_factory=list)  # (zone type, m°C)
+    rails: list[tuple[str, str]] = field(default_factory=list)  # (ina3221 label, mV)
+    battery: tuple[str, str] | None = None  # (current_now µA, voltage_now µV)
+    rapl: list[tuple[str, str]] = field(default_factory=list)  # (zone name, energy_uj)
+    vcgencmd: str | None = None  # `vcgencmd get_throttled` (None: not installed)
+    pmic_lines: int = 0
+    jtop: str = ""  # `systemctl is-active jtop`
+    jtop_socket: bool = False
+    ntp: str = ""  # timedatectl NTPSynchronized: yes | no | "" (not reported)
+    clock_offset_s: float | None = None  # device wall clock minus this host's
+    clock_uncertainty_s: float | None = None  # half the probe's round trip
+
+    @property
+    def board(self) -> str:
+        """The model in words: device-tree model, Android model, or the arch."""
+        if self.android_model:
+            return f"{self.android_model} (Android {self.android_release})".replace(" (Android )", "")
+        return self.model or f"unknown {self.arch or 'board'}"
+
+    def python(self, name: str) -> tuple[str, str] | None:
+        """(path, version) of the python asked for as `name`, if it runs."""
+        return next(((p, v) for asked, p, v in self.pythons if asked == name), None)
+
+
+def _int(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def parse_probe(text: str) -> BoardFacts:
+    facts = BoardFacts()
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if not sep:
+            continue
+        pair = tuple(value.split("\t", 1)) if "\t" in value else (value, "")
+        if key in ("model", "arch", "os", "l4t", "android_model", "android_release", "workdir", "jtop", "ntp"):
+            setattr(facts, key, value.strip())
+        elif key == "mem_kib" and _int(value) is not None:
+            facts.ram_bytes = int(value) * 1024
+        elif key == "cores":
+            facts.cores = _int(value)
+        elif key == "disk_free_kib" and _int(value) is not None:
+            facts.disk_free_bytes = int(value) * 1024
+        elif key == "python" and value.count("\t") == 2:
+            asked, path, version = value.split("\t")
+            facts.pythons.append((asked, path, version))
+        elif key in ("thermal", "rail", "rapl"):
+            getattr(facts, {"rail": "rails"}.get(key, key)).append(pair)
+        elif key == "battery":
+            facts.battery = pair  # type: ignore[assignment]
+        elif key == "vcgencmd":
+            facts.vcgencmd = value
+        elif key == "pmic_lines":
+            facts.pmic_lines = _int(value) or 0
+        elif key in ("termux", "jtop_socket"):
+            setattr(facts, key, value == "yes")
+    return facts
+
+
+def probe(transport: Transport, device: Device, pythons: list[str] | None = None) -> BoardFacts:
+    """Runs the probe on the device; board files under `device.root`."""
+    argv = ["sh", "-c", PROBE, "sh", device.root or "", device.workdir,
+            *dict.fromkeys(pythons or [device.python, *PYTHONS])]
+    sent = time.time()
+    result = transport.run(argv, timeout=60)
+    received = time.time()
+    if result.rc != 0:
+        raise TransportError(f"{device.name}: the board probe failed (exit {result.rc}): {result.stderr.strip()[-500:]}")
+    facts = parse_probe(result.stdout)
+    epoch = re.search(r"^epoch=(\d+)(\.\d+)?", result.stdout, re.M)
+    if epoch:  # a date without %N (busybox) gives whole seconds: one more second of doubt
+        facts.clock_offset_s = float(epoch.group(1) + (epoch.group(2) or "")) - (sent + received) / 2
+        facts.clock_uncertainty_s = (received - sent) / 2 + (0 if epoch.group(2) else 1)
+    return facts
+
+
+# Board models (device-tree `model`, Android's ro.product.model) to profile names, first match wins.
+# The names resolve like `--profile` does, so a user's own profile of that family is a candidate too.
+BOARD_MODELS = (
+    (r"Raspberry Pi 5", "raspberry-pi-5"),
+    (r"Raspberry Pi 4", "raspberry-pi-4"),
+    (r"Raspberry Pi Zero 2", "raspberry-pi-zero-2w"),
+    (r"Raspberry Pi", "raspberry-pi"),
+    (r"AGX Orin", "jetson-agx-orin"),
+    (r"Orin Nano", "jetson-orin-nano"),
+    (r"Jetson", "jetson"),
+)
+
+
+def propose_profiles(facts: BoardFacts) -> list[str]:
+    """Profile ids that fit the board, closest RAM first (empty: nothing fits)."""
+    family = next((name for pattern, name in BOARD_MODELS if re.search(pattern, facts.model)), None)
+    if facts.android_model or facts.termux:
+        family = "android"
+    candidates = resolve_profile(family) if family else []
+    scored = []
+    for pid in candidates:
+        try:
+            profile = load_profile(pid)
+        except ProfileError:
+            continue
+        if facts.arch and profile.arch != facts.arch:
+            continue
+        scored.append((abs(int(profile.ram_bytes) - (facts.ram_bytes or 0)), pid))
+    return [pid for _, pid in sorted(scored)]
+
+
+def profile_mismatches(facts: BoardFacts, profile_id: str) -> list[str]:
+    """Where the board differs from the profile (arch: fatal; RAM, cores: the figures are off)."""
+    profile = load_profile(profile_id)
+    notes = []
+    if facts.arch and facts.arch != profile.arch:
+        notes.append(f"the board is {facts.arch} but profile {profile.id} is {profile.arch}")
+    ram = facts.ram_bytes or 0
+    if ram and not 0.75 * int(profile.ram_bytes) <= ram <= 1.05 * int(profile.ram_bytes):
+        notes.append(f"the board has {ram / 2**30:.1f} GiB of RAM, profile {profile.id} says "
+                     f"{int(profile.ram_bytes) / 2**30:.1f} GiB: copy {profile.source} under a new id with the right "
+                     f"ram_bytes and point $EDGEBENCH_PROFILES at its folder")
+    if facts.cores and facts.cores != profile.cores:
+        notes.append(f"the board has {facts.cores} cores, profile {profile.id} says {profile.cores}")
+    return notes
+
+
+def first_contact_device(name: str, settings: TransportSettings, workdir: str, root: str | None) -> Device:
+    """A Device to probe a board whose profile is not chosen yet (only its transport is used)."""
+    return Device(name=name, profile=load_profile("local"), transport=settings, python="python3",
+                  workdir=workdir, root=root)
+
+
+# --- host keys -----------------------------------------------------------------------------
+
+
+@dataclass
+class HostKey:
+    """The key a server offered: its algorithm, SHA256 fingerprint and known_hosts line."""
+
+    host: str
+    port: int
+    algorithm: str
+    fingerprint: str
+    public: Any  # asyncssh.SSHKey
+
+    @property
+    def host_spec(self) -> str:
+        return self.host if self.port == 22 else f"[{self.host}]:{self.port}"
+
+    def known_hosts_line(self) -> str:
+        return " ".join([self.host_spec, *self.public.export_public_key("openssh").decode().split()[:2]])
+
+
+def server_host_key(host: str, port: int, timeout_s: float) -> HostKey:
+    """The host key the SSH server offers, fetched without trusting or logging in."""
+    import asyncssh
+
+    async def fetch() -> Any:
+        return await asyncio.wait_for(asyncssh.get_server_host_key(host, port), timeout_s)
+
+    try:
+        key = asyncio.run(fetch())
+    except (OSError, asyncio.TimeoutError, asyncssh.Error) as exc:
+        raise TransportError(f"{host}:{port}: cannot reach an SSH server ({str(exc) or type(exc).__name__}); check "
+                             "that the board is on, sshd runs (`sudo systemctl enable --now ssh`) and the address") from None
+    if key is None:
+        raise TransportError(f"{host}:{port}: the server offered no host key to check")
+    return HostKey(host, port, key.get_algorithm(), key.get_fingerprint("sha256"), key)
+
+
+def host_key_status(known_hosts: Path, key: HostKey) -> str:
+    """"trusted" (this key is listed), "changed" (another key is, or it is revoked) or "unknown"."""
+    import asyncssh
+
+    if not known_hosts.exists():
+        return "unknown"
+    trusted, _, revoked, *_ = asyncssh.read_known_hosts(str(known_hosts)).match(key.host, "", key.port)
+    data = key.public.public_data
+    if any(k.public_data == data for k in revoked):
+        return "changed"
+    if any(k.public_data == data for k in trusted):
+        return "trusted"
+    return "changed" if trusted else "unknown"
+
+
+def same_fingerprint(given: str, key: HostKey) -> bool:
+    """`given` as ssh-keygen -l prints it (`SHA256:...`), with or without the prefix."""
+    return given.strip().removeprefix("SHA256:") == key.fingerprint.removeprefix("SHA256:")
+
+
+def trust(known_hosts: Path, key: HostKey) -> None:
+    """Appends the key to known_hosts (created 0600 in a 0700 folder if missing)."""
+    known_hosts.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(known_hosts, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    with os.fdopen(fd, "a") as fh:
+        fh.write(key.known_hosts_line() + "\n")
+
+
+def keygen_hint(key: HostKey) -> str:
+    """The command that prints this key's fingerprint on the board itself, to compare."""
+    kind = {"ssh-ed25519": "ed25519", "ecdsa-sha2-nistp256": "ecdsa", "ssh-rsa": "rsa"}.get(key.algorithm, "*")
+    return f"ssh-keygen -lf /etc/ssh/ssh_host_{kind}_key.pub"
+

@@ -1,0 +1,248 @@
+"""`devices add | check | remove` against real lab sshds, with board files from fixture trees.
+
+A lab device is a real sshd on 127.0.0.1 with its own host key. `devices add --root FIXTURE`
+points the board probe at tests/fixtures/devices/<board>/ (device-tree model, meminfo,
+cpuinfo, os-release, sysfs sensors): the same shell probe a real board runs, over SSH.
+/usr/bin/python3 (no torch, numpy or psutil) plays a freshly flashed board's Python.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from edgebench.cli import cli
+from edgebench.devices import detect, lab
+from edgebench.devices.inventory import get_device, make_device, read_inventory
+from edgebench.devices.profiles import ProfileError, load_profile, resolve_profile
+from edgebench.devices.readiness import ADB_LIMITS, TORCH_CPU_INDEX, _Checker
+from edgebench.devices.transport import LocalTransport
+
+FIXTURES = Path(__file__).parent / "fixtures" / "devices"
+PI5, JETSON, ANDROID, X86 = (FIXTURES / d for d in ("raspberry-pi-5", "jetson-orin-nano", "android-phone", "x86-rapl"))
+
+
+def _fixture_device(root: Path, profile: str, tmp_path: Path):
+    return make_device("t", {"profile": profile, "kind": "local", "root": str(root), "workdir": str(tmp_path / "w")})
+
+
+# --- without sshd: the probe on fixture trees, proposals, aliases, the torch build rule ------------
+
+
+@pytest.mark.parametrize("root,board,arch,cores,ram_gib,profile", [
+    (PI5, "Raspberry Pi 5 Model B Rev 1.0", "aarch64", 4, 7.86, "raspberry-pi-5-8gb"),
+    (JETSON, "NVIDIA Jetson Orin Nano Developer Kit", "aarch64", 6, 7.44, "jetson-orin-nano-8gb"),
+    (ANDROID, "Pixel 8 (Android 14)", "aarch64", 9, 7.48, "pixel-8"),
+])
+def test_probe_reads_the_board_and_proposes_its_profile(tmp_path, root, board, arch, cores, ram_gib, profile):
+    device = _fixture_device(root, "local", tmp_path)
+    facts = detect.probe(LocalTransport(device), device)
+    assert (facts.board, facts.arch, facts.cores) == (board, arch, cores)
+    assert round(facts.ram_bytes / 2**30, 2) == ram_gib
+    assert facts.workdir == str(tmp_path / "w") and facts.disk_free_bytes > 0
+    assert detect.propose_profiles(facts)[0] == profile
+    assert abs(facts.clock_offset_s) < 5  # same machine's clock
+
+
+def test_probe_facts_mismatching_a_profile_are_named(tmp_path):
+    device = _fixture_device(PI5, "local", tmp_path)
+    facts = detect.probe(LocalTransport(device), device)
+    assert facts.os == "Debian GNU/Linux 12 (bookworm)" and ("cpu-thermal", "52650") in facts.thermal
+    (note,) = detect.profile_mismatches(facts, "raspberry-pi-4-4gb")
+    assert "7.9 GiB of RAM, profile raspberry-pi-4-4gb says 4.0 GiB" in note and "$EDGEBENCH_PROFILES" in note
+    assert detect.profile_mismatches(facts, "raspberry-pi-5-8gb") == []
+    x86 = detect.probe(LocalTransport(device), _fixture_device(X86, "local", tmp_path))
+    assert x86.model == "" and detect.propose_profiles(x86) == []  # no device-tree model: nothing proposed
+
+
+def test_profile_aliases_resolve_or_ask():
+    assert resolve_profile("jetson-orin") == ["jetson-agx-orin-64gb", "jetson-orin-nano-8gb"]
+    assert resolve_profile("pi5") == ["raspberry-pi-5-8gb"]  # the profile's alias
+    assert resolve_profile("android") == ["pixel-8"]
+    assert len(resolve_profile("raspberry-pi")) == 3 and resolve_profile("nothing-like-it") == []
+    assert load_profile("orin-nano").id == "jetson-orin-nano-8gb"
+    with pytest.raises(ProfileError, match="'jetson-orin' could mean jetson-agx-orin-64gb, jetson-orin-nano-8gb"):
+        load_profile("jetson-orin")
+
+
+def test_torch_build_rule_per_board(tmp_path):
+    """PyPI's torch is a CUDA build: on a Pi that is a warning whose fix is the CPU index."""
+    libs = {"python": [3, 11, 2], "executable": "/usr/bin/python3", "venv_module": True, "torch": "2.13.0",
+            "torch_cuda": "13.0", "numpy": "2.1.0", "psutil": "7.0.0", "executorch": "1.5.1",
+            "onnxruntime_training": None}
+    facts = detect.BoardFacts(arch="aarch64", workdir="/home/pi/edgebench-work")
+    pi = _Checker(_fixture_device(PI5, "raspberry-pi-5-8gb", tmp_path), facts, {"eager"})
+    pi.libraries(libs)
+    torch = next(f for f in pi.findings if f.item == "torch")
+    assert torch.status == "warn" and "CUDA 13.0 build" in torch.detail
+    assert torch.fix == (f"/home/pi/edgebench-work/venv/bin/python -m pip install --force-reinstall torch==2.13.0 "
+                         f"--index-url {TORCH_CPU_INDEX}")
+    assert next(f for f in pi.findings if f.item == "onnxruntime").status == "n/a"  # no aarch64 wheel
+    jetson = _Checker(_fixture_device(JETSON, "jetson-orin-nano-8gb", tmp_path), facts, {"eager"})
+    jetson.libraries(libs)
+    assert next(f for f in jetson.findings if f.item == "torch").status == "ok"  # a CUDA build is right there
+    jetson.libraries({**libs, "torch_cuda": None})
+    cpu_torch = [f for f in jetson.findings if f.item == "torch"][-1]
+    assert cpu_torch.status == "warn" and cpu_torch.pip is None and "install-pytorch-jetson" in cpu_torch.fix
+
+
+# --- adb: no phone here, so the status says so and what adb could and could not check -----------
+
+
+@pytest.fixture
+def adb_server_port(monkeypatch):
+    """A private adb server port, so the test neither uses nor leaves a user's server."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("ANDROID_ADB_SERVER_PORT", str(port))
+    yield port
+    subprocess.run(["adb", "kill-server"], capture_output=True, timeout=30)
+
+
+def test_adb_phone_without_a_phone(tmp_path, monkeypatch, adb_server_port):
+    monkeypatch.setenv("EDGEBENCH_INVENTORY", str(tmp_path / "inventory.yaml"))
+    runner = CliRunner()
+    out = runner.invoke(cli, ["devices", "add", "phone", "--serial", "EB0NOPHONE", "--profile", "android"])
+    assert out.exit_code == 2, out.output
+    assert "adb device 'EB0NOPHONE' is not available" in out.output and "cannot run Termux's python" in out.output
+    assert read_inventory() == {}  # nothing written for a phone that did not answer
+    (tmp_path / "inventory.yaml").write_text(yaml.safe_dump(
+        {"devices": {"phone": {"profile": "pixel-8", "kind": "adb", "serial": "EB0NOPHONE"}}}))
+    out = runner.invoke(cli, ["devices", "check", "phone", "--json"])
+    assert out.exit_code == 1
+    report = json.loads(out.output)
+    assert report["summary"] == "unreachable" and not report["ready"]
+    found = {f["item"]: f for f in report["findings"]}
+    assert "USB debugging" in found["reachable"]["detail"]
+    assert found["adb"]["status"] == "n/a" and found["adb"]["detail"] == ADB_LIMITS
+
+
+# --- real sshd: add, check --fix, list, remove -----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def board(tmp_path_factory):
+    """One lab sshd (its host key, the lab's client key) and fresh inventory/known_hosts paths."""
+    root = tmp_path_factory.mktemp("add")
+    saved = {k: os.environ.get(k) for k in ("EDGEBENCH_LAB_DIR", "EDGEBENCH_INVENTORY")}
+    os.environ["EDGEBENCH_LAB_DIR"] = str(root / "state")
+    os.environ["EDGEBENCH_INVENTORY"] = str(root / "inventory.yaml")
+    try:
+        (dev,) = lab.up([lab.LabDevice("raspberry-pi-5-8gb", name="lab-board", memory_bytes=2**30, cpus=1)])
+        host_pub = Path(dev["home"]) / "ssh_host_ed25519_key.pub"
+        fingerprint = subprocess.run(["ssh-keygen", "-lf", str(host_pub)], capture_output=True, text=True,
+                                     check=True).stdout.split()[1]
+        yield {"root": root, "port": dev["port"], "key": str(Path(os.environ["EDGEBENCH_LAB_DIR"]) / "client_key"),
+               "fingerprint": fingerprint, "host_pub": host_pub.read_text().split()[:2]}
+    finally:
+        lab.down(purge=True)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _add(board, name, root, *extra, known_hosts="kh", input=None):
+    return CliRunner().invoke(cli, [
+        "devices", "add", name, "--host", "127.0.0.1", "--port", str(board["port"]), "--user", "root",
+        "--key", board["key"], "--known-hosts", str(board["root"] / known_hosts), "--root", str(root),
+        "--python", "/usr/bin/python3",
+        "--workdir", str(board["root"] / f"work-{name}"), *extra], input=input)
+
+
+@pytest.mark.lab
+def test_add_shows_the_host_key_and_never_trusts_silently(board):
+    kh = board["root"] / "kh"
+    out = _add(board, "pi", PI5, "--no-check", input="n\n")
+    assert out.exit_code == 2 and board["fingerprint"] in out.output and "Trust it?" in out.output
+    assert "host key not trusted: nothing written" in out.output
+    assert not kh.exists() and "pi" not in read_inventory()
+    out = _add(board, "pi", PI5, "--no-check", "--trust-host-key", "SHA256:" + "A" * 43)
+    assert out.exit_code == 2 and f"offers {board['fingerprint']}, not SHA256:AAA" in out.output
+    assert not kh.exists()
+    out = _add(board, "pi", PI5, "--no-check", input="y\n\n")  # trust, then take the proposed profile
+    assert out.exit_code == 0, out.output
+    assert kh.read_text().split() == [f"[127.0.0.1]:{board['port']}", *board["host_pub"]]
+    assert ("found: Raspberry Pi 5 Model B Rev 1.0, aarch64, 7.86 GiB RAM, 4 cores, Debian GNU/Linux 12 (bookworm), "
+            "python 3.11.2 (/usr/bin/python3)") in out.output
+    entry = read_inventory()["pi"]
+    assert entry["profile"] == "raspberry-pi-5-8gb" and entry["root"] == str(PI5)
+    assert get_device("pi").address == f"root@127.0.0.1:{board['port']}"
+    again = _add(board, "pi", PI5, "--no-check")
+    assert again.exit_code == 2 and "already has a device 'pi'" in again.output
+
+
+@pytest.mark.lab
+def test_add_jetson_alias_asks_which_then_checks(board):
+    out = _add(board, "orin", JETSON, "--profile", "jetson-orin", "--trust-host-key", board["fingerprint"],
+               "--json", known_hosts="kh-orin", input="\n")  # Enter: the detected Orin Nano
+    assert out.exit_code == 0, out.output
+    assert "which profile (jetson-agx-orin-64gb, jetson-orin-nano-8gb) [jetson-orin-nano-8gb]" in out.output
+    report = json.loads(out.output[out.output.index("{"):])
+    assert report["entry"]["profile"] == "jetson-orin-nano-8gb"
+    assert report["facts"]["l4t"].startswith("R36 (release), REVISION: 3.0")
+    found = {f["item"]: f for f in report["readiness"]["findings"]}
+    assert found["torch"]["status"] == "missing" and "install-pytorch-jetson" in found["torch"]["fix"]
+    assert found["torch"]["pip"] is None  # NVIDIA's wheel is the user's call, not --fix's
+    assert found["power"]["status"] == "ok" and "VDD_IN" in found["power"]["detail"]
+    assert found["jtop"]["status"] == "warn" and found["jtop"]["fix"].startswith("sudo pip3 install -U jetson-stats")
+    assert found["onnxruntime"]["status"] == "n/a" and "no Linux aarch64 wheel" in found["onnxruntime"]["detail"]
+    assert found["clock"]["status"] == "ok"
+
+
+@pytest.mark.lab
+def test_add_refuses_changed_host_key_and_unknown_board(board, tmp_path):
+    other = tmp_path / "other"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    (board["root"] / "kh-changed").write_text(
+        f"[127.0.0.1]:{board['port']} {' '.join(Path(f'{other}.pub').read_text().split()[:2])}\n")
+    out = _add(board, "evil", PI5, "--no-check", known_hosts="kh-changed")
+    assert out.exit_code == 2 and "HOST KEY CHANGED" in out.output and "ssh-keygen -R" in out.output
+    out = _add(board, "box", X86, "--no-check", "--trust-host-key", board["fingerprint"], known_hosts="kh-box")
+    assert out.exit_code == 2 and "no profile matches" in out.output and "--profile" in out.output
+    assert not {"evil", "box"} & set(read_inventory())
+
+
+@pytest.mark.lab
+def test_check_fix_installs_into_a_venv_then_listing_and_remove(board):
+    if "pi" not in read_inventory():
+        assert _add(board, "pi", PI5, "--no-check", "--yes", "--trust-host-key", board["fingerprint"],
+                    known_hosts="kh-fix").exit_code == 0
+    runner = CliRunner()
+    out = runner.invoke(cli, ["devices", "check", "pi", "--json"])
+    assert out.exit_code == 1  # torch, numpy, psutil, executorch are missing
+    found = {f["item"]: f for f in json.loads(out.output)["findings"]}
+    venv_python = str(board["root"] / "work-pi" / "venv" / "bin" / "python")
+    assert found["torch"]["fix"] == f"{venv_python} -m pip install torch==2.13.0 --index-url {TORCH_CPU_INDEX}"
+    assert found["numpy"]["status"] == "missing" and found["numpy"]["pip"] == ["numpy"]
+    assert found["power"]["status"] == "warn" and "raspi-utils" in found["power"]["fix"]  # no vcgencmd here
+    assert found["thermal"]["status"] == "ok"  # cpu-thermal is in the fixture tree
+    # torch/executorch are large; the small ones show the path: a venv in the work dir, pip into it
+    out = runner.invoke(cli, ["devices", "check", "pi", "--fix", "--only", "numpy", "--only", "psutil", "--json"])
+    assert out.exit_code == 1, out.output
+    report = json.loads(out.output)
+    assert [(r["item"], r["ok"]) for r in report["fixed"]] == [("venv", True), ("numpy", True), ("psutil", True)]
+    found = {f["item"]: f for f in report["findings"]}
+    assert found["numpy"]["status"] == "ok" and found["psutil"]["status"] == "ok"
+    assert found["torch"]["status"] == "missing" and found["python"]["detail"].endswith(venv_python)
+    assert read_inventory()["pi"]["python"] == venv_python
+    subprocess.run([venv_python, "-c", "import numpy, psutil"], check=True)
+    out = runner.invoke(cli, ["devices", "--json"])
+    rows = {r["name"]: r for r in json.loads(out.output)["devices"]}
+    assert rows["pi"]["arch"] == "aarch64" and rows["pi"]["ram_bytes"] == 8 * 2**30
+    assert rows["pi"]["readiness"] == "2 problems" and rows["pi"]["reachable"] == "ok"
+    assert any(p.startswith("torch: not installed; fix: ") for p in rows["pi"]["problems"])
+    assert rows["lab-board"]["readiness"].startswith("ready")  # the lab runs this host's venv
+    out = runner.invoke(cli, ["devices", "remove", "pi"])
+    assert out.exit_code == 0 and "pi" not in read_inventory()
+    out = runner.invoke(cli, ["devices", "remove", "pi"])
+    assert out.exit_code == 2 and "no device 'pi'" in out.output
