@@ -9,7 +9,10 @@ the kernel's error takes (tests/fixtures/devices/README.md).
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -254,3 +257,15 @@ def test_profile_rail_tree_errors_name_the_file_field_and_fix():
         parse_profile(both, "my-agx.yaml")
     assert set(rails.RAIL_TREES) >= {"jetson-nano", "jetson-orin-nx-nano", "jetson-agx-orin"}
     assert all(tree.source and tree.roots for tree in rails.RAIL_TREES.values())
+
+
+def test_battery_module_entry_point_runs_on_the_device(tmp_path):
+    """What the host runs over SSH/adb: one JSON line, or one error line and exit code 2."""
+    env = {**os.environ, "EDGEBENCH_STATE_DIR": str(tmp_path)}
+    run = [sys.executable, "-m", "edgebench.telemetry.battery", "--root", str(MI8)]
+    now = subprocess.run(run, capture_output=True, text=True, env=env, check=True)
+    report = json.loads(now.stdout)
+    assert report["external_power"] == "charging" and report["verified"] is False
+    refused = subprocess.run([*run, "--calibrate"], capture_output=True, text=True, env=env)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.count("\n") == 1 and "unplug USB" in refused.stderr and "Traceback" not in refused.stderr

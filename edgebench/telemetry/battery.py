@@ -109,3 +109,35 @@ def external_power(root: str | Path, status: str | None) -> tuple[str, str] | No
                                      "phone, so the battery current leaves out what it provides; unplug USB")
     return "charging", (f"battery status is {status} ({by} online): current_now is the charger's input net of "
                         "what the phone draws, not the draw; unplug USB")
+
+
+def main() -> None:
+    """`python -m edgebench.telemetry.battery [--root DIR] [--calibrate]`: the battery's sign
+    as the sampler would determine it now (JSON), or a calibration stored on this device;
+    the host runs it over SSH/adb where edgebench's CLI is not installed."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--root", default="/", help="filesystem root holding /sys (fixture trees)")
+    parser.add_argument("--calibrate", action="store_true", help="store the sign; run with the phone unplugged")
+    args = parser.parse_args()
+    if args.calibrate:
+        try:
+            print(json.dumps(calibrate_battery_sign(args.root)))
+        except CalibrationError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            sys.exit(2)
+        return
+    base = battery_dir(args.root)
+    status, ua = read_text(base / "status"), read_int(base / "current_now")
+    if ua is None:
+        print(f"error: {base}/current_now is not readable: no battery here", file=sys.stderr)
+        sys.exit(2)
+    sign, origin, verified = determine_sign(status, ua, stored_calibration(), "auto")
+    print(json.dumps({"status": status, "current_now_ua": ua, "battery_current_sign": sign, "origin": origin,
+                      "verified": verified, "external_power": (external_power(args.root, status) or [None])[0]}))
+
+
+if __name__ == "__main__":
+    main()
