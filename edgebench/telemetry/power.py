@@ -3,7 +3,7 @@
 Measured sources (the first present wins, unless the profile's `sensors.power.source` names one):
 - `ina3221`: Jetson INA3221 rails in hwmon (JetPack 5+: in{k}_input mV x curr{k}_input mA) or
   NVIDIA's ina3221x IIO driver (JetPack 4: in_power{k}_input mW); the total sums the roots of
-  the module's rail tree (`rails`), so no rail is counted twice. Where the sysfs files cannot
+  the module's rail tree (`rails` module), so no rail is counted twice. Where the sysfs files cannot
   be read, jetson-stats' `jtop` service (if installed) gives the same rails and total,
   updated about once a second.
 - `rapl`: x86 RAPL energy counters (energy_uj, wrapping at max_energy_range_uj).
@@ -30,6 +30,7 @@ from edgebench.telemetry.battery import battery_dir
 from edgebench.telemetry.rails import RAIL_TREES, SUM_OF_RAILS, RailTotal
 from edgebench.telemetry.sysfs import (PreadFile, Runner, SourceUnavailable, hwmon_dirs, iio_dirs, key_name, read_int,
                                        read_text, under, unique_names)
+
 
 class Integrator:
     """Energy in joules from power samples (trapezoid rule between consecutive reads)."""
