@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -11,11 +12,14 @@ import numpy as np
 import pytest
 
 from edgebench.data.synthetic import (
-    COLOURS, COUNT_WORDS, EOS_ID, QUADRANTS, QUESTION_TYPES, WORDS, decode, make_sample, synthetic_batches, to_torch,
+    COLOURS, COUNT_WORDS, EOS_ID, IM_END_ID, NL_ID, PAD_ID, QUADRANTS, QUESTION_TYPES, TOKEN_ID, WORDS, decode,
+    make_sample, synthetic_batches, to_torch,
 )
 from edgebench.model.config import get_config
 
 TINY = get_config("tiny")
+# tiny in nanoVLM main's layout: 128-px images as 2x2 tiles of 64 px plus a global view
+SPLIT_TINY = dataclasses.replace(TINY, image_splitting=True, max_img_size=128, extra_token_amount=66).validate()
 
 
 def _take(gen, n):
@@ -36,7 +40,9 @@ def test_batch_contract():
     assert batch["input_ids"].shape == (2, 79) and batch["input_ids"].dtype == np.int64
     assert batch["labels"].shape == (2, 79) and batch["labels"].dtype == np.int64
     assert batch["images"].shape == (2, 3, 224, 224) and batch["images"].dtype == np.float32
-    assert -1.0 <= batch["images"].min() and batch["images"].max() <= 1.0
+    assert batch["attention_mask"].shape == (2, 79) and batch["attention_mask"].dtype == np.int64
+    # nanoVLM's ToTensor: [0, 1], no normalisation (the drawn background is ~40/255)
+    assert 0.0 <= batch["images"].min() < 0.25 and 0.75 < batch["images"].max() <= 1.0
     assert next(synthetic_batches(TINY, 1, 16, 0, image_size=32))["images"].shape == (1, 3, 32, 32)
     tensors = to_torch(batch)
     assert tensors["input_ids"].dtype.is_floating_point is False and tuple(tensors["images"].shape) == (2, 3, 224, 224)
@@ -44,13 +50,14 @@ def test_batch_contract():
         next(synthetic_batches(TINY, 1, 6, 0))
 
 
-def test_labels_mark_only_the_answer_for_the_models_shift():
+def test_left_padded_with_a_mask_and_labels_only_on_the_answer():
     batch = next(synthetic_batches(TINY, 8, 16, seed=1))
-    for ids, labels in zip(batch["input_ids"], batch["labels"]):
+    for ids, labels, mask in zip(batch["input_ids"], batch["labels"], batch["attention_mask"]):
         words = decode(ids)
-        start, end = words.index("<sep>") + 1, words.index("<eos>") + 1
-        assert (labels[:start] == -100).all() and (labels[end:] == -100).all()
-        assert (labels[start:end] == ids[start:end]).all() and labels[end - 1] == EOS_ID
+        first, start, end = words.index("<bos>"), words.index("<sep>") + 1, words.index("<eos>") + 1
+        assert end == 16 and (mask[:first] == 0).all() and (mask[first:] == 1).all()  # padding on the left
+        assert (ids[:first] == PAD_ID).all() and (labels[:start] == -100).all()
+        assert (labels[start:] == ids[start:]).all() and labels[-1] == EOS_ID
     assert batch["input_ids"].max() < len(WORDS) <= TINY.lm_vocab_size
 
 
@@ -65,7 +72,7 @@ def test_every_question_type_with_answers_true_to_the_picture():
         for obj in objects:  # the pixel at the quadrant's centre has the object's colour
             row, col = divmod(obj["quadrant"], 2)
             pixel = s["image"][:, row * size // 2 + size // 4, col * size // 2 + size // 4]
-            assert np.allclose((pixel + 1) * 127.5, COLOURS[obj["colour"]], atol=0.01), obj
+            assert np.allclose(pixel * 255, COLOURS[obj["colour"]], atol=0.01), obj
         by_shape = {o["shape"]: o for o in objects}
         by_colour = {o["colour"]: o for o in objects}
         q, a = s["question"], s["answer"]
@@ -146,18 +153,39 @@ def test_folder_batches_like_synthetic(tmp_path):
     from edgebench.data.folder import FolderDataset, folder_batches
 
     folder = _folder(tmp_path, GOOD)
-    batch = next(folder_batches(folder, TINY, 2, 12, seed=0, image_size=16))
-    assert batch["input_ids"].shape == (2, 12) and batch["images"].shape == (2, 3, 16, 16)
+    # v0.1's prompt: "Question : what colour is the ball ? Answer :" (10 tokens), answer, <eos>
+    batch = next(folder_batches(folder, TINY, 2, 13, seed=0, image_size=16))
+    assert batch["input_ids"].shape == (2, 13) and batch["images"].shape == (2, 3, 16, 16)
+    assert (batch["attention_mask"][:, 0] == 0).all() and (batch["attention_mask"][:, 1:] == 1).all()
     dataset = FolderDataset(folder)
     for ids, labels, image in zip(batch["input_ids"], batch["labels"], batch["images"]):
         marked = labels != -100
         assert marked.sum() == 2  # the answer word and <eos>
         assert (labels[marked] == ids[marked]).all() and labels[marked][-1] == dataset.eos_id
         answer = dataset.tokenizer.id_to_token(int(labels[marked][0]))
+        assert image.max() == 1.0 and image.min() == 0.0  # ToTensor: a pure colour is 1 in its channel
         red = image[0].mean() > image[2].mean()
         assert answer == ("red" if red else "blue")
-    again = next(folder_batches(folder, TINY, 2, 12, seed=0, image_size=16))
+    again = next(folder_batches(folder, TINY, 2, 13, seed=0, image_size=16))
     assert all(batch[k].tobytes() == again[k].tobytes() for k in batch)
+
+
+def test_folder_images_split_as_nanovlm_main(tmp_path):
+    from edgebench.data.folder import folder_batches
+
+    cfg = SPLIT_TINY
+    folder = _folder(tmp_path, GOOD)  # 20x10 images: long side to 128 -> 128x64 -> one row of two tiles
+    batch = next(folder_batches(folder, cfg, 2, 40, seed=0))
+    per_image = 1 + 2  # the global view, then tiles r1c1 and r1c2
+    assert batch["images"].shape == (2 * per_image, 3, 64, 64)
+    assert batch["input_ids"].shape == (2, cfg.sequence_length(40))
+    for row in batch["input_ids"]:
+        assert (row == cfg.image_token_id).sum() == per_image * cfg.n_image_tokens
+        markers = [int(t) for t in row if t in (cfg.marker_token_id(0, 0), cfg.marker_token_id(1, 1),
+                                                cfg.marker_token_id(1, 2), cfg.marker_token_id(2, 1))]
+        assert markers == [cfg.marker_token_id(0, 0), cfg.marker_token_id(1, 1), cfg.marker_token_id(1, 2)]
+    # A pure-colour image stays pure through the bicubic resize, the split and the global view.
+    assert np.allclose(batch["images"].max(axis=(1, 2, 3)), 1.0) and np.allclose(batch["images"].min(), 0.0)
 
 
 @pytest.mark.parametrize("bad,message", [
@@ -178,5 +206,61 @@ def test_folder_text_too_long_names_line(tmp_path):
     from edgebench.data.folder import DatasetError, folder_batches
 
     folder = _folder(tmp_path, GOOD)
-    with pytest.raises(DatasetError, match=r"data.jsonl:[12]: needs 8 tokens but text_length is 4"):
+    with pytest.raises(DatasetError, match=r"data.jsonl:[12]: needs 12 tokens but text_length is 4"):
         next(folder_batches(folder, TINY, 1, 4, seed=1))
+
+
+# ---------------------------------------------------------------- nanoVLM main's layout
+
+
+def test_synthetic_split_layout_as_nanovlm_main():
+    cfg = SPLIT_TINY
+    batch = next(synthetic_batches(cfg, 2, 24, seed=0))
+    assert batch["images"].shape == (2 * cfg.n_tiles, 3, 64, 64) and cfg.n_tiles == 5
+    assert batch["input_ids"].shape == (2, cfg.sequence_length(24)) == (2, 5 * 17 + 24)
+    for b, (ids, labels) in enumerate(zip(batch["input_ids"], batch["labels"])):
+        words = [WORDS[i] if i < len(WORDS) else i for i in ids]
+        start = words.index("<im_start>")
+        assert words[start:start + 3] == ["<im_start>", "user", "<nl>"]  # ChatML, the image first in the turn
+        image = list(ids[start + 3:start + 3 + cfg.image_positions])
+        expected = []
+        for marker in [(0, 0), (1, 1), (1, 2), (2, 1), (2, 2)]:
+            expected += [cfg.marker_token_id(*marker)] + [cfg.image_token_id] * cfg.n_image_tokens
+        assert image == expected
+        assert list(ids[-2:]) == [IM_END_ID, NL_ID] and (labels[-2:] == ids[-2:]).all()
+        assert (labels[: -4] == -100).all() and not (labels[-4:-2] == -100).all()  # the answer, then its end
+        # the global view is the whole picture at tile size; the tiles, read row by row, are the picture
+        tiles = batch["images"][b * 5:(b + 1) * 5]
+        picture = tiles[1:].reshape(2, 2, 3, 64, 64).transpose(2, 0, 3, 1, 4).reshape(3, 128, 128)
+        assert np.allclose(tiles[0], picture.reshape(3, 64, 2, 64, 2).mean(axis=(2, 4)), atol=1e-6)
+    with pytest.raises(ValueError, match="too short"):
+        next(synthetic_batches(cfg, 1, 16, 0))
+
+
+def test_packing_fills_rows_with_masked_separators():
+    cfg = SPLIT_TINY
+    batch = next(synthetic_batches(cfg, 2, 200, seed=0, packing=True))
+    per_row = (batch["input_ids"] == cfg.marker_token_id(0, 0)).sum(axis=1)
+    assert (per_row >= 2).all() and batch["images"].shape[0] == per_row.sum() * cfg.n_tiles
+    for ids, mask, labels in zip(batch["input_ids"], batch["attention_mask"], batch["labels"]):
+        starts = np.flatnonzero(ids == TOKEN_ID["<im_start>"])[::2]  # each sample opens with its user turn
+        assert (mask[starts[1:] - 1] == 0).all() and (ids[starts[1:] - 1] == PAD_ID).all()  # separators
+        assert (labels[mask == 0] == -100).all() and mask[-1] == 0 and ids[-1] == PAD_ID  # the last one too
+    unpacked = next(synthetic_batches(cfg, 2, 200, seed=0))
+    assert (unpacked["input_ids"] == cfg.marker_token_id(0, 0)).sum() == 2
+    with pytest.raises(ValueError, match="packing needs image splitting"):
+        next(synthetic_batches(TINY, 1, 16, 0, packing=True))
+
+
+def test_split_batches_train_the_split_model():
+    import torch
+
+    from edgebench.model.vision_language_model import VisionLanguageModel
+
+    torch.manual_seed(0)
+    model = VisionLanguageModel(SPLIT_TINY)
+    for packing in (False, True):
+        batch = to_torch(next(synthetic_batches(SPLIT_TINY, 2, 200, seed=0, packing=packing)))
+        loss = model(**batch)
+        loss.backward()
+        assert torch.isfinite(loss) and 5.0 < loss.item() < 7.5  # ~ln(512) before training

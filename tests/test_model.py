@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,9 +15,9 @@ from click.testing import CliRunner
 from safetensors.torch import load_file, save_file
 
 from edgebench.model import CONFIG_NAMES, VisionLanguageModel, build_model, get_config
+from edgebench.cli.models import models_command
 from edgebench.model.checkpoint import CheckpointError, from_pretrained, save_pretrained
-from edgebench.model.commands import models_command
-from edgebench.model.config import ConfigError, config_from_dict, parameter_count
+from edgebench.model.config import NANOVLM_COMMITS, ConfigError, config_from_dict, parameter_count
 
 
 def _inputs(model: VisionLanguageModel, batch: int = 2, text: int = 12, seed: int = 0):
@@ -74,7 +76,9 @@ def test_real_sizes_exact_on_meta(name, count):
     images = torch.zeros(1, 3, size, size, device="meta")
     assert model.logits(ids, images).shape == (1, model.n_image_tokens + 20, model.cfg.lm_vocab_size)
     assert model(ids, images, ids).shape == ()
-    assert model.n_image_tokens == {"nanovlm-222m": 49, "nanovlm-460m": 64}[name]
+    # v0.1 puts its 49 image tokens before the text; main places 17 tiles x (64 + a marker) inside it.
+    assert model.n_image_tokens == {"nanovlm-222m": 49, "nanovlm-460m": 0}[name]
+    assert model.cfg.image_positions == {"nanovlm-222m": 49, "nanovlm-460m": 17 * 65}[name]
 
 
 def test_tiny_is_small_and_untied_heads_count_twice():
@@ -172,8 +176,7 @@ def test_hand_built_nanovlm_checkpoint_loads(tmp_path):
     g = torch.Generator().manual_seed(1)
     tensors = {k: torch.randn(shape, generator=g) for k, shape in nanovlm_layout(cfg).items()}
     # nanoVLM v0.1's config.json field set: no mp_image_token_length, has lm_eos_token_id.
-    v01 = {k: v for k, v in cfg.to_dict().items() if k != "mp_image_token_length"}
-    (tmp_path / "config.json").write_text(json.dumps(v01))
+    (tmp_path / "config.json").write_text(json.dumps(cfg.to_nanovlm_dict()))
     save_file(tensors, str(tmp_path / "model.safetensors"))
     model = from_pretrained(tmp_path)
     assert torch.equal(model.decoder.token_embedding.weight, tensors["decoder.head.weight"])
@@ -185,14 +188,16 @@ def test_hand_built_nanovlm_checkpoint_loads(tmp_path):
     assert torch.equal(from_pretrained(tmp_path).decoder.head.weight, tensors["decoder.token_embedding.weight"])
 
 
-def test_head_config_fields_are_read():
-    head_json = {**get_config("nanovlm-460m").to_dict(), "lm_base_vocab_size": 49152, "extra_token_amount": 66,
-                 "max_img_size": 1536, "resize_to_max_side_len": False, "hf_repo_name": "nanoVLM",
-                 "vlm_extra_tokens": {"image_token": "<|image|>"}, "lm_chat_template": "{{x}}"}
-    del head_json["lm_vocab_size"], head_json["lm_eos_token_id"]
-    assert config_from_dict(head_json) == get_config("nanovlm-460m")
+def test_main_config_fields_are_read():
+    main_json = get_config("nanovlm-460m").to_nanovlm_dict()
+    del main_json["lm_vocab_size"]  # derived from lm_base_vocab_size + extra_token_amount
+    assert config_from_dict(main_json) == get_config("nanovlm-460m")
     with pytest.raises(ConfigError, match="lm_n_experts"):
-        config_from_dict({**head_json, "lm_n_experts": 8})
+        config_from_dict({**main_json, "lm_n_experts": 8})
+    with pytest.raises(ConfigError, match="vlm_extra_tokens"):
+        config_from_dict({**main_json, "vlm_extra_tokens": {"image_token": "<image>"}})
+    with pytest.raises(ConfigError, match="lm_base_vocab_size"):
+        config_from_dict({**main_json, "lm_vocab_size": 49152})
 
 
 def test_hub_id_without_huggingface_hub_says_what_to_do(monkeypatch):
@@ -234,7 +239,150 @@ def test_models_json_lists_exact_counts():
     assert "222,081,600" in table.output and "460,113,984" in table.output
 
 
-def test_models_command_is_registered():
-    from edgebench import cli
+def test_models_command_runs_through_the_edgebench_entry_point():
+    """Registered on the real `edgebench` group: run as a user does, in a fresh process."""
+    out = subprocess.run([sys.executable, "-m", "edgebench.cli", "models", "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = {r["name"]: r["parameters"] for r in json.loads(out.stdout)}
+    assert rows["nanovlm-222m"] == 222_081_600
 
-    assert "edgebench.model.commands" in cli.COMMAND_MODULES
+
+# ---------------------------------------------------------------- fidelity to nanoVLM (issue 15)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "nanovlm"
+
+
+def _split_tiny(**changes):
+    """tiny in main's layout: 128-px images cut into 2x2 tiles of 64 px plus a global view."""
+    return dataclasses.replace(get_config("tiny"), image_splitting=True, max_img_size=128, extra_token_amount=66,
+                               **changes).validate()
+
+
+def _nanovlm_config_class(revision: str):
+    """nanoVLM's VLMConfig at `revision`, rebuilt from the fixture (field names, order, defaults)."""
+    fixture = json.loads((FIXTURES / f"vlmconfig-{NANOVLM_COMMITS[revision][:8]}.json").read_text())
+    assert fixture["commit"] == NANOVLM_COMMITS[revision] and fixture["revision"] == revision
+    return dataclasses.make_dataclass(
+        "VLMConfig", [(k, object, dataclasses.field(default_factory=lambda v=v: v)) for k, v in fixture["defaults"].items()])
+
+
+@pytest.mark.parametrize("cfg,revision", [
+    (get_config("tiny"), "v0.1"), (get_config("nanovlm-222m"), "v0.1"),
+    (get_config("nanovlm-460m"), "main"), (_split_tiny(), "main"),
+])
+def test_config_json_is_exactly_the_revisions_field_set(cfg, revision):
+    nanovlm = _nanovlm_config_class(revision)
+    written = cfg.to_nanovlm_dict()
+    assert list(written) == [f.name for f in dataclasses.fields(nanovlm)]  # the same fields, in its order
+    loaded = nanovlm(**json.loads(json.dumps(written)))  # what nanoVLM's from_pretrained does
+    assert dataclasses.asdict(loaded) == written
+    assert config_from_dict(written) == cfg  # and back, edgebench's own field inferred from the field set
+
+
+def test_save_pretrained_keeps_edgebench_facts_beside_config_json(tmp_path):
+    torch.manual_seed(0)
+    model = VisionLanguageModel(dataclasses.replace(_split_tiny(), image_splitting=False))
+    save_pretrained(model, tmp_path)
+    written = json.loads((tmp_path / "config.json").read_text())
+    assert "image_splitting" not in written and "mp_image_token_length" not in written  # v0.1 knows neither
+    _nanovlm_config_class("v0.1")(**written)
+    beside = json.loads((tmp_path / "edgebench.json").read_text())
+    assert beside["image_splitting"] is False and beside["extra_token_amount"] == 66  # not v0.1 fields
+    assert not set(beside) & set(written)
+    assert from_pretrained(tmp_path).cfg == model.cfg
+
+
+def test_split_layout_round_trips_through_a_checkpoint(tmp_path):
+    torch.manual_seed(0)
+    model = VisionLanguageModel(_split_tiny()).eval()
+    save_pretrained(model, tmp_path)
+    (tmp_path / "edgebench.json").unlink()  # a nanoVLM main folder has none: its field set says main
+    loaded = from_pretrained(tmp_path)
+    assert loaded.cfg == model.cfg
+    ids, images, labels, mask = _split_inputs(model.cfg)
+    assert torch.equal(loaded(ids, images, labels, mask), model(ids, images, labels, mask))
+
+
+def test_tied_embedding_takes_the_heads_draw_as_in_nanovlm():
+    """nanoVLM ties the head, then initialises: the shared tensor ends with the head's draw."""
+    torch.manual_seed(5)
+    tied = VisionLanguageModel(get_config("tiny"))
+    torch.manual_seed(5)
+    untied = VisionLanguageModel(dataclasses.replace(get_config("tiny"), lm_tie_weights=False))
+    assert torch.equal(tied.decoder.token_embedding.weight, untied.decoder.head.weight)
+    assert not torch.equal(tied.decoder.token_embedding.weight, untied.decoder.token_embedding.weight)
+    assert torch.equal(tied.MP.proj.weight, untied.MP.proj.weight)  # drawn after the decoder: same stream
+
+
+def test_dropout_is_built_where_configured_and_names_stay():
+    plain = VisionLanguageModel(get_config("tiny"))
+    assert not any(isinstance(m, torch.nn.Dropout) for m in plain.modules())
+    model = VisionLanguageModel(dataclasses.replace(get_config("tiny"), lm_dropout=0.2, vit_dropout=0.2))
+    dropouts = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Dropout)]
+    # per ViT block: attention weights, attention output, MLP output; per decoder block: two; after patches: one
+    assert len(dropouts) == 2 * 3 + 4 * 2 + 1 and "vision_encoder.dropout" in dropouts
+    assert set(model.state_dict()) == set(plain.state_dict())  # checkpoints stay strict-compatible
+    ids, images, labels = _inputs(model)
+    model.train()
+    assert not torch.equal(model(ids, images, labels), model(ids, images, labels))
+    model.eval()
+    assert torch.equal(model(ids, images, labels), model(ids, images, labels))
+    with pytest.raises(ConfigError, match="dropout"):
+        dataclasses.replace(get_config("tiny"), lm_dropout=1.0).validate()
+
+
+def _split_inputs(cfg, batch: int = 2, pad: int = 5, seed: int = 0):
+    """Left-padded rows with cfg.n_tiles images each, placeholders after a 3-token prefix."""
+    g = torch.Generator().manual_seed(seed)
+    image = [cfg.marker_token_id(0, 0)] + [cfg.image_token_id] * cfg.n_image_tokens
+    for r in (1, 2):
+        for c in (1, 2):
+            image += [cfg.marker_token_id(r, c)] + [cfg.image_token_id] * cfg.n_image_tokens
+    rows = []
+    for _ in range(batch):
+        text = torch.randint(1, 60, (12,), generator=g).tolist()
+        rows.append([0] * pad + text[:3] + image + text[3:])
+    ids = torch.tensor(rows)
+    mask = (torch.arange(ids.size(1)) >= pad).long().expand(batch, -1).clone()
+    labels = ids.clone()
+    labels[:, : -4] = -100
+    images = torch.rand(batch * cfg.n_tiles, 3, cfg.vit_img_size, cfg.vit_img_size, generator=g)
+    return ids, images, labels, mask
+
+
+def test_split_layout_puts_each_tile_at_its_placeholders():
+    torch.manual_seed(0)
+    model = VisionLanguageModel(_split_tiny()).eval()
+    ids, images, labels, mask = _split_inputs(model.cfg)
+    assert (ids == model.cfg.image_token_id).sum() == images.size(0) * model.cfg.n_image_tokens
+    tokens = model.decoder.token_embedding(ids)
+    expected = tokens.clone()
+    expected[ids == model.cfg.image_token_id] = model.MP(model.vision_encoder(images)).reshape(-1, tokens.size(-1))
+    assert torch.allclose(model._embed(ids, images), expected)  # nanoVLM's masked assignment, as a gather
+    loss = model(ids, images, labels, mask)
+    assert not torch.allclose(model(ids, images.flip(0), labels, mask), loss)  # the order of tiles matters
+
+
+def test_left_padding_with_the_mask_changes_nothing_but_padding():
+    torch.manual_seed(0)
+    model = VisionLanguageModel(_split_tiny()).eval()
+    ids, images, labels, mask = _split_inputs(model.cfg, batch=1, pad=0)
+    unpadded = model(ids, images, labels)
+    padded = lambda pad_id: (torch.cat([torch.full((1, 6), pad_id), ids], 1),  # noqa: E731
+                             torch.cat([torch.full((1, 6), -100), labels], 1),
+                             torch.cat([torch.zeros(1, 6, dtype=torch.long), mask], 1))
+    p_ids, p_labels, p_mask = padded(7)
+    # RoPE sees only relative positions and the mask hides the padding: the same loss.
+    assert torch.allclose(model(p_ids, images, p_labels, p_mask), unpadded, atol=1e-5)
+    assert not torch.allclose(model(p_ids, images, p_labels), unpadded, atol=1e-5)  # unmasked padding is seen
+    q_ids, _, _ = padded(9)
+    assert torch.allclose(model(q_ids, images, p_labels, p_mask), model(p_ids, images, p_labels, p_mask), atol=1e-6)
+
+
+def test_strict_export_of_the_split_layout():
+    torch.manual_seed(0)
+    model = VisionLanguageModel(_split_tiny()).eval()
+    ids, images, labels, _ = _split_inputs(model.cfg)
+    exported = torch.export.export(model, (ids, images, labels), strict=True)
+    assert torch.allclose(exported.module()(ids, images, labels), model(ids, images, labels), atol=1e-6)

@@ -1,19 +1,30 @@
 """A folder of images + a JSONL file of {"image", "question", "answer"} lines (host side).
 
 Tokenised with a local `tokenizer.json` (the `tokenizers` library) and batched like
-the synthetic task: `question answer <eos>`, labels on the answer (and <eos>) only.
-Every line is checked when the folder is opened, so a bad line stops a run before
-it starts, with the file and line named.
+the synthetic task, in the config's nanoVLM layout (edgebench.data.layout):
+
+    v0.1   "Question: {question} Answer:" answer <eos>, the image resized to vit_img_size
+    main   ChatML turns with the image string first in the user's turn, the image
+           resized (bicubic) so its long side is max_img_size (or up to it), cut into
+           tiles plus a global view
+
+Labels cover the answer and what ends it. Pixels are [0, 1], as nanoVLM's ToTensor
+gives them. Every line is checked when the folder is opened, so a bad line stops a
+run before it starts, with the file and line named.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
+
+from edgebench.data.layout import IGNORE, Sample, assemble, image_ids, split_tiles
+from edgebench.data.layout import batches as layout_batches
 
 EOS_CANDIDATES = ("<eos>", "</s>", "<|endoftext|>", "<|im_end|>")
 PAD_CANDIDATES = ("<pad>", "<|pad|>", "[PAD]")
@@ -26,8 +37,8 @@ class DatasetError(ValueError):
 @dataclass(frozen=True)
 class Example:
     image: Path
-    prompt_ids: tuple[int, ...]
-    answer_ids: tuple[int, ...]  # includes <eos> when the tokenizer has one
+    question: str
+    answer: str
     where: str  # "file:line", for errors found later (e.g. an unreadable image)
 
 
@@ -96,58 +107,94 @@ class FolderDataset:
             image = self.folder / record["image"]
             if not image.is_file():
                 raise DatasetError(f"{where}: image {image} not found")
-            answer = self._encode(record["answer"])
-            if not answer:
+            if not self._encode(record["answer"]):
                 raise DatasetError(f"{where}: the answer tokenises to nothing")
-            eos = (self.eos_id,) if self.eos_id is not None else ()
-            examples.append(Example(image, tuple(self._encode(record["question"])), tuple(answer) + eos, where))
+            examples.append(Example(image, record["question"], record["answer"], where))
         return examples
 
-    def load_image(self, example: Example, size: int) -> np.ndarray:
-        """float32 [3, size, size] in [-1, 1] (SigLIP normalisation)."""
+    def text(self, example: Example, cfg) -> tuple[list[int], list[int]]:
+        """The sample's text (ids, labels) in the config's layout, without the image string."""
+        if not cfg.image_splitting:
+            eos = [self.eos_id] if self.eos_id is not None else []
+            return assemble([(self._encode(f"Question: {example.question} Answer:"), False),
+                             (self._encode(example.answer) + eos, True)])
+        return assemble([(self._encode("<|im_start|>user\n"), False),
+                         (self._encode(f"{example.question}<|im_end|>\n<|im_start|>assistant\n"), False),
+                         (self._encode(f"{example.answer}<|im_end|>\n"), True)])
+
+    def _open(self, example: Example):
         from PIL import Image
 
         try:
             with Image.open(example.image) as img:
-                pixels = np.asarray(img.convert("RGB").resize((size, size), Image.BILINEAR), dtype=np.float32)
+                return img.convert("RGB")
         except OSError as exc:
             raise DatasetError(f"{example.where}: cannot read image {example.image} ({exc})") from exc
-        return pixels.transpose(2, 0, 1) * np.float32(1 / 127.5) - np.float32(1.0)
 
-    def tokenize(self, example: Example, text_length: int) -> tuple[np.ndarray, np.ndarray]:
-        n_prompt, n = len(example.prompt_ids), len(example.prompt_ids) + len(example.answer_ids)
-        if n > text_length:
-            raise DatasetError(f"{example.where}: needs {n} tokens but text_length is {text_length}")
-        ids = np.full(text_length, self.pad_id, dtype=np.int64)
-        labels = np.full(text_length, -100, dtype=np.int64)
-        ids[:n] = example.prompt_ids + example.answer_ids
-        labels[n_prompt:n] = example.answer_ids
-        return ids, labels
+    def load_image(self, example: Example, size: int) -> np.ndarray:
+        """v0.1: float32 [3, size, size] in [0, 1] (bilinear resize, then ToTensor)."""
+        from PIL import Image
+
+        return _to_array(self._open(example).resize((size, size), Image.BILINEAR))
+
+    def load_tiles(self, example: Example, cfg) -> tuple[np.ndarray, tuple[int, int]]:
+        """main: [n, 3, S, S] in [0, 1] (global view first) and the tile grid, as nanoVLM splits."""
+        from PIL import Image
+
+        img = self._open(example)
+        tile = cfg.vit_img_size
+        width, height = img.size
+        long, short = max(width, height), min(width, height)
+        target_long = cfg.max_img_size if cfg.resize_to_max_side_len else min(cfg.max_img_size,
+                                                                              math.ceil(long / tile) * tile)
+        target_short = max(tile, math.ceil(short * target_long / long / tile) * tile)
+        size = (target_long, target_short) if width >= height else (target_short, target_long)
+        resized = img.resize(size, Image.BICUBIC)
+        pixels = _to_array(resized)
+        grid = (pixels.shape[1] // tile, pixels.shape[2] // tile)
+        return split_tiles(pixels, tile, _to_array(resized.resize((tile, tile), Image.BILINEAR))), grid
+
+    def sample(self, example: Example, cfg, text_length: int, packing: bool = False) -> Sample:
+        ids, labels = self.text(example, cfg)
+        if len(ids) + packing > text_length:  # packing adds a separator after each sample
+            raise DatasetError(f"{example.where}: needs {len(ids) + packing} tokens but text_length is {text_length}")
+        if not cfg.image_splitting:
+            return Sample(ids, labels, self.load_image(example, cfg.vit_img_size)[None])
+        tiles, grid = self.load_tiles(example, cfg)
+        prefix = len(self._encode("<|im_start|>user\n"))
+        image = image_ids(cfg, grid)
+        return Sample(ids[:prefix] + image + ids[prefix:], labels[:prefix] + [IGNORE] * len(image) + labels[prefix:],
+                      tiles)
 
     def batches(self, cfg, batch_size: int, text_length: int, seed: int,
-                image_size: int | None = None) -> Iterator[dict[str, np.ndarray]]:
-        """Endless shuffled batches, the same dicts as `synthetic_batches`."""
-        if self.vocab_size > cfg.lm_vocab_size:
-            raise DatasetError(f"{self.jsonl}: the tokenizer has {self.vocab_size} tokens, "
-                               f"more than the model's lm_vocab_size {cfg.lm_vocab_size}")
-        size = image_size or cfg.vit_img_size
+                image_size: int | None = None, packing: bool = False) -> Iterator[dict[str, np.ndarray]]:
+        """Endless shuffled batches, the same dicts as `synthetic_batches` (main: N varies with the images)."""
+        if self.vocab_size > cfg.image_token_id:
+            raise DatasetError(f"{self.jsonl}: the tokenizer has {self.vocab_size} tokens, more than the "
+                               f"model's base vocabulary {cfg.image_token_id} (lm_vocab_size - extra_token_amount)")
+        cfg = cfg.with_image_size(image_size)
+        if packing and not cfg.image_splitting:
+            raise DatasetError("packing needs image splitting (main's layout): v0.1 puts one image before each row")
         rng = np.random.default_rng(seed)
-        order: list[int] = []
-        while True:
-            batch = {"input_ids": np.empty((batch_size, text_length), dtype=np.int64),
-                     "images": np.empty((batch_size, 3, size, size), dtype=np.float32),
-                     "labels": np.empty((batch_size, text_length), dtype=np.int64)}
-            for b in range(batch_size):
+
+        def samples() -> Iterator[Sample]:
+            order: list[int] = []
+            while True:
                 if not order:
                     order = list(rng.permutation(len(self.examples)))
-                example = self.examples[order.pop()]
-                batch["input_ids"][b], batch["labels"][b] = self.tokenize(example, text_length)
-                batch["images"][b] = self.load_image(example, size)
-            yield batch
+                yield self.sample(self.examples[order.pop()], cfg, text_length, packing)
+
+        width = cfg.sequence_length(text_length) if cfg.image_splitting else text_length
+        return layout_batches(samples(), batch_size, width, self.pad_id, packing)
+
+
+def _to_array(img) -> np.ndarray:
+    """ToTensor: uint8 HWC -> float32 CHW in [0, 1]."""
+    return np.asarray(img, dtype=np.float32).transpose(2, 0, 1) * np.float32(1 / 255)
 
 
 def folder_batches(folder: str | Path, cfg, batch_size: int, text_length: int, seed: int,
-                   image_size: int | None = None, tokenizer_path: str | Path | None = None
-                   ) -> Iterator[dict[str, np.ndarray]]:
+                   image_size: int | None = None, tokenizer_path: str | Path | None = None,
+                   packing: bool = False) -> Iterator[dict[str, np.ndarray]]:
     """`synthetic_batches`' counterpart for a folder dataset."""
-    return FolderDataset(folder, tokenizer_path).batches(cfg, batch_size, text_length, seed, image_size)
+    return FolderDataset(folder, tokenizer_path).batches(cfg, batch_size, text_length, seed, image_size, packing)

@@ -10,9 +10,16 @@ colour, so every question has exactly one answer:
     position  "where is the red circle ?"          -> "top left"
 
 Text is tokenised with a small built-in word vocabulary (ids < 64), so it fits any
-config's vocabulary. The sequence is `<bos> question <sep> answer <eos> <pad>...`;
-labels are -100 except on the answer and <eos>, and equal the input ids there: the
-model shifts them itself (position t predicts token t+1).
+config's vocabulary. Pixels are in [0, 1], as nanoVLM's ToTensor gives them. The
+sequence follows the config's nanoVLM revision (see edgebench.data.layout):
+
+    v0.1   <bos> question <sep> answer <eos>            (the model puts the image first)
+    main   <im_start> user <nl> IMAGE question <im_end> <nl> <im_start> assistant <nl>
+           answer <im_end> <nl>                         (ChatML, nanoVLM's template)
+
+where IMAGE is the global view and 4x4 tiles drawn at max_img_size, each behind its
+marker token. Labels are -100 except on the answer and what ends it, and equal the
+input ids there: the model shifts them itself (position t predicts token t+1).
 """
 
 from __future__ import annotations
@@ -20,6 +27,9 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 import numpy as np
+
+from edgebench.data.layout import Sample, assemble, image_ids, split_tiles
+from edgebench.data.layout import batches as layout_batches
 
 COLOURS = {
     "red": (220, 40, 40), "green": (40, 180, 60), "blue": (50, 80, 230),
@@ -30,16 +40,20 @@ COUNT_WORDS = ("one", "two", "three", "four")
 QUADRANTS = (("top", "left"), ("top", "right"), ("bottom", "left"), ("bottom", "right"))
 QUESTION_TYPES = ("colour", "shape", "count", "position")
 
-SPECIALS = ("<pad>", "<bos>", "<sep>", "<eos>")
+SPECIALS = ("<pad>", "<bos>", "<sep>", "<eos>", "<im_start>", "<im_end>", "<nl>")
 WORDS = SPECIALS + tuple(sorted(
     set(COLOURS) | set(SHAPES) | set(COUNT_WORDS) | {w for q in QUADRANTS for w in q}
     | {"what", "colour", "shape", "is", "the", "object", "how", "many", "shapes", "are", "there", "where", "?"}
+    | {"user", "assistant"}
 ))
 TOKEN_ID = {word: i for i, word in enumerate(WORDS)}
-PAD_ID, BOS_ID, SEP_ID, EOS_ID = (TOKEN_ID[s] for s in SPECIALS)
-MAX_TOKENS = 1 + 6 + 1 + 2 + 1  # <bos> longest question <sep> longest answer <eos>
+PAD_ID, BOS_ID, SEP_ID, EOS_ID, IM_START_ID, IM_END_ID, NL_ID = (TOKEN_ID[s] for s in SPECIALS)
+LONGEST_QA = 8  # question + answer words: "where is the red circle ?" "top left" (or 7 + 1)
+MAX_TOKENS = 1 + LONGEST_QA + 2  # <bos> question <sep> answer <eos>
+MAX_CHAT_TOKENS = 3 + LONGEST_QA + 2 + 3 + 2  # ChatML turns around them
+USER, ASSISTANT = [IM_START_ID, TOKEN_ID["user"], NL_ID], [IM_START_ID, TOKEN_ID["assistant"], NL_ID]
+TURN_END = [IM_END_ID, NL_ID]
 
-# SigLIP normalisation: mean 0.5, std 0.5 per channel, i.e. pixels mapped to [-1, 1].
 _BACKGROUND = (40, 40, 48)
 
 
@@ -64,7 +78,7 @@ def _shape_mask(shape: str, dy: np.ndarray, dx: np.ndarray, r: float) -> np.ndar
 
 
 def draw_scene(rng: np.random.Generator, size: int, objects: list[dict]) -> np.ndarray:
-    """float32 [3, size, size] in [-1, 1]: each object in its quadrant, jittered."""
+    """float32 [3, size, size] in [0, 1]: each object in its quadrant, jittered."""
     image = np.empty((3, size, size), dtype=np.float32)
     image[:] = (np.array(_BACKGROUND, dtype=np.float32) + rng.integers(-8, 9, 3)).reshape(3, 1, 1)
     half = size // 2
@@ -80,7 +94,7 @@ def draw_scene(rng: np.random.Generator, size: int, objects: list[dict]) -> np.n
         region = image[:, y0 : y0 + half, x0 : x0 + half]
         for channel, value in enumerate(COLOURS[obj["colour"]]):
             region[channel][mask] = value
-    return image * np.float32(1 / 127.5) - np.float32(1.0)
+    return image * np.float32(1 / 255)
 
 
 def make_sample(rng: np.random.Generator, index: int, size: int) -> dict[str, Any]:
@@ -107,42 +121,52 @@ def make_sample(rng: np.random.Generator, index: int, size: int) -> dict[str, An
             "image": draw_scene(rng, size, objects)}
 
 
-def tokenize(question: list[str], answer: list[str], text_length: int) -> tuple[np.ndarray, np.ndarray]:
-    """input_ids and labels [text_length]: labels mark the answer and <eos> only."""
-    prompt = [BOS_ID, *encode(question), SEP_ID]
-    target = [*encode(answer), EOS_ID]
-    ids = np.full(text_length, PAD_ID, dtype=np.int64)
-    labels = np.full(text_length, -100, dtype=np.int64)
-    ids[: len(prompt) + len(target)] = prompt + target
-    labels[len(prompt) : len(prompt) + len(target)] = target
-    return ids, labels
-
-
-def synthetic_batches(cfg, batch_size: int, text_length: int, seed: int,
-                      image_size: int | None = None) -> Iterator[dict[str, np.ndarray]]:
-    """Endless batches {"input_ids" [B,T] int64, "images" [B,3,H,W] float32, "labels" [B,T] int64}.
-
-    `cfg` needs only `lm_vocab_size` and `vit_img_size` (any VLMConfig).
-    """
-    size = image_size or cfg.vit_img_size
-    if text_length < MAX_TOKENS:
-        raise ValueError(f"text_length {text_length} is too short: the synthetic task needs {MAX_TOKENS} tokens")
-    if cfg.lm_vocab_size < len(WORDS):
-        raise ValueError(f"lm_vocab_size {cfg.lm_vocab_size} is below the synthetic vocabulary ({len(WORDS)} words)")
-    if size < 8:
-        raise ValueError(f"image_size {size} is too small to draw shapes (need >= 8)")
+def _samples(cfg, seed: int, size: int) -> Iterator[Sample]:
+    """Endless samples in the config's layout; `size` is the drawn image's side."""
     rng = np.random.default_rng(seed)
     index = 0
     while True:
-        ids = np.empty((batch_size, text_length), dtype=np.int64)
-        labels = np.empty((batch_size, text_length), dtype=np.int64)
-        images = np.empty((batch_size, 3, size, size), dtype=np.float32)
-        for b in range(batch_size):
-            sample = make_sample(rng, index, size)
-            ids[b], labels[b] = tokenize(sample["question"], sample["answer"], text_length)
-            images[b] = sample["image"]
-            index += 1
-        yield {"input_ids": ids, "images": images, "labels": labels}
+        s = make_sample(rng, index, size)
+        index += 1
+        question, answer = encode(s["question"]), encode(s["answer"])
+        if not getattr(cfg, "image_splitting", False):
+            ids, labels = assemble([([BOS_ID, *question, SEP_ID], False), ([*answer, EOS_ID], True)])
+            yield Sample(ids, labels, s["image"][None])
+            continue
+        tile = cfg.vit_img_size
+        factor = size // tile  # the global view: the whole image averaged down to one tile
+        global_view = s["image"].reshape(3, tile, factor, tile, factor).mean(axis=(2, 4))
+        ids, labels = assemble([(USER + image_ids(cfg, cfg.image_grid) + question + TURN_END + ASSISTANT, False),
+                                (answer + TURN_END, True)])
+        yield Sample(ids, labels, split_tiles(s["image"], tile, global_view))
+
+
+def synthetic_batches(cfg, batch_size: int, text_length: int, seed: int,
+                      image_size: int | None = None, packing: bool = False) -> Iterator[dict[str, np.ndarray]]:
+    """Endless batches {"input_ids", "labels", "attention_mask"} int64 [B, W], "images" float32 [N, 3, S, S].
+
+    v0.1 layout: W = text_length, N = B. main layout (`cfg.image_splitting`): W =
+    cfg.sequence_length(text_length) and N = B * cfg.n_tiles (more with `packing`).
+    `cfg` needs only `lm_vocab_size` and `vit_img_size` for v0.1's layout (any VLMConfig).
+    `image_size` re-sizes the image (v0.1) or the tile (main).
+    """
+    splitting = getattr(cfg, "image_splitting", False)
+    if splitting:
+        cfg = cfg.with_image_size(image_size)
+        size, width, need = cfg.vit_img_size * cfg.image_grid[0], cfg.sequence_length(text_length), MAX_CHAT_TOKENS
+        vocabulary = cfg.image_token_id
+    else:
+        size, width, need, vocabulary = image_size or cfg.vit_img_size, text_length, MAX_TOKENS, cfg.lm_vocab_size
+        if packing:
+            raise ValueError("packing needs image splitting (main's layout): v0.1 puts one image before each row")
+    if text_length < need + packing:
+        raise ValueError(f"text_length {text_length} is too short: the synthetic task needs {need + packing} tokens")
+    if vocabulary < len(WORDS):
+        raise ValueError(f"lm_vocab_size {cfg.lm_vocab_size} leaves fewer base tokens than the synthetic "
+                         f"vocabulary ({len(WORDS)} words)")
+    if size < 8:
+        raise ValueError(f"image_size {size} is too small to draw shapes (need >= 8)")
+    return layout_batches(_samples(cfg, seed, size), batch_size, width, PAD_ID, packing)
 
 
 def to_torch(batch: dict[str, np.ndarray], device: str = "cpu") -> dict[str, Any]:

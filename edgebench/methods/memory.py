@@ -56,7 +56,7 @@ class _Param:
 @functools.lru_cache(maxsize=64)
 def _params(cfg_items: tuple, trainable: str, frozen_dtype: str) -> tuple[_Param, ...]:
     from edgebench.model.config import VLMConfig
-    from edgebench.model.vlm import VisionLanguageModel
+    from edgebench.model.vision_language_model import VisionLanguageModel
 
     cfg = VLMConfig(**dict(cfg_items))
     with torch.device("meta"):
@@ -115,15 +115,20 @@ def _optimizer_state(method: Method, trainable: list[_Param]) -> int:
 
 
 def _block_activation_elements(cfg, batch: int, text_length: int) -> dict[str, int]:
-    """Elements autograd keeps per transformer block (fp32 model), by vision / decoder."""
+    """Elements autograd keeps per transformer block (fp32 model), by vision / decoder.
+
+    The vision encoder sees every tile of every sample (cfg.n_tiles); the decoder sees the
+    whole sequence, image positions included (cfg.sequence_length).
+    """
     n = (cfg.vit_img_size // cfg.vit_patch_size) ** 2
-    seq = cfg.n_image_tokens + text_length
+    images = batch * cfg.n_tiles
+    seq = cfg.sequence_length(text_length)
     # ViT block: LN in/out, qkv output, softmax, attention out, LN2 in/out (8 D), MLP (2 I).
-    vit = batch * n * (8 * cfg.vit_hidden_dim + 2 * cfg.vit_inter_dim + cfg.vit_n_heads * n)
+    vit = images * n * (8 * cfg.vit_hidden_dim + 2 * cfg.vit_inter_dim + cfg.vit_n_heads * n)
     # Decoder block: RMSNorm x/x*r/out twice, q, expanded k and v, attention out (10 D),
     # gated MLP (4 I), causal softmax.
     lm = batch * seq * (10 * cfg.lm_hidden_dim + 4 * cfg.lm_inter_dim + cfg.lm_n_heads * seq)
-    return {"vit": vit, "lm": lm, "vit_input": batch * n * cfg.vit_hidden_dim,
+    return {"vit": vit, "lm": lm, "vit_input": images * n * cfg.vit_hidden_dim,
             "lm_input": batch * seq * cfg.lm_hidden_dim}
 
 
@@ -133,8 +138,10 @@ def _activations(cfg, method: Method, batch: int, text_length: int) -> tuple[int
     micro = max(1, batch // method.accumulation)
     blocks = _block_activation_elements(cfg, micro, text_length)
     n = (cfg.vit_img_size // cfg.vit_patch_size) ** 2
-    seq = cfg.n_image_tokens + text_length
-    logits = 4 * micro * (text_length - 1) * cfg.lm_vocab_size  # fp32 (autocast keeps CE in fp32)
+    seq = cfg.sequence_length(text_length)
+    # The head runs on every position of input_ids but the last (v0.1: the image prefix skipped).
+    head_positions = (seq if cfg.image_splitting else text_length) - 1
+    logits = 4 * micro * head_positions * cfg.lm_vocab_size  # fp32 (autocast keeps CE in fp32)
     largest_block = elem * max(blocks["vit"], blocks["lm"])
     transient = largest_block + 2 * logits
     if not method.uses_backward:
@@ -147,8 +154,9 @@ def _activations(cfg, method: Method, batch: int, text_length: int) -> tuple[int
     else:
         vit = 0 if vision_frozen else cfg.vit_n_blocks * blocks["vit"] * elem
         lm = cfg.lm_n_blocks * blocks["lm"] * elem
-    images = 0 if vision_frozen else 4 * micro * 3 * cfg.vit_img_size**2
-    extras = elem * (micro * n * 2 * cfg.vit_hidden_dim + micro * seq * 3 * cfg.lm_hidden_dim) + logits
+    tiles = micro * cfg.n_tiles
+    images = 0 if vision_frozen else 4 * tiles * 3 * cfg.vit_img_size**2
+    extras = elem * (tiles * n * 2 * cfg.vit_hidden_dim + micro * seq * 3 * cfg.lm_hidden_dim) + logits
     return vit + lm + images + extras, transient
 
 
@@ -172,7 +180,9 @@ def predict(cfg, method: Method | str, batch_size: int, text_length: int,
     Keys: weights, gradients (tangents for forward-mode; gradient + previous gradient for cg),
     optimizer_state, activations (kept for backward), temporaries (largest transient),
     runtime_baseline (Python + torch + libraries), load_peak (building the fp32 model first),
-    peak; each `<name>_bytes`, plus `"estimate": True`.
+    peak; each `<name>_bytes`, plus `"estimate": True`, and the shape they follow:
+    `sequence_length` (decoder positions a sample takes, image included) and `image_tiles`
+    (images the vision encoder sees per sample).
     """
     if isinstance(cfg, str):
         from edgebench.model.config import get_config
@@ -223,5 +233,7 @@ def predict(cfg, method: Method | str, batch_size: int, text_length: int,
         "peak_bytes": max(train_peak, load_peak),
         "trainable_params": n_trainable,
         "total_params": sum(p.numel for p in params),
+        "sequence_length": cfg.sequence_length(text_length),
+        "image_tiles": cfg.n_tiles,
         "estimate": True,
     }

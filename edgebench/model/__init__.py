@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING
 from edgebench.model.config import CONFIG_NAMES, VLMConfig, get_config
 
 if TYPE_CHECKING:
-    from edgebench.model.vlm import VisionLanguageModel
+    from edgebench.model.vision_language_model import VisionLanguageModel
 
 __all__ = ["CONFIG_NAMES", "VLMConfig", "VisionLanguageModel", "build_model", "get_config"]
 
 
 def __getattr__(name: str):
     if name == "VisionLanguageModel":
-        from edgebench.model.vlm import VisionLanguageModel
+        from edgebench.model.vision_language_model import VisionLanguageModel
 
         return VisionLanguageModel
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -32,7 +32,7 @@ def build_model(name_or_dir: str, image_size: int | None = None) -> "VisionLangu
     fresh model; a checkpoint must be used at its own size.
     """
     if name_or_dir in CONFIG_NAMES:
-        from edgebench.model.vlm import VisionLanguageModel
+        from edgebench.model.vision_language_model import VisionLanguageModel
 
         return VisionLanguageModel(get_config(name_or_dir).with_image_size(image_size))
     from edgebench.model.checkpoint import from_pretrained

@@ -1,5 +1,9 @@
 """nanoVLM checkpoints: `config.json` + `model.safetensors`, read and written as nanoVLM does.
 
+config.json holds exactly the fields of the nanoVLM revision the config follows (so
+nanoVLM's own `VLMConfig(**json)` reads it); edgebench's own fields go to
+`edgebench.json` beside it, which nanoVLM never opens.
+
 nanoVLM stores the tied embedding/head tensor once, as `decoder.head.weight`, and
 keeps `decoder.rotary_embd.inv_freq`. We accept the tied tensor under either name
 and check every other key strictly, so a checkpoint that does not fit is refused
@@ -18,10 +22,11 @@ from edgebench.model.config import VLMConfig, config_from_dict
 if TYPE_CHECKING:
     import torch
 
-    from edgebench.model.vlm import VisionLanguageModel
+    from edgebench.model.vision_language_model import VisionLanguageModel
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
+EDGEBENCH_FILE = "edgebench.json"
 TIED_KEYS = ("decoder.head.weight", "decoder.token_embedding.weight")  # stored name first
 
 
@@ -69,7 +74,14 @@ def read_config(folder: str | Path) -> VLMConfig:
         raise CheckpointError(f"{path}: not valid JSON ({exc})") from exc
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: expected a JSON object of nanoVLM config fields")
-    return config_from_dict(data, source=str(path))
+    extra_path = Path(folder) / EDGEBENCH_FILE
+    extra = None
+    if extra_path.is_file():
+        try:
+            extra = json.loads(extra_path.read_text())
+        except json.JSONDecodeError as exc:
+            raise CheckpointError(f"{extra_path}: not valid JSON ({exc})") from exc
+    return config_from_dict(data, source=str(path), edgebench=extra)
 
 
 def load_state_dict_strict(model: VisionLanguageModel, tensors: dict[str, torch.Tensor], source: str) -> None:
@@ -114,7 +126,7 @@ def from_pretrained(name_or_dir: str | Path) -> VisionLanguageModel:
     """Load a nanoVLM checkpoint folder (or hub id) with strict key checking."""
     import torch
 
-    from edgebench.model.vlm import VisionLanguageModel
+    from edgebench.model.vision_language_model import VisionLanguageModel
 
     load_file = _safetensors().load_file
 
@@ -130,12 +142,13 @@ def from_pretrained(name_or_dir: str | Path) -> VisionLanguageModel:
 
 
 def save_pretrained(model: VisionLanguageModel, folder: str | Path) -> Path:
-    """Write config.json + model.safetensors in nanoVLM's layout (tied tensor once)."""
+    """Write config.json + model.safetensors in nanoVLM's layout (tied tensor once), and edgebench.json."""
     save_file = _safetensors().save_file
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().contiguous() for k, v in model.state_dict().items() if k in expected_keys(model)}
-    (folder / CONFIG_FILE).write_text(json.dumps(model.cfg.to_dict(), indent=4) + "\n")
+    (folder / CONFIG_FILE).write_text(json.dumps(model.cfg.to_nanovlm_dict(), indent=4) + "\n")
+    (folder / EDGEBENCH_FILE).write_text(json.dumps(model.cfg.edgebench_dict(), indent=4) + "\n")
     save_file(tensors, str(folder / WEIGHTS_FILE))
     return folder

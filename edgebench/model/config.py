@@ -1,8 +1,18 @@
 """Model configurations by name, with nanoVLM's own field names.
 
 The field names are nanoVLM's (huggingface/nanoVLM, models/config.py) so that a
-nanoVLM `config.json` reads straight into `VLMConfig` and ours reads back into
-nanoVLM. Only the architecture fields change the model; the string fields are kept
+nanoVLM `config.json` reads straight into `VLMConfig`, and `to_nanovlm_dict()` writes
+exactly the fields of the nanoVLM revision whose layout the config follows, so
+nanoVLM's own `VLMConfig(**json)` accepts it. Two revisions matter:
+
+- v0.1 (commit 6ba9082e): one image resized to vit_img_size, its tokens placed
+  before the text.
+- main (commit 4e0c0961): the image resized so its long side is max_img_size, cut
+  into vit_img_size tiles plus a global view, each tile's tokens behind a row/column
+  marker token, all placed where the chat template puts the image.
+
+`image_splitting` (edgebench's own field, never written to config.json) picks main's
+layout. Only the architecture fields change the modules; the string fields are kept
 so a saved config says where the weights came from.
 """
 
@@ -12,6 +22,37 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+# The nanoVLM revisions a config.json is written for: commit and VLMConfig's fields, in order.
+NANOVLM_COMMITS = {"v0.1": "6ba9082e16f1fc8c21a1f8d0c54b26c9233c8771",
+                   "main": "4e0c0961846135c2217f95e54cb4c2d66eb55e42"}
+_VIT_FIELDS = ("vit_hidden_dim", "vit_inter_dim", "vit_patch_size", "vit_img_size", "vit_n_heads", "vit_dropout",
+               "vit_n_blocks", "vit_ln_eps", "vit_cls_flag", "vit_model_type")
+_LM_HEAD = ("lm_hidden_dim", "lm_inter_dim", "lm_rms_eps", "lm_re_base", "lm_max_position_embeddings")
+_LM_TAIL = ("lm_n_heads", "lm_n_kv_heads", "lm_dropout", "lm_n_blocks", "lm_attn_scaling", "lm_max_length",
+            "lm_use_tokens", "lm_tie_weights", "lm_model_type", "lm_tokenizer")
+NANOVLM_FIELDS = {
+    "v0.1": (*_VIT_FIELDS, *_LM_HEAD, "lm_vocab_size", *_LM_TAIL, "lm_eos_token_id", "mp_pixel_shuffle_factor",
+             "vlm_load_backbone_weights", "vlm_checkpoint_path"),
+    "main": (*_VIT_FIELDS, *_LM_HEAD, "lm_base_vocab_size", "extra_token_amount", "lm_vocab_size", *_LM_TAIL,
+             "lm_chat_template", "mp_pixel_shuffle_factor", "mp_image_token_length", "max_img_size",
+             "resize_to_max_side_len", "vlm_extra_tokens", "vlm_load_backbone_weights", "vlm_checkpoint_path",
+             "hf_repo_name"),
+}
+# Fields edgebench keeps that no nanoVLM revision has (stored beside config.json, with the
+# other fields the revision lacks).
+EDGEBENCH_FIELDS = ("image_splitting",)
+
+# main's extra tokens, in the order its tokenizer appends them after the base vocabulary:
+# the image placeholder, the global-view marker, then row/column markers r1c1 .. r8c8.
+IMAGE_TOKEN, GLOBAL_IMAGE_TOKEN = "<|image|>", "<|global_image|>"
+MAX_GRID_SIDE = 8
+EXTRA_TOKENS = {"image_token": IMAGE_TOKEN, "global_image_token": GLOBAL_IMAGE_TOKEN,
+                **{f"r{i}c{j}": f"<row_{i}_col_{j}>" for i in range(1, MAX_GRID_SIDE + 1)
+                   for j in range(1, MAX_GRID_SIDE + 1)}}
+CHATML_TEMPLATE = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
+                   "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
+                   "{{ '<|im_start|>assistant\n' }}{% endif %}")
+
 
 class ConfigError(ValueError):
     """A configuration that edgebench cannot build (the message names the field)."""
@@ -19,7 +60,7 @@ class ConfigError(ValueError):
 
 @dataclass
 class VLMConfig:
-    """nanoVLM's VLMConfig: vision encoder (vit_*), decoder (lm_*), projector (mp_*)."""
+    """nanoVLM's VLMConfig: vision encoder (vit_*), decoder (lm_*), projector (mp_*), image splitting."""
 
     vit_hidden_dim: int = 768
     vit_inter_dim: int = 3072
@@ -38,6 +79,7 @@ class VLMConfig:
     lm_re_base: int = 100000
     lm_max_position_embeddings: int = 8192
     lm_vocab_size: int = 49152
+    extra_token_amount: int = 0  # main: the image/marker tokens at the end of lm_vocab_size
     lm_n_heads: int = 9
     lm_n_kv_heads: int = 3
     lm_dropout: float = 0.0
@@ -49,18 +91,63 @@ class VLMConfig:
     lm_tie_weights: bool = True
     lm_model_type: str = "HuggingFaceTB/SmolLM2-135M"
     lm_tokenizer: str = "HuggingFaceTB/cosmo2-tokenizer"
+    lm_chat_template: str = CHATML_TEMPLATE
 
     mp_pixel_shuffle_factor: int = 2
     mp_image_token_length: int = 49
 
+    max_img_size: int = 2048
+    resize_to_max_side_len: bool = True
+    image_splitting: bool = False  # edgebench's: main's tiles + markers instead of v0.1's one image first
+
     vlm_load_backbone_weights: bool = True
     vlm_checkpoint_path: str = "checkpoints"
+    hf_repo_name: str = "nanoVLM"
 
     @property
     def n_image_tokens(self) -> int:
         """Image tokens one image contributes: patches per side, pixel-shuffled."""
         side = self.vit_img_size // self.vit_patch_size // self.mp_pixel_shuffle_factor
         return side * side
+
+    @property
+    def nanovlm_revision(self) -> str:
+        """The nanoVLM revision whose image layout (and config.json fields) this config follows."""
+        return "main" if self.image_splitting else "v0.1"
+
+    @property
+    def image_grid(self) -> tuple[int, int]:
+        """Tiles (rows, columns) of a square image: main resizes its long side to max_img_size."""
+        side = self.max_img_size // self.vit_img_size if self.image_splitting else 1
+        return side, side
+
+    @property
+    def n_tiles(self) -> int:
+        """Images the vision encoder sees per sample: the tiles plus a global view (one if 1x1)."""
+        rows, cols = self.image_grid
+        return 1 if rows * cols == 1 else 1 + rows * cols
+
+    @property
+    def image_positions(self) -> int:
+        """Sequence positions one square image takes: its tokens, plus one marker per tile in main."""
+        if not self.image_splitting:
+            return self.n_image_tokens
+        return self.n_tiles * (1 + self.n_image_tokens)
+
+    def sequence_length(self, text_length: int) -> int:
+        """Decoder positions of a sample with `text_length` text tokens and one square image."""
+        return self.image_positions + text_length
+
+    @property
+    def image_token_id(self) -> int:
+        """main's image placeholder: the first of the extra tokens after the base vocabulary."""
+        return self.lm_vocab_size - self.extra_token_amount
+
+    def marker_token_id(self, row: int, col: int) -> int:
+        """The marker before tile (row, col), 1-based; (0, 0) is the global view's marker."""
+        if (row, col) == (0, 0):
+            return self.image_token_id + 1
+        return self.image_token_id + 2 + (row - 1) * MAX_GRID_SIDE + (col - 1)
 
     def validate(self) -> "VLMConfig":
         """Raise ConfigError naming the first field that makes the model unbuildable."""
@@ -83,6 +170,17 @@ class VLMConfig:
             (self.mp_image_token_length == self.n_image_tokens, "mp_image_token_length",
              f"{self.mp_image_token_length} but the image gives {self.n_image_tokens} tokens "
              "(use with_image_size() to change the image size)"),
+            (not self.image_splitting or self.extra_token_amount == len(EXTRA_TOKENS), "extra_token_amount",
+             f"{self.extra_token_amount}, but image splitting needs nanoVLM's {len(EXTRA_TOKENS)} image and "
+             "marker tokens"),
+            (self.extra_token_amount < self.lm_vocab_size, "extra_token_amount",
+             f"{self.extra_token_amount} leaves no base vocabulary in lm_vocab_size {self.lm_vocab_size}"),
+            (not self.image_splitting or (self.max_img_size % self.vit_img_size == 0
+                                          and self.max_img_size // self.vit_img_size <= MAX_GRID_SIDE),
+             "max_img_size", f"{self.max_img_size} must be a multiple of vit_img_size {self.vit_img_size}, at most "
+             f"{MAX_GRID_SIDE} tiles a side (there are markers up to r{MAX_GRID_SIDE}c{MAX_GRID_SIDE})"),
+            (0.0 <= self.vit_dropout < 1.0 and 0.0 <= self.lm_dropout < 1.0, "lm_dropout",
+             f"dropout must be in [0, 1): vit_dropout {self.vit_dropout}, lm_dropout {self.lm_dropout}"),
         ]
         for ok, field_name, why in checks:
             if not ok:
@@ -102,7 +200,19 @@ class VLMConfig:
         return dataclasses.replace(self, vit_img_size=image_size, mp_image_token_length=side * side).validate()
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field, edgebench's own included (for caching and run records)."""
         return dataclasses.asdict(self)
+
+    def to_nanovlm_dict(self) -> dict[str, Any]:
+        """Exactly the fields of nanoVLM's VLMConfig at `nanovlm_revision`, in its order."""
+        values = {**self.to_dict(), "lm_base_vocab_size": self.image_token_id,
+                  "vlm_extra_tokens": dict(EXTRA_TOKENS)}
+        return {name: values[name] for name in NANOVLM_FIELDS[self.nanovlm_revision]}
+
+    def edgebench_dict(self) -> dict[str, Any]:
+        """The fields the revision's config.json lacks (saved beside it, so a round trip is exact)."""
+        written = set(NANOVLM_FIELDS[self.nanovlm_revision])
+        return {name: value for name, value in self.to_dict().items() if name not in written}
 
 
 def parameter_count(cfg: VLMConfig) -> int:
@@ -123,31 +233,31 @@ def parameter_count(cfg: VLMConfig) -> int:
     return vision + projector + decoder
 
 
-# nanoVLM fields that do not change the modules or the weights' shapes (HEAD's image
-# splitting, tokenizer extras, training paths). Reading a config ignores them.
-IGNORED_NANOVLM_FIELDS = frozenset({
-    "lm_base_vocab_size", "extra_token_amount",  # lm_vocab_size is their sum
-    "lm_chat_template", "max_img_size", "resize_to_max_side_len", "vlm_extra_tokens",
-    "hf_repo_name", "lm_attention_bias",
-})
+# nanoVLM fields edgebench checks but does not store, and later fields that change no shape.
+DERIVED_NANOVLM_FIELDS = frozenset({"lm_base_vocab_size", "vlm_extra_tokens", "lm_attention_bias"})
 
 
-def config_from_dict(data: dict[str, Any], source: str = "config") -> VLMConfig:
-    """A VLMConfig from a nanoVLM config dict (v0.1 or HEAD field set).
+def config_from_dict(data: dict[str, Any], source: str = "config",
+                     edgebench: dict[str, Any] | None = None) -> VLMConfig:
+    """A VLMConfig from a nanoVLM config dict (v0.1 or main field set).
 
-    Unknown text/flag fields are ignored; an unknown number is refused, because it may
-    be a dimension this code does not build, and silently ignoring it would load a
-    different model than the checkpoint's.
+    `edgebench`: edgebench's own fields saved beside it; without them a main field set
+    means main's image splitting. Unknown text/flag fields are ignored; an unknown number
+    is refused, because it may be a dimension this code does not build, and silently
+    ignoring it would load a different model than the checkpoint's.
     """
     known = {f.name for f in dataclasses.fields(VLMConfig)}
-    fields = {k: v for k, v in data.items() if k in known}
+    fields = {k: v for k, v in (edgebench or {}).items() if k in known}
+    fields.update((k, v) for k, v in data.items() if k in known and k not in EDGEBENCH_FIELDS)
+    is_main = "mp_image_token_length" in data or "max_img_size" in data
+    fields["image_splitting"] = bool((edgebench or {}).get("image_splitting", is_main))
     if "lm_vocab_size" not in data and {"lm_base_vocab_size", "extra_token_amount"} <= set(data):
         fields["lm_vocab_size"] = data["lm_base_vocab_size"] + data["extra_token_amount"]
     if "mp_image_token_length" not in data:  # v0.1 has no such field: derive it
         fields["mp_image_token_length"] = dataclasses.replace(VLMConfig(), **fields).n_image_tokens
     unknown_numbers = sorted(
         k for k, v in data.items()
-        if k not in known and k not in IGNORED_NANOVLM_FIELDS
+        if k not in known and k not in DERIVED_NANOVLM_FIELDS
         and isinstance(v, (int, float)) and not isinstance(v, bool)
     )
     if unknown_numbers:
@@ -156,9 +266,16 @@ def config_from_dict(data: dict[str, Any], source: str = "config") -> VLMConfig:
             "architecture, which edgebench's nanoVLM does not build. Remove them if they do not."
         )
     try:
-        return VLMConfig(**fields).validate()
+        cfg = VLMConfig(**fields).validate()
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from exc
+    if "lm_base_vocab_size" in data and data["lm_base_vocab_size"] != cfg.image_token_id:
+        raise ConfigError(f"{source}: lm_base_vocab_size {data['lm_base_vocab_size']} + extra_token_amount "
+                          f"{cfg.extra_token_amount} is not lm_vocab_size {cfg.lm_vocab_size}")
+    if cfg.image_splitting and list(data.get("vlm_extra_tokens", EXTRA_TOKENS).values()) != list(EXTRA_TOKENS.values()):
+        raise ConfigError(f"{source}: vlm_extra_tokens differ from nanoVLM's image, global and r1c1..r8c8 "
+                          "tokens, which edgebench places by their position after the base vocabulary")
+    return cfg
 
 
 def _tiny() -> VLMConfig:
@@ -179,14 +296,16 @@ def _nanovlm_222m() -> VLMConfig:
 
 
 def _nanovlm_460m() -> VLMConfig:
-    # nanoVLM HEAD: SigLIP2-B/16-512 + SmolLM2-360M, pixel shuffle 4 -> 64 tokens a tile.
+    # nanoVLM main: SigLIP2-B/16-512 + SmolLM2-360M, pixel shuffle 4 -> 64 tokens a tile; images
+    # split into up to 4x4 tiles of 512 px plus a global view, as main trains.
     return VLMConfig(
         vit_img_size=512, vit_model_type="google/siglip2-base-patch16-512",
-        lm_hidden_dim=960, lm_inter_dim=2560, lm_vocab_size=49152 + 66, lm_n_heads=15,
+        lm_hidden_dim=960, lm_inter_dim=2560, lm_vocab_size=49152 + 66, extra_token_amount=66, lm_n_heads=15,
         lm_n_kv_heads=5, lm_n_blocks=32, lm_max_length=4096,
         lm_model_type="HuggingFaceTB/SmolLM2-360M-Instruct",
         lm_tokenizer="HuggingFaceTB/SmolLM2-360M-Instruct",
         mp_pixel_shuffle_factor=4, mp_image_token_length=64,
+        max_img_size=2048, resize_to_max_side_len=True, image_splitting=True,
     )
 
 

@@ -1,0 +1,76 @@
+"""The VLM: vision encoder -> projector -> image embeddings in the decoder's sequence.
+
+Names follow nanoVLM's models/vision_language_model.py (`vision_encoder`, `MP`,
+`decoder`). Where the image goes follows the config's nanoVLM revision:
+
+- v0.1 layout: one image [B, 3, S, S]; its tokens come before `input_ids`.
+- main layout (`image_splitting`): tiles of every sample, concatenated [N, 3, S, S];
+  their tokens replace the image placeholder ids in `input_ids`, in order (row-major
+  over the batch, as nanoVLM fills them). The replacement is a gather, so it exports.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from edgebench.model.config import VLMConfig
+from edgebench.model.language_model import LanguageModel
+from edgebench.model.modality_projector import ModalityProjector
+from edgebench.model.vision_transformer import ViT
+
+
+class VisionLanguageModel(nn.Module):
+    """forward(input_ids [B,T] long, images [N,3,S,S] float, labels [B,T] long, attention_mask=None) -> loss.
+
+    The loss is cross-entropy where position t predicts token t+1 of `input_ids`
+    (labels -100 ignored; the model shifts labels itself). `attention_mask` [B, T]
+    (1 token, 0 padding) is optional: without it nothing is masked but the future.
+    """
+
+    def __init__(self, cfg: VLMConfig):
+        super().__init__()
+        self.cfg = cfg.validate()
+        # Hidden-state positions before input_ids (v0.1 puts the image there; main, none).
+        self.n_image_tokens = 0 if cfg.image_splitting else cfg.n_image_tokens
+        self.vision_encoder = ViT(cfg)
+        self.decoder = LanguageModel(cfg)
+        self.MP = ModalityProjector(cfg)
+
+    def _embed(self, input_ids: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
+        expected = (3, self.cfg.vit_img_size, self.cfg.vit_img_size)
+        if images.dim() != 4 or tuple(images.shape[1:]) != expected:
+            raise ValueError(f"images must be [N, {', '.join(map(str, expected))}], got {list(images.shape)}")
+        image_embd = self.MP(self.vision_encoder(images))
+        token_embd = self.decoder.token_embedding(input_ids)
+        if not self.cfg.image_splitting:
+            return torch.cat((image_embd, token_embd), dim=1)
+        B, T, D = token_embd.shape
+        is_image = (input_ids == self.cfg.image_token_id).reshape(-1)
+        # The k-th placeholder (row-major) takes the k-th image token.
+        index = (torch.cumsum(is_image.to(torch.int64), dim=0) - 1).clamp(min=0)
+        placed = image_embd.reshape(-1, D).index_select(0, index).to(token_embd.dtype)
+        return torch.where(is_image.unsqueeze(-1), placed, token_embd.reshape(B * T, D)).view(B, T, D)
+
+    def hidden_states(self, input_ids: torch.Tensor, images: torch.Tensor,
+                      attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """[B, n_image_tokens + T, lm_hidden_dim] after the decoder's final norm."""
+        if attention_mask is not None and self.n_image_tokens:
+            image_mask = attention_mask.new_ones(attention_mask.size(0), self.n_image_tokens)
+            attention_mask = torch.cat((image_mask, attention_mask), dim=1)
+        return self.decoder(self._embed(input_ids, images), attention_mask)
+
+    def logits(self, input_ids: torch.Tensor, images: torch.Tensor,
+               attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """[B, n_image_tokens + T, vocab]."""
+        return self.decoder.head(self.hidden_states(input_ids, images, attention_mask))
+
+    def forward(self, input_ids: torch.Tensor, images: torch.Tensor, labels: torch.Tensor,
+                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        h = self.hidden_states(input_ids, images, attention_mask)
+        # Positions of input_ids that have a next token (the head skips v0.1's image prefix).
+        logits = self.decoder.head(h[:, self.n_image_tokens : -1])
+        return F.cross_entropy(
+            logits.reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1), ignore_index=-100
+        )

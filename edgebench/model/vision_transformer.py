@@ -1,0 +1,110 @@
+"""The vision encoder: a SigLIP-style ViT (patch convolution, learned positions, pre-LN blocks).
+
+Names follow nanoVLM's models/vision_transformer.py, so its checkpoints load strictly.
+Attention is explicit matmul + softmax (lowers to ExecuTorch and ONNX alike); dropout
+modules exist only where vit_dropout > 0, at nanoVLM's places.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from edgebench.model.config import VLMConfig
+
+
+def dropout(p: float) -> nn.Module:
+    """nn.Dropout where configured; identity otherwise (nothing extra in exported graphs)."""
+    return nn.Dropout(p) if p > 0 else nn.Identity()
+
+
+class ViTPatchEmbeddings(nn.Module):
+    """Non-overlapping patches by a strided convolution, plus learned positions (no CLS)."""
+
+    def __init__(self, cfg: VLMConfig):
+        super().__init__()
+        self.num_patches = (cfg.vit_img_size // cfg.vit_patch_size) ** 2
+        self.conv = nn.Conv2d(3, cfg.vit_hidden_dim, kernel_size=cfg.vit_patch_size, stride=cfg.vit_patch_size)
+        self.position_embedding = nn.Parameter(torch.rand(1, self.num_patches, cfg.vit_hidden_dim))
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        x = self.conv(images).flatten(2).transpose(1, 2)  # [B, patches, hidden]
+        return x + self.position_embedding
+
+
+class ViTMultiHeadAttention(nn.Module):
+    def __init__(self, cfg: VLMConfig):
+        super().__init__()
+        self.n_heads = cfg.vit_n_heads
+        self.head_dim = cfg.vit_hidden_dim // cfg.vit_n_heads
+        self.scale = 1.0 / math.sqrt(self.head_dim)
+        self.qkv_proj = nn.Linear(cfg.vit_hidden_dim, 3 * cfg.vit_hidden_dim, bias=True)
+        self.out_proj = nn.Linear(cfg.vit_hidden_dim, cfg.vit_hidden_dim, bias=True)
+        self.attn_dropout = dropout(cfg.vit_dropout)
+        self.resid_dropout = dropout(cfg.vit_dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = (
+            t.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
+            for t in self.qkv_proj(x).split(C, dim=2)
+        )
+        weights = self.attn_dropout(F.softmax(torch.matmul(q, k.transpose(-2, -1)) * self.scale, dim=-1))
+        y = torch.matmul(weights, v)
+        return self.resid_dropout(self.out_proj(y.transpose(1, 2).reshape(B, T, C)))
+
+
+class ViTMLP(nn.Module):
+    def __init__(self, cfg: VLMConfig):
+        super().__init__()
+        self.fc1 = nn.Linear(cfg.vit_hidden_dim, cfg.vit_inter_dim)
+        self.fc2 = nn.Linear(cfg.vit_inter_dim, cfg.vit_hidden_dim)
+        self.dropout = dropout(cfg.vit_dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.fc2(F.gelu(self.fc1(x), approximate="tanh")))
+
+
+class ViTBlock(nn.Module):
+    """Pre-LayerNorm transformer block."""
+
+    def __init__(self, cfg: VLMConfig):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(cfg.vit_hidden_dim, eps=cfg.vit_ln_eps)
+        self.attn = ViTMultiHeadAttention(cfg)
+        self.ln2 = nn.LayerNorm(cfg.vit_hidden_dim, eps=cfg.vit_ln_eps)
+        self.mlp = ViTMLP(cfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class ViT(nn.Module):
+    def __init__(self, cfg: VLMConfig):
+        super().__init__()
+        self.patch_embedding = ViTPatchEmbeddings(cfg)
+        self.dropout = dropout(cfg.vit_dropout)
+        self.blocks = nn.ModuleList([ViTBlock(cfg) for _ in range(cfg.vit_n_blocks)])
+        self.layer_norm = nn.LayerNorm(cfg.vit_hidden_dim, eps=cfg.vit_ln_eps)
+        self.apply(_init_weights)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        x = self.dropout(self.patch_embedding(images))
+        for block in self.blocks:
+            x = block(x)
+        return self.layer_norm(x)
+
+
+def _init_weights(module: nn.Module) -> None:
+    # nanoVLM's initialisation (position embeddings stay torch.rand, as there).
+    if isinstance(module, (nn.Linear, nn.Conv2d)):
+        nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)
