@@ -269,3 +269,16 @@ def test_battery_module_entry_point_runs_on_the_device(tmp_path):
     refused = subprocess.run([*run, "--calibrate"], capture_output=True, text=True, env=env)
     assert refused.returncode == 2 and refused.stdout == ""
     assert refused.stderr.count("\n") == 1 and "unplug USB" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_a_run_on_a_charging_phone_is_flagged_in_result_json(tmp_path):
+    """The flag reaches the run's records: result.json's sampler summary (the store keeps it)."""
+    from edgebench.runner.spec import RunSpec
+    from edgebench.runner.supervisor import run_spec
+
+    spec = RunSpec(model="tiny", method="no-such-method", steps=1, run_id="flagged",
+                   sensors={"power": {"source": "battery", "battery_current_sign": "auto"}})
+    run_spec(spec, tmp_path / "run", root=str(MI8))  # the worker fails at once; the sampler ran meanwhile
+    stored = json.loads((tmp_path / "run" / "result.json").read_text())["sampler"]
+    assert stored["power_source"] == "battery" and stored["power_flags"] == ["battery_sign_unverified", "charging"]
+    assert stored["battery_status_seen"] == ["Charging"] and "unplug USB" in stored["power_warning"]
