@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 
 from edgebench.methods import PRESETS, memory, parse_method
-from edgebench.runner.local import run_local
+from edgebench.fleet.local import run_local
 from edgebench.runner.spec import RunSpec
 
 EXTRA = ["mezo-lora+frozen-int8", "lora+ckpt+frozen-int8"]

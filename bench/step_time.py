@@ -14,7 +14,8 @@ import tempfile
 from pathlib import Path
 
 from edgebench.model.config import get_config, parameter_count
-from edgebench.runner.local import new_run_id, run_local
+from edgebench.fleet.local import run_local
+from edgebench.fleet.plan import new_run_id
 from edgebench.runner.spec import RunSpec
 
 STATE_TENSORS = {"adamw": 2, "sgd": 0}

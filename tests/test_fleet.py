@@ -9,7 +9,8 @@ import pytest
 
 import edgebench
 from edgebench.devices.inventory import get_device
-from edgebench.devices.transport import TransportError, connect
+from edgebench.devices import connect
+from edgebench.devices.transport import TransportError
 from edgebench.fleet.clock import probe_clock
 from edgebench.fleet.collect import fetch_file
 from edgebench.fleet.deploy import preflight

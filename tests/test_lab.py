@@ -20,7 +20,8 @@ from click.testing import CliRunner
 from edgebench.cli import cli
 from edgebench.devices import lab
 from edgebench.devices.inventory import get_device, read_inventory, write_inventory
-from edgebench.devices.transport import TransportError, connect
+from edgebench.devices import connect
+from edgebench.devices.transport import TransportError
 from edgebench.fleet.collect import collect_device
 from edgebench.fleet.deploy import PreflightError, deploy_one, remote_run_dir
 from edgebench.fleet.status import device_status

@@ -14,7 +14,8 @@ import pytest
 from rich.console import Console
 
 from edgebench.devices.transport import LocalTransport
-from edgebench.live.follow import FileTail, LocalRun, RemoteRun, find_local_run
+from edgebench.live.follow import LocalRun, RemoteRun, find_local_run
+from edgebench.telemetry.trace import TraceTail
 from edgebench.live.state import LiveState
 from edgebench.live.view import render, sparkline
 from live_writer import write_run
@@ -28,9 +29,9 @@ def _text(state: LiveState, width: int = 120) -> str:
     return console.export_text()
 
 
-def test_file_tail_returns_only_complete_lines(tmp_path):
+def test_trace_tail_returns_only_complete_lines(tmp_path):
     path = tmp_path / "samples.jsonl"
-    tail = FileTail(path)
+    tail = TraceTail(path)
     assert tail.read_lines() == []  # not there yet
     path.write_bytes(b'{"t_ns": 1}\n{"t_ns": 2, "rss')
     assert tail.read_lines() == [b'{"t_ns": 1}']
@@ -39,6 +40,9 @@ def test_file_tail_returns_only_complete_lines(tmp_path):
     assert tail.read_lines() == [b'{"t_ns": 2, "rss_bytes": 5}']
     path.write_bytes(b'{"t_ns": 9}\n')  # replaced by a shorter file: start again
     assert tail.read_lines() == [b'{"t_ns": 9}']
+    with open(path, "ab") as fh:
+        fh.write(b'garbage\n{"t_ns": 10}\n')
+    assert tail.read() == [{"t_ns": 10}] and tail.bad_lines == 1
 
 
 def test_state_and_render_show_the_figures_of_a_finished_run(tmp_path):

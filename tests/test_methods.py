@@ -158,7 +158,7 @@ def test_predict_labels_estimates_and_orders_methods():
 def test_methods_and_predict_commands():
     from click.testing import CliRunner
 
-    from edgebench.methods.commands import methods_command, predict_command
+    from edgebench.cli.methods import methods_command, predict_command
 
     listed = json.loads(CliRunner().invoke(methods_command, ["--json"]).output)
     assert {row["name"] for row in listed} == set(PRESETS)

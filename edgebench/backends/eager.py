@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from edgebench.backends import UnsupportedBackend
+from edgebench.backends.base import UnsupportedBackend
 from edgebench.data.synthetic import to_torch
 from edgebench.methods import MethodUnavailable, make_trainer, parse_method
 from edgebench.methods.trainer import build_model_for

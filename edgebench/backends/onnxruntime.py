@@ -3,10 +3,17 @@
 No torch in this process (58 MB vs 285 MB RSS, FIELD-NOTES.md): `onnxruntime.training`'s
 package `__init__` imports torch (ORTModule), and so does `import onnxruntime` (it probes
 ORTModule), so `onnxruntime.training.api` is loaded with an empty stand-in for that
-package and ORTModule marked absent. The optimizer (SGD or AdamW, global-norm clip) is the
-artifacts' optimizer graph; the learning rate is constant per run (spec.lr or the method's
-default recorded at export) for all parameters: one optimizer graph has one lr, and the
-schedule lives in torch-importing code.
+package and ORTModule marked absent.
+
+Memory (measured on nanovlm-222m, SGD, batch 1; bench/methods.py --backend onnxruntime):
+only the training graph is loaded (the eval graph is not, when nothing evaluates), ORT's
+CPU arena and memory patterns are off (the arena's power-of-two growth and the pattern's
+pre-planned block each held ~60 MiB more at peak than plain malloc), and SGD runs in numpy
+in place on ORT's parameter and gradient buffers (ORT's SGD optimizer allocates a moment
+per weight it never reads). AdamW is the artifacts' optimizer graph. MeZO runs the eval
+graph in an InferenceSession fed ORT's own parameter buffers, perturbed in place in numpy.
+The learning rate is constant per run (spec.lr or the method's default recorded at export)
+for all parameters: one optimizer graph has one lr, and the schedule lives in torch code.
 """
 
 from __future__ import annotations
@@ -20,9 +27,13 @@ from typing import Any
 
 import numpy as np
 
-from edgebench.backends import UnsupportedBackend
+from edgebench.backends.base import UnsupportedBackend
+from edgebench.backends.numpy_updates import InPlaceSGD, NumpyMeZO
 from edgebench.backends.program import check_batch, open_program
 from edgebench.backends.support import device_reason
+
+# SessionOptions the backend sets (recorded in each export's manifest as the lowering).
+SESSION_OPTIONS = {"enable_cpu_mem_arena": False, "enable_mem_pattern": False}
 
 
 def training_api():
@@ -60,11 +71,29 @@ def shifted_labels(labels: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(labels[:, 1:].reshape(-1), dtype=np.int64)
 
 
+def session_options(threads: int | None = None):
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    for key, value in SESSION_OPTIONS.items():
+        setattr(options, key, value)
+    options.log_severity_level = 3
+    if threads:
+        options.intra_op_num_threads = threads
+    return options
+
+
+def _feeds(batch: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return (np.ascontiguousarray(batch["input_ids"], dtype=np.int64),
+            np.ascontiguousarray(batch["images"], dtype=np.float32),
+            shifted_labels(batch["labels"]))
+
+
 class OnnxRuntimeBackend:
     name = "onnxruntime"
 
     def __init__(self) -> None:
-        self.state = self.module = self.optimizer = None
+        self.state = self.module = self.optimizer = self.sgd = self.mezo = self.forward = None
 
     def setup(self, spec: Any, example_batch: dict[str, Any]) -> None:
         reason = device_reason(self.name, platform.machine())
@@ -76,28 +105,56 @@ class OnnxRuntimeBackend:
         import onnxruntime
 
         onnxruntime.set_default_logger_severity(3)
-        options = onnxruntime.SessionOptions()
-        if spec.threads:
-            options.intra_op_num_threads = spec.threads
+        options = session_options(spec.threads)
+        lr = manifest["default_lr"] if spec.lr is None else spec.lr
         self.state = api.CheckpointState.load_checkpoint(str(directory / "checkpoint"))
-        self.module = api.Module(str(directory / "training_model.onnx"), self.state,
-                                 str(directory / "eval_model.onnx"), device="cpu", session_options=options)
-        self.optimizer = api.Optimizer(str(directory / "optimizer_model.onnx"), self.module)
-        self.optimizer.set_learning_rate(manifest["default_lr"] if spec.lr is None else spec.lr)
+        if manifest["program"] == "forward-only":
+            self.forward = ForwardLoss(directory / "eval_model.onnx", self.state, options)
+            self.mezo = NumpyMeZO([p.data for _, p in self.state.parameters if p.requires_grad], lr, spec.seed)
+            return
+        self.module = api.Module(str(directory / "training_model.onnx"), self.state, None,
+                                 device="cpu", session_options=options)
         self.module.train()
+        if manifest["optimizer"] == "adamw":
+            self.optimizer = api.Optimizer(str(directory / "optimizer_model.onnx"), self.module)
+            self.optimizer.set_learning_rate(lr)
+        else:
+            params = self.state.parameters
+            self.sgd = InPlaceSGD(lambda: [(p.data, p.grad) for _, p in params if p.requires_grad],
+                                  lr, manifest["max_grad_norm"])
 
     def step(self, batch: dict[str, Any]) -> float:
-        loss = self.module(np.ascontiguousarray(batch["input_ids"], dtype=np.int64),
-                           np.ascontiguousarray(batch["images"], dtype=np.float32),
-                           shifted_labels(batch["labels"]))
-        self.optimizer.step()
+        if self.mezo is not None:
+            feeds = _feeds(batch)
+            return self.mezo.step(lambda: self.forward(feeds))
+        loss = float(self.module(*_feeds(batch)))
+        (self.optimizer or self.sgd).step()
         self.module.lazy_reset_grad()
-        return float(loss)
+        return loss
 
     def named_parameters(self) -> dict[str, np.ndarray]:
-        """The trainable weights, by torch name (for tests and checkpoints)."""
-        params = self.state.parameters
-        return {name: param.data for name, param in params if param.requires_grad}
+        """The trainable weights, by torch name (views of ORT's buffers; for tests and checkpoints)."""
+        return {name: param.data for name, param in self.state.parameters if param.requires_grad}
 
     def close(self) -> None:
-        self.state = self.module = self.optimizer = None
+        self.state = self.module = self.optimizer = self.sgd = self.mezo = self.forward = None
+
+
+class ForwardLoss:
+    """The eval graph (loss; weights as inputs) in an InferenceSession fed the checkpoint
+    state's own parameter buffers: no training session, no gradient buffers (MeZO)."""
+
+    def __init__(self, path, state, options) -> None:
+        import onnxruntime
+        from onnxruntime.capi.onnxruntime_inference_collection import OrtValue
+
+        self.session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self.weights = {name: OrtValue(param._parameter.data) for name, param in state.parameters}
+        self.inputs = [i.name for i in self.session.get_inputs()][:3]  # input_ids, images, labels
+        self.loss_name = self.session.get_outputs()[0].name
+        self.wrap = OrtValue.ortvalue_from_numpy
+
+    def __call__(self, feeds: tuple[np.ndarray, ...]) -> float:
+        values = dict(self.weights)
+        values.update((name, self.wrap(array)) for name, array in zip(self.inputs, feeds))
+        return float(self.session.run_with_ort_values([self.loss_name], values)[0].numpy())

@@ -11,7 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from edgebench.backends import UnsupportedBackend
+from edgebench.backends.base import UnsupportedBackend
 from edgebench.backends.support import unsupported_reason
 
 MANIFEST = "manifest.json"

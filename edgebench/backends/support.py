@@ -10,19 +10,16 @@ from __future__ import annotations
 import platform
 from typing import Any
 
-BACKEND_NAMES = ("eager", "executorch", "onnxruntime")
-# ONNX Runtime training wheels (onnxruntime-training-cpu 1.19.2) exist for these only.
-ORT_TRAINING_ARCHES = ("x86_64",)
-ORT_FROM_SOURCE = (
-    "build ONNX Runtime from source with --enable_training_apis on the device "
-    "(https://onnxruntime.ai/docs/build/training.html), or use --backend executorch"
-)
+from edgebench.backends.base import BACKENDS
+
+BACKEND_NAMES = tuple(BACKENDS)
 
 # Optimizers each exported backend applies (ExecuTorch: SGD in the runtime, the others
-# with torch.optim over the program's parameters; ONNX Runtime: its optimizer graphs).
+# with torch.optim over the program's parameters; ONNX Runtime: SGD in place on its
+# parameter buffers, Adam/AdamW as its AdamW optimizer graph, Adam = AdamW without decay).
 EXPORT_OPTIMIZERS = {
     "executorch": ("sgd", "sgd-momentum", "adam", "adamw"),
-    "onnxruntime": ("sgd", "adamw"),
+    "onnxruntime": ("sgd", "adam", "adamw"),
 }
 
 
@@ -36,12 +33,12 @@ def unsupported_reason(method: Any, backend: str) -> str | None:
         return None
     if backend not in BACKEND_NAMES:
         return f"unknown backend {backend!r}; choose one of {', '.join(BACKEND_NAMES)}"
+    if backend == "onnxruntime":
+        return _onnxruntime_reason(method)
     other = "onnxruntime" if backend == "executorch" else "executorch"
     grad_mode = _knob(method, "grad_mode", "backprop")
     if grad_mode == "zeroth-order":
-        if backend == "executorch":
-            return None  # a forward-only program plus in-place perturbation
-        return "MeZO on onnxruntime is not built (no forward-only artifact); use --backend executorch or eager"
+        return None  # a forward-only program plus in-place perturbation
     if grad_mode != "backprop":
         return f"{grad_mode} gradients need torch.func (jvp) at run time; use --backend eager"
     optimizer = _knob(method, "optimizer", "adamw")
@@ -57,11 +54,36 @@ def unsupported_reason(method: Any, backend: str) -> str | None:
         return f"gradient accumulation is not built for {backend}; use --backend eager"
     if _knob(method, "precision", "fp32") != "fp32" or _knob(method, "frozen_dtype", "fp32") != "fp32":
         return f"{backend} programs are exported in float32 only; use --backend eager for bf16 / int8"
-    if backend == "onnxruntime" and _knob(method, "trainable", "all") == "lora":
-        return ("ONNX Runtime 1.19's pre-training graph optimizer fails on peft's LoRA graph "
-                "(\"Argument mismatch when removing edge\" in generate_artifacts); use --backend executorch or eager")
     if _knob(method, "fused_update", False):
         return f"fused update-in-backward needs torch's autograd hooks; use --backend eager (or {other} without it)"
+    return None
+
+
+def _onnxruntime_reason(method: Any) -> str | None:
+    """ONNX Runtime 1.19's training API: artifacts from generate_artifacts (training graph,
+    eval graph, checkpoint, AdamW optimizer graph), any trainable subset (LoRA written into
+    the graph by exporters.lora), MeZO on the eval graph. Everything else is refused here."""
+    grad_mode = _knob(method, "grad_mode", "backprop")
+    if grad_mode == "forward-mode":
+        return "forward-mode gradients need torch.func (jvp) at run time; use --backend eager"
+    optimizer = _knob(method, "optimizer", "adamw")
+    if optimizer not in EXPORT_OPTIMIZERS["onnxruntime"]:
+        where = "--backend executorch or eager" if optimizer in EXPORT_OPTIMIZERS["executorch"] else "--backend eager"
+        return (f"optimizer {optimizer} is not available on onnxruntime (its training API has SGD and "
+                f"AdamW: {', '.join(EXPORT_OPTIMIZERS['onnxruntime'])}); use {where}")
+    if _knob(method, "checkpointing", False):
+        return ("ONNX Runtime's recompute (its MemoryOptimizer) finds the forward/backward boundary by "
+                "ORTModule's YieldOp; training artifacts have none, so nothing would be recomputed; "
+                "use --backend eager")
+    if _knob(method, "accumulation", 1) != 1:
+        return ("gradient accumulation is not built for onnxruntime yet (its gradient buffers can add up "
+                "over calls, but the backend does not split batches); use --backend eager")
+    if _knob(method, "precision", "fp32") != "fp32" or _knob(method, "frozen_dtype", "fp32") != "fp32":
+        return ("onnxruntime training artifacts are float32 only (the CPU gradient and optimizer kernels "
+                "are fp32); use --backend eager for bf16 / int8")
+    if _knob(method, "fused_update", False):
+        return ("a fused update-in-backward has no place in ORT's training API (gradients land in "
+                "buffers the optimizer graph reads afterwards); use --backend eager")
     return None
 
 
@@ -70,8 +92,12 @@ def device_reason(backend: str, arch: str | None = None, backends: list[str] | N
     """Why `device` (its arch and the profile's backend list) cannot run `backend`; None if it can."""
     arch = arch or platform.machine()
     arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(arch.lower(), arch)
-    if backend == "onnxruntime" and arch not in ORT_TRAINING_ARCHES:
-        return (f"{device} is {arch}: onnxruntime-training has no Linux {arch} wheel; {ORT_FROM_SOURCE}")
+    info = BACKENDS.get(backend)
+    if info is None:
+        return f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}"
+    if info.arches is not None and arch not in info.arches:
+        return (f"{device} is {arch}: {info.package} has no {arch} wheel (PyPI publishes no Linux {arch} "
+                f"wheel of it); {info.elsewhere}")
     if backends is not None and backend not in backends:
         return (f"{device}'s profile lists backends {', '.join(backends)}, not {backend}; "
                 "add it to the profile's `backends` if the device has the runtime")

@@ -1,26 +1,24 @@
-"""The `edgebench` command. Thin: each room defines its commands in its own `commands.py`."""
+"""The `edgebench` command: the host's entry point.
+
+Commands of the host rooms live in each room's `commands.py`; commands that present the
+device-side rooms (models, methods, sensors) live here in `cli/`, so the device side never
+imports click. Every command is imported and registered below, in the order `--help` lists them.
+"""
 
 from __future__ import annotations
-
-import importlib
 
 import click
 
 from edgebench import __version__
-
-# Each module listed here defines click commands and a `COMMANDS` list of them.
-COMMAND_MODULES = [
-    "edgebench.model.commands",  # models
-    "edgebench.runner.commands",  # bench
-    "edgebench.methods.commands",  # methods, predict
-    "edgebench.devices.commands",  # devices, lab
-    "edgebench.fleet.commands",  # deploy, collect, status
-    "edgebench.telemetry.commands",  # sensors
-    "edgebench.results.commands",  # ingest, import-trace
-    "edgebench.report.commands",  # report
-    "edgebench.live.commands",  # live
-    "exporters.commands",  # export
-]
+from edgebench.cli.methods import methods_command, predict_command
+from edgebench.cli.models import models_command
+from edgebench.cli.sensors import sensors_command
+from edgebench.devices.commands import devices, lab
+from edgebench.fleet.commands import bench, collect, deploy, status
+from edgebench.live.commands import live_command
+from edgebench.report.commands import report_command
+from edgebench.results.commands import import_trace_command, ingest_command
+from exporters.commands import export_command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -39,14 +37,11 @@ def cli() -> None:
     """
 
 
-for _name in COMMAND_MODULES:
-    for _command in importlib.import_module(_name).COMMANDS:
-        cli.add_command(_command)
+for _command in (models_command, bench, methods_command, predict_command, devices, lab, deploy, collect,
+                 status, sensors_command, ingest_command, import_trace_command, report_command, live_command,
+                 export_command):
+    cli.add_command(_command)
 
 
 def main() -> None:
     cli(prog_name="edgebench")
-
-
-if __name__ == "__main__":
-    main()

@@ -103,4 +103,3 @@ def predict_command(device, ram_bytes, model_name, method, batch_size, text_leng
                   f"({budget / 2**20:,.0f} MiB RAM from {source}, {headroom:.0%} headroom)")
 
 
-COMMANDS = [methods_command, predict_command]

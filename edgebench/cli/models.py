@@ -104,4 +104,3 @@ def models_command(load_dir: str | None, as_json: bool) -> None:
         _render(rows)
 
 
-COMMANDS = [models_command]

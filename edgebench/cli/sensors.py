@@ -54,4 +54,3 @@ def sensors_command(root: str, sensors_json: str, seconds: float, as_json: bool)
     console.print(values)
 
 
-COMMANDS = [sensors_command]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from edgebench.devices.inventory import Device, get_device
+from edgebench.devices.inventory import Device
 
 
 class TransportError(RuntimeError):
@@ -168,21 +168,3 @@ def stream_process(argv: list[str], cwd: str | Path | None = None) -> Iterator[s
     finally:
         proc.kill()
         proc.wait()
-
-
-def connect(device: str | Device) -> Transport:
-    """A connected transport for a device name (from the inventory) or a Device."""
-    if isinstance(device, str):
-        device = get_device(device)
-    kind = device.transport.kind
-    if kind == "local":
-        return LocalTransport(device)
-    if kind == "ssh":
-        from edgebench.devices.ssh import SSHTransport
-
-        return SSHTransport(device)
-    if kind == "adb":
-        from edgebench.devices.adb import AdbTransport
-
-        return AdbTransport(device)
-    raise TransportError(f"{device.name}: unknown transport kind {kind!r}")

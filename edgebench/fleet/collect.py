@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from edgebench.devices.inventory import Device, get_device
-from edgebench.devices.transport import Transport, TransportError, connect
+from edgebench.devices import connect
+from edgebench.devices.transport import Transport, TransportError
 from edgebench.fleet.clock import probe_clock
-from edgebench.fleet.remote import MANIFEST, run_program
+from edgebench.fleet.device_scripts import listing
+from edgebench.fleet.remote import run_program
 
 APPEND_ONLY = (".jsonl", ".log")
 
@@ -80,7 +82,7 @@ def collect_device(name: str, run_id: str | None = None, local_root: Path = Path
     device = get_device(name)
     out = Collected(name)
     with connect(device) as transport:
-        manifest = run_program(transport, device, MANIFEST, device.workdir, timeout=600)
+        manifest = run_program(transport, device, listing, device.workdir, timeout=600)
         for sweep_id, sweep in sorted(manifest["sweeps"].items()):
             states = (sweep["state"] or {}).get("runs", {})
             for rid, files in sorted(sweep["runs"].items()):

@@ -1,12 +1,18 @@
-"""`edgebench deploy`, `edgebench collect`, `edgebench status`."""
+"""`edgebench bench`, `deploy`, `collect`, `status`: starting runs on devices (this host included) and
+bringing them back."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
+from typing import Any, Callable
 
 import click
 
+from edgebench.backends import BACKENDS
+from edgebench.fleet.plan import (attach_program, for_device, ingest_runs, make_specs, parse_duration,
+                                  unsupported_result)
 from edgebench.results import DEFAULT_STORE
 from edgebench.runner.spec import RunSpec
 
@@ -31,50 +37,143 @@ def _device_names(given: tuple[str, ...], with_local: bool) -> tuple[list[str], 
     return names, {name: {"error": why} for name, why in problems.items()}
 
 
+BACKEND_CHOICE = click.Choice(list(BACKENDS))
+
+
+def run_options(command: Callable) -> Callable:
+    """The run-shape options every command that starts runs takes (bench, deploy), so the
+    two can never drift apart. They arrive as one `shape` dict of RunSpec fields plus
+    `methods`, `duration`, `runs_dir` and `as_json`."""
+    options = [
+        click.option("--model", default="tiny", show_default=True, help="Model config (see `edgebench models`)."),
+        click.option("--methods", default="adamw,sgd", show_default=True,
+                     help="Comma-separated presets or combinations (see `edgebench methods`)."),
+        click.option("--backend", default="eager", show_default=True, type=BACKEND_CHOICE,
+                     help="eager runs torch; executorch and onnxruntime run a program exported for the "
+                          "device's profile first (cached)."),
+        click.option("--steps", default=5, show_default=True, type=click.IntRange(min=1), help="Measured steps."),
+        click.option("--warmup", default=1, show_default=True, type=click.IntRange(min=0), help="Warmup steps."),
+        click.option("--duration", default=None, help="Run for a time instead of --steps, e.g. 90s or 10m."),
+        click.option("--batch-size", default=1, show_default=True, type=click.IntRange(min=1)),
+        click.option("--text-length", default=32, show_default=True, type=click.IntRange(min=2)),
+        click.option("--threads", default=None, type=click.IntRange(min=1), help="torch threads (default: torch's own)."),
+        click.option("--accelerator", default="cpu", show_default=True, type=click.Choice(["cpu", "cuda"])),
+        click.option("--sample-hz", default=20.0, show_default=True, type=click.FloatRange(1, 100),
+                     help="Telemetry sampling rate."),
+        click.option("--timeout", "timeout_s", default=None, type=click.FloatRange(min=0, min_open=True),
+                     help="Wall-clock limit per run, seconds."),
+        click.option("--seed", default=0, show_default=True, help="Seed of the fresh weights and the data."),
+        click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False),
+                     help="Local folder for run directories, clock probes and deployment records."),
+        click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts."),
+    ]
+    shape_fields = ("model", "backend", "batch_size", "text_length", "threads", "accelerator", "sample_hz",
+                    "timeout_s", "seed")
+
+    @functools.wraps(command)
+    def wrapper(**kwargs: Any) -> Any:
+        shape = {name: kwargs.pop(name) for name in shape_fields}
+        shape["steps"], shape["warmup_steps"] = kwargs.pop("steps"), kwargs.pop("warmup")
+        duration = kwargs.pop("duration")
+        try:
+            shape["duration_s"] = parse_duration(duration) if duration else None
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--duration") from None
+        methods = [m.strip() for m in kwargs.pop("methods").split(",") if m.strip()]
+        return command(shape=shape, methods=methods, **kwargs)
+
+    for option in reversed(options):
+        wrapper = option(wrapper)
+    return wrapper
+
+
+@click.command()
+@click.option("--device", default="local", show_default=True,
+              help="Where to run. `local` is this host; remote devices go through `edgebench deploy`.")
+@run_options
+@click.option("--store", default=None, type=click.Path(dir_okay=False),
+              help="Results store to ingest into (default: RUNS_DIR/edgebench.duckdb); see `edgebench report`.")
+def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str, as_json: bool,
+          store: str | None) -> None:
+    """Benchmark fine-tuning methods on this host: `deploy` to the local device, in the foreground.
+
+    Each method runs in a fresh process so its memory is its own, sampled while it runs;
+    a run that OOMs, diverges or fails is recorded with its status and the sweep goes on.
+    Each run leaves a run directory under --runs-dir and is ingested into the store.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from edgebench.devices.profiles import load_profile
+    from edgebench.fleet.local import run_local
+    from edgebench.report.tables import render_bench_results
+
+    if device != "local":
+        raise click.UsageError(
+            f"bench runs on this host only (--device local); for device {device!r} use "
+            f"`edgebench deploy --device {device}` and then `edgebench collect`")
+    profile = load_profile(device)
+    specs = for_device(device, profile, make_specs(methods, **shape))
+    results = []
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), disable=as_json, transient=False) as progress:
+        for spec in specs:
+            label = f"{spec.method} ({spec.backend})"
+            total = None if spec.duration_s else spec.warmup_steps + spec.steps
+            task = progress.add_task(label, total=total)
+            refused = attach_program(spec, profile,
+                                     on_stage=lambda stage, t=task, l=label: progress.update(t, description=f"{l}: {stage}"))
+            if refused is not None:
+                progress.update(task, description=f"{label}: unsupported")
+                results.append(unsupported_result(spec, refused))
+                continue
+            run_dir = Path(runs_dir) / spec.run_id
+            result = run_local(spec, run_dir, on_progress=lambda n, t=task: progress.update(t, completed=n))
+            result["run_dir"] = str(run_dir)
+            progress.update(task, completed=total or result.get("steps_done") or 0,
+                            description=f"{label}: {result['status']}")
+            results.append(result)
+    store_path = Path(store) if store else Path(runs_dir) / "edgebench.duckdb"
+    ingest_runs(store_path, [Path(r["run_dir"]) for r in results if "run_dir" in r], device)
+    if as_json:
+        click.echo(json.dumps(results, indent=2, default=str))
+    else:
+        render_bench_results(results, f"{shape['model']} on {device}, batch {shape['batch_size']}, {shape['backend']}")
+        click.echo(f"run directories under {runs_dir}/; store {store_path} (edgebench report --store {store_path})")
+
+
 @click.command()
 @click.option("--device", "devices", multiple=True, required=True,
               help="Inventory name (repeatable; several devices run at once). See `edgebench devices`.")
-@click.option("--model", default="tiny", show_default=True, help="Model config (see `edgebench models`).")
-@click.option("--methods", default="sgd,adamw", show_default=True, help="Comma-separated presets or combinations.")
-@click.option("--backend", default="eager", show_default=True, type=click.Choice(["eager", "executorch", "onnxruntime"]))
+@run_options
 @click.option("--program", default=None, type=click.Path(exists=True, file_okay=False),
-              help="Exported program directory (executorch/onnxruntime backends; see exporters/).")
-@click.option("--steps", default=5, show_default=True, type=click.IntRange(min=1), help="Measured steps.")
-@click.option("--warmup", default=1, show_default=True, type=click.IntRange(min=0), help="Warmup steps.")
-@click.option("--batch-size", default=1, show_default=True, type=click.IntRange(min=1))
-@click.option("--text-length", default=32, show_default=True, type=click.IntRange(min=2))
-@click.option("--threads", default=None, type=int, help="torch threads (default: torch's own).")
-@click.option("--sample-hz", default=20.0, show_default=True, type=click.FloatRange(1, 100))
-@click.option("--timeout", "timeout_s", default=None, type=float, help="Wall-clock limit per run, seconds.")
+              help="A program exported beforehand (`edgebench export`); default: export for each device's "
+                   "profile now (cached).")
 @click.option("--spec", "spec_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="RunSpec JSON file to run as is (repeatable); replaces --methods and the shape options.")
-@click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False),
-              help="Local folder for clock probes and deployment records.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def deploy(devices: tuple[str, ...], model: str, methods: str, backend: str, program: str | None, steps: int,
-           warmup: int, batch_size: int, text_length: int, threads: int | None, sample_hz: float,
-           timeout_s: float | None, spec_files: tuple[str, ...], runs_dir: str, as_json: bool) -> None:
+def deploy(devices: tuple[str, ...], shape: dict[str, Any], methods: list[str], runs_dir: str, as_json: bool,
+           program: str | None, spec_files: tuple[str, ...]) -> None:
     """Start a sweep of methods on one or more devices, detached; print the run ids.
 
-    Preflight checks the device (Python, torch/executorch versions, free RAM and disk, arch
-    vs backend); then edgebench's own source (no dependencies are installed on the device),
-    the exported program if any, and one spec per method are shipped and the sweep starts
-    with setsid/nohup, so it survives a dropped connection. Clock probes are recorded for
-    alignment. Fetch results with `edgebench collect`; watch with `edgebench status`.
+    Takes the same run options as `bench`. Preflight checks the device (Python,
+    torch/executorch versions, free RAM and disk, arch vs backend); exported backends get
+    their program exported for each device's profile (or --program); then edgebench's own
+    source (no dependencies are installed on the device), the programs and one spec per
+    method are shipped and the sweep starts with setsid/nohup, so it survives a dropped
+    connection. Clock probes are recorded for alignment. Fetch results with
+    `edgebench collect`; watch with `edgebench status`.
     """
     from edgebench.fleet.deploy import deploy_many
 
     if spec_files:
         specs = [RunSpec.load(path) for path in spec_files]
     else:
-        specs = [RunSpec(model=model, method=m.strip(), backend=backend, program=program, steps=steps,
-                         warmup_steps=warmup, batch_size=batch_size, text_length=text_length, threads=threads,
-                         sample_hz=sample_hz, timeout_s=timeout_s) for m in methods.split(",") if m.strip()]
+        specs = make_specs(methods, program=program, **shape)
     results = deploy_many(list(devices), specs, Path(runs_dir), log=(lambda _: None) if as_json else _echo_err)
     failed = {name: str(r) for name, r in results.items() if isinstance(r, Exception)}
     if as_json:
         click.echo(json.dumps({name: {"error": str(r)} if isinstance(r, Exception) else
-                               {"sweep_id": r.sweep_id, "sweep_dir": r.sweep_dir, "run_ids": r.run_ids}
+                               {"sweep_id": r.sweep_id, "sweep_dir": r.sweep_dir, "run_ids": r.run_ids,
+                                "refused": r.refused}
                                for name, r in results.items()}, indent=2))
     else:
         for name, r in results.items():
@@ -84,6 +183,8 @@ def deploy(devices: tuple[str, ...], model: str, methods: str, backend: str, pro
             click.echo(f"{name}: sweep {r.sweep_id}")
             for run_id in r.run_ids:
                 click.echo(f"  {run_id}")
+            for method, why in r.refused.items():
+                click.secho(f"  {method}: unsupported: {why}", fg="yellow")
     if failed:
         raise SystemExit(1)
 
@@ -157,4 +258,3 @@ def status(devices: tuple[str, ...], as_json: bool) -> None:
                 click.echo(f"  {rid}: {run_status}")
 
 
-COMMANDS = [deploy, collect, status]

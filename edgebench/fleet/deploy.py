@@ -24,11 +24,13 @@ from typing import Any, Callable
 
 import edgebench
 from edgebench.devices.inventory import Device, get_device
-from edgebench.devices.profiles import ORT_TRAINING_ARCHES
-from edgebench.devices.transport import Transport, TransportError, connect
+from edgebench.backends.support import device_reason
+from edgebench.devices import connect
+from edgebench.devices.transport import Transport, TransportError
 from edgebench.fleet.clock import probe_clock
-from edgebench.fleet.remote import FACTS, run_program
-from edgebench.runner.local import new_run_id
+from edgebench.fleet.device_scripts import facts as facts_script
+from edgebench.fleet.remote import run_program
+from edgebench.fleet.plan import attach_program, for_device
 from edgebench.runner.spec import RunSpec
 
 MIN_PYTHON = (3, 10)
@@ -48,6 +50,7 @@ class Deployment:
     run_ids: list[str]
     facts: dict[str, Any]
     probes: list[dict[str, Any]] = field(default_factory=list)
+    refused: dict[str, str] = field(default_factory=dict)  # method -> why it was not deployed
 
 
 def _tar_dir(directory: Path, arcname: str, dest: Path, compress: bool) -> Path:
@@ -87,20 +90,19 @@ def preflight(device: Device, facts: dict[str, Any], specs: list[RunSpec], paylo
         if backend not in device.profile.backends:
             problems.append(f"backend {backend} is not among profile {device.profile.id}'s backends "
                             f"{device.profile.backends}; choose one of them")
-        if backend == "executorch" and not facts["executorch"]:
+        reason = device_reason(backend, arch, device=device.name)
+        if reason:
+            problems.append(f"backend {backend}: {reason}")
+        elif backend == "executorch" and not facts["executorch"]:
             problems.append("backend executorch: executorch is not installed on the device; "
                             "`pip install executorch==1.5.1` there")
-        if backend == "onnxruntime":
-            if arch not in ORT_TRAINING_ARCHES:
-                problems.append(f"backend onnxruntime: onnxruntime-training has no {arch} wheel; build ONNX "
-                                "Runtime from source with --enable_training_apis, or use eager/executorch")
-            elif not facts["onnxruntime_training"]:
-                problems.append("backend onnxruntime: onnxruntime-training is not installed on the device; "
-                                "`pip install onnxruntime-training-cpu==1.19.2` there")
+        elif backend == "onnxruntime" and not facts["onnxruntime_training"]:
+            problems.append("backend onnxruntime: onnxruntime-training is not installed on the device; "
+                            "`pip install onnxruntime-training-cpu==1.19.2` there")
     for spec in specs:
         if spec.backend in ("executorch", "onnxruntime") and not spec.program:
-            problems.append(f"{spec.run_id}: backend {spec.backend} needs an exported program; set `program` "
-                            "(see exporters/)")
+            problems.append(f"{spec.run_id}: backend {spec.backend} needs an exported program; give "
+                            "--program DIR (`edgebench export`)")
         if spec.program and not Path(spec.program).is_dir():
             problems.append(f"{spec.run_id}: program directory {spec.program} does not exist on this host")
     available = facts["mem_available_bytes"]
@@ -124,28 +126,23 @@ def _ship_tar(transport: Transport, archive: Path, remote_dir: str) -> None:
     transport.check(["rm", "-f", remote_archive])
 
 
-def prepare_specs(device: Device, specs: list[RunSpec]) -> list[RunSpec]:
-    """Per-device copies: fresh run ids, the profile's sensors and power model."""
-    out = []
-    for spec in specs:
-        spec = dataclasses.replace(spec, sensors=dict(spec.sensors), extra=dict(spec.extra))
-        if not spec.sensors:
-            spec.sensors = device.profile.sensors.model_dump()
-        if spec.power_model is None and device.profile.power_model is not None:
-            spec.power_model = device.profile.power_model.model_dump()
-        spec.run_id = new_run_id(device.name, spec)
-        out.append(spec)
-    return out
-
-
 def deploy_one(name: str, specs: list[RunSpec], local_root: Path = Path("runs"),
                log: Callable[[str], None] = lambda _: None) -> Deployment:
     """Preflight, ship and start one device's sweep; returns what was started."""
     device = get_device(name)
-    specs = prepare_specs(device, specs)
+    specs = for_device(device.name, device.profile, specs)
+    refused = {}
+    for spec in specs:
+        why = attach_program(spec, device.profile, on_stage=lambda stage, m=spec.method: log(f"{name}: export {m}: {stage}"))
+        if why:
+            refused[spec.method] = why
+    specs = [spec for spec in specs if spec.method not in refused]
+    if not specs:
+        raise PreflightError(f"{name}: no method can run there:\n  - "
+                             + "\n  - ".join(f"{m}: {why}" for m, why in refused.items()))
     with connect(device) as transport, tempfile.TemporaryDirectory(prefix="edgebench-deploy-") as staging:
         log(f"{name}: preflight")
-        facts = run_program(transport, device, FACTS, device.workdir)
+        facts = run_program(transport, device, facts_script, device.workdir)
         package = package_tarball(Path(staging) / "pkg.tar.gz")
         named = dict.fromkeys(s.program for s in specs if s.program and Path(s.program).is_dir())
         programs = {local: _tar_dir(Path(local), ".", Path(staging) / f"program{i}.tar", compress=False)
@@ -177,7 +174,7 @@ def deploy_one(name: str, specs: list[RunSpec], local_root: Path = Path("runs"),
         transport.check(["sh", "-c", start])
         log(f"{name}: sweep {sweep_id} started ({len(specs)} runs)")
         probes = probe_clock(transport, device, f"{sweep}/pkg")
-    deployment = Deployment(name, sweep_id, sweep, [s.run_id for s in specs], facts, probes)
+    deployment = Deployment(name, sweep_id, sweep, [s.run_id for s in specs], facts, probes, refused)
     _record(local_root / name, deployment)
     return deployment
 

@@ -6,8 +6,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from edgebench.devices.inventory import get_device
-from edgebench.devices.transport import TransportError, connect
-from edgebench.fleet.remote import STATUS, run_program
+from edgebench.devices import connect
+from edgebench.devices.transport import TransportError
+from edgebench.fleet.device_scripts import sweeps
+from edgebench.fleet.remote import run_program
 
 
 def device_status(name: str) -> dict[str, Any]:
@@ -15,7 +17,7 @@ def device_status(name: str) -> dict[str, Any]:
     try:
         device = get_device(name)
         with connect(device) as transport:
-            return {"device": name, "sweeps": run_program(transport, device, STATUS, device.workdir)}
+            return {"device": name, "sweeps": run_program(transport, device, sweeps, device.workdir)}
     except (TransportError, ValueError, OSError) as exc:
         return {"device": name, "error": str(exc)}
 

@@ -37,7 +37,8 @@ def live_command(device: str | None, run_id: str | None, run_dir: str | None, ro
 
     try:
         if device:
-            from edgebench.devices.transport import TransportError, connect
+            from edgebench.devices import connect
+            from edgebench.devices.transport import TransportError
 
             try:
                 transport = connect(device)
@@ -59,4 +60,3 @@ def live_command(device: str | None, run_id: str | None, run_dir: str | None, ro
             transport.close()
 
 
-COMMANDS = [live_command]

@@ -2,7 +2,8 @@
 transport (`tail -F` on the device). Yields parsed records; knows nothing of rendering.
 
 Trace lines arrive in pieces; only complete lines are parsed, and a line that is not
-JSON is counted and skipped, as `read_trace` does for whole files.
+JSON is counted and skipped, as `read_trace` does for whole files
+(both from `edgebench.telemetry.trace`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from edgebench.telemetry.trace import TraceTail, parse_line
 
 TRACE_FILES = ("samples.jsonl", "events.jsonl")
 
@@ -29,39 +32,6 @@ class Update:
     error: str | None = None  # the follower stopped (connection lost, ...)
 
 
-def parse_line(line: str | bytes) -> dict[str, Any] | None:
-    try:
-        rec = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return rec if isinstance(rec, dict) else None
-
-
-class FileTail:
-    """Reads what was appended to a file since the last call; keeps a partial last line."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.offset = 0
-        self.partial = b""
-
-    def read_lines(self) -> list[bytes]:
-        try:
-            size = self.path.stat().st_size
-        except FileNotFoundError:
-            return []
-        if size < self.offset:  # truncated or replaced: start again
-            self.offset, self.partial = 0, b""
-        if size == self.offset:
-            return []
-        with open(self.path, "rb") as fh:
-            fh.seek(self.offset)
-            data = fh.read(size - self.offset)
-        self.offset += len(data)
-        *lines, self.partial = (self.partial + data).split(b"\n")
-        return [ln for ln in lines if ln.strip()]
-
-
 def _read_json(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text())
@@ -76,7 +46,7 @@ class LocalRun:
     def __init__(self, run_dir: str | Path):
         self.run_dir = Path(run_dir)
         self.label = str(self.run_dir)
-        self.tails = {name: FileTail(self.run_dir / name) for name in TRACE_FILES}
+        self.tails = {name: TraceTail(self.run_dir / name) for name in TRACE_FILES}
         self.meta: dict[str, Any] | None = None
         self.result: dict[str, Any] | None = None
 
@@ -85,12 +55,9 @@ class LocalRun:
         if self.meta is None:
             self.meta = up.meta = _read_json(self.run_dir / "meta.json")
         for name, tail in self.tails.items():
-            for line in tail.read_lines():
-                rec = parse_line(line)
-                if rec is None:
-                    up.bad_lines += 1
-                else:
-                    (up.samples if name == "samples.jsonl" else up.events).append(rec)
+            before = tail.bad_lines
+            (up.samples if name == "samples.jsonl" else up.events).extend(tail.read())
+            up.bad_lines += tail.bad_lines - before
         if self.result is None:
             self.result = up.result = _read_json(self.run_dir / "result.json")
         return up

@@ -1,18 +1,51 @@
 """The gradient-computation methods: knobs, presets, trainers and the analytic memory model.
 
 `parse_method("lora+ckpt+bf16") -> Method`, `PRESETS`, `make_trainer(method, model, ...)`,
-and `edgebench.methods.memory.predict(...)` (estimates, in bytes).
+and `edgebench.methods.memory.predict(...)` (estimates, in bytes). Importing the package
+does not import torch: knobs, presets and support tables stay usable without it.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from edgebench.methods.knobs import PRESETS, Method, MethodError, MethodUnavailable, parse_method
 
+if TYPE_CHECKING:
+    from torch import nn
 
-def __getattr__(name: str):
-    """The trainers load torch; knobs, presets and support tables stay importable without it."""
-    if name in ("Trainer", "make_trainer"):
-        from edgebench.methods import trainer
+    from edgebench.methods.trainer import Trainer
 
-        return getattr(trainer, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__ = ["PRESETS", "Method", "MethodError", "MethodUnavailable", "make_trainer", "parse_method"]
 
-__all__ = ["PRESETS", "Method", "MethodError", "MethodUnavailable", "Trainer", "make_trainer", "parse_method"]
+
+def make_trainer(method: Method | str, model: "nn.Module", *, lr: float | None = None,
+                 total_steps: int = 1000) -> "Trainer":
+    """The trainer for `method` (a Method or its text) on `model` (changed in place).
+
+    `lr` is the backbone peak lr (None: the method's default); nanoVLM's projector lr applies
+    to `MP.*` when higher. `total_steps` sizes the warmup + cosine schedule. The factory
+    lives here, not beside the base class, so trainer modules never import each other in a circle.
+    """
+    from edgebench.methods import optim
+    from edgebench.methods.subsets import trainable_parameters
+    from edgebench.methods.trainer import BackpropTrainer, FusedTrainer, LomoTrainer, prepare_model
+
+    if isinstance(method, str):
+        method = parse_method(method)
+    model = prepare_model(method, model)
+    if lr is None:
+        lr = optim.default_lr(method, sum(p.numel() for p in trainable_parameters(model)))
+    if method.grad_mode == "zeroth-order":
+        from edgebench.methods.mezo import MeZOTrainer as cls
+    elif method.grad_mode == "forward-mode":
+        from edgebench.methods.forward_grad import ForwardGradTrainer as cls
+    elif method.optimizer == "cg":
+        from edgebench.methods.cg import ConjugateGradientTrainer as cls
+    elif method.optimizer in ("lomo", "adalomo"):
+        cls = LomoTrainer
+    elif method.fused_update:
+        cls = FusedTrainer
+    else:
+        cls = BackpropTrainer
+    return cls(method, model, lr, total_steps)

@@ -173,30 +173,3 @@ def build_model_for(method: Method | str, name_or_dir: str, image_size: int | No
         return build_model(name_or_dir, image_size=image_size)
     finally:
         torch.set_default_dtype(previous)
-
-
-def make_trainer(method: Method | str, model: nn.Module, *, lr: float | None = None,
-                 total_steps: int = 1000) -> Trainer:
-    """The trainer for `method` (a Method or its text) on `model` (changed in place).
-
-    `lr` is the backbone peak lr (None: the method's default); nanoVLM's projector lr applies
-    to `MP.*` when higher. `total_steps` sizes the warmup + cosine schedule.
-    """
-    if isinstance(method, str):
-        method = parse_method(method)
-    model = prepare_model(method, model)
-    if lr is None:
-        lr = optim.default_lr(method, sum(p.numel() for p in trainable_parameters(model)))
-    if method.grad_mode == "zeroth-order":
-        from edgebench.methods.mezo import MeZOTrainer as cls
-    elif method.grad_mode == "forward-mode":
-        from edgebench.methods.forward_grad import ForwardGradTrainer as cls
-    elif method.optimizer == "cg":
-        from edgebench.methods.cg import ConjugateGradientTrainer as cls
-    elif method.optimizer in ("lomo", "adalomo"):
-        cls = LomoTrainer
-    elif method.fused_update:
-        cls = FusedTrainer
-    else:
-        cls = BackpropTrainer
-    return cls(method, model, lr, total_steps)

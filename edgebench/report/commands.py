@@ -90,4 +90,3 @@ def report_command(store_path: Path, device: str | None, model: str | None, fmt:
         click.echo(f"wrote {len(report.figures)} PNG files to {out}/")
 
 
-COMMANDS = [report_command]

@@ -150,3 +150,38 @@ def terminal_report(rows: list[dict[str, Any]], runs: list[dict[str, Any]], widt
     if notes:
         parts.append(Text("Clock alignment:\n  " + "\n  ".join(notes), style="dim"))
     return Group(*parts)
+
+
+def _bench_mib(value: Any) -> str:
+    return "-" if value is None else f"{value / MIB:,.0f}"
+
+
+def _bench_loss(result: dict[str, Any]) -> str:
+    first, last = result.get("loss_first"), result.get("loss_last")
+    return "-" if first is None else f"{first:.2f}->{last:.2f}"
+
+
+def render_bench_results(results: list[dict[str, Any]], title: str) -> None:
+    """The table `edgebench bench` prints: one row per run, then the detail of each failure."""
+    from rich.console import Console
+
+    table = Table(title=title, caption="memory in MiB. peak: kernel ru_maxrss; smpl: sampled tree RSS; "
+                                       "est.: the method's memory model (an estimate); step: median "
+                                       "seconds; smp/s: samples per second; loss: first->last step")
+    for name in ("method", "status", "peak", "smpl", "est.", "step", "smp/s", "loss"):
+        table.add_column(name, justify="left" if name in ("method", "status") else "right",
+                         no_wrap=name != "method", overflow="fold")
+    for r in results:
+        median = (r.get("step_time_s") or {}).get("median")
+        status = r["status"] if r["status"] == "ok" else f"[red]{r['status']}[/red]"
+        table.add_row(r.get("method", "?"), status,
+                      _bench_mib(r.get("peak_rss_bytes_kernel")), _bench_mib(r.get("peak_rss_bytes_sampled")),
+                      _bench_mib(r.get("predicted_peak_bytes_est")),
+                      "-" if median is None else f"{median:.3g}",
+                      "-" if r.get("samples_per_s") is None else f"{r['samples_per_s']:.2f}",
+                      _bench_loss(r))
+    console = Console()
+    console.print(table)
+    for r in results:
+        if r["status"] != "ok":
+            console.print(f"[red]{r.get('method')}[/red]: {r['status']}: {str(r.get('detail', ''))[:500]}")

@@ -91,4 +91,3 @@ def import_trace_command(csv_path: Path, device: str, store_path: Path, trace_id
     click.echo(f"{tid}: {rows} readings over {(last - first) / 1e9:.1f} s")
 
 
-COMMANDS = [ingest_command, import_trace_command]

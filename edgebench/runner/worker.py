@@ -51,9 +51,9 @@ def _checkpoint_config(path: str):
 
 def _predicted(spec: RunSpec) -> dict | None:
     """The method's memory prediction (an estimate), or None where it cannot be made."""
-    from edgebench.backends import TORCH_FREE
+    from edgebench.backends import BACKENDS
 
-    if spec.checkpoint is not None or spec.backend in TORCH_FREE:
+    if spec.checkpoint is not None or getattr(BACKENDS.get(spec.backend), "torch_free", False):
         return None  # the memory model describes eager torch runs of named configs
     try:
         from edgebench.methods import memory, parse_method
@@ -67,9 +67,9 @@ def _predicted(spec: RunSpec) -> dict | None:
 
 def train(spec: RunSpec, events: TraceWriter) -> int:
     """Runs warmup then measured steps; returns the exit code."""
-    from edgebench.backends import TORCH_FREE, UnsupportedBackend, create
+    from edgebench.backends import BACKENDS, UnsupportedBackend, create
 
-    if spec.threads and spec.backend not in TORCH_FREE:
+    if spec.threads and not getattr(BACKENDS.get(spec.backend), "torch_free", False):
         import torch
 
         torch.set_num_threads(spec.threads)

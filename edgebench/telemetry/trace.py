@@ -11,7 +11,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 
 class TraceWriter:
@@ -53,36 +53,75 @@ class TraceRead:
     bad_lines: int = 0
 
 
-def iter_trace(path: str | Path) -> Iterator[tuple[dict[str, Any] | None, bool]]:
-    """Yields (record or None, is_last_unterminated) per line."""
-    with open(path, "rb") as fh:
-        data = fh.read()
-    if not data:
-        return  # an empty trace has no lines (not one truncated line)
-    lines = data.split(b"\n")
-    ends_with_newline = data.endswith(b"\n")
-    if ends_with_newline:
-        lines = lines[:-1]
-    for i, raw in enumerate(lines):
-        last_unterminated = (i == len(lines) - 1) and not ends_with_newline
+def parse_line(raw: bytes | str) -> dict[str, Any] | None:
+    """One trace line as a record, or None when it is not a JSON object."""
+    try:
+        rec = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+class TraceTail:
+    """Follows a growing trace: each `read()` returns the records of the lines completed
+    since the last call. A line still being written waits for its newline; a file that
+    shrank (replaced) is read again from the start."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.offset = 0
+        self.partial = b""
+        self.bad_lines = 0
+
+    def read_lines(self) -> list[bytes]:
+        """The complete, non-blank lines appended since the last call."""
         try:
-            rec = json.loads(raw.decode("utf-8"))
-            yield (rec if isinstance(rec, dict) else None), last_unterminated
-        except (ValueError, UnicodeDecodeError):
-            yield None, last_unterminated
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            return []
+        if size < self.offset:
+            self.offset, self.partial = 0, b""
+        if size == self.offset:
+            return []
+        with open(self.path, "rb") as fh:
+            fh.seek(self.offset)
+            data = fh.read(size - self.offset)
+        self.offset += len(data)
+        *lines, self.partial = (self.partial + data).split(b"\n")
+        return [line for line in lines if line.strip()]
+
+    def read(self) -> list[dict[str, Any]]:
+        """The new records; lines that are not JSON objects are counted in `bad_lines`."""
+        records = []
+        for line in self.read_lines():
+            rec = parse_line(line)
+            if rec is None:
+                self.bad_lines += 1
+            else:
+                records.append(rec)
+        return records
 
 
 def read_trace(path: str | Path) -> TraceRead:
-    """Reads a JSONL trace; a missing file reads as empty."""
+    """Reads a whole JSONL trace; a missing file reads as empty. Garbage lines are counted;
+    an unterminated last line that does not parse is the mark of a killed writer."""
     out = TraceRead()
-    if not Path(path).exists():
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
         return out
-    for rec, last_unterminated in iter_trace(path):
+    lines = data.split(b"\n")
+    unterminated = lines.pop()  # b"" when the file ends with a newline
+    for raw in lines:
+        rec = parse_line(raw)
         if rec is None:
-            if last_unterminated:
-                out.truncated_last_line = True
-            else:
-                out.bad_lines += 1
+            out.bad_lines += 1
+        else:
+            out.records.append(rec)
+    if unterminated.strip():
+        rec = parse_line(unterminated)
+        if rec is None:
+            out.truncated_last_line = True
         else:
             out.records.append(rec)
     return out

@@ -1,0 +1,43 @@
+"""What every backend shares: the refusal it raises, the interface it implements, and the
+one table of backend names with what each needs on a device. Torch-free."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+class UnsupportedBackend(Exception):
+    """This backend cannot run this method (or on this device); the message says why and what to do."""
+
+
+class Backend(Protocol):
+    name: str
+
+    def setup(self, spec: Any, example_batch: dict[str, Any]) -> None: ...
+
+    def step(self, batch: dict[str, Any]) -> float: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """A backend: whether its device process stays torch-free, and the CPU architectures its
+    runtime has wheels for (None: every arch torch has)."""
+
+    name: str
+    torch_free: bool = False
+    arches: tuple[str, ...] | None = None
+    package: str = ""  # the runtime's wheel, named when an arch has none
+    elsewhere: str = ""  # what to do on another arch
+
+
+BACKENDS: dict[str, BackendInfo] = {b.name: b for b in (
+    BackendInfo("eager"),
+    BackendInfo("executorch"),
+    # onnxruntime-training-cpu 1.19.2 has Linux wheels for x86_64 only.
+    BackendInfo("onnxruntime", torch_free=True, arches=("x86_64",), package="onnxruntime-training",
+                elsewhere="build ONNX Runtime from source with --enable_training_apis on the device "
+                          "(https://onnxruntime.ai/docs/build/training.html), or use --backend executorch"),
+)}

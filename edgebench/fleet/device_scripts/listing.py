@@ -1,0 +1,51 @@
+"""Every file under WORKDIR/sweeps/*/runs/*/ and each sweep.json, with size and sha256, so
+`edgebench collect` fetches only what changed and verifies what it fetched.
+
+Runs on the device with `python -c`: standard library only.
+Usage: listing.py WORKDIR (prints one JSON object).
+"""
+
+import hashlib
+import json
+import os
+import sys
+
+
+def digest(path):
+    h, size = hashlib.sha256(), 0
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+            size += len(chunk)
+    return {"size": size, "sha256": h.hexdigest()}
+
+
+def listdir(path):
+    return sorted(os.listdir(path)) if os.path.isdir(path) else []
+
+
+def main(workdir):
+    root = os.path.join(os.path.abspath(os.path.expanduser(workdir)), "sweeps")
+    out = {"root": root, "sweeps": {}}
+    for sweep in listdir(root):
+        sdir = os.path.join(root, sweep)
+        entry = {"state": None, "runs": {}}
+        try:
+            with open(os.path.join(sdir, "sweep.json")) as fh:
+                entry["state"] = json.load(fh)
+        except (OSError, ValueError):
+            pass
+        runs = os.path.join(sdir, "runs")
+        for run in listdir(runs):
+            files = {}
+            for name in listdir(os.path.join(runs, run)):
+                path = os.path.join(runs, run, name)
+                if os.path.isfile(path) and not name.endswith(".tmp"):
+                    files[name] = digest(path)
+            entry["runs"][run] = files
+        out["sweeps"][sweep] = entry
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(sys.argv[1])))

@@ -1,0 +1,88 @@
+"""Turning what a user asked for into RunSpecs a device can run: one path for every
+command that starts runs (`bench` on this host, `deploy` to devices).
+
+Steps: specs from methods x run shape, per-device copies (run ids, the profile's sensors
+and power model), then the export step for exported backends (a refusal becomes an
+`unsupported` result, not a crash), and, once runs are back, ingest into the store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import secrets
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from edgebench.runner.spec import RunSpec
+
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600}
+MAX_DURATION_S = 7 * 24 * 3600
+
+
+def parse_duration(text: str) -> float:
+    """'90s', '10m', '1h' or plain seconds -> seconds; ValueError names the accepted forms."""
+    text = text.strip().lower()
+    try:
+        seconds = float(text[:-1]) * DURATION_UNITS[text[-1]] if text and text[-1] in DURATION_UNITS else float(text)
+    except ValueError:
+        raise ValueError(f"{text!r}: use e.g. 90s, 10m or 1h") from None
+    if not 0 < seconds <= MAX_DURATION_S:
+        raise ValueError(f"{text!r}: a duration must be more than 0 and at most 7 days (e.g. 90s, 10m, 1h)")
+    return seconds
+
+
+def new_run_id(device: str, spec: RunSpec) -> str:
+    """A sortable, unique, filesystem-safe run id."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    text = f"{stamp}-{device}-{spec.model}-{spec.method}-{spec.backend}-{secrets.token_hex(2)}"
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text)
+
+
+def make_specs(methods: list[str], **shape: Any) -> list[RunSpec]:
+    """One spec per method, all with the same run shape (RunSpec field names)."""
+    return [RunSpec(method=method, **shape) for method in methods]
+
+
+def for_device(device_name: str, profile: Any, specs: list[RunSpec]) -> list[RunSpec]:
+    """Per-device copies: fresh run ids, and the profile's sensors and power model where
+    the spec has none of its own."""
+    out = []
+    for spec in specs:
+        spec = dataclasses.replace(spec, sensors=dict(spec.sensors), extra=dict(spec.extra))
+        if not spec.sensors and profile.sensors is not None:
+            spec.sensors = profile.sensors.model_dump()
+        if spec.power_model is None and profile.power_model is not None:
+            spec.power_model = profile.power_model.model_dump()
+        spec.run_id = new_run_id(device_name, spec)
+        out.append(spec)
+    return out
+
+
+def attach_program(spec: RunSpec, profile: Any, on_stage: Callable[[str], None] = lambda stage: None) -> str | None:
+    """Exports (or finds in the cache) the program an exported backend runs, for this
+    device's profile, and sets `spec.program`. Returns why it was refused, or None."""
+    if spec.backend == "eager" or spec.program:
+        return None
+    from exporters.pipeline import ExportRefused, export_for_spec
+
+    try:
+        spec.program = export_for_spec(spec, profile, on_stage=on_stage)
+    except ExportRefused as exc:
+        return str(exc)
+    return None
+
+
+def unsupported_result(spec: RunSpec, detail: str) -> dict[str, Any]:
+    """The recorded result of a run that was refused before it started."""
+    return {"run_id": spec.run_id, "model": spec.model, "method": spec.method, "backend": spec.backend,
+            "status": "unsupported", "detail": detail}
+
+
+def ingest_runs(store_path: Path, run_dirs: list[Path], device: str) -> list[str]:
+    """Loads run directories into the results store; returns their run ids."""
+    from edgebench.results.store import Store
+
+    with Store(store_path) as store:
+        return [store.ingest_run(run_dir, device=device) for run_dir in run_dirs]
