@@ -171,13 +171,12 @@ def devices_check(name: str, fix: bool, only: tuple[str, ...], as_json: bool) ->
         raise SystemExit(1)
 
 
-def _choose_profile(candidates: list[str], proposed: str | None, yes: bool, what: str) -> str:
-    if len(candidates) == 1 and (yes or candidates[0] != proposed):
-        return candidates[0]
-    default = proposed if proposed in candidates else candidates[0]
-    if yes:
+def _choose_profile(candidates: list[str], proposed: list[str], ask: bool, name: str) -> str:
+    """The candidate detection ranks first; asked for unless `ask` is off."""
+    default = next((p for p in proposed if p in candidates), candidates[0])
+    if not ask:
         return default
-    return click.prompt(f"{what}: which profile", type=click.Choice(candidates), default=default)
+    return click.prompt(f"{name}: which profile", type=click.Choice(candidates), default=default, err=True)
 
 
 @devices.command("add")
@@ -216,8 +215,8 @@ def devices_add(name: str, host: str | None, serial: str | None, user: str | Non
 
     from edgebench.devices import connect, detect
     from edgebench.devices.readiness import ADB_LIMITS
-    from edgebench.devices.profiles import ProfileError, Transport as TransportSettings, list_profiles, \
-        load_profile, resolve_profile
+    from edgebench.devices.profiles import ProfileError, list_profiles, load_profile, resolve_profile
+    from edgebench.devices.profiles import Transport as TransportSettings
     from edgebench.devices.transport import TransportError
 
     if (host is None) == (serial is None):
@@ -246,7 +245,8 @@ def devices_add(name: str, host: str | None, serial: str | None, user: str | Non
             raise UserError(str(exc)) from None
         kh_path = Path(known_hosts or "~/.ssh/known_hosts").expanduser()
         state = detect.host_key_status(kh_path, offered)
-        say(f"host key of {offered.host_spec}: {offered.algorithm} {offered.fingerprint}")
+        say(f"host key of {offered.host_spec}: {offered.algorithm} {offered.fingerprint}"
+            + (f" (trusted in {kh_path})" if state == "trusted" else ""))
         if state == "changed":
             raise UserError(f"{offered.host_spec}: HOST KEY CHANGED — {kh_path} lists another key for it, so this "
                             f"may be an interception. If the board was reinstalled, compare `{detect.keygen_hint(offered)}`"
@@ -256,7 +256,8 @@ def devices_add(name: str, host: str | None, serial: str | None, user: str | Non
                 if not detect.same_fingerprint(fingerprint, offered):
                     raise UserError(f"{offered.host_spec} offers {offered.fingerprint}, not {fingerprint}: not trusted, "
                                     f"nothing written. Compare `{detect.keygen_hint(offered)}` on the board")
-            elif not click.confirm(f"Trust it? (compare `{detect.keygen_hint(offered)}` on the board)", default=False):
+            elif not click.confirm(f"Trust {offered.host_spec}'s {offered.algorithm} key {offered.fingerprint}? (compare "
+                                   f"`{detect.keygen_hint(offered)}` on the board)", default=False, err=True):
                 raise UserError("host key not trusted: nothing written (--trust-host-key SHA256:... for scripts)")
             detect.trust(kh_path, offered)
             say(f"trusted: added to {kh_path}")
@@ -278,7 +279,8 @@ def devices_add(name: str, host: str | None, serial: str | None, user: str | Non
             raise UserError(f"no profile matches {facts.board!r} ({facts.arch}); pass --profile (known: "
                             f"{', '.join(list_profiles())}) or write one (copy a device_profiles/*.yaml, "
                             "point $EDGEBENCH_PROFILES at its folder)")
-    chosen = _choose_profile(candidates, proposed[0] if proposed else None, yes, name)
+    # Asked unless --yes, or --profile named exactly one.
+    chosen = _choose_profile(candidates, proposed, not yes and (len(candidates) > 1 or not profile), name)
     try:
         notes = detect.profile_mismatches(facts, chosen)
         chosen_profile = load_profile(chosen)
