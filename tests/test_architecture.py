@@ -1,0 +1,58 @@
+"""The shape of the code (docs/architecture.md), checked: the device side never imports the
+host side, no import circles, and one vocabulary for backends across the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import grimp
+import pytest
+from importlinter.cli import lint_imports
+
+from edgebench.backends import BACKENDS
+from edgebench.cli import cli
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_import_contracts_of_pyproject_are_kept(monkeypatch):
+    monkeypatch.chdir(REPO)
+    assert lint_imports(config_filename=str(REPO / "pyproject.toml"), no_cache=True) == 0, \
+        "an import breaks a contract in pyproject.toml [tool.importlinter]; run `.venv/bin/lint-imports`"
+
+
+def test_no_module_imports_itself_through_a_circle():
+    graph = grimp.build_graph("edgebench", "exporters", cache_dir=None)
+    circles = sorted({tuple(sorted((module, imported)))
+                      for module in graph.modules
+                      for imported in graph.find_modules_directly_imported_by(module)
+                      if graph.find_shortest_chain(importer=imported, imported=module)})
+    assert circles == []
+
+
+def _backend_choices(command: str) -> set[str]:
+    option = next(p for p in cli.commands[command].params if p.name == "backend")
+    assert isinstance(option.type, click.Choice)
+    return set(option.type.choices)
+
+
+@pytest.mark.parametrize("command", ["bench", "deploy"])
+def test_commands_that_run_offer_exactly_the_backend_table(command):
+    assert _backend_choices(command) == set(BACKENDS)
+
+
+def test_export_offers_every_backend_but_eager_under_the_same_names():
+    from exporters.manifest import EXPORT_BACKENDS
+
+    assert _backend_choices("export") == set(EXPORT_BACKENDS) == set(BACKENDS) - {"eager"}
+
+
+def test_bench_and_deploy_share_every_run_option():
+    def options(name: str) -> set[str]:
+        return {p.name for p in cli.commands[name].params}
+
+    shared = options("bench") & options("deploy")
+    for name in ("model", "methods", "backend", "steps", "warmup", "duration", "batch_size", "text_length",
+                 "threads", "accelerator", "sample_hz", "timeout_s", "seed", "runs_dir", "as_json"):
+        assert name in shared, f"--{name.replace('_', '-')} is missing from bench or deploy"
