@@ -22,7 +22,7 @@ from edgebench.cli import cli
 from edgebench.devices import detect, lab
 from edgebench.devices.inventory import get_device, make_device, read_inventory
 from edgebench.devices.profiles import ProfileError, load_profile, resolve_profile
-from edgebench.devices.readiness import ADB_LIMITS, TORCH_CPU_INDEX, _Checker
+from edgebench.devices.readiness import ADB_LIMITS, TORCH_CPU_INDEX, _Checker, check
 from edgebench.devices.transport import LocalTransport
 
 FIXTURES = Path(__file__).parent / "fixtures" / "devices"
@@ -91,6 +91,25 @@ def test_torch_build_rule_per_board(tmp_path):
     jetson.libraries({**libs, "torch_cuda": None})
     cpu_torch = [f for f in jetson.findings if f.item == "torch"][-1]
     assert cpu_torch.status == "warn" and cpu_torch.pip is None and "install-pytorch-jetson" in cpu_torch.fix
+
+
+def test_check_names_each_boards_own_fixes(tmp_path):
+    """Same check, other boards: a phone in Termux gets pkg commands, its battery is read."""
+    def check_on(root, profile):
+        device = make_device("t", {"profile": profile, "kind": "local", "root": str(root),
+                                   "python": "/usr/bin/python3", "workdir": str(tmp_path / profile)})
+        return {f.item: f for f in check(device).findings}
+
+    phone = check_on(ANDROID, "pixel-8")
+    assert phone["torch"].status == "missing" and phone["torch"].fix == "pkg install python-torch"
+    assert phone["torch"].pip is None and phone["numpy"].fix == "pkg install python-numpy"
+    assert phone["power"].status == "ok" and "battery" in phone["power"].detail
+    assert phone["executorch"].fix.startswith("no ExecuTorch wheel for Android")
+    assert phone["python"].status == "ok" and phone["disk"].status in ("ok", "warn")
+    jetson = check_on(JETSON, "jetson-orin-nano-8gb")
+    assert jetson["power"].status == "ok" and "VDD_IN" in jetson["power"].detail
+    assert jetson["thermal"].status == "ok" and "cpu-thermal" in jetson["thermal"].detail
+    assert jetson["jtop"].status == "warn" and "jetson-stats" in jetson["jtop"].fix
 
 
 # --- adb: no phone here, so the status says so and what adb could and could not check -----------

@@ -118,6 +118,9 @@ def _check_and_fix(name: str, fix: bool, only: tuple[str, ...], quiet: bool) -> 
         device = get_device(name)
     except InventoryError as exc:
         raise UserError(str(exc)) from None
+    if fix and name not in read_inventory():
+        raise UserError(f"{name} is not in {inventory_path()}, so --fix cannot point it at a venv; install into "
+                        "this host's own environment instead (`devices check` lists the packages)")
     result = ready_mod.check(device)
     if not fix or not result.reachable:
         return result, []
