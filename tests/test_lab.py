@@ -224,3 +224,14 @@ def test_missing_python_on_the_device_is_named(lab_env):
             deploy_one("lab-small", [RunSpec(method="sgd")], lab_env / "pf-runs")
     finally:
         write_inventory(saved)
+
+
+def test_deploy_runs_the_export_step_and_refuses_what_the_runtime_cannot_run(lab_env):
+    """deploy takes bench's path: an exported backend without --program goes through the export
+    step for the device's profile; a method the runtime cannot express is refused up front, named."""
+    out = CliRunner().invoke(cli, ["deploy", "--device", "lab-pi4", "--backend", "executorch",
+                                   "--methods", "galore", "--runs-dir", str(lab_env / "runs")])
+    assert out.exit_code == 1
+    assert "lab-pi4: no method can run there" in out.output and "galore" in out.output
+    out = CliRunner().invoke(cli, ["deploy", "--device", "lab-pi4", "--duration", "-5s"])
+    assert out.exit_code == 2 and "--duration" in out.output
