@@ -62,6 +62,19 @@ def test_probe_facts_mismatching_a_profile_are_named(tmp_path):
     assert x86.model == "" and detect.propose_profiles(x86) == []  # no device-tree model: nothing proposed
 
 
+@pytest.mark.parametrize("model,ram_gib,first", [
+    ("Raspberry Pi 500 Rev 1.0", 8, "raspberry-pi-5-8gb"),
+    ("Raspberry Pi Compute Module 4 Rev 1.0", 4, "raspberry-pi-4-4gb"),
+    ("Raspberry Pi Zero 2 W Rev 1.0", 0.5, "raspberry-pi-zero-2w"),
+    ("NVIDIA Jetson AGX Orin Developer Kit", 64, "jetson-agx-orin-64gb"),
+    ("NVIDIA Jetson Orin NX Developer Kit", 16, "jetson-orin-nano-8gb"),  # no NX profile: the closest RAM
+])
+def test_board_models_map_to_profiles(model, ram_gib, first):
+    proposed = detect.propose_profiles(detect.BoardFacts(model=model, arch="aarch64", ram_bytes=int(ram_gib * 2**30)))
+    assert proposed[0] == first
+    assert detect.propose_profiles(detect.BoardFacts(model=model, arch="x86_64")) == []  # wrong arch: none
+
+
 def test_profile_aliases_resolve_or_ask():
     assert resolve_profile("jetson-orin") == ["jetson-agx-orin-64gb", "jetson-orin-nano-8gb"]
     assert resolve_profile("pi5") == ["raspberry-pi-5-8gb"]  # the profile's alias

@@ -175,8 +175,8 @@ def probe(transport: Transport, device: Device, pythons: list[str] | None = None
 # Board models (device-tree `model`, Android's ro.product.model) to profile names, first match wins.
 # The names resolve like `--profile` does, so a user's own profile of that family is a candidate too.
 BOARD_MODELS = (
-    (r"Raspberry Pi 5", "raspberry-pi-5"),
-    (r"Raspberry Pi 4", "raspberry-pi-4"),
+    (r"Raspberry Pi (Compute Module )?5", "raspberry-pi-5"),  # also the Pi 500
+    (r"Raspberry Pi (Compute Module )?4", "raspberry-pi-4"),  # also the Pi 400
     (r"Raspberry Pi Zero 2", "raspberry-pi-zero-2w"),
     (r"Raspberry Pi", "raspberry-pi"),
     (r"AGX Orin", "jetson-agx-orin"),
