@@ -151,7 +151,7 @@ def _check_and_fix(name: str, fix: bool, only: tuple[str, ...], quiet: bool) -> 
     return ready_mod.check(get_device(name)), fixed
 
 
-@devices.command("check")
+@devices.command("check", short_help="What a device lacks, each piece with the command that fixes it.")
 @click.argument("name")
 @click.option("--fix", is_flag=True, help="Run the safe fixes: pip installs into a venv in the device's work directory.")
 @click.option("--only", multiple=True, metavar="ITEM",
@@ -182,7 +182,7 @@ def _choose_profile(candidates: list[str], proposed: list[str], ask: bool, name:
     return click.prompt(f"{name}: which profile", type=click.Choice(candidates), default=default, err=True)
 
 
-@devices.command("add")
+@devices.command("add", short_help="Add a board: trust its host key, detect it, pick a profile, check.")
 @click.argument("name")
 @click.option("--host", help="The board's address (SSH).")
 @click.option("--serial", help="An adb serial instead of --host (`adb devices -l` lists them).")
@@ -312,7 +312,7 @@ def devices_add(name: str, host: str | None, serial: str | None, user: str | Non
             click.echo(f"`edgebench devices check {name} --fix` runs the pip installs; the others are yours to run")
 
 
-@devices.command("remove")
+@devices.command("remove", short_help="Remove a device from the inventory.")
 @click.argument("name")
 def devices_remove(name: str) -> None:
     """Remove a device from the inventory (its known_hosts line and files on the board stay)."""
