@@ -172,8 +172,8 @@ def get_device(name: str, path: Path | None = None) -> Device:
         return make_device("local", {"profile": "local"}, "built-in")
     known = ", ".join(sorted(set(raw) | {"local"}))
     raise InventoryError(
-        f"unknown device {name!r}; known: {known}. Add it to {path} "
-        "(`devices: {NAME: {profile: ..., host: ...}}`) or start the lab with `edgebench lab up`"
+        f"unknown device {name!r}; known: {known}. Add it to {path} with `edgebench devices add {name} --host HOST "
+        "--user USER` (it detects the board and checks it), or start the lab with `edgebench lab up`"
     )
 
 
