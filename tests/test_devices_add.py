@@ -125,6 +125,16 @@ def test_check_names_each_boards_own_fixes(tmp_path):
     assert jetson["jtop"].status == "warn" and "jetson-stats" in jetson["jtop"].fix
 
 
+def test_check_points_at_a_python_that_runs(tmp_path):
+    device = make_device("t", {"profile": "raspberry-pi-5-8gb", "kind": "local", "root": str(PI5),
+                               "python": str(tmp_path / "no-python"), "workdir": str(tmp_path / "w")})
+    result = check(device)
+    (python,) = [f for f in result.findings if f.item == "python"]
+    assert python.status == "missing" and "no-python does not run on the device" in python.detail
+    assert python.fix.startswith("set python: /") and not result.ready
+    assert not any(f.item == "torch" for f in result.findings)  # nothing to ask a python that does not run
+
+
 # --- adb: no phone here, so the status says so and what adb could and could not check -----------
 
 

@@ -154,9 +154,13 @@ class _Checker:
             self.add("python", "unknown", ADB_LIMITS)
             return
         if libs is None:
-            found = [f"{p} ({v})" for asked, p, v in self.facts.pythons if asked != d.python]
-            other = f"; found {', '.join(found)}: set `python:` in the inventory entry" if found else ""
-            self.add("python", "missing", f"{d.python} does not run on the device ({error}){other}", "python")
+            others = [(p, v) for asked, p, v in self.facts.pythons if asked != d.python]
+            detail = f"{d.python} does not run on the device ({error})"
+            if others:  # another one does: point the entry at it
+                self.findings.append(Finding("python", "missing", f"{detail}; {others[0][0]} ({others[0][1]}) runs",
+                                             f"set python: {others[0][0]} in the inventory entry"))
+            else:
+                self.add("python", "missing", detail, "python")
             return
         version = tuple(libs["python"])
         status = "ok" if version >= MIN_PYTHON else "missing"
