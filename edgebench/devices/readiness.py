@@ -205,7 +205,8 @@ class _Checker:
                      f"{self.venv_python}", "venv-module")
             return
         self.findings.append(Finding(
-            "venv", "warn", f"{self.venv_python} does not exist yet (--fix installs there)",
+            "venv", "n/a", f"--fix first makes this venv; pip installs go there and the inventory's python then "
+            f"points at {self.venv_python}",
             shlex.join([self.device.python, "-m", "venv", "--system-site-packages", self.venv_python[:-len("/bin/python")]]),
             pip=[]))
 
