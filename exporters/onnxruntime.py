@@ -6,9 +6,14 @@ outputs (the gradient builder needs them), and onnxblock's CrossEntropyLoss with
 ignore_index=-100 on flattened logits [N, vocab] and labels [N] (the LossType enum
 reads -100 out of bounds, silently). ORT 1.19 reads IR version 10 at most.
 
-Files written: training_model.onnx, eval_model.onnx, optimizer_model.onnx, checkpoint.
-The ONNX graph's inputs are `input_ids`, `images` and `labels` (already shifted and
-flattened: `edgebench.backends.onnxruntime.shifted_labels`), so the device needs only numpy to feed it.
+Files written: training_model.onnx, eval_model.onnx, checkpoint, and optimizer_model.onnx
+for AdamW only. SGD has no optimizer graph on purpose: ORT 1.19's Optimizer allocates a
+zero `first_order_moments` tensor per trained weight for SGDOptimizerV2, which never reads
+it (888 MiB on nanovlm-222m, measured), so the backend applies SGD itself, in place on
+ORT's parameter buffers. The AdamW graph is switched to adam_mode 0 (torch.optim.AdamW's
+update; onnxblock writes 1, Hugging Face's). The ONNX graph's inputs are `input_ids`,
+`images` and `labels` (already shifted and flattened:
+`edgebench.backends.onnxruntime.shifted_labels`), so the device needs only numpy to feed it.
 """
 
 from __future__ import annotations
@@ -24,12 +29,13 @@ import torch
 
 OPSET = 17
 MAX_IR_VERSION = 10  # what onnxruntime 1.19 accepts
-OPTIMIZERS = ("sgd", "adamw")
-# ORT's AdamW is HF-style (adam_mode=1); these match torch.optim.AdamW's defaults except
-# eps, whose placement differs (FIELD-NOTES.md: parity within 0.029 over 20 steps).
-ADAMW_BETAS = (0.9, 0.999)
+OPTIMIZERS = ("sgd", "adamw", None)  # None: no update (MeZO's forward-only use)
+ADAMW_BETAS = (0.9, 0.999)  # torch.optim.AdamW's defaults
 ADAMW_EPS = 1e-8
-FILES = ("training_model.onnx", "eval_model.onnx", "optimizer_model.onnx", "checkpoint")
+TORCH_ADAM_MODE = 0  # ORT's AdamWOptimizer: 0 = torch.optim.AdamW, 1 = Hugging Face's AdamW
+TRAINING_FILES = ("training_model.onnx", "checkpoint")
+FORWARD_FILES = ("eval_model.onnx", "checkpoint")
+OPTIMIZER_FILE = "optimizer_model.onnx"
 STAGES = ("torch.onnx.export", "LayerNorm outputs", "training artifacts")
 
 
@@ -99,11 +105,12 @@ def export_artifacts(
     max_grad_norm: float | None = None,
     on_stage: Callable[[str], None] = lambda stage: None,
 ) -> dict:
-    """Writes the four artifacts for `model` (trainable = requires_grad) into `out_dir`.
+    """Writes the artifacts for `model` (trainable = requires_grad) into `out_dir`.
 
-    The optimizer graph clips the global gradient norm at `max_grad_norm` (None: no clip).
+    `optimizer`: "adamw" writes an optimizer graph that clips the global gradient norm at
+    `max_grad_norm` (None: no clip); "sgd" and None write none (see the module docstring).
 
-    Returns {"trainable_parameters", "frozen_parameters"} in ONNX (= checkpoint) names.
+    Returns {"trainable_parameters", "frozen_parameters", "files"} in ONNX (= checkpoint) names.
     """
     import onnx
     import onnxruntime
@@ -134,12 +141,11 @@ def export_artifacts(
         raise RuntimeError(f"tied parameters {sorted(set(trainable) & set(frozen))} are both trained and frozen")
 
     on_stage("training artifacts")
-    clip = onnxblock.optim.ClipGradNorm(max_grad_norm) if max_grad_norm else None
+    optim_block = None
     if optimizer == "adamw":
+        clip = onnxblock.optim.ClipGradNorm(max_grad_norm) if max_grad_norm else None
         optim_block = onnxblock.optim.AdamW(betas=ADAMW_BETAS, eps=ADAMW_EPS, weight_decay=weight_decay,
                                             clip_grad=clip)
-    else:
-        optim_block = onnxblock.optim.SGD(clip_grad=clip)
     with _quiet_graph_optimizer():
         artifacts.generate_artifacts(
             onnx_model,
@@ -149,9 +155,29 @@ def export_artifacts(
             optimizer=optim_block,
             artifact_directory=out_dir,
         )
-    for name in ("training_model.onnx", "eval_model.onnx", "optimizer_model.onnx"):
-        _cap_ir_version(out_dir / name)
-    return {"trainable_parameters": trainable, "frozen_parameters": frozen}
+    files = list(FORWARD_FILES if optimizer is None else TRAINING_FILES)
+    if optim_block is not None:
+        files.append(OPTIMIZER_FILE)
+        _set_adam_mode(out_dir / OPTIMIZER_FILE, TORCH_ADAM_MODE)
+    for name in ("training_model.onnx", "eval_model.onnx", OPTIMIZER_FILE):
+        if (out_dir / name).exists():
+            _cap_ir_version(out_dir / name)
+    return {"trainable_parameters": trainable, "frozen_parameters": frozen, "files": files}
+
+
+def _set_adam_mode(path: Path, mode: int) -> None:
+    """onnxblock's AdamW hard-codes adam_mode=1 (Hugging Face: bias correction folded into
+    the lr, decay after the step); ORT's kernel also has torch.optim.AdamW's update (0)."""
+    import onnx
+
+    model = onnx.load(path)
+    nodes = [n for n in model.graph.node if n.op_type == "AdamWOptimizer"]
+    if len(nodes) != 1:
+        raise RuntimeError(f"{path}: expected one AdamWOptimizer node, found {len(nodes)}")
+    for attribute in nodes[0].attribute:
+        if attribute.name == "adam_mode":
+            attribute.i = mode
+    onnx.save(model, path)
 
 
 @contextlib.contextmanager

@@ -136,33 +136,55 @@ def _export_executorch(request: ExportRequest, directory: Path, on_stage) -> dic
 
 
 def _export_onnxruntime(request: ExportRequest, directory: Path, on_stage) -> dict[str, Any]:
+    from edgebench.backends.onnxruntime import SESSION_OPTIONS, shifted_labels
     from edgebench.data.synthetic import to_torch
     from edgebench.methods import optim
-    from edgebench.backends.onnxruntime import shifted_labels
-    from exporters.onnxruntime import FILES, export_artifacts
+    from edgebench.methods.subsets import LORA_ALPHA, LORA_RANK
+    from exporters.lora import write_lora_into_model
+    from exporters.onnxruntime import TORCH_ADAM_MODE, export_artifacts
 
     on_stage("build model")
     model, method, batch = build_training_model(request)
+    lora_layers = write_lora_into_model(model) if method.trainable == "lora" else 0
     tensors = to_torch(batch)
-    optimizer = method.optimizer
-    weight_decay = 0.01 if optimizer == "adamw" else 0.0  # the methods' AdamW recipe
+    forward_only = method.grad_mode == "zeroth-order"
+    optimizer = None if forward_only else {"adam": "adamw"}.get(method.optimizer, method.optimizer)
+    weight_decay = 0.01 if method.optimizer == "adamw" else 0.0  # the methods' AdamW recipe; Adam: none
     info = export_artifacts(model, tensors["input_ids"], tensors["images"], directory,
                             optimizer=optimizer, weight_decay=weight_decay,
                             max_grad_norm=optim.MAX_GRAD_NORM, on_stage=on_stage)
+    n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    if forward_only:
+        update = ("MeZO (SPSA) in numpy, in place on the checkpoint state's weights; the eval graph "
+                  "runs in an InferenceSession fed those buffers (no training session, no gradients)")
+    elif optimizer == "adamw":
+        update = (f"ORT AdamWOptimizer graph, adam_mode {TORCH_ADAM_MODE} (= torch.optim.AdamW), "
+                  f"weight_decay {weight_decay}, global-norm clip {optim.MAX_GRAD_NORM}")
+    else:
+        update = f"SGD in numpy, in place on ORT's parameter and gradient buffers, global-norm clip {optim.MAX_GRAD_NORM}"
     labels = shifted_labels(batch["labels"])
     return {
         "model": _model_facts(model),
-        "program": "training-artifacts",
+        "program": "forward-only" if forward_only else "training-artifacts",
         "inputs": _inputs({"input_ids": batch["input_ids"], "images": batch["images"], "labels": labels}),
         "labels": "shifted: labels[:, 1:] flattened (edgebench.backends.onnxruntime.shifted_labels)",
         "optimizer": optimizer,
         "weight_decay": weight_decay,
         "max_grad_norm": optim.MAX_GRAD_NORM,
-        "default_lr": optim.default_lr(method),
+        "default_lr": optim.default_lr(method, n_trainable),
+        "lowering": {  # which method knobs were lowered, and how
+            "optimizer": update,
+            "grad_mode": "forward-only eval graph" if forward_only else "training graph (forward + backward)",
+            "trainable": (f"LoRA r={LORA_RANK} alpha={LORA_ALPHA} written into the graph (exporters.lora, "
+                          f"{lora_layers} layers); base weights frozen params"
+                          if lora_layers else f"{method.trainable}: requires_grad / frozen_params in the checkpoint"),
+            "session_options": {**SESSION_OPTIONS, "eval_graph_loaded": forward_only},
+            "lr": "constant per run, one for all parameters (no projector group, no schedule)",
+        },
         "trainable_parameters": info["trainable_parameters"],
         "frozen_parameters": info["frozen_parameters"],
         "planned_memory_bytes": None,  # ORT allocates at run time; no static plan to read
-        "files": list(FILES),
+        "files": info["files"],
     }
 
 

@@ -7,10 +7,7 @@ The XNNPACK form runs on a small conv+linear stand-in by default (EDGEBENCH_FULL
 from __future__ import annotations
 
 import copy
-import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -45,16 +42,6 @@ def _export(method: str, backend: str):
 @pytest.fixture(scope="session")
 def et_sgd(export_cache):
     return _export("sgd", "executorch")
-
-
-@pytest.fixture(scope="session")
-def ort_sgd(export_cache):
-    return _export("sgd", "onnxruntime")
-
-
-@pytest.fixture(scope="session")
-def ort_adamw(export_cache):
-    return _export("adamw", "onnxruntime")
 
 
 def _eager(result):
@@ -155,25 +142,18 @@ def test_cache_hits_on_a_repeated_request(et_sgd, tmp_path):
     assert other.key() != request.key()
 
 
-# LoRA runs on ExecuTorch only (support.py says why not on ORT); EDGEBENCH_FULL=1 adds the
-# ExecuTorch freeze-vision export (the frozen patch-embed conv).
-SUBSETS = [("lora", "executorch"), ("freeze-vision", "onnxruntime")]
+# ONNX Runtime's subsets are checked in tests/test_export_onnxruntime.py; EDGEBENCH_FULL=1
+# adds the ExecuTorch freeze-vision export (the frozen patch-embed conv).
+SUBSETS = [("lora", "executorch")]
 if FULL:
     SUBSETS += [("freeze-vision", "executorch")]
 
 
 def _gradients(result, batch) -> dict[str, np.ndarray]:
     """Gradients after one forward-backward through the exported program, by parameter name."""
-    if result.manifest["backend"] == "executorch":
-        module = _et_module(result)
-        module.forward_backward("forward", tuple(to_torch(batch)[k] for k in ("input_ids", "images", "labels")))
-        return {n: g.numpy() for n, g in module.named_gradients().items()}
-    from edgebench.backends.onnxruntime import shifted_labels
-
-    state, module, _ = _ort_session(result)
-    module.train()
-    module(batch["input_ids"], batch["images"], shifted_labels(batch["labels"]))
-    return {name: p.grad for name, p in state.parameters if p.requires_grad}
+    module = _et_module(result)
+    module.forward_backward("forward", tuple(to_torch(batch)[k] for k in ("input_ids", "images", "labels")))
+    return {n: g.numpy() for n, g in module.named_gradients().items()}
 
 
 @pytest.mark.parametrize("method,backend", SUBSETS)
@@ -257,86 +237,6 @@ def test_xnnpack_guard_refuses_a_delegate_that_captures_a_trainable_weight(monke
         et.lower_training_step(ConvOnly(), (torch.randn(1, 3, 8, 8),), delegate="xnnpack")
 
 
-# ---------------------------------------------------------------- ONNX Runtime
-
-
-def _ort_session(result):
-    from edgebench.backends.onnxruntime import training_api
-
-    api = training_api()
-    state = api.CheckpointState.load_checkpoint(str(result.directory / "checkpoint"))
-    module = api.Module(str(result.directory / "training_model.onnx"), state,
-                        str(result.directory / "eval_model.onnx"))
-    optimizer = api.Optimizer(str(result.directory / "optimizer_model.onnx"), module)
-    return state, module, optimizer
-
-
-@pytest.mark.parametrize("optimizer,lr,loss_atol,param_atol", [
-    ("sgd", 0.05, 0.0035, 1e-4),  # FIELD-NOTES.md: within 0.0035 over 20 steps
-    ("adamw", 1e-3, 0.029, 5e-3),  # within 0.029 (HF-style eps placement)
-])
-def test_onnxruntime_matches_eager(request, optimizer, lr, loss_atol, param_atol):
-    from edgebench.backends.onnxruntime import shifted_labels
-
-    result = request.getfixturevalue(f"ort_{optimizer}")
-    manifest = result.manifest
-    model, batch = _eager(result)
-    inputs = tuple(to_torch(batch)[k] for k in ("input_ids", "images", "labels"))
-    params = list(model.parameters())
-    reference = (torch.optim.SGD(params, lr=lr) if optimizer == "sgd" else
-                 torch.optim.AdamW(params, lr=lr, eps=1e-8, weight_decay=manifest["weight_decay"]))
-    state, module, ort_optimizer = _ort_session(result)
-    ort_optimizer.set_learning_rate(lr)
-    module.train()
-    feeds = (batch["input_ids"], batch["images"], shifted_labels(batch["labels"]))
-    for step in range(STEPS):
-        loss = float(module(*feeds))
-        ort_optimizer.step()
-        module.lazy_reset_grad()
-        reference.zero_grad()
-        expected = model(*inputs)
-        expected.backward()
-        torch.nn.utils.clip_grad_norm_(params, manifest["max_grad_norm"])  # the optimizer graph clips too
-        reference.step()
-        assert abs(loss - expected.item()) < loss_atol, f"step {step}"
-    eager = dict(model.named_parameters())
-    names = [name for name, p in state.parameters if p.requires_grad]
-    assert set(names) == set(manifest["trainable_parameters"])
-    for name in names:
-        np.testing.assert_allclose(state.parameters[name].data, eager[name].detach().numpy(),
-                                   atol=param_atol, err_msg=name)
-    assert float(module(*feeds)) < manifest_first_loss(result)  # it trained
-
-
-def manifest_first_loss(result) -> float:
-    model, batch = _eager(result)
-    with torch.no_grad():
-        return float(model(*(to_torch(batch)[k] for k in ("input_ids", "images", "labels"))))
-
-
-def test_onnxruntime_backend_runs_without_torch(ort_sgd):
-    """The device process: backend set up and stepped from numpy, torch never imported."""
-    vocab, image = ort_sgd.manifest["model"]["lm_vocab_size"], ort_sgd.manifest["model"]["vit_img_size"]
-    script = f"""
-import sys, json, types
-from edgebench.runner.spec import RunSpec
-from edgebench.backends import create
-from edgebench.data.synthetic import synthetic_batches
-spec = RunSpec(model="tiny", method="sgd", backend="onnxruntime", text_length={TEXT}, program={str(ort_sgd.directory)!r})
-cfg = types.SimpleNamespace(lm_vocab_size={vocab}, vit_img_size={image})  # model.config's package imports torch
-batches = synthetic_batches(cfg, 1, {TEXT}, 0)
-backend = create(spec)
-backend.setup(spec, next(batches))
-losses = [backend.step(next(batches)) for _ in range(3)]
-print(json.dumps({{"torch": "torch" in sys.modules, "losses": losses}}))
-"""
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    report = json.loads(out.stdout.strip().splitlines()[-1])
-    assert report["torch"] is False
-    assert all(np.isfinite(report["losses"])) and len(report["losses"]) == 3
-
-
 # ---------------------------------------------------------------- early, clear refusals
 
 
@@ -356,7 +256,6 @@ def test_onnx_for_an_aarch64_profile_is_refused_early(export_cache):
     ("lomo", "onnxruntime", "optimizer lomo is not available on onnxruntime"),
     ("adamw-ckpt", "executorch", "checkpointing"),
     ("forward-grad", "executorch", "--backend eager"),
-    ("lora", "onnxruntime", "LoRA graph"),
 ])
 def test_unsupported_method_backend_pair_is_refused_early(method, backend, why):
     stages = []
@@ -390,7 +289,7 @@ def test_methods_matrix_follows_the_backends_support():
     from edgebench.methods.support import BACKEND_SUPPORT
 
     assert {"sgd", "adamw", "lora", "mezo"} <= set(BACKEND_SUPPORT["executorch"])
-    assert {"sgd", "adamw", "freeze-vision"} <= set(BACKEND_SUPPORT["onnxruntime"])
-    for refused in ("lora", "mezo", "lomo", "adamw-ckpt", "galore"):
+    assert {"sgd", "adamw", "freeze-vision", "lora", "mezo"} <= set(BACKEND_SUPPORT["onnxruntime"])
+    for refused in ("lomo", "adamw-ckpt", "galore"):
         assert refused not in BACKEND_SUPPORT["onnxruntime"]
     assert "forward-grad" not in BACKEND_SUPPORT["executorch"]

@@ -1,0 +1,50 @@
+"""LoRA written into the model itself, for export: peft's layers swapped for a plain linear.
+
+ONNX Runtime 1.19's generate_artifacts fails on the graph peft's LoRA layer exports
+("Argument mismatch when removing edge" in its pre-training graph optimizer: the adapter
+dispatch, dtype casts and Identity dropout leave edges it cannot rewire). `LoRALinear`
+computes the same function, `W x + b + scaling * B(A(x))` (Hu et al. 2021, "LoRA",
+arXiv:2106.09685), with peft's own submodules and tensors, so every parameter keeps its
+peft name (`...base_layer.weight`, `...lora_A.default.weight`) and its value: an eager
+peft model and the exported graph train the same weights, name for name.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+ADAPTER = "default"  # peft's adapter name (edgebench.methods.subsets injects one adapter)
+
+
+class LoRALinear(nn.Module):
+    """y = base_layer(x) + scaling * lora_B(lora_A(x)), with peft's modules (no dropout: the
+    methods inject LoRA with lora_dropout=0)."""
+
+    def __init__(self, peft_layer: nn.Module) -> None:
+        super().__init__()
+        self.base_layer = peft_layer.base_layer
+        self.lora_A = peft_layer.lora_A
+        self.lora_B = peft_layer.lora_B
+        self.scaling = float(peft_layer.scaling[ADAPTER])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = self.lora_A[ADAPTER].weight, self.lora_B[ADAPTER].weight
+        return self.base_layer(x) + F.linear(F.linear(x, a), b) * self.scaling
+
+
+def write_lora_into_model(model: nn.Module) -> int:
+    """Replace every peft LoRA linear in `model` by a `LoRALinear` over the same tensors.
+    Returns how many layers were replaced (0: the model has no peft LoRA layers)."""
+    from peft.tuners.lora import LoraLayer
+
+    targets = [(name, module) for name, module in model.named_modules()
+               if isinstance(module, LoraLayer) and isinstance(module.base_layer, nn.Linear)]
+    for name, module in targets:
+        if list(module.active_adapters) != [ADAPTER] or not isinstance(module.lora_dropout[ADAPTER], nn.Identity):
+            raise ValueError(f"{name}: LoRALinear writes one adapter {ADAPTER!r} without dropout")
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, child, LoRALinear(module))
+    return len(targets)
