@@ -6,6 +6,12 @@ prediction (an estimate) stands beside it. Methods that store frozen weights in 
 the model in bf16 (the eager backend does), so loading never holds fp32 weights.
 
     .venv/bin/python bench/methods.py [--model nanovlm-222m] [--steps 3] [--methods a,b,...]
+    .venv/bin/python bench/methods.py --backend onnxruntime [--methods sgd,lora,...]
+
+`--backend executorch|onnxruntime`: each method the runtime runs is exported (cached per
+request) and run beside the same method on eager, interleaved (exported, then eager, per
+method), so both see the same host load; the table shows peak RSS and median step time of
+both and their ratio. Methods the runtime cannot express are listed with the reason.
 
 Heavy: full AdamW on 222M takes 2-5 s a step and ~4 GB; run it when the host is quiet.
 """
@@ -16,19 +22,30 @@ import argparse
 import json
 from pathlib import Path
 
-from edgebench.methods import PRESETS, memory, parse_method
+from edgebench.backends.support import unsupported_reason
 from edgebench.fleet.local import run_local
+from edgebench.methods import PRESETS, memory, parse_method
 from edgebench.runner.spec import RunSpec
 
 EXTRA = ["mezo-lora+frozen-int8", "lora+ckpt+frozen-int8"]
 GiB = 1 << 30
 
 
-def run_one(model: str, name: str, steps: int, out: Path) -> dict:
+def run_one(model: str, name: str, steps: int, out: Path, backend: str = "eager") -> dict:
     method = parse_method(name)
     batch = method.accumulation  # accumN splits the batch: its smallest batch is N
-    spec = RunSpec(model=model, method=name, batch_size=batch, text_length=32,
-                   warmup_steps=1, steps=steps, threads=2, timeout_s=600, run_id=name.replace("+", "_"))
+    run_id = name.replace("+", "_") + ("" if backend == "eager" else f"-{backend}")
+    spec = RunSpec(model=model, method=name, backend=backend, batch_size=batch, text_length=32,
+                   warmup_steps=1, steps=steps, threads=2, timeout_s=600, run_id=run_id)
+    export_s = None
+    if backend != "eager":
+        import time
+
+        from exporters.pipeline import export_for_spec
+
+        started = time.perf_counter()
+        spec.program = export_for_spec(spec, on_stage=lambda stage: print(f"  [{name}] {stage}", flush=True))
+        export_s = round(time.perf_counter() - started, 1)
     result = run_local(spec, out / "runs" / spec.run_id)
     predicted = memory.predict(model, method, batch, 32)
     return {"method": name, "batch_size": batch, "status": result.get("status"),
@@ -36,7 +53,56 @@ def run_one(model: str, name: str, steps: int, out: Path) -> dict:
             "predicted_peak_bytes_est": predicted["peak_bytes"],
             "step_time_s_median": (result.get("step_time_s") or {}).get("median"),
             "loss_first": result.get("loss_first"), "loss_last": result.get("loss_last"),
-            "detail": result.get("detail", "")}
+            "backend": backend, "export_s": export_s, "detail": result.get("detail", "")}
+
+
+def run_beside_eager(model: str, name: str, steps: int, out: Path, backend: str) -> dict:
+    """The method on `backend` and on eager, one after the other, with the ratios."""
+    reason = unsupported_reason(parse_method(name), backend)
+    if reason:
+        return {"method": name, "backend": backend, "status": "unsupported", "detail": reason}
+    row = run_one(model, name, steps, out, backend)
+    eager = run_one(model, name, steps, out)
+    row["eager"] = {k: eager[k] for k in ("status", "peak_rss_bytes_kernel", "step_time_s_median",
+                                           "loss_first", "loss_last")}
+    for key in ("peak_rss_bytes_kernel", "step_time_s_median"):
+        mine, base = row[key], eager[key]
+        row[f"{key}_vs_eager"] = round(mine / base, 3) if mine and base else None
+    return row
+
+
+def render_beside(rows: list[dict], model: str, backend: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{model}, batch 1, this host: {backend} beside eager (one run each, interleaved)")
+    for col in ("method", "status", "peak RSS MiB", "eager MiB", "x eager", "step s", "eager s", "x eager",
+                "loss first -> last", "eager loss", "export s"):
+        table.add_column(col, justify="left" if col in ("method", "status") else "right")
+
+    def mib(v):
+        return "-" if not v else f"{v / 2**20:,.0f}"
+
+    def num(v, digits=2):
+        return "-" if v is None else f"{v:.{digits}f}"
+
+    def loss(r):
+        return "-" if r.get("loss_first") is None else f"{r['loss_first']:.3f} -> {r['loss_last']:.3f}"
+
+    for r in rows:
+        if r["status"] == "unsupported":
+            table.add_row(r["method"], "unsupported", *["-"] * 9)
+            continue
+        e = r["eager"]
+        table.add_row(r["method"], r["status"] if r["status"] == e["status"] else f"{r['status']} / eager {e['status']}",
+                      mib(r["peak_rss_bytes_kernel"]), mib(e["peak_rss_bytes_kernel"]),
+                      num(r["peak_rss_bytes_kernel_vs_eager"]), num(r["step_time_s_median"], 3),
+                      num(e["step_time_s_median"], 3), num(r["step_time_s_median_vs_eager"]),
+                      loss(r), loss(e), num(r["export_s"], 1))
+    Console().print(table)
+    for r in rows:
+        if r["status"] == "unsupported":
+            print(f"  {r['method']}: {r['detail']}")
 
 
 def render(rows: list[dict], model: str) -> None:
@@ -65,17 +131,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="nanovlm-222m")
     parser.add_argument("--steps", type=int, default=3, help="measured steps after one warmup step")
-    parser.add_argument("--methods", default=",".join(list(PRESETS) + EXTRA))
+    parser.add_argument("--methods", default=None,
+                        help="comma-separated (default: every preset and combination; with --backend, "
+                             "every preset, the ones the runtime cannot run listed with the reason)")
+    parser.add_argument("--backend", default="eager", choices=("eager", "executorch", "onnxruntime"),
+                        help="an exported runtime to run beside eager")
     parser.add_argument("--out", default="runs/bench-methods")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    default = list(PRESETS) if args.backend != "eager" else list(PRESETS) + EXTRA
+    names = args.methods.split(",") if args.methods else default
     rows = []
-    for name in args.methods.split(","):
-        rows.append(run_one(args.model, name, args.steps, out))
-        (out / "methods.json").write_text(json.dumps(rows, indent=2))
+    for name in names:
+        rows.append(run_one(args.model, name, args.steps, out) if args.backend == "eager" else
+                    run_beside_eager(args.model, name, args.steps, out, args.backend))
+        (out / ("methods.json" if args.backend == "eager" else f"methods-{args.backend}.json")).write_text(json.dumps(rows, indent=2))
         print(json.dumps(rows[-1]), flush=True)
-    render(rows, args.model)
+    if args.backend == "eager":
+        render(rows, args.model)
+    else:
+        render_beside(rows, args.model, args.backend)
 
 
 if __name__ == "__main__":

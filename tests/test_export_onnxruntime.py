@@ -244,3 +244,24 @@ def test_backend_refuses_a_program_made_for_another_method(export_cache):
                    program=str(result.directory))
     with pytest.raises((ValueError, UnsupportedBackend), match="exported for method"):
         create(spec).setup(spec, _batches(result, 1)[0])
+
+
+def test_ort_recompute_finds_nothing_to_recompute_in_training_artifacts(export_cache, tmp_path):
+    """Why adamw-ckpt / lora-ckpt are refused on onnxruntime: asked to recompute everything it
+    can, ORT 1.19's MemoryOptimizer leaves the artifacts' training graph unchanged."""
+    import onnx
+
+    from edgebench.backends.onnxruntime import session_options, training_api
+
+    result = _export("sgd")
+    config = tmp_path / "recompute.json"
+    config.write_text('["Gelu+:1:-1", "FusedMatMul+:1:-1", "Softmax+:1:-1"]')
+    options = session_options()
+    options.add_session_config_entry("optimization.memory_optimizer_config", str(config))
+    options.add_session_config_entry("optimization.enable_memory_probe_recompute_config", "1:1")
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    api = training_api()
+    state = api.CheckpointState.load_checkpoint(str(result.directory / "checkpoint"))
+    api.Module(str(result.directory / "training_model.onnx"), state, None, session_options=options)
+    nodes = onnx.load(tmp_path / "optimized.onnx").graph.node
+    assert len(nodes) > 100 and not [n for n in nodes if n.name.endswith("_recompute")]

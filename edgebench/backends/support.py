@@ -72,9 +72,10 @@ def _onnxruntime_reason(method: Any) -> str | None:
         return (f"optimizer {optimizer} is not available on onnxruntime (its training API has SGD and "
                 f"AdamW: {', '.join(EXPORT_OPTIMIZERS['onnxruntime'])}); use {where}")
     if _knob(method, "checkpointing", False):
-        return ("ONNX Runtime's recompute (its MemoryOptimizer) finds the forward/backward boundary by "
-                "ORTModule's YieldOp; training artifacts have none, so nothing would be recomputed; "
-                "use --backend eager")
+        return ("ONNX Runtime 1.19's recompute (MemoryOptimizer, session option "
+                "optimization.memory_optimizer_config) finds the forward/backward boundary by ORTModule's "
+                "YieldOp; training artifacts have none (\"No boundary op found. Skip memory optimization.\"), "
+                "so nothing is recomputed; use --backend eager")
     if _knob(method, "accumulation", 1) != 1:
         return ("gradient accumulation is not built for onnxruntime yet (its gradient buffers can add up "
                 "over calls, but the backend does not split batches); use --backend eager")
