@@ -386,3 +386,28 @@ def test_strict_export_of_the_split_layout():
     ids, images, labels, _ = _split_inputs(model.cfg)
     exported = torch.export.export(model, (ids, images, labels), strict=True)
     assert torch.allclose(exported.module()(ids, images, labels), model(ids, images, labels), atol=1e-6)
+
+
+@pytest.mark.parametrize("cfg", [get_config("tiny"), _split_tiny()], ids=["v0.1", "main"])
+def test_memory_model_follows_the_real_sequence(cfg):
+    """The predicted activations are the tensors autograd saves, image tiles and markers included."""
+    from edgebench.data.synthetic import synthetic_batches, to_torch
+    from edgebench.methods import memory
+
+    torch.manual_seed(0)
+    model = VisionLanguageModel(cfg)
+    batch = to_torch(next(synthetic_batches(cfg, 4, 32, 0)))
+    saved: dict[int, int] = {}
+
+    def keep(t):
+        saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+        model(**batch)
+    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    measured = sum(n for ptr, n in saved.items() if ptr not in weights)
+    predicted = memory.predict(cfg, "adamw", 4, 32)
+    assert predicted["sequence_length"] == batch["input_ids"].shape[1] + model.n_image_tokens
+    assert predicted["image_tiles"] * 4 == batch["images"].shape[0]
+    assert abs(predicted["activations_bytes"] - measured) < 0.05 * measured, (predicted["activations_bytes"], measured)
