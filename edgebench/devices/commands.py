@@ -27,8 +27,13 @@ def _gib(value: Any) -> str:
 
 
 def _readiness(device: Device) -> "Readiness":
-    from edgebench.devices.readiness import check
+    from edgebench.devices.readiness import Finding, Readiness, check
 
+    if device.place:  # a board farm's device: resolved again, which checks its host key tag
+        try:
+            device = get_device(device.name)
+        except InventoryError as exc:
+            return Readiness(device.name, [Finding("reachable", "missing", str(exc))])
     return check(device)
 
 
@@ -42,6 +47,8 @@ def devices(ctx: click.Context, no_check: bool, as_json: bool) -> None:
     The inventory maps the names you type (`--device jetson-orin`) to a profile in
     device_profiles/ and an address. It is $EDGEBENCH_INVENTORY or
     ~/.config/edgebench/inventory.yaml; `edgebench devices add` and `edgebench lab up` write it.
+    A labgrid board farm's places are listed too ($LG_COORDINATOR or `labgrid: {coordinator:
+    HOST:PORT}` in the inventory; see README "Board farm").
 
     \b
     edgebench devices add orin --host 192.168.1.20 --user nvidia   # detects the board, checks it
@@ -69,7 +76,7 @@ def devices(ctx: click.Context, no_check: bool, as_json: bool) -> None:
         unreachable = next((f.detail for f in r.findings if f.item == "reachable"), None) if r else None
         rows.append({"name": d.name, "profile": d.profile.id, "transport": d.transport.kind, "address": d.address,
                      "arch": d.profile.arch, "ram_bytes": int(d.profile.ram_bytes), "cores": d.profile.cores,
-                     "backends": d.profile.backends, "lab": bool(d.lab),
+                     "backends": d.profile.backends, "lab": bool(d.lab), "labgrid_place": d.place,
                      "reachable": "not checked" if r is None else unreachable or "ok",
                      "readiness": "not checked" if r is None else r.summary(),
                      "problems": [] if r is None else r.messages()})
@@ -88,7 +95,8 @@ def devices(ctx: click.Context, no_check: bool, as_json: bool) -> None:
     for r in rows:
         ready = r["readiness"].startswith(("ready", "not checked"))
         detail = r["readiness"] if ready or r["reachable"] == "ok" else r["reachable"]
-        table.add_row(r["name"] + (" (lab)" if r["lab"] else ""), r["profile"] or "-", r["address"] or "-",
+        kind = " (lab)" if r["lab"] else " (labgrid)" if r.get("labgrid_place") else ""
+        table.add_row(r["name"] + kind, r["profile"] or "-", r["address"] or "-",
                       r["arch"] or "-", _gib(r["ram_bytes"]), str(r["cores"] or "-"),
                       detail if ready else f"[red]{detail}[/red]")
     Console().print(table)

@@ -67,6 +67,8 @@ class Device:
     workdir: str
     lab: str | None = None
     root: str | None = None  # where `devices check` reads board files; None: /
+    place: str | None = None  # a labgrid place the device is reached through (devices/labgrid.py)
+    coordinator: str | None = None  # ... on this labgrid coordinator
 
     @property
     def address(self) -> str:
@@ -95,13 +97,26 @@ def read_inventory(path: Path | None = None) -> dict[str, dict[str, Any]]:
     return devices
 
 
+def read_section(key: str, path: Path | None = None) -> Any:
+    """Another top-level section of the file, e.g. `labgrid:` (devices/labgrid.py); None if absent."""
+    import yaml
+
+    path = path or inventory_path()
+    try:
+        data = yaml.safe_load(path.read_text()) if path.exists() else None
+    except yaml.YAMLError:
+        return None  # read_inventory names the broken file
+    return data.get(key) if isinstance(data, dict) else None
+
+
 def write_inventory(devices: dict[str, dict[str, Any]], path: Path | None = None) -> None:
     import yaml
 
     path = path or inventory_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(yaml.safe_dump({"devices": devices}, sort_keys=True))
+    kept = {key: read_section(key, path) for key in ("labgrid",) if read_section(key, path) is not None}
+    tmp.write_text(yaml.safe_dump({**kept, "devices": devices}, sort_keys=True))
     os.replace(tmp, path)
 
 
@@ -159,7 +174,8 @@ def scan_devices(path: Path | None = None) -> tuple[list[Device], dict[str, str]
             problems[name] = str(exc)
     if "local" not in raw:
         devices.insert(0, make_device("local", {"profile": "local"}, "built-in"))
-    return devices, problems
+    farm, farm_problems = _farm_devices(path, taken=set(raw) | {"local"})
+    return devices + farm, {**problems, **farm_problems}
 
 
 def get_device(name: str, path: Path | None = None) -> Device:
@@ -170,11 +186,41 @@ def get_device(name: str, path: Path | None = None) -> Device:
         return make_device(name, raw[name], str(path))
     if name == "local":
         return make_device("local", {"profile": "local"}, "built-in")
+    farm, problems = _farm_devices(path, only=name)
+    if name in problems:
+        raise InventoryError(problems[name])
+    if farm:
+        return farm[0]
     known = ", ".join(sorted(set(raw) | {"local"}))
     raise InventoryError(
         f"unknown device {name!r}; known: {known}. Add it to {path} with `edgebench devices add {name} --host HOST "
         "--user USER` (it detects the board and checks it), or start the lab with `edgebench lab up`"
     )
+
+
+def _farm_devices(path: Path, taken: set[str] = frozenset(), only: str | None = None) -> tuple[list[Device],
+                                                                                             dict[str, str]]:
+    """A labgrid board farm's places as devices, when a coordinator is configured (devices/labgrid.py;
+    `only`: that place, its host key checked). Names in `taken` are the file's, which win."""
+    from edgebench.devices import labgrid
+
+    try:
+        found, problems = labgrid.places(read_section("labgrid", path), str(path), only)
+    except labgrid.FarmError as exc:
+        return [], {only or "labgrid": str(exc)}
+    devices = []
+    for name, (coordinator, entry) in found.items():
+        if name in taken:
+            problems[name] = f"labgrid place {name} has the name of a device in {path}, which wins; rename one"
+            continue
+        try:
+            device = make_device(name, entry, f"labgrid place {name} ({coordinator})")
+        except InventoryError as exc:
+            problems[name] = str(exc)
+            continue
+        device.place, device.coordinator = name, coordinator
+        devices.append(device)
+    return devices, problems
 
 
 def add_entry(name: str, entry: dict[str, Any], path: Path | None = None) -> Device:

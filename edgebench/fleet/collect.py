@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from edgebench.devices.inventory import Device, get_device
+from edgebench.devices.labgrid import release_finished
 from edgebench.devices import connect
 from edgebench.devices.transport import Transport, TransportError
 from edgebench.fleet.clock import probe_clock
-from edgebench.fleet.device_scripts import listing
+from edgebench.fleet.device_scripts import listing, sweeps as sweeps_script
 from edgebench.fleet.remote import run_program
 
 APPEND_ONLY = (".jsonl", ".log")
@@ -35,6 +36,7 @@ class Collected:
     ingested: list[str] = field(default_factory=list)
     not_ingested: dict[str, str] = field(default_factory=dict)  # run_id -> why
     probes: list[dict[str, Any]] = field(default_factory=list)
+    released: str | None = None  # the sweep whose labgrid place was given back
 
 
 def sha256_prefix(path: Path, size: int) -> str:
@@ -82,6 +84,8 @@ def collect_device(name: str, run_id: str | None = None, local_root: Path = Path
     device = get_device(name)
     out = Collected(name)
     with connect(device) as transport:
+        # Board farm: which sweeps had ended before fetching; their labgrid place goes back after it.
+        before = run_program(transport, device, sweeps_script, device.workdir) if device.place else {}
         manifest = run_program(transport, device, listing, device.workdir, timeout=600)
         for sweep_id, sweep in sorted(manifest["sweeps"].items()):
             states = (sweep["state"] or {}).get("runs", {})
@@ -100,6 +104,7 @@ def collect_device(name: str, run_id: str | None = None, local_root: Path = Path
                 out.runs[rid] = status or f"partial ({states.get(rid, 'not started')})"
                 log(f"{name}: {rid}: {out.runs[rid]}")
         out.probes = _fresh_probes(transport, device, manifest)
+        out.released = release_finished(device, before, log)
     _save_probes(local_root / name, out.probes)
     if run_id and run_id not in out.runs:
         raise TransportError(f"{name}: no run {run_id!r} on the device; `edgebench status --device {name}` lists them")

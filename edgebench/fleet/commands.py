@@ -236,7 +236,8 @@ def collect(devices: tuple[str, ...], run_id: str | None, store: str, no_ingest:
 @click.option("--device", "devices", multiple=True, help="Inventory name (repeatable). Default: every device.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def status(devices: tuple[str, ...], as_json: bool) -> None:
-    """Show what is running where: each device's sweeps and their runs' statuses."""
+    """Show what is running where: each device's sweeps and their runs' statuses, and for a
+    board farm's device who holds its labgrid place (since when, for which sweep)."""
     from edgebench.fleet.status import fleet_status
 
     names, problems = _device_names(devices, with_local=True)
@@ -245,6 +246,11 @@ def status(devices: tuple[str, ...], as_json: bool) -> None:
         click.echo(json.dumps(rows, indent=2))
         return
     for row in rows:
+        place = row.get("place")
+        if place:  # board farm: who holds the device's labgrid place
+            sweep = f" for sweep {place['sweep']}" if place["sweep"] else ""
+            held = f"held by {place['held_by']} since {place['since']}{sweep}" if place["held_by"] else "free"
+            click.echo(f"{row['device']}: labgrid place {place['name']}: {held}")
         if "error" in row:
             click.secho(f"{row['device']}: {row['error']}", fg="red")
             continue

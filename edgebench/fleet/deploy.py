@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 import edgebench
 from edgebench.devices.inventory import Device, get_device
+from edgebench.devices.labgrid import interrupt_reservations, reserve
 from edgebench.backends.support import device_reason
 from edgebench.devices import connect
 from edgebench.devices.transport import Transport, TransportError
@@ -140,7 +141,9 @@ def deploy_one(name: str, specs: list[RunSpec], local_root: Path = Path("runs"),
     if not specs:
         raise PreflightError(f"{name}: no method can run there:\n  - "
                              + "\n  - ".join(f"{m}: {why}" for m, why in refused.items()))
-    with connect(device) as transport, tempfile.TemporaryDirectory(prefix="edgebench-deploy-") as staging:
+    # Board farm: `reserve` holds the device's labgrid place from here (none for inventory devices).
+    with reserve(device, log) as reservation, connect(device) as transport, \
+            tempfile.TemporaryDirectory(prefix="edgebench-deploy-") as staging:
         log(f"{name}: preflight")
         facts = run_program(transport, device, facts_script, device.workdir)
         package = package_tarball(Path(staging) / "pkg.tar.gz")
@@ -171,7 +174,8 @@ def deploy_one(name: str, specs: list[RunSpec], local_root: Path = Path("runs"),
         start = (f"cd {shlex.quote(sweep)} && S=$(command -v setsid || true); "
                  f"PYTHONPATH={shlex.quote(sweep + '/pkg')} $S nohup {shlex.quote(device.python)} "
                  f"-m edgebench.runner.sweep {shlex.quote(sweep)} > sweep.log 2>&1 < /dev/null & echo $! > sweep.pid")
-        transport.check(["sh", "-c", start])
+        with reservation.starting(sweep_id):  # the last moment to stop; from here the place stays held
+            transport.check(["sh", "-c", start])
         log(f"{name}: sweep {sweep_id} started ({len(specs)} runs)")
         probes = probe_clock(transport, device, f"{sweep}/pkg")
     deployment = Deployment(name, sweep_id, sweep, [s.run_id for s in specs], facts, probes, refused)
@@ -228,4 +232,8 @@ def deploy_many(names: list[str], specs: list[RunSpec], local_root: Path = Path(
             return exc
 
     with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
-        return dict(zip(names, pool.map(one, names)))
+        try:
+            return dict(zip(names, pool.map(one, names)))
+        except KeyboardInterrupt:  # deploys not yet started stop and give their places back
+            interrupt_reservations()
+            raise

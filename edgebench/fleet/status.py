@@ -6,6 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from edgebench.devices.inventory import get_device
+from edgebench.devices.labgrid import place_status
 from edgebench.devices import connect
 from edgebench.devices.transport import TransportError
 from edgebench.fleet.device_scripts import sweeps
@@ -13,13 +14,17 @@ from edgebench.fleet.remote import run_program
 
 
 def device_status(name: str) -> dict[str, Any]:
-    """{"device", "sweeps": {sweep_id: {alive, state, runs, specs}}} or {"device", "error"}."""
+    """{"device", "sweeps": {sweep_id: {alive, state, runs, specs}}} or {"device", "error"}; a board
+    farm's device also has "place": who holds its labgrid place, since when, for which sweep."""
+    row: dict[str, Any] = {"device": name}
     try:
         device = get_device(name)
+        row.update(place_status(device))
         with connect(device) as transport:
-            return {"device": name, "sweeps": run_program(transport, device, sweeps, device.workdir)}
+            row["sweeps"] = run_program(transport, device, sweeps, device.workdir)
     except (TransportError, ValueError, OSError) as exc:
-        return {"device": name, "error": str(exc)}
+        row["error"] = str(exc)
+    return row
 
 
 def fleet_status(names: list[str]) -> list[dict[str, Any]]:
