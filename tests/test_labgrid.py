@@ -26,7 +26,7 @@ from click.testing import CliRunner
 
 from edgebench.cli import cli
 from edgebench.devices import connect, lab
-from edgebench.devices.inventory import InventoryError, get_device, scan_devices
+from edgebench.devices.inventory import InventoryError, get_device, read_inventory, scan_devices, write_inventory
 from edgebench.devices.labgrid import Coordinator, PlaceHeld, place_status
 from edgebench.devices.transport import TransportError
 from edgebench.fleet.deploy import PreflightError, deploy_one
@@ -165,6 +165,9 @@ def test_places_with_a_network_service_are_devices(farm, monkeypatch):
     assert {"farm-a", "farm-b", "farm-gone"} <= {d.name for d in scan_devices()[0]}
     monkeypatch.delenv("LG_COORDINATOR")
     assert [d.name for d in scan_devices()[0]] == ["local"]
+    monkeypatch.setenv("EDGEBENCH_INVENTORY", str(farm.root / "inventory.yaml"))
+    write_inventory(read_inventory())  # as `devices add` does: the labgrid section stays
+    assert yaml.safe_load((farm.root / "inventory.yaml").read_text())["labgrid"]["coordinator"] == farm.address
 
 
 def test_without_labgrid_the_inventory_works_and_a_farm_says_what_to_install(farm, tmp_path):
@@ -200,11 +203,13 @@ def test_sweep_holds_its_place_until_collect_sees_it_ended(farm):
     RunSpec(method="sgd", steps=1, warmup_steps=0).save(spec)
     runs_dir, store = farm.root / "runs", farm.root / "runs" / "edgebench.duckdb"
     runner = CliRunner()
-    out = runner.invoke(cli, ["deploy", "--device", "farm-a", "--spec", str(spec), "--runs-dir", str(runs_dir), "--json"])
+    out = runner.invoke(cli, ["deploy", "--device", "farm-a", "--device", "farm-b", "--spec", str(spec),
+                              "--runs-dir", str(runs_dir), "--json"])  # two boards at once: one thread each
     assert out.exit_code == 0, out.output
-    sweep_id = json.loads(out.output)["farm-a"]["sweep_id"]
+    sweep_id, sweep_b = (json.loads(out.output)[name]["sweep_id"] for name in ("farm-a", "farm-b"))
     held = place_status(get_device("farm-a"))["place"]
     assert held["mine"] and held["sweep"] == sweep_id and held["since"].endswith("UTC")
+    assert place_status(get_device("farm-b"))["place"]["sweep"] == sweep_b
     again = runner.invoke(cli, ["deploy", "--device", "farm-a", "--spec", str(spec), "--runs-dir", str(runs_dir)])
     assert again.exit_code == 1
     assert f"labgrid place farm-a is held by you ({held['held_by']}) since {held['since']} for edgebench sweep " \
@@ -212,20 +217,24 @@ def test_sweep_holds_its_place_until_collect_sees_it_ended(farm):
     status = runner.invoke(cli, ["status", "--device", "farm-a"])
     assert f"farm-a: labgrid place farm-a: held by {held['held_by']} since" in status.output, status.output
     _wait_ended("farm-a", sweep_id)
+    _wait_ended("farm-b", sweep_b)
     assert farm.place("farm-a").acquired == held["held_by"]  # ended, but collect has not seen it yet
-    out = runner.invoke(cli, ["collect", "--device", "farm-a", "--store", str(store), "--runs-dir", str(runs_dir),
-                              "--json"])
+    out = runner.invoke(cli, ["collect", "--device", "farm-a", "--device", "farm-b", "--store", str(store),
+                              "--runs-dir", str(runs_dir), "--json"])
     assert out.exit_code == 0, out.output
-    assert list(json.loads(out.output)["farm-a"]["runs"].values()) == ["ok"]
-    place = farm.place("farm-a")
-    assert place.acquired is None and "edgebench-sweep" not in place.tags
-    with Store(store, read_only=True) as db:
-        assert [r["status"] for r in db.runs(device="farm-a")] == ["ok"]
+    for name in ("farm-a", "farm-b"):
+        assert list(json.loads(out.output)[name]["runs"].values()) == ["ok"]
+        place = farm.place(name)
+        assert place.acquired is None and "edgebench-sweep" not in place.tags
+        with Store(store, read_only=True) as db:
+            assert [r["status"] for r in db.runs(device=name)] == ["ok"]
     status = json.loads(runner.invoke(cli, ["status", "--device", "farm-a", "--json"]).output)
     assert status[0]["place"]["held_by"] is None and status[0]["sweeps"][sweep_id]["runs"]
 
 
 def test_a_place_someone_else_holds_is_refused_and_left_to_them(farm):
+    sweeps = farm.root / "work" / "farm-b" / "sweeps"
+    before = sorted(sweeps.glob("*"))
     farm.client("-p", "farm-b", "acquire", user="alice")
     try:
         logged: list[str] = []
@@ -233,7 +242,7 @@ def test_a_place_someone_else_holds_is_refused_and_left_to_them(farm):
                                             r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC: not deployed; try again"):
             deploy_one("farm-b", [RunSpec(method="sgd", steps=1, warmup_steps=0)], farm.root / "runs-b", logged.append)
         assert farm.place("farm-b").acquired.endswith("/alice")
-        assert not (farm.root / "work" / "farm-b" / "sweeps").exists()
+        assert sorted(sweeps.glob("*")) == before  # nothing shipped, nothing started
     finally:
         farm.client("-p", "farm-b", "release", user="alice")
 
@@ -277,5 +286,5 @@ def test_place_released_after_ctrl_c(farm, tmp_path):
     assert proc.returncode != 0
     assert "farm-b: released labgrid place farm-b" in rest, rest
     assert farm.place("farm-b").acquired is None
-    sweeps = list((farm.root / "work" / "farm-b" / "sweeps").glob("*"))
-    assert sweeps and not any((s / "sweep.pid").exists() for s in sweeps)  # shipped, never started
+    (shipped,) = [s for s in (farm.root / "work" / "farm-b" / "sweeps").glob("*") if (s / "programs").exists()]
+    assert not (shipped / "sweep.pid").exists()  # shipped, never started

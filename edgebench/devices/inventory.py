@@ -191,6 +191,8 @@ def get_device(name: str, path: Path | None = None) -> Device:
         raise InventoryError(problems[name])
     if farm:
         return farm[0]
+    if "labgrid" in problems:
+        raise InventoryError(f"no device {name!r} in {path}, and the board farm cannot be asked: {problems['labgrid']}")
     known = ", ".join(sorted(set(raw) | {"local"}))
     raise InventoryError(
         f"unknown device {name!r}; known: {known}. Add it to {path} with `edgebench devices add {name} --host HOST "
@@ -207,7 +209,7 @@ def _farm_devices(path: Path, taken: set[str] = frozenset(), only: str | None = 
     try:
         found, problems = labgrid.places(read_section("labgrid", path), str(path), only)
     except labgrid.FarmError as exc:
-        return [], {only or "labgrid": str(exc)}
+        return [], {"labgrid": str(exc)}
     devices = []
     for name, (coordinator, entry) in found.items():
         if name in taken:

@@ -27,6 +27,7 @@ is configured, so the inventory works without it.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 from contextlib import contextmanager
@@ -90,12 +91,38 @@ def _labgrid_client() -> Any:
         from labgrid.remote import client
     except ImportError:
         raise FarmError(f"a labgrid coordinator is configured but labgrid is not installed: {INSTALL_HINT}") from None
+    root = logging.getLogger()
+    if not any(isinstance(f, _QuietLabgrid) for f in root.filters):
+        root.addFilter(_QuietLabgrid())
     return client
 
 
+class _QuietLabgrid(logging.Filter):
+    """labgrid's client logs a lost coordinator on the root logger (printed as `ERROR:root:...`);
+    edgebench says it once, in its own words, so those records are dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return f"{os.sep}labgrid{os.sep}" not in record.pathname
+
+
+_loop: asyncio.AbstractEventLoop | None = None
+_loop_lock = threading.Lock()
+
+
+def _event_loop() -> asyncio.AbstractEventLoop:
+    """One event loop in a daemon thread for every coordinator session: grpc's asyncio channels
+    do not work from several loops at once (deploys run one thread per device)."""
+    global _loop
+    with _loop_lock:
+        if _loop is None:
+            _loop = asyncio.new_event_loop()
+            threading.Thread(target=_loop.run_forever, name="edgebench-labgrid", daemon=True).start()
+        return _loop
+
+
 class Coordinator:
-    """A short session with a labgrid coordinator, driven synchronously on a private event loop
-    (labgrid's client is asyncio; one loop per session keeps threads apart)."""
+    """A short session with a labgrid coordinator, driven synchronously from any thread
+    (labgrid's client is asyncio)."""
 
     def __init__(self, address: str, timeout_s: float = TIMEOUT_S):
         self.address = address if ":" in address else f"{address}:{DEFAULT_PORT}"
@@ -103,17 +130,28 @@ class Coordinator:
 
     def __enter__(self) -> "Coordinator":
         client = _labgrid_client()
-        self.loop = asyncio.new_event_loop()
+        loop = _event_loop()
 
         async def start() -> Any:
-            session = client.ClientSession(self.address, self.loop)
-            await session.start()
+            import grpc
+            from labgrid.remote.generated import labgrid_coordinator_pb2_grpc as pb2_grpc
+
+            session = client.ClientSession(self.address, loop)
+            # One TCP connection per session: the coordinator tells clients apart by address:port, and
+            # grpc would share one connection among this process's sessions (one thread per device).
+            await session.channel.close()
+            session.channel = grpc.aio.insecure_channel(self.address, options=[("grpc.use_local_subchannel_pool", 1)])
+            session.stub = pb2_grpc.CoordinatorStub(session.channel)
+            try:
+                await session.start()
+            except BaseException:
+                await session.close()
+                raise
             return session
 
         try:
             self.session = self._run(start())
         except (client.Error, asyncio.TimeoutError, OSError) as exc:
-            self.loop.close()
             raise FarmError(f"labgrid coordinator {self.address}: unreachable ({str(exc) or type(exc).__name__}); "
                             "check $LG_COORDINATOR or `labgrid: coordinator:` in the inventory and that "
                             "labgrid-coordinator runs there") from None
@@ -125,11 +163,12 @@ class Coordinator:
             self._run(self.session.close())
         except Exception:  # a session whose coordinator went away closes anyway
             pass
-        finally:
-            self.loop.close()
 
     def _run(self, awaitable: Any) -> Any:
-        return self.loop.run_until_complete(asyncio.wait_for(awaitable, self.timeout_s))
+        async def bounded() -> Any:
+            return await asyncio.wait_for(awaitable, self.timeout_s)
+
+        return asyncio.run_coroutine_threadsafe(bounded(), _event_loop()).result()
 
     @property
     def identity(self) -> str:
@@ -236,7 +275,11 @@ def places(section: Any, source: str, only: str | None = None) -> tuple[dict[str
                 found[name] = (coordinator.address, entry)
                 fingerprint = place.tags.get(HOSTKEY_TAG) if name == only else None
     if only in found and fingerprint:
-        _pin_host_key(only, found[only][1], fingerprint)
+        try:
+            _pin_host_key(only, found[only][1], fingerprint)
+        except FarmError as exc:
+            del found[only]
+            problems[only] = str(exc)
     return found, problems
 
 
