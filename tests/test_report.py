@@ -11,6 +11,7 @@ from html.parser import HTMLParser
 
 import pytest
 from click.testing import CliRunner
+import numpy as np
 from PIL import Image
 
 from edgebench.report import plots
@@ -116,7 +117,8 @@ def test_csv_and_json_match_the_store(store_path):
 
 def test_terminal_report_and_filters(store_path):
     text = _invoke("--store", str(store_path), "--device", "phone")
-    assert "lora" in text and "mezo" not in text and "est." in text
+    assert "lora" in text and "mezo" not in text and " est" in text
+    assert "phone: no power sensor; energy is estimated from its power model" in text
     assert "Clock alignment" in text  # no probes in this store: the report says the clock is the device's own
     assert plots._energy_colour([{"energy_per_step_j": None, "energy_per_step_j_est": 1.0}])[1].endswith("ESTIMATED)")
 
@@ -124,3 +126,117 @@ def test_terminal_report_and_filters(store_path):
 def test_report_on_a_missing_store_says_what_to_do(tmp_path):
     result = CliRunner().invoke(report_command, ["--store", str(tmp_path / "none.duckdb")])
     assert result.exit_code != 0 and "edgebench ingest" in result.output
+
+
+# ---- readable at a glance: layouts, repeats, the noise guard, the study -------------------------
+def _lines(renderable, width):
+    from rich.console import Console
+
+    console = Console(width=width, record=True, color_system=None)
+    console.print(renderable)
+    return console.export_text().splitlines()
+
+
+def _repeat_store(root, long_model=None):
+    """pi: adamw x3 (0.2, 0.25, 0.3 s/step; the second disturbed), sgd x2, mezo x1 (oom)."""
+    path = root / "edgebench.duckdb"
+    model = long_model or "tiny"
+    with Store(path) as store:
+        for i, (method, rss, step_s, status) in enumerate([
+                ("adamw", 300, 0.2, "ok"), ("adamw", 310, 0.25, "ok"), ("adamw", 320, 0.3, "ok"),
+                ("sgd", 200, 0.1, "ok"), ("sgd", 210, 0.12, "ok"), ("mezo", 150, 0.4, "oom")]):
+            run = FakeRun(run_id=f"r{i}", model=model, method=method, rss_base=rss << 20, step_s=step_s,
+                          status=status, power=lambda t: 4.0 + 0 * t)
+            run_dir = run.write(root / "src")
+            if i == 1:  # the noise guard's record, as the supervisor writes it
+                result = json.loads((run_dir / "result.json").read_text())
+                result["cpu"] = {"others_share": 0.42, "steal_share": 0.0, "load_1m": 5.1, "disturbed": True,
+                                 "disturbed_why": "other processes used 42% of the CPU"}
+                (run_dir / "result.json").write_text(json.dumps(result))
+            store.ingest_run(run_dir, device="pi")
+    return path
+
+
+@pytest.mark.parametrize("width", [80, 100, 120])
+def test_terminal_report_fits_the_window_with_every_key_figure(tmp_path, width):
+    from edgebench.report.build import collect
+    from edgebench.report.tables import terminal_report
+
+    with Store(_repeat_store(tmp_path), read_only=True) as store:
+        report = collect(store, figures=False)
+    lines = _lines(terminal_report(report.rows, report.runs, width=width), width)
+    text = "\n".join(lines)
+    assert max(len(line) for line in lines) <= width and "…" not in text
+    for word in ("tiny", "adamw", "sgd", "mezo", "eager", "oom", "peak MiB", "step s", "J/step", "loss"):
+        assert word in text, word
+    assert "0.25 [0.2-0.3]" in text  # adamw: the median of 3 runs with its min-max
+    assert "ok !" in text and "1 of 3 run(s) disturbed (other processes used 42% of the CPU)" in text
+
+
+def test_long_names_wrap_whole_as_cards_never_cut(tmp_path):
+    from edgebench.report.build import collect
+    from edgebench.report.tables import terminal_report
+
+    model = "/home/user/checkpoints/nanoVLM-222M-finetuned-on-my-own-data-" + "x" * 40
+    with Store(_repeat_store(tmp_path, long_model=model), read_only=True) as store:
+        report = collect(store, figures=False)
+    lines = _lines(terminal_report(report.rows, report.runs, width=80), 80)
+    assert max(len(line) for line in lines) <= 80 and "…" not in "".join(lines)
+    assert model in "".join(line.strip() for line in lines)  # folded across lines, every character kept
+    assert any(line.startswith("#1 ") for line in lines)  # the card layout
+
+
+def test_repeats_fold_into_median_min_max_and_n(tmp_path):
+    from edgebench.results.aggregate import group_runs
+    from edgebench.results.metrics import all_metrics
+
+    with Store(_repeat_store(tmp_path), read_only=True) as store:
+        groups = {g["method"]: g for g in group_runs(all_metrics(store))}
+    adamw, sgd, mezo = groups["adamw"], groups["sgd"], groups["mezo"]
+    assert adamw["n"] == 3 and adamw["spread"]["step_time_median_s"] == pytest.approx(
+        {"median": 0.25, "min": 0.2, "max": 0.3, "n": 3})
+    assert adamw["disturbed"] == 1 and sgd["disturbed"] == 0
+    assert sgd["n"] == 2 and sgd["step_time_median_s"] == pytest.approx(0.11)
+    assert mezo["status"] == "oom" and mezo["n"] == 1 and mezo["on_frontier"] is None
+    assert adamw["on_frontier"] is False and sgd["on_frontier"] is True  # sgd: less memory and faster
+
+
+def test_study_ratios_to_the_baseline_in_every_format(tmp_path):
+    path = _repeat_store(tmp_path)
+    data = json.loads(_invoke("--store", str(path), "--study", "--baseline", "sgd", "--format", "json"))
+    rows = {r["method"]: r for r in data["rows"]}
+    adamw = rows["adamw"]
+    assert adamw["step_time_ratio"] == pytest.approx(0.25 / 0.11)
+    assert adamw["step_time_ratio_min"] == pytest.approx(0.2 / 0.12)
+    assert adamw["step_time_ratio_max"] == pytest.approx(0.3 / 0.1)
+    sgd_peak = np.median([(200 << 20) + (15 << 20), (210 << 20) + (15 << 20)])  # kernel peak: base + 11 + 4 MiB
+    assert adamw["peak_mem_ratio"] == pytest.approx(((310 << 20) + (15 << 20)) / sgd_peak)
+    assert adamw["energy_ratio"] == pytest.approx(0.25 / 0.11, rel=1e-3) and adamw["energy_estimated"] is False
+    assert (adamw["n"], adamw["n_baseline"]) == (3, 2)
+    assert rows["sgd"]["step_time_ratio"] == pytest.approx(1.0)
+    assert rows["mezo"]["step_time_ratio"] is None and rows["mezo"]["status"] == "oom"
+    table = list(csv.DictReader(io.StringIO(_invoke("--store", str(path), "--study", "--format", "csv"))))
+    assert float(next(r for r in table if r["method"] == "adamw")["step_time_ratio"]) == pytest.approx(0.25 / 0.11)
+    text = CliRunner().invoke(report_command, ["--store", str(path), "--study"], terminal_width=80).output
+    assert "2.27x [1.67-3.00]" in text and "baseline sgd" in text
+    html_path = tmp_path / "study.html"
+    _invoke("--store", str(path), "--study", "--format", "html", "--out", str(html_path))
+    html = html_path.read_text()
+    assert "Study: each method against the baseline" in html and "2.27x [1.67-3.00]" in html
+    study_part = html.split("Study:")[1].split("<h2>Configurations")[0]
+    assert "data:image/png;base64," in study_part  # the Pareto frontier beside the table
+    missing = json.loads(_invoke("--store", str(path), "--study", "--baseline", "lora", "--json"))
+    assert "no finished lora run" in missing["notes"][0]
+
+
+def test_no_empty_panels_a_device_without_sensors_is_said_once(tmp_path):
+    path = tmp_path / "edgebench.duckdb"
+    with Store(path) as store:
+        for run_id in ("x", "y"):
+            run = FakeRun(run_id=run_id, power=None, temp=None)
+            store.ingest_run(run.write(tmp_path / "src"), device="bare")
+    _invoke("--store", str(path), "--format", "png", "--out", str(tmp_path / "figs"))
+    names = sorted(p.name.split("_")[0] for p in (tmp_path / "figs").glob("*.png"))
+    assert names == ["memory", "memory", "pareto"]  # no power/temperature figure without any figure to draw
+    text = _invoke("--store", str(path))
+    assert text.count("bare: no power sensor and no power model; no energy figures") == 1

@@ -202,3 +202,85 @@ def test_ingest_and_import_trace_commands(tmp_path):
     bad = CliRunner().invoke(import_trace_command, [str(tmp_path / "plug.csv"), "--device", "pi", "--store",
                                                     str(store_path), "--power-col", "watts"])
     assert bad.exit_code != 0 and "no column(s)" in bad.output and "the header has" in bad.output
+
+
+def test_one_definition_of_each_step_figure_in_result_json_store_and_bench(tmp_path):
+    """result.json (the supervisor), the store's metrics and bench's table agree on median,
+    p90 and samples/s for the same steps (edgebench.runner.figures)."""
+    from edgebench.report.tables import bench_rows
+    from edgebench.runner.figures import percentile, step_time_stats
+    from edgebench.runner.supervisor import step_statistics
+
+    durations = [0.1, 0.5, 0.2, 0.9, 0.3, 0.25, 0.7]
+    run = FakeRun(steps=len(durations))
+    run_dir = run.write(tmp_path / "src")
+    events, t = [], run.mono0_ns
+    for i, d in enumerate([0.1] + durations):
+        phase, step = ("warmup", 0) if i == 0 else ("measure", i - 1)
+        end = t + int(d * 1e9)
+        events += [{"t_ns": t, "event": "step_begin", "step": step, "phase": phase},
+                   {"t_ns": end, "event": "step_end", "step": step, "phase": phase, "loss": 1.0, "duration_s": d}]
+        t = end
+    (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    stats = step_statistics(events)["step_time_s"]
+    with Store(tmp_path / "s.duckdb") as store:
+        store.ingest_run(run_dir, device="pi")
+        row = all_metrics(store)[0]
+    assert stats["median"] == pytest.approx(np.median(durations)) == row["step_time_median_s"]
+    assert stats["p90"] == pytest.approx(np.percentile(durations, 90)) == pytest.approx(row["step_time_p90_s"])
+    assert row["samples_per_s"] == pytest.approx(run.batch_size / np.median(durations))
+    bench = bench_rows([{"method": "adamw", "status": "ok", "step_time_s": stats,
+                         "samples_per_s": run.batch_size / stats["median"]}])[0]
+    assert bench["samples_per_s"] == pytest.approx(row["samples_per_s"])
+    for q in (0, 10, 50, 90, 100):
+        assert percentile(durations, q) == pytest.approx(np.percentile(durations, q))
+    assert step_time_stats([]) is None
+
+
+def _proc(root, busy_ticks, steal_ticks, load):
+    proc = root / "proc"
+    proc.mkdir(parents=True, exist_ok=True)
+    idle = 100_000
+    (proc / "stat").write_text(f"cpu  {busy_ticks} 0 0 {idle} 0 0 0 {steal_ticks} 0 0\n"
+                               "cpu0 1 0 0 1 0 0 0 0 0 0\ncpu1 1 0 0 1 0 0 0 0 0 0\nintr 1\n")
+    (proc / "loadavg").write_text(f"{load} 1.00 1.00 2/300 4242\n")
+
+
+@pytest.mark.parametrize("others_ticks, steal_ticks, disturbed", [(100, 0, False), (800, 0, True), (0, 500, True)])
+def test_noise_guard_counts_others_cpu_and_steal(tmp_path, others_ticks, steal_ticks, disturbed):
+    from edgebench.telemetry.contention import CLOCK_TICKS, cpu_share, cpu_snapshot
+
+    _proc(tmp_path, 1000, 0, 0.5)
+    before = cpu_snapshot(tmp_path)
+    run_ticks = 200
+    _proc(tmp_path, 1000 + run_ticks + others_ticks, steal_ticks, 3.5)
+    after = cpu_snapshot(tmp_path)
+    before.update(t_s=0.0, own_cpu_s=1.0)
+    after.update(t_s=10.0, own_cpu_s=1.0 + run_ticks / CLOCK_TICKS)
+    got = cpu_share(before, after)
+    capacity = 10.0 * 2  # wall x the two cores /proc/stat lists
+    assert got["others_share"] == pytest.approx(others_ticks / CLOCK_TICKS / capacity, abs=1e-4)
+    assert got["steal_share"] == pytest.approx(steal_ticks / CLOCK_TICKS / capacity, abs=1e-4)
+    assert got["load_1m"] == 3.5 and got["disturbed"] is disturbed
+    assert (got["disturbed_why"] is None) is (not disturbed)
+    blind = cpu_share(cpu_snapshot(tmp_path / "nothing"), cpu_snapshot(tmp_path / "nothing"))
+    assert blind["disturbed"] is None  # no /proc/stat: the guard says it cannot tell
+
+
+def test_ingest_reads_keys_that_first_appear_late_and_nested_values(tmp_path):
+    """DuckDB's type detection samples the first lines only: a field first seen later, and
+    nested values, still arrive (as numbers and JSON text)."""
+    run = FakeRun()
+    run_dir = run.write(tmp_path / "src")
+    lines = (run_dir / "samples.jsonl").read_text().splitlines()
+    filler = [json.dumps({"t_ns": 1, "rss_bytes": 1}) for _ in range(25_000)]  # past the detection sample
+    late = json.loads(lines[-1]) | {"gpu_mem_bytes": 123, "rails": {"vdd_in": 4.5}, "note": "x"}
+    (run_dir / "samples.jsonl").write_text("\n".join(filler + lines[:-1] + [json.dumps(late)]) + "\n")
+    with Store(tmp_path / "s.duckdb") as store:
+        store.ingest_run(run_dir, device="pi")
+        got = store.con.execute("SELECT gpu_mem_bytes, rails, note FROM samples WHERE gpu_mem_bytes IS NOT NULL"
+                                ).fetchall()
+        types = dict(store.con.execute("SELECT column_name, data_type FROM information_schema.columns "
+                                       "WHERE table_name = 'samples'").fetchall())
+    assert got == [(123, '{"vdd_in":4.5}', "x")]
+    assert types["gpu_mem_bytes"] == "BIGINT" and types["note"] == "VARCHAR"

@@ -38,7 +38,7 @@ def methods_command(as_json: bool) -> None:
 
     table = Table(title="edgebench methods (combine with +: ckpt, bf16, accumN, fused, frozen-bf16, frozen-int8)")
     for column in ("preset", "what it does", "knobs (vs adamw)", "backends"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")  # wrap, never cut: a name must stay typeable
     for row in rows:
         table.add_row(row["name"], row["description"], _knob_text(row["knobs"]), ", ".join(row["backends"]))
     Console().print(table)

@@ -91,7 +91,7 @@ def devices(ctx: click.Context, no_check: bool, as_json: bool) -> None:
 
     table = Table(title=f"devices ({inventory_path()})")
     for column in ("name", "profile", "address", "arch", "RAM GiB", "cores", "readiness"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")  # wrap, never cut: a name must stay typeable
     for r in rows:
         ready = r["readiness"].startswith(("ready", "not checked"))
         detail = r["readiness"] if ready or r["reachable"] == "ok" else r["reachable"]

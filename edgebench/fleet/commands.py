@@ -40,12 +40,44 @@ def _device_names(given: tuple[str, ...], with_local: bool) -> tuple[list[str], 
 BACKEND_CHOICE = click.Choice(list(BACKENDS))
 
 
+def _model_and_data(shape: dict[str, Any]) -> None:
+    """A checkpoint folder given as --model becomes `checkpoint` (absolute, with the folder's name
+    as the model label); --data is checked (every line, the tokenizer) before any run starts."""
+    model = Path(shape["model"]).expanduser()
+    if model.is_dir():
+        from edgebench.model.checkpoint import read_config
+
+        try:
+            read_config(str(model))
+        except (FileNotFoundError, ValueError) as exc:
+            raise click.BadParameter(str(exc), param_hint="--model") from None
+        shape["checkpoint"], shape["model"] = str(model.resolve()), model.resolve().name
+    if shape["data_dir"]:
+        from edgebench.data.folder import DatasetError, FolderDataset
+
+        try:
+            FolderDataset(shape["data_dir"])
+        except DatasetError as exc:
+            raise click.BadParameter(str(exc), param_hint="--data") from None
+        shape["data_dir"] = str(Path(shape["data_dir"]).resolve())
+
+
 def run_options(command: Callable) -> Callable:
     """The run-shape options every command that starts runs takes (bench, deploy), so the
     two can never drift apart. They arrive as one `shape` dict of RunSpec fields plus
-    `methods`, `duration`, `runs_dir` and `as_json`."""
+    `methods` (each method --repeats times), `runs_dir` and `as_json`."""
     options = [
-        click.option("--model", default="tiny", show_default=True, help="Model config (see `edgebench models`)."),
+        click.option("--model", default="tiny", show_default=True,
+                     help="Model config (see `edgebench models`) or a nanoVLM checkpoint folder "
+                          "(config.json + model.safetensors) to fine-tune."),
+        click.option("--data", "data_dir", default=None, type=click.Path(exists=True, file_okay=False),
+                     help="A folder dataset to train on: images, one JSONL of {image, question, answer} lines "
+                          "and tokenizer.json (default: the synthetic task)."),
+        click.option("--lr", default=None, type=click.FloatRange(min=0, min_open=True),
+                     help="Learning rate (default: the method's own)."),
+        click.option("--repeats", default=1, show_default=True, type=click.IntRange(min=1),
+                     help="Run each method N times (interleaved); reports give each figure's median, "
+                          "min-max and n."),
         click.option("--methods", default="adamw,sgd", show_default=True,
                      help="Comma-separated presets or combinations (see `edgebench methods`)."),
         click.option("--backend", default="eager", show_default=True, type=BACKEND_CHOICE,
@@ -67,8 +99,8 @@ def run_options(command: Callable) -> Callable:
                      help="Local folder for run directories, clock probes and deployment records."),
         click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts."),
     ]
-    shape_fields = ("model", "backend", "batch_size", "text_length", "threads", "accelerator", "sample_hz",
-                    "timeout_s", "seed")
+    shape_fields = ("model", "data_dir", "lr", "backend", "batch_size", "text_length", "threads", "accelerator",
+                    "sample_hz", "timeout_s", "seed")
 
     @functools.wraps(command)
     def wrapper(**kwargs: Any) -> Any:
@@ -80,7 +112,8 @@ def run_options(command: Callable) -> Callable:
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--duration") from None
         methods = [m.strip() for m in kwargs.pop("methods").split(",") if m.strip()]
-        return command(shape=shape, methods=methods, **kwargs)
+        _model_and_data(shape)
+        return command(shape=shape, methods=methods * kwargs.pop("repeats"), **kwargs)
 
     for option in reversed(options):
         wrapper = option(wrapper)

@@ -41,8 +41,14 @@ def new_run_id(device: str, spec: RunSpec) -> str:
 
 
 def make_specs(methods: list[str], **shape: Any) -> list[RunSpec]:
-    """One spec per method, all with the same run shape (RunSpec field names)."""
-    return [RunSpec(method=method, **shape) for method in methods]
+    """One spec per method, all with the same run shape (RunSpec field names); a method
+    listed again is a repeat (numbered in `repeat`), so `[a, b, a, b]` interleaves them."""
+    seen: dict[str, int] = {}
+    specs = []
+    for method in methods:
+        specs.append(RunSpec(method=method, repeat=seen.get(method, 0), **shape))
+        seen[method] = seen.get(method, 0) + 1
+    return specs
 
 
 def for_device(device_name: str, profile: Any, specs: list[RunSpec]) -> list[RunSpec]:

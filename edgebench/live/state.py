@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import statistics
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from edgebench.live.follow import Update
+from edgebench.runner import figures
 
 HISTORY = 120  # samples kept for sparklines
 UNLIMITED_BYTES = 1 << 60
@@ -104,7 +104,8 @@ class LiveState:
 
     @property
     def step_time_s(self) -> float | None:
-        return statistics.median(self.durations) if self.durations else None
+        """Median of the last steps seen (edgebench.runner.figures' definition, over a window)."""
+        return figures.percentile(self.durations, 50) if self.durations else None
 
     @property
     def steps_total(self) -> int | None:

@@ -95,13 +95,21 @@ def progress(state: LiveState) -> Table:
     done = state.steps_done.get("measure", 0)
     warm = state.steps_done.get("warmup", 0)
     step_s = state.step_time_s
-    rate = f"{1 / step_s:.2f} steps/s, {step_s:.3f} s/step" if step_s else "-"
+    rate = f"{step_s:.3f} s/step (median of the last {len(state.durations)})" if step_s else "-"
     grid.add_row("steps", _bar(done, total), f"step {done}/{total if total else '?'} (+{warm} warmup)  {rate}  "
                  f"ETA {_fmt_s(state.eta_s)}")
     loss = state.losses[-1] if state.losses else None
     grid.add_row("loss", Text(sparkline(state.losses, 30), style="green"),
                  f"{loss:.4f}" if loss is not None else "-")
     return grid
+
+
+def _cpu_text(cpu: dict[str, Any]) -> str:
+    """The noise guard's verdict on a finished run (docs/figures.md)."""
+    if cpu.get("others_share") is None:
+        return ""
+    text = f"{100 * cpu['others_share']:.0f}% (steal {100 * cpu.get('steal_share', 0):.0f}%)"
+    return text + (f": DISTURBED, {cpu['disturbed_why']}" if cpu.get("disturbed") else "")
 
 
 def summary(result: dict[str, Any]) -> Table:
@@ -116,7 +124,8 @@ def summary(result: dict[str, Any]) -> Table:
         ("peak RSS (kernel)", f"{result['peak_rss_bytes_kernel'] / MIB:,.1f} MiB" if result.get("peak_rss_bytes_kernel") else "-"),
         ("peak RSS (sampled)", f"{result['peak_rss_bytes_sampled'] / MIB:,.1f} MiB" if result.get("peak_rss_bytes_sampled") else "-"),
         ("step time median/p90", f"{step.get('median', 0):.3f} / {step.get('p90', 0):.3f} s" if step else "-"),
-        ("samples/s", f"{result['samples_per_s']:.2f}" if result.get("samples_per_s") else "-"),
+        ("samples/s (batch / median step)", f"{result['samples_per_s']:.2f}" if result.get("samples_per_s") else "-"),
+        ("CPU taken by others", _cpu_text(result.get("cpu") or {})),
         ("loss first → last", f"{result['loss_first']:.4g} → {result['loss_last']:.4g}"
          if isinstance(result.get("loss_first"), (int, float)) and isinstance(result.get("loss_last"), (int, float)) else "-"),
     ]

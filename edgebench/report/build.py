@@ -1,4 +1,5 @@
-"""Gathers what a report shows: the metrics rows and the figures, from one store."""
+"""Gathers what a report shows: the per-run metrics, the configurations they fold into
+(repeats: median, min-max, n), the study rows when asked, and the figures, from one store."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edgebench.report import plots
+from edgebench.report.tables import sensor_notes
+from edgebench.results.aggregate import group_runs
 from edgebench.results.metrics import all_metrics
 from edgebench.results.store import Store
+from edgebench.results.study import study_rows
 
 
 @dataclass
@@ -22,26 +26,37 @@ class Figure:
 class Report:
     rows: list[dict[str, Any]]
     runs: list[dict[str, Any]]
+    groups: list[dict[str, Any]] = field(default_factory=list)
     figures: list[Figure] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # said once, e.g. a device without sensors
+    study: list[dict[str, Any]] | None = None
+    study_notes: list[str] = field(default_factory=list)
 
 
 def safe_name(*parts: str) -> str:
     return "_".join(re.sub(r"[^A-Za-z0-9.-]+", "-", str(p)) for p in parts)
 
 
-def collect(store: Store, device: str | None = None, model: str | None = None, figures: bool = True) -> Report:
-    """Metrics for the matching runs and, when asked, every figure of the report."""
-    report = Report(all_metrics(store, device=device, model=model), store.runs(device=device, model=model))
+def collect(store: Store, device: str | None = None, model: str | None = None, figures: bool = True,
+            baseline: str | None = None) -> Report:
+    """Metrics for the matching runs, their configurations, the study against `baseline`
+    when one is given, and, when asked, every figure of the report."""
+    rows = all_metrics(store, device=device, model=model)
+    report = Report(rows, store.runs(device=device, model=model), group_runs(rows))
+    report.notes = sensor_notes(report.groups)
+    if baseline:
+        report.study, report.study_notes = study_rows(report.groups, baseline)
     if not figures or not report.rows:
         return report
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for row in report.rows:
-        groups.setdefault((row["device"], row["model"]), []).append(row)
-    for (dev, mdl), rows in sorted(groups.items()):
+    by_setting: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for g in report.groups:
+        by_setting.setdefault((g["device"], g["model"]), []).append(g)
+    for (dev, mdl), groups in sorted(by_setting.items()):
         report.figures.append(Figure(safe_name("pareto", dev, mdl), f"Pareto frontier: {dev}, model {mdl}",
-                                     plots.pareto_figure(rows, f"{dev} / {mdl}: peak memory vs time per step")))
-    if len({r["device"] for r in report.rows}) > 1:
-        report.figures.append(Figure("compare_devices", "Comparison across devices", plots.compare_devices_figure(report.rows)))
+                                     plots.pareto_figure(groups, f"{dev} / {mdl}: peak memory vs time per step")))
+    if len({g["device"] for g in report.groups}) > 1:
+        report.figures.append(Figure("compare_devices", "Comparison across devices",
+                                     plots.compare_devices_figure(report.groups)))
     metrics_by_run = {(r["device"], r["run_id"]): r for r in report.rows}
     for run in report.runs:
         key = (run["device"], run["run_id"])
@@ -52,6 +67,7 @@ def collect(store: Store, device: str | None = None, model: str | None = None, f
         if source.startswith("external:"):
             host_t, watts = store.external_arrays(source.removeprefix("external:"))
             external = (store.alignment(*key).to_mono_ns(host_t), watts)
-        report.figures.append(Figure(safe_name("power", *key), f"Power and temperature: {key[0]} / {key[1]}",
-                                     plots.power_temp_figure(store, run, external)))
+        png = plots.power_temp_figure(store, run, external)
+        if png is not None:
+            report.figures.append(Figure(safe_name("power", *key), f"Power and temperature: {key[0]} / {key[1]}", png))
     return report

@@ -37,15 +37,23 @@ def open_store(path: Path):
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json (for scripts).")
 @click.option("--out", type=click.Path(path_type=Path),
               help="Output file (html, csv, json) or folder (png). Defaults: report.html, report/, stdout.")
+@click.option("--study", is_flag=True,
+              help="The study table: per device, model and backend, each method's peak memory, time per step "
+                   "and energy per step as ratios to --baseline, with n and spread (the Pareto frontier "
+                   "beside it in HTML).")
+@click.option("--baseline", default="sgd", show_default=True, help="The method --study compares against.")
 def report_command(store_path: Path, device: str | None, model: str | None, fmt: str, as_json: bool,
-                   out: Path | None) -> None:
+                   out: Path | None, study: bool, baseline: str) -> None:
     """Report the runs in the store: a table per run (peak memory, step time, throughput,
     energy, power, temperature, loss), the Pareto frontier of memory against time per
     step for each device and model (energy as colour, device RAM as a line), memory and
     power/temperature timelines per run, and a comparison across devices.
 
-    Estimated figures (from a device's power model) are marked "(est.)"/"ESTIMATED"
-    in tables and plots and carry `_est` in CSV/JSON column names.
+    Repeats of a configuration (device, model, method, backend, batch) fold into one
+    row: each figure is the median of its runs with [min-max] and n. A run that other
+    processes disturbed (they took >10% of the CPU) is flagged "!". Estimated figures
+    (from a device's power model) are marked "est"/"ESTIMATED" in tables and plots and
+    carry `_est` in CSV/JSON column names. docs/figures.md defines every figure.
 
     \b
     Examples:
@@ -53,24 +61,36 @@ def report_command(store_path: Path, device: str | None, model: str | None, fmt:
       edgebench report --device lab-pi4 --format html --out pi4.html
       edgebench report --format png --out figures/
       edgebench report --json > runs.json
+      edgebench report --study --baseline sgd --format html --out study.html
     """
     from edgebench.report import build, export
 
     fmt = "json" if as_json else fmt
     with open_store(store_path) as store:
-        report = build.collect(store, device=device, model=model, figures=fmt in ("html", "png"))
+        report = build.collect(store, device=device, model=model, figures=fmt in ("html", "png"),
+                               baseline=baseline if study else None)
     if not report.rows:
         raise click.ClickException(f"{store_path}: no runs match (device={device}, model={model}); "
                                    "ingest some with `edgebench collect` or `edgebench ingest RUN_DIR`")
     if fmt == "term":
         from rich.console import Console
 
-        from edgebench.report.tables import terminal_report
-
         console = Console()
-        console.print(terminal_report(report.rows, report.runs, width=console.width))
+        if study:
+            from edgebench.report.study import study_terminal
+
+            console.print(study_terminal(report.study, report.study_notes, width=console.width))
+        else:
+            from edgebench.report.tables import terminal_report
+
+            console.print(terminal_report(report.rows, report.runs, width=console.width))
     elif fmt in ("csv", "json"):
-        text = export.to_csv(report.rows) if fmt == "csv" else export.to_json(report.rows)
+        if study:
+            from edgebench.report.study import study_csv, study_json
+
+            text = study_csv(report.study) if fmt == "csv" else study_json(report.study, report.study_notes)
+        else:
+            text = export.to_csv(report.rows) if fmt == "csv" else export.to_json(report.rows, report.groups)
         if out:
             out.write_text(text)
             click.echo(f"wrote {out} ({len(report.rows)} runs)", err=True)
@@ -88,5 +108,3 @@ def report_command(store_path: Path, device: str | None, model: str | None, fmt:
         for fig in report.figures:
             (out / f"{fig.name}.png").write_bytes(fig.png)
         click.echo(f"wrote {len(report.figures)} PNG files to {out}/")
-
-

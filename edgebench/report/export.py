@@ -1,5 +1,5 @@
 """Metrics as CSV or JSON for scripts: one row per run, the columns of METRIC_COLUMNS
-(estimated figures carry `_est` in their names)."""
+(estimated figures carry `_est` in their names); JSON adds the configurations."""
 
 from __future__ import annotations
 
@@ -20,5 +20,8 @@ def to_csv(rows: list[dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def to_json(rows: list[dict[str, Any]]) -> str:
-    return json.dumps({"columns": METRIC_COLUMNS, "runs": rows}, indent=2, default=str) + "\n"
+def to_json(rows: list[dict[str, Any]], groups: list[dict[str, Any]] | None = None) -> str:
+    """`runs`: one row per run; `configurations`: repeats folded (each figure the median,
+    `spread` its {median, min, max, n})."""
+    return json.dumps({"columns": METRIC_COLUMNS, "runs": rows, "configurations": groups or []},
+                      indent=2, default=str) + "\n"

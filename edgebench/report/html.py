@@ -7,8 +7,10 @@ import base64
 from datetime import datetime, timezone
 from html import escape
 
-from edgebench.report.build import Report
-from edgebench.report.tables import alignment_notes, cell, visible_columns
+from edgebench.report.build import Figure, Report, safe_name
+from edgebench.report.study import STUDY_FIELDS, STUDY_IDENT, STUDY_LEGEND, setting_title
+from edgebench.report.tables import LEGEND, REPORT_FIGURES, REPORT_IDENT, Field, alignment_notes, cell, \
+    visible_columns
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
@@ -21,7 +23,38 @@ tr.failed td { color: #b00; }
 figure { margin: 1.5em 0; }
 img { max-width: 100%; border: 1px solid #ddd; }
 .note { color: #666; font-size: 13px; }
+.side { display: flex; flex-wrap: wrap; gap: 2em; align-items: flex-start; }
+.side > * { flex: 1 1 480px; }
 """
+
+
+def _img(fig: Figure) -> str:
+    return (f'<figure><img alt="{escape(fig.title)}" src="data:image/png;base64,{base64.b64encode(fig.png).decode()}">'
+            f"<figcaption>{escape(fig.title)}</figcaption></figure>")
+
+
+def _fields_table(fields: list[Field], rows: list[dict]) -> str:
+    head = "".join(f"<th>{escape(f.header)}</th>" for f in fields)
+    body = "".join("<tr>" + "".join(f'<td class="{"text" if f.name else ""}">{escape(f.value(r))}</td>' for f in fields)
+                   + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _study(report: Report) -> str:
+    if report.study is None:
+        return ""
+    parts = ["<h2>Study: each method against the baseline</h2>", f'<p class="note">{escape(STUDY_LEGEND)}</p>']
+    settings: dict[tuple, list[dict]] = {}
+    for r in report.study:
+        settings.setdefault((r["device"], r["model"], r["backend"]), []).append(r)
+    pareto = {f.name: f for f in report.figures if f.name.startswith("pareto_")}
+    for key, rows in settings.items():
+        fig = pareto.get(safe_name("pareto", key[0], key[1]))
+        parts.append(f"<h3>{escape(setting_title(key, rows))}</h3><div class=\"side\"><div>"
+                     f"{_fields_table(STUDY_IDENT + STUDY_FIELDS, rows)}</div>{_img(fig) if fig else ''}</div>")
+    if report.study_notes:
+        parts.append('<ul class="note">' + "".join(f"<li>{escape(n)}</li>" for n in report.study_notes) + "</ul>")
+    return "".join(parts)
 
 
 def render_html(report: Report, title: str = "edgebench report") -> str:
@@ -34,19 +67,27 @@ def render_html(report: Report, title: str = "edgebench report") -> str:
             for c in columns)
         css = "" if row.get("status") == "ok" else ' class="failed"'
         body.append(f'<tr id="run-{escape(row["device"])}-{escape(row["run_id"])}"{css}>{cells}</tr>')
-    notes = "".join(f"<li>{escape(n)}</li>" for n in alignment_notes(report.runs))
-    figures = "".join(
-        f'<figure><img alt="{escape(f.title)}" src="data:image/png;base64,{base64.b64encode(f.png).decode()}">'
-        f"<figcaption>{escape(f.title)}</figcaption></figure>" for f in report.figures)
+    configurations = "".join(
+        f"<h3>{escape(device)}</h3>" + _fields_table(REPORT_IDENT + REPORT_FIGURES,
+                                                     [g for g in report.groups if g["device"] == device])
+        for device in dict.fromkeys(g["device"] for g in report.groups))
+    notes = "".join(f"<li>{escape(n)}</li>" for n in report.notes + alignment_notes(report.runs))
+    figures = "".join(_img(f) for f in report.figures)
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title><style>{STYLE}</style></head>
 <body>
 <h1>{escape(title)}</h1>
-<p class="note">{len(report.rows)} runs, made {stamp}. Columns and figures marked <span class="est">est.</span>
-or ESTIMATED come from a power model, not a measurement. ★ = on the memory/time Pareto frontier.</p>
+<p class="note">{len(report.rows)} runs in {len(report.groups)} configurations, made {stamp}. Columns and figures
+marked <span class="est">est.</span> or ESTIMATED come from a power model, not a measurement.</p>
+{_study(report)}
+<h2>Configurations</h2>
+<p class="note">{escape(LEGEND)}</p>
+{configurations}
+{f'<h2>Notes</h2><ul class="note">{notes}</ul>' if notes else ''}
+<h2>Runs</h2>
+<p class="note">One row per run. ★ = on the memory/time Pareto frontier of its device and model.</p>
 <table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>
-{f'<h2>Clock alignment</h2><ul class="note">{notes}</ul>' if notes else ''}
 <h2>Figures</h2>
 {figures}
 </body></html>

@@ -7,6 +7,7 @@ any estimated figure is labelled "estimated" in the plot itself.
 from __future__ import annotations
 
 import io
+import textwrap
 from collections import defaultdict
 from typing import Any
 
@@ -25,6 +26,7 @@ TIMELINE_SIZE = (10, 4)
 POWER_SIZE = (10, 5)
 COMPARE_SIZE = (12, 5)
 MAX_POINTS = 4000
+TITLE_CHARS = 100  # a 10-inch figure at 11 pt holds about this many
 MIB = 1 << 20
 
 
@@ -55,52 +57,86 @@ def _energy_colour(rows: list[dict[str, Any]]) -> tuple[list[float | None], str]
     return [r.get("energy_per_step_j_est") for r in rows], "energy per step (J, ESTIMATED)"
 
 
-def pareto_figure(rows: list[dict[str, Any]], title: str) -> bytes:
-    """Peak memory vs median step time for one device and model; frontier, RAM line, energy colour."""
-    fig, ax = plt.subplots(figsize=PARETO_SIZE)
-    done = [r for r in rows if r.get("peak_mem_bytes") and r.get("step_time_median_s")]
-    ok = [r for r in done if r.get("status") == "ok"]
-    failed = [r for r in done if r.get("status") != "ok"]
-    energy, label = _energy_colour(ok)
-    have_energy = [e is not None for e in energy]
-    if ok:
-        x = np.array([r["peak_mem_bytes"] / MIB for r in ok])
-        y = np.array([r["step_time_median_s"] for r in ok])
-        if any(have_energy):
-            c = np.array([np.nan if e is None else e for e in energy])
-            sc = ax.scatter(x[np.isfinite(c)], y[np.isfinite(c)], c=c[np.isfinite(c)], cmap="viridis", s=70, zorder=3,
-                            edgecolors="black")
+def _title(ax_or_fig: Any, text: str, size: int = 11) -> None:
+    """A title wrapped to the figure's width, so long run ids and paths are never clipped."""
+    wrapped = textwrap.fill(text, TITLE_CHARS)
+    if isinstance(ax_or_fig, plt.Figure):
+        ax_or_fig.suptitle(wrapped, fontsize=size)
+    else:
+        ax_or_fig.set_title(wrapped, fontsize=size)
+
+
+def _off_scale(ax: plt.Axes, text: str, colour: str) -> None:
+    """A legend entry, not text on the data, for a line too far out to draw."""
+    ax.plot([], [], ls="--", color=colour, label=text)
+
+
+def _err(group: dict[str, Any], key: str, scale: float = 1.0) -> tuple[float, float]:
+    s = (group.get("spread") or {}).get(key)
+    if not s:
+        return 0.0, 0.0
+    return (s["median"] - s["min"]) / scale, (s["max"] - s["median"]) / scale
+
+
+def _label(group: dict[str, Any]) -> str:
+    flags = " !" if group.get("disturbed") else ""
+    return f"{group['method']}/{group['backend']} n={group.get('n', 1)}{flags}"
+
+
+def pareto_figure(groups: list[dict[str, Any]], title: str) -> bytes:
+    """Peak memory vs median step time for one device and model, one point per configuration
+    (error bars: min-max over its runs); frontier, RAM line, energy colour; labels kept apart."""
+    from adjustText import adjust_text
+
+    fig, ax = plt.subplots(figsize=PARETO_SIZE, layout="constrained")
+    done = [g for g in groups if g.get("peak_mem_bytes") and g.get("step_time_median_s")]
+    finished = [g for g in done if str(g.get("status")).startswith("ok")]
+    failed = [g for g in done if not str(g.get("status")).startswith("ok")]
+    texts = []
+    if finished:
+        x = np.array([g["peak_mem_bytes"] / MIB for g in finished])
+        y = np.array([g["step_time_median_s"] for g in finished])
+        xerr = np.array([_err(g, "peak_mem_bytes", MIB) for g in finished]).T
+        yerr = np.array([_err(g, "step_time_median_s") for g in finished]).T
+        ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt="none", ecolor="grey", elinewidth=1, capsize=3, zorder=2)
+        energy, label = _energy_colour(finished)
+        c = np.array([np.nan if e is None else e for e in energy])
+        have = np.isfinite(c)
+        if have.any():
+            sc = ax.scatter(x[have], y[have], c=c[have], cmap="viridis", s=70, zorder=3, edgecolors="black")
             fig.colorbar(sc, ax=ax, label=label)
-        missing = ~np.array(have_energy)
-        if missing.any():
-            ax.scatter(x[missing], y[missing], facecolors="white", edgecolors="black", s=70, zorder=3,
+        if (~have).any():
+            ax.scatter(x[~have], y[~have], facecolors="white", edgecolors="black", s=70, zorder=3,
                        label="no energy figure")
-        front = sorted((r for r in ok if r.get("on_frontier")), key=lambda r: r["peak_mem_bytes"])
+        front = sorted((g for g in finished if g.get("on_frontier")), key=lambda g: g["peak_mem_bytes"])
         if front:
-            fx = [r["peak_mem_bytes"] / MIB for r in front]
-            fy = [r["step_time_median_s"] for r in front]
-            ax.step(fx, fy, where="post", color="tab:red", lw=1.5, zorder=2, label="Pareto frontier")
-        for r, xi, yi in zip(ok, x, y):
-            ax.annotate(f"{r['method']}/{r['backend']}", (xi, yi), textcoords="offset points", xytext=(6, 4), fontsize=8)
-    for r in failed:
-        ax.scatter([r["peak_mem_bytes"] / MIB], [r["step_time_median_s"]], marker="x", color="grey", s=60, zorder=3)
-        ax.annotate(f"{r['method']} ({r['status']})", (r["peak_mem_bytes"] / MIB, r["step_time_median_s"]),
-                    textcoords="offset points", xytext=(6, -10), fontsize=8, color="grey")
-    rams = sorted({r["device_ram_bytes"] for r in rows if r.get("device_ram_bytes")})
-    widest = max((r["peak_mem_bytes"] for r in done), default=0)
-    for i, ram in enumerate(rams):
+            ax.step([g["peak_mem_bytes"] / MIB for g in front], [g["step_time_median_s"] for g in front],
+                    where="post", color="tab:red", lw=1.5, zorder=1, label="Pareto frontier")
+        texts += [ax.text(xi, yi, _label(g), fontsize=8) for g, xi, yi in zip(finished, x, y)]
+    for g in failed:
+        gx, gy = g["peak_mem_bytes"] / MIB, g["step_time_median_s"]
+        ax.scatter([gx], [gy], marker="x", color="grey", s=60, zorder=3)
+        texts.append(ax.text(gx, gy, f"{g['method']} ({g['status']})", fontsize=8, color="grey"))
+    rams = sorted({g["device_ram_bytes"] for g in groups if g.get("device_ram_bytes")})
+    widest = max((g["peak_mem_bytes"] for g in done), default=0)
+    for ram in rams:
         if ram <= 4 * widest:
             ax.axvline(ram / MIB, color="tab:orange", ls="--", label=f"device RAM {ram / MIB:,.0f} MiB")
         else:  # a line that far out would squash every point against the axis
-            ax.text(0.99, 0.02 + 0.05 * i, f"device RAM {ram / MIB:,.0f} MiB (off scale)", transform=ax.transAxes,
-                    ha="right", va="bottom", color="tab:orange", fontsize=8)
-    ax.set_xlabel("peak memory (MiB)")
+            _off_scale(ax, f"device RAM {ram / MIB:,.0f} MiB (off scale, right)", "tab:orange")
+    ax.set_xlabel("peak memory, kernel (MiB)")
     ax.set_ylabel("time per step, median (s)")
-    ax.set_title(title)
+    _title(ax, title)
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(loc="upper right", fontsize=8)
+        ax.legend(loc="best", fontsize=8)
+    if texts:
+        adjust_text(texts, ax=ax, arrowprops={"arrowstyle": "-", "color": "grey", "lw": 0.5})
     return png_bytes(fig)
+
+
+def run_label(run: dict[str, Any]) -> str:
+    return f"{run['device']} / {run['method']} / {run['backend']} ({run['status']}), run {run['run_id']}"
 
 
 def memory_timeline_figure(store: Store, run: dict[str, Any]) -> bytes:
@@ -108,7 +144,7 @@ def memory_timeline_figure(store: Store, run: dict[str, Any]) -> bytes:
     s = store.samples(run["device"], run["run_id"], ["rss_bytes", "cgroup_usage_bytes"])
     steps = store.steps(run["device"], run["run_id"])
     t0 = s["t_ns"][0] if len(s["t_ns"]) else 0
-    fig, ax = plt.subplots(figsize=TIMELINE_SIZE)
+    fig, ax = plt.subplots(figsize=TIMELINE_SIZE, layout="constrained")
     t = (s["t_ns"] - t0) / 1e9
     _plot(ax, t, s["rss_bytes"] / MIB, label="RSS (process tree)", color="tab:blue")
     _plot(ax, t, s["cgroup_usage_bytes"] / MIB, label="cgroup usage (whole group, page cache too)",
@@ -120,74 +156,90 @@ def memory_timeline_figure(store: Store, run: dict[str, Any]) -> bytes:
     if ram and ram <= 4 * peak:
         ax.axhline(ram / MIB, color="tab:orange", ls="--", label="device RAM")
     elif ram:
-        ax.text(0.01, 0.95, f"device RAM {ram / MIB:,.0f} MiB (off scale)", transform=ax.transAxes, va="top",
-                color="tab:orange", fontsize=8)
+        _off_scale(ax, f"device RAM {ram / MIB:,.0f} MiB (off scale, above)", "tab:orange")
     ax.set_xlabel("time since start (s)")
     ax.set_ylabel("MiB")
-    ax.set_title(f"memory: {run['device']} / {run['run_id']} ({run['method']}, {run['backend']}, {run['status']})")
+    _title(ax, f"memory: {run_label(run)}")
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
     return png_bytes(fig)
 
 
-def power_temp_figure(store: Store, run: dict[str, Any], external: tuple[np.ndarray, np.ndarray] | None) -> bytes:
+def power_temp_figure(store: Store, run: dict[str, Any], external: tuple[np.ndarray, np.ndarray] | None
+                      ) -> bytes | None:
     """Power (measured, external, estimated) and temperature over the run, throttling shaded.
 
-    `external` is an external meter's trace already mapped onto the device clock.
+    Only panels with data are drawn; None when the run has neither power nor temperature
+    (the report says once per device that it has no sensor). `external` is an external
+    meter's trace already mapped onto the device clock.
     """
     s = store.samples(run["device"], run["run_id"], ["power_w", "power_w_est", "temp_c_max", "throttle_flags"])
+    has_ext = external is not None and len(external[0]) > 0
+    has_power = has_ext or np.isfinite(s["power_w"]).any() or np.isfinite(s["power_w_est"]).any()
+    has_temp = np.isfinite(s["temp_c_max"]).any()
+    if not (has_power or has_temp):
+        return None
     t0 = s["t_ns"][0] if len(s["t_ns"]) else 0
-    fig, (ax_p, ax_t) = plt.subplots(2, 1, figsize=POWER_SIZE, sharex=True)
+    fig, axes = plt.subplots(int(has_power) + int(has_temp), 1, figsize=POWER_SIZE, sharex=True, squeeze=False,
+                             layout="constrained")
+    panels = list(axes[:, 0])
     t = (s["t_ns"] - t0) / 1e9
-    _plot(ax_p, t, s["power_w"], label="power (device sensor)", color="tab:red")
-    if external is not None and len(external[0]):
-        end = t[-1] if len(t) else 0
-        et = (external[0] - t0) / 1e9
-        inside = (et >= 0) & (et <= end)
-        ax_p.plot(et[inside], external[1][inside], label="power (external meter)", color="tab:green")
-    _plot(ax_p, t, s["power_w_est"], label="power ESTIMATED (model, not measured)", color="tab:gray", ls="--")
-    ax_p.set_ylabel("W")
-    ax_p.grid(alpha=0.3)
-    if ax_p.get_legend_handles_labels()[0]:
+    if has_power:
+        ax_p = panels.pop(0)
+        _plot(ax_p, t, s["power_w"], label="power (device sensor)", color="tab:red")
+        if has_ext:
+            end = t[-1] if len(t) else 0
+            et = (external[0] - t0) / 1e9
+            inside = (et >= 0) & (et <= end)
+            ax_p.plot(et[inside], external[1][inside], label="power (external meter)", color="tab:green")
+        _plot(ax_p, t, s["power_w_est"], label="power ESTIMATED (model, not measured)", color="tab:gray", ls="--")
+        ax_p.set_ylabel("W")
+        ax_p.grid(alpha=0.3)
         ax_p.legend(loc="upper right", fontsize=8)
-    else:
-        ax_p.text(0.5, 0.5, "no power figures for this run", transform=ax_p.transAxes, ha="center")
-    _plot(ax_t, t, s["temp_c_max"], color="tab:orange", label="max temperature")
-    throttled = np.nan_to_num(forward_fill(s["throttle_flags"])) != 0
-    if throttled.any():
-        ax_t.fill_between(t, 0, 1, where=throttled, transform=ax_t.get_xaxis_transform(), color="red", alpha=0.15,
-                          label="throttled")
-    ax_t.set_ylabel("°C")
-    ax_t.set_xlabel("time since start (s)")
-    ax_t.grid(alpha=0.3)
-    if ax_t.get_legend_handles_labels()[0]:
+        ax_p.set_xlabel("time since start (s)")
+    if has_temp:
+        ax_t = panels.pop(0)
+        _plot(ax_t, t, s["temp_c_max"], color="tab:orange", label="max temperature")
+        throttled = np.nan_to_num(forward_fill(s["throttle_flags"])) != 0
+        if throttled.any():
+            ax_t.fill_between(t, 0, 1, where=throttled, transform=ax_t.get_xaxis_transform(), color="red",
+                              alpha=0.15, label="throttled")
+        ax_t.set_ylabel("°C")
+        ax_t.set_xlabel("time since start (s)")
+        ax_t.grid(alpha=0.3)
         ax_t.legend(loc="upper left", fontsize=8)
-    fig.suptitle(f"power and temperature: {run['device']} / {run['run_id']} ({run['method']}, {run['backend']})")
+    what = " and ".join(w for w, have in (("power", has_power), ("temperature", has_temp)) if have)
+    _title(fig, f"{what}: {run_label(run)}")
     return png_bytes(fig)
 
 
-def compare_devices_figure(rows: list[dict[str, Any]]) -> bytes:
-    """Per method, each device's step time, peak memory and energy per step side by side."""
-    devices = sorted({r["device"] for r in rows})
-    methods = sorted({f"{r['method']}/{r['backend']}" for r in rows})
+def compare_devices_figure(groups: list[dict[str, Any]]) -> bytes:
+    """Per configuration, each device's step time, peak memory and energy per step side by side
+    (medians, error bars min-max); a panel no device has a figure for is left out."""
+    devices = sorted({g["device"] for g in groups})
+    methods = sorted({f"{g['method']}/{g['backend']}" for g in groups})
     by = defaultdict(dict)
-    for r in rows:
-        if r.get("status") == "ok":
-            by[f"{r['method']}/{r['backend']}"][r["device"]] = r
-    energy_key = "energy_per_step_j" if any(r.get("energy_per_step_j") is not None for r in rows) else "energy_per_step_j_est"
-    panels = [("step_time_median_s", "time per step (s)", 1), ("peak_mem_bytes", "peak memory (MiB)", MIB),
+    for g in groups:
+        if str(g.get("status")).startswith("ok"):
+            by[f"{g['method']}/{g['backend']}"][g["device"]] = g
+    finished = [g for m in by.values() for g in m.values()]
+    energy_key = "energy_per_step_j" if any(g.get("energy_per_step_j") is not None for g in finished) \
+        else "energy_per_step_j_est"
+    panels = [("step_time_median_s", "time per step, median (s)", 1), ("peak_mem_bytes", "peak memory, kernel (MiB)", MIB),
               (energy_key, "energy per step (J)" + (", ESTIMATED" if energy_key.endswith("_est") else ""), 1)]
-    fig, axes = plt.subplots(1, 3, figsize=COMPARE_SIZE)
+    panels = [p for p in panels if any(g.get(p[0]) is not None for g in finished)]
+    fig, axes = plt.subplots(1, max(1, len(panels)), figsize=COMPARE_SIZE, squeeze=False, layout="constrained")
     width = 0.8 / max(1, len(devices))
     x = np.arange(len(methods))
-    for ax, (key, label, scale) in zip(axes, panels):
+    for ax, (key, label, scale) in zip(axes[0], panels):
         for j, dev in enumerate(devices):
-            vals = [(by[m].get(dev) or {}).get(key) for m in methods]
-            ax.bar(x + j * width, [np.nan if v is None else v / scale for v in vals], width, label=dev)
+            got = [by[m].get(dev) for m in methods]
+            vals = [np.nan if g is None or g.get(key) is None else g[key] / scale for g in got]
+            err = np.array([(0.0, 0.0) if g is None else _err(g, key, scale) for g in got]).T
+            ax.bar(x + j * width, vals, width, yerr=err, capsize=2, label=dev)
         ax.set_xticks(x + width * (len(devices) - 1) / 2, methods, rotation=45, ha="right", fontsize=8)
         ax.set_title(label, fontsize=10)
         ax.grid(alpha=0.3, axis="y")
-    axes[0].legend(fontsize=8)
-    fig.suptitle("comparison across devices (finished runs)")
-    fig.tight_layout()
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle("comparison across devices (finished configurations; error bars: min-max over repeats)")
     return png_bytes(fig)

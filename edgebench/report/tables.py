@@ -1,6 +1,9 @@
 """The report's tables: which columns, how each value reads, which ones are estimates.
 
-One column list serves the terminal (rich) and the HTML report, so both say the same.
+The per-run column list (COLUMNS) serves the HTML report and CSV/JSON. The terminal
+shows one row per configuration (repeats folded: median [min-max] and n) and adapts to
+the window: one table when it fits, else two tables joined by a row number, else one
+card per configuration. Nothing is cut: a cell that cannot fit wraps whole.
 """
 
 from __future__ import annotations
@@ -10,9 +13,11 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from rich import box
-from rich.console import Group
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
+
+from edgebench.results.aggregate import group_runs
 
 MIB = 1 << 20
 
@@ -27,7 +32,6 @@ class Column:
     header: str
     fmt: Callable[[Any], str]
     estimated: bool = False
-    short: str = ""  # terminal header, where the full one is long
 
 
 def _loss(row: dict[str, Any]) -> str:
@@ -38,26 +42,29 @@ def _loss(row: dict[str, Any]) -> str:
 COLUMNS = [
     Column("device", "device", str),
     Column("run_id", "run", str),
+    Column("model", "model", str),
     Column("method", "method", str),
     Column("backend", "backend", str),
     Column("status", "status", str),
-    Column("peak_mem_bytes", "peak mem MiB", _num(".1f", MIB), short="mem MiB"),
-    Column("peak_rss_bytes_sampled", "RSS sampled MiB", _num(".1f", MIB)),
-    Column("step_time_median_s", "step s (med)", _num(".3f"), short="step s"),
-    Column("step_time_p90_s", "step s (p90)", _num(".3f")),
-    Column("samples_per_s", "samples/s", _num(".2f"), short="smp/s"),
-    Column("tokens_per_s", "tokens/s", _num(".1f")),
-    Column("energy_per_step_j", "J/step", _num(".3f")),
-    Column("energy_per_sample_j", "J/sample", _num(".3f")),
-    Column("power_mean_w", "W mean", _num(".2f"), short="W"),
-    Column("power_peak_w", "W peak", _num(".2f")),
+    Column("peak_mem_bytes", "peak MiB (kernel)", _num(",.1f", MIB)),
+    Column("peak_rss_bytes_sampled", "RSS MiB (sampled)", _num(",.1f", MIB)),
+    Column("step_time_median_s", "step s (median)", _num(".4g")),
+    Column("step_time_p90_s", "step s (p90)", _num(".4g")),
+    Column("samples_per_s", "samples/s (batch / median step)", _num(".4g")),
+    Column("tokens_per_s", "tokens/s", _num(".4g")),
+    Column("energy_per_step_j", "J/step", _num(".4g")),
+    Column("energy_per_sample_j", "J/sample", _num(".4g")),
+    Column("power_mean_w", "W mean", _num(".3g")),
+    Column("power_peak_w", "W peak", _num(".3g")),
     Column("energy_source", "energy from", str),
-    Column("energy_per_step_j_est", "J/step (est.)", _num(".3f"), estimated=True, short="J/step est."),
-    Column("power_mean_w_est", "W mean (est.)", _num(".2f"), estimated=True),
-    Column("temp_peak_c", "°C peak", _num(".1f"), short="°C"),
-    Column("time_throttled_s", "throttled s", _num(".1f"), short="thr s"),
-    Column("loss", "loss first → last", str, short="loss"),
-    Column("on_frontier", "frontier", lambda v: "★" if v else ("" if v is False else "-"), short="★"),
+    Column("energy_per_step_j_est", "J/step (est.)", _num(".4g"), estimated=True),
+    Column("power_mean_w_est", "W mean (est.)", _num(".3g"), estimated=True),
+    Column("temp_peak_c", "°C peak", _num(".1f")),
+    Column("time_throttled_s", "throttled s", _num(".1f")),
+    Column("loss", "loss first → last", str),
+    Column("cpu_others_pct", "CPU % taken by others", _num(".0f")),
+    Column("disturbed", "disturbed", lambda v: "yes" if v else ("no" if v is False else "-")),
+    Column("on_frontier", "frontier", lambda v: "★" if v else ("" if v is False else "-")),
 ]
 BY_KEY = {c.key: c for c in COLUMNS}
 
@@ -69,65 +76,145 @@ def cell(row: dict[str, Any], column: Column) -> str:
     return "-" if value is None and column.fmt is str else column.fmt(value)
 
 
-# The terminal shows fewer columns than HTML so that the table fits a normal window.
-TERMINAL_KEYS = {"device", "run_id", "method", "backend", "status", "peak_mem_bytes", "step_time_median_s",
-                 "samples_per_s", "energy_per_step_j", "energy_per_step_j_est", "power_mean_w", "temp_peak_c",
-                 "time_throttled_s", "loss", "on_frontier"}
-
-
 def visible_columns(rows: list[dict[str, Any]], keys: set[str] | None = None) -> list[Column]:
     """Drops figure columns no run has (e.g. energy on a device without sensors)."""
-    always = {"device", "run_id", "method", "backend", "status", "loss", "on_frontier"}
+    always = {"device", "run_id", "model", "method", "backend", "status", "loss", "on_frontier"}
     return [c for c in COLUMNS if (keys is None or c.key in keys)
             and (c.key in always or any(r.get(c.key) is not None for r in rows))]
 
 
-PERF_KEYS = {"device", "run_id", "method", "backend", "status", "peak_mem_bytes", "step_time_median_s",
-             "samples_per_s", "on_frontier"}
-ENERGY_KEYS = {"device", "run_id", "energy_per_step_j", "energy_per_step_j_est", "power_mean_w", "temp_peak_c",
-               "time_throttled_s", "loss"}
+# ---- figures with their spread ------------------------------------------------------------
+def figure(group: dict[str, Any], key: str, fmt: str, scale: float = 1.0) -> str:
+    """`median [min-max]` of a configuration's runs (just the median when n = 1 or they agree)."""
+    s = group["spread"].get(key)
+    if s is None:
+        return "-"
+    text = format(s["median"] / scale, fmt)
+    low, high = format(s["min"] / scale, fmt), format(s["max"] / scale, fmt)
+    return text if s["n"] == 1 or low == high else f"{text} [{low}-{high}]"
 
 
-def _table(rows: list[dict[str, Any]], columns: list[Column], title: str, caption: str | None) -> Table:
-    table = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1), header_style="bold", caption=caption)
-    for c in columns:
-        width = max([len(c.short or c.header)] + [len(cell(r, c)) for r in rows])
-        table.add_column(c.short or c.header, style="italic yellow" if c.estimated else None,
-                         justify="left" if c.fmt is str else "right", no_wrap=True, min_width=width)
-    for row in rows:
-        table.add_row(*[cell(row, c) for c in columns], style=None if row.get("status") == "ok" else "red")
+def energy_cell(group: dict[str, Any]) -> str:
+    """Measured energy per step, else the estimate marked `est`."""
+    if group["spread"].get("energy_per_step_j"):
+        return figure(group, "energy_per_step_j", ".3g")
+    if group["spread"].get("energy_per_step_j_est"):
+        return figure(group, "energy_per_step_j_est", ".3g") + " est"
+    return "-"
+
+
+def loss_cell(group: dict[str, Any]) -> str:
+    first, last = group.get("loss_first"), group.get("loss_last")
+    return "-" if first is None or last is None else f"{first:.3g}->{last:.3g}"
+
+
+def status_cell(group: dict[str, Any]) -> str:
+    return group["status"] + (" !" if group.get("disturbed") else "") + (" ★" if group.get("on_frontier") else "")
+
+
+@dataclass(frozen=True)
+class Field:
+    header: str  # short, with the unit
+    label: str  # spelt out, for cards
+    value: Callable[[dict[str, Any]], str]
+    name: bool = False  # a name: left-aligned, never shortened
+
+
+REPORT_IDENT = [Field("model", "model", lambda g: str(g["model"]), True),
+                Field("method", "method", lambda g: str(g["method"]), True),
+                Field("backend", "backend", lambda g: str(g["backend"]), True),
+                Field("status", "status", status_cell, True),
+                Field("n", "runs (n)", lambda g: str(g["n"]))]
+REPORT_FIGURES = [Field("peak MiB", "peak memory, kernel (MiB)", lambda g: figure(g, "peak_mem_bytes", ",.0f", MIB)),
+                  Field("step s", "time per step, median (s)", lambda g: figure(g, "step_time_median_s", ".3g")),
+                  Field("J/step", "energy per step (J)", energy_cell),
+                  Field("loss", "loss first->last", loss_cell)]
+LEGEND = ("n = runs behind each figure: the median, [min-max] over them. peak MiB: kernel ru_maxrss. "
+          "step s: median step time. est = estimated from the device's power model, not measured. "
+          "! = disturbed: other processes or steal took >10% of the CPU in a run. ★ = on the Pareto "
+          "frontier (memory vs step time). docs/figures.md defines each figure.")
+
+
+def _table(fields: list[Field], rows: list[dict[str, Any]], numbered: bool) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), header_style="bold")
+    if numbered:
+        table.add_column("#", justify="right", no_wrap=True)
+    for f in fields:
+        table.add_column(f.header, justify="left" if f.name else "right", overflow="fold")
+    for i, g in enumerate(rows, 1):
+        ok = g["status"] == "ok" or g["status"].startswith("ok ")
+        table.add_row(*([str(i)] if numbered else []), *[f.value(g) for f in fields], style=None if ok else "red")
     return table
 
 
-def runs_tables(rows: list[dict[str, Any]], width: int) -> list[Table]:
-    """One table of runs, or two (performance, then energy and heat) when one would not fit `width`."""
-    caption = ("(est.) = estimated from a power model, not measured; ★ = on the memory/time Pareto frontier "
-               "of its device and model")
-    columns = visible_columns(rows, TERMINAL_KEYS)
-    needed = sum(max([len(c.short or c.header)] + [len(cell(r, c)) for r in rows]) + 2 for c in columns)
-    if needed <= width:
-        return [_table(rows, columns, "Runs", caption)]
-    return [_table(rows, [c for c in columns if c.key in PERF_KEYS], "Runs: memory and time", None),
-            _table(rows, [c for c in columns if c.key in ENERGY_KEYS], "Runs: energy, heat, loss", caption)]
+def _fits(renderable: RenderableType, width: int) -> bool:
+    return Console(width=10_000).measure(renderable).maximum <= width
 
 
-def comparison_table(rows: list[dict[str, Any]]) -> Table | None:
-    """Methods down, devices across: median step time and peak memory of finished runs."""
-    devices = sorted({r["device"] for r in rows})
+def _cards(ident: list[Field], figures: list[Field], rows: list[dict[str, Any]]) -> Group:
+    """One block per configuration: names on the first line, then one figure per line."""
+    parts: list[RenderableType] = []
+    for i, g in enumerate(rows, 1):
+        head = " / ".join(f.value(g) for f in ident if f.name and f.header != "status")
+        status = next((f.value(g) for f in ident if f.header == "status"), "")
+        extra = ", ".join(f"{f.label} {f.value(g)}" for f in ident if not f.name)
+        parts.append(Text(f"#{i} {head}: {status}" + (f", {extra}" if extra else ""), overflow="fold",
+                          style=None if g["status"].startswith("ok") else "red"))
+        for f in figures:
+            parts.append(Text(f"    {f.label}: {f.value(g)}", overflow="fold"))
+    return Group(*parts)
+
+
+def fitted(title: str | None, ident: list[Field], figures: list[Field], rows: list[dict[str, Any]],
+           width: int) -> list[RenderableType]:
+    """One table if it fits `width`, else two joined by `#`, else cards; the title above, wrapped whole."""
+    head: list[RenderableType] = [Text(title, style="bold", overflow="fold")] if title else []
+    one = _table(ident + figures, rows, numbered=False)
+    if _fits(one, width):
+        return head + [one]
+    two = [_table(ident, rows, numbered=True), _table(figures, rows, numbered=True)]
+    if all(_fits(t, width) for t in two):
+        return head + two
+    return head + [_cards(ident, figures, rows)]
+
+
+def sensor_notes(groups: list[dict[str, Any]]) -> list[str]:
+    """Once per device: which energy figures it has (measured, estimated, none)."""
+    notes = []
+    for device in dict.fromkeys(g["device"] for g in groups):
+        mine = [g for g in groups if g["device"] == device]
+        if any(g["spread"].get("energy_per_step_j") for g in mine):
+            continue
+        if any(g["spread"].get("energy_per_step_j_est") for g in mine):
+            notes.append(f"{device}: no power sensor; energy is estimated from its power model (est)")
+        else:
+            notes.append(f"{device}: no power sensor and no power model; no energy figures")
+    return notes
+
+
+def disturbed_notes(groups: list[dict[str, Any]]) -> list[str]:
+    return [f"{g['device']} {g['method']}/{g['backend']}: {g['disturbed']} of {g['n']} run(s) disturbed "
+            f"({'; '.join(g['disturbed_why'])})" for g in groups if g.get("disturbed")]
+
+
+def comparison_table(groups: list[dict[str, Any]]) -> Table | None:
+    """Methods down, devices across: median step time and peak memory of each configuration."""
+    devices = sorted({g["device"] for g in groups})
     if len(devices) < 2:
         return None
     by = defaultdict(dict)
-    for r in rows:
-        if r.get("status") == "ok":
-            by[(r["model"], r["method"], r["backend"])][r["device"]] = r
-    table = Table(title="Across devices: step s (median) / peak MiB", header_style="bold")
+    for g in groups:
+        by[(g["model"], g["method"], g["backend"])][g["device"]] = g
+    table = Table(title="Across devices: step s (median) / peak MiB (kernel)", header_style="bold",
+                  title_justify="left")
     for name in ("model", "method", "backend", *devices):
-        table.add_column(name)
+        table.add_column(name, overflow="fold")
     for key in sorted(by):
         cells = []
         for dev in devices:
-            r = by[key].get(dev)
-            cells.append("-" if r is None else f"{cell(r, BY_KEY['step_time_median_s'])} / {cell(r, BY_KEY['peak_mem_bytes'])}")
+            g = by[key].get(dev)
+            cells.append("-" if g is None or g["step_time_median_s"] is None else
+                         f"{g['step_time_median_s']:.3g} / {(g['peak_mem_bytes'] or 0) / MIB:,.0f}")
         table.add_row(*key, *cells)
     return table
 
@@ -141,47 +228,75 @@ def alignment_notes(runs: list[dict[str, Any]]) -> list[str]:
     return [f"{dev} ({len(ids)} run{'s' if len(ids) > 1 else ''}): {note}" for (dev, note), ids in by_note.items()]
 
 
+def _notes(title: str, lines: list[str]) -> Text:
+    return Text(title + "\n  " + "\n  ".join(lines), style="dim", overflow="fold")
+
+
 def terminal_report(rows: list[dict[str, Any]], runs: list[dict[str, Any]], width: int = 120) -> Group:
-    parts: list[Any] = list(runs_tables(rows, width))
-    comparison = comparison_table(rows)
+    """Per device, one row per configuration with every key figure, laid out to fit `width`."""
+    groups = group_runs(rows)
+    parts: list[RenderableType] = []
+    for device in dict.fromkeys(g["device"] for g in groups):
+        mine = [g for g in groups if g["device"] == device]
+        parts += fitted(f"{device}", REPORT_IDENT, REPORT_FIGURES, mine, width)
+    parts.append(Text(LEGEND, style="dim", overflow="fold"))
+    comparison = comparison_table(groups)
     if comparison is not None:
-        parts.append(comparison)
-    notes = alignment_notes(runs)
-    if notes:
-        parts.append(Text("Clock alignment:\n  " + "\n  ".join(notes), style="dim"))
+        parts.append(comparison if _fits(comparison, width) else
+                     Text("(the across-devices comparison is wider than this window: see --format html)",
+                          style="dim"))
+    for title, lines in (("Sensors:", sensor_notes(groups)), ("Disturbed runs:", disturbed_notes(groups)),
+                         ("Clock alignment:", alignment_notes(runs))):
+        if lines:
+            parts.append(_notes(title, lines))
     return Group(*parts)
 
 
-def _bench_mib(value: Any) -> str:
-    return "-" if value is None else f"{value / MIB:,.0f}"
-
-
-def _bench_loss(result: dict[str, Any]) -> str:
-    first, last = result.get("loss_first"), result.get("loss_last")
-    return "-" if first is None else f"{first:.2f}->{last:.2f}"
-
-
-def render_bench_results(results: list[dict[str, Any]], title: str) -> None:
-    """The table `edgebench bench` prints: one row per run, then the detail of each failure."""
-    from rich.console import Console
-
-    table = Table(title=title, caption="memory in MiB. peak: kernel ru_maxrss; smpl: sampled tree RSS; "
-                                       "est.: the method's memory model (an estimate); step: median "
-                                       "seconds; smp/s: samples per second; loss: first->last step")
-    for name in ("method", "status", "peak", "smpl", "est.", "step", "smp/s", "loss"):
-        table.add_column(name, justify="left" if name in ("method", "status") else "right",
-                         no_wrap=name != "method", overflow="fold")
+# ---- bench --------------------------------------------------------------------------------
+def bench_rows(results: list[dict[str, Any]], device: str = "local") -> list[dict[str, Any]]:
+    """result.json dicts as metric rows (the same keys the store's metrics use)."""
+    rows = []
     for r in results:
-        median = (r.get("step_time_s") or {}).get("median")
-        status = r["status"] if r["status"] == "ok" else f"[red]{r['status']}[/red]"
-        table.add_row(r.get("method", "?"), status,
-                      _bench_mib(r.get("peak_rss_bytes_kernel")), _bench_mib(r.get("peak_rss_bytes_sampled")),
-                      _bench_mib(r.get("predicted_peak_bytes_est")),
-                      "-" if median is None else f"{median:.3g}",
-                      "-" if r.get("samples_per_s") is None else f"{r['samples_per_s']:.2f}",
-                      _bench_loss(r))
-    console = Console()
-    console.print(table)
+        cpu = r.get("cpu") or {}
+        rows.append({"device": device, "run_id": r.get("run_id"), "model": r.get("model"),
+                     "method": r.get("method", "?"), "backend": r.get("backend"),
+                     "batch_size": r.get("batch_size"), "status": r.get("status"), "detail": r.get("detail"),
+                     "peak_mem_bytes": r.get("peak_rss_bytes_kernel") or r.get("peak_rss_bytes_sampled"),
+                     "peak_rss_bytes_sampled": r.get("peak_rss_bytes_sampled"),
+                     "predicted_peak_bytes_est": r.get("predicted_peak_bytes_est"),
+                     "step_time_median_s": (r.get("step_time_s") or {}).get("median"),
+                     "samples_per_s": r.get("samples_per_s"),
+                     "loss_first": r.get("loss_first"), "loss_last": r.get("loss_last"),
+                     "cpu_others_pct": None if cpu.get("others_share") is None else 100 * cpu["others_share"],
+                     "disturbed": cpu.get("disturbed"), "disturbed_why": cpu.get("disturbed_why")})
+    return rows
+
+
+BENCH_IDENT = [Field("method", "method", lambda g: str(g["method"]), True),
+               Field("status", "status", status_cell, True),
+               Field("n", "runs (n)", lambda g: str(g["n"]))]
+BENCH_FIGURES = [Field("peak MiB", "peak memory, kernel (MiB)", lambda g: figure(g, "peak_mem_bytes", ",.0f", MIB)),
+                 Field("est. MiB", "predicted peak, an estimate (MiB)",
+                       lambda g: figure(g, "predicted_peak_bytes_est", ",.0f", MIB)),
+                 Field("step s", "time per step, median (s)", lambda g: figure(g, "step_time_median_s", ".3g")),
+                 Field("samples/s", "samples per second (batch / median step)",
+                       lambda g: figure(g, "samples_per_s", ".3g")),
+                 Field("loss", "loss first->last", loss_cell)]
+BENCH_LEGEND = ("peak MiB: kernel ru_maxrss; est. MiB: the method's memory model (an estimate); step s: median "
+                "step time; samples/s: batch / median step; n = runs, each figure their median [min-max]; "
+                "! = disturbed (other processes took >10% of the CPU); ★ = Pareto frontier. docs/figures.md")
+
+
+def render_bench_results(results: list[dict[str, Any]], title: str, console: Console | None = None) -> None:
+    """The table `edgebench bench` prints: one row per method (repeats folded), then each failure."""
+    console = console or Console()
+    groups = group_runs(bench_rows(results))
+    for part in fitted(title, BENCH_IDENT, BENCH_FIGURES, groups, console.width):
+        console.print(part)
+    console.print(Text(BENCH_LEGEND, style="dim", overflow="fold"))
+    for line in disturbed_notes(groups):
+        console.print(Text(f"disturbed: {line}", style="yellow", overflow="fold"))
     for r in results:
         if r["status"] != "ok":
-            console.print(f"[red]{r.get('method')}[/red]: {r['status']}: {str(r.get('detail', ''))[:500]}")
+            console.print(Text(f"{r.get('method')}: {r['status']}: {str(r.get('detail', ''))[:500]}", style="red",
+                               overflow="fold"))

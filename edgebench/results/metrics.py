@@ -1,6 +1,7 @@
 """Per-run figures: memory, step time, throughput, energy, power, heat, loss, status.
 
-Step figures use the measured steps (warmup excluded) when there are any. Energy is the
+Step figures use the measured steps (warmup excluded) when there are any, with the
+definitions of edgebench.runner.figures (the same the runner writes into result.json). Energy is the
 exact integral of the power trace over each step window (energy.py), taken from an
 external meter's trace when one covers the run on the host timeline, else from the
 device's own measured `power_w`. A device's estimated `power_w_est` only ever feeds the
@@ -17,6 +18,7 @@ import numpy as np
 from edgebench.results.energy import window_energy_j, window_mean_peak_w
 from edgebench.results.pareto import mark_frontier
 from edgebench.results.store import Store
+from edgebench.runner import figures
 
 SAMPLE_FIELDS = ["rss_bytes", "cgroup_peak_bytes", "power_w", "power_w_est", "temp_c_max", "throttle_flags"]
 
@@ -27,8 +29,18 @@ METRIC_COLUMNS = [
     "step_time_median_s", "step_time_p90_s", "samples_per_s", "tokens_per_s",
     "energy_per_step_j", "energy_per_sample_j", "power_mean_w", "power_peak_w", "energy_source",
     "energy_per_step_j_est", "energy_per_sample_j_est", "power_mean_w_est", "power_peak_w_est",
-    "temp_peak_c", "time_throttled_s", "loss_first", "loss_last", "align_source", "on_frontier",
+    "temp_peak_c", "time_throttled_s", "loss_first", "loss_last",
+    "cpu_others_pct", "cpu_steal_pct", "load_avg_1m", "disturbed", "disturbed_why", "align_source", "on_frontier",
 ]
+
+
+def cpu_figures(result: dict[str, Any]) -> dict[str, Any]:
+    """The noise guard's record (result.json `cpu`): others' and stolen CPU as % of all cores' time."""
+    cpu = result.get("cpu") or {}
+    pct = lambda v: None if v is None else round(100 * v, 1)  # noqa: E731
+    return {"cpu_others_pct": pct(cpu.get("others_share")), "cpu_steal_pct": pct(cpu.get("steal_share")),
+            "load_avg_1m": cpu.get("load_1m"), "disturbed": cpu.get("disturbed"),
+            "disturbed_why": cpu.get("disturbed_why")}
 
 
 def _finite_max(values: np.ndarray) -> float | None:
@@ -111,8 +123,8 @@ def run_metrics(store: Store, run: dict[str, Any]) -> dict[str, Any]:
         measured = np.ones(len(steps["step"]), dtype=bool)
     durations = steps["duration_s"][measured]
     batch = run.get("batch_size") or 1
-    total_s = float(np.nansum(durations))
-    samples_per_s = batch * len(durations) / total_s if total_s > 0 else None
+    stats = figures.step_time_stats(durations.tolist()) or {}
+    throughput = figures.samples_per_s(batch, stats.get("median"))
     losses = steps["loss"][np.isfinite(steps["loss"])] if len(steps["loss"]) else np.array([])
 
     out: dict[str, Any] = {k: run.get(k) for k in ("device", "run_id", "model", "method", "backend", "status",
@@ -122,10 +134,11 @@ def run_metrics(store: Store, run: dict[str, Any]) -> dict[str, Any]:
     out["peak_rss_bytes_kernel"] = result.get("peak_rss_bytes_kernel")
     out["cgroup_peak_bytes"] = result.get("cgroup_peak_bytes") or _finite_max(s["cgroup_peak_bytes"])
     out["peak_mem_bytes"] = out["peak_rss_bytes_kernel"] or out["peak_rss_bytes_sampled"]
-    out["step_time_median_s"] = float(np.median(durations)) if len(durations) else None
-    out["step_time_p90_s"] = float(np.percentile(durations, 90)) if len(durations) else None
-    out["samples_per_s"] = samples_per_s
-    out["tokens_per_s"] = samples_per_s * run["text_length"] if samples_per_s and run.get("text_length") else None
+    out["step_time_median_s"] = stats.get("median")
+    out["step_time_p90_s"] = stats.get("p90")
+    out["samples_per_s"] = throughput
+    out["tokens_per_s"] = figures.tokens_per_s(throughput, run.get("text_length"))
+    out.update(cpu_figures(result))
 
     measured_energy, source = _measured_energy(store, run, steps, measured, s, batch)
     out.update(measured_energy)

@@ -8,7 +8,7 @@ lack either figure are not compared (on_frontier stays None).
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import Any, Callable
 
 X_KEY, Y_KEY = "peak_mem_bytes", "step_time_median_s"
 
@@ -24,11 +24,16 @@ def frontier_indices(points: list[tuple[float, float]]) -> set[int]:
     return keep
 
 
-def mark_frontier(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Sets `on_frontier` on each row, comparing runs of the same (device, model)."""
+def _finished(row: dict[str, Any]) -> bool:
+    return row.get("status") == "ok"
+
+
+def mark_frontier(rows: list[dict[str, Any]], finished: Callable[[dict[str, Any]], bool] = _finished
+                  ) -> list[dict[str, Any]]:
+    """Sets `on_frontier` on each row, comparing finished rows of the same (device, model)."""
     groups: dict[tuple, list[int]] = defaultdict(list)
     for i, row in enumerate(rows):
-        if row.get("status") == "ok" and row.get(X_KEY) is not None and row.get(Y_KEY) is not None:
+        if finished(row) and row.get(X_KEY) is not None and row.get(Y_KEY) is not None:
             groups[(row["device"], row["model"])].append(i)
     for members in groups.values():
         on = frontier_indices([(rows[i][X_KEY], rows[i][Y_KEY]) for i in members])

@@ -1,9 +1,9 @@
-"""Reads one run directory (meta.json, samples.jsonl, events.jsonl, result.json) into Arrow.
+"""Reads one run directory (meta.json, events.jsonl, result.json) and plans how DuckDB
+reads its samples.jsonl.
 
-samples.jsonl can hold millions of lines, so it is parsed by Arrow's multithreaded JSON
-reader; a file Arrow refuses (a truncated last line from a killed runner, a garbage line,
-a column whose type changes between blocks) is read again with the tolerant
-`read_trace`, which counts what it had to skip.
+samples.jsonl can hold millions of lines, so DuckDB parses it straight into the store
+(scan_samples gives the columns); a line it cannot parse (garbage, a killed runner's
+truncated last line) becomes a row of NULLs that the store counts and drops.
 """
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.json as pa_json
 
 from edgebench.telemetry.trace import read_trace
+
+
+TAIL_BYTES = 1 << 16
 
 
 @dataclass
@@ -35,9 +37,7 @@ class RunFiles:
     path: Path
     meta: dict[str, Any]
     result: dict[str, Any] | None
-    samples: pa.Table
     steps: pa.Table
-    samples_counts: TraceCounts
     events_counts: TraceCounts
     error_events: list[dict[str, Any]] = field(default_factory=list)
 
@@ -60,63 +60,62 @@ def _read_json_file(path: Path, required: bool) -> dict[str, Any] | None:
     return data
 
 
-def _columns_from_records(records: list[dict[str, Any]]) -> pa.Table:
-    """Arrow table over the union of keys (from_pylist would keep only the first row's keys)."""
-    keys: dict[str, None] = {}
-    for rec in records:
-        keys.update(dict.fromkeys(rec))
-    columns = {}
-    for key in keys:
-        values = [rec.get(key) for rec in records]
-        if any(isinstance(v, (dict, list)) for v in values):
-            values = [None if v is None else json.dumps(v) for v in values]
-        try:
-            columns[key] = pa.array(values)
-        except (pa.ArrowInvalid, pa.ArrowTypeError):
-            columns[key] = pa.array([None if v is None else str(v) for v in values], type=pa.string())
-    return pa.table(columns)
+def _tail(path: Path) -> bytes:
+    """What follows the last newline (a killed runner's half-written line), read from the end."""
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        fh.seek(max(0, size - TAIL_BYTES))
+        chunk = fh.read()
+    cut = chunk.rfind(b"\n")
+    return chunk[cut + 1:] if cut >= 0 or size <= TAIL_BYTES else chunk
 
 
-def _flatten_nested(table: pa.Table) -> pa.Table:
-    """Nested values (structs, lists) become JSON text so every column is a scalar."""
-    for i, col_field in enumerate(table.schema):
-        if pa.types.is_nested(col_field.type):
-            as_text = pa.array([None if v is None else json.dumps(v) for v in table.column(i).to_pylist()], pa.string())
-            table = table.set_column(i, col_field.name, as_text)
-    return table
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
 
-def read_samples(path: Path) -> tuple[pa.Table, TraceCounts]:
-    """All sample lines of a samples.jsonl as one Arrow table.
+NESTED = ("STRUCT", "MAP", "[]", "UNION", "JSON")
 
-    A truncated last line (the usual trace of a killed runner) is cut off before Arrow
-    parses the rest, so only garbage in the middle of a file takes the slow path.
+
+@dataclass
+class SampleScan:
+    """How DuckDB reads one samples.jsonl: every key any line has, with the type DuckDB
+    detected (JSON for nested values and for keys that first appear past its sample)."""
+
+    path: Path
+    columns: dict[str, str]
+    truncated_last_line: bool
+    nested: set[str]  # keys whose values are objects or lists (stored as JSON text)
+
+    def source(self) -> str:
+        """A read_json call over the file; unreadable lines come back as rows of NULLs (counted)."""
+        cols = "{" + ", ".join(f"{_literal(k)}: {_literal(v)}" for k, v in self.columns.items()) + "}"
+        return (f"read_json({_literal(str(self.path))}, format='newline_delimited', columns={cols}, "
+                f"ignore_errors=true)")
+
+
+def scan_samples(con: Any, path: Path) -> SampleScan | None:
+    """The read plan for a samples.jsonl (None when there is none or it is empty).
+
+    DuckDB parses the file itself, in parallel, straight into the store: several times
+    faster than parsing in Python or Arrow first. Its type detection looks at the first
+    lines only, so the keys of every line are listed too.
     """
-    empty = pa.table({"t_ns": pa.array([], pa.int64())})
     if not path.exists() or path.stat().st_size == 0:
-        return empty, TraceCounts()
-    data = path.read_bytes()
-    cut = data.rfind(b"\n") + 1
-    tail = data[cut:]
-    tail_record = json.loads(tail) if tail.strip() and _is_json_object(tail) else None
-    try:
-        table = pa_json.read_json(pa.BufferReader(data[:cut])) \
-            if cut else empty
-        if tail_record is not None:
-            table = pa.concat_tables([table, _columns_from_records([tail_record])], promote_options="permissive")
-        counts = TraceCounts(lines=table.num_rows + int(bool(tail.strip()) and tail_record is None),
-                             truncated_last_line=bool(tail.strip()) and tail_record is None)
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        trace = read_trace(path)
-        table = _columns_from_records(trace.records) if trace.records else empty
-        counts = TraceCounts(
-            lines=len(trace.records) + trace.bad_lines + int(trace.truncated_last_line),
-            bad_lines=trace.bad_lines,
-            truncated_last_line=trace.truncated_last_line,
-        )
-    if "t_ns" not in table.column_names:
+        return None
+    tail = _tail(path).strip()
+    source = f"{_literal(str(path))}, format='newline_delimited', ignore_errors=true"
+    detected = {row[0]: row[1] for row in con.execute(f"DESCRIBE SELECT * FROM read_json({source})").fetchall()}
+    keys = [row[0] for row in con.execute(
+        f"SELECT DISTINCT unnest(json_keys(json)) FROM read_ndjson_objects({source}) "
+        "WHERE json_type(json) = 'OBJECT'").fetchall()]
+    if "t_ns" not in keys:
         raise ValueError(f"{path}: sample lines have no t_ns field (device monotonic ns); is this a samples.jsonl?")
-    return _flatten_nested(table), counts
+    nested = {k for k in keys if k in detected and any(n in detected[k] for n in NESTED)}
+    columns = {k: "JSON" if k not in detected or k in nested else detected[k]
+               for k in ["t_ns"] + sorted(set(keys) - {"t_ns"})}
+    columns["t_ns"] = "BIGINT"
+    return SampleScan(path, columns, bool(tail) and not _is_json_object(tail), nested)
 
 
 def _is_json_object(raw: bytes) -> bool:
@@ -171,7 +170,6 @@ def read_run_dir(run_dir: str | Path) -> RunFiles:
         raise FileNotFoundError(f"{path}: not a directory; pass a run directory (meta.json, samples.jsonl, events.jsonl)")
     meta = _read_json_file(path / "meta.json", required=True) or {}
     result = _read_json_file(path / "result.json", required=False)
-    samples, samples_counts = read_samples(path / "samples.jsonl")
     events = read_trace(path / "events.jsonl")
     events_counts = TraceCounts(
         lines=len(events.records) + events.bad_lines + int(events.truncated_last_line),
@@ -179,4 +177,4 @@ def read_run_dir(run_dir: str | Path) -> RunFiles:
         truncated_last_line=events.truncated_last_line,
     )
     errors = [ev for ev in events.records if ev.get("event") in ("error", "diverged")]
-    return RunFiles(path, meta, result, samples, steps_from_events(events.records), samples_counts, events_counts, errors)
+    return RunFiles(path, meta, result, steps_from_events(events.records), events_counts, errors)

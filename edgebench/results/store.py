@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -24,10 +25,22 @@ import pyarrow as pa
 from edgebench.results import DEFAULT_STORE
 from edgebench.results.alignment import Alignment, align_run
 from edgebench.results.external import CsvMapping, read_power_csv
-from edgebench.results.runfiles import RunFiles, read_run_dir
+from edgebench.results.runfiles import RunFiles, SampleScan, read_run_dir, scan_samples
 
 UNLIMITED_BYTES = 1 << 60  # cgroup "max" reads as ~2^63: no limit
 INTEGER_SUFFIXES = ("_bytes", "_ns", "_us", "_kills", "_flags", "_count")
+NUMERIC_TYPES = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
+                 "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE"}
+
+
+@dataclass
+class SampleCounts:
+    """What ingesting one samples.jsonl found."""
+
+    count: int = 0
+    bad_lines: int = 0
+    truncated_last_line: bool = False
+    cgroup_limit_bytes: int | None = None
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -149,8 +162,8 @@ class Store:
         try:
             for table in ("runs", "samples", "steps"):
                 self.con.execute(f"DELETE FROM {table} WHERE device = ? AND run_id = ?", [device, run_id])
-            self._insert_run_row(files, device, run_id, raw_dir)
-            self._insert_bulk("samples", files.samples, device, run_id)
+            samples = self._insert_samples(files.path / "samples.jsonl", device, run_id)
+            self._insert_run_row(files, device, run_id, raw_dir, samples)
             self._insert_bulk("steps", files.steps, device, run_id)
             self._store_alignment(device, run_id, align_run(self.probes(device), files.meta))
             self.con.execute("COMMIT")
@@ -171,20 +184,70 @@ class Store:
                 shutil.copy2(run_dir / name, dest / name)
         return str(dest)
 
-    def _insert_run_row(self, files: RunFiles, device: str, run_id: str, raw_dir: str | None) -> None:
+    def _column_types(self, table: str) -> dict[str, str]:
+        return dict(self.con.execute("SELECT column_name, data_type FROM information_schema.columns "
+                                     "WHERE table_name = ?", [table]).fetchall())
+
+    def _new_column_type(self, name: str, source_type: str, scan: SampleScan) -> str:
+        """The store's type for a sample field seen for the first time (numbers by name: *_bytes BIGINT...)."""
+        if source_type == "JSON" and name in scan.nested:
+            return "VARCHAR"
+        if source_type == "JSON":  # a key past DuckDB's detection sample: its first value decides
+            got = self.con.execute(f"SELECT json_type({_quote(name)}) FROM {scan.source()} "
+                                   f"WHERE {_quote(name)} IS NOT NULL LIMIT 1").fetchall()
+            source_type = got[0][0] if got else "DOUBLE"
+        if source_type == "BOOLEAN":
+            return "BOOLEAN"
+        if source_type in NUMERIC_TYPES:
+            return "BIGINT" if name.endswith(INTEGER_SUFFIXES) else "DOUBLE"
+        return "VARCHAR"
+
+    def _insert_samples(self, path: Path, device: str, run_id: str) -> SampleCounts:
+        """DuckDB reads samples.jsonl straight into `samples` (new fields add columns first);
+        lines it cannot parse are counted and dropped."""
+        scan = scan_samples(self.con, path)
+        if scan is None:
+            return SampleCounts()
+        existing = self._column_types("samples")
+        for name, source_type in scan.columns.items():
+            if name not in existing:
+                existing[name] = self._new_column_type(name, source_type, scan)
+                self.con.execute(f"ALTER TABLE samples ADD COLUMN {_quote(name)} {existing[name]}")
+        select = []
+        for name, source_type in scan.columns.items():
+            col, target = _quote(name), existing[name]
+            if source_type == "JSON" and target == "VARCHAR":
+                select.append(f"CASE WHEN json_type({col}) = 'VARCHAR' THEN {col} ->> '$' ELSE CAST({col} AS VARCHAR) "
+                              f"END AS {col}")
+            elif source_type == "JSON":
+                select.append(f"TRY_CAST({col} ->> '$' AS {target}) AS {col}")
+            else:
+                select.append(f"TRY_CAST({col} AS {target}) AS {col}")
+        self.con.execute(f"INSERT INTO samples BY NAME SELECT $device AS device, $run_id AS run_id, {', '.join(select)} "
+                         f"FROM {scan.source()}", {"device": device, "run_id": run_id})
+        key = [device, run_id]
+        unread = self.con.execute("SELECT count(*) FROM samples WHERE device = ? AND run_id = ? AND t_ns IS NULL",
+                                  key).fetchone()[0]
+        if unread:
+            self.con.execute("DELETE FROM samples WHERE device = ? AND run_id = ? AND t_ns IS NULL", key)
+        count, limit = self.con.execute(
+            "SELECT count(*), " + ("min(cgroup_limit_bytes)" if "cgroup_limit_bytes" in scan.columns else "NULL")
+            + " FROM samples WHERE device = ? AND run_id = ?", key).fetchone()
+        return SampleCounts(count, max(0, unread - int(scan.truncated_last_line)), scan.truncated_last_line,
+                            int(limit) if limit is not None and limit < UNLIMITED_BYTES else None)
+
+    def _insert_run_row(self, files: RunFiles, device: str, run_id: str, raw_dir: str | None,
+                        samples: SampleCounts) -> None:
         meta, result = files.meta, files.result or {}
         spec = meta.get("spec") or {}
         facts = meta.get("device") or {}
-        limit = None
-        if "cgroup_limit_bytes" in files.samples.column_names:
-            limits = [v for v in files.samples.column("cgroup_limit_bytes").to_pylist() if isinstance(v, (int, float))]
-            limit = int(min(limits)) if limits and min(limits) < UNLIMITED_BYTES else None
+        limit = samples.cgroup_limit_bytes
         mem_total = _int_or_none(facts.get("mem_total_bytes"))
         ram = min([v for v in (limit, mem_total, _profile_ram_bytes(device)) if v], default=None)
         detail = result.get("detail") or "; ".join(str(e.get("detail", e.get("event"))) for e in files.error_events) or None
         row = {
             "device": device, "run_id": run_id,
-            "model": result.get("model") or spec.get("model"), "method": result.get("method") or spec.get("method"),
+            "model": spec.get("model") if spec.get("checkpoint") else (result.get("model") or spec.get("model")), "method": result.get("method") or spec.get("method"),
             "backend": result.get("backend") or spec.get("backend"),
             "status": result.get("status") or "incomplete", "detail": detail,
             "batch_size": _int_or_none(spec.get("batch_size")), "text_length": _int_or_none(spec.get("text_length")),
@@ -192,8 +255,8 @@ class Store:
             "run_dir": str(files.path.resolve()), "raw_dir": raw_dir,
             "meta_json": json.dumps(meta, default=str), "result_json": json.dumps(result, default=str) if files.result else None,
             "mem_total_bytes": mem_total, "cgroup_limit_bytes": limit, "device_ram_bytes": ram,
-            "samples_count": files.samples.num_rows,
-            "samples_bad_lines": files.samples_counts.bad_lines, "samples_truncated": files.samples_counts.truncated_last_line,
+            "samples_count": samples.count,
+            "samples_bad_lines": samples.bad_lines, "samples_truncated": samples.truncated_last_line,
             "events_bad_lines": files.events_counts.bad_lines, "events_truncated": files.events_counts.truncated_last_line,
         }
         names = ", ".join(row)

@@ -14,7 +14,8 @@ class RunSpec:
     """One (model, method, backend, shapes, steps) combination to execute on a device.
 
     `model` is a config name (`tiny`, `nanovlm-222m`, ...) unless `checkpoint` names a
-    nanoVLM folder. `method` is a preset or a `+` combination (`lora+ckpt+bf16`).
+    nanoVLM folder (then `model` is just its label). Batches come from `data_dir` (a
+    folder dataset) when set, else from the synthetic task. `method` is a preset or a `+` combination (`lora+ckpt+bf16`).
     A run stops after `steps` measured steps, or after `duration_s` if that is set.
     """
 
@@ -22,6 +23,7 @@ class RunSpec:
     method: str = "adamw"
     backend: str = "eager"
     checkpoint: str | None = None
+    data_dir: str | None = None  # a folder dataset (images + JSONL + tokenizer.json); None: synthetic
     batch_size: int = 1
     image_size: int | None = None  # None: the model config's own
     text_length: int = 32
@@ -36,6 +38,7 @@ class RunSpec:
     accelerator: str = "cpu"  # cpu | cuda
     program: str | None = None  # exported program dir (executorch / onnxruntime backends)
     run_id: str | None = None
+    repeat: int = 0  # which repeat of the same configuration this run is (0-based)
     power_model: dict[str, float] | None = None  # {"idle_w":..,"max_w":..} for estimates
     sensors: dict[str, Any] = field(default_factory=dict)  # from the device profile
     extra: dict[str, Any] = field(default_factory=dict)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import time
@@ -17,17 +16,13 @@ from typing import Any
 
 from edgebench.runner import worker
 from edgebench.runner.facts import device_facts, library_versions
+from edgebench.runner.figures import samples_per_s, step_time_stats
 from edgebench.runner.spec import RunSpec
 from edgebench.telemetry.clock import clock_pair
+from edgebench.telemetry.contention import cpu_share, cpu_snapshot
 from edgebench.telemetry.trace import read_trace, write_json_atomic
 
 POLL_S = 0.02
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[index]
 
 
 def step_statistics(events: list[dict[str, Any]]) -> dict[str, Any]:
@@ -42,16 +37,8 @@ def step_statistics(events: list[dict[str, Any]]) -> dict[str, Any]:
         "last_step": begins[-1]["step"] if begins else None,  # reached, finished or not
         "loss_first": losses[0] if losses else None,
         "loss_last": losses[-1] if losses else None,
-        "step_time_s": None,
+        "step_time_s": step_time_stats(times),
     }
-    if times:
-        stats["step_time_s"] = {
-            "median": statistics.median(times),
-            "p90": _percentile(times, 0.9),
-            "mean": statistics.fmean(times),
-            "min": min(times),
-            "max": max(times),
-        }
     return stats
 
 
@@ -115,6 +102,7 @@ class Supervisor:
         spec_path = self.out / "spec.json"
         self.spec.save(spec_path)
         clock_start = clock_pair()
+        self._cpu_start = cpu_snapshot(self.root)
         self._write_meta(clock_start, None, None)
         self.child = None
         previous = signal.signal(signal.SIGTERM, self._on_sigterm)
@@ -170,7 +158,8 @@ class Supervisor:
             "exit_code": exit_code,
             "exit_signal": signal.Signals(exit_signal).name if exit_signal else None,
             **stats,
-            "samples_per_s": self.spec.batch_size / median if median else None,
+            "samples_per_s": samples_per_s(self.spec.batch_size, median),
+            "cpu": cpu_share(self._cpu_start, cpu_snapshot(self.root)),
             "peak_rss_bytes_sampled": sampler.get("peak_rss_bytes"),
             "peak_rss_bytes_kernel": maxrss,
             "cgroup_peak_bytes": sampler.get("cgroup_peak_bytes"),

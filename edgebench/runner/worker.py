@@ -40,6 +40,11 @@ def _batches(spec: RunSpec):
     from edgebench.model.config import get_config
 
     cfg = get_config(spec.model) if spec.checkpoint is None else _checkpoint_config(spec.checkpoint)
+    if spec.data_dir:
+        from edgebench.data.folder import folder_batches
+
+        return folder_batches(spec.data_dir, cfg, spec.batch_size, spec.text_length, spec.seed,
+                              image_size=spec.image_size)
     return synthetic_batches(cfg, spec.batch_size, spec.text_length, spec.seed, image_size=spec.image_size)
 
 

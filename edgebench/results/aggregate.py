@@ -1,0 +1,59 @@
+"""Repeats: the runs of one configuration folded into one row, each figure the median of
+its runs with min, max and n (definitions: edgebench.runner.figures, docs/figures.md).
+
+A configuration is (device, model, method, backend, batch size). Figures come from the
+runs that finished (`ok`); a configuration where none finished shows its failed runs'
+figures (an OOM's peak is still the story) with their status.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from edgebench.results.pareto import mark_frontier
+from edgebench.runner.figures import spread
+
+GROUP_KEYS = ("device", "model", "method", "backend", "batch_size")
+FIGURE_KEYS = ("peak_mem_bytes", "peak_rss_bytes_kernel", "peak_rss_bytes_sampled", "step_time_median_s",
+               "step_time_p90_s", "samples_per_s", "tokens_per_s", "energy_per_step_j", "energy_per_step_j_est",
+               "energy_per_sample_j", "energy_per_sample_j_est", "power_mean_w", "power_mean_w_est", "temp_peak_c",
+               "time_throttled_s", "loss_first", "loss_last", "cpu_others_pct", "predicted_peak_bytes_est")
+
+
+def _status(statuses: Counter) -> str:
+    ok, total = statuses.get("ok", 0), sum(statuses.values())
+    if ok == total:
+        return "ok"
+    if ok == 0:
+        return statuses.most_common(1)[0][0] if len(statuses) == 1 else "/".join(sorted(statuses))
+    return f"ok {ok}/{total}"
+
+
+def group_runs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per configuration, in first-seen order: each FIGURE_KEYS entry is the median,
+    `spread[key]` its {median, min, max, n}; `n` counts the runs the figures come from."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(tuple(row.get(k) for k in GROUP_KEYS), []).append(row)
+    out = []
+    for key, members in groups.items():
+        ok = [r for r in members if r.get("status") == "ok"]
+        used = ok or members
+        statuses = Counter(str(r.get("status")) for r in members)
+        group: dict[str, Any] = dict(zip(GROUP_KEYS, key))
+        group.update({"status": _status(statuses), "n": len(used), "runs": len(members),
+                      "run_ids": [r["run_id"] for r in members], "statuses": dict(statuses), "spread": {}})
+        for fig in FIGURE_KEYS:
+            s = spread(r.get(fig) for r in used)
+            group["spread"][fig] = s
+            group[fig] = None if s is None else s["median"]
+        disturbed = [r for r in used if r.get("disturbed")]
+        group["disturbed"] = len(disturbed)
+        group["disturbed_why"] = sorted({r["disturbed_why"] for r in disturbed if r.get("disturbed_why")})
+        group["energy_source"] = next((r.get("energy_source") for r in used if r.get("energy_source")), None)
+        group["device_ram_bytes"] = next((r.get("device_ram_bytes") for r in used if r.get("device_ram_bytes")), None)
+        group["detail"] = next((r.get("detail") for r in members if r.get("status") != "ok" and r.get("detail")), None)
+        group["on_frontier"] = None
+        out.append(group)
+    return mark_frontier(out, finished=lambda g: g["status"] == "ok" or g["status"].startswith("ok "))

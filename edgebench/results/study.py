@@ -1,0 +1,62 @@
+"""The study table: each method against a baseline method, per device, model and backend.
+
+For peak memory, time per step and energy per step it gives the method's median and its
+ratio to the baseline's median. The ratio's range divides the method's min by the
+baseline's max and the method's max by the baseline's min, so every pairing of their
+runs lies inside it. Energy is measured where both have a measurement, else the estimate
+(`energy_estimated` says which).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+STUDY_FIGURES = (("peak_mem", "peak_mem_bytes"), ("step_time", "step_time_median_s"))
+STUDY_COLUMNS = [
+    "device", "model", "backend", "method", "baseline", "status", "n", "n_baseline",
+    "peak_mem_bytes", "peak_mem_ratio", "peak_mem_ratio_min", "peak_mem_ratio_max",
+    "step_time_s", "step_time_ratio", "step_time_ratio_min", "step_time_ratio_max",
+    "energy_per_step_j", "energy_ratio", "energy_ratio_min", "energy_ratio_max", "energy_estimated",
+    "disturbed", "on_frontier",
+]
+
+
+def _ratio(method: dict[str, Any] | None, base: dict[str, Any] | None) -> tuple[float | None, float | None, float | None]:
+    if not method or not base or not base["median"] or not base["min"]:
+        return None, None, None
+    return method["median"] / base["median"], method["min"] / base["max"], method["max"] / base["min"]
+
+
+def _finished(group: dict[str, Any]) -> bool:
+    return group["status"] == "ok" or group["status"].startswith("ok ")
+
+
+def study_rows(groups: list[dict[str, Any]], baseline: str = "sgd") -> tuple[list[dict[str, Any]], list[str]]:
+    """Rows of the study table (STUDY_COLUMNS) and notes on what could not be compared."""
+    rows, notes = [], []
+    by_setting: dict[tuple, list[dict[str, Any]]] = {}
+    for g in groups:
+        by_setting.setdefault((g["device"], g["model"], g["backend"]), []).append(g)
+    for (device, model, backend), members in by_setting.items():
+        base = next((g for g in members if g["method"] == baseline and _finished(g)), None)
+        if base is None:
+            notes.append(f"{device} / {model} / {backend}: no finished {baseline} run to compare against "
+                         f"(run it, or pass --baseline with one of: {', '.join(sorted({g['method'] for g in members}))})")
+        for g in members:
+            row: dict[str, Any] = {"device": device, "model": model, "backend": backend, "method": g["method"],
+                                   "baseline": baseline, "status": g["status"], "n": g["n"],
+                                   "n_baseline": base["n"] if base else None, "disturbed": g["disturbed"],
+                                   "on_frontier": g["on_frontier"],
+                                   "peak_mem_bytes": g["peak_mem_bytes"], "step_time_s": g["step_time_median_s"]}
+            for name, key in STUDY_FIGURES:
+                ratio = _ratio(g["spread"][key], base["spread"][key] if base else None) if _finished(g) else (None,) * 3
+                row.update(zip((f"{name}_ratio", f"{name}_ratio_min", f"{name}_ratio_max"), ratio))
+            measured = bool(g["spread"]["energy_per_step_j"]) and bool(base and base["spread"]["energy_per_step_j"])
+            key = "energy_per_step_j" if measured or (base is None and g["spread"]["energy_per_step_j"]) \
+                else "energy_per_step_j_est"
+            row["energy_per_step_j"] = g[key]
+            row["energy_estimated"] = key.endswith("_est") if g[key] is not None else None
+            ratio = _ratio(g["spread"][key], base["spread"][key] if base else None) if _finished(g) else (None,) * 3
+            row.update(zip(("energy_ratio", "energy_ratio_min", "energy_ratio_max"), ratio))
+            rows.append(row)
+    return [{k: r.get(k) for k in STUDY_COLUMNS} for r in rows], notes
