@@ -29,6 +29,7 @@ from edgebench.devices import connect, lab
 from edgebench.devices.inventory import InventoryError, get_device, read_inventory, scan_devices, write_inventory
 from edgebench.devices.labgrid import Coordinator, PlaceHeld, place_status
 from edgebench.devices.transport import TransportError
+from edgebench.fleet.collect import collect_device
 from edgebench.fleet.deploy import PreflightError, deploy_one
 from edgebench.fleet.status import device_status
 from edgebench.results.store import Store
@@ -230,6 +231,26 @@ def test_sweep_holds_its_place_until_collect_sees_it_ended(farm):
             assert [r["status"] for r in db.runs(device=name)] == ["ok"]
     status = json.loads(runner.invoke(cli, ["status", "--device", "farm-a", "--json"]).output)
     assert status[0]["place"]["held_by"] is None and status[0]["sweeps"][sweep_id]["runs"]
+
+
+def test_place_outlives_the_host_connection_and_goes_back_after_an_interrupted_sweep(farm):
+    runs_dir = farm.root / "runs-cut"
+    deployment = deploy_one("farm-a", [RunSpec(method="sgd", steps=100000, warmup_steps=0, duration_s=120)], runs_dir)
+    sweep = Path(deployment.sweep_dir)
+    deadline = time.monotonic() + 60
+    while not list((sweep / "runs").glob("*/events.jsonl")):  # the run has started
+        assert time.monotonic() < deadline, "the run never started"
+        time.sleep(0.5)
+    lab.drop_connections("lab-a")  # the host's link to the board drops; the sweep carries on
+    collected = collect_device("farm-a", local_root=runs_dir)
+    assert collected.released is None and farm.place("farm-a").tags["edgebench-sweep"] == deployment.sweep_id
+    os.killpg(int((sweep / "sweep.pid").read_text()), signal.SIGTERM)  # someone stops the sweep on the board
+    assert _wait_ended("farm-a", deployment.sweep_id)["state"] == "interrupted"
+    assert farm.place("farm-a").acquired is not None  # held until collect sees the sweep ended
+    logged: list[str] = []
+    collected = collect_device("farm-a", local_root=runs_dir, log=logged.append)
+    assert collected.released == deployment.sweep_id and farm.place("farm-a").acquired is None
+    assert f"farm-a: sweep {deployment.sweep_id} has ended (interrupted): released labgrid place farm-a" in logged
 
 
 def test_a_place_someone_else_holds_is_refused_and_left_to_them(farm):
