@@ -110,7 +110,8 @@ def export_artifacts(
     `optimizer`: "adamw" writes an optimizer graph that clips the global gradient norm at
     `max_grad_norm` (None: no clip); "sgd" and None write none (see the module docstring).
 
-    Returns {"trainable_parameters", "frozen_parameters", "files"} in ONNX (= checkpoint) names.
+    Returns {"trainable_parameters", "frozen_parameters"} in ONNX (= checkpoint) names, the
+    files the backend needs, and how many summed gradients accumulate part by part.
     """
     import onnx
     import onnxruntime
@@ -155,6 +156,7 @@ def export_artifacts(
             optimizer=optim_block,
             artifact_directory=out_dir,
         )
+    unfolded = _rewrite(out_dir / "training_model.onnx", accumulate_sums_in_place)
     files = list(FORWARD_FILES if optimizer is None else TRAINING_FILES)
     if optim_block is not None:
         files.append(OPTIMIZER_FILE)
@@ -162,7 +164,53 @@ def export_artifacts(
     for name in ("training_model.onnx", "eval_model.onnx", OPTIMIZER_FILE):
         if (out_dir / name).exists():
             _cap_ir_version(out_dir / name)
-    return {"trainable_parameters": trainable, "frozen_parameters": frozen, "files": files}
+    return {"trainable_parameters": trainable, "frozen_parameters": frozen, "files": files,
+            "gradient_sums_accumulated_in_place": unfolded}
+
+
+def accumulate_sums_in_place(model) -> int:
+    """A gradient that is a Sum of parts (a weight used twice: the tied embedding and LM
+    head) is added into its accumulation buffer part by part, by a chain of in-place
+    accumulators, instead of summed first. The Sum kept both parts and their sum alive
+    together (3 x 108 MiB for nanovlm-222m's embedding); now each part is added and freed
+    as soon as it exists: -108 MiB at peak, the same gradients (measured). Returns how many
+    Sums were unfolded."""
+    from onnx import helper
+
+    graph = model.graph
+    producer = {out: node for node in graph.node for out in node.output}
+    count = 0
+    for acc in [n for n in graph.node if n.op_type == "InPlaceAccumulatorV2"]:
+        total = producer.get(acc.input[1])
+        if total is None or total.op_type != "Sum" or len(total.input) < 2:
+            continue
+        if sum(total.output[0] in n.input for n in graph.node) != 1:
+            continue  # the sum is read elsewhere too
+        buffer, reset = acc.input[0], list(acc.input[2:3])  # the first part honours lazy_reset_grad
+        chain = []
+        for i, part in enumerate(total.input[:-1]):
+            out = f"{acc.input[0]}.part{i}"
+            chain.append(helper.make_node("InPlaceAccumulatorV2", [buffer, part, *reset], [f"{out}.updated", out],
+                                          name=f"{acc.name}_part{i}", domain=acc.domain))
+            buffer, reset = out, []
+        del acc.input[:]
+        acc.input.extend([buffer, total.input[-1]])
+        index = list(graph.node).index(total)
+        graph.node.remove(total)
+        for offset, node in enumerate(chain):
+            graph.node.insert(index + offset, node)
+        count += 1
+    return count
+
+
+def _rewrite(path: Path, transform: Callable) -> int:
+    import onnx
+
+    model = onnx.load(path)
+    changed = transform(model)
+    if changed:
+        onnx.save(model, path)
+    return changed
 
 
 def _set_adam_mode(path: Path, mode: int) -> None:

@@ -136,7 +136,7 @@ def _export_executorch(request: ExportRequest, directory: Path, on_stage) -> dic
 
 
 def _export_onnxruntime(request: ExportRequest, directory: Path, on_stage) -> dict[str, Any]:
-    from edgebench.backends.onnxruntime import SESSION_OPTIONS, shifted_labels
+    from edgebench.backends.onnxruntime import MMAP_THRESHOLD, SESSION_OPTIONS, shifted_labels
     from edgebench.data.synthetic import to_torch
     from edgebench.methods import optim
     from edgebench.methods.subsets import LORA_ALPHA, LORA_RANK
@@ -178,7 +178,11 @@ def _export_onnxruntime(request: ExportRequest, directory: Path, on_stage) -> di
             "trainable": (f"LoRA r={LORA_RANK} alpha={LORA_ALPHA} written into the graph (exporters.lora, "
                           f"{lora_layers} layers); base weights frozen params"
                           if lora_layers else f"{method.trainable}: requires_grad / frozen_params in the checkpoint"),
-            "session_options": {**SESSION_OPTIONS, "eval_graph_loaded": forward_only},
+            "gradients": (None if forward_only else f"accumulated in ORT's buffers; "
+                          f"{info['gradient_sums_accumulated_in_place']} summed gradient(s) added part by part "
+                          "(exporters.onnxruntime.accumulate_sums_in_place)"),
+            "session_options": {**SESSION_OPTIONS, "eval_graph_loaded": forward_only,
+                                "glibc_mmap_threshold_bytes": MMAP_THRESHOLD},
             "lr": "constant per run, one for all parameters (no projector group, no schedule)",
         },
         "trainable_parameters": info["trainable_parameters"],

@@ -187,6 +187,12 @@ def test_sgd_runs_without_an_optimizer_graph_and_adam_in_torch_mode(export_cache
     assert {a.name: a.i for a in node.attribute}["adam_mode"] == 0
     assert adam.manifest["weight_decay"] == 0.0 and adam.manifest["optimizer"] == "adamw"
     assert sgd.manifest["lowering"]["session_options"]["enable_cpu_mem_arena"] is False
+    # The tied embedding / LM head gradient: two parts added into its buffer one by one.
+    graph = onnx.load(sgd.directory / "training_model.onnx").graph
+    producer = {o: n.op_type for n in graph.node for o in n.output}
+    accumulators = [n for n in graph.node if n.op_type == "InPlaceAccumulatorV2"]
+    assert not [n for n in accumulators if producer.get(n.input[1]) == "Sum"]
+    assert [n for n in accumulators if n.input[0] == "decoder.token_embedding.weight_grad.accumulation.buffer"]
 
 
 def test_backend_runs_without_torch(export_cache):
