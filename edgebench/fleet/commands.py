@@ -193,7 +193,9 @@ def deploy(devices: tuple[str, ...], shape: dict[str, Any], methods: list[str], 
     source (no dependencies are installed on the device), the programs and one spec per
     method are shipped and the sweep starts with setsid/nohup, so it survives a dropped
     connection. Clock probes are recorded for alignment. Fetch results with
-    `edgebench collect`; watch with `edgebench status`.
+    `edgebench collect`; watch with `edgebench status`. A board farm's device (a labgrid
+    place) is acquired for the sweep: refused while someone holds it, given back if the
+    deploy fails or is interrupted, else by `collect` once the sweep has ended.
     """
     from edgebench.fleet.deploy import deploy_many
 
@@ -236,7 +238,7 @@ def collect(devices: tuple[str, ...], run_id: str | None, store: str, no_ingest:
 
     Every file is checked against the size and sha256 the device lists; interrupted
     downloads resume; running it again fetches only what changed. Fresh clock probes are
-    taken each time.
+    taken each time. A labgrid place held for a sweep that has ended is released.
     """
     from edgebench.fleet.collect import collect_device
 
