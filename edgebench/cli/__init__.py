@@ -3,9 +3,17 @@
 Commands of the host rooms live in each room's `commands.py`; commands that present the
 device-side rooms (models, methods, sensors) live here in `cli/`, so the device side never
 imports click. Every command is imported and registered below, in the order `--help` lists them.
+
+`main` is the one place errors reach the user: a user error (a bad name, a damaged file,
+an unreachable device) is one line and exit code 2, Ctrl-C is exit code 130, anything else
+one line and exit code 1; `edgebench --debug ...` (or EDGEBENCH_DEBUG=1) shows the traceback.
 """
 
 from __future__ import annotations
+
+import os
+import sys
+import traceback
 
 import click
 
@@ -23,7 +31,8 @@ from exporters.commands import export_command
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="edgebench")
-def cli() -> None:
+@click.option("--debug", is_flag=True, help="Show the Python traceback of an error.")
+def cli(debug: bool) -> None:
     """edgebench: what does each memory-efficient way of computing gradients really cost
     on this device? Fine-tunes nanoVLM with each method and measures RAM, time, power,
     energy and temperature.
@@ -35,6 +44,8 @@ def cli() -> None:
       edgebench lab up && edgebench deploy --device lab-pi4 && edgebench collect
       edgebench report
     """
+    if debug:
+        os.environ["EDGEBENCH_DEBUG"] = "1"
 
 
 for _command in (models_command, bench, methods_command, predict_command, devices, lab, deploy, collect,
@@ -43,5 +54,55 @@ for _command in (models_command, bench, methods_command, predict_command, device
     cli.add_command(_command)
 
 
-def main() -> None:
-    cli(prog_name="edgebench")
+EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions that mean the input or the environment is wrong, not edgebench: their
+    message names the thing and the fix, so the user sees it alone."""
+    import duckdb
+
+    from edgebench.data.folder import DatasetError
+    from edgebench.devices.cgroups import CgroupError
+    from edgebench.devices.inventory import InventoryError
+    from edgebench.devices.lab import LabError
+    from edgebench.devices.profiles import ProfileError
+    from edgebench.devices.transport import TransportError
+    from edgebench.fleet.deploy import PreflightError
+    from edgebench.methods.knobs import MethodError
+    from edgebench.model.checkpoint import CheckpointError
+    from edgebench.model.config import ConfigError
+    from edgebench.results.store import StoreError
+
+    return (click.ClickException, InventoryError, ProfileError, TransportError, MethodError, CheckpointError,
+            ConfigError, StoreError, DatasetError, LabError, CgroupError, PreflightError, duckdb.Error, FileNotFoundError, PermissionError, IsADirectoryError,
+            NotADirectoryError)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = exc.format_message() if isinstance(exc, click.ClickException) else str(exc)
+    return " ".join(text.split()) or type(exc).__name__
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Runs the CLI; every error ends here as one line on stderr and an exit code."""
+    try:
+        code = cli.main(args=argv, prog_name="edgebench", standalone_mode=False)
+    except (KeyboardInterrupt, click.Abort):
+        click.echo("edgebench: interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except click.UsageError as exc:  # click's wording names the option; --help shows the choices
+        where = exc.ctx.command_path if exc.ctx is not None else "edgebench"
+        click.echo(f"error: {_one_line(exc)} (see `{where} --help`)", err=True)
+        sys.exit(EXIT_USER_ERROR)
+    except Exception as exc:
+        if os.environ.get("EDGEBENCH_DEBUG") == "1":
+            traceback.print_exc()
+        if isinstance(exc, _user_errors()):
+            click.echo(f"error: {_one_line(exc)}", err=True)
+            sys.exit(EXIT_USER_ERROR)
+        click.echo(f"edgebench: internal error: {type(exc).__name__}: {_one_line(exc)} "
+                   "(run `edgebench --debug ...` for the traceback, and please report it)", err=True)
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -4,7 +4,9 @@ Each device gets its own sshd on a loopback port, its own host key and known_hos
 (host-key checking stays on), key-only login, and cgroups enforcing the profile's
 `emulation` limits; every SSH session inherits them. Devices are registered in the
 inventory as `lab-<alias>`, so deploy and collect treat them like hardware.
-`down` kills everything inside the cgroups, removes them, the keys and the entries.
+`up` restarts a device whose sshd died inside its existing cgroups, so a sweep still
+running there carries on; `down` kills everything inside the cgroups, removes them, the
+keys and the entries.
 State lives in `$EDGEBENCH_LAB_DIR` or ~/.local/state/edgebench/lab.
 """
 
@@ -157,7 +159,10 @@ def _start(root: Path, spec: LabDevice, client_pub: str, user: str) -> dict[str,
     try:
         _wait_listening(port, proc, log)
     except LabError:
-        limits.destroy()
+        proc.kill()
+        proc.wait()
+        if not limits.pids():  # never kill a sweep that still runs in the device
+            limits.destroy()
         raise
     host_pub = (home / "ssh_host_ed25519_key.pub").read_text().split()
     (home / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_pub[0]} {host_pub[1]}\n")
@@ -216,14 +221,26 @@ def up(devices: list[LabDevice] | None = None) -> list[dict[str, Any]]:
             continue
         if name in inventory and inventory[name].get("lab") != str(root):
             raise LabError(f"inventory already has a device {name!r} that is not this lab's; remove it or pick another name")
-        if name in state:  # a stale entry from a crash: clean it up first
-            _stop(state.pop(name))
+        if name in state:  # sshd is gone: restart it, but never kill what still runs in the device
+            stale = state.pop(name)
+            if Limits([Path(d) for d in stale["cgroups"]], stale["cgroup_version"]).pids():
+                _reap(stale["pid"])  # a sweep lives on in the cgroups: the new sshd joins them
+            else:
+                _stop(stale)
         dev = _start(root, spec, client_pub, user)
         state[name] = dev
         inventory[name] = _inventory_entry(root, dev, user)
         _write_state(root, state)
         write_inventory(inventory)
     return [state[n] for n in sorted(state)]
+
+
+def _reap(pid: int) -> None:
+    """Reaps a dead sshd if this process started it (no zombie left)."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
 
 
 def _stop(dev: dict[str, Any]) -> None:
@@ -269,8 +286,9 @@ def status() -> list[dict[str, Any]]:
         limits = Limits([Path(d) for d in dev["cgroups"]], dev["cgroup_version"])
         row = {k: dev[k] for k in ("name", "profile", "port", "pid", "memory_bytes", "cpus")}
         row["running"] = _alive(dev["pid"])
-        row["processes"] = len(limits.pids()) if row["running"] else 0
-        row.update(limits.memory_stats() if Path(dev["cgroups"][0]).exists() else {})
+        exists = Path(dev["cgroups"][0]).exists()
+        row["processes"] = len(limits.pids()) if exists else 0  # a sweep outlives its sshd
+        row.update(limits.memory_stats() if exists else {})
         rows.append(row)
     return rows
 

@@ -5,18 +5,26 @@ already matches is skipped; a download goes to `NAME.part` and resumes from its 
 (traces are append-only), then is checked against the listed size and sha256 before it
 replaces the local file. Runs land in `<local_root>/<device>/<run_id>/`; fresh clock
 probes are taken, and every fetched run is ingested into the results store.
+
+The listing comes from the device and is not trusted: every sweep id, run id and file
+name in it must be a plain file name (no `..`, no separator, not absolute) or the whole
+device is refused, named, before anything is written. One collect at a time holds
+`<local_root>/.collect.lock`; a second waits for it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
-from edgebench.devices.inventory import Device, get_device
+from edgebench.devices.inventory import Device, check_path_name, get_device
 from edgebench.devices.labgrid import release_finished
 from edgebench.devices import connect
 from edgebench.devices.transport import Transport, TransportError
@@ -25,6 +33,56 @@ from edgebench.fleet.device_scripts import listing, sweeps as sweeps_script
 from edgebench.fleet.remote import run_program
 
 APPEND_ONLY = (".jsonl", ".log")
+SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+class HostileListing(TransportError):
+    """The device listed a name that would leave the runs folder (or a malformed entry)."""
+
+
+def check_listing(name: str, manifest: Any) -> None:
+    """Refuses a listing with any unsafe name or malformed entry, naming the device and the entry."""
+
+    def refuse(what: str) -> HostileListing:
+        return HostileListing(f"{name}: refused: the device's listing has {what}; nothing was written. "
+                              "Check the device's work directory (or the device itself) before collecting again")
+
+    def plain(value: Any, what: str) -> None:
+        try:
+            check_path_name(value, what)
+        except ValueError:
+            raise refuse(f"{what} {value!r}, not a plain file name (no '..', '/', or leading '.')") from None
+
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("sweeps"), dict) \
+            or not isinstance(manifest.get("root"), str):
+        raise refuse("no `root`/`sweeps` mapping")
+    for sweep_id, sweep in manifest["sweeps"].items():
+        plain(sweep_id, "sweep id")
+        if not isinstance(sweep, dict) or not isinstance(sweep.get("runs"), dict):
+            raise refuse(f"a malformed entry for sweep {sweep_id!r}")
+        for rid, files in sweep["runs"].items():
+            plain(rid, "run id")
+            if not isinstance(files, dict):
+                raise refuse(f"a malformed file list for run {rid!r}")
+            for file_name, info in files.items():
+                plain(file_name, f"in run {rid!r} a file name")
+                if not (isinstance(info, dict) and isinstance(info.get("size"), int) and info["size"] >= 0
+                        and isinstance(info.get("sha256"), str) and SHA256.fullmatch(info["sha256"])):
+                    raise refuse(f"a malformed size/sha256 for {rid}/{file_name}")
+
+
+@contextlib.contextmanager
+def collect_lock(local_root: Path, log: Callable[[str], None] = lambda _: None) -> Iterator[None]:
+    """Holds `<local_root>/.collect.lock` (a second collect waits), so two collects never
+    write the same files or the store at once."""
+    local_root.mkdir(parents=True, exist_ok=True)
+    with open(local_root / ".collect.lock", "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"waiting for another collect into {local_root} to finish")
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
 
 
 @dataclass
@@ -80,13 +138,21 @@ def _fresh_probes(transport: Transport, device: Device, manifest: dict[str, Any]
 
 def collect_device(name: str, run_id: str | None = None, local_root: Path = Path("runs"),
                    store_path: Path | None = None, log: Callable[[str], None] = lambda _: None) -> Collected:
-    """Fetches one device's runs (or one run), then ingests them when a store is given."""
+    """Fetches one device's runs (or one run), then ingests them when a store is given;
+    under the collect lock, fetch and ingest both."""
+    with collect_lock(local_root, log):
+        return _collect_device(name, run_id, local_root, store_path, log)
+
+
+def _collect_device(name: str, run_id: str | None, local_root: Path, store_path: Path | None,
+                    log: Callable[[str], None]) -> Collected:
     device = get_device(name)
     out = Collected(name)
     with connect(device) as transport:
         # Board farm: which sweeps had ended before fetching; their labgrid place goes back after it.
         before = run_program(transport, device, sweeps_script, device.workdir) if device.place else {}
         manifest = run_program(transport, device, listing, device.workdir, timeout=600)
+        check_listing(name, manifest)
         for sweep_id, sweep in sorted(manifest["sweeps"].items()):
             states = (sweep["state"] or {}).get("runs", {})
             for rid, files in sorted(sweep["runs"].items()):

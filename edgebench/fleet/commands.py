@@ -3,16 +3,18 @@ bringing them back."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import signal
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import click
 
 from edgebench.backends import BACKENDS
-from edgebench.fleet.plan import (attach_program, for_device, ingest_runs, make_specs, parse_duration,
-                                  unsupported_result)
+from edgebench.fleet.plan import (attach_program, check_method, check_model, for_device, ingest_runs, make_specs,
+                                  parse_duration, unsupported_result)
 from edgebench.results import DEFAULT_STORE
 from edgebench.runner.spec import RunSpec
 
@@ -23,10 +25,15 @@ def _echo_err(message: str) -> None:
 
 def _device_names(given: tuple[str, ...], with_local: bool) -> tuple[list[str], dict[str, dict[str, str]]]:
     """The devices named, or every good inventory device; bad entries come back as errors."""
-    from edgebench.devices.inventory import InventoryError, scan_devices
+    from edgebench.devices.inventory import InventoryError, get_device, scan_devices
 
     if given:
-        return list(given), {}
+        for name in given:  # refused before any device is asked
+            try:
+                get_device(name)
+            except InventoryError as exc:
+                raise click.BadParameter(str(exc), param_hint="--device") from None
+        return list(dict.fromkeys(given)), {}
     try:
         found, problems = scan_devices()
     except InventoryError as exc:
@@ -38,6 +45,35 @@ def _device_names(given: tuple[str, ...], with_local: bool) -> tuple[list[str], 
 
 
 BACKEND_CHOICE = click.Choice(list(BACKENDS))
+
+
+@contextlib.contextmanager
+def _shielded(active: bool) -> Iterator[None]:
+    """After a Ctrl-C, the finishing work (ingest) is not cut short by another one."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if active else None
+    try:
+        yield
+    finally:
+        if active:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _check_request(shape: dict[str, Any], methods: list[str]) -> None:
+    """Refuses a typo before any work starts (one line naming the option and the fix, exit 2)."""
+    from edgebench.methods.knobs import MethodError
+
+    if not methods:
+        raise click.BadParameter("no method given; e.g. --methods adamw,sgd (`edgebench methods`)",
+                                 param_hint="--methods")
+    try:
+        check_model(shape["model"])
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--model") from None
+    for method in methods:
+        try:
+            check_method(method)
+        except MethodError as exc:
+            raise click.BadParameter(str(exc), param_hint="--methods") from None
 
 
 def _model_and_data(shape: dict[str, Any]) -> None:
@@ -112,6 +148,7 @@ def run_options(command: Callable) -> Callable:
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--duration") from None
         methods = [m.strip() for m in kwargs.pop("methods").split(",") if m.strip()]
+        _check_request(shape, methods)
         _model_and_data(shape)
         return command(shape=shape, methods=methods * kwargs.pop("repeats"), **kwargs)
 
@@ -137,7 +174,7 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str,
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from edgebench.devices.profiles import load_profile
-    from edgebench.fleet.local import run_local
+    from edgebench.fleet.local import Interrupts, run_local
     from edgebench.report.tables import render_bench_results
 
     if device != "local":
@@ -147,26 +184,41 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str,
     profile = load_profile(device)
     specs = for_device(device, profile, make_specs(methods, **shape))
     results = []
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), disable=as_json, transient=False) as progress:
-        for spec in specs:
-            label = f"{spec.method} ({spec.backend})"
-            total = None if spec.duration_s else spec.warmup_steps + spec.steps
-            task = progress.add_task(label, total=total)
-            refused = attach_program(spec, profile,
-                                     on_stage=lambda stage, t=task, l=label: progress.update(t, description=f"{l}: {stage}"))
-            if refused is not None:
-                progress.update(task, description=f"{label}: unsupported")
-                results.append(unsupported_result(spec, refused))
-                continue
-            run_dir = Path(runs_dir) / spec.run_id
-            result = run_local(spec, run_dir, on_progress=lambda n, t=task: progress.update(t, completed=n))
-            result["run_dir"] = str(run_dir)
-            progress.update(task, completed=total or result.get("steps_done") or 0,
-                            description=f"{label}: {result['status']}")
-            results.append(result)
+    # Ctrl-C: the running run ends `interrupted` (result.json written), no further run starts,
+    # what ran is ingested, exit code 130.
+    interrupts = Interrupts()
+    try:
+        with interrupts, Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                  TimeElapsedColumn(), disable=as_json, transient=False) as progress:
+            for spec in specs:
+                label = f"{spec.method} ({spec.backend})"
+                total = None if spec.duration_s else spec.warmup_steps + spec.steps
+                task = progress.add_task(label, total=total)
+                refused = attach_program(spec, profile,
+                                         on_stage=lambda stage, t=task, l=label: progress.update(t, description=f"{l}: {stage}"))
+                if refused is not None:
+                    progress.update(task, description=f"{label}: unsupported")
+                    results.append(unsupported_result(spec, refused))
+                    continue
+                run_dir = Path(runs_dir) / spec.run_id
+                result = run_local(spec, run_dir, on_progress=lambda n, t=task: progress.update(t, completed=n),
+                                   interrupts=interrupts)
+                result["run_dir"] = str(run_dir)
+                progress.update(task, completed=total or result.get("steps_done") or 0,
+                                description=f"{label}: {result['status']}")
+                results.append(result)
+                if interrupts.signal:
+                    break
+    except KeyboardInterrupt:  # between runs (e.g. during an export): nothing running to record
+        interrupts.signal = interrupts.signal or "Ctrl-C (SIGINT)"
     store_path = Path(store) if store else Path(runs_dir) / "edgebench.duckdb"
-    ingest_runs(store_path, [Path(r["run_dir"]) for r in results if "run_dir" in r], device)
+    with _shielded(bool(interrupts.signal)):
+        ingest_runs(store_path, [d for d in (Path(runs_dir) / s.run_id for s in specs) if (d / "result.json").exists()],
+                    device)
+    if interrupts.signal:
+        click.echo(f"interrupted by {interrupts.signal}: {len(results)} of {len(specs)} runs recorded and ingested "
+                   f"into {store_path}; the rest did not start", err=True)
+        raise SystemExit(130)
     if as_json:
         click.echo(json.dumps(results, indent=2, default=str))
     else:
@@ -277,10 +329,10 @@ def status(devices: tuple[str, ...], as_json: bool) -> None:
 
     names, problems = _device_names(devices, with_local=True)
     rows = fleet_status(names) + [{"device": name, **why} for name, why in problems.items()]
+    unasked = [row["device"] for row in rows if "error" in row]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
-        return
-    for row in rows:
+    for row in [] if as_json else rows:
         place = row.get("place")
         if place:  # board farm: who holds the device's labgrid place
             sweep = f" for sweep {place['sweep']}" if place["sweep"] else ""
@@ -292,10 +344,13 @@ def status(devices: tuple[str, ...], as_json: bool) -> None:
         if not row["sweeps"]:
             click.echo(f"{row['device']}: no sweeps")
         for sweep_id, sweep in row["sweeps"].items():
-            done = sum(1 for s in sweep["runs"].values() if s not in ("running", "not started"))
-            state = "running" if sweep["alive"] else (sweep["state"] or "not started")
-            click.echo(f"{row['device']}: sweep {sweep_id}: {state}, {done}/{len(sweep['specs'])} runs done")
+            done = sum(1 for s in sweep["runs"].values() if s not in ("running", "not started", "stopped"))
+            why = f" ({sweep['why']})" if sweep.get("why") else ""
+            click.echo(f"{row['device']}: sweep {sweep_id}: {sweep['state']}{why}, "
+                       f"{done}/{len(sweep['specs'])} runs done")
             for rid, run_status in sweep["runs"].items():
                 click.echo(f"  {rid}: {run_status}")
+    if unasked:  # a script must not read "nothing running" into a device that could not be asked
+        raise SystemExit(1)
 
 

@@ -33,6 +33,7 @@ from edgebench.fleet.device_scripts import facts as facts_script
 from edgebench.fleet.remote import run_program
 from edgebench.fleet.plan import attach_program, for_device
 from edgebench.runner.spec import RunSpec
+from edgebench.runner.sweep import disk_needed_est
 
 MIN_PYTHON = (3, 10)
 MIN_FREE_RAM = 200 * 2**20  # below this even importing torch fails
@@ -112,10 +113,12 @@ def preflight(device: Device, facts: dict[str, Any], specs: list[RunSpec], paylo
     if available < MIN_FREE_RAM:
         problems.append(f"only {available / 2**20:.0f} MiB of RAM is free; stop other programs on the device "
                         f"(at least {MIN_FREE_RAM / 2**20:.0f} MiB needed)")
-    needed = payload_bytes * 2 + DISK_HEADROOM
+    traces = disk_needed_est(specs)
+    needed = payload_bytes * 2 + traces + DISK_HEADROOM
     if facts["disk_free_bytes"] < needed:
         problems.append(f"only {facts['disk_free_bytes'] / 2**20:.0f} MiB free on the disk of {facts['workdir']}; "
-                        f"free at least {needed / 2**20:.0f} MiB")
+                        f"this sweep needs about {needed / 2**20:.0f} MiB (estimate: {payload_bytes * 2 / 2**20:.0f} "
+                        f"MiB of code and programs, {traces / 2**20:.0f} MiB of traces); free that much")
     return problems
 
 
@@ -152,6 +155,8 @@ def deploy_one(name: str, specs: list[RunSpec], local_root: Path = Path("runs"),
                     for i, local in enumerate(named)}
         payload = package.stat().st_size + sum(p.stat().st_size for p in programs.values())
         problems = preflight(device, facts, specs, payload)
+        log(f"{name}: disk: {facts['disk_free_bytes'] / 2**20:.0f} MiB free; this sweep needs about "
+            f"{(payload * 2 + disk_needed_est(specs) + DISK_HEADROOM) / 2**20:.0f} MiB (estimate)")
         if problems:
             raise PreflightError(f"{name} ({device.address}) cannot run this sweep:\n  - " + "\n  - ".join(problems))
         sweep_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"

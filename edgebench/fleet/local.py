@@ -1,8 +1,15 @@
-"""Running specs on this host, each in its own supervisor process, with progress."""
+"""Running specs on this host, each in its own supervisor process, with progress.
+
+Ctrl-C is this module's to pass on: each supervisor runs in its own process group, so the
+terminal's SIGINT reaches only the host command, which passes it on to the running
+supervisor (the run ends `interrupted`, result.json written; on a second Ctrl-C at once). A supervisor that dies without result.json gets one written here.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -10,14 +17,47 @@ from pathlib import Path
 from typing import Any, Callable
 
 from edgebench.runner.spec import RunSpec
-from edgebench.telemetry.trace import TraceTail
+from edgebench.telemetry.trace import TraceTail, write_json_atomic
 
 
-def run_local(spec: RunSpec, run_dir: Path, on_progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+class Interrupts:
+    """Catches Ctrl-C/SIGTERM while runs go on in the foreground (use as a context manager).
+
+    `signal` names the first one caught (None: none). While no supervisor runs, a signal
+    raises KeyboardInterrupt at once, so a long export step stops too."""
+
+    def __init__(self) -> None:
+        self.signal: str | None = None
+        self.current: subprocess.Popen | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        first = self.signal is None
+        if first:
+            self.signal = "Ctrl-C (SIGINT)" if signum == signal.SIGINT else signal.Signals(signum).name
+        if self.current is None or self.current.poll() is not None:
+            if first:
+                raise KeyboardInterrupt
+            return  # already stopping: what is finishing is left to finish
+        self.current.send_signal(signum)  # the supervisor stops the run; a second signal: at once
+
+    def __enter__(self) -> "Interrupts":
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._previous[signum] = signal.signal(signum, self._on_signal)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+
+
+def run_local(spec: RunSpec, run_dir: Path, on_progress: Callable[[int], None] | None = None,
+              interrupts: Interrupts | None = None) -> dict[str, Any]:
     """Runs the spec under a fresh supervisor process and returns its result.json.
 
     A separate supervisor per spec keeps every run's memory its own. `on_progress` gets
-    the number of finished steps (warmup included) as they happen.
+    the number of finished steps (warmup included) as they happen. With `interrupts`, a
+    Ctrl-C is passed to the supervisor and the run still ends with its result.json.
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     spec_path = run_dir / "spec.json"
@@ -25,18 +65,29 @@ def run_local(spec: RunSpec, run_dir: Path, on_progress: Callable[[int], None] |
     with open(run_dir / "supervisor.log", "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "edgebench.runner", str(spec_path), "--out", str(run_dir)],
-            stdout=subprocess.DEVNULL, stderr=log)
+            stdout=subprocess.DEVNULL, stderr=log, process_group=0,
+            env={**os.environ, "EDGEBENCH_PARENT_PID": str(os.getpid())})
+    if interrupts is not None:
+        interrupts.current = proc
     events = TraceTail(run_dir / "events.jsonl")
     steps_done = 0
-    while proc.poll() is None:
-        steps_done += sum(1 for e in events.read() if e.get("event") == "step_end")
-        if on_progress is not None:
-            on_progress(steps_done)
-        time.sleep(0.25)
+    try:
+        while proc.poll() is None:
+            steps_done += sum(1 for e in events.read() if e.get("event") == "step_end")
+            if on_progress is not None:
+                on_progress(steps_done)
+            time.sleep(0.25)
+    finally:
+        if interrupts is not None:
+            interrupts.current = None
     result_path = run_dir / "result.json"
-    if not result_path.exists():
-        log_text = (run_dir / "supervisor.log").read_text(errors="replace")[-2000:]
-        return {"run_id": spec.run_id, "method": spec.method, "backend": spec.backend,
-                "model": spec.model, "status": "error",
-                "detail": f"supervisor exited {proc.returncode} without result.json: {log_text}"}
-    return json.loads(result_path.read_text())
+    try:
+        return json.loads(result_path.read_text())
+    except (OSError, ValueError):
+        pass
+    log_text = (run_dir / "supervisor.log").read_text(errors="replace")[-2000:]
+    result = {"run_id": spec.run_id, "method": spec.method, "backend": spec.backend, "model": spec.model,
+              "status": "interrupted" if interrupts is not None and interrupts.signal else "error",
+              "detail": f"supervisor exited {proc.returncode} without result.json: {log_text}"}
+    write_json_atomic(result_path, result)
+    return result

@@ -33,6 +33,30 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
+def check_method(text: str) -> str:
+    """A method as given, refused (MethodError: names the part and the fix) when it is unknown,
+    conflicting or names one part twice (`sgd+sgd`), before any run starts."""
+    from edgebench.methods.knobs import MethodError, parse_method
+
+    parse_method(text)
+    tokens = [t.strip().lower() for t in text.split("+")]
+    twice = sorted({t for t in tokens if tokens.count(t) > 1})
+    if twice:
+        raise MethodError(f"{text!r} names {', '.join(twice)} twice; write each part once (e.g. "
+                          f"{'+'.join(dict.fromkeys(tokens))!r})")
+    return text
+
+
+def check_model(name: str) -> str:
+    """A model config name or a checkpoint folder; anything else is refused with the choices."""
+    from edgebench.model.config import CONFIG_NAMES
+
+    if name in CONFIG_NAMES or Path(name).expanduser().is_dir():
+        return name
+    raise ValueError(f"unknown model {name!r}: use one of {', '.join(CONFIG_NAMES)} (`edgebench models`) "
+                     "or a nanoVLM checkpoint folder")
+
+
 def new_run_id(device: str, spec: RunSpec) -> str:
     """A sortable, unique, filesystem-safe run id."""
     stamp = time.strftime("%Y%m%d-%H%M%S")

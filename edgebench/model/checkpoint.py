@@ -137,7 +137,12 @@ def from_pretrained(name_or_dir: str | Path) -> VisionLanguageModel:
         raise FileNotFoundError(f"{weights}: missing (a nanoVLM checkpoint folder holds {CONFIG_FILE} + {WEIGHTS_FILE})")
     with torch.device("meta"):  # no throwaway random weights: the file's tensors are assigned
         model = VisionLanguageModel(cfg)
-    load_state_dict_strict(model, load_file(str(weights)), source=str(weights))
+    try:
+        tensors = load_file(str(weights))
+    except Exception as exc:  # safetensors raises its own error type for a truncated or foreign file
+        raise CheckpointError(f"{weights}: damaged or not a safetensors file ({exc}); download or save the "
+                              "checkpoint again") from exc
+    load_state_dict_strict(model, tensors, source=str(weights))
     return model
 
 

@@ -124,6 +124,36 @@ def _plain(values: Any) -> np.ndarray:
     return values.astype(object).filled(None)
 
 
+class StoreError(ValueError):
+    """The store file cannot be used: damaged, foreign, or held by another writer too long."""
+
+
+LOCK_WAIT_S = 60.0  # another edgebench writing (a collect, a bench ingest) holds DuckDB's file lock
+
+
+def _connect(path: Path, read_only: bool, wait_s: float = LOCK_WAIT_S) -> duckdb.DuckDBPyConnection:
+    """Opens the file, waiting while another process holds its lock; a damaged or foreign
+    file is named as such."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return duckdb.connect(str(path), read_only=read_only)
+        except duckdb.IOException as exc:
+            text = str(exc)
+            if "lock" in text.lower() and time.monotonic() < deadline:
+                time.sleep(0.2)
+                continue
+            if "lock" in text.lower():
+                raise StoreError(f"{path}: another process has held the store for {wait_s:.0f} s ({text.splitlines()[0]}); "
+                                 "wait for it (a collect or bench still ingesting) and retry") from None
+            if "not a valid DuckDB database" in text or "database file" in text.lower():
+                raise StoreError(f"{path}: damaged or not a DuckDB results store ({text.splitlines()[0]}); "
+                                 "pass another --store, or move this file away to start a new store") from None
+            raise StoreError(f"{path}: cannot open the results store ({text.splitlines()[0]})") from None
+
+
 class Store:
     """One DuckDB results file. Not safe for two writing processes at once (DuckDB's rule)."""
 
@@ -133,10 +163,14 @@ class Store:
             raise FileNotFoundError(f"{self.path}: no results store here; run `edgebench collect` or "
                                     "`edgebench ingest RUN_DIR` first, or pass --store")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.con = duckdb.connect(str(self.path), read_only=read_only)
+        self.con = _connect(self.path, read_only)
         if not read_only:
             self.con.execute(SCHEMA)
             self.con.execute(VIEWS)
+        elif not self.con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'runs'").fetchone()[0]:
+            self.con.close()
+            raise StoreError(f"{self.path}: a DuckDB file but not an edgebench results store (no `runs` table); "
+                             "pass the store `edgebench collect` or `ingest` wrote (--store)")
 
     @property
     def raw_root(self) -> Path:

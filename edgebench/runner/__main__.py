@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 
 from edgebench.runner.spec import RunSpec
 from edgebench.runner.supervisor import run_spec
+from edgebench.runner.worker import die_with_parent
+
+EXIT_INTERRUPTED = 130
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,9 +28,11 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, TypeError) as exc:
         print(f"edgebench runner: {exc}", file=sys.stderr)
         return 2
+    # Started by a host command (bench): if that dies, stop the run as an interrupt would.
+    die_with_parent(signal.SIGTERM, "EDGEBENCH_PARENT_PID")
     result = run_spec(spec, args.out, root=args.root)
     print(json.dumps({k: result[k] for k in ("run_id", "status", "detail")}))
-    return 0 if result["status"] == "ok" else 1
+    return {"ok": 0, "interrupted": EXIT_INTERRUPTED}.get(result["status"], 1)
 
 
 if __name__ == "__main__":

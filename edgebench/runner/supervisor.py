@@ -1,12 +1,18 @@
 """The supervisor: runs one spec in a fresh worker process, samples it, and always
-writes result.json — for an OOM kill, a timeout or a SIGTERM as much as for success.
+writes result.json — for an OOM kill, a timeout, a Ctrl-C, a SIGTERM or a full disk as
+much as for success.
 
-It never imports torch, so its own footprint stays small on a 512 MB device.
+It never imports torch, so its own footprint stays small on a 512 MB device. A worker
+killed by a signal is called `oom` only on evidence (the cgroup's oom_kill counter rose,
+or the kernel logged the kill); otherwise it is `killed`, with the signal named. The
+worker dies with its supervisor (PR_SET_PDEATHSIG), so no run trains unsupervised.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +29,74 @@ from edgebench.telemetry.contention import cpu_share, cpu_snapshot
 from edgebench.telemetry.trace import read_trace, write_json_atomic
 
 POLL_S = 0.02
+GRACE_S = 5.0  # after a Ctrl-C/SIGTERM the worker gets this long to stop by itself, then SIGKILL
+RESERVE_BYTES = 256 * 1024  # kept free in the run directory so result.json fits on a full disk
+RESERVE_FILE = ".result-reserve"
+NO_SPACE = "no space left on device"
+
+
+class Reserve:
+    """A file of real bytes holding room on the disk until released (tmpfs and ext4 both
+    allocate written zeros), so the last record can be written when the disk fills up."""
+
+    def __init__(self, path: Path, size: int = RESERVE_BYTES):
+        self.path = path
+        try:
+            with open(path, "wb") as fh:
+                fh.write(b"\0" * size)
+                fh.flush()
+                os.fsync(fh.fileno())
+            self.held = True
+        except OSError:
+            path.unlink(missing_ok=True)
+            self.held = False
+
+    def release(self) -> None:
+        self.path.unlink(missing_ok=True)
+        self.held = False
+
+
+def disk_full(path: Path, exc: BaseException | None = None) -> bool:
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        return True
+    try:
+        return shutil.disk_usage(path).free < RESERVE_BYTES // 2
+    except OSError:
+        return False
+
+
+def kernel_oom_record(pid: int, since_mono_ns: int, kmsg: str = "/dev/kmsg") -> str | None:
+    """The kernel's own log line for an OOM kill of `pid` since the given monotonic time, or
+    None (no such record, or the log is not readable: then only the cgroup can tell)."""
+    try:
+        fd = os.open(kmsg, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    found = None
+    try:
+        while True:
+            try:
+                record = os.read(fd, 8192).decode("utf-8", "replace")
+            except BlockingIOError:
+                break
+            except OSError as exc:  # EPIPE: the ring buffer overwrote what we were about to read
+                if exc.errno == errno.EPIPE:
+                    continue
+                break
+            if not record:
+                break
+            header, _, text = record.partition(";")
+            fields = header.split(",")
+            try:
+                if int(fields[2]) * 1000 < since_mono_ns - 1_000_000_000:
+                    continue
+            except (IndexError, ValueError):
+                continue
+            if f"Killed process {pid} " in text or (f",pid={pid}," in text and "oom-kill" in text):
+                found = text.strip()
+    finally:
+        os.close(fd)
+    return found
 
 
 def step_statistics(events: list[dict[str, Any]]) -> dict[str, Any]:
@@ -42,19 +116,29 @@ def step_statistics(events: list[dict[str, Any]]) -> dict[str, Any]:
     return stats
 
 
-def _status(exit_code: int | None, exit_signal: int | None, timed_out: bool, interrupted: bool,
-            events: list[dict[str, Any]], oom_kills: int) -> tuple[str, str]:
+def _status(exit_code: int | None, exit_signal: int | None, timed_out: bool, interrupted: str | None,
+            events: list[dict[str, Any]], oom_kills: int, kernel_oom: str | None = None) -> tuple[str, str]:
     """Maps how the worker ended to (status, detail)."""
     last = next((e for e in reversed(events) if e.get("event") in
                  {"error", "oom", "diverged", "unsupported", "interrupted"}), None)
     if timed_out:
         return "timeout", "the run passed its wall-clock limit (timeout_s) and was killed"
-    if exit_signal == signal.SIGKILL:
-        reason = (f"cgroup oom_kill counter rose by {oom_kills}" if oom_kills
-                  else "SIGKILL not sent by edgebench: the kernel's OOM killer is the usual cause")
-        return "oom", f"worker killed by SIGKILL ({reason})"
-    if interrupted or exit_code == worker.EXIT_INTERRUPTED:
-        return "interrupted", "stopped by SIGTERM"
+    if interrupted:
+        return "interrupted", f"stopped by {interrupted}"
+    if exit_code == worker.EXIT_NO_SPACE:
+        return "error", f"{NO_SPACE}: the worker could not write its trace ({(last or {}).get('detail', '')})".rstrip(" ()")
+    if exit_signal is not None:
+        name = signal.Signals(exit_signal).name
+        if oom_kills:
+            return "oom", f"worker killed by {name} (cgroup oom_kill counter rose by {oom_kills})"
+        if kernel_oom:
+            return "oom", f"worker killed by {name} (kernel: {kernel_oom})"
+        if exit_signal == signal.SIGKILL:
+            return "killed", (f"worker killed by {name}, not by edgebench; no OOM record (the cgroup's oom_kill "
+                              "counter did not move, the kernel log has no OOM kill of it): killed from outside")
+        return "killed", f"worker killed by {name}"
+    if exit_code == worker.EXIT_INTERRUPTED:
+        return "interrupted", str((last or {}).get("detail") or "stopped by a signal to the worker")
     by_code = {worker.EXIT_OK: "ok", worker.EXIT_DIVERGED: "diverged", worker.EXIT_OOM: "oom",
                worker.EXIT_UNSUPPORTED: "unsupported"}
     status = by_code.get(exit_code, "error")
@@ -64,8 +148,6 @@ def _status(exit_code: int | None, exit_signal: int | None, timed_out: bool, int
         if last["event"] == "diverged":
             return status, f"non-finite loss {last.get('loss')} at step {last.get('step')}"
         return status, str(last.get("detail", ""))
-    if exit_signal is not None:
-        return "error", f"worker died from signal {signal.Signals(exit_signal).name}"
     return status, f"worker exited with code {exit_code}"
 
 
@@ -74,7 +156,10 @@ class Supervisor:
         self.spec = spec
         self.out = Path(out)
         self.root = root
-        self.interrupted = False
+        self.interrupted: str | None = None  # the signal that stopped the run, named
+        self.child: subprocess.Popen | None = None
+        self._kill_at: float | None = None
+        self._previous: dict[int, Any] = {}
         self._facts: dict[str, Any] | None = None
 
     def _write_meta(self, clock_start: dict[str, int], clock_end: dict[str, int] | None,
@@ -90,47 +175,78 @@ class Supervisor:
             "predicted": predicted,
         })
 
-    def _on_sigterm(self, signum: int, frame: object) -> None:
-        self.interrupted = True
-        if self.child is not None and self.child.poll() is None:
-            self.child.send_signal(signal.SIGTERM)
+    def _on_signal(self, signum: int, frame: object) -> None:
+        """Ctrl-C or SIGTERM: the worker is asked to stop (it records `interrupted`), and is
+        killed after GRACE_S; a second signal kills it at once. The sweep's own handler is
+        called too, so it starts no further run."""
+        name = "Ctrl-C (SIGINT)" if signum == signal.SIGINT else signal.Signals(signum).name
+        child_alive = self.child is not None and self.child.poll() is None
+        if self.interrupted is None:
+            self.interrupted = name
+            self._kill_at = time.monotonic() + GRACE_S
+            if child_alive:
+                self.child.send_signal(signal.SIGTERM)
+        else:
+            self._kill_at = time.monotonic()
+        previous = self._previous.get(signum)
+        if callable(previous) and previous is not signal.default_int_handler:  # that one would raise
+            previous(signum, frame)
 
     def run(self) -> dict[str, Any]:
         from edgebench.telemetry.sampler import Sampler
 
         self.out.mkdir(parents=True, exist_ok=True)
-        spec_path = self.out / "spec.json"
-        self.spec.save(spec_path)
+        reserve = Reserve(self.out / RESERVE_FILE)
         clock_start = clock_pair()
         self._cpu_start = cpu_snapshot(self.root)
-        self._write_meta(clock_start, None, None)
-        self.child = None
-        previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            self._previous[signum] = signal.signal(signum, self._on_signal)
+        sampler_summary: dict[str, Any] = {}
+        exit_code = exit_signal = None
+        maxrss, timed_out, failure = 0, False, None
         try:
-            self.child = subprocess.Popen(
-                [sys.executable, "-m", "edgebench.runner.worker", str(spec_path), "--out", str(self.out)],
-                stdout=open(self.out / "worker.log", "ab"), stderr=subprocess.STDOUT,
-            )
-            sampler = Sampler(self.out / "samples.jsonl", self.child.pid, rate_hz=self.spec.sample_hz,
-                              root=self.root, sensors=self.spec.sensors, power_model=self.spec.power_model)
-            sampler.start()
-            exit_code, exit_signal, maxrss, timed_out = self._wait()
-            sampler_summary = sampler.stop()
+            spec_path = self.out / "spec.json"
+            self.spec.save(spec_path)
+            self._write_meta(clock_start, None, None)
+            if self.interrupted is None:
+                self.child = subprocess.Popen(
+                    [sys.executable, "-m", "edgebench.runner.worker", str(spec_path), "--out", str(self.out)],
+                    stdout=open(self.out / "worker.log", "ab"), stderr=subprocess.STDOUT,
+                    env={**os.environ, worker.SUPERVISOR_PID_ENV: str(os.getpid())},
+                )
+                self._started_ns = time.monotonic_ns()
+                sampler = Sampler(self.out / "samples.jsonl", self.child.pid, rate_hz=self.spec.sample_hz,
+                                  root=self.root, sensors=self.spec.sensors, power_model=self.spec.power_model)
+                sampler.start()
+                exit_code, exit_signal, maxrss, timed_out = self._wait()
+                sampler_summary = sampler.stop()
+        except OSError as exc:  # the disk filled up before or around the worker
+            failure = exc
+            if self.child is not None and self.child.poll() is None:
+                self.child.kill()
+                exit_code, exit_signal, maxrss, timed_out = self._wait()
         finally:
-            signal.signal(signal.SIGTERM, previous)
-        return self._finish(clock_start, exit_code, exit_signal, maxrss, timed_out, sampler_summary)
+            for signum, previous in self._previous.items():
+                signal.signal(signum, previous)
+            reserve.release()
+        return self._finish(clock_start, exit_code, exit_signal, maxrss, timed_out, sampler_summary, failure)
 
     def _wait(self) -> tuple[int | None, int | None, int, bool]:
-        """Waits for the worker (wait4 gives its ru_maxrss); kills it past timeout_s."""
+        """Waits for the worker (wait4 gives its ru_maxrss); kills it past timeout_s, or
+        past the grace period after an interrupt."""
         deadline = None if self.spec.timeout_s is None else time.monotonic() + self.spec.timeout_s
         timed_out = False
         while True:
             pid, status, usage = os.wait4(self.child.pid, os.WNOHANG)
             if pid:
                 break
-            if deadline is not None and time.monotonic() > deadline and not timed_out:
+            now = time.monotonic()
+            if deadline is not None and now > deadline and not timed_out and self.interrupted is None:
                 timed_out = True
                 self.child.kill()
+            if self._kill_at is not None and now >= self._kill_at:
+                self.child.kill()
+                self._kill_at = None
             time.sleep(POLL_S)
         self.child.returncode = os.waitstatus_to_exitcode(status)
         exit_code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
@@ -138,13 +254,23 @@ class Supervisor:
         return exit_code, exit_signal, usage.ru_maxrss * 1024, timed_out
 
     def _finish(self, clock_start: dict[str, int], exit_code: int | None, exit_signal: int | None,
-                maxrss: int, timed_out: bool, sampler: dict[str, Any]) -> dict[str, Any]:
+                maxrss: int, timed_out: bool, sampler: dict[str, Any], failure: OSError | None = None) -> dict[str, Any]:
         trace = read_trace(self.out / "events.jsonl")
         events = trace.records
         predicted = next((e.get("memory") for e in events if e.get("event") == "predicted"), None)
-        self._write_meta(clock_start, clock_pair(), predicted)
+        try:
+            self._write_meta(clock_start, clock_pair(), predicted)
+        except OSError as exc:
+            failure = failure or exc
+        kernel_oom = None
+        if exit_signal is not None and not sampler.get("cgroup_oom_kills_during_run") and self.child is not None:
+            kernel_oom = kernel_oom_record(self.child.pid, getattr(self, "_started_ns", 0))
         status, detail = _status(exit_code, exit_signal, timed_out, self.interrupted, events,
-                                 sampler.get("cgroup_oom_kills_during_run") or 0)
+                                 sampler.get("cgroup_oom_kills_during_run") or 0, kernel_oom)
+        if status in ("error", "killed") and disk_full(self.out, failure) and NO_SPACE not in detail:
+            status, detail = "error", f"{NO_SPACE} in {self.out} ({detail or failure})"
+        elif failure is not None and status != "interrupted":
+            status, detail = "error", f"{NO_SPACE if disk_full(self.out, failure) else 'cannot write'} in {self.out}: {failure}"
         stats = step_statistics(events)
         median = (stats["step_time_s"] or {}).get("median")
         result = {

@@ -3,6 +3,12 @@
 Made to be started detached on a device: each run goes to DIR/runs/<run_id>/, the state
 of every run is kept in DIR/sweep.json, and a run that already has result.json is not
 run again, so a restarted sweep resumes where it stopped.
+
+Honest about its state: SIGTERM or Ctrl-C stops the running run (`interrupted`) and no
+further one starts (`interrupted` sweep); a full disk ends the run as `error` and the
+sweep as `stopped` with why. A restart never writes into a partial run directory: the
+partial one is kept as `<run_id>.attempt-N` with a result.json saying it was cut off,
+and the run starts afresh.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import sys
 import time
@@ -17,25 +24,108 @@ from pathlib import Path
 from typing import Any
 
 from edgebench.runner.spec import RunSpec
-from edgebench.runner.supervisor import run_spec
-from edgebench.telemetry.trace import write_json_atomic
+from edgebench.runner.supervisor import NO_SPACE, RESERVE_BYTES, RESERVE_FILE, Reserve, run_spec, step_statistics
+from edgebench.telemetry.trace import read_trace, write_json_atomic
+
+# Bytes a run's traces take, per sample line and per step (two event lines); measured on
+# tiny runs here (~330 B per sample line with cgroup and CPU fields), rounded up.
+SAMPLE_LINE_BYTES = 512
+STEP_BYTES = 400
+RUN_FIXED_BYTES = 256 * 1024  # meta, spec, result, logs, the result reserve
+STEP_S_GUESS = 30.0  # a step's time when only a step count is known: pessimistic for edge devices
 
 
 def spec_files(sweep_dir: Path) -> list[Path]:
     return sorted((sweep_dir / "specs").glob("*.json"))
 
 
+def disk_needed_est(specs: list[RunSpec]) -> int:
+    """Bytes the sweep's run directories need on the device (an estimate: a step count is
+    taken at STEP_S_GUESS per step, a duration or timeout as given)."""
+    total = 0
+    for spec in specs:
+        steps = spec.warmup_steps + spec.steps
+        seconds = spec.duration_s or spec.timeout_s or steps * STEP_S_GUESS
+        if spec.duration_s is not None:
+            steps = max(steps, int(seconds * 10))  # up to 10 steps per second
+        total += RUN_FIXED_BYTES + int(seconds * spec.sample_hz) * SAMPLE_LINE_BYTES + steps * STEP_BYTES
+    return total
+
+
+def keep_partial(run_dir: Path) -> Path:
+    """Moves a run directory without result.json aside as `<run_id>.attempt-N` and gives
+    it a result.json saying it was cut off, so nothing is written into it again."""
+    n = 1
+    while (kept := run_dir.with_name(f"{run_dir.name}.attempt-{n}")).exists():
+        n += 1
+    os.replace(run_dir, kept)
+    events = read_trace(kept / "events.jsonl").records
+    try:
+        meta = json.loads((kept / "meta.json").read_text())
+        meta["run_id"] = kept.name  # its own record in the store, beside the fresh attempt
+        write_json_atomic(kept / "meta.json", meta)
+    except (OSError, ValueError):
+        pass
+    write_json_atomic(kept / "result.json", {
+        "status": "interrupted", "run_id": kept.name,
+        "detail": (f"attempt {n} of {run_dir.name} was cut off: the sweep's process was gone before the run ended "
+                   "(killed, the device restarted, or the disk filled up); the run was started again"),
+        **step_statistics(events),
+    })
+    (kept / RESERVE_FILE).unlink(missing_ok=True)
+    return kept
+
+
+class AlreadyRunning(RuntimeError):
+    """Another sweep process works in this directory."""
+
+
+def _lock(sweep_dir: Path) -> Any:
+    """Holds DIR/.sweep.lock for this process's life: two sweeps never share a directory."""
+    import fcntl
+
+    fh = open(sweep_dir / ".sweep.lock", "a+")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.close()
+        raise AlreadyRunning(f"{sweep_dir}: another sweep process is running there (see sweep.pid); "
+                             "wait for it or stop it (kill -TERM PID) first") from None
+    return fh
+
+
+def _no_space(sweep_dir: Path) -> str | None:
+    free = shutil.disk_usage(sweep_dir).free
+    if free < 2 * RESERVE_BYTES:
+        return (f"{NO_SPACE}: {free // 1024} KiB free in {sweep_dir}; free some space, then restart the sweep "
+                f"(python -m edgebench.runner.sweep {sweep_dir})")
+    return None
+
+
 def run_sweep(sweep_dir: str | Path) -> dict[str, Any]:
     sweep_dir = Path(sweep_dir)
+    lock = _lock(sweep_dir)  # noqa: F841 (held until run_sweep returns)
+    (sweep_dir / "sweep.pid").write_text(f"{os.getpid()}\n")  # `edgebench status` checks this process
     state: dict[str, Any] = {"pid": os.getpid(), "state": "running", "started_wall_ns": time.time_ns(),
                              "runs": {}}
-    stop = {"requested": False}
+    stop: dict[str, Any] = {"signal": None}
+    reserve = Reserve(sweep_dir / ".sweep-reserve", 64 * 1024)
 
-    def on_sigterm(signum: int, frame: object) -> None:
-        stop["requested"] = True
+    def save() -> None:
+        """sweep.json, even on a full disk (the reserve makes room once)."""
+        try:
+            write_json_atomic(sweep_dir / "sweep.json", state)
+        except OSError:
+            reserve.release()
+            write_json_atomic(sweep_dir / "sweep.json", state)
 
-    signal.signal(signal.SIGTERM, on_sigterm)
-    for path in spec_files(sweep_dir):
+    def on_signal(signum: int, frame: object) -> None:
+        stop["signal"] = stop["signal"] or ("Ctrl-C (SIGINT)" if signum == signal.SIGINT else signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    specs = spec_files(sweep_dir)
+    for path in specs:
         spec = RunSpec.load(path)
         run_id = spec.run_id or path.stem
         spec.run_id = run_id
@@ -44,16 +134,33 @@ def run_sweep(sweep_dir: str | Path) -> dict[str, Any]:
         if done.exists():
             state["runs"][run_id] = json.loads(done.read_text())["status"]
             continue
-        if stop["requested"]:
+        if stop["signal"] or state.get("why"):
+            state["runs"][run_id] = "not started"
+            continue
+        if run_dir.exists():
+            state["runs"][keep_partial(run_dir).name] = "interrupted"
+        state["why"] = _no_space(sweep_dir)
+        if state["why"]:
             state["runs"][run_id] = "not started"
             continue
         state["runs"][run_id] = "running"
-        write_json_atomic(sweep_dir / "sweep.json", state)
-        state["runs"][run_id] = run_spec(spec, run_dir)["status"]
-        write_json_atomic(sweep_dir / "sweep.json", state)
-    state["state"] = "interrupted" if stop["requested"] else "finished"
+        save()
+        try:
+            result = run_spec(spec, run_dir)
+        except OSError as exc:  # not even the run directory could be made
+            state["runs"][run_id], state["why"] = "not started", f"cannot write in {sweep_dir}: {exc}"
+            continue
+        state["runs"][run_id] = result["status"]
+        if NO_SPACE in str(result.get("detail")):
+            state["why"] = result["detail"]
+        save()
+    if stop["signal"]:
+        state["state"], state["why"] = "interrupted", f"stopped by {stop['signal']}"
+    else:
+        state["state"] = "stopped" if state.get("why") else "finished"
     state["finished_wall_ns"] = time.time_ns()
-    write_json_atomic(sweep_dir / "sweep.json", state)
+    reserve.release()
+    save()
     return state
 
 
@@ -62,9 +169,13 @@ def main(argv: list[str] | None = None) -> int:
                                      description="Run every DIR/specs/*.json in order (resumable).")
     parser.add_argument("dir")
     args = parser.parse_args(argv)
-    state = run_sweep(args.dir)
+    try:
+        state = run_sweep(args.dir)
+    except AlreadyRunning as exc:
+        print(exc, file=sys.stderr)
+        return 2
     print(json.dumps(state["runs"]))
-    return 0
+    return {"finished": 0, "interrupted": 130}.get(state["state"], 1)
 
 
 if __name__ == "__main__":

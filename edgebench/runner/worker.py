@@ -7,7 +7,10 @@ code; the supervisor turns that into result.json, even when the worker is killed
 from __future__ import annotations
 
 import argparse
+import ctypes
+import errno
 import math
+import os
 import signal
 import sys
 import time
@@ -25,14 +28,35 @@ EXIT_DIVERGED = 3
 EXIT_OOM = 4
 EXIT_UNSUPPORTED = 5
 EXIT_INTERRUPTED = 6
+EXIT_NO_SPACE = 7
+
+SUPERVISOR_PID_ENV = "EDGEBENCH_SUPERVISOR_PID"
+PR_SET_PDEATHSIG = 1
 
 
 class Interrupted(Exception):
-    """Raised in the main thread when SIGTERM arrives, so the step loop stops cleanly."""
+    """Raised in the main thread when SIGTERM or SIGINT arrives, so the step loop stops cleanly."""
 
 
-def _on_sigterm(signum: int, frame: object) -> None:
-    raise Interrupted()
+def _on_signal(signum: int, frame: object) -> None:
+    # Once is enough: a second Ctrl-C must not break the recording of the first.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise Interrupted("Ctrl-C (SIGINT)" if signum == signal.SIGINT else signal.Signals(signum).name)
+
+
+def die_with_parent(sig: int, env: str) -> None:
+    """Asks the kernel to send `sig` to this process when its parent dies (Linux prctl), so
+    a killed supervisor (or host command) never leaves a run going on unwatched; if the
+    parent named in `env` is already gone, stop now."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux: the parent's own kill on the way out is all there is
+    expected = os.environ.get(env)
+    if expected and os.getppid() != int(expected):
+        sys.exit(EXIT_INTERRUPTED)
 
 
 def _batches(spec: RunSpec):
@@ -132,15 +156,44 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("spec")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
+    die_with_parent(signal.SIGKILL, SUPERVISOR_PID_ENV)  # a dying supervisor takes its worker with it
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
     spec = RunSpec.load(args.spec)
     _volunteer_for_oom_kill()
-    signal.signal(signal.SIGTERM, _on_sigterm)
-    events = TraceWriter(Path(args.out) / "events.jsonl")
+    try:
+        events = TraceWriter(Path(args.out) / "events.jsonl")
+    except OSError as exc:
+        print(f"cannot open the events trace: {exc}", file=sys.stderr)
+        return EXIT_NO_SPACE if exc.errno == errno.ENOSPC else EXIT_ERROR
+    try:
+        return _ended(events, spec)
+    except Interrupted:  # a signal while the end itself was being recorded: it is recorded enough
+        return EXIT_INTERRUPTED
+    except OSError as exc:  # the disk is full: nothing more can be written; the supervisor says so
+        if exc.errno == errno.ENOSPC:
+            return EXIT_NO_SPACE
+        raise
+    finally:
+        try:
+            events.close()
+        except OSError:
+            pass
+
+
+def _ended(events: TraceWriter, spec: RunSpec) -> int:
+    """Runs training and writes how it ended as the last event; returns the exit code."""
     try:
         return train(spec, events)
-    except Interrupted:
-        events.write({"t_ns": time.monotonic_ns(), "event": "interrupted"})
+    except Interrupted as exc:
+        events.write({"t_ns": time.monotonic_ns(), "event": "interrupted", "detail": f"stopped by {exc}"})
         return EXIT_INTERRUPTED
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise
+        detail = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}"
+        events.write({"t_ns": time.monotonic_ns(), "event": "error", "detail": detail})
+        return EXIT_ERROR
     except MemoryError as exc:
         events.write({"t_ns": time.monotonic_ns(), "event": "oom", "detail": f"MemoryError: {exc}"})
         return EXIT_OOM
@@ -151,8 +204,6 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_OOM
         events.write({"t_ns": time.monotonic_ns(), "event": "error", "detail": detail})
         return EXIT_ERROR
-    finally:
-        events.close()
 
 
 if __name__ == "__main__":

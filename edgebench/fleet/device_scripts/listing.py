@@ -1,5 +1,6 @@
 """Every file under WORKDIR/sweeps/*/runs/*/ and each sweep.json, with size and sha256, so
-`edgebench collect` fetches only what changed and verifies what it fetched.
+`edgebench collect` fetches only what changed and verifies what it fetched. Hidden files
+(the runner's disk reserve) and half-written `.tmp` files are left out.
 
 Runs on the device with `python -c`: standard library only.
 Usage: listing.py WORKDIR (prints one JSON object).
@@ -40,7 +41,7 @@ def main(workdir):
             files = {}
             for name in listdir(os.path.join(runs, run)):
                 path = os.path.join(runs, run, name)
-                if os.path.isfile(path) and not name.endswith(".tmp"):
+                if os.path.isfile(path) and not name.endswith(".tmp") and not name.startswith("."):
                     files[name] = digest(path)
             entry["runs"][run] = files
         out["sweeps"][sweep] = entry
