@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from rich.console import Console
+
+from edgebench.fleet.commands import bench
+from edgebench.report.tables import render_bench_results
+from edgebench.runner.spec import RunSpec
 
 
 def test_bench_json_end_to_end(tmp_path):
@@ -41,12 +50,134 @@ def test_bench_onnxruntime_exports_runs_torch_free_and_records_refusals(tmp_path
     monkeypatch.setenv("EDGEBENCH_EXPORT_CACHE", str(tmp_path / "cache"))
     out = subprocess.run(
         [sys.executable, "-m", "edgebench.cli", "bench", "--model", "tiny", "--backend", "onnxruntime",
-         "--methods", "sgd,lora", "--steps", "2", "--json", "--runs-dir", str(tmp_path / "runs")],
+         "--methods", "sgd,forward-grad", "--steps", "2", "--json", "--runs-dir", str(tmp_path / "runs")],
         capture_output=True, text=True, timeout=300, check=True)
-    sgd, lora = json.loads(out.stdout)
+    sgd, refused = json.loads(out.stdout)
     assert sgd["status"] == "ok", sgd["detail"]
     assert sgd["backend"] == "onnxruntime" and sgd["steps_done"] == 2
     # No torch in the device process: far below the ~300 MB torch import alone.
     assert sgd["peak_rss_bytes_kernel"] < 200 * 2**20
-    assert lora["status"] == "unsupported"
-    assert "executorch" in lora["detail"]
+    assert refused["status"] == "unsupported"
+    assert "forward-mode" in refused["detail"] and "--backend eager" in refused["detail"]
+
+
+def _checkpoint_and_data(root: Path) -> tuple[Path, Path]:
+    """A tiny nanoVLM checkpoint folder and a two-line folder dataset, as a user brings them."""
+    import torch
+    from PIL import Image
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from edgebench.model import build_model
+    from edgebench.model.checkpoint import save_pretrained
+
+    torch.manual_seed(0)
+    save_pretrained(build_model("tiny"), root / "my-vlm")
+    data = root / "my-data"
+    data.mkdir()
+    tokenizer = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.train_from_iterator(["what colour is the ball ? red blue"],
+                                  trainers.WordLevelTrainer(special_tokens=["<pad>", "<unk>", "<eos>"]))
+    tokenizer.save(str(data / "tokenizer.json"))
+    lines = []
+    for name, colour, answer in (("a.png", (255, 0, 0), "red"), ("b.png", (0, 0, 255), "blue")):
+        Image.new("RGB", (20, 10), colour).save(data / name)
+        lines.append(json.dumps({"image": name, "question": "what colour is the ball ?", "answer": answer}))
+    (data / "data.jsonl").write_text("\n".join(lines) + "\n")
+    return root / "my-vlm", data
+
+
+def test_bench_fine_tunes_my_checkpoint_on_my_data_with_repeats(tmp_path):
+    model, data = _checkpoint_and_data(tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-m", "edgebench.cli", "bench", "--model", str(model), "--data", str(data), "--lr", "0.01",
+         "--methods", "sgd", "--repeats", "2", "--steps", "2", "--text-length", "16", "--json",
+         "--runs-dir", str(tmp_path / "runs")],
+        capture_output=True, text=True, timeout=300, check=True)
+    assert out.stderr == ""  # nothing but its own output: no library chatter
+    results = json.loads(out.stdout)
+    assert [r["status"] for r in results] == ["ok", "ok"], [r.get("detail") for r in results]
+    specs = [json.loads((Path(r["run_dir"]) / "spec.json").read_text()) for r in results]
+    assert [s["repeat"] for s in specs] == [0, 1]
+    for spec in specs:
+        assert (spec["checkpoint"], spec["data_dir"], spec["lr"], spec["model"]) == (
+            str(model.resolve()), str(data.resolve()), 0.01, "my-vlm")
+    assert results[0]["loss_first"] == results[1]["loss_first"]  # same weights, same data, same seed
+    for r in results:
+        assert set(r["cpu"]) >= {"others_share", "steal_share", "load_1m", "disturbed"}  # the noise guard
+    from edgebench.results.store import Store
+
+    with Store(tmp_path / "runs" / "edgebench.duckdb", read_only=True) as store:
+        assert {r["model"] for r in store.runs()} == {"my-vlm"}
+
+
+@pytest.mark.parametrize("args, names", [
+    (["--model", "/no/such/checkpoint"], "--model"),
+    (["--data", "DATA_WITHOUT_TOKENIZER"], "tokenizer.json"),
+])
+def test_bench_refuses_a_bad_model_or_dataset_folder_in_one_line(tmp_path, args, names):
+    bare = tmp_path / "data"
+    bare.mkdir()
+    (bare / "data.jsonl").write_text("")
+    args = [str(bare) if a == "DATA_WITHOUT_TOKENIZER" else a for a in args]
+    result = CliRunner().invoke(bench, args + ["--runs-dir", str(tmp_path / "runs")])
+    assert result.exit_code == 2 and names in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "runs").exists()  # refused before any run started
+
+
+def test_bench_table_reads_at_80_columns_with_repeats_folded():
+    def result(method, step_s, status="ok", disturbed=False):
+        return {"method": method, "model": "tiny", "backend": "eager", "batch_size": 1, "status": status,
+                "run_id": f"{method}-{step_s}", "peak_rss_bytes_kernel": 350 << 20,
+                "predicted_peak_bytes_est": 300 << 20, "step_time_s": {"median": step_s},
+                "samples_per_s": 1 / step_s, "loss_first": 5.0, "loss_last": 4.0,
+                "cpu": {"others_share": 0.3 if disturbed else 0.01, "disturbed": disturbed,
+                        "disturbed_why": "other processes used 30% of the CPU" if disturbed else None},
+                "detail": "" if status == "ok" else "worker killed by SIGKILL"}
+    console = Console(width=80, record=True, color_system=None)
+    render_bench_results([result("adamw", 0.2), result("sgd", 0.1), result("adamw", 0.3, disturbed=True),
+                          result("sgd", 0.12), result("mezo-lora+frozen-int8+ckpt", 0.5, "oom")],
+                         "tiny on local, batch 1, eager", console=console)
+    lines = console.export_text().splitlines()
+    text = "\n".join(lines)
+    assert max(len(line) for line in lines) <= 80 and "…" not in text
+    assert "0.25 [0.2-0.3]" in text and "0.11 [0.1-0.12]" in text  # median [min-max] of the repeats
+    assert "mezo-lora+frozen-int8+ckpt" in text.replace("\n", "")
+    assert "ok !" in text and "1 of 2 run(s) disturbed" in text
+    assert "samples/s" in text and "smp/s" not in text and "smpl" not in text
+
+
+def test_deploy_ships_a_folder_once_verified_by_sha256_and_cached(tmp_path):
+    from edgebench.devices.inventory import get_device
+    from edgebench.devices.transport import LocalTransport
+    from edgebench.fleet import assets
+    from edgebench.fleet.deploy import _ship_tar, _tar_dir
+
+    folder = tmp_path / "my-vlm"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    (folder / "sub" / "w.bin").write_bytes(os.urandom(4096))
+    device, work, logs = get_device("local"), tmp_path / "device-workdir", []
+    with LocalTransport(device) as transport:
+        def ship(specs, ship_tar=_ship_tar):
+            assets.ship_assets(transport, device, specs, str(work), tmp_path, ship_tar, _tar_dir, logs.append)
+
+        first, second = RunSpec(checkpoint=str(folder), data_dir=str(folder)), RunSpec(checkpoint=str(folder))
+        ship([first])
+        remote = Path(first.checkpoint)
+        assert first.data_dir == first.checkpoint and remote.parent == work / "cache"
+        assert (remote / "sub" / "w.bin").read_bytes() == (folder / "sub" / "w.bin").read_bytes()
+        assert (remote / assets.MARKER).exists()
+        shipped = sum("shipping" in line for line in logs)
+        ship([second])  # a later sweep: found on the device, nothing shipped
+        assert second.checkpoint == first.checkpoint and sum("shipping" in line for line in logs) == shipped
+        assert "already on the device" in logs[-1]
+
+        def damaging(transport, archive, remote):
+            _ship_tar(transport, archive, remote)
+            (Path(remote) / "config.json").write_text("{ }")  # a byte changed on the way
+
+        (folder / "config.json").write_text('{"a": 1}')  # new content: a new cache entry
+        with pytest.raises(assets.AssetError, match="config.json"):
+            ship([RunSpec(checkpoint=str(folder))], ship_tar=damaging)
+        assert len(list((work / "cache").iterdir())) == 1  # the damaged copy was removed, never marked

@@ -88,6 +88,9 @@ def _model_and_data(shape: dict[str, Any]) -> None:
         except (FileNotFoundError, ValueError) as exc:
             raise click.BadParameter(str(exc), param_hint="--model") from None
         shape["checkpoint"], shape["model"] = str(model.resolve()), model.resolve().name
+    elif "/" in shape["model"] or shape["model"].startswith((".", "~")):
+        raise click.BadParameter(f"{shape['model']}: no such checkpoint folder (a nanoVLM checkpoint folder holds "
+                                 "config.json + model.safetensors)", param_hint="--model")
     if shape["data_dir"]:
         from edgebench.data.folder import DatasetError, FolderDataset
 

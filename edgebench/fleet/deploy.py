@@ -28,6 +28,7 @@ from edgebench.devices.labgrid import interrupt_reservations, reserve
 from edgebench.backends.support import device_reason
 from edgebench.devices import connect
 from edgebench.devices.transport import Transport, TransportError
+from edgebench.fleet.assets import ship_assets
 from edgebench.fleet.clock import probe_clock
 from edgebench.fleet.device_scripts import facts as facts_script
 from edgebench.fleet.remote import run_program
@@ -171,6 +172,7 @@ def deploy_one(name: str, specs: list[RunSpec], local_root: Path = Path("runs"),
             for spec in specs:
                 if spec.program == local:
                     spec.program = remote
+        ship_assets(transport, device, specs, facts["workdir"], Path(staging), _ship_tar, _tar_dir, log)
         for index, spec in enumerate(specs):
             spec_file = Path(staging) / f"{index:03d}-{spec.run_id}.json"
             spec.save(spec_file)

@@ -257,6 +257,7 @@ class Store:
                 select.append(f"TRY_CAST({col} ->> '$' AS {target}) AS {col}")
             else:
                 select.append(f"TRY_CAST({col} AS {target}) AS {col}")
+        self.con.execute("SET preserve_insertion_order = false")  # readers sort by t_ns; ~20% less CPU
         self.con.execute(f"INSERT INTO samples BY NAME SELECT $device AS device, $run_id AS run_id, {', '.join(select)} "
                          f"FROM {scan.source()}", {"device": device, "run_id": run_id})
         key = [device, run_id]

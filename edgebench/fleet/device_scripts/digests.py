@@ -1,0 +1,31 @@
+"""sha256 of every file under a folder, by path relative to it (a shipped checkpoint or
+dataset, checked after unpacking). Standard library only; runs with `python -c`.
+Usage: digests.py FOLDER (prints one JSON object {relative/path: sha256}).
+"""
+
+import hashlib
+import json
+import os
+import sys
+
+SKIP = (".edgebench-verified",)
+
+
+def digests(folder):
+    out = {}
+    for base, _dirs, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(base, name)
+            rel = os.path.relpath(path, folder).replace(os.sep, "/")
+            if rel in SKIP:
+                continue
+            h = hashlib.sha256()
+            with open(path, "rb") as fh:
+                while chunk := fh.read(1 << 20):
+                    h.update(chunk)
+            out[rel] = h.hexdigest()
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(digests(sys.argv[1]), sort_keys=True))
