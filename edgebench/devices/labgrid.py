@@ -31,7 +31,7 @@ import logging
 import os
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
@@ -310,11 +310,10 @@ def _pin_host_key(name: str, entry: dict[str, Any], fingerprint: str) -> None:
 
 # --- a place held for a sweep -----------------------------------------------------------------
 
-_active: set["Reservation"] = set()
-_active_lock = threading.Lock()
+_interrupted = threading.Event()  # set by a Ctrl-C: this process starts no more sweeps
 
 
-@dataclass(eq=False)
+@dataclass
 class Reservation:
     """One deploy's hold on its device's place (nothing to hold for an inventory device)."""
 
@@ -322,7 +321,6 @@ class Reservation:
     log: Callable[[str], None]
     held: bool = False
     kept: bool = False
-    interrupted: threading.Event = field(default_factory=threading.Event)
 
     def _coordinator(self) -> Coordinator:
         return Coordinator(self.device.coordinator or "")
@@ -353,7 +351,7 @@ class Reservation:
     def starting(self, sweep_id: str) -> Iterator[None]:
         """Wraps the command that starts the sweep: the last moment an interrupted deploy stops;
         once it has run, the place stays held (tagged with the sweep) until collect releases it."""
-        if self.interrupted.is_set():
+        if _interrupted.is_set():
             raise KeyboardInterrupt(f"{self.device.name}: deploy interrupted before the sweep started")
         yield
         self.kept = True
@@ -369,11 +367,14 @@ class Reservation:
             return
         try:
             with self._coordinator() as coordinator:
-                release_place(coordinator, self.device.place or "")
+                refusal = release_place(coordinator, self.device.place or "")
+        except FarmError as exc:
+            refusal = str(exc)
+        if refusal is None:
             self.held = False
             self.log(f"{self.device.name}: released labgrid place {self.device.place}")
-        except FarmError as exc:
-            self.log(f"{self.device.name}: could not release place {self.device.place} ({exc}); "
+        else:
+            self.log(f"{self.device.name}: could not release place {self.device.place} ({refusal}); "
                      f"`labgrid-client -p {self.device.place} release`")
 
 
@@ -387,26 +388,23 @@ def release_place(coordinator: Coordinator, place: str) -> str | None:
 def reserve(device: FarmDevice, log: Callable[[str], None] = lambda _: None) -> Iterator[Reservation]:
     """Holds the device's place while a deploy runs (PlaceHeld when someone has it); gives it
     back unless the sweep was started (`Reservation.starting`)."""
+    if _interrupted.is_set():
+        raise KeyboardInterrupt(f"{device.name}: not deployed: interrupted")
     reservation = Reservation(device, log)
     if device.place:
         reservation.acquire()
-    with _active_lock:
-        _active.add(reservation)
     try:
         yield reservation
     finally:
-        with _active_lock:
-            _active.discard(reservation)
         if not reservation.kept:
             reservation.release()
 
 
 def interrupt_reservations() -> None:
-    """Ctrl-C while deploys run in threads: each stops before starting its sweep (and so
-    gives its place back); sweeps already started keep theirs."""
-    with _active_lock:
-        for reservation in _active:
-            reservation.interrupted.set()
+    """Ctrl-C while deploys run in threads (only the main thread sees it): from now on this
+    process starts no sweep, so each deploy stops before its start command and gives its place
+    back; sweeps already started keep theirs until collect sees them end."""
+    _interrupted.set()
 
 
 def place_status(device: FarmDevice) -> dict[str, Any]:
