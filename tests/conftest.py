@@ -36,3 +36,12 @@ def memory_cgroup():
                 import time
 
                 time.sleep(0.1)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (`-n 2 --dist loadgroup`), tests of the emulated lab (real sshds on
+    loopback ports, cgroups, the lab state) run one after another on one worker; the rest
+    spread over both."""
+    for item in items:
+        if item.get_closest_marker("lab") or item.get_closest_marker("serial"):
+            item.add_marker(pytest.mark.xdist_group("lab"))

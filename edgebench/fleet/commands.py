@@ -173,6 +173,10 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str,
     Each method runs in a fresh process so its memory is its own, sampled while it runs;
     a run that OOMs, diverges or fails is recorded with its status and the sweep goes on.
     Each run leaves a run directory under --runs-dir and is ingested into the store.
+    With --repeats N the table gives each figure as the median of the N runs with
+    [min-max] and n; a run that other processes disturbed (they took >10% of the CPU)
+    is flagged "!". Fine-tune your own model on your own data with --model CHECKPOINT_DIR
+    --data DATASET_DIR --lr 1e-4. docs/figures.md defines every figure.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -247,7 +251,8 @@ def deploy(devices: tuple[str, ...], shape: dict[str, Any], methods: list[str], 
     their program exported for each device's profile (or --program); then edgebench's own
     source (no dependencies are installed on the device), the programs and one spec per
     method are shipped and the sweep starts with setsid/nohup, so it survives a dropped
-    connection. Clock probes are recorded for alignment. Fetch results with
+    connection. A --model checkpoint folder and a --data dataset folder are shipped once:
+    checked by sha256 on the device and cached there for later sweeps. Clock probes are recorded for alignment. Fetch results with
     `edgebench collect`; watch with `edgebench status`. A board farm's device (a labgrid
     place) is acquired for the sweep: refused while someone holds it, given back if the
     deploy fails or is interrupted, else by `collect` once the sweep has ended.

@@ -83,6 +83,21 @@ def _label(group: dict[str, Any]) -> str:
     return f"{group['method']}/{group['backend']} n={group.get('n', 1)}{flags}"
 
 
+def _merged_labels(groups: list[dict[str, Any]], x: np.ndarray, y: np.ndarray) -> list[tuple[tuple[float, float], str]]:
+    """One label per spot: points closer than 1% of the axis spans share a label, one name a
+    line (no label-moving can pull apart two labels of the same point)."""
+    span_x, span_y = max(np.ptp(x), 1e-9), max(np.ptp(y), 1e-9)
+    spots: list[tuple[tuple[float, float], list[str]]] = []
+    for g, xi, yi in zip(groups, x, y):
+        near = next((names for (sx, sy), names in spots
+                     if abs(sx - xi) < 0.01 * span_x and abs(sy - yi) < 0.01 * span_y), None)
+        if near is None:
+            spots.append(((float(xi), float(yi)), [_label(g)]))
+        else:
+            near.append(_label(g))
+    return [(xy, "\n".join(names)) for xy, names in spots]
+
+
 def pareto_figure(groups: list[dict[str, Any]], title: str) -> bytes:
     """Peak memory vs median step time for one device and model, one point per configuration
     (error bars: min-max over its runs); frontier, RAM line, energy colour; labels kept apart."""
@@ -112,7 +127,7 @@ def pareto_figure(groups: list[dict[str, Any]], title: str) -> bytes:
         if front:
             ax.step([g["peak_mem_bytes"] / MIB for g in front], [g["step_time_median_s"] for g in front],
                     where="post", color="tab:red", lw=1.5, zorder=1, label="Pareto frontier")
-        texts += [ax.text(xi, yi, _label(g), fontsize=8) for g, xi, yi in zip(finished, x, y)]
+        texts += [ax.text(xi, yi, label, fontsize=8) for (xi, yi), label in _merged_labels(finished, x, y)]
     for g in failed:
         gx, gy = g["peak_mem_bytes"] / MIB, g["step_time_median_s"]
         ax.scatter([gx], [gy], marker="x", color="grey", s=60, zorder=3)
@@ -208,7 +223,9 @@ def power_temp_figure(store: Store, run: dict[str, Any], external: tuple[np.ndar
         ax_t.set_xlabel("time since start (s)")
         ax_t.grid(alpha=0.3)
         ax_t.legend(loc="upper left", fontsize=8)
-    what = " and ".join(w for w, have in (("power", has_power), ("temperature", has_temp)) if have)
+    measured = has_ext or np.isfinite(s["power_w"]).any()
+    power = "power" if measured else "power (ESTIMATED)"
+    what = " and ".join(w for w, have in ((power, has_power), ("temperature", has_temp)) if have)
     _title(fig, f"{what}: {run_label(run)}")
     return png_bytes(fig)
 
