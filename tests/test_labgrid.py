@@ -202,6 +202,11 @@ def test_host_keys_come_from_known_hosts_or_the_place_tag(farm):
     assert f"[127.0.0.1]:{farm.boards['lab-b']['port']} ssh-ed25519 " in known_hosts.read_text()
     with connect("farm-nokey") as transport:  # the same board, now listed in known_hosts
         transport.check(["true"])
+    out = CliRunner().invoke(cli, ["devices", "--json"])  # readiness through the farm
+    rows = {r["name"]: r for r in json.loads(out.output)["devices"]}
+    assert rows["farm-a"]["reachable"] == "ok" and rows["farm-b"]["reachable"] == "ok", rows["farm-a"]
+    assert rows["farm-nokey"]["reachable"] == "ok"  # known_hosts lists board b now, and it wins over tags
+    assert "unreachable" in rows["farm-gone"]["reachable"]
 
 
 def test_sweep_holds_its_place_until_collect_sees_it_ended(farm):
