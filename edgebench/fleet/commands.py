@@ -259,6 +259,7 @@ def deploy(devices: tuple[str, ...], shape: dict[str, Any], methods: list[str], 
     """
     from edgebench.fleet.deploy import deploy_many
 
+    _device_names(devices, with_local=True)  # an unknown or unsafe name is refused before any work
     if spec_files:
         specs = [RunSpec.load(path) for path in spec_files]
     else:

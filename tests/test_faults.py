@@ -1,0 +1,367 @@
+"""Faults and bad input, done for real: nothing lost, nothing escapes.
+
+Signals go to real process groups (each command starts in its own session with SIGINT at
+its default, as a terminal's foreground job has it); a real tmpfs fills up; a lab device's
+real sshd is killed mid-sweep; a device lists hostile names; two collects run at once.
+Every run that started must end with a readable result.json; every user error is one line
+and exit code 2; nothing is written outside the runs folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from edgebench.fleet.device_scripts import sweeps as sweeps_script
+from edgebench.runner.spec import RunSpec
+from edgebench.runner.sweep import run_sweep
+from edgebench.telemetry.trace import read_trace
+
+PY = sys.executable
+
+
+def tiny(**kw) -> RunSpec:
+    base = dict(model="tiny", method="sgd", batch_size=1, text_length=16, warmup_steps=0, steps=2, sample_hz=20.0)
+    return RunSpec(**{**base, **kw})
+
+
+def _own_session() -> None:
+    """A terminal's foreground job: its own process group, SIGINT at its default."""
+    os.setsid()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def start(argv: list[str], cwd: Path, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen(argv, cwd=cwd, env={**os.environ, **(env or {})}, preexec_fn=_own_session,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def edgebench(*args: str, cwd: Path, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([PY, "-m", "edgebench.cli", *args], cwd=cwd, env={**os.environ, **(env or {})},
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def wait_for(predicate, timeout_s: float = 120, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def stepping(run_dir: Path) -> bool:
+    return any(e.get("event") == "step_end" for e in read_trace(run_dir / "events.jsonl").records) \
+        if (run_dir / "events.jsonl").exists() else False
+
+
+def children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+@pytest.fixture
+def inventory(tmp_path, monkeypatch):
+    path = tmp_path / "inventory.yaml"
+    monkeypatch.setenv("EDGEBENCH_INVENTORY", str(path))
+    return path
+
+
+def write_inventory(path: Path, devices: dict) -> None:
+    import yaml
+
+    path.write_text(yaml.safe_dump({"devices": devices}))
+
+
+# --- signals ---------------------------------------------------------------------------
+
+def test_ctrl_c_twice_during_bench_records_ingests_and_exits_130(tmp_path):
+    proc = start([PY, "-m", "edgebench.cli", "bench", "--methods", "sgd,adamw", "--steps", "100000",
+                  "--text-length", "16", "--runs-dir", "runs"], cwd=tmp_path)
+    wait_for(lambda: any(stepping(d) for d in (tmp_path / "runs").glob("*") if d.is_dir()), what="a step")
+    os.killpg(proc.pid, signal.SIGINT)
+    time.sleep(0.3)
+    os.killpg(proc.pid, signal.SIGINT)  # the impatient second Ctrl-C
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "interrupted" in err
+    run_dirs = [d for d in (tmp_path / "runs").iterdir() if d.is_dir() and d.name != "raw"]
+    assert len(run_dirs) == 1  # adamw never started
+    result = json.loads((run_dirs[0] / "result.json").read_text())
+    assert result["status"] == "interrupted" and "SIGINT" in result["detail"]
+    assert read_trace(run_dirs[0] / "events.jsonl").bad_lines == 0
+    import duckdb
+
+    con = duckdb.connect(str(tmp_path / "runs" / "edgebench.duckdb"), read_only=True)
+    assert con.execute("SELECT status FROM runs").fetchall() == [("interrupted",)]
+    assert not children(proc.pid)
+
+
+def _supervised(tmp_path: Path, **spec) -> tuple[subprocess.Popen, Path]:
+    tiny(steps=100_000, run_id="r", **spec).save(tmp_path / "spec.json")
+    run_dir = tmp_path / "run"
+    proc = start([PY, "-m", "edgebench.runner", "spec.json", "--out", "run"], cwd=tmp_path)
+    wait_for(lambda: stepping(run_dir), what="a step")
+    return proc, run_dir
+
+
+def test_worker_killed_from_outside_is_killed_not_oom(tmp_path):
+    proc, run_dir = _supervised(tmp_path)
+    (worker,) = children(proc.pid)
+    os.kill(worker, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["status"] == "killed", result
+    assert result["exit_signal"] == "SIGKILL" and "no OOM record" in result["detail"]
+
+
+def test_a_dying_supervisor_takes_its_worker_with_it(tmp_path):
+    proc, run_dir = _supervised(tmp_path)
+    (worker,) = children(proc.pid)
+    os.kill(proc.pid, signal.SIGKILL)  # only the supervisor
+    proc.communicate(timeout=30)
+    wait_for(lambda: gone(worker), timeout_s=5, what="the worker to die with its supervisor")
+
+
+def test_sigint_to_the_runner_group_is_interrupted(tmp_path):
+    proc, run_dir = _supervised(tmp_path)
+    os.killpg(proc.pid, signal.SIGINT)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["status"] == "interrupted" and result["last_step"] is not None
+    assert any(e["event"] == "interrupted" for e in read_trace(run_dir / "events.jsonl").records)
+
+
+# --- sweeps: state, resume, full disk --------------------------------------------------
+
+def _sweep_dir(tmp_path: Path, specs: list[RunSpec]) -> Path:
+    sweep = tmp_path / "sweep"
+    (sweep / "specs").mkdir(parents=True)
+    for i, spec in enumerate(specs):
+        spec.save(sweep / "specs" / f"{i:02d}-{spec.run_id}.json")
+    return sweep
+
+
+def test_killed_sweep_reads_stopped_and_resumes_into_a_fresh_attempt(tmp_path):
+    sweep = _sweep_dir(tmp_path, [tiny(run_id="a", steps=100_000), tiny(run_id="b")])
+    proc = start([PY, "-m", "edgebench.runner.sweep", str(sweep)], cwd=tmp_path)
+    wait_for(lambda: stepping(sweep / "runs" / "a"), what="a step")
+    os.killpg(proc.pid, signal.SIGKILL)  # the device rebooted, as far as the sweep can tell
+    proc.communicate(timeout=30)
+    state = sweeps_script.sweep_state(str(sweep))
+    assert state["state"] == "stopped" and state["why"] and state["runs"]["a"] == "stopped"
+    steps_before = sum(1 for e in read_trace(sweep / "runs" / "a" / "events.jsonl").records if e["event"] == "step_end")
+    spec = RunSpec.load(sweep / "specs" / "00-a.json")
+    spec.steps = 3
+    spec.save(sweep / "specs" / "00-a.json")
+    again = run_sweep(sweep)
+    assert again["state"] == "finished"
+    assert again["runs"] == {"a.attempt-1": "interrupted", "a": "ok", "b": "ok"}
+    fresh = json.loads((sweep / "runs" / "a" / "result.json").read_text())
+    assert fresh["steps_done"] == 3  # nothing appended to the old attempt's trace
+    kept = sweep / "runs" / "a.attempt-1"
+    assert json.loads((kept / "result.json").read_text())["status"] == "interrupted"
+    assert sum(1 for e in read_trace(kept / "events.jsonl").records if e["event"] == "step_end") == steps_before
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 2 MiB tmpfs (real ENOSPC), unmounted afterwards."""
+    mount = tmp_path / "tmpfs"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.fail(f"cannot mount a tmpfs (the fault tests need root): {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_full_disk_ends_the_run_as_error_and_the_sweep_as_stopped(small_tmpfs):
+    sweep = _sweep_dir(small_tmpfs, [tiny(run_id="a", steps=1_000_000), tiny(run_id="b")])
+    free = os.statvfs(small_tmpfs).f_bavail * os.statvfs(small_tmpfs).f_frsize
+    (small_tmpfs / "filler").write_bytes(b"x" * (free - 600 * 1024))  # ~600 KiB left
+    done = subprocess.run([PY, "-m", "edgebench.runner.sweep", str(sweep)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stderr
+    result = json.loads((sweep / "runs" / "a" / "result.json").read_text())
+    assert result["status"] == "error" and "no space left" in result["detail"], result
+    state = json.loads((sweep / "sweep.json").read_text())
+    assert state["state"] == "stopped" and "no space left" in state["why"]
+    assert state["runs"]["b"] == "not started"
+    assert read_trace(sweep / "runs" / "a" / "events.jsonl").bad_lines == 0
+
+
+def test_preflight_says_how_much_room_a_sweep_needs():
+    from edgebench.runner.sweep import disk_needed_est
+
+    short, long = [tiny(steps=5)], [tiny(duration_s=3600.0)]
+    assert 0 < disk_needed_est(short) < disk_needed_est(long)
+    assert disk_needed_est(long) >= 3600 * 20 * 300  # an hour of samples at 20 Hz, ~300 B a line
+
+
+# --- names from outside ------------------------------------------------------------------
+
+def _hostile_device(tmp_path: Path, inventory: Path, listing: dict) -> None:
+    fake = tmp_path / "fake-python"
+    fake.write_text(f"#!/bin/sh\ncat <<'EOF'\n{json.dumps(listing)}\nEOF\n")
+    fake.chmod(0o755)
+    write_inventory(inventory, {"evil": {"profile": "local", "kind": "local", "python": str(fake),
+                                         "workdir": str(tmp_path / "dev")}})
+
+
+@pytest.mark.parametrize("run_id,file_name", [("../../../escape", "f"), ("ok", "../../escape"),
+                                              ("ok", "/tmp/escape-abs"), (".hidden", "f")])
+def test_hostile_listing_is_refused_and_named(tmp_path, inventory, run_id, file_name):
+    sha = "0" * 64
+    _hostile_device(tmp_path, inventory, {"root": str(tmp_path / "dev"), "sweeps": {
+        "s1": {"state": None, "runs": {run_id: {file_name: {"size": 1, "sha256": sha}}}}}})
+    work = tmp_path / "host"
+    work.mkdir()
+    done = edgebench("collect", "--device", "evil", "--runs-dir", "runs", cwd=work)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "evil" in done.stderr and "refused" in done.stderr
+    assert not (tmp_path / "escape").exists() and not Path("/tmp/escape-abs").exists()
+    written = [p for p in work.rglob("*") if p.is_file() and p.name != ".collect.lock"]
+    assert written == []
+
+
+def test_device_name_that_is_a_path_is_refused(tmp_path, inventory):
+    write_inventory(inventory, {"../../escape": {"profile": "local", "kind": "local"}})
+    done = edgebench("deploy", "--device", "../../escape", "--methods", "sgd", cwd=tmp_path)
+    assert done.returncode == 2 and "not a safe file name" in done.stderr
+    assert not (tmp_path.parent / "escape").exists()
+
+
+@pytest.fixture(scope="module")
+def device_with_runs(tmp_path_factory):
+    """A local-transport device whose work dir holds a finished sweep of two tiny runs."""
+    root = tmp_path_factory.mktemp("dev")
+    sweep = root / "work" / "sweeps" / "s1"
+    (sweep / "specs").mkdir(parents=True)
+    for i, method in enumerate(("sgd", "adamw")):
+        tiny(run_id=f"r{i}", method=method).save(sweep / "specs" / f"{i:02d}-r{i}.json")
+    assert run_sweep(sweep)["state"] == "finished"
+    return root
+
+
+def test_two_collects_at_once_both_finish_and_agree(tmp_path, inventory, device_with_runs):
+    write_inventory(inventory, {"box": {"profile": "local", "kind": "local", "workdir": str(device_with_runs / "work")}})
+    procs = [start([PY, "-m", "edgebench.cli", "collect", "--device", "box", "--runs-dir", "runs", "--store",
+                    "runs/edgebench.duckdb"], cwd=tmp_path) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    import duckdb
+
+    con = duckdb.connect(str(tmp_path / "runs" / "edgebench.duckdb"), read_only=True)
+    assert sorted(con.execute("SELECT run_id, status FROM runs").fetchall()) == [("r0", "ok"), ("r1", "ok")]
+    for rid in ("r0", "r1"):
+        original = device_with_runs / "work" / "sweeps" / "s1" / "runs" / rid / "events.jsonl"
+        assert (tmp_path / "runs" / "box" / rid / "events.jsonl").read_bytes() == original.read_bytes()
+    assert not list((tmp_path / "runs").rglob("*.part"))
+
+
+# --- user errors: one line, exit 2, before any work -----------------------------------
+
+USER_ERRORS = [
+    (["bench", "--methods", "adamww"], "adamww"),
+    (["bench", "--methods", "sgd+sgd"], "twice"),
+    (["bench", "--methods", "sgd+adamw"], "sgd"),
+    (["bench", "--model", "tinyy"], "tinyy"),
+    (["bench", "--duration", "-5s"], "--duration"),
+    (["bench", "--duration", "0"], "--duration"),
+    (["bench", "--duration", "1e999"], "--duration"),
+    (["bench", "--device", "nosuch"], "nosuch"),
+    (["predict", "--method", "adamw", "--device", "nosuch"], "nosuch"),
+    (["live", "--device", "nosuch"], "nosuch"),
+    (["status", "--device", "nosuch"], "nosuch"),
+    (["collect", "--device", "nosuch"], "nosuch"),
+    (["report", "--store", "/etc/hostname"], "damaged"),
+]
+
+
+@pytest.mark.parametrize("args,names", USER_ERRORS, ids=[" ".join(a) for a, _ in USER_ERRORS])
+def test_user_error_is_one_line_exit_2_and_starts_nothing(tmp_path, inventory, args, names):
+    done = edgebench(*args, cwd=tmp_path)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and names in lines[0] and "Traceback" not in done.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_debug_shows_the_traceback(tmp_path, inventory):
+    done = edgebench("--debug", "live", "--device", "nosuch", cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" in done.stderr
+
+
+def test_damaged_checkpoint_and_foreign_store_are_named(tmp_path, inventory):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text("{}")
+    (ckpt / "model.safetensors").write_bytes(b"\x00garbage")
+    done = edgebench("models", "--load", str(ckpt), cwd=tmp_path)
+    assert done.returncode != 0 and "damaged" in done.stderr and "model.safetensors" in done.stderr
+    import duckdb
+
+    duckdb.connect(str(tmp_path / "other.duckdb")).execute("CREATE TABLE x (a INT)").close()
+    done = edgebench("report", "--store", "other.duckdb", cwd=tmp_path)
+    assert done.returncode == 2 and "not an edgebench results store" in done.stderr
+
+
+def test_status_exits_non_zero_when_a_device_cannot_be_asked(tmp_path, inventory):
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    write_inventory(inventory, {"away": {"profile": "raspberry-pi-4-4gb", "host": "127.0.0.1", "port": port,
+                                         "user": "pi", "connect_timeout_s": 2}})
+    done = edgebench("status", "--device", "away", cwd=tmp_path)
+    assert done.returncode == 1 and "away" in done.stdout + done.stderr
+
+
+# --- the lab: sshd dies mid-sweep ----------------------------------------------------------
+
+@pytest.mark.lab
+def test_lab_up_after_sshd_died_keeps_the_running_sweep(tmp_path, monkeypatch):
+    from edgebench.devices import lab
+    from edgebench.fleet.deploy import deploy_one
+
+    monkeypatch.setenv("EDGEBENCH_LAB_DIR", str(tmp_path / "lab"))
+    monkeypatch.setenv("EDGEBENCH_INVENTORY", str(tmp_path / "inventory.yaml"))
+    device = lab.LabDevice("raspberry-pi-4-4gb", name="lab-faults")
+    lab.up([device])
+    try:
+        deployed = deploy_one("lab-faults", [tiny(steps=100_000, timeout_s=120.0)], tmp_path / "runs")
+        run_dir = Path(deployed.sweep_dir) / "runs" / deployed.run_ids[0]
+        wait_for(lambda: stepping(run_dir), what="a step on the lab device")
+        sweep_pid = int((Path(deployed.sweep_dir) / "sweep.pid").read_text())
+        os.kill(lab.read_state()["lab-faults"]["pid"], signal.SIGKILL)  # its sshd dies
+        wait_for(lambda: not [r for r in lab.status() if r["running"]], timeout_s=10, what="sshd to be gone")
+        assert lab.status()[0]["processes"] >= 2  # the sweep and its worker are still there
+        lab.up([device])
+        assert not gone(sweep_pid) and stepping(run_dir)
+        assert lab.status()[0]["running"] and lab.status()[0]["processes"] >= 3
+        os.kill(sweep_pid, signal.SIGTERM)
+        wait_for(lambda: (run_dir / "result.json").exists(), what="result.json after SIGTERM")
+        assert json.loads((run_dir / "result.json").read_text())["status"] == "interrupted"
+        wait_for(lambda: gone(sweep_pid), timeout_s=30, what="the sweep to end")
+        state = json.loads((Path(deployed.sweep_dir) / "sweep.json").read_text())
+        assert state["state"] == "interrupted" and "SIGTERM" in state["why"]
+    finally:
+        lab.down(purge=True)
