@@ -30,12 +30,17 @@ def _stages(backend: str, zeroth_order: bool) -> list[str]:
 @click.option("--image-size", default=None, type=int, help="Image side in pixels (default: the model's).")
 @click.option("--seed", default=0, show_default=True, help="Seed of the fresh weights (as the eager backend).")
 @click.option("--delegate", type=click.Choice(["profile", "xnnpack", "none"]), default="profile",
-              show_default=True, help="ExecuTorch delegate; `profile` follows the profile's export.xnnpack.")
+              show_default=True, help="ExecuTorch delegate; `profile` follows the profile's export.xnnpack "
+                                      "(false: linear layers on the runtime's kernels).")
 @click.option("--out", "out", default=None, type=click.Path(file_okay=False),
               help="Directory for the files (default: the export cache entry).")
+@click.option("--profile", "profile_steps", default=0, type=click.IntRange(min=0), metavar="STEPS",
+              help="Then run STEPS steps of the program (ExecuTorch's ETDump) and of eager torch, each in a "
+                   "fresh process, and show where a step's time and memory go (also written to profile.json).")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
 def export_command(device: str, model: str, method: str, backend: str, batch_size: int, text_length: int,
-                   image_size: int | None, seed: int, delegate: str, out: str | None, as_json: bool) -> None:
+                   image_size: int | None, seed: int, delegate: str, out: str | None, profile_steps: int,
+                   as_json: bool) -> None:
     """Lower one training step (model + loss + backward) for an on-device runtime.
 
     \b
@@ -52,6 +57,7 @@ def export_command(device: str, model: str, method: str, backend: str, batch_siz
     \b
     Example:
       edgebench export --device raspberry-pi-5-8gb --model tiny --method sgd --out pte/
+      edgebench export --model tiny --profile 3      # + top operators and memory split
     """
     from rich.console import Console
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -76,9 +82,13 @@ def export_command(device: str, model: str, method: str, backend: str, batch_siz
         check_request(request, profile)  # refuse before any progress display or lowering
     except ExportRefused as exc:
         raise click.ClickException(str(exc)) from None
+    if profile_steps and request.backend != "executorch":
+        raise click.UsageError("--profile reads ExecuTorch's per-operator profile; use it with --backend executorch")
 
     console = Console(stderr=True)
     stages = _stages(request.backend, parsed.grad_mode == "zeroth-order")
+    if profile_steps:
+        stages += ["profile executorch", "profile eager"]
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console, disable=as_json, transient=False) as progress:
         task = progress.add_task(f"export {request.backend} for {profile.id}", total=len(stages))
@@ -91,11 +101,18 @@ def export_command(device: str, model: str, method: str, backend: str, batch_siz
             result = export(request, out, profile=profile, on_stage=on_stage)
         except ExportRefused as exc:
             raise click.ClickException(str(exc)) from None
+        report = None
+        if profile_steps:
+            from exporters.profile import profile_export
+
+            report = profile_export(result.directory, steps=profile_steps, on_stage=on_stage)
         progress.update(task, completed=len(stages),
                         description=f"export {request.backend}: {'cached' if result.cached else 'done'}")
     manifest = result.manifest
     if as_json:
-        click.echo(json.dumps({**manifest, "directory": str(result.directory), "cached": result.cached}, indent=2))
+        extra = {"profile": report} if report else {}
+        click.echo(json.dumps({**manifest, "directory": str(result.directory), "cached": result.cached, **extra},
+                              indent=2))
         return
     how = "from cache" if result.cached else f"exported in {manifest['export_time_s']:.1f} s"
     console.print(f"[bold]{result.directory}[/] ({how})")
@@ -106,6 +123,50 @@ def export_command(device: str, model: str, method: str, backend: str, batch_siz
         console.print(f"  planned memory         {planned / 2**20:9.2f} MiB (ExecuTorch memory plan)")
     shapes = ", ".join(f"{i['name']}{i['shape']}" for i in manifest["inputs"][:3])
     console.print(f"  trainable parameters   {len(manifest['trainable_parameters'])} tensors; inputs {shapes}")
+    lowering = manifest.get("lowering")
+    if lowering:
+        console.print(f"  lowering               delegate {lowering['delegate']}; {lowering['matmuls']}; "
+                      f"weights {lowering['weights']}")
+    if report:
+        _print_profile(console, report)
+
+
+def _print_profile(console, report: dict) -> None:
+    """Top operators side by side (program vs eager) and the memory split per runtime."""
+    from rich.table import Table
+
+    et, eager = report.get("executorch", {}), report.get("eager", {})
+    for name, run in (("executorch", et), ("eager", eager)):
+        if "error" in run:
+            console.print(f"[red]{name} profile failed:[/] {run['error']}")
+    times = Table(title=f"Where a step's time goes (median of {report['steps']} steps)")
+    for col in ("ExecuTorch operator", "s/step", "calls", "eager operator", "s/step", "calls"):
+        times.add_column(col, justify="left" if "operator" in col else "right")
+    left, right = et.get("top_ops", []), eager.get("top_ops", [])
+    def cells(ops: list, i: int) -> list[str]:
+        if i >= len(ops):
+            return ["", "", ""]
+        return [ops[i]["name"], f"{ops[i]['s_per_step']:.3f}", f"{ops[i]['calls_per_step']:g}"]
+
+    for i in range(max(len(left), len(right))):
+        times.add_row(*cells(left, i), *cells(right, i))
+    console.print(times)
+    if et.get("step_s") and eager.get("step_s"):
+        console.print(f"  step: ExecuTorch {et['step_s']:.3f} s (program {et['program_s']:.3f} s + update "
+                      f"{et['update_s']:.3f} s) vs eager {eager['step_s']:.3f} s = {report['step_vs_eager']:.2f}x; "
+                      f"program load {et['load_s']:.2f} s")
+    memory = Table(title="Where the memory goes (MiB; remainder = peak minus the known parts)")
+    keys = ("peak_rss", "imports", "weights", "gradients", "optimizer_state", "planned_arena",
+            "activations_in_arena_estimate", "remainder")
+    memory.add_column("runtime")
+    for key in keys:
+        memory.add_column(key.replace("_", " "), justify="right")
+    for name, run in (("executorch", et), ("eager", eager)):
+        split = run.get("memory")
+        if split:
+            memory.add_row(name, *("-" if split.get(k) is None else f"{split[k] / 2**20:,.0f}" for k in keys))
+    console.print(memory)
+    console.print("  gradients live inside the ExecuTorch planned arena; eager's activations are in its remainder")
 
 
 COMMANDS = [export_command]

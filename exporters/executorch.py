@@ -1,16 +1,20 @@
 """Lowers one training step (model + loss) to an ExecuTorch `.pte` program.
 
-Path (FIELD-NOTES.md, "ExecuTorch training"): strict torch.export of a module whose
-forward returns the scalar loss -> the joint forward-backward graph -> graph rewrites
-the runtime needs -> `to_edge` (optionally delegating to XNNPACK) -> `to_executorch`.
-Parameters with `requires_grad=False` are frozen: the program returns no gradient for
-them and keeps them as constants.
+Path: strict torch.export of a module whose forward returns the scalar loss -> the
+joint forward-backward graph -> graph rewrites -> `to_edge` (optionally delegating to
+XNNPACK) -> `to_executorch`. Parameters with `requires_grad=False` are frozen: the
+program returns no gradient for them and keeps them as constants.
+
+Without a delegate, linear layers stay `aten.linear` on the weights as stored
+(`use_linear`): the default decomposition copies every weight transposed each step and
+keeps those copies alive from forward to backward. XNNPACK would bake a `linear`
+weight into the delegate as a constant, so the delegated form keeps `mm` instead.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import torch
 from torch.export import ExportedProgram
@@ -23,11 +27,22 @@ STAGES = ("torch.export", "joint graph", "rewrites", "to_edge", "to_executorch")
 class LoweredProgram:
     """An exported training program, ready to be written to a `.pte` file."""
 
-    buffer: bytes
+    program: Any  # executorch's ExecutorchProgramManager
     planned_memory_bytes: int
     trainable_parameters: list[str]
     frozen_parameters: list[str]
     delegated: bool
+    lowering: dict = field(default_factory=dict)  # how it was lowered, for the manifest
+
+    @property
+    def buffer(self) -> bytes:
+        """The whole `.pte` in memory (tests); `write` streams it instead."""
+        return self.program.buffer
+
+    def write(self, path) -> None:
+        """Writes the `.pte` piece by piece: no second in-memory copy of the weights."""
+        with open(path, "wb") as handle:
+            self.program.write_to_file(handle)
 
 
 def rewrite_empty_permuted(gm: torch.fx.GraphModule) -> int:
@@ -73,11 +88,101 @@ def split_addmm(gm: torch.fx.GraphModule) -> int:
     return count
 
 
-def _apply_rewrites(ep: ExportedProgram) -> None:
+def _is_transpose(node) -> bool:
+    return (isinstance(node, torch.fx.Node) and node.target == torch.ops.aten.permute.default
+            and list(node.args[1]) == [1, 0])
+
+
+def use_linear(gm: torch.fx.GraphModule) -> int:
+    """Drops the weight-sized transposed copies the joint graph makes for every linear layer.
+
+    The default decomposition writes `y = x @ W^T` as `mm(x, permute(W))`, its input
+    gradient as `mm(g, permute(permute(W)))` and its weight gradient as
+    `permute(mm(permute(x), g))`; on ExecuTorch each permute is a copy (permute_copy), of
+    the weight every step, and the forward's copy stays alive until the backward. Rewritten:
+    `linear(x, W[, b])` (the runtime's linear.out takes W as stored), `mm(g, W)` and
+    `mm(permute(g), x)` (an activation-sized copy instead of a weight-sized one).
+    Returns how many nodes were rewritten. `aten.linear` must then be preserved by to_edge.
+    """
+    graph, count = gm.graph, 0
+    for node in list(graph.nodes):
+        target = node.target
+        if target == torch.ops.aten.addmm.default and _is_transpose(node.args[2]):
+            if node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1:
+                continue
+            bias, x, wt = node.args[:3]
+            if getattr(bias.meta.get("val"), "dim", lambda: 0)() != 1:
+                continue  # linear's bias is one row; a full-matrix addmm stays as is
+            new_args = (torch.ops.aten.linear.default, (x, wt.args[0], bias))
+        elif target == torch.ops.aten.mm.default and _is_transpose(node.args[1]):
+            new_args = (torch.ops.aten.linear.default, (node.args[0], node.args[1].args[0]))
+        elif _is_transpose(node) and _is_transpose(node.args[0]):
+            node.replace_all_uses_with(node.args[0].args[0])
+            graph.erase_node(node)
+            count += 1
+            continue
+        elif (_is_transpose(node) and node.args[0].target == torch.ops.aten.mm.default
+              and _is_transpose(node.args[0].args[0]) and len(node.args[0].users) == 1):
+            xt, g = node.args[0].args  # (x^T g)^T = g^T x
+            with graph.inserting_before(node):
+                gt = graph.call_function(torch.ops.aten.permute.default, (g, [1, 0]))
+                gt.meta = {"val": g.meta["val"].t()} if "val" in g.meta else {}
+            new_args = (torch.ops.aten.mm.default, (gt, xt.args[0]))
+        else:
+            continue
+        with graph.inserting_before(node):
+            new = graph.call_function(*new_args)
+        new.meta = dict(node.meta)
+        node.replace_all_uses_with(new)
+        graph.erase_node(node)
+        count += 1
+    graph.eliminate_dead_code()
+    return count
+
+
+def _apply_rewrites(ep: ExportedProgram, linear: bool = False) -> dict[str, int]:
+    """`linear`: use_linear (the runtime's kernels run the matmuls); else split_addmm
+    (XNNPACK takes `mm`; it would capture `linear`'s weight as a constant).
+    Returns how many nodes each rewrite changed."""
     gm = ep.graph_module
-    if rewrite_empty_permuted(gm) + split_addmm(gm):
+    counts = {"empty_permuted": rewrite_empty_permuted(gm)}
+    counts["use_linear" if linear else "split_addmm"] = use_linear(gm) if linear else split_addmm(gm)
+    if any(counts.values()):
         gm.graph.lint()
         gm.recompile()
+    return counts
+
+
+def lowering_record(delegate: str | None, rewrites: dict[str, int], update: str) -> dict:
+    """The exact lowering, as the manifest and every run record it."""
+    linear = "use_linear" in rewrites
+    return {
+        "delegate": delegate or "none",
+        "kernels": "runtime's registered CPU kernels (pip runtime: optimized library over portable)"
+                   + ("; XNNPACK for the delegated subgraphs" if delegate else ""),
+        "matmuls": ("aten.linear on stored weights, weight gradients as mm (no weight transposes)"
+                    if linear else "mm on transposed weights, addmm split into mm + add"),
+        "weights": "inside the .pte (constant segment), updated in place by the runtime",
+        "gradients": "program outputs in the static memory plan",
+        "update": update,
+        "memory_planning": "ExecuTorch MemoryPlanningPass (greedy algorithm suite)",
+        "rewrites": rewrites,
+    }
+
+
+def _already_decomposed(ep: ExportedProgram) -> ExportedProgram:
+    """The joint graph is core ATen already (`_export_forward_backward` decomposed it), so
+    to_edge's own `run_decompositions` would retrace the whole graph to change nothing:
+    minutes and a copy of the graph at nanoVLM-222M size. Skip it for this program."""
+    ep.run_decompositions = lambda *args, **kwargs: ep
+    return ep
+
+
+def _edge_config(linear: bool):
+    from executorch.exir import EdgeCompileConfig
+
+    preserve = [torch.ops.aten.linear.default] if linear else []
+    return EdgeCompileConfig(_check_ir_validity=False, preserve_ops=preserve)
 
 
 def _xnnpack_partitioner(trainable_convs: bool):
@@ -149,9 +254,10 @@ def lower_training_step(
     on_stage("joint graph")
     ep = _export_forward_backward(ep)
     on_stage("rewrites")
-    _apply_rewrites(ep)
+    linear = delegate is None
+    rewrites = _apply_rewrites(ep, linear=linear)
     on_stage("to_edge")
-    config = EdgeCompileConfig(_check_ir_validity=False)
+    config = _edge_config(linear)
     if delegate == "xnnpack":
         convs = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Conv2d)]
         trainable_convs = any(named[f"{c}.weight"].requires_grad for c in convs)
@@ -160,15 +266,18 @@ def lower_training_step(
         )
         _check_no_captured_weights(edge.exported_program(), trainable)
     else:
-        edge = to_edge(ep, compile_config=config)
+        edge = to_edge(_already_decomposed(ep), compile_config=config)
+    del ep
     on_stage("to_executorch")
     et = edge.to_executorch()
+    del edge
     return LoweredProgram(
-        buffer=et.buffer,
+        program=et,
         planned_memory_bytes=planned_memory_bytes(et.executorch_program),
         trainable_parameters=trainable,
         frozen_parameters=frozen,
         delegated=delegate is not None,
+        lowering=lowering_record(delegate, rewrites, "outside the program, over its parameters in place"),
     )
 
 
@@ -204,20 +313,22 @@ def lower_forward(
         values = tuple(named[n].detach() for n in trainable)
         ep = torch.export.export(LossOfParameters(), example_inputs + values, strict=True)
     on_stage("rewrites")
-    _apply_rewrites(ep)
+    rewrites = _apply_rewrites(ep, linear=True)
     on_stage("to_edge")
-    edge = to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=False))
+    edge = to_edge(ep, compile_config=_edge_config(True))
     on_stage("to_executorch")
     # Inputs are used in place (not copied into the arena): the weights stay in Python.
     et = edge.to_executorch(
         ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False))
     )
     return LoweredProgram(
-        buffer=et.buffer,
+        program=et,
         planned_memory_bytes=planned_memory_bytes(et.executorch_program),
         trainable_parameters=trainable,
         frozen_parameters=frozen,
         delegated=False,
+        lowering={**lowering_record(None, rewrites, "MeZO outside the program, on the weight inputs"),
+                  "weights": "program inputs (trainable_init.pt), frozen ones inside the .pte"},
     )
 
 
@@ -226,8 +337,10 @@ __all__ = [
     "LoweredProgram",
     "lower_forward",
     "lower_training_step",
+    "lowering_record",
     "planned_memory_bytes",
     "planned_memory_bytes_of_file",
     "rewrite_empty_permuted",
     "split_addmm",
+    "use_linear",
 ]

@@ -26,9 +26,11 @@ FORMAT = "edgebench-export/1"
 EXPORT_BACKENDS = ("executorch", "onnxruntime")
 DELEGATES = ("xnnpack",)
 _LIBRARIES = ("torch", "executorch", "onnx", "onnxruntime-training-cpu", "numpy", "edgebench")
-# Source files whose code shapes the exported program (a change there re-exports).
+# Source files whose code shapes the exported program (a change there re-exports), and
+# per backend its own lowering code (editing one runtime's exporter keeps the other's cache).
 _SOURCES = ("edgebench/model/*.py", "edgebench/methods/knobs.py", "edgebench/methods/subsets.py",
-            "exporters/*.py")
+            "exporters/manifest.py", "exporters/pipeline.py")
+_BACKEND_SOURCES = {"executorch": ("exporters/executorch.py",), "onnxruntime": ("exporters/onnxruntime.py",)}
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,7 @@ class ExportRequest:
             "format": FORMAT,
             "request": self.to_dict(),
             "versions": library_versions(),
-            "source": source_fingerprint(),
+            "source": source_fingerprint(self.backend),
             "checkpoint": checkpoint_fingerprint(self.model),
         }
         return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
@@ -97,11 +99,12 @@ def _repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
 
 
-def source_fingerprint() -> str:
-    """sha256 over the .py files that shape the program (model, trainable subsets, exporters)."""
+def source_fingerprint(backend: str) -> str:
+    """sha256 over the .py files that shape `backend`'s program (model, trainable subsets,
+    the pipeline and that backend's exporter)."""
     digest = hashlib.sha256()
     root = _repo_root()
-    for pattern in _SOURCES:
+    for pattern in _SOURCES + _BACKEND_SOURCES[backend]:
         for path in sorted(root.glob(pattern)):
             digest.update(str(path.relative_to(root)).encode())
             digest.update(path.read_bytes())

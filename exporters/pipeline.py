@@ -118,8 +118,8 @@ def _export_executorch(request: ExportRequest, directory: Path, on_stage) -> dic
     else:
         lowered = lower_training_step(model, example, delegate=request.delegate, on_stage=on_stage)
         program = "forward-backward"
-    (directory / PTE).write_bytes(lowered.buffer)
-    inputs = _inputs(batch)
+    lowered.write(directory / PTE)
+    inputs = _inputs({k: batch[k] for k in ("input_ids", "images", "labels")})  # the program's inputs
     if program == "forward-only":
         named = dict(model.named_parameters())
         inputs += [{"name": n, "shape": list(named[n].shape), "dtype": "float32"}
@@ -131,6 +131,7 @@ def _export_executorch(request: ExportRequest, directory: Path, on_stage) -> dic
         "trainable_parameters": lowered.trainable_parameters,
         "frozen_parameters": lowered.frozen_parameters,
         "planned_memory_bytes": lowered.planned_memory_bytes,
+        "lowering": lowered.lowering,
         "files": files,
     }
 
@@ -196,8 +197,20 @@ def _build(request: ExportRequest, key: str, directory: Path, on_stage) -> dict[
     from edgebench.methods import parse_method
 
     started = time.perf_counter()
-    built = (_export_executorch if request.backend == "executorch" else _export_onnxruntime)(request, directory, on_stage)
-    on_stage("write manifest")
+    stages: dict[str, float] = {}  # seconds per stage: where an export's time goes
+
+    def timed_stage(stage: str) -> None:
+        now = time.perf_counter()
+        if stages:
+            last = next(reversed(stages))
+            stages[last] = round(now - stages[last], 3)
+        stages[stage] = now
+        on_stage(stage)
+
+    built = (_export_executorch if request.backend == "executorch" else _export_onnxruntime)(
+        request, directory, timed_stage)
+    timed_stage("write manifest")
+    stages.pop("write manifest")
     manifest = {
         "format": FORMAT,
         "key": key,
@@ -207,6 +220,7 @@ def _build(request: ExportRequest, key: str, directory: Path, on_stage) -> dict[
         "method": {"text": request.method, "knobs": parse_method(request.method).knobs()},
         "versions": library_versions(),
         "export_time_s": round(time.perf_counter() - started, 3),
+        "export_stages_s": stages,
         "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         **{k: v for k, v in built.items() if k != "files"},
         "files": describe_files(directory, built["files"]),

@@ -84,20 +84,65 @@ class ProgramUpdate:
             tensor.grad = None
 
 
+class TrainingProgram:
+    """A joint forward-backward program, stepped without copying its gradients.
+
+    ExecuTorch's Python `TrainingModule` clones every gradient out of the memory plan on
+    each step (one extra copy of all trainable weights' size). Here the gradients are
+    views of the plan's arena, valid until the next step, which is all the update needs.
+    The method's outputs are [user outputs, gradients, parameters]; the program's
+    `__et_training_*` methods say where each part starts and the parameters' names.
+    """
+
+    def __init__(self, path: str, method: str = "forward", enable_etdump: bool = False) -> None:
+        from executorch.extension.pybindings.portable_lib import _load_for_executorch
+
+        self.module = _load_for_executorch(path, enable_etdump=enable_etdump)
+        self.method = method
+        self.grad_start = self.module.run_method(f"__et_training_gradients_index_{method}", ())[0]
+        self.param_start = self.module.run_method(f"__et_training_parameters_index_{method}", ())[0]
+        self.names = list(self.module.run_method(f"__et_training_fqn_{method}", ()))
+        self.params: dict[str, torch.Tensor] | None = None
+        self.grads: dict[str, torch.Tensor] = {}
+
+    def forward_backward(self, inputs: tuple[torch.Tensor, ...]) -> float:
+        outputs = self.module.run_method(self.method, inputs, clone_outputs=False)
+        self.grads = dict(zip(self.names, outputs[self.grad_start:self.param_start]))
+        if self.params is None:  # the program's own weights: updated in place, they train it
+            self.params = dict(zip(self.names, outputs[self.param_start:]))
+        return float(outputs[0])
+
+    def named_parameters(self) -> dict[str, torch.Tensor]:
+        if self.params is None:
+            raise RuntimeError("the program's parameters are known after its first step")
+        return self.params
+
+
 class ExecutorchBackend:
     name = "executorch"
 
-    def __init__(self) -> None:
+    def __init__(self, etdump: bool = False) -> None:
         self.module = None
         self.update: ProgramUpdate | None = None
         self.mezo = None
         self.manifest: dict[str, Any] = {}
+        self.etdump = etdump  # ExecuTorch's per-operator profile (`edgebench export --profile`)
+
+    @property
+    def lowering(self) -> dict[str, Any]:
+        """How the program was lowered (delegate, kernels, where weights live): from its manifest."""
+        return self.manifest.get("lowering", {})
+
+    @property
+    def runtime_module(self):
+        """The loaded ExecuTorch module (pybind), e.g. to write its ETDump."""
+        return self.mezo.program if self.mezo is not None else self.module.module
 
     def setup(self, spec: Any, example_batch: dict[str, Any]) -> None:
         try:
             import executorch.extension.training  # noqa: F401
         except ImportError as exc:
-            from edgebench.backends import UnsupportedBackend
+            from edgebench.backends.base import UnsupportedBackend
 
             raise UnsupportedBackend(
                 f"ExecuTorch's training runtime is not importable here ({exc}); "
@@ -113,18 +158,16 @@ class ExecutorchBackend:
         lr = optim.default_lr(method) if spec.lr is None else spec.lr
         total = spec.warmup_steps + spec.steps
         if method.grad_mode == "zeroth-order":
-            self.mezo = _program_mezo(directory, self.manifest, method, lr, total)
+            self.mezo = _program_mezo(directory, self.manifest, method, lr, total, self.etdump)
             return
-        from executorch.extension.training import _load_for_executorch_for_training
-
-        self.module = _load_for_executorch_for_training(str(directory / PTE))
+        self.module = TrainingProgram(str(directory / PTE), enable_etdump=self.etdump)
         self.update = ProgramUpdate(method.optimizer, lr, total)
 
     def step(self, batch: dict[str, Any]) -> float:
         if self.mezo is not None:
             return self.mezo.step(dict(zip(("input_ids", "images", "labels"), _as_inputs(batch))))
-        loss = float(self.module.forward_backward("forward", _as_inputs(batch))[0])
-        self.update.step(self.module.named_parameters(), self.module.named_gradients())
+        loss = self.module.forward_backward(_as_inputs(batch))
+        self.update.step(self.module.named_parameters(), self.module.grads)
         return loss
 
     def named_parameters(self) -> dict[str, torch.Tensor]:
@@ -137,7 +180,8 @@ class ExecutorchBackend:
         self.module = self.update = self.mezo = None
 
 
-def _program_mezo(directory: Path, manifest: dict[str, Any], method: Any, lr: float, total: int):
+def _program_mezo(directory: Path, manifest: dict[str, Any], method: Any, lr: float, total: int,
+                  etdump: bool = False):
     """The methods' MeZO trainer, its loss computed by the forward-only program."""
     from executorch.extension.pybindings.portable_lib import _load_for_executorch
 
@@ -145,7 +189,7 @@ def _program_mezo(directory: Path, manifest: dict[str, Any], method: Any, lr: fl
 
     if manifest.get("program") != "forward-only":
         raise ValueError(f"{directory}: MeZO needs the forward-only export (made for zeroth-order methods)")
-    program = _load_for_executorch(str(directory / PTE))
+    program = _load_for_executorch(str(directory / PTE), enable_etdump=etdump)
     initial = torch.load(directory / TRAINABLE_INIT)
     holder = torch.nn.ParameterList(
         [torch.nn.Parameter(initial[n]) for n in manifest["trainable_parameters"]]
@@ -157,4 +201,6 @@ def _program_mezo(directory: Path, manifest: dict[str, Any], method: Any, lr: fl
             inputs = (batch["input_ids"], batch["images"], batch["labels"], *weights)
             return program.run_method("forward", inputs)[0]
 
-    return ProgramMeZO(method, holder, lr, total)
+    trainer = ProgramMeZO(method, holder, lr, total)
+    trainer.program = program
+    return trainer
