@@ -63,18 +63,21 @@ def _eager(result):
 
 
 def _torch_optimizer(manifest, params, lr):
-    if manifest["optimizer"] == "sgd":
+    """The torch optimizer the method names (Adam: torch.optim.Adam itself, which the export
+    lowers to ORT's AdamW without weight decay)."""
+    optimizer = manifest["method"]["knobs"]["optimizer"]
+    if optimizer == "sgd":
         return torch.optim.SGD(params, lr=lr)
+    if optimizer == "adam":
+        return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.999), eps=1e-8)
     return torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=manifest["weight_decay"])
 
 
-# Tolerances, measured: SGD and the subsets stay within ~1e-6 relative of eager over 10 steps
-# (float32 kernels in another order); Adam/AdamW normalise each update by sqrt(v), so a
-# gradient entry near zero that differs in its last bits moves its weight by up to lr, and
-# the loss drifts to ~1e-5 relative. The bounds leave ~10x headroom and stay far below the
-# step-to-step loss changes (> 1e-2), so a wrong update, lr, clip or trainable set fails.
-BACKPROP = [("sgd", 1e-5), ("adam", 1e-4), ("adamw", 1e-4), ("freeze-vision", 1e-4), ("bitfit", 1e-4),
-            ("lora", 1e-4)]
+# Tolerance: measured within 2.1e-6 relative of eager over 10 steps for every method here
+# (float32 kernels summing in another order; SGD is the loosest). 1e-5 leaves 5x headroom and
+# stays ~100x below the smallest step-to-step loss change (4.6e-3 absolute, bitfit), so a
+# wrong update, lr, clip, weight decay or trainable set fails.
+BACKPROP = [(m, 1e-5) for m in ("sgd", "adam", "adamw", "freeze-vision", "bitfit", "lora")]
 
 
 @pytest.mark.parametrize("method,rtol", BACKPROP)
