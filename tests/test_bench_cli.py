@@ -181,3 +181,12 @@ def test_deploy_ships_a_folder_once_verified_by_sha256_and_cached(tmp_path):
         with pytest.raises(assets.AssetError, match="config.json"):
             ship([RunSpec(checkpoint=str(folder))], ship_tar=damaging)
         assert len(list((work / "cache").iterdir())) == 1  # the damaged copy was removed, never marked
+
+
+def test_library_chatter_is_silenced_in_every_process():
+    """torchao's CUDA-kernel load failures and torch's pytree deprecations are not ours to print."""
+    code = ("import edgebench, warnings, torchao.optim\n"
+            "warnings.warn('`isinstance(treespec, LeafSpec)` is deprecated, use ...', FutureWarning)\n"
+            "print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert (out.stdout, out.stderr) == ("ok\n", "")
