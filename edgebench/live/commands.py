@@ -49,6 +49,8 @@ def live_command(device: str | None, run_id: str | None, run_dir: str | None, ro
             state = LiveState(source=source.label, device=device,
                               ram_budget_bytes=int(transport.device.profile.ram_bytes))
         else:
+            if run_dir and not Path(run_dir).is_dir():
+                raise FileNotFoundError(f"{run_dir}: no such run directory; `ls {root}` shows the runs here")
             source = LocalRun(Path(run_dir) if run_dir else find_local_run(root, run_id))
             state = LiveState(source=source.label)
     except FileNotFoundError as exc:
