@@ -288,6 +288,18 @@ def test_place_released_after_an_error(farm):
         deploy_one("farm-gone", [RunSpec(method="sgd")], farm.root / "runs-gone", logged.append)
     assert logged[-1] == "farm-gone: released labgrid place farm-gone" and farm.place("farm-gone").acquired is None
 
+    def cut_when_shipping(line: str) -> None:  # the host loses its connection mid-deploy
+        logged.append(line)
+        if "shipping program" in line:
+            assert lab.drop_connections("lab-b") >= 1
+
+    program = farm.root / "small-program"
+    program.mkdir(exist_ok=True)
+    (program / "model.pte").write_bytes(b"\x00" * 4096)
+    with pytest.raises(TransportError, match="farm-b: connection lost during"):
+        deploy_one("farm-b", [RunSpec(method="sgd", program=str(program))], farm.root / "runs-b", cut_when_shipping)
+    assert logged[-1] == "farm-b: released labgrid place farm-b" and farm.place("farm-b").acquired is None
+
 
 def test_place_released_after_ctrl_c(farm, tmp_path):
     program = tmp_path / "program"  # big enough that shipping it takes a while
