@@ -59,7 +59,7 @@ def _resolve(name_or_dir: str) -> Path:
     except ImportError:
         raise CheckpointError(f"{name_or_dir}: huggingface_hub is not installed; {manual}") from None
     try:
-        return Path(snapshot_download(repo_id=name_or_dir, allow_patterns=[CONFIG_FILE, WEIGHTS_FILE]))
+        return Path(snapshot_download(repo_id=name_or_dir, allow_patterns=[CONFIG_FILE, WEIGHTS_FILE, EDGEBENCH_FILE]))
     except Exception as exc:  # network, auth, missing repo: all end the same way for the user
         raise CheckpointError(f"{name_or_dir}: download failed ({exc}); {manual}") from exc
 
