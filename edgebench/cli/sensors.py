@@ -38,15 +38,15 @@ def sensors_command(root: str, sensors_json: str, seconds: float, as_json: bool)
     from rich.table import Table
 
     table = Table(title=f"telemetry sources under {root}")
-    table.add_column("source")
-    table.add_column("status")
+    table.add_column("source", overflow="fold")  # wrap, never cut: paths and names stay whole
+    table.add_column("status", overflow="fold")
     for name in report["sources_active"]:
         table.add_row(name, "[green]active[/green]")
     for name, why in {**report["sources_unavailable"], **report["sources_failed"]}.items():
         table.add_row(name, f"[yellow]{why}[/yellow]")
     values = Table(title="latest values")
-    values.add_column("key")
-    values.add_column("value", justify="right")
+    values.add_column("key", overflow="fold")
+    values.add_column("value", justify="right", overflow="fold")
     for key, value in report["latest"].items():
         values.add_row(key, str(value))
     console = Console()
