@@ -151,7 +151,7 @@ class Coordinator:
 
         try:
             self.session = self._run(start())
-        except (client.Error, asyncio.TimeoutError, OSError) as exc:
+        except (client.Error, OSError) as exc:
             raise FarmError(f"labgrid coordinator {self.address}: unreachable ({str(exc) or type(exc).__name__}); "
                             "check $LG_COORDINATOR or `labgrid: coordinator:` in the inventory and that "
                             "labgrid-coordinator runs there") from None
@@ -168,7 +168,11 @@ class Coordinator:
         async def bounded() -> Any:
             return await asyncio.wait_for(awaitable, self.timeout_s)
 
-        return asyncio.run_coroutine_threadsafe(bounded(), _event_loop()).result()
+        try:
+            return asyncio.run_coroutine_threadsafe(bounded(), _event_loop()).result()
+        except asyncio.TimeoutError:
+            raise FarmError(f"labgrid coordinator {self.address}: no answer within {self.timeout_s:g} s; check "
+                            "that labgrid-coordinator runs there") from None
 
     @property
     def identity(self) -> str:
@@ -356,8 +360,11 @@ class Reservation:
         yield
         self.kept = True
         if self.held:
-            with self._coordinator() as coordinator:
-                refusal = coordinator.set_tags(self.device.place or "", {SWEEP_TAG: sweep_id})
+            try:
+                with self._coordinator() as coordinator:
+                    refusal = coordinator.set_tags(self.device.place or "", {SWEEP_TAG: sweep_id})
+            except FarmError as exc:
+                refusal = str(exc)
             if refusal is not None:
                 self.log(f"{self.device.name}: could not tag place {self.device.place} with the sweep ({refusal}); "
                          f"collect will not release it: `labgrid-client -p {self.device.place} release` when done")
