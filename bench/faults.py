@@ -1,0 +1,345 @@
+"""A campaign of bad inputs and faults against the real CLI, runner and collect; prints
+how many ended badly. Every count should be zero.
+
+    .venv/bin/python bench/faults.py            # ~60 cases, a few minutes on 2 cores (needs root)
+
+Counts: tracebacks shown to the user, exit code 0 for an error, run directories without
+result.json, corrupted run directories (unparsable result.json, garbage lines inside a
+trace), and files written outside the runs folder (anywhere else in the campaign's
+workspace, or at the paths the hostile device aims at).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from edgebench.runner.spec import RunSpec  # noqa: E402
+from edgebench.runner.sweep import run_sweep  # noqa: E402
+from edgebench.telemetry.trace import read_trace  # noqa: E402
+
+PY = sys.executable
+ESCAPES = [Path("/tmp/edgebench-faults-escape"), Path("/tmp/edgebench-faults-abs")]
+
+
+def tiny(**kw) -> RunSpec:
+    base = dict(model="tiny", method="sgd", batch_size=1, text_length=16, warmup_steps=0, steps=2)
+    return RunSpec(**{**base, **kw})
+
+
+def own_session() -> None:
+    os.setsid()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+class Campaign:
+    def __init__(self, work: Path):
+        self.work = work
+        self.home = work / "home"  # the user's current directory; runs/ inside it
+        self.home.mkdir()
+        self.env = {**os.environ, "EDGEBENCH_INVENTORY": str(work / "inventory.yaml"),
+                    "EDGEBENCH_LAB_DIR": str(work / "lab")}
+        self.rows: list[dict] = []
+        self.extra_dirs: list[Path] = []  # run dirs on a tmpfs, checked before it is unmounted
+
+    def check_dirs(self, root: Path) -> None:
+        self.extra_dirs.extend(d for d in run_dirs(root) if not (d / "result.json").exists() or corrupted(d))
+
+    def record(self, name: str, rc: int | None, output: str, error_expected: bool = True) -> None:
+        self.rows.append({"case": name, "rc": rc, "traceback": "Traceback (most recent call last)" in output,
+                          "exit0_on_error": error_expected and rc == 0})
+
+    def cli(self, name: str, *args: str, timeout: float = 120) -> None:
+        try:
+            done = subprocess.run([PY, "-m", "edgebench.cli", *args], cwd=self.home, env=self.env,
+                                  capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired as exc:  # hung instead of refusing: as bad as exit 0
+            self.record(name, None, str(exc.stderr or ""))
+            self.rows[-1]["exit0_on_error"] = True
+            return
+        self.record(name, done.returncode, done.stdout + done.stderr)
+
+    def start(self, argv: list[str], cwd: Path | None = None) -> subprocess.Popen:
+        return subprocess.Popen(argv, cwd=cwd or self.home, env=self.env, preexec_fn=own_session,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def inventory(self, devices: dict) -> None:
+        (self.work / "inventory.yaml").write_text(yaml.safe_dump({"devices": devices}))
+
+
+def wait_for(predicate, timeout_s: float = 120) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def stepping(pattern_root: Path) -> bool:
+    for events in pattern_root.rglob("events.jsonl"):
+        if any(e.get("event") == "step_end" for e in read_trace(events).records):
+            return True
+    return False
+
+
+def user_errors(c: Campaign) -> None:
+    """Bad input: each must be one line, exit 2 (or 1), no traceback, nothing started."""
+    for name, *args in c.cases:
+        c.cli(name, *args)
+
+
+def prepare_user_errors(c: Campaign) -> None:
+    """The damaged files and devices the bad inputs name (made before the write check starts)."""
+    bad_profile = c.work / "broken.yaml"
+    bad_profile.write_text((ROOT / "device_profiles" / "raspberry-pi-4-4gb.yaml").read_text() + "\nram_bytes: [\n")
+    ckpts = {}
+    for kind, data in (("truncated", b"\x10\x00\x00\x00\x00\x00\x00\x00{\"a\":"), ("empty", b""), ("garbage", os.urandom(512))):
+        d = c.work / f"ckpt-{kind}"
+        d.mkdir()
+        (d / "config.json").write_text("{}")
+        (d / "model.safetensors").write_bytes(data)
+        ckpts[kind] = d
+    import duckdb
+
+    foreign = c.work / "foreign.duckdb"
+    duckdb.connect(str(foreign)).execute("CREATE TABLE t (a INT)").close()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed_port = sock.getsockname()[1]
+    c.inventory({"away": {"profile": "raspberry-pi-4-4gb", "host": "127.0.0.1", "port": closed_port, "user": "pi",
+                          "connect_timeout_s": 2},
+                 "../../escape": {"profile": "local", "kind": "local"},
+                 "/abs-name": {"profile": "local", "kind": "local"}})
+    cases = [
+        ("bench unknown method", "bench", "--methods", "adamww"),
+        ("bench duplicate knob", "bench", "--methods", "sgd+sgd"),
+        ("bench conflicting knobs", "bench", "--methods", "sgd+adamw"),
+        ("bench duplicate lora", "bench", "--methods", "lora+lora"),
+        ("bench empty method list", "bench", "--methods", ","),
+        ("bench empty method part", "bench", "--methods", "sgd+"),
+        ("bench unknown model", "bench", "--model", "tinyy"),
+        ("bench model path missing", "bench", "--model", "/nonexistent/ckpt"),
+        ("bench negative duration", "bench", "--duration", "-5s"),
+        ("bench zero duration", "bench", "--duration", "0"),
+        ("bench infinite duration", "bench", "--duration", "1e999"),
+        ("bench nan duration", "bench", "--duration", "nan"),
+        ("bench word duration", "bench", "--duration", "soon"),
+        ("bench zero steps", "bench", "--steps", "0"),
+        ("bench zero batch", "bench", "--batch-size", "0"),
+        ("bench unknown backend", "bench", "--backend", "tensorrt"),
+        ("bench sample rate 0", "bench", "--sample-hz", "0"),
+        ("bench negative timeout", "bench", "--timeout", "-1"),
+        ("bench remote device", "bench", "--device", "nosuch"),
+        ("predict unknown profile", "predict", "--method", "adamw", "--device", "nosuch"),
+        ("predict profile not yaml", "predict", "--method", "adamw", "--device", "/etc/hostname"),
+        ("predict profile missing", "predict", "--method", "adamw", "--device", "/nonexistent.yaml"),
+        ("predict profile broken", "predict", "--method", "adamw", "--device", str(bad_profile)),
+        ("predict unknown method", "predict", "--method", "adamww", "--device", "raspberry-pi-4-4gb"),
+        ("predict unknown model", "predict", "--method", "adamw", "--model", "tinyy", "--ram-bytes", "1000"),
+        ("models load missing", "models", "--load", "/nonexistent/ckpt"),
+        ("models load truncated", "models", "--load", str(ckpts["truncated"])),
+        ("models load empty", "models", "--load", str(ckpts["empty"])),
+        ("models load garbage", "models", "--load", str(ckpts["garbage"])),
+        ("ingest into non-duckdb", "ingest", str(c.work), "--store", "/etc/hostname"),
+        ("ingest missing dir", "ingest", "/nonexistent/run", "--store", "s.duckdb"),
+        ("report non-duckdb", "report", "--store", "/etc/hostname"),
+        ("report foreign duckdb", "report", "--store", str(foreign)),
+        ("report missing store", "report", "--store", "/nonexistent/x.duckdb"),
+        ("live unknown device", "live", "--device", "nosuch"),
+        ("live missing dir", "live", "--dir", "/nonexistent/run"),
+        ("status unknown device", "status", "--device", "nosuch"),
+        ("status unreachable device", "status", "--device", "away"),
+        ("collect unknown device", "collect", "--device", "nosuch"),
+        ("collect unreachable device", "collect", "--device", "away"),
+        ("deploy unknown device", "deploy", "--device", "nosuch", "--methods", "sgd"),
+        ("deploy path device name", "deploy", "--device", "../../escape", "--methods", "sgd"),
+        ("deploy absolute device name", "deploy", "--device", "/abs-name", "--methods", "sgd"),
+        ("deploy unreachable device", "deploy", "--device", "away", "--methods", "sgd"),
+        ("deploy unknown method", "deploy", "--device", "away", "--methods", "adamww"),
+        ("unknown command", "benchh"),
+        ("unknown option", "bench", "--stepz", "3"),
+    ]
+    c.cases = cases
+
+
+def hostile_listings(c: Campaign) -> None:
+    sha = "0" * 64
+    shapes = [("run id ..", "../../../../" + str(ESCAPES[0]).lstrip("/"), "f"),
+              ("file name ..", "ok", "../../../../../../" + str(ESCAPES[0]).lstrip("/")),
+              ("absolute file name", "ok", str(ESCAPES[1])),
+              ("hidden run id", ".x", "f"),
+              ("separator in run id", "a/b", "f")]
+    for label, rid, fname in shapes:
+        listing = {"root": str(c.work / "dev"), "sweeps": {"s1": {"state": None, "runs": {rid: {fname: {"size": 1, "sha256": sha}}}}}}
+        fake = c.work / "fake-python"
+        fake.write_text(f"#!/bin/sh\ncat <<'EOF'\n{json.dumps(listing)}\nEOF\n")
+        fake.chmod(0o755)
+        c.inventory({"evil": {"profile": "local", "kind": "local", "python": str(fake), "workdir": str(c.work / "dev")}})
+        c.cli(f"collect hostile listing: {label}", "collect", "--device", "evil")
+    listing = {"root": 5, "sweeps": []}
+    (c.work / "fake-python").write_text(f"#!/bin/sh\necho '{json.dumps(listing)}'\n")
+    c.cli("collect malformed listing", "collect", "--device", "evil")
+
+
+def signals(c: Campaign) -> None:
+    """Ctrl-C (once, twice), SIGTERM to bench; kill -9 of a worker and of a supervisor."""
+    for label, sig, times in (("Ctrl-C once", signal.SIGINT, 1), ("Ctrl-C twice", signal.SIGINT, 2),
+                              ("SIGTERM", signal.SIGTERM, 1)):
+        before = set((c.home / "runs").glob("*"))
+        proc = c.start([PY, "-m", "edgebench.cli", "bench", "--methods", "sgd,adamw", "--steps", "100000",
+                        "--text-length", "16"])
+        wait_for(lambda: stepping_new(c, before))
+        for _ in range(times):
+            os.killpg(proc.pid, sig)
+            time.sleep(0.3)
+        out, _ = proc.communicate(timeout=120)
+        c.record(f"bench {label}", proc.returncode, out)
+    for label, target in (("kill -9 worker", "worker"), ("kill -9 supervisor", "supervisor")):
+        before = set((c.home / "runs").glob("*"))
+        proc = c.start([PY, "-m", "edgebench.cli", "bench", "--methods", "sgd", "--steps", "100000", "--text-length", "16"])
+        wait_for(lambda: stepping_new(c, before))
+        supervisor = int(subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()[0])
+        worker = int(subprocess.run(["pgrep", "-P", str(supervisor)], capture_output=True, text=True).stdout.split()[0])
+        os.kill(worker if target == "worker" else supervisor, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=120)
+        c.record(f"bench {label}", 0 if proc.returncode == 0 else proc.returncode, out, error_expected=False)
+
+
+def stepping_new(c: Campaign, before: set) -> bool:
+    return any(stepping(d) for d in set((c.home / "runs").glob("*")) - before if d.is_dir())
+
+
+def sweeps(c: Campaign) -> None:
+    """A killed sweep restarted; a sweep on a full disk; a sweep stopped by SIGTERM; two collects."""
+    dev = c.home / "runs" / "device-work"  # device work dirs live inside runs/ too: all writes are there
+    sweep = dev / "sweeps" / "s1"
+    (sweep / "specs").mkdir(parents=True)
+    tiny(run_id="a", steps=100_000).save(sweep / "specs" / "00-a.json")
+    tiny(run_id="b", method="adamw").save(sweep / "specs" / "01-b.json")
+    proc = c.start([PY, "-m", "edgebench.runner.sweep", str(sweep)])
+    wait_for(lambda: stepping(sweep))
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=30)
+    spec = RunSpec.load(sweep / "specs" / "00-a.json")
+    spec.steps = 2
+    spec.save(sweep / "specs" / "00-a.json")
+    done = subprocess.run([PY, "-m", "edgebench.runner.sweep", str(sweep)], env=c.env, capture_output=True, text=True)
+    c.record("sweep killed then resumed", done.returncode, done.stdout + done.stderr, error_expected=False)
+
+    mount = c.home / "runs" / "tmpfs"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], check=True)
+    try:
+        full = mount / "sweeps" / "s2"
+        (full / "specs").mkdir(parents=True)
+        tiny(run_id="c", steps=1_000_000).save(full / "specs" / "00-c.json")
+        tiny(run_id="d").save(full / "specs" / "01-d.json")
+        st = os.statvfs(mount)
+        (mount / "filler").write_bytes(b"x" * (st.f_bavail * st.f_frsize - 600 * 1024))
+        done = subprocess.run([PY, "-m", "edgebench.runner.sweep", str(full)], env=c.env, capture_output=True, text=True)
+        c.record("sweep on a full disk", done.returncode, done.stdout + done.stderr)
+        (mount / "filler").unlink()
+        state = json.loads((full / "sweep.json").read_text())
+        c.rows[-1]["detail"] = f"{state['state']}: {state.get('why')}"
+        c.check_dirs(full / "runs")
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+    term = dev / "sweeps" / "s3"
+    (term / "specs").mkdir(parents=True)
+    tiny(run_id="e", steps=100_000).save(term / "specs" / "00-e.json")
+    proc = c.start([PY, "-m", "edgebench.runner.sweep", str(term)])
+    wait_for(lambda: stepping(term))
+    os.kill(proc.pid, signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    c.record("sweep SIGTERM", proc.returncode, out)
+
+    c.inventory({"box": {"profile": "local", "kind": "local", "workdir": str(dev)}})
+    procs = [c.start([PY, "-m", "edgebench.cli", "collect", "--device", "box"]) for _ in range(2)]
+    for i, p in enumerate(procs):
+        out, _ = p.communicate(timeout=300)
+        c.record(f"concurrent collect {i + 1}", p.returncode, out, error_expected=False)
+        if p.returncode != 0:
+            c.rows[-1]["exit0_on_error"] = True  # a collect of good runs must succeed: count it as a failure
+    c.inventory({"box": {"profile": "local", "kind": "local", "workdir": str(dev)}})
+    c.cli("status of a stopped and an interrupted sweep", "status", "--device", "box")
+    c.rows[-1]["exit0_on_error"] = False  # every device answered: exit 0 is right
+
+
+def run_dirs(root: Path) -> list[Path]:
+    return sorted({p.parent for p in root.rglob("spec.json") if p.parent.name != "specs"})
+
+
+def corrupted(run_dir: Path) -> bool:
+    try:
+        json.loads((run_dir / "result.json").read_text())
+    except (OSError, ValueError):
+        return (run_dir / "result.json").exists()
+    return any(read_trace(run_dir / name).bad_lines for name in ("events.jsonl", "samples.jsonl")
+               if (run_dir / name).exists())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--keep", action="store_true", help="Keep the workspace and print its path.")
+    parser.add_argument("--skip-faults", action="store_true", help="Only the bad inputs (fast).")
+    args = parser.parse_args()
+    for path in ESCAPES:
+        subprocess.run(["rm", "-rf", str(path)], check=False)
+    work = Path(tempfile.mkdtemp(prefix="edgebench-faults-"))
+    c = Campaign(work)
+    prepare_user_errors(c)
+    before = {p for p in work.rglob("*") if p.is_file()}
+    t0 = time.monotonic()
+    user_errors(c)
+    hostile_listings(c)
+    if not args.skip_faults:
+        signals(c)
+        sweeps(c)
+    after = {p for p in work.rglob("*") if p.is_file()}
+    outside = sorted(p for p in after - before if not p.is_relative_to(c.home / "runs") and p.parent != work)
+    outside += [p for p in ESCAPES if p.exists()]
+    dirs = run_dirs(c.home / "runs")
+    no_result = [d for d in dirs if not (d / "result.json").exists()] + c.extra_dirs  # tmpfs: checked before unmount
+    bad = [d for d in dirs if corrupted(d)]
+    counts = {
+        "cases": len(c.rows),
+        "tracebacks": sum(r["traceback"] for r in c.rows),
+        "exit 0 on error": sum(r["exit0_on_error"] for r in c.rows),
+        "run directories": len(dirs),
+        "runs without result.json": len(no_result),
+        "corrupted run directories": len(bad),
+        "host writes outside runs/": len(outside),
+    }
+    for r in c.rows:
+        flag = " <-- TRACEBACK" if r["traceback"] else " <-- EXIT 0" if r["exit0_on_error"] else ""
+        print(f"  rc={r['rc']!s:>4}  {r['case']}{'  (' + r['detail'] + ')' if r.get('detail') else ''}{flag}")
+    for label, items in (("without result.json", no_result), ("corrupted", bad), ("written outside runs/", outside)):
+        for item in items:
+            print(f"  {label}: {item}")
+    print(f"campaign: {time.monotonic() - t0:.0f} s")
+    for key, value in counts.items():
+        print(f"{key}: {value}")
+    if args.keep:
+        print(f"workspace: {work}")
+    else:
+        subprocess.run(["rm", "-rf", str(work)], check=False)
+    return 0 if all(v == 0 for k, v in counts.items() if k not in ("cases", "run directories")) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
