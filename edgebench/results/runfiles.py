@@ -19,6 +19,7 @@ from edgebench.telemetry.trace import read_trace
 
 
 TAIL_BYTES = 1 << 16
+INTEGER_SUFFIXES = ("_bytes", "_ns", "_us", "_kills", "_flags", "_count")  # the store keeps these as BIGINT
 
 
 @dataclass
@@ -79,13 +80,14 @@ NESTED = ("STRUCT", "MAP", "[]", "UNION", "JSON")
 
 @dataclass
 class SampleScan:
-    """How DuckDB reads one samples.jsonl: every key any line has, with the type DuckDB
-    detected (JSON for nested values and for keys that first appear past its sample)."""
+    """How DuckDB reads one samples.jsonl: the keys with the type to read each as (JSON for
+    nested values and, in a full scan, for every key but t_ns)."""
 
     path: Path
     columns: dict[str, str]
     truncated_last_line: bool
     nested: set[str]  # keys whose values are objects or lists (stored as JSON text)
+    key_mentions: int | None = None  # `":` in the file's whole lines: one per key, if nothing is nested
 
     def source(self) -> str:
         """A read_json call over the file; unreadable lines come back as rows of NULLs (counted)."""
@@ -94,28 +96,49 @@ class SampleScan:
                 f"ignore_errors=true)")
 
 
-def scan_samples(con: Any, path: Path) -> SampleScan | None:
+def _count(path: Path, needle: bytes) -> int:
+    """Occurrences of a two-byte needle in a file, read in chunks."""
+    total, last = 0, b""
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 24):
+            total += (last + chunk[:1]).count(needle) + chunk.count(needle)
+            last = chunk[-1:]
+    return total
+
+
+def scan_samples(con: Any, path: Path, full: bool = False) -> SampleScan | None:
     """The read plan for a samples.jsonl (None when there is none or it is empty).
 
     DuckDB parses the file itself, in parallel, straight into the store: several times
-    faster than parsing in Python or Arrow first. Its type detection looks at the first
-    lines only, so the keys of every line are listed too.
+    faster than parsing in Python or Arrow first. Its type detection reads the first lines
+    only. The quick plan reads the keys it saw (numbers as DOUBLE, or BIGINT by name as
+    the store keeps them) and counts the file's `":` so the store can check afterwards that
+    every key of every line arrived; `full` lists every line's keys and reads each as JSON
+    (the store falls back to it when the check fails: a key first seen late, a type that
+    changes, nested values).
     """
     if not path.exists() or path.stat().st_size == 0:
         return None
     tail = _tail(path).strip()
+    truncated = bool(tail) and not _is_json_object(tail)
     source = f"{_literal(str(path))}, format='newline_delimited', ignore_errors=true"
     detected = {row[0]: row[1] for row in con.execute(f"DESCRIBE SELECT * FROM read_json({source})").fetchall()}
-    keys = [row[0] for row in con.execute(
-        f"SELECT DISTINCT unnest(json_keys(json)) FROM read_ndjson_objects({source}) "
-        "WHERE json_type(json) = 'OBJECT'").fetchall()]
+    nested = {k for k, t in detected.items() if any(n in t for n in NESTED)}
+    if full:
+        keys = [row[0] for row in con.execute(
+            f"SELECT DISTINCT unnest(json_keys(json)) FROM read_ndjson_objects({source}) "
+            "WHERE json_type(json) = 'OBJECT'").fetchall()]
+        columns = {k: "JSON" for k in sorted(keys)}
+        mentions = None
+    else:
+        keys = list(detected)
+        columns = {k: "JSON" if k in nested else t if t in ("VARCHAR", "BOOLEAN") else
+                   "BIGINT" if k.endswith(INTEGER_SUFFIXES) else "DOUBLE" for k, t in detected.items()}
+        mentions = None if nested else _count(path, b'":') - (tail.count(b'":') if truncated else 0)
     if "t_ns" not in keys:
         raise ValueError(f"{path}: sample lines have no t_ns field (device monotonic ns); is this a samples.jsonl?")
-    nested = {k for k in keys if k in detected and any(n in detected[k] for n in NESTED)}
-    columns = {k: "JSON" if k not in detected or k in nested else detected[k]
-               for k in ["t_ns"] + sorted(set(keys) - {"t_ns"})}
-    columns["t_ns"] = "BIGINT"
-    return SampleScan(path, columns, bool(tail) and not _is_json_object(tail), nested)
+    columns = {"t_ns": "BIGINT", **{k: v for k, v in columns.items() if k != "t_ns"}}
+    return SampleScan(path, columns, truncated, nested, mentions)
 
 
 def _is_json_object(raw: bytes) -> bool:

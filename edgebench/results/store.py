@@ -25,10 +25,9 @@ import pyarrow as pa
 from edgebench.results import DEFAULT_STORE
 from edgebench.results.alignment import Alignment, align_run
 from edgebench.results.external import CsvMapping, read_power_csv
-from edgebench.results.runfiles import RunFiles, SampleScan, read_run_dir, scan_samples
+from edgebench.results.runfiles import INTEGER_SUFFIXES, RunFiles, SampleScan, read_run_dir, scan_samples
 
 UNLIMITED_BYTES = 1 << 60  # cgroup "max" reads as ~2^63: no limit
-INTEGER_SUFFIXES = ("_bytes", "_ns", "_us", "_kills", "_flags", "_count")
 NUMERIC_TYPES = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
                  "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE"}
 
@@ -238,10 +237,33 @@ class Store:
 
     def _insert_samples(self, path: Path, device: str, run_id: str) -> SampleCounts:
         """DuckDB reads samples.jsonl straight into `samples` (new fields add columns first);
-        lines it cannot parse are counted and dropped."""
+        lines it cannot parse are counted and dropped. When the quick plan did not account
+        for every key in the file, the run's rows are read again with the full plan."""
         scan = scan_samples(self.con, path)
         if scan is None:
             return SampleCounts()
+        key = [device, run_id]
+        self._insert_scan(scan, device, run_id)
+        if scan.key_mentions is None or self._values_read(scan, key) != scan.key_mentions:
+            self.con.execute("DELETE FROM samples WHERE device = ? AND run_id = ?", key)
+            scan = scan_samples(self.con, path, full=True)
+            self._insert_scan(scan, device, run_id)
+        unread = self.con.execute("SELECT count(*) FROM samples WHERE device = ? AND run_id = ? AND t_ns IS NULL",
+                                  key).fetchone()[0]
+        if unread:
+            self.con.execute("DELETE FROM samples WHERE device = ? AND run_id = ? AND t_ns IS NULL", key)
+        count, limit = self.con.execute(
+            "SELECT count(*), " + ("min(cgroup_limit_bytes)" if "cgroup_limit_bytes" in scan.columns else "NULL")
+            + " FROM samples WHERE device = ? AND run_id = ?", key).fetchone()
+        return SampleCounts(count, max(0, unread - int(scan.truncated_last_line)), scan.truncated_last_line,
+                            int(limit) if limit is not None and limit < UNLIMITED_BYTES else None)
+
+    def _values_read(self, scan: SampleScan, key: list[str]) -> int:
+        """How many key/value pairs of the file arrived (one per non-null cell)."""
+        counts = " + ".join(f"count({_quote(c)})" for c in scan.columns)
+        return self.con.execute(f"SELECT {counts} FROM samples WHERE device = ? AND run_id = ?", key).fetchone()[0]
+
+    def _insert_scan(self, scan: SampleScan, device: str, run_id: str) -> None:
         existing = self._column_types("samples")
         for name, source_type in scan.columns.items():
             if name not in existing:
@@ -260,16 +282,6 @@ class Store:
         self.con.execute("SET preserve_insertion_order = false")  # readers sort by t_ns; ~20% less CPU
         self.con.execute(f"INSERT INTO samples BY NAME SELECT $device AS device, $run_id AS run_id, {', '.join(select)} "
                          f"FROM {scan.source()}", {"device": device, "run_id": run_id})
-        key = [device, run_id]
-        unread = self.con.execute("SELECT count(*) FROM samples WHERE device = ? AND run_id = ? AND t_ns IS NULL",
-                                  key).fetchone()[0]
-        if unread:
-            self.con.execute("DELETE FROM samples WHERE device = ? AND run_id = ? AND t_ns IS NULL", key)
-        count, limit = self.con.execute(
-            "SELECT count(*), " + ("min(cgroup_limit_bytes)" if "cgroup_limit_bytes" in scan.columns else "NULL")
-            + " FROM samples WHERE device = ? AND run_id = ?", key).fetchone()
-        return SampleCounts(count, max(0, unread - int(scan.truncated_last_line)), scan.truncated_last_line,
-                            int(limit) if limit is not None and limit < UNLIMITED_BYTES else None)
 
     def _insert_run_row(self, files: RunFiles, device: str, run_id: str, raw_dir: str | None,
                         samples: SampleCounts) -> None:
