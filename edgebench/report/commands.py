@@ -33,7 +33,7 @@ def open_store(path: Path):
 @click.option("--model", help="Only runs of this model config.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="term", show_default=True,
               help="term: tables in the terminal; html: one self-contained file; png: one file per figure; "
-                   "csv/json: one row per run.")
+                   "csv/json: one row per run (json adds the configurations).")
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json (for scripts).")
 @click.option("--out", type=click.Path(path_type=Path),
               help="Output file (html, csv, json) or folder (png). Defaults: report.html, report/, stdout.")
@@ -44,10 +44,12 @@ def open_store(path: Path):
 @click.option("--baseline", default="sgd", show_default=True, help="The method --study compares against.")
 def report_command(store_path: Path, device: str | None, model: str | None, fmt: str, as_json: bool,
                    out: Path | None, study: bool, baseline: str) -> None:
-    """Report the runs in the store: a table per run (peak memory, step time, throughput,
-    energy, power, temperature, loss), the Pareto frontier of memory against time per
-    step for each device and model (energy as colour, device RAM as a line), memory and
-    power/temperature timelines per run, and a comparison across devices.
+    """Report the runs in the store: per device, one row per configuration with its key
+    figures (model, method, backend, status, n, peak memory (kernel), time per step,
+    energy per step, loss first->last) laid out to fit the terminal; the Pareto frontier
+    of memory against time per step for each device and model (energy as colour, device
+    RAM as a line, error bars), memory and power/temperature timelines per run, and a
+    comparison across devices.
 
     Repeats of a configuration (device, model, method, backend, batch) fold into one
     row: each figure is the median of its runs with [min-max] and n. A run that other
