@@ -1,13 +1,16 @@
-"""Where each runtime stands: eager vs ExecuTorch (portable, XNNPACK) vs ONNX Runtime.
+"""Where each runtime stands: eager vs ExecuTorch (runtime kernels, XNNPACK) vs ONNX Runtime.
 
 For each model: export time, file sizes and planned memory (from the manifests), then
 median step time and peak RSS (the kernel's VmHWM of a fresh process per run) from
 one interleaved run: every round starts one process per variant in turn, so load from
 other work hits all variants alike. Figures are printed as ratios to eager too.
-Method: SGD (the update every runtime has), batch 1, short text.
+Methods: SGD and AdamW (the updates every runtime has), batch 1, short text. Each row
+names its lowering (from the export manifest): `executorch` is the default lowering
+(the runtime's kernels on `linear` without weight transposes), `executorch-xnnpack` the
+XNNPACK-delegated one.
 
-    .venv/bin/python bench/backends.py                       # tiny
-    .venv/bin/python bench/backends.py --models tiny,nanovlm-222m --rounds 1 --steps 3
+    .venv/bin/python bench/backends.py                       # tiny, SGD and AdamW
+    .venv/bin/python bench/backends.py --models tiny,nanovlm-222m --methods sgd --rounds 3 --steps 3
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ print(json.dumps({"setup_s": setup_s, "step_s": times, "losses": losses,
 """
 
 
-def export_variants(model: str, text_length: int, variants: list[str]) -> dict[str, dict]:
+def export_variants(model: str, method: str, text_length: int, variants: list[str]) -> dict[str, dict]:
     from exporters.manifest import ExportRequest
     from exporters.pipeline import export
 
@@ -69,10 +72,10 @@ def export_variants(model: str, text_length: int, variants: list[str]) -> dict[s
         _, backend, delegate = VARIANTS[name]
         if backend is None:
             continue
-        request = ExportRequest(model=model, method="sgd", backend=backend, delegate=delegate,
+        request = ExportRequest(model=model, method=method, backend=backend, delegate=delegate,
                                 text_length=text_length)
         started = time.perf_counter()
-        result = export(request, on_stage=lambda s, n=name: print(f"  [{model} {n}] {s}", file=sys.stderr))
+        result = export(request, on_stage=lambda s, n=name: print(f"  [{model} {method} {n}] {s}", file=sys.stderr))
         out[name] = {"directory": str(result.directory), "manifest": result.manifest, "cached": result.cached,
                      "wall_s": time.perf_counter() - started}
     return out
@@ -86,21 +89,21 @@ def run_child(spec: dict, facts: dict) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def bench_model(model: str, variants: list[str], rounds: int, steps: int, warmup: int, text_length: int,
-                threads: int | None = None) -> dict:
+def bench_model(model: str, method: str, variants: list[str], rounds: int, steps: int, warmup: int,
+                text_length: int, threads: int | None = None) -> dict:
     from edgebench.model.config import get_config
 
     cfg = get_config(model)
     facts = {"lm_vocab_size": cfg.lm_vocab_size, "vit_img_size": cfg.vit_img_size}
-    exports = export_variants(model, text_length, variants)
+    exports = export_variants(model, method, text_length, variants)
     runs: dict[str, list[dict]] = {v: [] for v in variants}
     for round_index in range(rounds):
         for name in variants:  # interleaved: one process per variant per round
             runtime = VARIANTS[name][0]
-            spec = {"model": model, "method": "sgd", "backend": runtime, "text_length": text_length,
+            spec = {"model": model, "method": method, "backend": runtime, "text_length": text_length,
                     "warmup_steps": warmup, "steps": steps, "threads": threads,
                     "program": exports.get(name, {}).get("directory")}
-            print(f"  [{model}] round {round_index + 1}/{rounds}: {name}", file=sys.stderr)
+            print(f"  [{model} {method}] round {round_index + 1}/{rounds}: {name}", file=sys.stderr)
             runs[name].append(run_child(spec, facts))
     rows = {}
     for name in variants:
@@ -116,12 +119,18 @@ def bench_model(model: str, variants: list[str], rounds: int, steps: int, warmup
             "export_cached": exports.get(name, {}).get("cached"),
             "file_bytes": sum(f["bytes"] for f in manifest.get("files", {}).values()) or None,
             "planned_memory_bytes": manifest.get("planned_memory_bytes"),
+            "lowering": manifest.get("lowering"),
+            "losses": [r["losses"] for r in ok],
         }
     eager = rows.get("eager", {})
     for row in rows.values():
         for key in ("median_step_s", "peak_rss_bytes"):
             base, value = eager.get(key), row[key]
             row[f"{key}_vs_eager"] = round(value / base, 3) if base and value else None
+        # Same spec, same batches: every step's loss against eager's (relative).
+        base, mine = (eager.get("losses") or [None])[0], (row["losses"] or [None])[0]
+        row["max_loss_rel_diff"] = (max(abs(x - y) / abs(y) for x, y in zip(mine, base))
+                                    if base and mine else None)
     return rows
 
 
@@ -129,10 +138,10 @@ def render(results: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    for model, rows in results.items():
-        table = Table(title=f"{model}: SGD, batch 1 (ratios to eager from one interleaved run)")
+    for title, rows in results.items():
+        table = Table(title=f"{title}, batch 1 (ratios to eager from one interleaved run)")
         for col in ("variant", "step s", "x eager", "peak RSS MiB", "x eager", "export s", "files MiB",
-                    "planned MiB", "loss[0]"):
+                    "planned MiB", "loss[0]", "loss vs eager"):
             table.add_column(col, justify="left" if col == "variant" else "right")
 
         def fmt(value, scale=1.0, digits=3):
@@ -143,13 +152,15 @@ def render(results: dict) -> None:
                           fmt(r["peak_rss_bytes"], 2**20, 0), fmt(r["peak_rss_bytes_vs_eager"], digits=2),
                           fmt(r["export_time_s"], digits=1), fmt(r["file_bytes"], 2**20, 1),
                           fmt(r["planned_memory_bytes"], 2**20, 1),
-                          r["error"] or ("-" if not r["first_losses"] else f"{r['first_losses'][0]:.4f}"))
+                          r["error"] or ("-" if not r["first_losses"] else f"{r['first_losses'][0]:.4f}"),
+                          "-" if r["max_loss_rel_diff"] is None else f"{r['max_loss_rel_diff']:.1e}")
         Console().print(table)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="tiny")
+    parser.add_argument("--methods", default="sgd,adamw", help="Comma-separated: sgd, adamw.")
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=5)
@@ -163,8 +174,9 @@ def main() -> None:
     unknown = set(variants) - set(VARIANTS)
     if unknown:
         parser.error(f"unknown variant(s) {sorted(unknown)}; choose from {', '.join(VARIANTS)}")
-    results = {m: bench_model(m, variants, args.rounds, args.steps, args.warmup, args.text_length, args.threads)
-               for m in args.models.split(",")}
+    results = {f"{m} {method}": bench_model(m, method, variants, args.rounds, args.steps, args.warmup,
+                                            args.text_length, args.threads)
+               for m in args.models.split(",") for method in args.methods.split(",")}
     render(results)
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(results, indent=2) + "\n")

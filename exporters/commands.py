@@ -166,7 +166,8 @@ def _print_profile(console, report: dict) -> None:
         if split:
             memory.add_row(name, *("-" if split.get(k) is None else f"{split[k] / 2**20:,.0f}" for k in keys))
     console.print(memory)
-    console.print("  gradients live inside the ExecuTorch planned arena; eager's activations are in its remainder")
+    console.print("  ExecuTorch's planned arena holds its trainable weights, gradients and activations; "
+                  "eager's activations are in its remainder")
 
 
 COMMANDS = [export_command]

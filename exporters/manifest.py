@@ -28,8 +28,9 @@ DELEGATES = ("xnnpack",)
 _LIBRARIES = ("torch", "executorch", "onnx", "onnxruntime-training-cpu", "numpy", "edgebench")
 # Source files whose code shapes the exported program (a change there re-exports), and
 # per backend its own lowering code (editing one runtime's exporter keeps the other's cache).
-_SOURCES = ("edgebench/model/*.py", "edgebench/methods/knobs.py", "edgebench/methods/subsets.py",
-            "exporters/manifest.py", "exporters/pipeline.py")
+_SOURCES = ("edgebench/model/[!c]*.py", "edgebench/model/config.py", "edgebench/methods/knobs.py",
+            "edgebench/methods/subsets.py", "exporters/manifest.py", "exporters/pipeline.py")
+_CHECKPOINT_SOURCES = ("edgebench/model/checkpoint.py",)  # only when the model is a checkpoint folder
 _BACKEND_SOURCES = {"executorch": ("exporters/executorch.py",), "onnxruntime": ("exporters/onnxruntime.py",)}
 
 
@@ -79,7 +80,7 @@ class ExportRequest:
             "format": FORMAT,
             "request": self.to_dict(),
             "versions": library_versions(),
-            "source": source_fingerprint(self.backend),
+            "source": source_fingerprint(self.backend, checkpoint=Path(self.model).expanduser().is_dir()),
             "checkpoint": checkpoint_fingerprint(self.model),
         }
         return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
@@ -99,12 +100,12 @@ def _repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
 
 
-def source_fingerprint(backend: str) -> str:
+def source_fingerprint(backend: str, checkpoint: bool = False) -> str:
     """sha256 over the .py files that shape `backend`'s program (model, trainable subsets,
-    the pipeline and that backend's exporter)."""
+    the pipeline and that backend's exporter; the checkpoint reader for checkpoint models)."""
     digest = hashlib.sha256()
     root = _repo_root()
-    for pattern in _SOURCES + _BACKEND_SOURCES[backend]:
+    for pattern in _SOURCES + _BACKEND_SOURCES[backend] + (_CHECKPOINT_SOURCES if checkpoint else ()):
         for path in sorted(root.glob(pattern)):
             digest.update(str(path.relative_to(root)).encode())
             digest.update(path.read_bytes())

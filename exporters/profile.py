@@ -173,13 +173,23 @@ def _memory(manifest: dict[str, Any], run: dict[str, Any], runtime: str) -> dict
     out = {"peak_rss": run["peak_rss_bytes"], "imports": run["imports_rss_bytes"], "weights": weights,
            "gradients": gradients, "optimizer_state": state}
     known = run["imports_rss_bytes"] + weights + (state or 0)
-    if runtime == "executorch":
+    if runtime == "executorch" and manifest.get("program") == "forward-backward":
+        # The runtime keeps trainable weights in the plan (initialised from the .pte, whose
+        # constant pages it then drops); frozen ones stay constants of the mapped .pte.
+        planned = manifest.get("planned_memory_bytes") or 0
+        trainable = 4 * facts["trainable_elements"]
+        out["planned_arena"] = planned
+        out["activations_in_arena_estimate"] = max(planned - trainable - gradients, 0)
+        out["remainder"] = run["peak_rss_bytes"] - (known - trainable) - planned
+        out["note"] = ("planned_arena holds the trainable weights, the gradients and every "
+                       "activation/temporary; remainder = peak - imports - frozen weights - "
+                       "optimizer state - arena")
+    elif runtime == "executorch":
         planned = manifest.get("planned_memory_bytes") or 0
         out["planned_arena"] = planned
-        out["activations_in_arena_estimate"] = max(planned - gradients, 0)
+        out["activations_in_arena_estimate"] = planned
         out["remainder"] = run["peak_rss_bytes"] - known - planned
-        out["note"] = ("planned_arena holds the gradients and every activation/temporary; "
-                       "remainder = peak - imports - weights - optimizer state - arena")
+        out["note"] = "forward-only program: weights are inputs held by Python; the arena is activations"
     else:
         out["remainder"] = run["peak_rss_bytes"] - known - gradients
         out["note"] = "remainder = activations, allocator caches and runtime (peak - the rest)"

@@ -7,6 +7,7 @@ The XNNPACK form runs on a small conv+linear stand-in by default (EDGEBENCH_FULL
 from __future__ import annotations
 
 import copy
+import json
 import os
 
 import numpy as np
@@ -55,7 +56,7 @@ def _train_side_by_side(module, reference, inputs, steps, lr=0.05):
     from executorch.extension.training import get_sgd_optimizer
 
     optimizer = torch.optim.SGD(reference.parameters(), lr=lr)
-    sgd = None
+    sgd, losses = None, []
     for step in range(steps):
         loss = float(module.forward_backward("forward", inputs)[0])
         sgd = sgd or get_sgd_optimizer(module.named_parameters(), lr)
@@ -65,7 +66,8 @@ def _train_side_by_side(module, reference, inputs, steps, lr=0.05):
         expected.backward()
         optimizer.step()
         assert loss == pytest.approx(expected.item(), rel=1e-4), f"step {step}"
-    return loss
+        losses.append(loss)
+    return losses
 
 
 def _et_module(result):
@@ -81,14 +83,14 @@ def test_executorch_sgd_matches_eager_losses_and_parameters(et_sgd):
     model, batch = _eager(et_sgd)
     inputs = tuple(to_torch(batch)[k] for k in ("input_ids", "images", "labels"))
     module = _et_module(et_sgd)
-    loss = _train_side_by_side(module, model, inputs, STEPS)
+    losses = _train_side_by_side(module, model, inputs, STEPS)
     eager = dict(model.named_parameters())
     program = module.named_parameters()
     assert sorted(program) == sorted(eager)
     for name, value in program.items():
         torch.testing.assert_close(value, eager[name].detach(), rtol=1e-4, atol=1e-5, msg=name)
     first = float(module.forward_backward("forward", inputs)[0])
-    assert first < loss  # the program really trained
+    assert first < losses[0]  # the program really trained
 
 
 def _losses_by_backend(spec, cfg):
@@ -127,6 +129,29 @@ def test_planned_memory_in_manifest_is_the_programs(et_sgd):
     assert manifest["versions"]["executorch"] and manifest["versions"]["torch"]
     assert [i["name"] for i in manifest["inputs"]] == ["input_ids", "images", "labels"]
     assert manifest["inputs"][0]["shape"] == [1, TEXT]
+    lowering = manifest["lowering"]  # the exact lowering, as runs record it
+    assert lowering["delegate"] == "none" and lowering["rewrites"]["use_linear"] > 0
+    assert set(manifest["export_stages_s"]) >= {"torch.export", "joint graph", "to_edge", "to_executorch"}
+
+
+def test_profile_shows_where_the_programs_step_goes(et_sgd):
+    """`edgebench export --profile`: ETDump operators, eager's operators, memory split."""
+    from exporters.profile import PROFILE, profile_export
+
+    report = profile_export(et_sgd.directory, steps=1, warmup=0)
+    et, eager = report["executorch"], report["eager"]
+    names = [op["name"] for op in et["top_ops"]]
+    assert any(n.startswith(("linear", "mm")) for n in names)  # the matmuls are measured
+    assert all(op["s_per_step"] >= 0 and op["calls_per_step"] > 0 for op in et["top_ops"])
+    assert any(op["name"] in ("aten::mm", "aten::addmm", "aten::linear") for op in eager["top_ops"])
+    assert et["lowering"] == et_sgd.manifest["lowering"]
+    memory = et["memory"]
+    assert memory["planned_arena"] == et_sgd.manifest["planned_memory_bytes"]
+    assert memory["gradients"] == 4 * et_sgd.manifest["model"]["trainable_elements"]
+    assert memory["planned_arena"] >= 2 * memory["gradients"]  # the plan holds trainable weights and gradients
+    assert memory["peak_rss"] > memory["imports"] + memory["weights"]
+    assert report["step_vs_eager"] > 0
+    assert json.loads((et_sgd.directory / PROFILE).read_text())["key"] == et_sgd.manifest["key"]
 
 
 def test_cache_hits_on_a_repeated_request(et_sgd, tmp_path):

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from edgebench.backends import et_optimizers
 from edgebench.backends.program import check_batch, open_program
 from edgebench.methods import optim, parse_method
 
@@ -27,10 +28,11 @@ def _as_inputs(batch: dict[str, Any]) -> tuple[torch.Tensor, ...]:
     return tuple(torch.as_tensor(batch[k]) for k in ("input_ids", "images", "labels"))
 
 
-def clip_gradients(grads: list[torch.Tensor], max_norm: float) -> None:
-    """torch.nn.utils.clip_grad_norm_ on gradient tensors themselves (it reads `.grad`)."""
+def clip_gradients(grads: list[torch.Tensor], max_norm: float, scale: float = 1.0) -> None:
+    """torch.nn.utils.clip_grad_norm_ on gradient tensors themselves (it reads `.grad`),
+    times `scale` in the same pass (one sweep over the gradients instead of two)."""
     total = torch.nn.utils.get_total_norm(grads)
-    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0) * scale
     torch._foreach_mul_(grads, coef)
 
 
@@ -53,8 +55,11 @@ class ProgramUpdate:
         return [(lr, names) for lr, names in groups if names]
 
     def step(self, params: dict[str, torch.Tensor], grads: dict[str, torch.Tensor]) -> None:
-        clip_gradients(list(grads.values()), optim.MAX_GRAD_NORM)
-        if self.optimizer == "sgd":
+        # Plain SGD is linear in the gradient: scaling it by the schedule applies it exactly.
+        sgd = self.optimizer == "sgd"
+        scale = optim.lr_factor(self.steps_done, self.total_steps) if sgd else 1.0
+        clip_gradients(list(grads.values()), optim.MAX_GRAD_NORM, scale)
+        if sgd:
             self._runtime_sgd(params, grads)
         else:
             self._torch_step(params, grads)
@@ -66,10 +71,8 @@ class ProgramUpdate:
         if self.runtime_sgd is None:
             self.runtime_sgd = [(get_sgd_optimizer({n: params[n] for n in names}, lr), names)
                                 for lr, names in self._groups(params)]
-        # Plain SGD is linear in the gradient: scaling it applies the schedule exactly.
-        factor = optim.lr_factor(self.steps_done, self.total_steps)
         for sgd, names in self.runtime_sgd:
-            sgd.step({n: grads[n].mul_(factor) for n in names})
+            sgd.step({n: grads[n] for n in names})
 
     def _torch_step(self, params, grads) -> None:
         if self.torch_optimizer is None:
@@ -124,6 +127,7 @@ class ExecutorchBackend:
     def __init__(self, etdump: bool = False) -> None:
         self.module = None
         self.update: ProgramUpdate | None = None
+        self.stepper = None
         self.mezo = None
         self.manifest: dict[str, Any] = {}
         self.etdump = etdump  # ExecuTorch's per-operator profile (`edgebench export --profile`)
@@ -154,7 +158,7 @@ class ExecutorchBackend:
             _unsafe_reset_threadpool(spec.threads)  # XNNPACK's and the kernels' pool
         method = parse_method(spec.method)
         directory, self.manifest = open_program(spec, self.name, method.knobs())
-        check_batch(self.manifest, example_batch, directory)
+        check_batch(self.manifest, et_optimizers.first_micro_batch(example_batch, method.accumulation), directory)
         lr = optim.default_lr(method) if spec.lr is None else spec.lr
         total = spec.warmup_steps + spec.steps
         if method.grad_mode == "zeroth-order":
@@ -162,10 +166,13 @@ class ExecutorchBackend:
             return
         self.module = TrainingProgram(str(directory / PTE), enable_etdump=self.etdump)
         self.update = ProgramUpdate(method.optimizer, lr, total)
+        self.stepper = et_optimizers.program_stepper(method, self.module, self.update, lr, total)
 
     def step(self, batch: dict[str, Any]) -> float:
         if self.mezo is not None:
             return self.mezo.step(dict(zip(("input_ids", "images", "labels"), _as_inputs(batch))))
+        if self.stepper is not None:  # accumN, fused update, LOMO (edgebench.backends.et_optimizers)
+            return self.stepper.step(_as_inputs(batch))
         loss = self.module.forward_backward(_as_inputs(batch))
         self.update.step(self.module.named_parameters(), self.module.grads)
         return loss
@@ -177,7 +184,7 @@ class ExecutorchBackend:
         return self.module.named_parameters()
 
     def close(self) -> None:
-        self.module = self.update = self.mezo = None
+        self.module = self.update = self.mezo = self.stepper = None
 
 
 def _program_mezo(directory: Path, manifest: dict[str, Any], method: Any, lr: float, total: int,
