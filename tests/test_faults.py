@@ -338,6 +338,7 @@ def test_status_exits_non_zero_when_a_device_cannot_be_asked(tmp_path, inventory
 # --- the lab: sshd dies mid-sweep ----------------------------------------------------------
 
 @pytest.mark.lab
+@pytest.mark.slow
 def test_lab_up_after_sshd_died_keeps_the_running_sweep(tmp_path, monkeypatch):
     from edgebench.devices import lab
     from edgebench.fleet.deploy import deploy_one
@@ -363,5 +364,44 @@ def test_lab_up_after_sshd_died_keeps_the_running_sweep(tmp_path, monkeypatch):
         wait_for(lambda: gone(sweep_pid), timeout_s=30, what="the sweep to end")
         state = json.loads((Path(deployed.sweep_dir) / "sweep.json").read_text())
         assert state["state"] == "interrupted" and "SIGTERM" in state["why"]
+        _ctrl_c_during_deploy(tmp_path)
     finally:
         lab.down(purge=True)
+
+
+def _ctrl_c_during_deploy(tmp_path: Path) -> None:
+    """Ctrl-C while deploy still waits on a second device (an SSH port that never answers):
+    the sweep already started on the lab device is stopped, collected and ingested; exit 130."""
+    import socket
+
+    import yaml
+
+    from edgebench.devices.inventory import inventory_path
+
+    with socket.socket() as silent:  # accepts connections (kernel backlog) but never speaks SSH
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        entries = yaml.safe_load(inventory_path().read_text())["devices"]
+        port = silent.getsockname()[1]
+        known = Path(entries["lab-faults"]["known_hosts"]).read_text().split()
+        (tmp_path / "mute_known_hosts").write_text(f"[127.0.0.1]:{port} {known[1]} {known[2]}\n")
+        entries["mute"] = {"profile": "raspberry-pi-4-4gb", "host": "127.0.0.1", "port": port, "user": "pi",
+                           "connect_timeout_s": 40, "known_hosts": str(tmp_path / "mute_known_hosts")}
+        write_inventory(inventory_path(), entries)
+        work = Path(entries["lab-faults"]["workdir"])
+        before = set(work.glob("sweeps/*"))
+        proc = start([PY, "-m", "edgebench.cli", "deploy", "--device", "lab-faults", "--device", "mute", "--methods",
+                      "sgd", "--steps", "100000", "--text-length", "16", "--runs-dir", "runs"], cwd=tmp_path)
+        wait_for(lambda: any((d / "sweep.json").exists() for d in set(work.glob("sweeps/*")) - before),
+                 what="the new sweep to start")
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "lab-faults: interrupted" in err
+    (sweep,) = set(work.glob("sweeps/*")) - before
+    (run_dir,) = (sweep / "runs").iterdir()
+    assert json.loads((run_dir / "result.json").read_text())["status"] == "interrupted"
+    import duckdb
+
+    con = duckdb.connect(str(tmp_path / "runs" / "edgebench.duckdb"), read_only=True)
+    assert ("interrupted",) in con.execute("SELECT status FROM runs WHERE run_id = ?", [run_dir.name]).fetchall()

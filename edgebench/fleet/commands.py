@@ -58,6 +58,25 @@ def _shielded(active: bool) -> Iterator[None]:
             signal.signal(signal.SIGINT, previous)
 
 
+def _stop_started(known: dict[str, int], runs_dir: Path) -> None:
+    """After a Ctrl-C in deploy: the sweeps it had already started are stopped (their running
+    run ends `interrupted`), collected and ingested, so nothing started is left behind."""
+    from edgebench.fleet.collect import collect_device
+    from edgebench.fleet.deploy import deployments
+    from edgebench.fleet.status import stop_sweep
+
+    for name, count in known.items():
+        for record in deployments(name, runs_dir)[count:]:
+            try:
+                state = stop_sweep(name, record["sweep_dir"])
+                got = collect_device(name, None, runs_dir, runs_dir / "edgebench.duckdb")
+                _echo_err(f"{name}: interrupted: sweep {record['sweep_id']} stopped ({state.get('state')}); "
+                          f"{len(got.ingested)} runs collected and ingested")
+            except (RuntimeError, ValueError, OSError) as exc:
+                _echo_err(f"{name}: interrupted: sweep {record['sweep_id']} could not be stopped ({exc}); "
+                          f"`edgebench status --device {name}` shows it")
+
+
 def _check_request(shape: dict[str, Any], methods: list[str]) -> None:
     """Refuses a typo before any work starts (one line naming the option and the fix, exit 2)."""
     from edgebench.methods.knobs import MethodError
@@ -257,14 +276,20 @@ def deploy(devices: tuple[str, ...], shape: dict[str, Any], methods: list[str], 
     place) is acquired for the sweep: refused while someone holds it, given back if the
     deploy fails or is interrupted, else by `collect` once the sweep has ended.
     """
-    from edgebench.fleet.deploy import deploy_many
+    from edgebench.fleet.deploy import deploy_many, deployments
 
     _device_names(devices, with_local=True)  # an unknown or unsafe name is refused before any work
     if spec_files:
         specs = [RunSpec.load(path) for path in spec_files]
     else:
         specs = make_specs(methods, program=program, **shape)
-    results = deploy_many(list(devices), specs, Path(runs_dir), log=(lambda _: None) if as_json else _echo_err)
+    known = {name: len(deployments(name, Path(runs_dir))) for name in devices}
+    try:
+        results = deploy_many(list(devices), specs, Path(runs_dir), log=(lambda _: None) if as_json else _echo_err)
+    except KeyboardInterrupt:
+        with _shielded(True):
+            _stop_started(known, Path(runs_dir))
+        raise SystemExit(130) from None
     failed = {name: str(r) for name, r in results.items() if isinstance(r, Exception)}
     if as_json:
         click.echo(json.dumps({name: {"error": str(r)} if isinstance(r, Exception) else

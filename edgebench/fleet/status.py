@@ -31,3 +31,22 @@ def fleet_status(names: list[str]) -> list[dict[str, Any]]:
     """Asks every device at once."""
     with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
         return list(pool.map(device_status, names))
+
+
+def stop_sweep(name: str, sweep_dir: str, timeout_s: float = 60) -> dict[str, Any]:
+    """Sends the sweep SIGTERM (its running run ends `interrupted`, no further run starts)
+    and waits until its process is gone; returns its state as `status` reads it."""
+    import shlex
+    import time
+
+    device = get_device(name)
+    sweep_id = sweep_dir.rstrip("/").rsplit("/", 1)[-1]
+    with connect(device) as transport:
+        pid_file = shlex.quote(f"{sweep_dir}/sweep.pid")
+        transport.run(["sh", "-c", f'kill -TERM "$(cat {pid_file})" 2>/dev/null || true'], timeout=30)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            state = run_program(transport, device, sweeps, device.workdir).get(sweep_id, {})
+            if not state.get("alive") or time.monotonic() > deadline:
+                return state
+            time.sleep(0.5)
