@@ -405,3 +405,22 @@ def _ctrl_c_during_deploy(tmp_path: Path) -> None:
 
     con = duckdb.connect(str(tmp_path / "runs" / "edgebench.duckdb"), read_only=True)
     assert ("interrupted",) in con.execute("SELECT status FROM runs WHERE run_id = ?", [run_dir.name]).fetchall()
+
+
+# --- oom only with evidence ------------------------------------------------------------
+
+def test_kernel_oom_record_is_the_evidence_for_a_kill(memory_cgroup):
+    """A real OOM kill in a 64 MiB cgroup: the kernel's record names the pid, so a SIGKILL
+    without a cgroup counter still reads `oom`; with no record it reads `killed`."""
+    from edgebench.runner.supervisor import _status, kernel_oom_record
+
+    (memory_cgroup / "memory.limit_in_bytes").write_text(str(64 * 2**20))
+    procs = memory_cgroup / "cgroup.procs"
+    started = time.monotonic_ns()
+    hog = subprocess.Popen([PY, "-c", "b = [bytearray(1 << 20) for _ in range(1024)]"],
+                           preexec_fn=lambda: procs.write_text(str(os.getpid())))
+    assert hog.wait(timeout=60) == -signal.SIGKILL
+    record = kernel_oom_record(hog.pid, started)
+    assert record is not None and f"Killed process {hog.pid} " in record
+    assert _status(None, signal.SIGKILL, False, None, [], 0, record)[0] == "oom"
+    assert _status(None, signal.SIGKILL, False, None, [], 0, kernel_oom_record(os.getpid(), started))[0] == "killed"

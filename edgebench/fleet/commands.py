@@ -378,7 +378,8 @@ def status(devices: tuple[str, ...], as_json: bool) -> None:
         if not row["sweeps"]:
             click.echo(f"{row['device']}: no sweeps")
         for sweep_id, sweep in row["sweeps"].items():
-            done = sum(1 for s in sweep["runs"].values() if s not in ("running", "not started", "stopped"))
+            done = sum(1 for rid, s in sweep["runs"].items()  # a kept partial attempt is not a spec of its own
+                       if s not in ("running", "not started", "stopped") and ".attempt-" not in rid)
             why = f" ({sweep['why']})" if sweep.get("why") else ""
             click.echo(f"{row['device']}: sweep {sweep_id}: {sweep['state']}{why}, "
                        f"{done}/{len(sweep['specs'])} runs done")
