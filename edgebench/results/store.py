@@ -244,24 +244,25 @@ class Store:
             return SampleCounts()
         key = [device, run_id]
         self._insert_scan(scan, device, run_id)
-        if scan.key_mentions is None or self._values_read(scan, key) != scan.key_mentions:
+        got = self._tally(scan, key)
+        if scan.key_mentions is None or got[3] != scan.key_mentions:
             self.con.execute("DELETE FROM samples WHERE device = ? AND run_id = ?", key)
             scan = scan_samples(self.con, path, full=True)
             self._insert_scan(scan, device, run_id)
-        unread = self.con.execute("SELECT count(*) FROM samples WHERE device = ? AND run_id = ? AND t_ns IS NULL",
-                                  key).fetchone()[0]
+            got = self._tally(scan, key)
+        count, unread, limit, _ = got
         if unread:
             self.con.execute("DELETE FROM samples WHERE device = ? AND run_id = ? AND t_ns IS NULL", key)
-        count, limit = self.con.execute(
-            "SELECT count(*), " + ("min(cgroup_limit_bytes)" if "cgroup_limit_bytes" in scan.columns else "NULL")
-            + " FROM samples WHERE device = ? AND run_id = ?", key).fetchone()
         return SampleCounts(count, max(0, unread - int(scan.truncated_last_line)), scan.truncated_last_line,
                             int(limit) if limit is not None and limit < UNLIMITED_BYTES else None)
 
-    def _values_read(self, scan: SampleScan, key: list[str]) -> int:
-        """How many key/value pairs of the file arrived (one per non-null cell)."""
-        counts = " + ".join(f"count({_quote(c)})" for c in scan.columns)
-        return self.con.execute(f"SELECT {counts} FROM samples WHERE device = ? AND run_id = ?", key).fetchone()[0]
+    def _tally(self, scan: SampleScan, key: list[str]) -> tuple[int, int, int | None, int]:
+        """In one pass over the run's rows: samples read, lines unread (all NULL), the smallest
+        cgroup limit, and how many key/value pairs of the file arrived (one per non-null cell)."""
+        pairs = " + ".join(f"count({_quote(c)})" for c in scan.columns)
+        limit = "min(cgroup_limit_bytes)" if "cgroup_limit_bytes" in scan.columns else "NULL"
+        return self.con.execute(f"SELECT count(t_ns), count(*) - count(t_ns), {limit}, {pairs} FROM samples "
+                                "WHERE device = ? AND run_id = ?", key).fetchone()
 
     def _insert_scan(self, scan: SampleScan, device: str, run_id: str) -> None:
         existing = self._column_types("samples")
