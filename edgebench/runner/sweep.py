@@ -126,7 +126,12 @@ def run_sweep(sweep_dir: str | Path) -> dict[str, Any]:
     signal.signal(signal.SIGINT, on_signal)
     specs = spec_files(sweep_dir)
     for path in specs:
-        spec = RunSpec.load(path)
+        try:
+            spec = RunSpec.load(path)
+        except (OSError, ValueError, TypeError) as exc:  # a damaged spec file is that run's error, not the sweep's
+            state["runs"][path.stem] = "error"
+            state.setdefault("errors", {})[path.stem] = f"{path.name}: unreadable spec ({exc})"
+            continue
         run_id = spec.run_id or path.stem
         spec.run_id = run_id
         run_dir = sweep_dir / "runs" / run_id
