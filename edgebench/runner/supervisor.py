@@ -159,6 +159,7 @@ class Supervisor:
         self.interrupted: str | None = None  # the signal that stopped the run, named
         self.child: subprocess.Popen | None = None
         self._kill_at: float | None = None
+        self._started_ns = 0  # the worker's start, monotonic: kernel OOM records before it are not its
         self._previous: dict[int, Any] = {}
         self._facts: dict[str, Any] | None = None
 
@@ -264,7 +265,7 @@ class Supervisor:
             failure = failure or exc
         kernel_oom = None
         if exit_signal is not None and not sampler.get("cgroup_oom_kills_during_run") and self.child is not None:
-            kernel_oom = kernel_oom_record(self.child.pid, getattr(self, "_started_ns", 0))
+            kernel_oom = kernel_oom_record(self.child.pid, self._started_ns)
         status, detail = _status(exit_code, exit_signal, timed_out, self.interrupted, events,
                                  sampler.get("cgroup_oom_kills_during_run") or 0, kernel_oom)
         if status in ("error", "killed") and disk_full(self.out, failure) and NO_SPACE not in detail:
