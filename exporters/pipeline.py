@@ -101,10 +101,12 @@ def _export_executorch(request: ExportRequest, directory: Path, on_stage) -> dic
     import torch
 
     from edgebench.data.synthetic import to_torch
+    from exporters import et_methods
     from exporters.executorch import lower_forward, lower_training_step
 
     on_stage("build model")
     model, method, batch = build_training_model(request)
+    batch = et_methods.example_batch(method, batch)  # accumN: one micro-batch
     tensors = to_torch(batch)
     example = (tensors["input_ids"], tensors["images"], tensors["labels"])
     files = [PTE]
@@ -131,7 +133,7 @@ def _export_executorch(request: ExportRequest, directory: Path, on_stage) -> dic
         "trainable_parameters": lowered.trainable_parameters,
         "frozen_parameters": lowered.frozen_parameters,
         "planned_memory_bytes": lowered.planned_memory_bytes,
-        "lowering": lowered.lowering,
+        "lowering": {**lowered.lowering, **et_methods.lowering(method)},  # + the method's knobs
         "files": files,
     }
 

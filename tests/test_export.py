@@ -292,8 +292,8 @@ def test_unsupported_method_backend_pair_is_refused_early(method, backend, why):
 def test_backends_refuse_unsupported_pairs_and_devices(tmp_path):
     from edgebench.backends.support import device_reason
 
-    spec = RunSpec(model="tiny", method="lomo", backend="executorch", program=str(tmp_path))
-    with pytest.raises(UnsupportedBackend, match="lomo"):
+    spec = RunSpec(model="tiny", method="galore", backend="executorch", program=str(tmp_path))
+    with pytest.raises(UnsupportedBackend, match="galore"):
         create(spec).setup(spec, {})
     reason = device_reason("onnxruntime", "aarch64")
     assert "no Linux aarch64 wheel" in reason and "--enable_training_apis" in reason

@@ -18,7 +18,7 @@ BACKEND_NAMES = tuple(BACKENDS)
 # with torch.optim over the program's parameters; ONNX Runtime: SGD in place on its
 # parameter buffers, Adam/AdamW as its AdamW optimizer graph, Adam = AdamW without decay).
 EXPORT_OPTIMIZERS = {
-    "executorch": ("sgd", "sgd-momentum", "adam", "adamw"),
+    "executorch": ("sgd", "sgd-momentum", "adam", "adamw", "adafactor", "lomo"),
     "onnxruntime": ("sgd", "adam", "adamw"),
 }
 
@@ -35,6 +35,8 @@ def unsupported_reason(method: Any, backend: str) -> str | None:
         return f"unknown backend {backend!r}; choose one of {', '.join(BACKEND_NAMES)}"
     if backend == "onnxruntime":
         return _onnxruntime_reason(method)
+    if backend == "executorch":
+        return _executorch_reason(method)
     other = "onnxruntime" if backend == "executorch" else "executorch"
     grad_mode = _knob(method, "grad_mode", "backprop")
     if grad_mode == "zeroth-order":
@@ -56,6 +58,41 @@ def unsupported_reason(method: Any, backend: str) -> str | None:
         return f"{backend} programs are exported in float32 only; use --backend eager for bf16 / int8"
     if _knob(method, "fused_update", False):
         return f"fused update-in-backward needs torch's autograd hooks; use --backend eager (or {other} without it)"
+    return None
+
+
+# Optimizers ExecuTorch refuses, with why (the update runs between program calls, over the
+# program's parameters; these need more than one gradient per step or another device).
+_EXECUTORCH_REFUSED = {
+    "adamw-8bit": ("torchao's low-bit AdamW keeps its states as torchao tensor subclasses whose update "
+                   "runs through torch.compile'd kernels, not in the program; use --backend eager"),
+    "adamw-4bit": ("torchao's low-bit AdamW keeps its states as torchao tensor subclasses whose update "
+                   "runs through torch.compile'd kernels, not in the program; use --backend eager"),
+    "galore": ("GaLore recomputes an SVD projection of each gradient every 200 steps and keeps "
+               "per-matrix projectors: no static program expresses the periodic SVD; use --backend eager"),
+    "adalomo": ("lomo-optim's AdaLomo allocates its state with .cuda() (eager refuses it on CPU too); "
+                "use lomo or adafactor"),
+    "cg": ("conjugate gradient's Armijo line search evaluates the loss a data-dependent number of times "
+           "per step at trial points; use --backend eager"),
+}
+
+
+def _executorch_reason(method: Any) -> str | None:
+    """ExecuTorch: the joint forward-backward program (or a forward-only one for MeZO), with
+    the update between calls (edgebench.backends.et_optimizers)."""
+    grad_mode = _knob(method, "grad_mode", "backprop")
+    if grad_mode == "zeroth-order":
+        return None  # a forward-only program plus in-place perturbation
+    if grad_mode != "backprop":
+        return f"{grad_mode} gradients need torch.func (jvp) at run time; use --backend eager"
+    optimizer = _knob(method, "optimizer", "adamw")
+    if optimizer in _EXECUTORCH_REFUSED:
+        return _EXECUTORCH_REFUSED[optimizer]
+    if _knob(method, "checkpointing", False):
+        return ("activation checkpointing has no meaning in a lowered executorch program (its memory "
+                "is planned at export); use --backend eager")
+    if _knob(method, "precision", "fp32") != "fp32" or _knob(method, "frozen_dtype", "fp32") != "fp32":
+        return "executorch programs are exported in float32 only; use --backend eager for bf16 / int8"
     return None
 
 
