@@ -181,12 +181,15 @@ class Supervisor:
         killed after GRACE_S; a second signal kills it at once. The sweep's own handler is
         called too, so it starts no further run."""
         name = "Ctrl-C (SIGINT)" if signum == signal.SIGINT else signal.Signals(signum).name
-        child_alive = self.child is not None and self.child.poll() is None
-        if self.interrupted is None:
+        # returncode is set only once _wait has reaped the worker (poll() here could reap it first)
+        child_alive = self.child is not None and self.child.returncode is None
+        if self.child is not None and not child_alive:
+            pass  # the worker has ended: its result is being written as it ended
+        elif self.interrupted is None:
             self.interrupted = name
             self._kill_at = time.monotonic() + GRACE_S
             if child_alive:
-                self.child.send_signal(signal.SIGTERM)
+                self._kill(signal.SIGTERM)
         else:
             self._kill_at = time.monotonic()
         previous = self._previous.get(signum)
@@ -205,32 +208,43 @@ class Supervisor:
         sampler_summary: dict[str, Any] = {}
         exit_code = exit_signal = None
         maxrss, timed_out, failure = 0, False, None
-        try:
-            spec_path = self.out / "spec.json"
-            self.spec.save(spec_path)
-            self._write_meta(clock_start, None, None)
-            if self.interrupted is None:
-                self.child = subprocess.Popen(
-                    [sys.executable, "-m", "edgebench.runner.worker", str(spec_path), "--out", str(self.out)],
-                    stdout=open(self.out / "worker.log", "ab"), stderr=subprocess.STDOUT,
-                    env={**os.environ, worker.SUPERVISOR_PID_ENV: str(os.getpid())},
-                )
-                self._started_ns = time.monotonic_ns()
-                sampler = Sampler(self.out / "samples.jsonl", self.child.pid, rate_hz=self.spec.sample_hz,
-                                  root=self.root, sensors=self.spec.sensors, power_model=self.spec.power_model)
-                sampler.start()
-                exit_code, exit_signal, maxrss, timed_out = self._wait()
-                sampler_summary = sampler.stop()
-        except OSError as exc:  # the disk filled up before or around the worker
-            failure = exc
-            if self.child is not None and self.child.poll() is None:
-                self.child.kill()
-                exit_code, exit_signal, maxrss, timed_out = self._wait()
+        try:  # the handlers stay until result.json is written: a second Ctrl-C cannot cut it short
+            try:
+                spec_path = self.out / "spec.json"
+                self.spec.save(spec_path)
+                self._write_meta(clock_start, None, None)
+                if self.interrupted is None:
+                    with open(self.out / "worker.log", "ab") as log:
+                        self.child = subprocess.Popen(
+                            [sys.executable, "-m", "edgebench.runner.worker", str(spec_path), "--out", str(self.out)],
+                            stdout=log, stderr=subprocess.STDOUT,
+                            env={**os.environ, worker.SUPERVISOR_PID_ENV: str(os.getpid())},
+                        )
+                    self._started_ns = time.monotonic_ns()
+                    sampler = Sampler(self.out / "samples.jsonl", self.child.pid, rate_hz=self.spec.sample_hz,
+                                      root=self.root, sensors=self.spec.sensors, power_model=self.spec.power_model)
+                    sampler.start()
+                    exit_code, exit_signal, maxrss, timed_out = self._wait()
+                    sampler_summary = sampler.stop()
+            except OSError as exc:  # the disk filled up before or around the worker
+                failure = exc
+                if self.child is not None and self.child.returncode is None:
+                    self._kill(signal.SIGKILL)
+                    exit_code, exit_signal, maxrss, timed_out = self._wait()
+            finally:
+                reserve.release()
+            return self._finish(clock_start, exit_code, exit_signal, maxrss, timed_out, sampler_summary, failure)
         finally:
             for signum, previous in self._previous.items():
                 signal.signal(signum, previous)
-            reserve.release()
-        return self._finish(clock_start, exit_code, exit_signal, maxrss, timed_out, sampler_summary, failure)
+
+    def _kill(self, sig: int) -> None:
+        """Signals the worker by pid: until _wait reaps it, the pid is still ours (a zombie at
+        worst). Popen.send_signal would poll, and could reap it before wait4 reads its usage."""
+        try:
+            os.kill(self.child.pid, sig)
+        except ProcessLookupError:
+            pass
 
     def _wait(self) -> tuple[int | None, int | None, int, bool]:
         """Waits for the worker (wait4 gives its ru_maxrss); kills it past timeout_s, or
@@ -244,9 +258,9 @@ class Supervisor:
             now = time.monotonic()
             if deadline is not None and now > deadline and not timed_out and self.interrupted is None:
                 timed_out = True
-                self.child.kill()
+                self._kill(signal.SIGKILL)
             if self._kill_at is not None and now >= self._kill_at:
-                self.child.kill()
+                self._kill(signal.SIGKILL)
                 self._kill_at = None
             time.sleep(POLL_S)
         self.child.returncode = os.waitstatus_to_exitcode(status)
