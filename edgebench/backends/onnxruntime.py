@@ -5,14 +5,13 @@ package `__init__` imports torch (ORTModule), and so does `import onnxruntime` (
 ORTModule), so `onnxruntime.training.api` is loaded with an empty stand-in for that
 package and ORTModule marked absent.
 
-Memory (measured on nanovlm-222m, SGD, batch 1; bench/methods.py --backend onnxruntime):
-only the training graph is loaded (the eval graph is not, when nothing evaluates), ORT's
-CPU arena and memory patterns are off (the arena's power-of-two growth and the pattern's
-pre-planned block each held ~60 MiB more at peak than plain malloc; malloc's mmap threshold is
-pinned at 64 KiB, see `return_freed_blocks`), and SGD runs in numpy
-in place on ORT's parameter and gradient buffers (ORT's SGD optimizer allocates a moment
-per weight it never reads). AdamW is the artifacts' optimizer graph. MeZO runs the eval
-graph in an InferenceSession fed ORT's own parameter buffers, perturbed in place in numpy.
+Memory (nanovlm-222m, SGD, batch 1; `bench/ort_memory.py` prints it phase by phase): only
+the training graph is loaded (no eval graph when nothing evaluates); ORT's CPU arena and
+memory pattern are off (with them the step peaked ~60 MiB higher: 2,428 vs 2,366 MiB) and
+malloc's mmap threshold is pinned (`return_freed_blocks`, -94 MiB); SGD runs in numpy in
+place on ORT's parameter and gradient buffers (ORT's SGD optimizer would add a moment per
+weight it never reads: +881 MiB). AdamW is the artifacts' optimizer graph. MeZO runs the
+eval graph in an InferenceSession fed ORT's own parameter buffers, perturbed in numpy.
 The learning rate is constant per run (spec.lr or the method's default recorded at export)
 for all parameters: one optimizer graph has one lr, and the schedule lives in torch code.
 """
