@@ -282,3 +282,21 @@ def test_a_run_on_a_charging_phone_is_flagged_in_result_json(tmp_path):
     stored = json.loads((tmp_path / "run" / "result.json").read_text())["sampler"]
     assert stored["power_source"] == "battery" and stored["power_flags"] == ["battery_sign_unverified", "charging"]
     assert stored["battery_status_seen"] == ["Charging"] and "unplug USB" in stored["power_warning"]
+
+
+def test_sensors_calibrate_command(tmp_path):
+    from click.testing import CliRunner
+
+    from edgebench.cli.sensors import sensors_command
+
+    refused = CliRunner().invoke(sensors_command, ["--root", str(MI8), "--calibrate"])  # plugged in
+    assert refused.exit_code == 2 and "unplug USB" in refused.output and "Traceback" not in refused.output
+    root = copy_device(MI8, tmp_path)
+    (root / "sys/class/power_supply/battery/status").write_text("Discharging\n")
+    (root / "sys/class/power_supply/battery/current_now").write_text("412000\n")
+    done = CliRunner().invoke(sensors_command, ["--root", str(root), "--calibrate", "--json"])
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.output)["battery_current_sign"] == 1
+    assert battery.stored_calibration()["battery_current_sign"] == 1  # where the sampler looks
+    table = CliRunner().invoke(sensors_command, ["--root", str(MI8), "--seconds", "0.1"])
+    assert table.exit_code == 0 and "power_warning" in table.output and "battery_sign_origin" in table.output

@@ -17,7 +17,11 @@ from edgebench.telemetry.probe import probe
                    "empty: detect every source.")
 @click.option("--seconds", default=1.0, show_default=True, help="How long to sample before reporting.")
 @click.option("--json", "as_json", is_flag=True, help="Print the full report as JSON.")
-def sensors_command(root: str, sensors_json: str, seconds: float, as_json: bool) -> None:
+@click.option("--calibrate", is_flag=True,
+              help="Phones: store which sign of the battery's current_now means discharging (run once on the "
+                   "phone, unplugged; runs then use it). Over SSH/adb: python -m edgebench.telemetry.battery "
+                   "--calibrate.")
+def sensors_command(root: str, sensors_json: str, seconds: float, as_json: bool, calibrate: bool) -> None:
     """List each telemetry source (memory, cgroup, CPU, power, thermal, GPU): active with its
     latest values, or unavailable with the reason and what would fix it.
 
@@ -25,7 +29,19 @@ def sensors_command(root: str, sensors_json: str, seconds: float, as_json: bool)
     Examples:
       edgebench sensors
       edgebench sensors --root tests/fixtures/devices/jetson-orin-nano --json
+      edgebench sensors --calibrate      # on a phone, unplugged
     """
+    if calibrate:
+        from edgebench.telemetry.battery import CalibrationError, calibrate_battery_sign
+
+        try:
+            record = calibrate_battery_sign(root)
+        except CalibrationError as exc:
+            click.echo(f"error: {exc}", err=True)
+            raise SystemExit(2) from None
+        click.echo(json.dumps(record) if as_json else f"battery sign {record['battery_current_sign']:+d} stored in "
+                   f"{record['stored_in']} (current_now {record['current_now_ua']} uA while discharging)")
+        return
     try:
         sensors = json.loads(sensors_json)
     except json.JSONDecodeError as exc:
@@ -44,6 +60,9 @@ def sensors_command(root: str, sensors_json: str, seconds: float, as_json: bool)
         table.add_row(name, "[green]active[/green]")
     for name, why in {**report["sources_unavailable"], **report["sources_failed"]}.items():
         table.add_row(name, f"[yellow]{why}[/yellow]")
+    for key in ("power_total", "battery_sign_origin", "power_warning"):  # what power_w covers; why it may not
+        if report["summary"].get(key):
+            table.add_row(key, str(report["summary"][key]))
     values = Table(title="latest values")
     values.add_column("key", overflow="fold")
     values.add_column("value", justify="right", overflow="fold")
