@@ -235,8 +235,11 @@ def test_models_json_lists_exact_counts():
     assert rows["nanovlm-460m"]["parameters"] == 460_113_984
     assert rows["nanovlm-222m"]["weights_bf16_bytes"] == 2 * 222_081_600
     assert rows["tiny"]["weights_fp32_bytes"] == 4 * rows["tiny"]["parameters"]
+    # the real sequence: v0.1's 49 image tokens + 32; main's 17 x (64 + a marker) + 32
+    assert (rows["nanovlm-222m"]["sequence_length"], rows["nanovlm-460m"]["sequence_length"]) == (81, 1137)
+    assert rows["nanovlm-460m"]["image_tiles"] == 17 and rows["nanovlm-460m"]["image_tokens"] == 64
     table = CliRunner().invoke(models_command, [])
-    assert "222,081,600" in table.output and "460,113,984" in table.output
+    assert "222,081,600" in table.output and "460,113,984" in table.output and "1,137" in table.output
 
 
 def test_models_command_runs_through_the_edgebench_entry_point():
@@ -411,3 +414,15 @@ def test_memory_model_follows_the_real_sequence(cfg):
     assert predicted["sequence_length"] == batch["input_ids"].shape[1] + model.n_image_tokens
     assert predicted["image_tiles"] * 4 == batch["images"].shape[0]
     assert abs(predicted["activations_bytes"] - measured) < 0.05 * measured, (predicted["activations_bytes"], measured)
+
+
+def test_predict_shows_the_real_sequence():
+    from edgebench.cli.methods import predict_command
+
+    args = ["--ram-bytes", str(8 * 2**30), "--model", "nanovlm-460m", "--method", "lora+ckpt+frozen-int8"]
+    result = CliRunner().invoke(predict_command, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    figures = json.loads(result.output)
+    assert (figures["sequence_length"], figures["image_tiles"], figures["estimate"]) == (1137, 17, True)
+    table = CliRunner().invoke(predict_command, args)
+    assert "sequence: 1,137 decoder positions a sample (17 image(s)" in table.output and "estimates" in table.output

@@ -98,6 +98,8 @@ def predict_command(device, ram_bytes, model_name, method, batch_size, text_leng
             table.add_row(key[: -len("_bytes")].replace("_", " "), f"{value / 2**20:,.1f}")
     console = Console()
     console.print(table)
+    console.print(f"sequence: {figures['sequence_length']:,} decoder positions a sample "
+                  f"({figures['image_tiles']} image(s) through the vision encoder)")
     word = "fits" if verdict["fits_est"] else "does NOT fit"
     console.print(f"{word}: peak {figures['peak_bytes'] / 2**20:,.0f} MiB vs {usable / 2**20:,.0f} MiB usable "
                   f"({budget / 2**20:,.0f} MiB RAM from {source}, {headroom:.0%} headroom)")

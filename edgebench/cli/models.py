@@ -8,6 +8,7 @@ import sys
 import click
 
 BYTES_PER_PARAM = {"fp32": 4, "bf16": 2}
+TEXT_LENGTH = 32  # bench's default text length, for the sequence length shown
 
 
 def count_parameters(model) -> int:
@@ -23,7 +24,10 @@ def describe(name: str, model) -> dict:
         "parameters": n,
         **{f"weights_{dtype}_bytes": n * size for dtype, size in BYTES_PER_PARAM.items()},
         "image_size": cfg.vit_img_size,
-        "image_tokens": model.n_image_tokens,
+        "image_tokens": cfg.n_image_tokens,  # per image or tile
+        "image_tiles": cfg.n_tiles,  # images the vision encoder sees per sample
+        "sequence_length": cfg.sequence_length(TEXT_LENGTH),  # decoder positions, image included
+        "text_length": TEXT_LENGTH,
         "vision": {"hidden": cfg.vit_hidden_dim, "blocks": cfg.vit_n_blocks, "heads": cfg.vit_n_heads,
                    "mlp": cfg.vit_inter_dim, "patch": cfg.vit_patch_size},
         "decoder": {"hidden": cfg.lm_hidden_dim, "blocks": cfg.lm_n_blocks, "heads": cfg.lm_n_heads,
@@ -40,12 +44,13 @@ def _render(rows: list[dict]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="nanoVLM configs: weights memory (training needs more), image tokens")
-    for column in ("name", "parameters", "fp32", "bf16", "image px", "tokens"):
+    table = Table(title="nanoVLM configs: weights memory (training needs more); sequence: decoder "
+                        f"positions of a sample with {TEXT_LENGTH} text tokens, image tokens included")
+    for column in ("name", "parameters", "fp32", "bf16", "image px", "sequence"):
         table.add_column(column, justify="left" if column == "name" else "right", no_wrap=True)
     for r in rows:
         table.add_row(r["name"], f"{r['parameters']:,}", _mib(r["weights_fp32_bytes"]), _mib(r["weights_bf16_bytes"]),
-                      str(r["image_size"]), str(r["image_tokens"]))
+                      str(r["image_size"]), f"{r['sequence_length']:,}")
     Console().print(table)
 
 
@@ -55,7 +60,9 @@ def _render_loaded(r: dict) -> None:
                f"({_mib(r['weights_fp32_bytes'])} fp32, {_mib(r['weights_bf16_bytes'])} bf16)")
     click.echo(f"  vision:  {v['hidden']} hidden, {v['blocks']} blocks, {v['heads']} heads, MLP {v['mlp']}, "
                f"patch {v['patch']}, image {r['image_size']} px")
-    click.echo(f"  project: pixel shuffle {r['pixel_shuffle']} -> {r['image_tokens']} image tokens")
+    click.echo(f"  project: pixel shuffle {r['pixel_shuffle']} -> {r['image_tokens']} tokens per image, "
+               f"{r['image_tiles']} image(s) per sample: {r['sequence_length']:,} positions with "
+               f"{r['text_length']} text tokens")
     click.echo(f"  decoder: {d['hidden']} hidden, {d['blocks']} blocks, {d['heads']} heads "
                f"({d['kv_heads']} KV), MLP {d['mlp']}, vocab {d['vocab']:,}")
 
