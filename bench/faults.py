@@ -246,10 +246,10 @@ def sweeps(c: Campaign) -> None:
     try:
         full = mount / "sweeps" / "s2"
         (full / "specs").mkdir(parents=True)
-        tiny(run_id="c", steps=1_000_000).save(full / "specs" / "00-c.json")
+        tiny(run_id="c", steps=1_000_000, sample_hz=100.0).save(full / "specs" / "00-c.json")
         tiny(run_id="d").save(full / "specs" / "01-d.json")
         st = os.statvfs(mount)
-        (mount / "filler").write_bytes(b"x" * (st.f_bavail * st.f_frsize - 600 * 1024))
+        (mount / "filler").write_bytes(b"x" * (st.f_bavail * st.f_frsize - 500 * 1024))
         done = subprocess.run([PY, "-m", "edgebench.runner.sweep", str(full)], env=c.env, capture_output=True, text=True)
         c.record("sweep on a full disk", done.returncode, done.stdout + done.stderr)
         (mount / "filler").unlink()

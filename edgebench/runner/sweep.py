@@ -32,6 +32,7 @@ from edgebench.telemetry.trace import read_trace, write_json_atomic
 SAMPLE_LINE_BYTES = 512
 STEP_BYTES = 400
 RUN_FIXED_BYTES = 256 * 1024  # meta, spec, result, logs, the result reserve
+MIN_TRACE_ROOM = 64 * 1024
 STEP_S_GUESS = 5.0  # a step's time when only a step count is known (tiny on a Pi: ~1 s; 222M AdamW: ~30 s)
 
 
@@ -96,7 +97,7 @@ def _lock(sweep_dir: Path) -> Any:
 
 def _no_space(sweep_dir: Path) -> str | None:
     free = shutil.disk_usage(sweep_dir).free
-    if free < 2 * RESERVE_BYTES:
+    if free < RESERVE_BYTES + MIN_TRACE_ROOM:  # room for result.json and a little trace, or do not start
         return (f"{NO_SPACE}: {free // 1024} KiB free in {sweep_dir}; free some space, then restart the sweep "
                 f"(python -m edgebench.runner.sweep {sweep_dir})")
     return None
