@@ -1,9 +1,10 @@
 """Method knobs that change what is exported to ExecuTorch (host side).
 
-The program a method needs differs from the plain one only in its example batch (accumN:
-one micro-batch; the backend calls the program N times per step) — the optimizers that run
-between calls live in edgebench.backends.et_optimizers. `lowering(method)` is what the
-manifest records for these knobs.
+accumN: the program takes one micro-batch (the backend calls it N times per step); ckpt:
+recomputation written into the joint graph; bf16 / frozen bf16 / int8: the eager trainer's
+own model changes (autocast, edgebench.methods.int8) traced into the program. Optimizers
+that run between program calls live in edgebench.backends.et_optimizers. The manifest
+records how each knob was lowered (`JointRewrite.lowering`).
 """
 
 from __future__ import annotations
@@ -21,9 +22,54 @@ def example_batch(method: Any, batch: dict[str, Any]) -> dict[str, Any]:
     return et_optimizers.first_micro_batch(batch, method.accumulation)
 
 
-def lowering(method: Any) -> dict[str, str]:
-    """{knob: how it was lowered} for the method's non-default knobs handled outside the graph."""
-    return et_optimizers.lowering(method)
+class JointRewrite:
+    """The method's change of the joint graph (`lower_training_step(joint_rewrite=...)`),
+    and what the manifest records about every knob lowered here or in et_optimizers."""
+
+    def __init__(self, method: Any) -> None:
+        self.method = method
+        self.counts: dict[str, int] = {}
+
+    def prepare_model(self, model) -> None:
+        """The eager trainer's model-side knobs, so the program computes what eager does:
+        frozen weights stored bf16 / frozen linears int8 (edgebench.methods.int8, dequantised
+        in the program: its custom backward dequantises again instead of keeping a float copy),
+        and the forward (with its backward) under bf16 autocast."""
+        from edgebench.methods.subsets import store_frozen
+
+        store_frozen(self.method, model)
+        if self.method.precision == "bf16":
+            inner = model.forward
+
+            def forward(*args, **kwargs):
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    return inner(*args, **kwargs)
+
+            model.forward = forward
+
+    def __call__(self, ep) -> None:
+        if self.method.checkpointing:
+            self.counts.update(recompute_blocks(ep))
+
+    def lowering(self) -> dict[str, str]:
+        out = et_optimizers.lowering(self.method)
+        if self.method.checkpointing:
+            out["checkpointing"] = (
+                "recomputation written into the joint graph (exporters.et_methods.recompute_blocks): "
+                "backward reads each transformer block's values from copies of its forward nodes, "
+                f"kept values are the blocks' outputs only ({self.counts.get('recomputed_blocks', 0)} blocks, "
+                f"{self.counts.get('recomputed_nodes', 0)} nodes recomputed)")
+        if self.method.precision == "bf16":
+            out["precision"] = ("forward traced under torch.autocast(cpu, bfloat16): the program's "
+                                "matmuls run in bf16 with the runtime's bf16 kernels, weights and "
+                                "gradients of trainable parameters stay fp32")
+        if self.method.frozen_dtype != "fp32":
+            out["frozen_dtype"] = (
+                "frozen linears as int8 codes + fp32 per-row scales (edgebench.methods.int8), "
+                "dequantised in forward and again in backward; other frozen weights bf16; all "
+                "inside the .pte as constants" if self.method.frozen_dtype == "int8" else
+                "frozen weights bf16 constants inside the .pte")
+        return out
 
 
 _BLOCK = re.compile(r"^(.*blocks\.\d+)\.")

@@ -231,11 +231,13 @@ def lower_training_step(
     *,
     delegate: str | None = None,
     on_stage: Callable[[str], None] = lambda stage: None,
+    joint_rewrite: Callable[[ExportedProgram], None] | None = None,
 ) -> LoweredProgram:
     """Lowers `model(*example_inputs) -> scalar loss` with its backward pass.
 
     Trainable = parameters with requires_grad; shapes are fixed to the example's.
-    `delegate`: None (portable kernels) or "xnnpack".
+    `delegate`: None (portable kernels) or "xnnpack". `joint_rewrite`: a method's change of
+    the joint graph (exporters.et_methods, e.g. recomputation), before the rewrites here.
     """
     from executorch.exir import EdgeCompileConfig, to_edge, to_edge_transform_and_lower
     from torch.export.experimental import _export_forward_backward
@@ -254,6 +256,8 @@ def lower_training_step(
     on_stage("joint graph")
     ep = _export_forward_backward(ep)
     on_stage("rewrites")
+    if joint_rewrite is not None:
+        joint_rewrite(ep)
     linear = delegate is None
     rewrites = _apply_rewrites(ep, linear=linear)
     on_stage("to_edge")

@@ -75,11 +75,11 @@ def build_training_model(request: ExportRequest):
     from edgebench.data.synthetic import synthetic_batches
     from edgebench.methods import parse_method
     from edgebench.methods.subsets import apply_trainable
-    from edgebench.model import build_model
+    from edgebench.methods.trainer import build_model_for
 
     method = parse_method(request.method)
     torch.manual_seed(request.seed)
-    model = build_model(request.model, image_size=request.image_size)
+    model = build_model_for(method, request.model, image_size=request.image_size)  # bf16 if frozen bf16/int8
     model = apply_trainable(method, model)
     batch = next(iter(synthetic_batches(model.cfg, request.batch_size, request.text_length,
                                         request.seed, image_size=model.cfg.vit_img_size)))
@@ -107,6 +107,8 @@ def _export_executorch(request: ExportRequest, directory: Path, on_stage) -> dic
     on_stage("build model")
     model, method, batch = build_training_model(request)
     batch = et_methods.example_batch(method, batch)  # accumN: one micro-batch
+    rewrite = et_methods.JointRewrite(method)  # ckpt: recomputation in the joint graph
+    rewrite.prepare_model(model)  # frozen bf16/int8 storage, bf16 autocast
     tensors = to_torch(batch)
     example = (tensors["input_ids"], tensors["images"], tensors["labels"])
     files = [PTE]
@@ -118,7 +120,8 @@ def _export_executorch(request: ExportRequest, directory: Path, on_stage) -> dic
         files.append(TRAINABLE_INIT)
         program = "forward-only"
     else:
-        lowered = lower_training_step(model, example, delegate=request.delegate, on_stage=on_stage)
+        lowered = lower_training_step(model, example, delegate=request.delegate, on_stage=on_stage,
+                                      joint_rewrite=rewrite)
         program = "forward-backward"
     lowered.write(directory / PTE)
     inputs = _inputs({k: batch[k] for k in ("input_ids", "images", "labels")})  # the program's inputs
@@ -133,7 +136,7 @@ def _export_executorch(request: ExportRequest, directory: Path, on_stage) -> dic
         "trainable_parameters": lowered.trainable_parameters,
         "frozen_parameters": lowered.frozen_parameters,
         "planned_memory_bytes": lowered.planned_memory_bytes,
-        "lowering": {**lowered.lowering, **et_methods.lowering(method)},  # + the method's knobs
+        "lowering": {**lowered.lowering, **rewrite.lowering()},  # + the method's knobs
         "files": files,
     }
 

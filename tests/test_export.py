@@ -279,7 +279,7 @@ def test_onnx_for_an_aarch64_profile_is_refused_early(export_cache):
 
 @pytest.mark.parametrize("method,backend,why", [
     ("lomo", "onnxruntime", "optimizer lomo is not available on onnxruntime"),
-    ("adamw-ckpt", "executorch", "checkpointing"),
+    ("adamw-8bit", "executorch", "torchao"),
     ("forward-grad", "executorch", "--backend eager"),
 ])
 def test_unsupported_method_backend_pair_is_refused_early(method, backend, why):

@@ -81,18 +81,18 @@ def _executorch_reason(method: Any) -> str | None:
     """ExecuTorch: the joint forward-backward program (or a forward-only one for MeZO), with
     the update between calls (edgebench.backends.et_optimizers)."""
     grad_mode = _knob(method, "grad_mode", "backprop")
-    if grad_mode == "zeroth-order":
-        return None  # a forward-only program plus in-place perturbation
-    if grad_mode != "backprop":
-        return f"{grad_mode} gradients need torch.func (jvp) at run time; use --backend eager"
+    if grad_mode == "forward-mode":
+        return ("a forward-mode program does not lower: strict torch.export refuses torch.func.jvp "
+                "(\"Unsupported functorch tracing attempt\"); the non-strict export fails its retrace "
+                "(run_decompositions, which to_edge needs: \"Cannot access storage of TensorWrapper\" "
+                "on the lifted rotary constants); use --backend eager")
     optimizer = _knob(method, "optimizer", "adamw")
     if optimizer in _EXECUTORCH_REFUSED:
         return _EXECUTORCH_REFUSED[optimizer]
-    if _knob(method, "checkpointing", False):
-        return ("activation checkpointing has no meaning in a lowered executorch program (its memory "
-                "is planned at export); use --backend eager")
-    if _knob(method, "precision", "fp32") != "fp32" or _knob(method, "frozen_dtype", "fp32") != "fp32":
-        return "executorch programs are exported in float32 only; use --backend eager for bf16 / int8"
+    if _knob(method, "frozen_dtype", "fp32") != "fp32":
+        return ("frozen bf16/int8 weights under bf16 autocast do not survive strict torch.export: the "
+                "retrace runs the frozen patch conv without autocast's casts (\"Input type (float) and "
+                "bias type (c10::BFloat16) should be the same\"); use --backend eager")
     return None
 
 
