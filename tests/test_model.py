@@ -14,10 +14,11 @@ import torch.nn.functional as F
 from click.testing import CliRunner
 from safetensors.torch import load_file, save_file
 
-from edgebench.model import CONFIG_NAMES, VisionLanguageModel, build_model, get_config
 from edgebench.cli.models import models_command
+from edgebench.model import CONFIG_NAMES, build_model, get_config
 from edgebench.model.checkpoint import CheckpointError, from_pretrained, save_pretrained
 from edgebench.model.config import NANOVLM_COMMITS, ConfigError, config_from_dict, parameter_count
+from edgebench.model.vision_language_model import VisionLanguageModel
 
 
 def _inputs(model: VisionLanguageModel, batch: int = 2, text: int = 12, seed: int = 0):

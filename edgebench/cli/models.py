@@ -84,7 +84,8 @@ def models_command(load_dir: str | None, as_json: bool) -> None:
     """
     import torch
 
-    from edgebench.model import CONFIG_NAMES, VisionLanguageModel, get_config
+    from edgebench.model import CONFIG_NAMES, get_config
+    from edgebench.model.vision_language_model import VisionLanguageModel
 
     if load_dir:
         from edgebench.model.checkpoint import CheckpointError, from_pretrained

@@ -13,15 +13,7 @@ from edgebench.model.config import CONFIG_NAMES, VLMConfig, get_config
 if TYPE_CHECKING:
     from edgebench.model.vision_language_model import VisionLanguageModel
 
-__all__ = ["CONFIG_NAMES", "VLMConfig", "VisionLanguageModel", "build_model", "get_config"]
-
-
-def __getattr__(name: str):
-    if name == "VisionLanguageModel":
-        from edgebench.model.vision_language_model import VisionLanguageModel
-
-        return VisionLanguageModel
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__ = ["CONFIG_NAMES", "VLMConfig", "build_model", "get_config"]
 
 
 def build_model(name_or_dir: str, image_size: int | None = None) -> "VisionLanguageModel":
