@@ -11,6 +11,7 @@ one line and exit code 1; `edgebench --debug ...` (or EDGEBENCH_DEBUG=1) shows t
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import traceback
@@ -56,6 +57,7 @@ for _command in (models_command, bench, methods_command, predict_command, device
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
+ENVIRONMENT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES)  # the disk's fault, said as is
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -99,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:
         if os.environ.get("EDGEBENCH_DEBUG") == "1":
             traceback.print_exc()
-        if isinstance(exc, _user_errors()):
+        if isinstance(exc, _user_errors()) or (isinstance(exc, OSError) and exc.errno in ENVIRONMENT_ERRNOS):
             click.echo(f"error: {_one_line(exc)}", err=True)
             sys.exit(EXIT_USER_ERROR)
         click.echo(f"edgebench: internal error: {type(exc).__name__}: {_one_line(exc)} "
