@@ -69,8 +69,7 @@ def test_preflight_names_each_problem_and_its_fix(tmp_path, monkeypatch):
     problems = preflight(pi, _facts(python=[3, 9, 2], torch=None, arch="x86_64",
                                     mem_available_bytes=50 * 2**20, disk_free_bytes=2**20), eager, 10**6)
     text = "\n".join(problems)
-    assert "python 3.9.2 at /usr/bin/python3 is older than 3.10" in text
-    assert "torch is not installed for /usr/bin/python3; `/usr/bin/python3 -m pip install torch==2.13.0`" in text
+    assert "3.9.2" not in text and "torch" not in text  # python and libraries: devices.readiness (test_devices_add)
     assert "reports arch x86_64 but profile raspberry-pi-4-4gb says aarch64" in text
     assert "only 50 MiB of RAM is free" in text and "MiB free on the disk of /home/pi/edgebench-work" in text
     ort = [RunSpec(method="sgd", backend="onnxruntime", run_id="r2", program=str(tmp_path / "missing"))]
@@ -80,7 +79,7 @@ def test_preflight_names_each_problem_and_its_fix(tmp_path, monkeypatch):
     assert f"program directory {tmp_path / 'missing'} does not exist" in text
     et = [RunSpec(method="sgd", backend="executorch", run_id="r3")]
     text = "\n".join(preflight(pi, _facts(), et, 10**6))
-    assert "executorch is not installed on the device" in text and "r3: backend executorch needs an exported program" in text
+    assert "r3: backend executorch needs an exported program" in text
     # A cgroup limit (a container, the lab) counts as less free RAM.
     assert any("RAM is free" in p for p in preflight(pi, _facts(cgroup_limit_bytes=300 * 2**20,
                                                                   cgroup_usage_bytes=200 * 2**20), eager, 10**6))

@@ -191,7 +191,8 @@ def test_preflight_refuses_a_device_without_torch(lab_env):
     try:
         inventory["lab-small"] = {**inventory["lab-small"], "python": "/usr/bin/python3"}  # no torch there
         write_inventory(inventory)
-        with pytest.raises(PreflightError, match=r"(?s)lab-small .*torch is not installed for /usr/bin/python3"):
+        with pytest.raises(PreflightError, match=r"(?s)lab-small .*torch: not installed; fix: `\S+/venv/bin/python "
+                                                 r"-m pip install torch==2.13.0 --index-url https://download.pytorch"):
             deploy_one("lab-small", [RunSpec(method="sgd")], lab_env / "pf-runs")
     finally:
         write_inventory(saved)

@@ -26,7 +26,7 @@ import edgebench
 from edgebench.devices.inventory import Device, get_device
 from edgebench.devices.labgrid import interrupt_reservations, reserve
 from edgebench.backends.support import device_reason
-from edgebench.devices import connect
+from edgebench.devices import connect, readiness
 from edgebench.devices.transport import Transport, TransportError
 from edgebench.fleet.assets import ship_assets
 from edgebench.fleet.clock import probe_clock
@@ -36,7 +36,6 @@ from edgebench.fleet.plan import attach_program, for_device
 from edgebench.runner.spec import RunSpec
 from edgebench.runner.sweep import disk_needed_est
 
-MIN_PYTHON = (3, 10)
 MIN_FREE_RAM = 200 * 2**20  # below this even importing torch fails
 DISK_HEADROOM = 100 * 2**20  # traces of a long sweep
 
@@ -74,17 +73,7 @@ def package_tarball(dest: Path) -> Path:
 
 def preflight(device: Device, facts: dict[str, Any], specs: list[RunSpec], payload_bytes: int) -> list[str]:
     """Every reason the device cannot run these specs, each with its fix (empty: go)."""
-    problems: list[str] = []
-    python = tuple(facts["python"])
-    if python < MIN_PYTHON:
-        problems.append(f"python {'.'.join(map(str, python))} at {facts['executable']} is older than 3.10; "
-                        f"install Python 3.10+ and set `python:` in the inventory entry")
-    for lib in ("torch", "numpy", "psutil"):
-        if not facts[lib]:
-            hint = " (Jetson: NVIDIA's JetPack wheel; others: PyPI has aarch64 wheels)" if lib == "torch" else ""
-            pin = "==2.13.0" if lib == "torch" else ""
-            problems.append(f"{lib} is not installed for {facts['executable']}; `{facts['executable']} -m pip "
-                            f"install {lib}{pin}`{hint}")
+    problems: list[str] = []  # python and its libraries: devices.readiness.check, run beside this
     arch = facts["arch"]
     if arch != device.profile.arch and not device.lab:
         problems.append(f"the device reports arch {arch} but profile {device.profile.id} says "
@@ -96,12 +85,6 @@ def preflight(device: Device, facts: dict[str, Any], specs: list[RunSpec], paylo
         reason = device_reason(backend, arch, device=device.name)
         if reason:
             problems.append(f"backend {backend}: {reason}")
-        elif backend == "executorch" and not facts["executorch"]:
-            problems.append("backend executorch: executorch is not installed on the device; "
-                            "`pip install executorch==1.5.1` there")
-        elif backend == "onnxruntime" and not facts["onnxruntime_training"]:
-            problems.append("backend onnxruntime: onnxruntime-training is not installed on the device; "
-                            "`pip install onnxruntime-training-cpu==1.19.2` there")
     for spec in specs:
         if spec.backend in ("executorch", "onnxruntime") and not spec.program:
             problems.append(f"{spec.run_id}: backend {spec.backend} needs an exported program; give "
@@ -155,7 +138,8 @@ def deploy_one(name: str, specs: list[RunSpec], local_root: Path = Path("runs"),
         programs = {local: _tar_dir(Path(local), ".", Path(staging) / f"program{i}.tar", compress=False)
                     for i, local in enumerate(named)}
         payload = package.stat().st_size + sum(p.stat().st_size for p in programs.values())
-        problems = preflight(device, facts, specs, payload)
+        ready = readiness.check(device, transport, backends={s.backend for s in specs})
+        problems = ready.messages() + preflight(device, facts, specs, payload)
         log(f"{name}: disk: {facts['disk_free_bytes'] / 2**20:.0f} MiB free; this sweep needs about "
             f"{(payload * 2 + disk_needed_est(specs) + DISK_HEADROOM) / 2**20:.0f} MiB (estimate)")
         if problems:
