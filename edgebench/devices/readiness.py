@@ -288,7 +288,10 @@ def _python_libs(transport: Transport, device: Device) -> tuple[dict | None, str
     result = transport.run([device.python, "-c", Path(pylibs.__file__).read_text()], timeout=120)
     if result.rc != 0:
         return None, (result.stderr.strip().splitlines() or [f"exit {result.rc}"])[-1][-300:]
-    return json.loads(result.stdout), None
+    try:  # the last line: a login script may print before it
+        return json.loads((result.stdout.strip().splitlines() or [""])[-1]), None
+    except ValueError:
+        return None, f"unexpected output {result.stdout.strip()[-200:]!r}"
 
 
 def check(device: Device, transport: Transport | None = None, backends: Iterable[str] | None = None) -> Readiness:
