@@ -414,4 +414,3 @@ def lab_status(as_json: bool) -> None:
                    f"GiB (peak {_gib(r.get('peak_bytes'))}), OOM kills {r.get('oom_kills', '-')}")
 
 
-COMMANDS = [devices, lab]
