@@ -154,7 +154,7 @@ def render(results: dict) -> None:
                           fmt(r["planned_memory_bytes"], 2**20, 1),
                           r["error"] or ("-" if not r["first_losses"] else f"{r['first_losses'][0]:.4f}"),
                           "-" if r["max_loss_rel_diff"] is None else f"{r['max_loss_rel_diff']:.1e}")
-        Console().print(table)
+        Console(width=None if sys.stdout.isatty() else 160).print(table)
 
 
 def main() -> None:

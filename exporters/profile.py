@@ -34,14 +34,14 @@ def _vm(field: str) -> int:
         return next(int(line.split()[1]) * 1024 for line in status if line.startswith(field + ":"))
 
 
-def _spec(manifest: dict[str, Any], directory: str, backend: str, steps: int, warmup: int):
+def _spec(manifest: dict[str, Any], directory: str, backend: str, steps: int, warmup: int, threads: int | None):
     from edgebench.runner.spec import RunSpec
 
     request = manifest["request"]
     return RunSpec(model=request["model"], method=request["method"], backend=backend,
                    batch_size=request["batch_size"], image_size=request["image_size"],
                    text_length=request["text_length"], seed=request["seed"], warmup_steps=warmup,
-                   steps=steps, program=directory if backend != "eager" else None)
+                   steps=steps, threads=threads, program=directory if backend != "eager" else None)
 
 
 def _batches(manifest: dict[str, Any], spec):
@@ -79,13 +79,15 @@ def _etdump_ops(path: str, executions: int) -> tuple[list[dict[str, Any]], dict[
     return ops, {"load_s": round(phases["load"], 3), "execute_s_per_step": round(phases["execute"] / executions, 4)}
 
 
-def _child_executorch(directory: str, steps: int, warmup: int) -> dict[str, Any]:
+def _child_executorch(directory: str, steps: int, warmup: int, threads: int | None) -> dict[str, Any]:
     import torch
 
     from edgebench.backends.executorch import ExecutorchBackend, _as_inputs
 
     manifest = json.loads((Path(directory) / "manifest.json").read_text())
-    spec = _spec(manifest, directory, "executorch", steps, warmup)
+    spec = _spec(manifest, directory, "executorch", steps, warmup, threads)
+    if threads:
+        torch.set_num_threads(threads)  # the update's torch ops; the runtime's pool is set in setup
     batches = _batches(manifest, spec)
     imports = _vm("VmRSS")
     backend = ExecutorchBackend(etdump=True)
@@ -123,13 +125,15 @@ def _child_executorch(directory: str, steps: int, warmup: int) -> dict[str, Any]
             "lowering": backend.lowering}
 
 
-def _child_eager(directory: str, steps: int, warmup: int) -> dict[str, Any]:
+def _child_eager(directory: str, steps: int, warmup: int, threads: int | None) -> dict[str, Any]:
     import torch
 
     from edgebench.backends import create
 
     manifest = json.loads((Path(directory) / "manifest.json").read_text())
-    spec = _spec(manifest, directory, "eager", steps, warmup)
+    spec = _spec(manifest, directory, "eager", steps, warmup, threads)
+    if threads:
+        torch.set_num_threads(threads)
     batches = _batches(manifest, spec)
     imports = _vm("VmRSS")
     backend = create(spec)
@@ -196,8 +200,9 @@ def _memory(manifest: dict[str, Any], run: dict[str, Any], runtime: str) -> dict
     return out
 
 
-def _run_child(kind: str, directory: Path, steps: int, warmup: int) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, "-m", "exporters.profile", kind, str(directory), str(steps), str(warmup)],
+def _run_child(kind: str, directory: Path, steps: int, warmup: int, threads: int | None) -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, "-m", "exporters.profile", kind, str(directory), str(steps), str(warmup),
+                           str(threads or 0)],
                           capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
     if proc.returncode != 0:
         lines = proc.stderr.strip().splitlines()
@@ -206,18 +211,19 @@ def _run_child(kind: str, directory: Path, steps: int, warmup: int) -> dict[str,
 
 
 def profile_export(directory: str | Path, steps: int = 3, warmup: int = 1, eager: bool = True,
-                   on_stage=lambda stage: None) -> dict[str, Any]:
+                   threads: int | None = None, on_stage=lambda stage: None) -> dict[str, Any]:
     """Profiles the exported program at `directory` (and eager for the same request);
-    writes `profile.json` there and returns it."""
+    writes `profile.json` there and returns it. `threads`: for both runtimes (default:
+    each one's own)."""
     directory = Path(directory)
     manifest = json.loads((directory / "manifest.json").read_text())
     if manifest["backend"] != "executorch":
         raise ValueError(f"{directory}: --profile reads ExecuTorch programs (ETDump); this is {manifest['backend']}")
-    result: dict[str, Any] = {"steps": steps, "warmup": warmup, "key": manifest["key"]}
+    result: dict[str, Any] = {"steps": steps, "warmup": warmup, "threads": threads, "key": manifest["key"]}
     kinds = ["executorch"] + (["eager"] if eager else [])
     for kind in kinds:
         on_stage(f"profile {kind}")
-        run = _run_child(kind, directory, steps, warmup)
+        run = _run_child(kind, directory, steps, warmup, threads)
         if "error" not in run:
             run["memory"] = _memory(manifest, run, kind)
         result[kind] = run
@@ -230,9 +236,9 @@ def profile_export(directory: str | Path, steps: int = 3, warmup: int = 1, eager
 
 
 def _main() -> None:
-    kind, directory, steps, warmup = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    kind, directory, steps, warmup, threads = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
     child = _child_executorch if kind == "executorch" else _child_eager
-    print(json.dumps(child(directory, steps, warmup)))
+    print(json.dumps(child(directory, steps, warmup, threads or None)))
 
 
 if __name__ == "__main__":
