@@ -16,12 +16,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from edgebench.backends import BACKENDS
+from edgebench.backends.support import device_reason
 from edgebench.telemetry.rails import RAIL_TREES
 
 REPO_PROFILES_DIR = Path(__file__).resolve().parents[2] / "device_profiles"
-BACKENDS = ("eager", "executorch", "onnxruntime")
-# onnxruntime-training(-cpu) ships Linux wheels for x86_64 only (FIELD-NOTES.md).
-ORT_TRAINING_ARCHES = ("x86_64",)
 
 
 class ProfileError(ValueError):
@@ -113,7 +112,7 @@ class Profile(_Strict):
     ram_bytes: ByteSize
     cores: int = Field(ge=1)
     accelerators: list[Literal["cuda"]] = Field(default_factory=list)
-    backends: list[Literal["eager", "executorch", "onnxruntime"]]
+    backends: list[str]
     python: str = "python3"
     workdir: str = "edgebench-work"  # relative: under the device user's home
     transport: Transport = Field(default_factory=Transport)
@@ -128,15 +127,17 @@ class Profile(_Strict):
     def _backends_unique(cls, value: list[str]) -> list[str]:
         if not value:
             raise ValueError("list at least one backend, e.g. [eager]")
+        unknown = [b for b in value if b not in BACKENDS]
+        if unknown:
+            raise ValueError(f"unknown backend(s) {unknown}; choose from {', '.join(BACKENDS)}")
         return list(dict.fromkeys(value))
 
     @model_validator(mode="after")
     def _backends_fit_arch(self) -> "Profile":
-        if "onnxruntime" in self.backends and self.arch not in ORT_TRAINING_ARCHES:
-            raise ValueError(
-                f"backends: onnxruntime on {self.arch}: onnxruntime-training has no {self.arch} wheel; "
-                "remove it (or build ONNX Runtime from source with --enable_training_apis)"
-            )
+        for backend in self.backends:
+            reason = device_reason(backend, self.arch, device=f"a {self.arch} device")
+            if reason:
+                raise ValueError(f"backends: {backend}: {reason}; or remove it from the list")
         return self
 
 
@@ -155,7 +156,7 @@ def _detect_local(data: dict[str, Any]) -> dict[str, Any]:
     if data.get("python") == "auto":
         data["python"] = sys.executable  # the host's own interpreter, with its libraries
     if data.get("backends") == "auto":
-        data["backends"] = ["eager", "executorch"] + (["onnxruntime"] if data["arch"] in ORT_TRAINING_ARCHES else [])
+        data["backends"] = [b for b in BACKENDS if device_reason(b, data["arch"]) is None]
     return data
 
 
