@@ -37,10 +37,12 @@ def _stages(backend: str, zeroth_order: bool) -> list[str]:
 @click.option("--profile", "profile_steps", default=0, type=click.IntRange(min=0), metavar="STEPS",
               help="Then run STEPS steps of the program (ExecuTorch's ETDump) and of eager torch, each in a "
                    "fresh process, and show where a step's time and memory go (also written to profile.json).")
+@click.option("--threads", default=None, type=click.IntRange(min=1),
+              help="With --profile: threads for both runtimes (default: each one's own; 1 is fairer on a busy host).")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
 def export_command(device: str, model: str, method: str, backend: str, batch_size: int, text_length: int,
                    image_size: int | None, seed: int, delegate: str, out: str | None, profile_steps: int,
-                   as_json: bool) -> None:
+                   threads: int | None, as_json: bool) -> None:
     """Lower one training step (model + loss + backward) for an on-device runtime.
 
     \b
@@ -105,7 +107,7 @@ def export_command(device: str, model: str, method: str, backend: str, batch_siz
         if profile_steps:
             from exporters.profile import profile_export
 
-            report = profile_export(result.directory, steps=profile_steps, on_stage=on_stage)
+            report = profile_export(result.directory, steps=profile_steps, threads=threads, on_stage=on_stage)
         progress.update(task, completed=len(stages),
                         description=f"export {request.backend}: {'cached' if result.cached else 'done'}")
     manifest = result.manifest
