@@ -232,12 +232,15 @@ def lower_training_step(
     delegate: str | None = None,
     on_stage: Callable[[str], None] = lambda stage: None,
     joint_rewrite: Callable[[ExportedProgram], None] | None = None,
+    strict: bool = True,
 ) -> LoweredProgram:
     """Lowers `model(*example_inputs) -> scalar loss` with its backward pass.
 
     Trainable = parameters with requires_grad; shapes are fixed to the example's.
     `delegate`: None (portable kernels) or "xnnpack". `joint_rewrite`: a method's change of
     the joint graph (exporters.et_methods, e.g. recomputation), before the rewrites here.
+    `strict`: False for what strict export cannot trace (et_methods: bf16 autocast over frozen
+    bf16/int8 weights).
     """
     from executorch.exir import EdgeCompileConfig, to_edge, to_edge_transform_and_lower
     from torch.export.experimental import _export_forward_backward
@@ -252,7 +255,7 @@ def lower_training_step(
 
     model.eval()  # no dropout in a program we compare against eager
     on_stage("torch.export")
-    ep = torch.export.export(model, example_inputs, strict=True)
+    ep = torch.export.export(model, example_inputs, strict=strict)
     on_stage("joint graph")
     ep = _export_forward_backward(ep)
     on_stage("rewrites")
@@ -290,6 +293,7 @@ def lower_forward(
     example_inputs: tuple[torch.Tensor, ...],
     *,
     on_stage: Callable[[str], None] = lambda stage: None,
+    strict: bool = True,
 ) -> LoweredProgram:
     """Lowers a forward-only loss program whose trainable parameters are extra inputs
     (after the batch, in `named_parameters` order), so a zeroth-order method (MeZO) can
@@ -315,7 +319,7 @@ def lower_forward(
     on_stage("torch.export")
     with torch.no_grad():
         values = tuple(named[n].detach() for n in trainable)
-        ep = torch.export.export(LossOfParameters(), example_inputs + values, strict=True)
+        ep = torch.export.export(LossOfParameters(), example_inputs + values, strict=strict)
     on_stage("rewrites")
     rewrites = _apply_rewrites(ep, linear=True)
     on_stage("to_edge")

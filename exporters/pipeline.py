@@ -113,7 +113,7 @@ def _export_executorch(request: ExportRequest, directory: Path, on_stage) -> dic
     example = (tensors["input_ids"], tensors["images"], tensors["labels"])
     files = [PTE]
     if method.grad_mode == "zeroth-order":
-        lowered = lower_forward(model, example, on_stage=on_stage)
+        lowered = lower_forward(model, example, on_stage=on_stage, strict=rewrite.strict)
         named = dict(model.named_parameters())
         torch.save({n: named[n].detach().clone() for n in lowered.trainable_parameters},
                    directory / TRAINABLE_INIT)
@@ -121,7 +121,7 @@ def _export_executorch(request: ExportRequest, directory: Path, on_stage) -> dic
         program = "forward-only"
     else:
         lowered = lower_training_step(model, example, delegate=request.delegate, on_stage=on_stage,
-                                      joint_rewrite=rewrite)
+                                      joint_rewrite=rewrite, strict=rewrite.strict)
         program = "forward-backward"
     lowered.write(directory / PTE)
     inputs = _inputs({k: batch[k] for k in ("input_ids", "images", "labels")})  # the program's inputs

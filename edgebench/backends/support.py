@@ -89,10 +89,6 @@ def _executorch_reason(method: Any) -> str | None:
     optimizer = _knob(method, "optimizer", "adamw")
     if optimizer in _EXECUTORCH_REFUSED:
         return _EXECUTORCH_REFUSED[optimizer]
-    if _knob(method, "frozen_dtype", "fp32") != "fp32":
-        return ("frozen bf16/int8 weights under bf16 autocast do not survive strict torch.export: the "
-                "retrace runs the frozen patch conv without autocast's casts (\"Input type (float) and "
-                "bias type (c10::BFloat16) should be the same\"); use --backend eager")
     return None
 
 
