@@ -55,6 +55,8 @@ class JointRewrite:
             model.forward = forward
 
     def __call__(self, ep) -> None:
+        if self.method.frozen_dtype == "int8":
+            self.counts.update(recompute_dequantized(ep))
         if self.method.checkpointing:
             self.counts.update(recompute_blocks(ep))
 
@@ -73,7 +75,9 @@ class JointRewrite:
         if self.method.frozen_dtype != "fp32":
             out["frozen_dtype"] = (
                 "frozen linears as int8 codes + fp32 per-row scales (edgebench.methods.int8), "
-                "dequantised in forward and again in backward; other frozen weights bf16; all "
+                "dequantised in forward and again in backward (exporters.et_methods.recompute_dequantized: "
+                f"{self.counts.get('dequantized_recomputed', 0)} nodes), so no float copy stays alive "
+                "between them; other frozen weights bf16; all "
                 "inside the .pte as constants" if self.method.frozen_dtype == "int8" else
                 "frozen weights bf16 constants inside the .pte") + "; non-strict torch.export"
         return out
@@ -127,11 +131,27 @@ def recompute_blocks(ep) -> dict[str, int]:
     # A block's outputs: its nodes read by forward nodes outside it (the checkpoints kept).
     kept = {n for n, b in block.items()
             if n is loss or any(u in forward and block.get(u) != b for u in n.users)}
+
+    def recomputable(node) -> bool:
+        return node in block and node not in kept
+
+    read = {block[a] for n in nodes if n not in forward and n.op == "call_function"
+            for a in n.all_input_nodes if recomputable(a)}
+    count = _copy_into_backward(graph, forward, recomputable)
+    graph.eliminate_dead_code()
+    graph.lint()
+    gm.recompile()
+    return {"recomputed_blocks": len(read), "recomputed_nodes": count}
+
+
+def _copy_into_backward(graph, forward: set, recomputable) -> int:
+    """Each backward read of a `recomputable` forward node becomes a read of a copy of it
+    (and of its recomputable ancestors) made right before that read's first user.
+    Returns how many nodes were copied."""
     copies: dict = {}
-    done_blocks: set[int] = set()
 
     def copy(node, before):
-        if node not in block or node in kept:
+        if not recomputable(node):
             return node
         if node not in copies:
             args = torch.fx.node.map_arg(node.args, lambda a: copy(a, before))
@@ -142,13 +162,33 @@ def recompute_blocks(ep) -> dict[str, int]:
             copies[node] = new
         return copies[node]
 
-    for node in nodes:
+    for node in list(graph.nodes):
         if node in forward or node.op != "call_function":
             continue
-        for arg in [a for a in node.all_input_nodes if a in block and a not in kept]:
-            done_blocks.add(block[arg])
+        for arg in [a for a in node.all_input_nodes if recomputable(a)]:
             node.replace_input_with(arg, copy(arg, node))
+    return len(copies)
+
+
+def recompute_dequantized(ep) -> dict[str, int]:
+    """Frozen int8 linears: the backward dequantises the codes again (as eager's Int8Linear
+    backward does) instead of reading the float weight kept since the forward.
+
+    Without this the joint graph differentiates the forward's dequantisation and keeps every
+    dequantised weight alive until its backward matmul: a bf16 copy of all frozen linears in
+    the memory plan. Values computed from buffers alone (int8 codes, scales) are recomputed."""
+    gm, graph = ep.graph_module, ep.graph_module.graph
+    nodes = list(graph.nodes)
+    loss = nodes[-1].args[0][0]
+    forward = set(nodes[: nodes.index(loss) + 1])
+    buffers = set(ep.graph_signature.inputs_to_buffers)
+    derived = {n for n in nodes if n.op == "placeholder" and n.name in buffers}
+    for node in nodes:
+        if node in forward and node.op == "call_function" and node.all_input_nodes and \
+                all(a in derived for a in node.all_input_nodes):
+            derived.add(node)
+    count = _copy_into_backward(graph, forward, lambda n: n in derived and n.op == "call_function")
     graph.eliminate_dead_code()
     graph.lint()
     gm.recompile()
-    return {"recomputed_blocks": len(done_blocks), "recomputed_nodes": len(copies)}
+    return {"dequantized_recomputed": count}
