@@ -311,10 +311,20 @@ def test_export_command_refuses_onnx_for_a_pi():
 
 
 def test_methods_matrix_follows_the_backends_support():
-    from edgebench.methods.support import BACKEND_SUPPORT
+    """`edgebench methods --json` lists where each preset runs and says why the others refuse it."""
+    from click.testing import CliRunner
 
-    assert {"sgd", "adamw", "lora", "mezo"} <= set(BACKEND_SUPPORT["executorch"])
-    assert {"sgd", "adamw", "freeze-vision", "lora", "mezo"} <= set(BACKEND_SUPPORT["onnxruntime"])
+    from edgebench.cli import cli
+
+    out = CliRunner().invoke(cli, ["methods", "--json"])
+    assert out.exit_code == 0, out.output
+    rows = {row["name"]: row for row in json.loads(out.output)}
+    on = {b: {name for name, row in rows.items() if b in row["backends"]} for b in ("executorch", "onnxruntime")}
+    assert {"sgd", "adamw", "lora", "mezo"} <= on["executorch"]
+    assert {"sgd", "adamw", "freeze-vision", "lora", "mezo"} <= on["onnxruntime"]
     for refused in ("lomo", "adamw-ckpt", "galore"):
-        assert refused not in BACKEND_SUPPORT["onnxruntime"]
-    assert "forward-grad" not in BACKEND_SUPPORT["executorch"]
+        assert refused not in on["onnxruntime"]
+    assert "forward-grad" not in on["executorch"]
+    assert "SVD" in rows["galore"]["refused"]["executorch"]
+    assert all(set(row["backends"]) | set(row["refused"]) == {"eager", "executorch", "onnxruntime"}
+               for row in rows.values())

@@ -7,7 +7,6 @@ import json
 import click
 
 from edgebench.methods.knobs import PRESETS, MethodError, parse_method
-from edgebench.methods.support import backends_for
 
 # Room the runtime needs beyond the predicted peak (other processes, page cache, allocator).
 DEFAULT_HEADROOM = 0.15
@@ -23,20 +22,24 @@ def _knob_text(knobs: dict) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 def methods_command(as_json: bool) -> None:
     """List the fine-tuning methods: presets, the knobs behind each, and the backends that can
-    run it. Combine presets and modifiers with `+` (e.g. `lora+ckpt+bf16`, `bitfit+frozen-int8`,
+    run it (with --json: why each other backend refuses it). Combine presets and modifiers with `+` (e.g. `lora+ckpt+bf16`, `bitfit+frozen-int8`,
     `adamw+accum4`); impossible combinations are refused with the reason."""
+    from edgebench.backends.support import support_matrix
+
+    matrix = support_matrix({name: parse_method(name) for name in PRESETS})
     rows = []
     for name, (description, _) in PRESETS.items():
-        knobs = parse_method(name).knobs()
-        rows.append({"name": name, "description": description, "knobs": knobs,
-                     "backends": backends_for(name)})
+        rows.append({"name": name, "description": description, "knobs": parse_method(name).knobs(),
+                     "backends": [b for b, why in matrix[name].items() if why is None],
+                     "refused": {b: why for b, why in matrix[name].items() if why is not None}})
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="edgebench methods (combine with +: ckpt, bf16, accumN, fused, frozen-bf16, frozen-int8)")
+    table = Table(title="edgebench methods (combine with +: ckpt, bf16, accumN, fused, frozen-bf16, frozen-int8)",
+                  caption="`edgebench methods --json` says why each missing backend refuses a method")
     for column in ("preset", "what it does", "knobs (vs adamw)", "backends"):
         table.add_column(column, overflow="fold")  # wrap, never cut: a name must stay typeable
     for row in rows:
