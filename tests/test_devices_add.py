@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
+from lab_fixtures import lab_in
 
 from edgebench.cli import cli
 from edgebench.devices import detect, lab
@@ -174,23 +175,12 @@ def test_adb_phone_without_a_phone(tmp_path, monkeypatch, adb_server_port):
 def board(tmp_path_factory):
     """One lab sshd (its host key, the lab's client key) and fresh inventory/known_hosts paths."""
     root = tmp_path_factory.mktemp("add")
-    saved = {k: os.environ.get(k) for k in ("EDGEBENCH_LAB_DIR", "EDGEBENCH_INVENTORY")}
-    os.environ["EDGEBENCH_LAB_DIR"] = str(root / "state")
-    os.environ["EDGEBENCH_INVENTORY"] = str(root / "inventory.yaml")
-    try:
-        (dev,) = lab.up([lab.LabDevice("raspberry-pi-5-8gb", name="lab-board", memory_bytes=2**30, cpus=1)])
+    with lab_in(root, [lab.LabDevice("raspberry-pi-5-8gb", name="lab-board", memory_bytes=2**30, cpus=1)]) as (dev,):
         host_pub = Path(dev["home"]) / "ssh_host_ed25519_key.pub"
         fingerprint = subprocess.run(["ssh-keygen", "-lf", str(host_pub)], capture_output=True, text=True,
                                      check=True).stdout.split()[1]
         yield {"root": root, "port": dev["port"], "key": str(Path(os.environ["EDGEBENCH_LAB_DIR"]) / "client_key"),
                "fingerprint": fingerprint, "host_pub": host_pub.read_text().split()[:2]}
-    finally:
-        lab.down(purge=True)
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def _add(board, name, root, *extra, known_hosts="kh", input=None):

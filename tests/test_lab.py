@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from lab_fixtures import lab_in
 
 from edgebench.cli import cli
 from edgebench.devices import lab
@@ -36,20 +37,9 @@ SMALL_MEMORY = 600 * 2**20
 def lab_env(tmp_path_factory):
     """A lab of two devices in temporary state/inventory paths; torn down afterwards."""
     root = tmp_path_factory.mktemp("lab")
-    saved = {k: os.environ.get(k) for k in ("EDGEBENCH_LAB_DIR", "EDGEBENCH_INVENTORY")}
-    os.environ["EDGEBENCH_LAB_DIR"] = str(root / "state")
-    os.environ["EDGEBENCH_INVENTORY"] = str(root / "inventory.yaml")
-    try:
-        lab.up([lab.LabDevice("raspberry-pi-zero-2w", name="lab-small", memory_bytes=SMALL_MEMORY, cpus=1),
-                lab.LabDevice("raspberry-pi-4-4gb")])
+    with lab_in(root, [lab.LabDevice("raspberry-pi-zero-2w", name="lab-small", memory_bytes=SMALL_MEMORY, cpus=1),
+                       lab.LabDevice("raspberry-pi-4-4gb")]):
         yield root
-    finally:
-        lab.down(purge=True)
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def _wait_finished(name: str, sweep_id: str, timeout_s: float = 150) -> dict:
