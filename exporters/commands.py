@@ -6,6 +6,8 @@ import json
 
 import click
 
+from exporters.manifest import EXPORT_BACKENDS
+
 
 
 def _stages(backend: str, zeroth_order: bool) -> list[str]:
@@ -24,7 +26,7 @@ def _stages(backend: str, zeroth_order: bool) -> list[str]:
               help="Device profile id or YAML path; its `export:` settings (xnnpack, dtype) and arch apply.")
 @click.option("--model", default="tiny", show_default=True, help="Model config name or nanoVLM checkpoint folder.")
 @click.option("--method", default="sgd", show_default=True, help="Method preset or combination (`edgebench methods`).")
-@click.option("--backend", type=click.Choice(["executorch", "onnxruntime"]), default="executorch", show_default=True)
+@click.option("--backend", type=click.Choice(list(EXPORT_BACKENDS)), default="executorch", show_default=True)
 @click.option("--batch-size", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--text-length", default=32, show_default=True, type=click.IntRange(min=2))
 @click.option("--image-size", default=None, type=int, help="Image side in pixels (default: the model's).")
@@ -171,5 +173,3 @@ def _print_profile(console, report: dict) -> None:
     console.print("  ExecuTorch's planned arena holds its trainable weights, gradients and activations; "
                   "eager's activations are in its remainder")
 
-
-COMMANDS = [export_command]

@@ -20,10 +20,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from edgebench.backends.base import BACKENDS
+
 MANIFEST = "manifest.json"
 FORMAT = "edgebench-export/1"
 # The runtimes an export can be made for, spelt as everywhere else (RunSpec.backend).
-EXPORT_BACKENDS = ("executorch", "onnxruntime")
+EXPORT_BACKENDS = tuple(name for name in BACKENDS if name != "eager")
 DELEGATES = ("xnnpack",)
 _LIBRARIES = ("torch", "executorch", "onnx", "onnxruntime-training-cpu", "numpy", "edgebench")
 # Source files whose code shapes the exported program (a change there re-exports), and
