@@ -45,3 +45,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("lab") or item.get_closest_marker("serial"):
             item.add_marker(pytest.mark.xdist_group("lab"))
+
+
+@pytest.fixture(scope="session")
+def export_cache(tmp_path_factory):
+    """One export cache for the test session: the same request is exported once."""
+    cache = tmp_path_factory.mktemp("export-cache")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("EDGEBENCH_EXPORT_CACHE", str(cache))
+    yield cache
+    patch.undo()

@@ -27,15 +27,6 @@ TEXT = 12  # short text keeps every export small (the synthetic task needs 11 to
 STEPS = 10
 
 
-@pytest.fixture(scope="session")
-def export_cache(tmp_path_factory):
-    cache = tmp_path_factory.mktemp("export-cache")
-    patch = pytest.MonkeyPatch()
-    patch.setenv("EDGEBENCH_EXPORT_CACHE", str(cache))
-    yield cache
-    patch.undo()
-
-
 def _export(method: str, backend: str):
     return export(ExportRequest(model="tiny", method=method, backend=backend, text_length=TEXT))
 

@@ -18,7 +18,7 @@ from edgebench.data.synthetic import synthetic_batches
 from edgebench.runner.spec import RunSpec
 from exporters.manifest import ExportRequest
 from exporters.pipeline import build_training_model, export
-from test_export import TEXT, export_cache  # noqa: F401  (the session-scoped cache fixture)
+from test_export import TEXT
 
 STEPS = 10
 
@@ -60,7 +60,7 @@ def _losses(method: str, batch_size: int = 1) -> dict[str, list[float]]:
     ("adafactor", 1), ("adamw-accum4", 4), ("fused-adamw", 1), ("lomo", 1),
     ("adamw-ckpt", 1), ("lora-ckpt", 1), ("adamw-bf16", 1), ("qlora", 1),
 ])
-def test_method_on_executorch_matches_eager(export_cache, method, batch_size):  # noqa: F811
+def test_method_on_executorch_matches_eager(export_cache, method, batch_size):
     losses = _losses(method, batch_size)
     et, eager = np.array(losses["executorch"]), np.array(losses["eager"])
     worst = float(np.max(np.abs(et - eager) / np.abs(eager)))
@@ -75,7 +75,7 @@ def test_method_on_executorch_matches_eager(export_cache, method, batch_size):  
         assert knob in lowering, lowering  # the manifest says how the knob was lowered
 
 
-def test_recomputation_shrinks_the_programs_memory_plan(export_cache):  # noqa: F811
+def test_recomputation_shrinks_the_programs_memory_plan(export_cache):
     """lora-ckpt's plan holds the blocks' outputs, not their insides: smaller than lora's."""
     plans = {m: export(ExportRequest(model="tiny", method=m, backend="executorch", text_length=TEXT))
              .manifest for m in ("lora", "lora-ckpt")}
@@ -83,7 +83,7 @@ def test_recomputation_shrinks_the_programs_memory_plan(export_cache):  # noqa: 
     assert plans["lora-ckpt"]["planned_memory_bytes"] < 0.9 * plans["lora"]["planned_memory_bytes"]
 
 
-def test_int8_frozen_weights_shrink_the_pte(export_cache):  # noqa: F811
+def test_int8_frozen_weights_shrink_the_pte(export_cache):
     """qlora's frozen linears are int8 codes in the .pte (a quarter of fp32), the rest bf16."""
     files = {m: export(ExportRequest(model="tiny", method=m, backend="executorch", text_length=TEXT))
              .manifest["files"]["model.pte"]["bytes"] for m in ("lora", "qlora")}

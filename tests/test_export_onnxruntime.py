@@ -28,15 +28,6 @@ STEPS = 10
 KEYS = ("input_ids", "images", "labels")
 
 
-@pytest.fixture(scope="session")
-def export_cache(tmp_path_factory):
-    cache = tmp_path_factory.mktemp("ort-export-cache")
-    patch = pytest.MonkeyPatch()
-    patch.setenv("EDGEBENCH_EXPORT_CACHE", str(cache))
-    yield cache
-    patch.undo()
-
-
 def _export(method: str):
     return export(ExportRequest(model="tiny", method=method, backend="onnxruntime", text_length=TEXT))
 
