@@ -38,6 +38,8 @@ from typing import Any, Callable, Iterator, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from edgebench.devices.background_loop import background_loop
+
 PROFILE_TAG = "edgebench-profile"
 HOSTKEY_TAG = "edgebench-hostkey"
 PYTHON_TAG = "edgebench-python"
@@ -105,19 +107,10 @@ class _QuietLabgrid(logging.Filter):
         return f"{os.sep}labgrid{os.sep}" not in record.pathname
 
 
-_loop: asyncio.AbstractEventLoop | None = None
-_loop_lock = threading.Lock()
-
-
 def _event_loop() -> asyncio.AbstractEventLoop:
     """One event loop in a daemon thread for every coordinator session: grpc's asyncio channels
     do not work from several loops at once (deploys run one thread per device)."""
-    global _loop
-    with _loop_lock:
-        if _loop is None:
-            _loop = asyncio.new_event_loop()
-            threading.Thread(target=_loop.run_forever, name="edgebench-labgrid", daemon=True).start()
-        return _loop
+    return background_loop("labgrid")
 
 
 class Coordinator:

@@ -10,28 +10,21 @@ from __future__ import annotations
 import asyncio
 import os
 import shlex
-import threading
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Awaitable, Iterator, TypeVar
 
 import asyncssh
 
+from edgebench.devices.background_loop import background_loop
 from edgebench.devices.inventory import Device
 from edgebench.devices.transport import CommandResult, Session, Transport, TransportError
 
 T = TypeVar("T")
-_loop: asyncio.AbstractEventLoop | None = None
-_loop_lock = threading.Lock()
 
 
 def _event_loop() -> asyncio.AbstractEventLoop:
-    global _loop
-    with _loop_lock:
-        if _loop is None:
-            _loop = asyncio.new_event_loop()
-            threading.Thread(target=_loop.run_forever, name="edgebench-ssh", daemon=True).start()
-        return _loop
+    return background_loop("ssh")
 
 
 async def _await(awaitable: Awaitable[T]) -> T:
