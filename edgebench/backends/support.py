@@ -27,12 +27,27 @@ def _knob(method: Any, name: str, default: Any) -> Any:
     return getattr(method, name, default)
 
 
+def _eager_only_knobs(method: Any) -> str | None:
+    """The lowest-memory knobs of edgebench.methods (int4 frozen weights, bf16 trained weights
+    with their in-backward rounding, chunked cross-entropy) exist in eager torch only."""
+    if _knob(method, "frozen_dtype", "fp32") == "int4":
+        return "frozen-int4"
+    if _knob(method, "trained_dtype", "fp32") != "fp32":
+        return "bf16-weights"
+    if _knob(method, "chunked_loss", False):
+        return "chunked-ce"
+    return None
+
+
 def unsupported_reason(method: Any, backend: str) -> str | None:
     """Why `method` (a methods.Method) cannot run on `backend`, with what to do; None if it can."""
     if backend == "eager":
         return None
     if backend not in BACKEND_NAMES:
         return f"unknown backend {backend!r}; choose one of {', '.join(BACKEND_NAMES)}"
+    eager_only = _eager_only_knobs(method)
+    if eager_only:
+        return f"{eager_only} runs in eager torch only (not lowered to {backend} programs); use --backend eager"
     if backend == "onnxruntime":
         return _onnxruntime_reason(method)
     if backend == "executorch":

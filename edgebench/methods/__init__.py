@@ -34,6 +34,7 @@ def make_trainer(method: Method | str, model: "nn.Module", *, lr: float | None =
     if isinstance(method, str):
         method = parse_method(method)
     model = prepare_model(method, model)
+    model.chunked_loss = method.chunked_loss
     if lr is None:
         lr = optim.default_lr(method, sum(p.numel() for p in trainable_parameters(model)))
     if method.grad_mode == "zeroth-order":
@@ -44,6 +45,8 @@ def make_trainer(method: Method | str, model: "nn.Module", *, lr: float | None =
         from edgebench.methods.cg import ConjugateGradientTrainer as cls
     elif method.optimizer in ("lomo", "adalomo"):
         cls = LomoTrainer
+    elif method.trained_dtype == "bf16":
+        from edgebench.methods.bf16 import Bf16SgdTrainer as cls
     elif method.fused_update:
         cls = FusedTrainer
     else:

@@ -51,8 +51,9 @@ class Int8Linear(nn.Module):
         return y if self.bias is None else y + self.bias.to(y.dtype)
 
 
-def quantize_frozen_linears(model: nn.Module, skip: set[int], after_each=lambda: None) -> int:
-    """Replace every frozen nn.Linear (weight id not in `skip`) by an Int8Linear; returns how many.
+def quantize_frozen_linears(model: nn.Module, skip: set[int], after_each=lambda: None, cls=Int8Linear) -> int:
+    """Replace every frozen nn.Linear (weight id not in `skip`) by `cls` (Int8Linear, or
+    edgebench.methods.int4.Int4Linear); returns how many.
 
     `after_each` runs after each layer (the caller hands the freed weight back to the OS there,
     so the conversion never holds both precisions of the whole model)."""
@@ -60,7 +61,7 @@ def quantize_frozen_linears(model: nn.Module, skip: set[int], after_each=lambda:
                if type(module) is nn.Linear and not module.weight.requires_grad and id(module.weight) not in skip]
     for name, module in targets:
         parent_name, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent_name) if parent_name else model, child, Int8Linear(module))
+        setattr(model.get_submodule(parent_name) if parent_name else model, child, cls(module))
         module.weight = None  # the old weight may be shared with nothing else: drop it now
         del module
         after_each()

@@ -20,7 +20,9 @@ OPTIMIZERS = (
 GRAD_MODES = ("backprop", "zeroth-order", "forward-mode")
 PRECISIONS = ("fp32", "bf16")
 TRAINABLE = ("all", "freeze-vision", "lora", "bitfit")
-FROZEN_DTYPES = ("fp32", "bf16", "int8")
+FROZEN_DTYPES = ("fp32", "bf16", "int8", "int4")
+TRAINED_DTYPES = ("fp32", "bf16")
+ROUNDINGS = ("nearest", "stochastic")
 
 # Optimizers that update inside backward themselves (lomo-optim) or need the whole-batch
 # loss several times (cg's line search): they cannot accumulate micro-batches.
@@ -47,8 +49,11 @@ class Method:
     accumulation: int = 1  # micro-batches per step (same effective batch)
     precision: str = "fp32"  # bf16: autocast of the forward (and backward) compute
     trainable: str = "all"
-    frozen_dtype: str = "fp32"  # storage of frozen weights: fp32 | bf16 | int8
+    frozen_dtype: str = "fp32"  # storage of frozen weights: fp32 | bf16 | int8 | int4 (group-wise)
     fused_update: bool = False  # update each parameter in backward, free its grad at once
+    trained_dtype: str = "fp32"  # storage of trained weights: fp32 | bf16 (no fp32 master copy)
+    rounding: str = "nearest"  # how a bf16 trained weight takes its update: nearest | stochastic
+    chunked_loss: bool = False  # cross-entropy over row chunks: no [T, vocab] logits held at once
     name: str = ""
 
     def knobs(self) -> dict[str, Any]:
@@ -70,6 +75,10 @@ _MODIFIERS: dict[str, dict[str, Any]] = {
     "fused": {"fused_update": True},
     "frozen-bf16": {"frozen_dtype": "bf16"},
     "frozen-int8": {"frozen_dtype": "int8"},
+    "frozen-int4": {"frozen_dtype": "int4"},
+    "bf16-weights": {"trained_dtype": "bf16"},
+    "sr": {"rounding": "stochastic"},
+    "chunked-ce": {"chunked_loss": True},
 }
 _ACCUM = re.compile(r"accum(\d+)$")
 
@@ -104,6 +113,13 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     "lora-ckpt": ("LoRA + activation checkpointing", {"trainable": "lora", "checkpointing": True}),
     "qlora": ("LoRA over int8 frozen base weights (MeBP recipe), bf16 compute",
               {"trainable": "lora", "frozen_dtype": "int8", "precision": "bf16"}),
+    "qlora4": ("LoRA over int4 group-wise frozen weights, checkpointing, chunked cross-entropy",
+               {"trainable": "lora", "frozen_dtype": "int4", "precision": "bf16", "checkpointing": True,
+                "chunked_loss": True}),
+    "lomo-sr": ("full-parameter: bf16 weights, SGD fused into backward with stochastic rounding, "
+                "checkpointing, chunked cross-entropy",
+                {"optimizer": "sgd", "fused_update": True, "trained_dtype": "bf16", "rounding": "stochastic",
+                 "checkpointing": True, "chunked_loss": True}),
     "freeze-vision": ("AdamW with the vision encoder frozen", {"trainable": "freeze-vision"}),
     "bitfit": ("train biases (and norms' gains) only", {"trainable": "bitfit"}),
     "mezo": ("MeZO: zeroth-order SPSA, two forwards, no backward (Malladi et al. 2023)",
@@ -136,11 +152,16 @@ def _token_knobs(token: str) -> dict[str, Any]:
 
 
 def _defaults(knobs: dict[str, Any]) -> dict[str, Any]:
-    """Defaults that depend on other knobs: zeroth-order/forward-mode step with SGD."""
+    """Defaults that depend on other knobs: zeroth-order/forward-mode step with SGD; bf16
+    trained weights take SGD fused into backward (LOMO's recipe: no optimizer state)."""
     if "optimizer" not in knobs and knobs.get("grad_mode", "backprop") != "backprop":
         knobs["optimizer"] = "sgd"
-    if knobs.get("frozen_dtype") in ("bf16", "int8") and "precision" not in knobs:
-        knobs["precision"] = "bf16"  # low-precision frozen weights need a bf16 compute path
+    if knobs.get("trained_dtype") == "bf16":
+        knobs.setdefault("optimizer", "sgd")
+        knobs.setdefault("fused_update", True)
+    low_precision = knobs.get("frozen_dtype") in ("bf16", "int8", "int4") or knobs.get("trained_dtype") == "bf16"
+    if low_precision and "precision" not in knobs:
+        knobs["precision"] = "bf16"  # low-precision weights need a bf16 compute path
     return knobs
 
 
@@ -177,6 +198,16 @@ def _refusal(m: Method) -> str | None:
                 "inputs (not supported yet); use lora or freeze-vision")
     if m.frozen_dtype != "fp32" and m.precision != "bf16":
         return f"frozen-{m.frozen_dtype} weights need the bf16 compute path; drop `fp32`"
+    if m.trained_dtype == "bf16":
+        if m.precision != "bf16":
+            return "bf16 trained weights compute in bf16; drop `fp32`"
+        if m.grad_mode != "backprop" or not m.fused_update or m.optimizer != "sgd":
+            return ("bf16 trained weights are updated by SGD fused into backward (fp32 arithmetic, rounded "
+                    "once into bf16); use sgd with `fused` (the defaults), e.g. `all+bf16-weights+sr+ckpt`")
+    if m.rounding == "stochastic" and m.trained_dtype != "bf16":
+        return "stochastic rounding applies to bf16 trained weights; add `bf16-weights`"
+    if m.chunked_loss and m.grad_mode == "forward-mode":
+        return "chunked cross-entropy recomputes logits in backward; forward-mode has none"
     return None
 
 

@@ -59,21 +59,25 @@ def _trains(trainable: str, name: str, param: nn.Parameter) -> bool:
 
 
 def store_frozen(method: Method, model: nn.Module) -> None:
-    """Hold frozen weights in bf16, or frozen linears in int8 (edgebench.methods.int8).
+    """Hold trained weights in fp32 (or bf16), frozen weights in bf16, or frozen linears in
+    int8 / int4 (edgebench.methods.int8, .int4).
 
-    int8: each frozen nn.Linear becomes per-channel int8 codes dequantised in its forward and
-    backward; the other frozen weights (embedding/tied head, norms, patch conv) go bf16. Every
+    int8/int4: each frozen nn.Linear becomes int8 (per-channel) or int4 (group-wise) codes
+    dequantised in its forward and backward; the other frozen weights (embedding/tied head, norms, patch conv) go bf16. Every
     kept tensor gets its own storage, so a memory-mapped checkpoint file is released.
     """
-    for param in model.parameters():  # trainable weights always fp32 (see build_model_for)
-        if param.requires_grad and param.dtype != torch.float32:
-            param.data = param.data.float()
+    trained = torch.bfloat16 if method.trained_dtype == "bf16" else torch.float32
+    for param in model.parameters():  # trained weights in their own dtype (see build_model_for)
+        if param.requires_grad and param.dtype != trained:
+            param.data = param.data.to(trained)
     if method.frozen_dtype == "fp32":
         return
-    if method.frozen_dtype == "int8":
-        from edgebench.methods.int8 import quantize_frozen_linears
+    if method.frozen_dtype in ("int8", "int4"):
+        from edgebench.methods.int4 import Int4Linear
+        from edgebench.methods.int8 import Int8Linear, quantize_frozen_linears
 
-        quantize_frozen_linears(model, skip=_tied_ids(model), after_each=release_freed_memory)
+        quantize_frozen_linears(model, skip=_tied_ids(model), after_each=release_freed_memory,
+                                cls=Int4Linear if method.frozen_dtype == "int4" else Int8Linear)
     for param in model.parameters():
         if not param.requires_grad:
             param.data = param.data.to(torch.bfloat16, copy=True)

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from edgebench.model.config import VLMConfig
 from edgebench.model.language_model import LanguageModel
+from edgebench.model.loss import chunked_cross_entropy
 from edgebench.model.modality_projector import ModalityProjector
 from edgebench.model.vision_transformer import ViT
 
@@ -28,6 +29,10 @@ class VisionLanguageModel(nn.Module):
     (labels -100 ignored; the model shifts labels itself). `attention_mask` [B, T]
     (1 token, 0 padding) is optional: without it nothing is masked but the future.
     """
+
+    # Eager training may set this (edgebench.methods' chunked-ce): the loss then never holds
+    # [T, vocab] logits (edgebench.model.loss); exported programs keep the plain loss.
+    chunked_loss = False
 
     def __init__(self, cfg: VLMConfig):
         super().__init__()
@@ -70,6 +75,8 @@ class VisionLanguageModel(nn.Module):
                 attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         h = self.hidden_states(input_ids, images, attention_mask)
         # Positions of input_ids that have a next token (the head skips v0.1's image prefix).
+        if self.chunked_loss:
+            return chunked_cross_entropy(h[:, self.n_image_tokens : -1], self.decoder.head, labels[:, 1:])
         logits = self.decoder.head(h[:, self.n_image_tokens : -1])
         return F.cross_entropy(
             logits.reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1), ignore_index=-100
