@@ -15,7 +15,7 @@ from torch.func import functional_call, jvp
 
 from edgebench.methods import optim
 from edgebench.methods.knobs import Method
-from edgebench.methods.trainer import Batch, Trainer
+from edgebench.methods.trainer import Batch, Trainer, model_inputs
 
 
 class ForwardGradTrainer(Trainer):
@@ -30,7 +30,7 @@ class ForwardGradTrainer(Trainer):
         self.model.train()
         primals = tuple(p.detach() for p in self.params)
         tangents = tuple(torch.randn(p.shape, generator=self.tangents, dtype=p.dtype) for p in primals)
-        inputs = (batch["input_ids"], batch["images"], batch["labels"])
+        inputs = model_inputs(batch)
 
         def loss_of(*weights: torch.Tensor) -> torch.Tensor:
             with self.autocast():

@@ -44,8 +44,9 @@ class Trainer:
         return contextlib.nullcontext()
 
     def loss(self, batch: Batch) -> torch.Tensor:
+        """The batch's loss; padded keys are masked by its `attention_mask` (as nanoVLM trains)."""
         with self.autocast():
-            return self.model(batch["input_ids"], batch["images"], batch["labels"])
+            return self.model(*model_inputs(batch))
 
     def step(self, batch: Batch) -> float:
         raise NotImplementedError
@@ -134,6 +135,12 @@ class LomoTrainer(Trainer):
         return loss.item()
 
 
+def model_inputs(batch: Batch) -> tuple:
+    """The model's positional inputs (input_ids, images, labels, attention_mask); a batch
+    without a mask (hand-made) attends to every token."""
+    return batch["input_ids"], batch["images"], batch["labels"], batch.get("attention_mask")
+
+
 def split_batch(batch: Batch, parts: int) -> list[Batch]:
     """`parts` equal micro-batches of one batch (the same effective batch)."""
     if parts == 1:
@@ -158,15 +165,22 @@ def prepare_model(method: Method, model: nn.Module) -> nn.Module:
 
 def build_model_for(method: Method | str, name_or_dir: str, image_size: int | None = None) -> nn.Module:
     """Build a fresh model the way the method stores it, so loading never peaks higher than
-    training: methods that keep frozen weights in bf16/int8 build in bf16 (half the fp32 peak);
-    `make_trainer` then returns the trainable weights to fp32. Checkpoints load as they are.
+    training: methods that keep weights in bf16/int8 build in bf16 (half the fp32 peak), int4
+    layer by layer (edgebench.methods.streaming); `make_trainer` then gives the trained weights
+    their dtype. Checkpoints load as they are.
     """
     from edgebench.model import CONFIG_NAMES, build_model
 
     if isinstance(method, str):
         method = parse_method(method)
-    if method.frozen_dtype == "fp32" or name_or_dir not in CONFIG_NAMES:
+    low_precision = method.frozen_dtype != "fp32" or method.trained_dtype != "fp32"
+    if not low_precision or name_or_dir not in CONFIG_NAMES:
         return build_model(name_or_dir, image_size=image_size)
+    if method.frozen_dtype == "int4":  # layer by layer: even bf16 would not fit where int4 is needed
+        from edgebench.methods.streaming import build_streamed
+        from edgebench.model import get_config
+
+        return build_streamed(method, get_config(name_or_dir).with_image_size(image_size))
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch.bfloat16)
     try:
