@@ -341,6 +341,7 @@ def lab() -> None:
     \b
     edgebench lab up                         # lab-pi4 (4 GiB) and lab-pizero (512 MiB)
     edgebench lab up --profile raspberry-pi-5-8gb --memory 2GiB
+    edgebench lab up --arch arm64            # lab-pi4-arm64: arm64 wheels under qemu emulation
     edgebench deploy --device lab-pi4 --device lab-pizero --methods sgd,adamw,mezo
     edgebench collect && edgebench lab down
 
@@ -356,8 +357,11 @@ def lab() -> None:
               help="Profile to emulate (repeatable). Default: raspberry-pi-4-4gb and raspberry-pi-zero-2w.")
 @click.option("--memory", default=None, help="Override the memory limit of these devices, e.g. 1GiB.")
 @click.option("--cpus", default=None, type=click.FloatRange(min=0.01), help="Override the CPU limit (cores).")
+@click.option("--arch", type=click.Choice(["host", "arm64"]), default="host", show_default=True,
+              help="arm64: the device's python is an arm64 Python with arm64 wheels under qemu user-mode "
+                   "emulation (built once into ~/.cache/edgebench/arm64; step times not representative).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def lab_up(profiles: tuple[str, ...], memory: str | None, cpus: float | None, as_json: bool) -> None:
+def lab_up(profiles: tuple[str, ...], memory: str | None, cpus: float | None, arch: str, as_json: bool) -> None:
     """Start emulated devices (those already running are kept)."""
     from pydantic import ByteSize, TypeAdapter, ValidationError
 
@@ -369,10 +373,11 @@ def lab_up(profiles: tuple[str, ...], memory: str | None, cpus: float | None, as
         memory_bytes = int(TypeAdapter(ByteSize).validate_python(memory)) if memory else None
     except ValidationError:
         raise click.BadParameter(f"{memory!r}: write a size like 1GiB or 512MiB", param_hint="--memory") from None
-    specs = [lab_mod.LabDevice(p, memory_bytes=memory_bytes, cpus=cpus)
-             for p in (profiles or lab_mod.DEFAULT_PROFILES)]
+    defaults = lab_mod.DEFAULT_ARM64_PROFILES if arch == "arm64" else lab_mod.DEFAULT_PROFILES
+    specs = [lab_mod.LabDevice(p, memory_bytes=memory_bytes, cpus=cpus, arch=None if arch == "host" else arch)
+             for p in (profiles or defaults)]
     try:
-        running = lab_mod.up(specs)
+        running = _lab_up(lab_mod, specs, arch, quiet=as_json)
     except (lab_mod.LabError, CgroupError, ProfileError, InventoryError) as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
@@ -384,6 +389,25 @@ def lab_up(profiles: tuple[str, ...], memory: str | None, cpus: float | None, as
         click.echo(f"{dev['name']}: {dev['profile']} on 127.0.0.1:{dev['port']}, "
                    f"{_gib(dev['memory_bytes'])} GiB, {dev['cpus']:g} CPUs{note}")
     click.echo(f"registered in {inventory_path()}; try `edgebench deploy --device {running[0]['name']}`")
+
+
+def _lab_up(lab_mod: Any, specs: list, arch: str, quiet: bool) -> list[dict[str, Any]]:
+    """lab.up, with a progress bar while the arm64 emulation root is built (first time only)."""
+    from edgebench.devices import arm64
+
+    state = arm64.status() if arch == "arm64" else {"state": "built"}
+    if state["state"] == "built":
+        return lab_mod.up(specs)
+    if not quiet:
+        click.echo(f"building the arm64 emulation root once: {state['detail']}")
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  disable=quiet) as progress:
+        task = progress.add_task("arm64 root", total=len(arm64.STEPS))
+        running = lab_mod.up(specs, step=lambda i, what: progress.update(task, completed=i, description=f"arm64: {what}"))
+        progress.update(task, completed=len(arm64.STEPS), description="arm64 root built")
+    return running
 
 
 @lab.command("down")

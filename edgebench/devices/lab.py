@@ -7,6 +7,8 @@ inventory as `lab-<alias>`, so deploy and collect treat them like hardware.
 `up` restarts a device whose sshd died inside its existing cgroups, so a sweep still
 running there carries on; `down` kills everything inside the cgroups, removes them, the
 keys and the entries.
+`arch="arm64"` devices run the on-device part on arm64 wheels under qemu user-mode emulation
+(devices/arm64.py: the emulation root, built once into a cache); their sshd stays the host's.
 State lives in `$EDGEBENCH_LAB_DIR` or ~/.local/state/edgebench/lab.
 """
 
@@ -24,13 +26,16 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+from edgebench.devices import arm64
 from edgebench.devices.cgroups import Limits
 from edgebench.devices.inventory import read_inventory, write_inventory
 from edgebench.devices.profiles import load_profile
 
 DEFAULT_PROFILES = ("raspberry-pi-4-4gb", "raspberry-pi-zero-2w")
+DEFAULT_ARM64_PROFILES = ("raspberry-pi-4-4gb",)  # emulated torch alone takes ~400 MB: not a 512 MiB Zero
+ARCHES = {"host": None, "arm64": "aarch64", "aarch64": "aarch64"}
 SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/bin/sshd")
 
 
@@ -69,6 +74,11 @@ class LabDevice:
     name: str | None = None
     memory_bytes: int | None = None
     cpus: float | None = None
+    arch: str | None = None  # None: this host's python; "arm64": arm64 wheels under emulation
+
+    def device_name(self) -> str:
+        emulated = "-arm64" if ARCHES.get(self.arch or "host") else ""
+        return self.name or f"lab-{load_profile(self.profile).alias}{emulated}"
 
 
 def _sshd() -> str:
@@ -126,9 +136,9 @@ def _cgroup_name(root: Path, name: str) -> str:
     return f"edgebench-lab-{hashlib.sha256(str(root).encode()).hexdigest()[:8]}/{name}"
 
 
-def _start(root: Path, spec: LabDevice, client_pub: str, user: str) -> dict[str, Any]:
+def _start(root: Path, spec: LabDevice, client_pub: str, user: str, python: str) -> dict[str, Any]:
     profile = load_profile(spec.profile)
-    name = spec.name or f"lab-{profile.alias}"
+    name = spec.device_name()
     home = root / name
     home.mkdir(parents=True, exist_ok=True)
     (home / "work").mkdir(exist_ok=True)
@@ -176,6 +186,7 @@ def _start(root: Path, spec: LabDevice, client_pub: str, user: str) -> dict[str,
         "cgroups": [str(d) for d in limits.dirs],
         "cgroup_version": limits.version,
         "home": str(home),
+        "python": python,
     }
 
 
@@ -189,7 +200,8 @@ def _inventory_entry(root: Path, dev: dict[str, Any], user: str) -> dict[str, An
         "user": user,
         "key": str(root / "client_key"),
         "known_hosts": str(home / "known_hosts"),
-        "python": sys.executable,  # the lab shares this machine's interpreter and libraries
+        # this machine's interpreter and libraries, or the arm64 emulation root's wrapper
+        "python": dev.get("python", sys.executable),
         "workdir": str(home / "work"),
         "lab": str(root),
     }
@@ -206,8 +218,14 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def up(devices: list[LabDevice] | None = None) -> list[dict[str, Any]]:
-    """Starts the devices not already running and registers them; returns every lab device."""
+def up(devices: list[LabDevice] | None = None,
+       step: Callable[[int, str], None] = lambda i, what: None) -> list[dict[str, Any]]:
+    """Starts the devices not already running and registers them; returns every lab device.
+
+    An arm64 device builds the emulation root first if it is not cached (`step` hears arm64.STEPS)."""
+    for spec in devices or []:
+        if (spec.arch or "host") not in ARCHES:
+            raise LabError(f"unknown arch {spec.arch!r}; choose one of {', '.join(ARCHES)}")
     root = lab_dir()
     root.mkdir(parents=True, exist_ok=True)
     user = getpass.getuser()
@@ -215,8 +233,9 @@ def up(devices: list[LabDevice] | None = None) -> list[dict[str, Any]]:
     client_pub = (root / "client_key.pub").read_text()
     state = read_state(root)
     inventory = read_inventory()
+    emulation = None
     for spec in devices or [LabDevice(p) for p in DEFAULT_PROFILES]:
-        name = spec.name or f"lab-{load_profile(spec.profile).alias}"
+        name = spec.device_name()
         if name in state and _alive(state[name]["pid"]):
             continue
         if name in inventory and inventory[name].get("lab") != str(root):
@@ -227,7 +246,14 @@ def up(devices: list[LabDevice] | None = None) -> list[dict[str, Any]]:
                 _reap(stale["pid"])  # a sweep lives on in the cgroups: the new sshd joins them
             else:
                 _stop(stale)
-        dev = _start(root, spec, client_pub, user)
+        python = sys.executable
+        if ARCHES.get(spec.arch or "host"):
+            try:
+                emulation = emulation or arm64.ensure(step)
+            except arm64.Arm64Error as exc:
+                raise LabError(str(exc)) from None
+            python = emulation.python
+        dev = _start(root, spec, client_pub, user, python)
         state[name] = dev
         inventory[name] = _inventory_entry(root, dev, user)
         _write_state(root, state)

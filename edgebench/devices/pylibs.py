@@ -35,6 +35,17 @@ def torch_cuda() -> "str | None":
     return None
 
 
+def cuda_runtime() -> bool:
+    """Whether a CUDA runtime library is installed (pip's nvidia-* wheels or the system's): a CUDA
+    build of torch does not import without it."""
+    import glob
+    from ctypes.util import find_library
+
+    wheels = [hit for path in sys.path for hit in glob.glob(os.path.join(path, "nvidia", "**", "libcudart.so*"),
+                                                             recursive=True)]
+    return bool(wheels) or find_library("cudart") is not None
+
+
 def training_ort() -> "str | None":
     """The version of ONNX Runtime with training APIs (plain onnxruntime has none), or None."""
     for dist in ("onnxruntime-training-cpu", "onnxruntime-training"):
@@ -52,10 +63,12 @@ def main() -> None:
         "venv_module": iu.find_spec("venv") is not None and iu.find_spec("ensurepip") is not None,
         "torch": version("torch"),
         "torch_cuda": torch_cuda(),
+        "cuda_runtime": cuda_runtime(),
         "numpy": version("numpy"),
         "psutil": version("psutil"),
         "executorch": version("executorch"),
         "onnxruntime_training": training_ort(),
+        "emulator": os.environ.get("EDGEBENCH_EMULATOR"),  # the arm64 lab's python (devices/arm64.py)
     }))
 
 

@@ -174,6 +174,13 @@ class _Checker:
         torch, cuda = libs["torch"], libs["torch_cuda"]
         if torch is None:
             self.add("torch", "missing" if needs_torch else "warn", "not installed", "torch")
+        elif cuda and libs.get("emulator"):  # the arm64 lab: PyPI has no CPU aarch64 torch
+            self.add("torch", "ok", f"{torch} (PyPI's CUDA {cuda} build with stub CUDA libraries: the emulated arm64 "
+                     f"lab, {libs['emulator']}; a real board wants the CPU build)")
+        elif cuda and not cuda_board and libs.get("cuda_runtime") is False:
+            self.add("torch", "missing" if needs_torch else "warn", f"{torch} is a CUDA {cuda} build and no CUDA "
+                     "runtime library is installed, so `import torch` fails; this board needs the CPU build",
+                     "torch-cuda-on-cpu-board")
         elif cuda and not cuda_board:
             self.add("torch", "warn", f"{torch} is a CUDA {cuda} build (PyPI's default): gigabytes of CUDA libraries "
                      "this board cannot use; the CPU build is on PyTorch's CPU index", "torch-cuda-on-cpu-board")

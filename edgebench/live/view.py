@@ -96,6 +96,8 @@ def progress(state: LiveState) -> Table:
     warm = state.steps_done.get("warmup", 0)
     step_s = state.step_time_s
     rate = f"{step_s:.3f} s/step (median of the last {len(state.durations)})" if step_s else "-"
+    if step_s and _emulator(state.meta):
+        rate += f" {NOT_REPRESENTATIVE}"
     grid.add_row("steps", _bar(done, total), f"step {done}/{total if total else '?'} (+{warm} warmup)  {rate}  "
                  f"ETA {_fmt_s(state.eta_s)}")
     loss = state.losses[-1] if state.losses else None
@@ -112,7 +114,15 @@ def _cpu_text(cpu: dict[str, Any]) -> str:
     return text + (f": DISTURBED, {cpu['disturbed_why']}" if cpu.get("disturbed") else "")
 
 
-def summary(result: dict[str, Any]) -> Table:
+NOT_REPRESENTATIVE = "(not representative: emulated)"
+
+
+def _emulator(meta: dict[str, Any] | None) -> str | None:
+    """The emulator the run's python ran under (the arm64 lab), from meta.json."""
+    return ((meta or {}).get("device") or {}).get("emulator")
+
+
+def summary(result: dict[str, Any], meta: dict[str, Any] | None = None) -> Table:
     t = Table.grid(padding=(0, 2))
     t.add_column(style="bold")
     t.add_column()
@@ -123,7 +133,8 @@ def summary(result: dict[str, Any]) -> Table:
         ("steps done", str(result.get("steps_done", "-"))),
         ("peak RSS (kernel)", f"{result['peak_rss_bytes_kernel'] / MIB:,.1f} MiB" if result.get("peak_rss_bytes_kernel") else "-"),
         ("peak RSS (sampled)", f"{result['peak_rss_bytes_sampled'] / MIB:,.1f} MiB" if result.get("peak_rss_bytes_sampled") else "-"),
-        ("step time median/p90", f"{step.get('median', 0):.3f} / {step.get('p90', 0):.3f} s" if step else "-"),
+        ("step time median/p90", f"{step.get('median', 0):.3f} / {step.get('p90', 0):.3f} s"
+         + (f" {NOT_REPRESENTATIVE} under {_emulator(meta)}" if _emulator(meta) else "") if step else "-"),
         ("samples/s (batch / median step)", f"{result['samples_per_s']:.2f}" if result.get("samples_per_s") else "-"),
         ("CPU taken by others", _cpu_text(result.get("cpu") or {})),
         ("loss first → last", f"{result['loss_first']:.4g} → {result['loss_last']:.4g}"
@@ -147,7 +158,7 @@ def render(state: LiveState, now: float | None = None) -> Group:
     if notes:
         parts.append(Text("\n".join(notes), style="yellow"))
     if state.finished:
-        parts.append(Panel(summary(state.result), title="finished: summary", title_align="left", border_style="green"))
+        parts.append(Panel(summary(state.result, state.meta), title="finished: summary", title_align="left", border_style="green"))
     else:
         parts.append(Text(f"following {state.source}  ·  Ctrl-C to leave", style="dim"))
     return Group(*parts)

@@ -34,4 +34,7 @@ def device_facts() -> dict[str, object]:
         "cpu_count": os.cpu_count(),
         "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "mem_total_bytes": psutil.virtual_memory().total,
+        # set by the arm64 lab's python (qemu user-mode): step times are not representative
+        # and memory figures include the emulator's own
+        "emulator": os.environ.get("EDGEBENCH_EMULATOR"),
     }

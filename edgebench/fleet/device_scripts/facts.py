@@ -1,5 +1,6 @@
-"""Facts deploy's preflight checks on a device: python, arch, libraries (found without
-importing them), memory, cgroup limit, disk.
+"""Facts deploy's preflight checks on a device: python, arch (and whether it is emulated: the
+arm64 lab's python says so in EDGEBENCH_EMULATOR), libraries (found without importing them),
+memory, cgroup limit, disk.
 
 Runs on the device with `python -c` before edgebench is shipped: standard library only.
 Usage: facts.py WORKDIR (prints one JSON object).
@@ -60,6 +61,7 @@ def main(workdir):
     limit, usage = cgroup_memory()
     return {
         "python": list(sys.version_info[:3]), "executable": sys.executable, "arch": platform.machine(),
+        "emulated": bool(os.environ.get("EDGEBENCH_EMULATOR")), "emulator": os.environ.get("EDGEBENCH_EMULATOR"),
         "torch": installed("torch", "torch"),
         "executorch": installed("executorch", "executorch"),
         "onnxruntime_training": installed("onnxruntime", "onnxruntime-training-cpu", "onnxruntime-training"),
