@@ -5,7 +5,8 @@ the sampler's fields at 20 Hz, 2 s steps), ingests them into a fresh DuckDB stor
 computes every run's metrics. Also times re-ingesting one run (idempotent replace) and
 one killed run whose last line is truncated. Wall times depend on what else runs; the
 CPU times (all threads of this process, DuckDB's included) less so. DuckDB parses
-samples.jsonl itself, on every core (target: 10M samples in under 10 s).
+samples.jsonl and events.jsonl itself (one DuckDB thread; the key check counts on
+another core meanwhile). Target: 10M samples in under 10 s.
 
     .venv/bin/python bench/ingest.py                 # 1M and 10M samples (10M takes minutes)
     .venv/bin/python bench/ingest.py --samples 1000000 --json

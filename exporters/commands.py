@@ -6,8 +6,8 @@ import json
 
 import click
 
+from edgebench.fleet.commands import DATA_OPTION, LR_OPTION, MODEL_OPTION
 from exporters.manifest import EXPORT_BACKENDS
-
 
 
 def _stages(backend: str, zeroth_order: bool) -> list[str]:
@@ -24,7 +24,9 @@ def _stages(backend: str, zeroth_order: bool) -> list[str]:
 @click.command("export")
 @click.option("--device", "device", default="local", show_default=True,
               help="Device profile id or YAML path; its `export:` settings (xnnpack, dtype) and arch apply.")
-@click.option("--model", default="tiny", show_default=True, help="Model config name or nanoVLM checkpoint folder.")
+@MODEL_OPTION
+@DATA_OPTION
+@LR_OPTION
 @click.option("--method", default="sgd", show_default=True, help="Method preset or combination (`edgebench methods`).")
 @click.option("--backend", type=click.Choice(list(EXPORT_BACKENDS)), default="executorch", show_default=True)
 @click.option("--batch-size", default=1, show_default=True, type=click.IntRange(min=1))
@@ -42,9 +44,9 @@ def _stages(backend: str, zeroth_order: bool) -> list[str]:
 @click.option("--threads", default=None, type=click.IntRange(min=1),
               help="With --profile: threads for both runtimes (default: each one's own; 1 is fairer on a busy host).")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
-def export_command(device: str, model: str, method: str, backend: str, batch_size: int, text_length: int,
-                   image_size: int | None, seed: int, delegate: str, out: str | None, profile_steps: int,
-                   threads: int | None, as_json: bool) -> None:
+def export_command(device: str, model: str, data_dir: str | None, lr: float | None, method: str, backend: str,
+                   batch_size: int, text_length: int, image_size: int | None, seed: int, delegate: str,
+                   out: str | None, profile_steps: int, threads: int | None, as_json: bool) -> None:
     """Lower one training step (model + loss + backward) for an on-device runtime.
 
     \b
@@ -53,8 +55,12 @@ def export_command(device: str, model: str, method: str, backend: str, batch_siz
     onnxruntime: ONNX Runtime training artifacts (training/eval/optimizer graphs and
                 checkpoint) for SGD or AdamW.
 
-    Shapes are fixed at export (batch size, text length, image size). Every export writes
-    manifest.json (inputs, trainable parameters, planned memory, file sha256, versions).
+    Shapes are fixed at export (batch size, text length, image size); with --data the
+    dataset is checked against them first (every example must fit --text-length). The
+    learning rate is not part of any program (the update after each program call applies
+    it at run time): --lr is checked and shown with the lr runs of this program use.
+    Every export writes manifest.json (inputs, trainable parameters, planned memory, file
+    sha256, versions).
     The same request again is served from the cache ($EDGEBENCH_EXPORT_CACHE or
     ~/.cache/edgebench/exports) without exporting.
 
@@ -62,6 +68,7 @@ def export_command(device: str, model: str, method: str, backend: str, batch_siz
     Example:
       edgebench export --device raspberry-pi-5-8gb --model tiny --method sgd --out pte/
       edgebench export --model tiny --profile 3      # + top operators and memory split
+      edgebench export --model CHECKPOINT_DIR --data DATASET_DIR --text-length 64 --lr 1e-4
     """
     from rich.console import Console
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -76,6 +83,7 @@ def export_command(device: str, model: str, method: str, backend: str, batch_siz
         parsed = parse_method(method)
     except (ProfileError, MethodError) as exc:
         raise click.UsageError(str(exc)) from None
+    data = _check_data(data_dir, model, text_length) if data_dir else None
     fields = dict(model=model, method=method, backend=backend, batch_size=batch_size,
                   text_length=text_length, image_size=image_size, seed=seed)
     request = request_from_profile(profile, **fields)
@@ -113,10 +121,12 @@ def export_command(device: str, model: str, method: str, backend: str, batch_siz
         progress.update(task, completed=len(stages),
                         description=f"export {request.backend}: {'cached' if result.cached else 'done'}")
     manifest = result.manifest
+    run_lr = _run_lr(lr, parsed, manifest)
     if as_json:
         extra = {"profile": report} if report else {}
-        click.echo(json.dumps({**manifest, "directory": str(result.directory), "cached": result.cached, **extra},
-                              indent=2))
+        extra |= {"data": data} if data else {}
+        click.echo(json.dumps({**manifest, "directory": str(result.directory), "cached": result.cached,
+                               "lr": run_lr, **extra}, indent=2))
         return
     how = "from cache" if result.cached else f"exported in {manifest['export_time_s']:.1f} s"
     console.print(f"[bold]{result.directory}[/] ({how})")
@@ -131,8 +141,52 @@ def export_command(device: str, model: str, method: str, backend: str, batch_siz
     if lowering:
         console.print(f"  lowering               delegate {lowering['delegate']}; {lowering['matmuls']}; "
                       f"weights {lowering['weights']}")
+    if data:
+        console.print(f"  data                   {data['examples']} examples, the longest {data['longest_tokens']} of "
+                      f"{data['text_length']} tokens ({data['dir']})")
+    console.print(f"  lr                     {run_lr['value']:g} ({run_lr['source']}), applied at run time "
+                  "(not in the program)")
     if report:
         _print_profile(console, report)
+
+
+def _check_data(data_dir: str, model: str, text_length: int) -> dict:
+    """The dataset read as runs will read it, against the program's shapes: a text longer
+    than --text-length or a tokenizer larger than the model's vocabulary is refused now,
+    not on the device."""
+    from pathlib import Path
+
+    from edgebench.data.folder import DatasetError, FolderDataset
+    from edgebench.model.checkpoint import read_config
+    from edgebench.model.config import get_config
+
+    try:
+        dataset = FolderDataset(data_dir)
+        cfg = read_config(model) if Path(model).expanduser().is_dir() else get_config(model)
+    except (DatasetError, ValueError) as exc:
+        raise click.BadParameter(str(exc), param_hint="--data") from None
+    if dataset.vocab_size > cfg.image_token_id:
+        raise click.BadParameter(f"{dataset.jsonl}: the tokenizer has {dataset.vocab_size} tokens, more than the "
+                                 f"model's base vocabulary {cfg.image_token_id}; use the model's own tokenizer.json",
+                                 param_hint="--data")
+    lengths = [(len(dataset.text(example, cfg)[0]), example.where) for example in dataset.examples]
+    longest, where = max(lengths)
+    if longest > text_length:
+        raise click.BadParameter(f"{where} needs {longest} tokens but the program's text length is {text_length}; "
+                                 f"export with --text-length {longest} (or more)", param_hint="--data")
+    return {"dir": str(Path(data_dir).resolve()), "examples": len(lengths), "longest_tokens": longest,
+            "text_length": text_length}
+
+
+def _run_lr(lr: float | None, method, manifest: dict) -> dict:
+    """The learning rate runs of this program use and where it is applied (no program holds one)."""
+    from edgebench.methods import optim
+
+    default = manifest.get("default_lr") or optim.default_lr(method)  # ONNX Runtime records its own
+    return {"value": lr if lr is not None else default,
+            "source": "--lr" if lr is not None else "the method's default",
+            "where": "applied at run time by the update after each program call, not part of the exported "
+                     "files (pass it to bench/deploy --lr)"}
 
 
 def _print_profile(console, report: dict) -> None:

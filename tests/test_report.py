@@ -35,8 +35,18 @@ def store_path(tmp_path_factory):
                 run = FakeRun(run_id=run_id, method=method, rss_base=rss << 20, step_s=step_s, status=status,
                               power=(lambda t: 3.0 + 0.1 * t) if measured else None,
                               power_est=None if measured else (lambda t: 4.0 + 0 * t), throttle_after_s=1.5)
-                store.ingest_run(run.write(root / "src" / device), device=device)
+                run_dir = run.write(root / "src" / device)
+                if measured and status == "ok":  # the sampler's summary: what power_w covers, and a flag
+                    result = json.loads((run_dir / "result.json").read_text())
+                    result["sampler"] = {"power_source": "ina3221", "power_total": "VDD_IN",
+                                         **({"power_flags": ["charging"], "power_warning": CHARGING}
+                                            if method == "sgd" else {"power_flags": []})}
+                    (run_dir / "result.json").write_text(json.dumps(result))
+                store.ingest_run(run_dir, device=device)
     return path
+
+
+CHARGING = "the battery is charging: USB provides part of the power; unplug USB"
 
 
 def _invoke(*args):
@@ -118,9 +128,35 @@ def test_csv_and_json_match_the_store(store_path):
 def test_terminal_report_and_filters(store_path):
     text = _invoke("--store", str(store_path), "--device", "phone")
     assert "lora" in text and "mezo" not in text and " est" in text
-    assert "phone: no power sensor; energy is estimated from its power model" in text
+    assert "phone: no power sensor; power and energy are estimated from its power model" in text
     assert "Clock alignment" in text  # no probes in this store: the report says the clock is the device's own
     assert plots._energy_colour([{"energy_per_step_j": None, "energy_per_step_j_est": 1.0}])[1].endswith("ESTIMATED)")
+
+
+def test_power_shows_what_it_covers_and_its_flags_in_every_format(store_path, tmp_path):
+    """Measured power with what the sampler says it covers (VDD_IN) and its flags (charging);
+    the estimate labelled est; at 80 columns, in HTML, CSV and JSON."""
+    text = CliRunner().invoke(report_command, ["--store", str(store_path)], terminal_width=80).output
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 80 and "…" not in text
+    assert "pi: power measured; it covers VDD_IN" in text
+    assert f"pi sgd/eager: power flagged charging: {CHARGING}" in " ".join(line.strip() for line in lines)
+    assert re.search(r"\b3\.\d+ charging\b", text)  # sgd's mean power over its measured steps, flagged
+    phone = _invoke("--store", str(store_path), "--device", "phone")
+    assert re.search(r"\b4 est\b", phone)  # the power model's 4 W, labelled an estimate
+    rows = {(r["device"], r["run_id"]): r for r in csv.DictReader(io.StringIO(
+        _invoke("--store", str(store_path), "--format", "csv")))}
+    assert (rows[("pi", "b")]["power_covers"], rows[("pi", "b")]["power_flags"]) == ("VDD_IN", "charging")
+    assert rows[("pi", "a")]["power_flags"] == "" and rows[("phone", "a")]["power_covers"] == ""
+    assert float(rows[("pi", "a")]["power_mean_w"]) > 3.0 and rows[("phone", "a")]["power_mean_w"] == ""
+    assert float(rows[("phone", "a")]["power_mean_w_est"]) == pytest.approx(4.0)
+    data = json.loads(_invoke("--store", str(store_path), "--json"))
+    pi_sgd = next(g for g in data["configurations"] if (g["device"], g["method"]) == ("pi", "sgd"))
+    assert (pi_sgd["power_covers"], pi_sgd["power_flags"], pi_sgd["power_warning"]) == ("VDD_IN", "charging", CHARGING)
+    html_path = tmp_path / "r.html"
+    _invoke("--store", str(store_path), "--format", "html", "--out", str(html_path))
+    html = html_path.read_text()
+    assert "power covers" in html and "VDD_IN" in html and "power flagged charging" in html
 
 
 def test_report_on_a_missing_store_says_what_to_do(tmp_path):
@@ -239,4 +275,4 @@ def test_no_empty_panels_a_device_without_sensors_is_said_once(tmp_path):
     names = sorted(p.name.split("_")[0] for p in (tmp_path / "figs").glob("*.png"))
     assert names == ["memory", "memory", "pareto"]  # no power/temperature figure without any figure to draw
     text = _invoke("--store", str(path))
-    assert text.count("bare: no power sensor and no power model; no energy figures") == 1
+    assert text.count("bare: no power sensor and no power model; no power or energy figures") == 1

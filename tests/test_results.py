@@ -284,3 +284,30 @@ def test_ingest_reads_keys_that_first_appear_late_and_nested_values(tmp_path):
                                        "WHERE table_name = 'samples'").fetchall())
     assert got == [(123, '{"vdd_in":4.5}', "x")]
     assert types["gpu_mem_bytes"] == "BIGINT" and types["note"] == "VARCHAR"
+
+
+def test_events_read_by_duckdb_count_bad_lines_and_rebuild_steps(tmp_path):
+    """events.jsonl as a killed or damaged runner leaves it: a garbage line, a step_end whose
+    begin line was lost (its begin comes from duration_s), a step that never ended, an
+    error event, a truncated last line."""
+    run = FakeRun(steps=3)
+    run_dir = run.write(tmp_path / "src")
+    events = run.events()
+    lost = next(i for i, e in enumerate(events) if e["event"] == "step_begin" and e["phase"] == "measure")
+    lines = [json.dumps(e) for i, e in enumerate(events) if i != lost]
+    last_end = events[-1]["t_ns"]
+    lines += ["not json", json.dumps({"t_ns": last_end + 10, "event": "step_begin", "step": 3, "phase": "measure"}),
+              json.dumps({"t_ns": last_end + 20, "event": "error", "detail": "worker died: SIGKILL"})]
+    (run_dir / "events.jsonl").write_text("\n".join(lines) + '\n{"t_ns": 9, "ev')
+    with Store(tmp_path / "s.duckdb") as store:
+        store.ingest_run(run_dir, device="pi")
+        row = store.runs()[0]
+        steps = store.steps("pi", run.run_id)
+        unended = store.con.execute("SELECT begin_ns, end_ns FROM steps WHERE step = 3").fetchall()
+    assert (row["events_bad_lines"], row["events_truncated"]) == (1, True)
+    assert row["detail"] == "worker died: SIGKILL"
+    windows = {(p, s): (b, e) for p, s, b, e in run.step_windows_ns()}
+    got = {(p, int(s)): (b, e) for p, s, b, e in zip(steps["phase"], steps["step"], steps["begin_ns"], steps["end_ns"])}
+    assert got[("measure", 0)] == windows[("measure", 0)]  # begin = end - duration_s
+    assert got[("warmup", 0)] == windows[("warmup", 0)] and got[("measure", 2)] == windows[("measure", 2)]
+    assert len(got) == run.warmup_steps + run.steps and unended == [(last_end + 10, None)]

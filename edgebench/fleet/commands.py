@@ -120,19 +120,26 @@ def _model_and_data(shape: dict[str, Any]) -> None:
         shape["data_dir"] = str(Path(shape["data_dir"]).resolve())
 
 
+# The user's own model, data and learning rate: one definition for every command that takes
+# them (bench, deploy, export).
+MODEL_OPTION = click.option("--model", default="tiny", show_default=True,
+                            help="Model config (see `edgebench models`) or a nanoVLM checkpoint folder "
+                                 "(config.json + model.safetensors) to fine-tune.")
+DATA_OPTION = click.option("--data", "data_dir", default=None, type=click.Path(exists=True, file_okay=False),
+                           help="A folder dataset to train on: images, one JSONL of {image, question, answer} "
+                                "lines and tokenizer.json (default: the synthetic task).")
+LR_OPTION = click.option("--lr", default=None, type=click.FloatRange(min=0, min_open=True),
+                         help="Learning rate (default: the method's own).")
+
+
 def run_options(command: Callable) -> Callable:
     """The run-shape options every command that starts runs takes (bench, deploy), so the
     two can never drift apart. They arrive as one `shape` dict of RunSpec fields plus
     `methods` (each method --repeats times), `runs_dir` and `as_json`."""
     options = [
-        click.option("--model", default="tiny", show_default=True,
-                     help="Model config (see `edgebench models`) or a nanoVLM checkpoint folder "
-                          "(config.json + model.safetensors) to fine-tune."),
-        click.option("--data", "data_dir", default=None, type=click.Path(exists=True, file_okay=False),
-                     help="A folder dataset to train on: images, one JSONL of {image, question, answer} lines "
-                          "and tokenizer.json (default: the synthetic task)."),
-        click.option("--lr", default=None, type=click.FloatRange(min=0, min_open=True),
-                     help="Learning rate (default: the method's own)."),
+        MODEL_OPTION,
+        DATA_OPTION,
+        LR_OPTION,
         click.option("--repeats", default=1, show_default=True, type=click.IntRange(min=1),
                      help="Run each method N times (interleaved); reports give each figure's median, "
                           "min-max and n."),

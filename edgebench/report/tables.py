@@ -57,6 +57,8 @@ COLUMNS = [
     Column("power_mean_w", "W mean", _num(".3g")),
     Column("power_peak_w", "W peak", _num(".3g")),
     Column("energy_source", "energy from", str),
+    Column("power_covers", "power covers", str),
+    Column("power_flags", "power flags", str),
     Column("energy_per_step_j_est", "J/step (est.)", _num(".4g"), estimated=True),
     Column("power_mean_w_est", "W mean (est.)", _num(".3g"), estimated=True),
     Column("temp_peak_c", "°C peak", _num(".1f")),
@@ -103,6 +105,16 @@ def energy_cell(group: dict[str, Any]) -> str:
     return "-"
 
 
+def power_cell(group: dict[str, Any]) -> str:
+    """Mean power over the measured steps, with its flags (e.g. charging); else the estimate marked `est`."""
+    if group["spread"].get("power_mean_w"):
+        flags = group.get("power_flags")
+        return figure(group, "power_mean_w", ".3g") + (f" {flags.replace(',', ' ')}" if flags else "")
+    if group["spread"].get("power_mean_w_est"):
+        return figure(group, "power_mean_w_est", ".3g") + " est"
+    return "-"
+
+
 def loss_cell(group: dict[str, Any]) -> str:
     first, last = group.get("loss_first"), group.get("loss_last")
     return "-" if first is None or last is None else f"{first:.3g}->{last:.3g}"
@@ -128,9 +140,11 @@ REPORT_IDENT = [Field("model", "model", lambda g: str(g["model"]), True),
 REPORT_FIGURES = [Field("peak MiB", "peak memory, kernel (MiB)", lambda g: figure(g, "peak_mem_bytes", ",.0f", MIB)),
                   Field("step s", "time per step, median (s)", lambda g: figure(g, "step_time_median_s", ".3g")),
                   Field("J/step", "energy per step (J)", energy_cell),
+                  Field("W", "power, mean over the steps (W)", power_cell),
                   Field("loss", "loss first->last", loss_cell)]
 LEGEND = ("n = runs behind each figure: the median, [min-max] over them. peak MiB: kernel ru_maxrss. "
-          "step s: median step time. est = estimated from the device's power model, not measured. "
+          "step s: median step time. W: mean power over the measured steps (Sensors says what it covers). "
+          "est = estimated from the device's power model, not measured. "
           "! = disturbed: other processes or steal took >10% of the CPU in a run. ★ = on the Pareto "
           "frontier (memory vs step time). docs/figures.md defines each figure.")
 
@@ -179,16 +193,26 @@ def fitted(title: str | None, ident: list[Field], figures: list[Field], rows: li
 
 
 def sensor_notes(groups: list[dict[str, Any]]) -> list[str]:
-    """Once per device: which energy figures it has (measured, estimated, none)."""
+    """Once per device: what its power figures are (measured and what they cover, with
+    flags such as charging; estimated; none)."""
     notes = []
     for device in dict.fromkeys(g["device"] for g in groups):
         mine = [g for g in groups if g["device"] == device]
-        if any(g["spread"].get("energy_per_step_j") for g in mine):
-            continue
-        if any(g["spread"].get("energy_per_step_j_est") for g in mine):
-            notes.append(f"{device}: no power sensor; energy is estimated from its power model (est)")
+        if any(g["spread"].get("energy_per_step_j") or g["spread"].get("power_mean_w") for g in mine):
+            covers = next((g["power_covers"] for g in mine if g.get("power_covers")), None)
+            source = next((g["energy_source"] for g in mine if g.get("energy_source")), None)
+            if covers or (source and source != "device"):
+                where = f"an external meter ({source.removeprefix('external:')})" if source and source != "device" \
+                    else covers
+                notes.append(f"{device}: power measured; it covers {where}")
+            for g in mine:
+                if g.get("power_flags"):
+                    why = f": {g['power_warning']}" if g.get("power_warning") else ""
+                    notes.append(f"{device} {g['method']}/{g['backend']}: power flagged {g['power_flags']}{why}")
+        elif any(g["spread"].get("energy_per_step_j_est") or g["spread"].get("power_mean_w_est") for g in mine):
+            notes.append(f"{device}: no power sensor; power and energy are estimated from its power model (est)")
         else:
-            notes.append(f"{device}: no power sensor and no power model; no energy figures")
+            notes.append(f"{device}: no power sensor and no power model; no power or energy figures")
     return notes
 
 

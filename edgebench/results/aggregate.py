@@ -17,7 +17,8 @@ from edgebench.runner.figures import spread
 GROUP_KEYS = ("device", "model", "method", "backend", "batch_size")
 FIGURE_KEYS = ("peak_mem_bytes", "peak_rss_bytes_kernel", "peak_rss_bytes_sampled", "step_time_median_s",
                "step_time_p90_s", "samples_per_s", "tokens_per_s", "energy_per_step_j", "energy_per_step_j_est",
-               "energy_per_sample_j", "energy_per_sample_j_est", "power_mean_w", "power_mean_w_est", "temp_peak_c",
+               "energy_per_sample_j", "energy_per_sample_j_est", "power_mean_w", "power_mean_w_est", "power_peak_w",
+               "power_peak_w_est", "temp_peak_c",
                "time_throttled_s", "loss_first", "loss_last", "cpu_others_pct", "predicted_peak_bytes_est")
 
 
@@ -51,7 +52,10 @@ def group_runs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         disturbed = [r for r in used if r.get("disturbed")]
         group["disturbed"] = len(disturbed)
         group["disturbed_why"] = sorted({r["disturbed_why"] for r in disturbed if r.get("disturbed_why")})
-        group["energy_source"] = next((r.get("energy_source") for r in used if r.get("energy_source")), None)
+        for key in ("energy_source", "power_covers", "power_warning"):
+            group[key] = next((r.get(key) for r in used if r.get(key)), None)
+        flags = {f for r in used if r.get("power_flags") for f in r["power_flags"].split(",")}
+        group["power_flags"] = ",".join(sorted(flags)) or None
         group["device_ram_bytes"] = next((r.get("device_ram_bytes") for r in used if r.get("device_ram_bytes")), None)
         group["detail"] = next((r.get("detail") for r in members if r.get("status") != "ok" and r.get("detail")), None)
         group["on_frontier"] = None

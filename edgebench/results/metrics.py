@@ -28,6 +28,7 @@ METRIC_COLUMNS = [
     "peak_rss_bytes_sampled", "peak_rss_bytes_kernel", "cgroup_peak_bytes", "peak_mem_bytes", "device_ram_bytes",
     "step_time_median_s", "step_time_p90_s", "samples_per_s", "tokens_per_s",
     "energy_per_step_j", "energy_per_sample_j", "power_mean_w", "power_peak_w", "energy_source",
+    "power_covers", "power_flags", "power_warning",
     "energy_per_step_j_est", "energy_per_sample_j_est", "power_mean_w_est", "power_peak_w_est",
     "temp_peak_c", "time_throttled_s", "loss_first", "loss_last",
     "cpu_others_pct", "cpu_steal_pct", "load_avg_1m", "disturbed", "disturbed_why", "align_source", "on_frontier",
@@ -41,6 +42,15 @@ def cpu_figures(result: dict[str, Any]) -> dict[str, Any]:
     return {"cpu_others_pct": pct(cpu.get("others_share")), "cpu_steal_pct": pct(cpu.get("steal_share")),
             "load_avg_1m": cpu.get("load_1m"), "disturbed": cpu.get("disturbed"),
             "disturbed_why": cpu.get("disturbed_why")}
+
+
+def power_figures(result: dict[str, Any]) -> dict[str, Any]:
+    """What the device's measured power covers (the sampler's `power_total`, e.g. VDD_IN or
+    "sum of rails") and why it may fall short (`power_flags`, e.g. charging), from result.json."""
+    sampler = result.get("sampler") or {}
+    flags = sampler.get("power_flags") or []
+    return {"power_covers": sampler.get("power_total"), "power_flags": ",".join(flags) if flags else None,
+            "power_warning": sampler.get("power_warning")}
 
 
 def _finite_max(values: np.ndarray) -> float | None:
@@ -143,6 +153,7 @@ def run_metrics(store: Store, run: dict[str, Any]) -> dict[str, Any]:
     measured_energy, source = _measured_energy(store, run, steps, measured, s, batch)
     out.update(measured_energy)
     out["energy_source"] = source
+    out.update(power_figures(result))
     dev_begin, dev_end = steps["begin_ns"][measured].astype(np.int64), steps["end_ns"][measured].astype(np.int64)
     out.update({f"{k}_est": v for k, v in _energy(s["t_ns"], s["power_w_est"], dev_begin, dev_end, batch).items()})
     out["temp_peak_c"] = _finite_max(s["temp_c_max"])

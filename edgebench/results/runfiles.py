@@ -2,8 +2,9 @@
 reads its samples.jsonl.
 
 samples.jsonl can hold millions of lines, so DuckDB parses it straight into the store
-(scan_samples gives the columns); a line it cannot parse (garbage, a killed runner's
-truncated last line) becomes a row of NULLs that the store counts and drops.
+(scan_samples gives the columns); it reads events.jsonl too (read_events gives the
+steps). A line it cannot parse (garbage, a killed runner's truncated last line) is
+counted and dropped.
 """
 
 from __future__ import annotations
@@ -15,10 +16,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from edgebench.telemetry.trace import read_trace
-
 
 TAIL_BYTES = 1 << 16
+DETECT_LINES = 4096  # DuckDB's type detection reads this many lines (its default, 20480, costs 3x)
 INTEGER_SUFFIXES = ("_bytes", "_ns", "_us", "_kills", "_flags", "_count")  # the store keeps these as BIGINT
 
 
@@ -61,14 +61,18 @@ def _read_json_file(path: Path, required: bool) -> dict[str, Any] | None:
     return data
 
 
-def _tail(path: Path) -> bytes:
-    """What follows the last newline (a killed runner's half-written line), read from the end."""
+def _ends(path: Path) -> tuple[bytes, bytes]:
+    """(the last whole line, what follows it), read from the end of the file; what follows
+    the last newline is a killed writer's half-written line, or empty."""
     size = path.stat().st_size
     with open(path, "rb") as fh:
         fh.seek(max(0, size - TAIL_BYTES))
         chunk = fh.read()
     cut = chunk.rfind(b"\n")
-    return chunk[cut + 1:] if cut >= 0 or size <= TAIL_BYTES else chunk
+    if cut < 0:
+        return b"", chunk if size <= TAIL_BYTES else b""
+    whole = [line for line in chunk[:cut].split(b"\n")[1 if size > TAIL_BYTES else 0:] if line.strip()]
+    return (whole[-1] if whole else b""), chunk[cut + 1:]
 
 
 def _literal(text: str) -> str:
@@ -87,7 +91,12 @@ class SampleScan:
     columns: dict[str, str]
     truncated_last_line: bool
     nested: set[str]  # keys whose values are objects or lists (stored as JSON text)
-    key_mentions: int | None = None  # `":` in the file's whole lines: one per key, if nothing is nested
+    checkable: bool = False  # a quick plan without nested values: key_mentions() can check it
+    tail_colons: int = 0  # `:` in a truncated last line (not read, so not expected)
+
+    def key_mentions(self) -> int:
+        """`:` in the file's whole lines: one per key/value pair, more only where a text value holds one."""
+        return _colons(self.path) - self.tail_colons
 
     def source(self) -> str:
         """A read_json call over the file; unreadable lines come back as rows of NULLs (counted)."""
@@ -96,49 +105,69 @@ class SampleScan:
                 f"ignore_errors=true)")
 
 
-def _count(path: Path, needle: bytes) -> int:
-    """Occurrences of a two-byte needle in a file, read in chunks."""
-    total, last = 0, b""
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 24):
-            total += (last + chunk[:1]).count(needle) + chunk.count(needle)
-            last = chunk[-1:]
+def _colons(path: Path) -> int:
+    """How many `:` the file holds: numpy over a memory map, in chunks (no copy of the file)."""
+    import mmap
+
+    import numpy as np
+
+    total, chunk = 0, 1 << 26
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        for start in range(0, len(mapped), chunk):
+            view = np.frombuffer(mapped, np.uint8, min(chunk, len(mapped) - start), start)
+            total += int(np.count_nonzero(view == 58))
+            del view  # the map cannot close while a view holds it
     return total
 
 
 def scan_samples(con: Any, path: Path, full: bool = False) -> SampleScan | None:
     """The read plan for a samples.jsonl (None when there is none or it is empty).
 
-    DuckDB parses the file itself, in parallel, straight into the store: several times
-    faster than parsing in Python or Arrow first. Its type detection reads the first lines
-    only. The quick plan reads the keys it saw (numbers as DOUBLE, or BIGINT by name as
-    the store keeps them) and counts the file's `":` so the store can check afterwards that
-    every key of every line arrived; `full` lists every line's keys and reads each as JSON
-    (the store falls back to it when the check fails: a key first seen late, a type that
-    changes, nested values).
+    DuckDB parses the file itself straight into the store: several times faster than
+    parsing in Python or Arrow first. Its type detection reads the first lines only; the
+    keys of the last whole line (the sampler's final line has every source) are added.
+    The quick plan reads those keys (numbers as DOUBLE, or BIGINT by name as the store
+    keeps them); the store then checks that every key of every line arrived (the file's
+    `:` count against the values stored). `full` lists every line's keys and reads each
+    as JSON (the store falls back to it when the check fails: a key seen only mid-file, a
+    type that changes, nested values).
     """
     if not path.exists() or path.stat().st_size == 0:
         return None
-    tail = _tail(path).strip()
+    last, tail = _ends(path)
+    tail = tail.strip()
     truncated = bool(tail) and not _is_json_object(tail)
     source = f"{_literal(str(path))}, format='newline_delimited', ignore_errors=true"
-    detected = {row[0]: row[1] for row in con.execute(f"DESCRIBE SELECT * FROM read_json({source})").fetchall()}
+    detected = {row[0]: row[1] for row in con.execute(
+        f"DESCRIBE SELECT * FROM read_json({source}, sample_size={DETECT_LINES})").fetchall()}
+    detected |= {k: t for k, t in _json_types(last).items() if k not in detected}
     nested = {k for k, t in detected.items() if any(n in t for n in NESTED)}
     if full:
         keys = [row[0] for row in con.execute(
             f"SELECT DISTINCT unnest(json_keys(json)) FROM read_ndjson_objects({source}) "
             "WHERE json_type(json) = 'OBJECT'").fetchall()]
         columns = {k: "JSON" for k in sorted(keys)}
-        mentions = None
     else:
         keys = list(detected)
         columns = {k: "JSON" if k in nested else t if t in ("VARCHAR", "BOOLEAN") else
                    "BIGINT" if k.endswith(INTEGER_SUFFIXES) else "DOUBLE" for k, t in detected.items()}
-        mentions = None if nested else _count(path, b'":') - (tail.count(b'":') if truncated else 0)
     if "t_ns" not in keys:
         raise ValueError(f"{path}: sample lines have no t_ns field (device monotonic ns); is this a samples.jsonl?")
     columns = {"t_ns": "BIGINT", **{k: v for k, v in columns.items() if k != "t_ns"}}
-    return SampleScan(path, columns, truncated, nested, mentions)
+    return SampleScan(path, columns, truncated, nested, checkable=not full and not nested,
+                      tail_colons=tail.count(b":") if truncated else 0)
+
+
+def _json_types(line: bytes) -> dict[str, str]:
+    """The keys of one sample line with DuckDB's name for each value's type (the sampler's
+    last line carries every source, so keys that first appear late are planned too)."""
+    try:
+        record = json.loads(line) if line else {}
+    except (ValueError, UnicodeDecodeError):
+        return {}
+    kinds = ((bool, "BOOLEAN"), (int, "BIGINT"), (float, "DOUBLE"), (str, "VARCHAR"), ((dict, list), "JSON"))
+    return {k: next(t for kind, t in kinds if isinstance(v, kind)) for k, v in record.items()
+            if v is not None and isinstance(v, (bool, int, float, str, dict, list))} if isinstance(record, dict) else {}
 
 
 def _is_json_object(raw: bytes) -> bool:
@@ -148,56 +177,75 @@ def _is_json_object(raw: bytes) -> bool:
         return False
 
 
-def steps_from_events(events: list[dict[str, Any]]) -> pa.Table:
-    """One row per step: begin/end on the device clock, duration, phase and loss.
+EVENT_FIELDS = ("t_ns", "event", "step", "phase", "loss", "duration_s", "detail")
+
+
+def _events_sql(path: Path) -> str:
+    """Each line of events.jsonl as one row: `obj` true for a JSON object (else the line is
+    garbage or not an object) and its fields, each parsed once (numbers that may arrive as
+    strings are cast; a loss must be a number)."""
+    paths = ", ".join(f"'$.{k}'" for k in EVENT_FIELDS)
+    return f"""
+        SELECT coalesce(json_type(json) = 'OBJECT', false) AS obj,
+               TRY_CAST(f[1] ->> '$' AS BIGINT) AS t_ns, f[2] ->> '$' AS event,
+               TRY_CAST(f[3] ->> '$' AS BIGINT) AS step, coalesce(f[4] ->> '$', 'measure') AS phase,
+               CASE WHEN json_type(f[5]) IN ('DOUBLE', 'BIGINT', 'UBIGINT') THEN TRY_CAST(f[5] ->> '$' AS DOUBLE) END AS loss,
+               TRY_CAST(f[6] ->> '$' AS DOUBLE) AS duration_s, f[7] AS detail
+        FROM (SELECT json, json_extract(json, [{paths}]) AS f
+              FROM read_ndjson_objects({_literal(str(path))}, ignore_errors=true))"""
+
+
+STEPS_SQL = """
+    WITH ev AS ({events}),
+    grouped AS (
+        SELECT phase, step,
+               max(t_ns) FILTER (event = 'step_begin') AS begin_ns,
+               max(t_ns) FILTER (event = 'step_end') AS end_ns,
+               arg_max(duration_s, t_ns) FILTER (event = 'step_end') AS duration_s,
+               arg_max(loss, t_ns) FILTER (event = 'step_end') AS loss
+        FROM ev WHERE obj AND event IN ('step_begin', 'step_end') AND step IS NOT NULL AND t_ns IS NOT NULL
+        GROUP BY phase, step)
+    SELECT step, phase,
+           CASE WHEN begin_ns IS NULL AND end_ns IS NOT NULL AND duration_s IS NOT NULL
+                THEN end_ns - CAST(trunc(duration_s * 1e9) AS BIGINT) ELSE begin_ns END AS begin_ns,
+           end_ns,
+           CASE WHEN duration_s IS NULL AND begin_ns IS NOT NULL AND end_ns IS NOT NULL
+                THEN (end_ns - begin_ns) / 1e9 ELSE duration_s END AS duration_s,
+           loss::DOUBLE AS loss
+    FROM grouped ORDER BY coalesce(grouped.begin_ns, end_ns, 0), step"""
+
+
+NO_STEPS = ("SELECT NULL::BIGINT AS step, NULL::VARCHAR AS phase, NULL::BIGINT AS begin_ns, NULL::BIGINT AS end_ns, "
+            "NULL::DOUBLE AS duration_s, NULL::DOUBLE AS loss LIMIT 0")
+
+
+def read_events(con: Any, path: Path) -> tuple[pa.Table, TraceCounts, list[dict[str, Any]]]:
+    """events.jsonl read by DuckDB: one row per step (begin/end on the device clock,
+    duration, phase, loss), what could not be read, and the error/diverged events.
 
     A step_end without its step_begin (the begin line lost) gets its begin from
     `duration_s`; a step_begin without an end (the run died in that step) keeps a null end.
     """
-    rows: dict[tuple[str, int], dict[str, Any]] = {}
-    for ev in events:
-        kind = ev.get("event")
-        if kind not in ("step_begin", "step_end") or "step" not in ev:
-            continue
-        key = (str(ev.get("phase", "measure")), int(ev["step"]))
-        row = rows.setdefault(key, {"phase": key[0], "step": key[1], "begin_ns": None, "end_ns": None,
-                                    "duration_s": None, "loss": None})
-        if kind == "step_begin":
-            row["begin_ns"] = int(ev["t_ns"])
-        else:
-            row["end_ns"] = int(ev["t_ns"])
-            row["duration_s"] = ev.get("duration_s")
-            loss = ev.get("loss")
-            row["loss"] = float(loss) if isinstance(loss, (int, float)) else None
-    ordered = sorted(rows.values(), key=lambda r: (r["begin_ns"] or r["end_ns"] or 0, r["step"]))
-    for row in ordered:
-        if row["end_ns"] is not None:
-            if row["begin_ns"] is None and row["duration_s"] is not None:
-                row["begin_ns"] = row["end_ns"] - int(float(row["duration_s"]) * 1e9)
-            if row["duration_s"] is None and row["begin_ns"] is not None:
-                row["duration_s"] = (row["end_ns"] - row["begin_ns"]) / 1e9
-    return pa.table({
-        "step": pa.array([r["step"] for r in ordered], pa.int64()),
-        "phase": pa.array([r["phase"] for r in ordered], pa.string()),
-        "begin_ns": pa.array([r["begin_ns"] for r in ordered], pa.int64()),
-        "end_ns": pa.array([r["end_ns"] for r in ordered], pa.int64()),
-        "duration_s": pa.array([None if r["duration_s"] is None else float(r["duration_s"]) for r in ordered], pa.float64()),
-        "loss": pa.array([r["loss"] for r in ordered], pa.float64()),
-    })
+    if not path.exists() or path.stat().st_size == 0:
+        return con.sql(NO_STEPS).to_arrow_table(), TraceCounts(), []
+    tail = _ends(path)[1].strip()
+    truncated = bool(tail) and not _is_json_object(tail)
+    events = _events_sql(path)
+    lines, bad = con.execute(f"SELECT count(*), count(*) FILTER (NOT obj) FROM ({events})").fetchall()[0]
+    steps = con.sql(STEPS_SQL.format(events=events)).to_arrow_table()
+    errors = [{"event": event, **({"detail": json.loads(detail)} if detail is not None else {})}
+              for event, detail in con.execute(f"SELECT event, detail FROM ({events}) "
+                                               "WHERE obj AND event IN ('error', 'diverged') ORDER BY t_ns").fetchall()]
+    counts = TraceCounts(lines=lines, bad_lines=bad - int(truncated), truncated_last_line=truncated)
+    return steps, counts, errors
 
 
-def read_run_dir(run_dir: str | Path) -> RunFiles:
-    """Parses a run directory as written by `python -m edgebench.runner`."""
+def read_run_dir(run_dir: str | Path, con: Any) -> RunFiles:
+    """Reads a run directory as written by `python -m edgebench.runner` (events through `con`)."""
     path = Path(run_dir)
     if not path.is_dir():
         raise FileNotFoundError(f"{path}: not a directory; pass a run directory (meta.json, samples.jsonl, events.jsonl)")
     meta = _read_json_file(path / "meta.json", required=True) or {}
     result = _read_json_file(path / "result.json", required=False)
-    events = read_trace(path / "events.jsonl")
-    events_counts = TraceCounts(
-        lines=len(events.records) + events.bad_lines + int(events.truncated_last_line),
-        bad_lines=events.bad_lines,
-        truncated_last_line=events.truncated_last_line,
-    )
-    errors = [ev for ev in events.records if ev.get("event") in ("error", "diverged")]
-    return RunFiles(path, meta, result, steps_from_events(events.records), events_counts, errors)
+    steps, events_counts, errors = read_events(con, path / "events.jsonl")
+    return RunFiles(path, meta, result, steps, events_counts, errors)

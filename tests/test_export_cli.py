@@ -1,0 +1,38 @@
+"""`edgebench export` with the user's own data and learning rate (the options bench and deploy take)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from click.testing import CliRunner
+
+from test_data import GOOD, _folder
+
+
+def test_export_checks_my_data_against_the_program_and_shows_the_lr(tmp_path, export_cache):
+    (tmp_path / "data").mkdir()
+    data = _folder(tmp_path / "data", GOOD)
+    out = subprocess.run([sys.executable, "-m", "edgebench.cli", "export", "--backend", "onnxruntime",
+                          "--data", str(data), "--lr", "0.01", "--text-length", "16", "--json"],
+                         capture_output=True, text=True, timeout=600, check=True)
+    assert out.stderr == ""  # nothing but its own output
+    got = json.loads(out.stdout)
+    assert got["data"]["examples"] == 2 and 2 < got["data"]["longest_tokens"] <= 16 == got["data"]["text_length"]
+    assert (got["lr"]["value"], got["lr"]["source"]) == (0.01, "--lr") and "run time" in got["lr"]["where"]
+    assert [i["shape"] for i in got["inputs"] if i["name"] == "input_ids"] == [[1, 16]]
+
+
+def test_export_refuses_data_longer_than_the_program_before_lowering(tmp_path, export_cache):
+    from edgebench.cli import cli
+
+    (tmp_path / "data").mkdir()
+    data = _folder(tmp_path / "data", GOOD)
+    before = sorted(p.name for p in export_cache.iterdir())
+    result = CliRunner().invoke(cli, ["export", "--data", str(data), "--text-length", "4", "--lr", "0.01"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "data.jsonl:" in result.output and "--text-length" in result.output
+    assert sorted(p.name for p in export_cache.iterdir()) == before  # refused before any lowering
+    result = CliRunner().invoke(cli, ["export", "--lr", "-1"])
+    assert result.exit_code == 2 and "--lr" in result.output
