@@ -12,8 +12,9 @@ zero `first_order_moments` tensor per trained weight for SGDOptimizerV2, which n
 it (888 MiB on nanovlm-222m, measured), so the backend applies SGD itself, in place on
 ORT's parameter buffers. The AdamW graph is switched to adam_mode 0 (torch.optim.AdamW's
 update; onnxblock writes 1, Hugging Face's). The ONNX graph's inputs are `input_ids`,
-`images` and `labels` (already shifted and flattened:
-`edgebench.backends.onnxruntime.shifted_labels`), so the device needs only numpy to feed it.
+`images`, `attention_mask` (padded keys masked, as nanoVLM trains) and `labels` (already
+shifted and flattened: `edgebench.backends.onnxruntime.shifted_labels`), so the device needs
+only numpy to feed it.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ TRAINING_FILES = ("training_model.onnx", "checkpoint")
 FORWARD_FILES = ("eval_model.onnx", "checkpoint")
 OPTIMIZER_FILE = "optimizer_model.onnx"
 STAGES = ("torch.onnx.export", "LayerNorm outputs", "training artifacts")
+GRAPH_INPUTS = ("input_ids", "images", "attention_mask")  # then the loss block's labels
 
 
 class TextLogits(torch.nn.Module):
@@ -47,8 +49,8 @@ class TextLogits(torch.nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
-        hidden = self.model.hidden_states(input_ids, images)[:, self.model.n_image_tokens : -1]
+    def forward(self, input_ids: torch.Tensor, images: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        hidden = self.model.hidden_states(input_ids, images, attention_mask)[:, self.model.n_image_tokens : -1]
         logits = self.model.decoder.head(hidden)
         return logits.reshape(-1, logits.size(-1))
 
@@ -98,6 +100,7 @@ def export_artifacts(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
     images: torch.Tensor,
+    attention_mask: torch.Tensor,
     out_dir: str | Path,
     *,
     optimizer: str,
@@ -128,7 +131,7 @@ def export_artifacts(
     buffer = io.BytesIO()
     with warnings.catch_warnings():  # TracerWarnings about shape checks: shapes are fixed here
         warnings.simplefilter("ignore")
-        _onnx_export(model, input_ids, images, buffer)
+        _onnx_export(model, (input_ids, images, attention_mask), buffer)
     onnx_model = onnx.load_from_string(buffer.getvalue())
     on_stage("LayerNorm outputs")
     add_layernorm_outputs(onnx_model)
@@ -248,12 +251,12 @@ def _quiet_graph_optimizer():
         _training_graph_utils.SessionOptions = original
 
 
-def _onnx_export(model: torch.nn.Module, input_ids: torch.Tensor, images: torch.Tensor, buffer) -> None:
+def _onnx_export(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], buffer) -> None:
     torch.onnx.export(
         TextLogits(model),
-        (input_ids, images),
+        inputs,
         buffer,
-        input_names=["input_ids", "images"],
+        input_names=list(GRAPH_INPUTS),
         output_names=["logits"],
         dynamo=False,
         training=torch.onnx.TrainingMode.TRAINING,

@@ -100,6 +100,7 @@ def _inputs(arrays: dict[str, Any]) -> list[dict[str, Any]]:
 def _export_executorch(request: ExportRequest, directory: Path, on_stage) -> dict[str, Any]:
     import torch
 
+    from edgebench.backends.program import BATCH_INPUTS
     from edgebench.data.synthetic import to_torch
     from exporters import et_methods
     from exporters.executorch import lower_forward, lower_training_step
@@ -110,7 +111,7 @@ def _export_executorch(request: ExportRequest, directory: Path, on_stage) -> dic
     rewrite = et_methods.JointRewrite(method)  # ckpt: recomputation in the joint graph
     rewrite.prepare_model(model)  # frozen bf16/int8 storage, bf16 autocast
     tensors = to_torch(batch)
-    example = (tensors["input_ids"], tensors["images"], tensors["labels"])
+    example = tuple(tensors[k] for k in BATCH_INPUTS)  # model(input_ids, images, labels, attention_mask)
     files = [PTE]
     if method.grad_mode == "zeroth-order":
         lowered = lower_forward(model, example, on_stage=on_stage, strict=rewrite.strict)
@@ -124,7 +125,7 @@ def _export_executorch(request: ExportRequest, directory: Path, on_stage) -> dic
                                       joint_rewrite=rewrite, strict=rewrite.strict)
         program = "forward-backward"
     lowered.write(directory / PTE)
-    inputs = _inputs({k: batch[k] for k in ("input_ids", "images", "labels")})  # the program's inputs
+    inputs = _inputs({k: batch[k] for k in BATCH_INPUTS})  # the program's inputs
     if program == "forward-only":
         named = dict(model.named_parameters())
         inputs += [{"name": n, "shape": list(named[n].shape), "dtype": "float32"}
@@ -156,7 +157,7 @@ def _export_onnxruntime(request: ExportRequest, directory: Path, on_stage) -> di
     forward_only = method.grad_mode == "zeroth-order"
     optimizer = None if forward_only else {"adam": "adamw"}.get(method.optimizer, method.optimizer)
     weight_decay = 0.01 if method.optimizer == "adamw" else 0.0  # the methods' AdamW recipe; Adam: none
-    info = export_artifacts(model, tensors["input_ids"], tensors["images"], directory,
+    info = export_artifacts(model, tensors["input_ids"], tensors["images"], tensors["attention_mask"], directory,
                             optimizer=optimizer, weight_decay=weight_decay,
                             max_grad_norm=optim.MAX_GRAD_NORM, on_stage=on_stage)
     n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -172,7 +173,8 @@ def _export_onnxruntime(request: ExportRequest, directory: Path, on_stage) -> di
     return {
         "model": _model_facts(model),
         "program": "forward-only" if forward_only else "training-artifacts",
-        "inputs": _inputs({"input_ids": batch["input_ids"], "images": batch["images"], "labels": labels}),
+        "inputs": _inputs({"input_ids": batch["input_ids"], "images": batch["images"],
+                           "attention_mask": batch["attention_mask"], "labels": labels}),
         "labels": "shifted: labels[:, 1:] flattened (edgebench.backends.onnxruntime.shifted_labels)",
         "optimizer": optimizer,
         "weight_decay": weight_decay,

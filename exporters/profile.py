@@ -83,6 +83,7 @@ def _child_executorch(directory: str, steps: int, warmup: int, threads: int | No
     import torch
 
     from edgebench.backends.executorch import ExecutorchBackend, _as_inputs
+    from edgebench.backends.program import BATCH_INPUTS
 
     manifest = json.loads((Path(directory) / "manifest.json").read_text())
     spec = _spec(manifest, directory, "executorch", steps, warmup, threads)
@@ -99,7 +100,7 @@ def _child_executorch(directory: str, steps: int, warmup: int, threads: int | No
         inputs = _as_inputs(next(batches))
         t0 = time.perf_counter()
         if backend.mezo is not None:  # MeZO: the program is called twice inside the step
-            backend.step(dict(zip(("input_ids", "images", "labels"), inputs)))
+            backend.step(dict(zip(BATCH_INPUTS, inputs)))
             t1 = time.perf_counter()
         else:
             backend.module.forward_backward(inputs)

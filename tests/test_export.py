@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from edgebench.backends import UnsupportedBackend, create
+from edgebench.backends.program import BATCH_INPUTS
 from edgebench.data.synthetic import synthetic_batches, to_torch
 from edgebench.runner.spec import RunSpec
 from exporters.executorch import lower_training_step, planned_memory_bytes_of_file
@@ -72,7 +73,7 @@ def _et_module(result):
 
 def test_executorch_sgd_matches_eager_losses_and_parameters(et_sgd):
     model, batch = _eager(et_sgd)
-    inputs = tuple(to_torch(batch)[k] for k in ("input_ids", "images", "labels"))
+    inputs = tuple(to_torch(batch)[k] for k in BATCH_INPUTS)
     module = _et_module(et_sgd)
     losses = _train_side_by_side(module, model, inputs, STEPS)
     eager = dict(model.named_parameters())
@@ -118,7 +119,7 @@ def test_planned_memory_in_manifest_is_the_programs(et_sgd):
 
     assert info["sha256"] == hashlib.sha256(pte).hexdigest()
     assert manifest["versions"]["executorch"] and manifest["versions"]["torch"]
-    assert [i["name"] for i in manifest["inputs"]] == ["input_ids", "images", "labels"]
+    assert [i["name"] for i in manifest["inputs"]] == ["input_ids", "images", "labels", "attention_mask"]
     assert manifest["inputs"][0]["shape"] == [1, TEXT]
     lowering = manifest["lowering"]  # the exact lowering, as runs record it
     assert lowering["delegate"] == "none" and lowering["rewrites"]["use_linear"] > 0
@@ -168,7 +169,7 @@ if FULL:
 def _gradients(result, batch) -> dict[str, np.ndarray]:
     """Gradients after one forward-backward through the exported program, by parameter name."""
     module = _et_module(result)
-    module.forward_backward("forward", tuple(to_torch(batch)[k] for k in ("input_ids", "images", "labels")))
+    module.forward_backward("forward", tuple(to_torch(batch)[k] for k in BATCH_INPUTS))
     return {n: g.numpy() for n, g in module.named_gradients().items()}
 
 
@@ -184,7 +185,7 @@ def test_trainable_subset_gets_exactly_its_gradients(export_cache, method, backe
     assert set(grads) == trainable
     assert all(np.isfinite(g).all() for g in grads.values())
     # Eager gradients for the same batch: the program differentiates the same function.
-    model(*(to_torch(batch)[k] for k in ("input_ids", "images", "labels"))).backward()
+    model(*(to_torch(batch)[k] for k in BATCH_INPUTS)).backward()
     for name, param in model.named_parameters():
         if param.requires_grad:
             np.testing.assert_allclose(grads[name], param.grad.numpy(), rtol=1e-3, atol=1e-5, err_msg=name)
@@ -205,7 +206,7 @@ def test_executorch_mezo_forward_program_matches_eager_mezo(export_cache):
 def _xnnpack_model():
     if FULL:
         model, batch = build_training_model(ExportRequest(model="tiny", method="sgd", text_length=TEXT))
-        return model, tuple(to_torch(batch)[k] for k in ("input_ids", "images", "labels"))
+        return model, tuple(to_torch(batch)[k] for k in BATCH_INPUTS)
 
     class ConvLinear(torch.nn.Module):
         """Patch-embed conv (trainable) + linear + loss: the case XNNPACK used to train wrong."""

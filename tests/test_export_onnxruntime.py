@@ -25,7 +25,7 @@ from exporters.pipeline import ExportRefused, build_training_model, export
 
 TEXT = 12  # short text keeps every export small (the synthetic task needs 11 tokens)
 STEPS = 10
-KEYS = ("input_ids", "images", "labels")
+KEYS = ("input_ids", "images", "labels", "attention_mask")  # the model's inputs
 
 
 def _export(method: str):

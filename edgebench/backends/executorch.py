@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from edgebench.backends import et_optimizers
-from edgebench.backends.program import check_batch, open_program
+from edgebench.backends.program import BATCH_INPUTS, check_batch, open_program
 from edgebench.methods import optim, parse_method
 
 PTE = "model.pte"
@@ -25,7 +25,7 @@ TRAINABLE_INIT = "trainable_init.pt"
 
 
 def _as_inputs(batch: dict[str, Any]) -> tuple[torch.Tensor, ...]:
-    return tuple(torch.as_tensor(batch[k]) for k in ("input_ids", "images", "labels"))
+    return tuple(torch.as_tensor(batch[k]) for k in BATCH_INPUTS)
 
 
 def clip_gradients(grads: list[torch.Tensor], max_norm: float, scale: float = 1.0) -> None:
@@ -170,7 +170,7 @@ class ExecutorchBackend:
 
     def step(self, batch: dict[str, Any]) -> float:
         if self.mezo is not None:
-            return self.mezo.step(dict(zip(("input_ids", "images", "labels"), _as_inputs(batch))))
+            return self.mezo.step(dict(zip(BATCH_INPUTS, _as_inputs(batch))))
         if self.stepper is not None:  # accumN, fused update, LOMO (edgebench.backends.et_optimizers)
             return self.stepper.step(_as_inputs(batch))
         loss = self.module.forward_backward(_as_inputs(batch))
@@ -205,7 +205,7 @@ def _program_mezo(directory: Path, manifest: dict[str, Any], method: Any, lr: fl
     class ProgramMeZO(MeZOTrainer):
         def loss(self, batch):
             weights = [p.data for p in self.params]  # plain tensors (pybind refuses Parameter)
-            inputs = (batch["input_ids"], batch["images"], batch["labels"], *weights)
+            inputs = (*(batch[k] for k in BATCH_INPUTS), *weights)
             return program.run_method("forward", inputs)[0]
 
     trainer = ProgramMeZO(method, holder, lr, total)

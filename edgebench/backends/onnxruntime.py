@@ -100,9 +100,11 @@ def session_options(threads: int | None = None):
     return options
 
 
-def _feeds(batch: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _feeds(batch: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    """The graphs' inputs in order: input_ids, images, attention_mask, labels."""
     return (np.ascontiguousarray(batch["input_ids"], dtype=np.int64),
             np.ascontiguousarray(batch["images"], dtype=np.float32),
+            np.ascontiguousarray(batch["attention_mask"], dtype=np.int64),
             shifted_labels(batch["labels"]))
 
 
@@ -168,7 +170,7 @@ class ForwardLoss:
 
         self.session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self.weights = {name: OrtValue(param._parameter.data) for name, param in state.parameters}
-        self.inputs = [i.name for i in self.session.get_inputs()][:3]  # input_ids, images, labels
+        self.inputs = [i.name for i in self.session.get_inputs()][:4]  # _feeds' four, then the weights
         self.loss_name = self.session.get_outputs()[0].name
         self.wrap = OrtValue.ortvalue_from_numpy
 

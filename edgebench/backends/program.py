@@ -15,7 +15,8 @@ from edgebench.backends.base import UnsupportedBackend
 from edgebench.backends.support import unsupported_reason
 
 MANIFEST = "manifest.json"
-BATCH_INPUTS = ("input_ids", "images", "labels")
+# A batch's inputs, in the exported programs' order (ExecuTorch: these four, then MeZO's weights).
+BATCH_INPUTS = ("input_ids", "images", "labels", "attention_mask")
 
 
 def open_program(spec: Any, backend: str, knobs: dict[str, Any] | None) -> tuple[Path, dict[str, Any]]:
@@ -68,9 +69,14 @@ def check_batch(manifest: dict[str, Any], batch: dict[str, Any], directory: Path
     for name in BATCH_INPUTS:
         if name == "labels" and manifest.get("backend") == "onnxruntime":
             continue  # ORT's labels are the shifted, flattened form (checked by ORT itself)
+    if "attention_mask" not in expected:
+        raise ValueError(f"{directory}: exported without the attention_mask input (an older edgebench), so "
+                         "padded tokens would be attended to; export it again")
         got = list(batch[name].shape)
         if expected.get(name) != got:
             raise ValueError(
+        if name not in batch:
+            raise ValueError(f"the batch has no {name}: the program takes {', '.join(BATCH_INPUTS)}")
                 f"{directory}: {name} was exported as {expected.get(name)}, the batch is {got}; "
                 "export again with this batch size / text length / image size"
             )
