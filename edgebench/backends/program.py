@@ -66,17 +66,17 @@ def _refuse_unsupported(spec: Any, backend: str, knobs: dict[str, Any]) -> None:
 def check_batch(manifest: dict[str, Any], batch: dict[str, Any], directory: Path) -> None:
     """Shapes are fixed at export: say which input differs and how to re-export."""
     expected = {i["name"]: i["shape"] for i in manifest["inputs"]}
-    for name in BATCH_INPUTS:
-        if name == "labels" and manifest.get("backend") == "onnxruntime":
-            continue  # ORT's labels are the shifted, flattened form (checked by ORT itself)
     if "attention_mask" not in expected:
         raise ValueError(f"{directory}: exported without the attention_mask input (an older edgebench), so "
                          "padded tokens would be attended to; export it again")
+    for name in BATCH_INPUTS:
+        if name == "labels" and manifest.get("backend") == "onnxruntime":
+            continue  # ORT's labels are the shifted, flattened form (checked by ORT itself)
+        if name not in batch:
+            raise ValueError(f"the batch has no {name}: the program takes {', '.join(BATCH_INPUTS)}")
         got = list(batch[name].shape)
         if expected.get(name) != got:
             raise ValueError(
-        if name not in batch:
-            raise ValueError(f"the batch has no {name}: the program takes {', '.join(BATCH_INPUTS)}")
                 f"{directory}: {name} was exported as {expected.get(name)}, the batch is {got}; "
                 "export again with this batch size / text length / image size"
             )
