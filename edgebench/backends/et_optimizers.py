@@ -21,12 +21,21 @@ import torch
 from edgebench.methods import optim
 
 
+def _rows(t, size: int, i: int, parts: int):
+    """Rows i, i+parts, ... of a batch tensor; `images` ([size * views, ...]: a fixed-shape
+    program's rows hold the same number of views each) by its rows' views."""
+    if t.shape[0] == size:
+        return t[i::parts]
+    per_row = t.reshape(size, t.shape[0] // size, *t.shape[1:])
+    return per_row[i::parts].reshape(-1, *t.shape[1:])
+
+
 def split_inputs(inputs: tuple[torch.Tensor, ...], parts: int) -> list[tuple[torch.Tensor, ...]]:
     """The micro-batches of eager's `split_batch` (rows i, i+parts, ...), as program inputs."""
     size = inputs[0].shape[0]
     if size % parts:
         raise ValueError(f"accum{parts}: the batch size must be a multiple of {parts} (got {size})")
-    return [tuple(t[i::parts].contiguous() for t in inputs) for i in range(parts)]
+    return [tuple(_rows(t, size, i, parts).contiguous() for t in inputs) for i in range(parts)]
 
 
 class AccumulatingStep:
@@ -116,4 +125,5 @@ def lowering(method: Any) -> dict[str, str]:
 
 def first_micro_batch(batch: dict[str, Any], parts: int) -> dict[str, Any]:
     """The shapes an accumN program was exported for: one micro-batch of `batch`."""
-    return batch if parts == 1 else {k: v[0::parts] for k, v in batch.items()}
+    size = batch["input_ids"].shape[0]
+    return batch if parts == 1 else {k: _rows(v, size, 0, parts) for k, v in batch.items()}

@@ -25,6 +25,9 @@ def open_program(spec: Any, backend: str, knobs: dict[str, Any] | None) -> tuple
     `knobs`: the spec's method knobs where the caller could parse them (parsing imports
     torch); None takes the manifest's, after checking the method text is the same.
     """
+    if spec.packing:
+        raise UnsupportedBackend(f"packing on {backend}: a packed batch holds a varying number of images and the "
+                                 "exported program has fixed shapes; run packing on the eager backend")
     if knobs is not None:
         _refuse_unsupported(spec, backend, knobs)
     if not spec.program:

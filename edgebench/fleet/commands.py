@@ -132,6 +132,24 @@ LR_OPTION = click.option("--lr", default=None, type=click.FloatRange(min=0, min_
                          help="Learning rate (default: the method's own).")
 
 
+def _check_packing(shape: dict[str, Any]) -> None:
+    """--packing needs main's layout (images inside the text) and the eager backend."""
+    if not shape["packing"]:
+        return
+    if shape["backend"] != "eager":
+        raise click.BadParameter(f"a packed batch holds a varying number of images, and a {shape['backend']} "
+                                 "program has fixed shapes: use --backend eager or drop --packing",
+                                 param_hint="--packing")
+    from edgebench.model.checkpoint import read_config
+    from edgebench.model.config import get_config
+
+    cfg = read_config(shape["checkpoint"]) if shape.get("checkpoint") else get_config(shape["model"])
+    if not cfg.image_splitting:
+        raise click.BadParameter(f"{shape['model']} puts one image before each row (nanoVLM v0.1), so rows cannot "
+                                 "hold several samples: drop --packing or use a main-layout model (nanovlm-460m)",
+                                 param_hint="--packing")
+
+
 def run_options(command: Callable) -> Callable:
     """The run-shape options every command that starts runs takes (bench, deploy), so the
     two can never drift apart. They arrive as one `shape` dict of RunSpec fields plus
@@ -153,6 +171,10 @@ def run_options(command: Callable) -> Callable:
         click.option("--duration", default=None, help="Run for a time instead of --steps, e.g. 90s or 10m."),
         click.option("--batch-size", default=1, show_default=True, type=click.IntRange(min=1)),
         click.option("--text-length", default=32, show_default=True, type=click.IntRange(min=2)),
+        click.option("--packing", is_flag=True,
+                     help="Pack several samples into each row, each after a masked separator, as the current "
+                          "nanoVLM trains (main-layout models, eager backend); default: one left-padded sample "
+                          "per row with its attention mask."),
         click.option("--threads", default=None, type=click.IntRange(min=1), help="torch threads (default: torch's own)."),
         click.option("--accelerator", default="cpu", show_default=True, type=click.Choice(["cpu", "cuda"])),
         click.option("--sample-hz", default=20.0, show_default=True, type=click.FloatRange(1, 100),
@@ -164,8 +186,8 @@ def run_options(command: Callable) -> Callable:
                      help="Local folder for run directories, clock probes and deployment records."),
         click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts."),
     ]
-    shape_fields = ("model", "data_dir", "lr", "backend", "batch_size", "text_length", "threads", "accelerator",
-                    "sample_hz", "timeout_s", "seed")
+    shape_fields = ("model", "data_dir", "lr", "backend", "batch_size", "text_length", "packing", "threads",
+                    "accelerator", "sample_hz", "timeout_s", "seed")
 
     @functools.wraps(command)
     def wrapper(**kwargs: Any) -> Any:
@@ -179,6 +201,7 @@ def run_options(command: Callable) -> Callable:
         methods = [m.strip() for m in kwargs.pop("methods").split(",") if m.strip()]
         _check_request(shape, methods)
         _model_and_data(shape)
+        _check_packing(shape)
         return command(shape=shape, methods=methods * kwargs.pop("repeats"), **kwargs)
 
     for option in reversed(options):

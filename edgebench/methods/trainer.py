@@ -64,7 +64,7 @@ class BackpropTrainer(Trainer):
     def step(self, batch: Batch) -> float:
         self.model.train()
         total = 0.0
-        for micro in split_batch(batch, self.method.accumulation):
+        for micro in split_batch(batch, self.method.accumulation, getattr(self.model, "cfg", None)):
             loss = self.loss(micro) / self.method.accumulation
             loss.backward()
             total += loss.item()
@@ -141,8 +141,12 @@ def model_inputs(batch: Batch) -> tuple:
     return batch["input_ids"], batch["images"], batch["labels"], batch.get("attention_mask")
 
 
-def split_batch(batch: Batch, parts: int) -> list[Batch]:
-    """`parts` equal micro-batches of one batch (the same effective batch)."""
+def split_batch(batch: Batch, parts: int, cfg=None) -> list[Batch]:
+    """`parts` equal micro-batches of one batch (the same effective batch): rows i, i+parts, ...
+
+    Each row keeps its own images: in main's layout (`cfg.image_splitting`) a row holds
+    several views (tiles, and with packing several samples), counted by its placeholders.
+    """
     if parts == 1:
         return [batch]
     size = batch["input_ids"].shape[0]
@@ -151,7 +155,14 @@ def split_batch(batch: Batch, parts: int) -> list[Batch]:
             f"accum{parts} splits each batch into {parts} micro-batches: the batch size must be "
             f"a multiple of {parts} (got {size})"
         )
-    return [{k: v[i::parts] for k, v in batch.items()} for i in range(parts)]
+    images = batch["images"]
+    if images.shape[0] == size:  # one image per row
+        return [{k: v[i::parts] for k, v in batch.items()} for i in range(parts)]
+    views = ((batch["input_ids"] == cfg.image_token_id).sum(dim=1) // cfg.n_image_tokens).tolist()
+    starts = [sum(views[:b]) for b in range(size)]
+    return [{**{k: v[i::parts] for k, v in batch.items() if k != "images"},
+             "images": torch.cat([images[starts[b]:starts[b] + views[b]] for b in range(i, size, parts)])}
+            for i in range(parts)]
 
 
 def prepare_model(method: Method, model: nn.Module) -> nn.Module:

@@ -27,6 +27,9 @@ class RunSpec:
     batch_size: int = 1
     image_size: int | None = None  # None: the model config's own
     text_length: int = 32
+    # main layout, eager: several samples per row, each after a masked separator (nanoVLM's
+    # ConstantLengthDataset) instead of one left-padded sample per row
+    packing: bool = False
     warmup_steps: int = 1
     steps: int = 5
     duration_s: float | None = None

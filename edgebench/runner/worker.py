@@ -68,8 +68,9 @@ def _batches(spec: RunSpec):
         from edgebench.data.folder import folder_batches
 
         return folder_batches(spec.data_dir, cfg, spec.batch_size, spec.text_length, spec.seed,
-                              image_size=spec.image_size)
-    return synthetic_batches(cfg, spec.batch_size, spec.text_length, spec.seed, image_size=spec.image_size)
+                              image_size=spec.image_size, packing=spec.packing)
+    return synthetic_batches(cfg, spec.batch_size, spec.text_length, spec.seed, image_size=spec.image_size,
+                             packing=spec.packing)
 
 
 def _checkpoint_config(path: str):
