@@ -230,12 +230,15 @@ def read_events(con: Any, path: Path) -> tuple[pa.Table, TraceCounts, list[dict[
         return con.sql(NO_STEPS).to_arrow_table(), TraceCounts(), []
     tail = _ends(path)[1].strip()
     truncated = bool(tail) and not _is_json_object(tail)
-    events = _events_sql(path)
-    lines, bad = con.execute(f"SELECT count(*), count(*) FILTER (NOT obj) FROM ({events})").fetchall()[0]
-    steps = con.sql(STEPS_SQL.format(events=events)).to_arrow_table()
-    errors = [{"event": event, **({"detail": json.loads(detail)} if detail is not None else {})}
-              for event, detail in con.execute(f"SELECT event, detail FROM ({events}) "
-                                               "WHERE obj AND event IN ('error', 'diverged') ORDER BY t_ns").fetchall()]
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _events AS {_events_sql(path)}")  # the file parsed once
+    try:
+        lines, bad = con.execute("SELECT count(*), count(*) FILTER (NOT obj) FROM _events").fetchall()[0]
+        steps = con.sql(STEPS_SQL.format(events="SELECT * FROM _events")).to_arrow_table()
+        errors = [{"event": event, **({"detail": json.loads(detail)} if detail is not None else {})}
+                  for event, detail in con.execute("SELECT event, detail FROM _events WHERE obj AND "
+                                                   "event IN ('error', 'diverged') ORDER BY t_ns").fetchall()]
+    finally:
+        con.execute("DROP TABLE _events")
     counts = TraceCounts(lines=lines, bad_lines=bad - int(truncated), truncated_last_line=truncated)
     return steps, counts, errors
 
