@@ -9,6 +9,8 @@ need=()
 command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v adb >/dev/null 2>&1 || need+=(adb)
 command -v tmux >/dev/null 2>&1 || need+=(tmux)
+# the arm64 lab's aarch64 binutils (unpacked from Debian's package into its cache) link it
+ldconfig -p 2>/dev/null | grep -q 'libjansson.so.4 ' || need+=(libjansson4)
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
         echo "setup: installing ${need[*]} (apt)"

@@ -386,6 +386,8 @@ def lab_up(profiles: tuple[str, ...], memory: str | None, cpus: float | None, ar
     host_cores = os.cpu_count() or 1
     for dev in running:
         note = f" (this host has only {host_cores}: not a real limit)" if dev["cpus"] >= host_cores else ""
+        if dev.get("emulator"):
+            note += f"; arm64 under {dev['emulator']} (step times not representative)"
         click.echo(f"{dev['name']}: {dev['profile']} on 127.0.0.1:{dev['port']}, "
                    f"{_gib(dev['memory_bytes'])} GiB, {dev['cpus']:g} CPUs{note}")
     click.echo(f"registered in {inventory_path()}; try `edgebench deploy --device {running[0]['name']}`")

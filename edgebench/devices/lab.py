@@ -136,7 +136,8 @@ def _cgroup_name(root: Path, name: str) -> str:
     return f"edgebench-lab-{hashlib.sha256(str(root).encode()).hexdigest()[:8]}/{name}"
 
 
-def _start(root: Path, spec: LabDevice, client_pub: str, user: str, python: str) -> dict[str, Any]:
+def _start(root: Path, spec: LabDevice, client_pub: str, user: str, python: str,
+           emulator: str | None = None) -> dict[str, Any]:
     profile = load_profile(spec.profile)
     name = spec.device_name()
     home = root / name
@@ -187,6 +188,7 @@ def _start(root: Path, spec: LabDevice, client_pub: str, user: str, python: str)
         "cgroup_version": limits.version,
         "home": str(home),
         "python": python,
+        "emulator": emulator,
     }
 
 
@@ -246,14 +248,14 @@ def up(devices: list[LabDevice] | None = None,
                 _reap(stale["pid"])  # a sweep lives on in the cgroups: the new sshd joins them
             else:
                 _stop(stale)
-        python = sys.executable
+        python, emulator = sys.executable, None
         if ARCHES.get(spec.arch or "host"):
             try:
                 emulation = emulation or arm64.ensure(step)
             except arm64.Arm64Error as exc:
                 raise LabError(str(exc)) from None
-            python = emulation.python
-        dev = _start(root, spec, client_pub, user, python)
+            python, emulator = emulation.python, emulation.emulator
+        dev = _start(root, spec, client_pub, user, python, emulator)
         state[name] = dev
         inventory[name] = _inventory_entry(root, dev, user)
         _write_state(root, state)

@@ -8,6 +8,7 @@ import importlib.metadata as md
 import importlib.util as iu
 import json
 import os
+import platform
 import re
 import sys
 
@@ -68,6 +69,7 @@ def main() -> None:
         "psutil": version("psutil"),
         "executorch": version("executorch"),
         "onnxruntime_training": training_ort(),
+        "machine": platform.machine(),  # the python's own: an emulated one differs from the shell's uname
         "emulator": os.environ.get("EDGEBENCH_EMULATOR"),  # the arm64 lab's python (devices/arm64.py)
     }))
 

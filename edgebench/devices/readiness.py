@@ -168,7 +168,7 @@ class _Checker:
                  + ("" if status == "ok" else " (3.10+ needed)"), "python")
 
     def libraries(self, libs: dict) -> None:
-        arch = self.facts.arch or self.device.profile.arch
+        arch = libs.get("machine") or self.facts.arch or self.device.profile.arch  # the wheels' arch: python's
         needs_torch = bool(self.backends - {"onnxruntime"})  # the ONNX Runtime runner is torch-free
         cuda_board = "cuda" in self.device.profile.accelerators
         torch, cuda = libs["torch"], libs["torch_cuda"]
@@ -206,6 +206,8 @@ class _Checker:
     def venv(self, libs: dict | None) -> None:
         """The venv --fix installs into, when a safe fix needs it and it is not the python in use."""
         if not any(f.pip for f in self.findings) or self.device.python == self.venv_python:
+            return
+        if libs is not None and libs.get("emulator"):  # the arm64 lab's root is rebuilt, never pip-installed into
             return
         if libs is not None and not libs["venv_module"]:
             self.add("venv", "missing", f"{self.device.python} has no venv module, so --fix cannot make "

@@ -9,7 +9,7 @@ from html import escape
 
 from edgebench.report.build import Figure, Report, safe_name
 from edgebench.report.study import STUDY_FIELDS, STUDY_IDENT, STUDY_LEGEND, setting_title
-from edgebench.report.tables import LEGEND, REPORT_FIGURES, REPORT_IDENT, Field, alignment_notes, cell, \
+from edgebench.report.tables import LEGEND, REPORT_FIGURES, REPORT_IDENT, Field, alignment_notes, cell, emulated_notes, \
     visible_columns
 
 STYLE = """
@@ -71,7 +71,8 @@ def render_html(report: Report, title: str = "edgebench report") -> str:
         f"<h3>{escape(device)}</h3>" + _fields_table(REPORT_IDENT + REPORT_FIGURES,
                                                      [g for g in report.groups if g["device"] == device])
         for device in dict.fromkeys(g["device"] for g in report.groups))
-    notes = "".join(f"<li>{escape(n)}</li>" for n in report.notes + alignment_notes(report.runs))
+    notes = "".join(f"<li>{escape(n)}</li>" for n in report.notes + alignment_notes(report.runs)
+                    + emulated_notes(report.runs))
     figures = "".join(_img(f) for f in report.figures)
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return f"""<!DOCTYPE html>

@@ -8,6 +8,8 @@ card per configuration. Nothing is cut: a cell that cannot fit wraps whole.
 
 from __future__ import annotations
 
+import json
+import os
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -252,6 +254,17 @@ def alignment_notes(runs: list[dict[str, Any]]) -> list[str]:
     return [f"{dev} ({len(ids)} run{'s' if len(ids) > 1 else ''}): {note}" for (dev, note), ids in by_note.items()]
 
 
+def emulated_notes(runs: list[dict[str, Any]]) -> list[str]:
+    """Devices whose python ran under an emulator (the arm64 lab): their times mean nothing for hardware."""
+    by_device: dict[tuple[str, str], int] = defaultdict(int)
+    for r in runs:
+        emulator = ((json.loads(r.get("meta_json") or "{}") or {}).get("device") or {}).get("emulator")
+        if emulator:
+            by_device[(r["device"], emulator)] += 1
+    return [f"{dev} ({n} run{'s' if n > 1 else ''}): arm64 under {emu}: step times not representative (emulated); "
+            "memory figures include the emulator's own (README: arm64 lab)" for (dev, emu), n in by_device.items()]
+
+
 def _notes(title: str, lines: list[str]) -> Text:
     return Text(title + "\n  " + "\n  ".join(lines), style="dim", overflow="fold")
 
@@ -270,7 +283,7 @@ def terminal_report(rows: list[dict[str, Any]], runs: list[dict[str, Any]], widt
                      Text("(the across-devices comparison is wider than this window: see --format html)",
                           style="dim"))
     for title, lines in (("Sensors:", sensor_notes(groups)), ("Disturbed runs:", disturbed_notes(groups)),
-                         ("Clock alignment:", alignment_notes(runs))):
+                         ("Clock alignment:", alignment_notes(runs)), ("Emulated devices:", emulated_notes(runs))):
         if lines:
             parts.append(_notes(title, lines))
     return Group(*parts)
@@ -318,6 +331,9 @@ def render_bench_results(results: list[dict[str, Any]], title: str, console: Con
     for part in fitted(title, BENCH_IDENT, BENCH_FIGURES, groups, console.width):
         console.print(part)
     console.print(Text(BENCH_LEGEND, style="dim", overflow="fold"))
+    if os.environ.get("EDGEBENCH_EMULATOR"):  # bench ran by the arm64 lab's python
+        console.print(Text(f"emulated ({os.environ['EDGEBENCH_EMULATOR']}): step times not representative; memory "
+                           "figures include the emulator's own", style="yellow", overflow="fold"))
     for line in disturbed_notes(groups):
         console.print(Text(f"disturbed: {line}", style="yellow", overflow="fold"))
     for r in results:
