@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -119,6 +120,7 @@ def _program_losses(checkpoint: str, backend: str) -> tuple[float, float, float]
 
 def _check_program(checkpoint: str, backend: str) -> None:
     alone, masked, unmasked = _program_losses(checkpoint, backend)
+    print(json.dumps({"backend": backend, "alone": alone, "padded_masked": masked, "padded_unmasked": unmasked}))
     eager = _model()
     row, _ = _row_and_padded()
     with torch.no_grad():
