@@ -205,7 +205,7 @@ def test_executorch_mezo_forward_program_matches_eager_mezo(export_cache):
 
 def _xnnpack_model():
     if FULL:
-        model, batch = build_training_model(ExportRequest(model="tiny", method="sgd", text_length=TEXT))
+        model, _, batch = build_training_model(ExportRequest(model="tiny", method="sgd", text_length=TEXT))
         return model, tuple(to_torch(batch)[k] for k in BATCH_INPUTS)
 
     class ConvLinear(torch.nn.Module):
