@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import FULL
 from lab_fixtures import lab_in
 
 from edgebench.devices import arm64, connect, lab
@@ -28,20 +29,21 @@ from edgebench.fleet.device_scripts import facts as facts_script
 from edgebench.fleet.plan import attach_program
 from edgebench.fleet.remote import run_program
 from edgebench.fleet.status import device_status
+from edgebench.report.tables import emulated_notes
 from edgebench.results.store import Store
 from edgebench.runner.spec import RunSpec
 from edgebench.runner.supervisor import run_spec
 
-# Same wheels' kernels on another ISA: the tiny model's losses agree to ~1e-6 (FIELD measurement);
+# The same versions built for another ISA: the tiny model's losses agree to 3e-7 relative (measured);
 # this leaves room for a reordered reduction without hiding a wrong program.
 LOSS_RTOL = 1e-4
-SMALL_MEMORY = 300 * 2**20  # emulated `import torch` alone peaks at ~400 MB: the worker must end oom
+SMALL_MEMORY = 256 * 2**20  # emulated `import torch` alone needs ~280 MB of anonymous memory: the worker must end oom
 
 
 def _libs(**over) -> dict:
     return {"python": [3, 11, 2], "executable": "/usr/bin/python3", "venv_module": True, "torch": "2.13.0",
             "torch_cuda": "13.0", "cuda_runtime": True, "numpy": "2.4.6", "psutil": "7.2.2", "executorch": "1.5.1",
-            "onnxruntime_training": None, "emulator": None, **over}
+            "onnxruntime_training": None, "machine": "aarch64", "emulator": None, **over}
 
 
 def test_readiness_on_arm64_boards(tmp_path):
@@ -116,15 +118,17 @@ def test_sweep_on_an_emulated_arm64_device(emulation, tmp_path, export_cache):
         return
     manifest = emulation.manifest
     assert manifest["torch"].startswith("2.13.0") and manifest["emulator"].startswith("qemu-user 10.")
+    steps = 5 if FULL else 2  # two: the second loss checks the first update too
+
     def specs() -> list[RunSpec]:
-        return [RunSpec(method="sgd", steps=2, warmup_steps=0), RunSpec(method="lora", steps=2, warmup_steps=0),
-                RunSpec(method="sgd", backend="executorch", steps=2, warmup_steps=0)]
+        return [RunSpec(method="sgd", steps=steps, warmup_steps=0), RunSpec(method="lora", steps=steps, warmup_steps=0),
+                RunSpec(method="sgd", backend="executorch", steps=steps, warmup_steps=0)]
 
     devices = [lab.LabDevice("raspberry-pi-4-4gb", name="lab-arm64", cpus=1, arch="arm64"),
                lab.LabDevice("raspberry-pi-4-4gb", name="lab-arm64-small", memory_bytes=SMALL_MEMORY, cpus=1,
                              arch="arm64")]
     with lab_in(tmp_path, devices) as running:
-        assert {d["python"] for d in running} == {emulation.python}
+        assert {(d["python"], d["emulator"]) for d in running} == {(emulation.python, emulation.emulator)}
         device = get_device("lab-arm64")
         with connect(device) as transport:
             facts = run_program(transport, device, facts_script, device.workdir)
@@ -146,6 +150,8 @@ def test_sweep_on_an_emulated_arm64_device(emulation, tmp_path, export_cache):
             collect_device(name, local_root=runs, store_path=store_path)
     with Store(store_path, read_only=True) as store:
         rows = {r["run_id"]: r for r in store.runs()}
+        notes = emulated_notes(store.runs(device="lab-arm64"))
+    assert len(notes) == 1 and "step times not representative (emulated)" in notes[0], notes
     assert rows[small.run_ids[0]]["status"] == "oom", rows[small.run_ids[0]]["detail"]
     for run_id, on_host, spec in zip(big.run_ids, host, specs()):
         row = rows[run_id]
@@ -154,5 +160,6 @@ def test_sweep_on_an_emulated_arm64_device(emulation, tmp_path, export_cache):
         assert meta["device"]["arch"] == "aarch64" and meta["device"]["emulator"] == emulation.emulator
         for key in ("loss_first", "loss_last"):
             assert result[key] == pytest.approx(on_host[key], rel=LOSS_RTOL), (spec.method, spec.backend, key)
-        # the worker's ru_maxrss is qemu's: the emulator's own memory comes on top of the host's figure
-        assert result["peak_rss_bytes_kernel"] > on_host["peak_rss_bytes_kernel"]
+        # the worker's ru_maxrss is qemu's (emulator + arm64 wheels): measured within ~10% of this
+        # host's on the tiny model (README: arm64 lab); a figure far off means it was misread
+        assert 0.5 < result["peak_rss_bytes_kernel"] / on_host["peak_rss_bytes_kernel"] < 2

@@ -168,7 +168,8 @@ class _Checker:
                  + ("" if status == "ok" else " (3.10+ needed)"), "python")
 
     def libraries(self, libs: dict) -> None:
-        arch = libs.get("machine") or self.facts.arch or self.device.profile.arch  # the wheels' arch: python's
+        # an emulated python (the arm64 lab) has another arch than the shell the probe ran in
+        arch = (libs.get("emulator") and libs.get("machine")) or self.facts.arch or self.device.profile.arch
         needs_torch = bool(self.backends - {"onnxruntime"})  # the ONNX Runtime runner is torch-free
         cuda_board = "cuda" in self.device.profile.accelerators
         torch, cuda = libs["torch"], libs["torch_cuda"]
