@@ -120,16 +120,22 @@ def _model_and_data(shape: dict[str, Any]) -> None:
         shape["data_dir"] = str(Path(shape["data_dir"]).resolve())
 
 
-# The user's own model, data and learning rate: one definition for every command that takes
-# them (bench, deploy, export).
-MODEL_OPTION = click.option("--model", default="tiny", show_default=True,
-                            help="Model config (see `edgebench models`) or a nanoVLM checkpoint folder "
-                                 "(config.json + model.safetensors) to fine-tune.")
-DATA_OPTION = click.option("--data", "data_dir", default=None, type=click.Path(exists=True, file_okay=False),
-                           help="A folder dataset to train on: images, one JSONL of {image, question, answer} "
-                                "lines and tokenizer.json (default: the synthetic task).")
-LR_OPTION = click.option("--lr", default=None, type=click.FloatRange(min=0, min_open=True),
-                         help="Learning rate (default: the method's own).")
+def _check_image_budget(shape: dict[str, Any]) -> None:
+    """--max-image-size fits the model: it tiles images, and the size is a multiple of its tile."""
+    if shape["max_image_size"] is None:
+        return
+    from edgebench.model.checkpoint import read_config
+    from edgebench.model.config import ConfigError, get_config
+    from edgebench.runner.worker import image_budget
+
+    cfg = read_config(shape["checkpoint"]) if shape.get("checkpoint") else get_config(shape["model"])
+    if not cfg.image_splitting:
+        raise click.BadParameter(f"{shape['model']} puts one {cfg.vit_img_size}-px image before the text (nanoVLM "
+                                 "v0.1): it has no image budget; drop --max-image-size", param_hint="--max-image-size")
+    try:
+        image_budget(cfg, shape["max_image_size"])
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="--max-image-size") from None
 
 
 def _check_packing(shape: dict[str, Any]) -> None:
@@ -148,6 +154,18 @@ def _check_packing(shape: dict[str, Any]) -> None:
         raise click.BadParameter(f"{shape['model']} puts one image before each row (nanoVLM v0.1), so rows cannot "
                                  "hold several samples: drop --packing or use a main-layout model (nanovlm-460m)",
                                  param_hint="--packing")
+
+
+# The user's own model, data and learning rate: one definition for every command that takes
+# them (bench, deploy, export).
+MODEL_OPTION = click.option("--model", default="tiny", show_default=True,
+                            help="Model config (see `edgebench models`) or a nanoVLM checkpoint folder "
+                                 "(config.json + model.safetensors) to fine-tune.")
+DATA_OPTION = click.option("--data", "data_dir", default=None, type=click.Path(exists=True, file_okay=False),
+                           help="A folder dataset to train on: images, one JSONL of {image, question, answer} "
+                                "lines and tokenizer.json (default: the synthetic task).")
+LR_OPTION = click.option("--lr", default=None, type=click.FloatRange(min=0, min_open=True),
+                         help="Learning rate (default: the method's own).")
 
 
 def run_options(command: Callable) -> Callable:
@@ -171,6 +189,10 @@ def run_options(command: Callable) -> Callable:
         click.option("--duration", default=None, help="Run for a time instead of --steps, e.g. 90s or 10m."),
         click.option("--batch-size", default=1, show_default=True, type=click.IntRange(min=1)),
         click.option("--text-length", default=32, show_default=True, type=click.IntRange(min=2)),
+        click.option("--max-image-size", default=None, type=click.IntRange(min=1),
+                     help="Image budget of models that tile images (nanovlm-460m): the long side images are "
+                          "resized to before tiling; 512 = one view of 64 tokens instead of 17 (default: the "
+                          "config's own, 2048)."),
         click.option("--packing", is_flag=True,
                      help="Pack several samples into each row, each after a masked separator, as the current "
                           "nanoVLM trains (main-layout models, eager backend); default: one left-padded sample "
@@ -186,8 +208,8 @@ def run_options(command: Callable) -> Callable:
                      help="Local folder for run directories, clock probes and deployment records."),
         click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts."),
     ]
-    shape_fields = ("model", "data_dir", "lr", "backend", "batch_size", "text_length", "packing", "threads",
-                    "accelerator", "sample_hz", "timeout_s", "seed")
+    shape_fields = ("model", "data_dir", "lr", "backend", "batch_size", "text_length", "max_image_size", "packing",
+                    "threads", "accelerator", "sample_hz", "timeout_s", "seed")
 
     @functools.wraps(command)
     def wrapper(**kwargs: Any) -> Any:
@@ -201,6 +223,7 @@ def run_options(command: Callable) -> Callable:
         methods = [m.strip() for m in kwargs.pop("methods").split(",") if m.strip()]
         _check_request(shape, methods)
         _model_and_data(shape)
+        _check_image_budget(shape)
         _check_packing(shape)
         return command(shape=shape, methods=methods * kwargs.pop("repeats"), **kwargs)
 

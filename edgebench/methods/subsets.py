@@ -32,8 +32,9 @@ def lora_target_names(model: nn.Module) -> list[str]:
 
 
 def apply_trainable(method: Method, model: nn.Module) -> nn.Module:
-    """Set requires_grad for the method's trainable subset; inject LoRA adapters (peft)."""
-    if method.trainable == "lora":
+    """Set requires_grad for the method's trainable subset; inject LoRA adapters (peft) unless
+    the model has them (edgebench.methods.streaming builds them in)."""
+    if method.trainable == "lora" and not any(".lora_" in n for n, _ in model.named_parameters()):
         from peft import LoraConfig, inject_adapter_in_model
 
         config = LoraConfig(r=LORA_RANK, lora_alpha=LORA_ALPHA, lora_dropout=0.0,
@@ -70,8 +71,8 @@ def store_frozen(method: Method, model: nn.Module) -> None:
     for param in model.parameters():  # trained weights in their own dtype (see build_model_for)
         if param.requires_grad and param.dtype != trained:
             param.data = param.data.to(trained)
-    if method.frozen_dtype == "fp32":
-        return
+    if method.frozen_dtype == "fp32" or getattr(model, "streamed", False):
+        return  # the streamed build made every tensor in its final form, in storage of its own
     if method.frozen_dtype in ("int8", "int4"):
         from edgebench.methods.int4 import Int4Linear
         from edgebench.methods.int8 import Int8Linear, quantize_frozen_linears

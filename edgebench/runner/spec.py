@@ -26,6 +26,9 @@ class RunSpec:
     data_dir: str | None = None  # a folder dataset (images + JSONL + tokenizer.json); None: synthetic
     batch_size: int = 1
     image_size: int | None = None  # None: the model config's own
+    # main layout: the long side images are resized to before tiling, i.e. the image budget
+    # ((side / tile)^2 tiles + a global view); None: the config's own (nanovlm-460m: 2048, 17 views)
+    max_image_size: int | None = None
     text_length: int = 32
     # main layout, eager: several samples per row, each after a masked separator (nanoVLM's
     # ConstantLengthDataset) instead of one left-padded sample per row

@@ -64,6 +64,7 @@ def _batches(spec: RunSpec):
     from edgebench.model.config import get_config
 
     cfg = get_config(spec.model) if spec.checkpoint is None else _checkpoint_config(spec.checkpoint)
+    cfg = image_budget(cfg, spec.max_image_size)
     if spec.data_dir:
         from edgebench.data.folder import folder_batches
 
@@ -71,6 +72,16 @@ def _batches(spec: RunSpec):
                               image_size=spec.image_size, packing=spec.packing)
     return synthetic_batches(cfg, spec.batch_size, spec.text_length, spec.seed, image_size=spec.image_size,
                              packing=spec.packing)
+
+
+def image_budget(cfg, max_image_size: int | None):
+    """The config with images resized to `max_image_size` before tiling (None: unchanged);
+    the model's weights do not depend on it, only the number of views per image does."""
+    import dataclasses
+
+    if max_image_size is None or max_image_size == cfg.max_img_size:
+        return cfg
+    return dataclasses.replace(cfg, max_img_size=max_image_size).validate()
 
 
 def _checkpoint_config(path: str):
@@ -89,7 +100,8 @@ def _predicted(spec: RunSpec) -> dict | None:
         from edgebench.methods import memory, parse_method
         from edgebench.model.config import get_config
 
-        return memory.predict(get_config(spec.model), parse_method(spec.method), spec.batch_size,
+        return memory.predict(image_budget(get_config(spec.model), spec.max_image_size),
+                              parse_method(spec.method), spec.batch_size,
                               spec.text_length, image_size=spec.image_size)
     except Exception as exc:  # a prediction must never stop the run
         return {"error": f"{type(exc).__name__}: {exc}"}
