@@ -121,8 +121,10 @@ def test_sweep_on_an_emulated_arm64_device(emulation, tmp_path, export_cache):
     steps = 5 if FULL else 2  # two: the second loss checks the first update too
 
     def specs() -> list[RunSpec]:
-        return [RunSpec(method="sgd", steps=steps, warmup_steps=0), RunSpec(method="lora", steps=steps, warmup_steps=0),
-                RunSpec(method="sgd", backend="executorch", steps=steps, warmup_steps=0)]
+        # one thread, as the emulated python runs (OMP_NUM_THREADS=1), so peaks compare
+        return [RunSpec(method="sgd", steps=steps, warmup_steps=0, threads=1),
+                RunSpec(method="lora", steps=steps, warmup_steps=0, threads=1),
+                RunSpec(method="sgd", backend="executorch", steps=steps, warmup_steps=0, threads=1)]
 
     devices = [lab.LabDevice("raspberry-pi-4-4gb", name="lab-arm64", cpus=1, arch="arm64"),
                lab.LabDevice("raspberry-pi-4-4gb", name="lab-arm64-small", memory_bytes=SMALL_MEMORY, cpus=1,
@@ -160,6 +162,6 @@ def test_sweep_on_an_emulated_arm64_device(emulation, tmp_path, export_cache):
         assert meta["device"]["arch"] == "aarch64" and meta["device"]["emulator"] == emulation.emulator
         for key in ("loss_first", "loss_last"):
             assert result[key] == pytest.approx(on_host[key], rel=LOSS_RTOL), (spec.method, spec.backend, key)
-        # the worker's ru_maxrss is qemu's (emulator + arm64 wheels): measured within ~10% of this
-        # host's on the tiny model (README: arm64 lab); a figure far off means it was misread
-        assert 0.5 < result["peak_rss_bytes_kernel"] / on_host["peak_rss_bytes_kernel"] < 2
+        # the worker's ru_maxrss is qemu's: the emulator's own memory on top of the arm64 wheels' (measured
+        # +65..+184 MiB over this host's on the tiny model, README: arm64 lab); far off means misread
+        assert 0.8 < result["peak_rss_bytes_kernel"] / on_host["peak_rss_bytes_kernel"] < 2.5
