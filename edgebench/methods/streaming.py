@@ -7,7 +7,8 @@ is laid out on the meta device (no storage), the method's trainable subset and L
 gets its storage (in its final dtype), nanoVLM's initialisation (normal 0.02
 linears/embeddings/convolutions, unit norms, uniform position embeddings; peft's LoRA init),
 and, if it is a frozen linear, its int8/int4 packing, before the next module is built. The
-peak is the packed model plus one layer. The draws follow the same distributions as
+peak is the packed model plus one layer; large blocks are mapped one by one from then on
+(subsets.map_large_allocations), so freed activations leave the RSS too. The draws follow the same distributions as
 `build_model`, not the same values (the random stream is consumed in another order).
 """
 
@@ -19,8 +20,7 @@ import torch
 from torch import nn
 
 from edgebench.methods.knobs import Method
-from edgebench.methods.lora import inject_lora
-from edgebench.methods.subsets import LORA_ALPHA, LORA_RANK, LORA_TARGETS, apply_trainable, release_freed_memory
+from edgebench.methods.subsets import apply_trainable, map_large_allocations, release_freed_memory
 from edgebench.model.config import VLMConfig
 
 
@@ -31,11 +31,9 @@ def build_streamed(method: Method, cfg: VLMConfig) -> nn.Module:
     from edgebench.methods.int8 import Int8Linear
     from edgebench.model.vision_language_model import VisionLanguageModel
 
+    map_large_allocations()
     with torch.device("meta"):
-        model = VisionLanguageModel(cfg)
-        if method.trainable == "lora":
-            inject_lora(model, LORA_TARGETS, LORA_RANK, LORA_ALPHA)
-        model = apply_trainable(method, model)
+        model = apply_trainable(method, VisionLanguageModel(cfg))  # LoRA: edgebench.methods.lora
     packed = {"int4": Int4Linear, "int8": Int8Linear}.get(method.frozen_dtype)
     frozen = torch.bfloat16 if method.frozen_dtype != "fp32" else torch.float32
     trained = torch.bfloat16 if method.trained_dtype == "bf16" else torch.float32

@@ -6,6 +6,7 @@ All of it changes the model in place from the methods side; the model files stay
 
 from __future__ import annotations
 
+import functools
 import re
 
 import torch
@@ -32,14 +33,19 @@ def lora_target_names(model: nn.Module) -> list[str]:
 
 
 def apply_trainable(method: Method, model: nn.Module) -> nn.Module:
-    """Set requires_grad for the method's trainable subset; inject LoRA adapters (peft) unless
-    the model has them (edgebench.methods.streaming builds them in)."""
+    """Set requires_grad for the method's trainable subset; inject LoRA adapters (peft; on a
+    meta-device model edgebench.methods.lora's peft-named layer) unless the model has them."""
     if method.trainable == "lora" and not any(".lora_" in n for n, _ in model.named_parameters()):
-        from peft import LoraConfig, inject_adapter_in_model
+        if next(model.parameters()).is_meta:  # counting, or the streamed build: peft's import (+211 MB RSS)
+            from edgebench.methods.lora import inject_lora  # buys nothing there; same names and shapes
 
-        config = LoraConfig(r=LORA_RANK, lora_alpha=LORA_ALPHA, lora_dropout=0.0,
-                            target_modules=LORA_TARGETS)
-        model = inject_adapter_in_model(config, model)
+            inject_lora(model, LORA_TARGETS, LORA_RANK, LORA_ALPHA)
+        else:
+            from peft import LoraConfig, inject_adapter_in_model
+
+            config = LoraConfig(r=LORA_RANK, lora_alpha=LORA_ALPHA, lora_dropout=0.0,
+                                target_modules=LORA_TARGETS)
+            model = inject_adapter_in_model(config, model)
     for name, param in model.named_parameters():
         param.requires_grad = _trains(method.trainable, name, param)
     return model
@@ -88,17 +94,35 @@ def store_frozen(method: Method, model: nn.Module) -> None:
     release_freed_memory()
 
 
-def release_freed_memory() -> None:
-    """Hand the heap pages freed by the conversion back to the OS (glibc's malloc_trim), so
-    the high-precision weights just dropped do not stay in the process's RSS. No-op elsewhere."""
+@functools.cache
+def _libc():
+    """glibc, or None elsewhere (found once: find_library runs a subprocess)."""
     import ctypes
     import ctypes.util
 
     name = ctypes.util.find_library("c")
-    if name:
-        libc = ctypes.CDLL(name)
-        if hasattr(libc, "malloc_trim"):
-            libc.malloc_trim(0)
+    libc = ctypes.CDLL(name) if name else None
+    return libc if libc is not None and hasattr(libc, "malloc_trim") and hasattr(libc, "mallopt") else None
+
+
+def release_freed_memory() -> None:
+    """Hand the heap pages freed by the conversion back to the OS (glibc's malloc_trim), so
+    the high-precision weights just dropped do not stay in the process's RSS. No-op elsewhere."""
+    if _libc() is not None:
+        _libc().malloc_trim(0)
+
+
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+MMAP_THRESHOLD = 1 << 20
+
+
+def map_large_allocations() -> None:
+    """From now on glibc serves every allocation of MMAP_THRESHOLD or more by its own mmap,
+    so a freed activation goes back to the OS at once instead of staying in a fragmented heap
+    (glibc's default threshold climbs to 32 MB as large blocks are freed). Process-wide: for
+    the lowest-memory methods' worker processes. No-op elsewhere."""
+    if _libc() is not None:
+        _libc().mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
 
 
 def _tied_ids(model: nn.Module) -> set[int]:
