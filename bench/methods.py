@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from edgebench.backends.support import unsupported_reason
@@ -31,12 +32,12 @@ EXTRA = ["mezo-lora+frozen-int8", "lora+ckpt+frozen-int8"]
 GiB = 1 << 30
 
 
-def run_one(model: str, name: str, steps: int, out: Path, backend: str = "eager") -> dict:
+def run_one(model: str, name: str, steps: int, out: Path, backend: str = "eager", timeout_s: float = 600) -> dict:
     method = parse_method(name)
     batch = method.accumulation  # accumN splits the batch: its smallest batch is N
     run_id = name.replace("+", "_") + ("" if backend == "eager" else f"-{backend}")
     spec = RunSpec(model=model, method=name, backend=backend, batch_size=batch, text_length=32,
-                   warmup_steps=1, steps=steps, threads=2, timeout_s=600, run_id=run_id)
+                   warmup_steps=1, steps=steps, threads=2, timeout_s=timeout_s, run_id=run_id)
     export_s = None
     if backend != "eager":
         import time
@@ -121,10 +122,41 @@ def render(rows: list[dict], model: str) -> None:
         name = r["method"] + (f" (batch {r['batch_size']})" if r["batch_size"] != 1 else "")
         table.add_row(name, r["status"], "-" if not peak else f"{peak / 2**20:,.0f}",
                       f"{pred / 2**20:,.0f}", error, step, loss)
-    Console().print(table)
+    Console(width=None if sys.stdout.isatty() else 140).print(table)
+    # Runs stopped early (timeout, interrupt) count too: their peak is the kernel's up to the stop.
+    errors = [(abs(r["predicted_peak_bytes_est"] - r["peak_rss_bytes_kernel"]) / r["peak_rss_bytes_kernel"], r["method"])
+              for r in rows if r["peak_rss_bytes_kernel"] and r["status"] != "unsupported"]
+    if errors:
+        worst, name = max(errors)
+        over = [n for e, n in sorted(errors, reverse=True) if e > 0.10]
+        print(f"memory model (estimate) vs kernel peak: max |error| {worst:.1%} ({name}) over {len(errors)} "
+              f"methods; over 10%: {', '.join(over) or 'none'}")
     fits = [r["method"] for r in rows if r["peak_rss_bytes_kernel"] and r["peak_rss_bytes_kernel"] <= GiB
             and r["loss_last"] is not None and r["loss_last"] < r["loss_first"]]
     print(f"fine-tune within 1 GiB peak RSS while the loss falls: {', '.join(fits) or 'none'}")
+
+
+def repredicted(paths: list[str], model: str) -> list[dict]:
+    """Rows of earlier eager runs on `model` with the memory model's prediction made again (the
+    measurement does not depend on the model); the last run of a method wins."""
+    rows: dict[str, dict] = {}
+    for path in map(Path, paths):
+        if path.is_dir():
+            r = json.loads((path / "result.json").read_text())
+            if r.get("model") != model or r.get("backend") != "eager":
+                continue
+            found = [{"method": r["method"], "batch_size": r["batch_size"], "status": r.get("status"),
+                      "peak_rss_bytes_kernel": r.get("peak_rss_bytes_kernel"),
+                      "step_time_s_median": (r.get("step_time_s") or {}).get("median"),
+                      "loss_first": r.get("loss_first"), "loss_last": r.get("loss_last")}]
+        else:
+            found = json.loads(path.read_text())
+        for row in found:
+            rows[row["method"]] = row
+    for row in rows.values():
+        method = parse_method(row["method"])
+        row["predicted_peak_bytes_est"] = memory.predict(model, method, row["batch_size"], 32)["peak_bytes"]
+    return list(rows.values())
 
 
 def main() -> None:
@@ -137,14 +169,21 @@ def main() -> None:
     parser.add_argument("--backend", default="eager", choices=("eager", "executorch", "onnxruntime"),
                         help="an exported runtime to run beside eager")
     parser.add_argument("--out", default="runs/bench-methods")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds a run may take (eager runs)")
+    parser.add_argument("--repredict", nargs="+", metavar="PATH",
+                        help="no runs: earlier eager measurements (a methods.json, or run directories "
+                             "holding result.json) beside this version's memory model")
     args = parser.parse_args()
+    if args.repredict:
+        render(repredicted(args.repredict, args.model), args.model)
+        return
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     default = list(PRESETS) if args.backend != "eager" else list(PRESETS) + EXTRA
     names = args.methods.split(",") if args.methods else default
     rows = []
     for name in names:
-        rows.append(run_one(args.model, name, args.steps, out) if args.backend == "eager" else
+        rows.append(run_one(args.model, name, args.steps, out, timeout_s=args.timeout) if args.backend == "eager" else
                     run_beside_eager(args.model, name, args.steps, out, args.backend))
         (out / ("methods.json" if args.backend == "eager" else f"methods-{args.backend}.json")).write_text(json.dumps(rows, indent=2))
         print(json.dumps(rows[-1]), flush=True)

@@ -17,9 +17,12 @@ FULL = os.environ.get("EDGEBENCH_FULL") == "1"
 # Checkpointing: a batch big enough that activations (not the ~300 MB runtime) separate the
 # methods. Update-in-backward: batch 1, so gradients and state, not activations, make the gap.
 TINY_SHAPE = {"batch_size": 16, "text_length": 32}
+# Zeroth-order (restore records), frozen int8 under LoRA with checkpointing, and bf16 weights
+# with the update in backward: each term of the memory model has a real run behind it.
 RUNS = {"adamw@16": ("adamw", 16), "adamw-ckpt@16": ("adamw-ckpt", 16), "adamw@1": ("adamw", 1),
-        "fused-adamw@1": ("fused-adamw", 1), "lomo@1": ("lomo", 1)}
-TOLERANCE = 0.15
+        "fused-adamw@1": ("fused-adamw", 1), "lomo@1": ("lomo", 1), "mezo@1": ("mezo", 1),
+        "lora+ckpt+frozen-int8@16": ("lora+ckpt+frozen-int8", 16), "lomo-sr@16": ("lomo-sr", 16)}
+TOLERANCE = 0.10
 
 
 def run_spec(out: Path, **fields) -> dict:
@@ -37,7 +40,7 @@ def run_spec(out: Path, **fields) -> dict:
 @pytest.fixture(scope="module")
 def tiny_runs(tmp_path_factory) -> dict[str, dict]:
     root = tmp_path_factory.mktemp("methods-memory")
-    return {key: run_spec(root / key.replace("@", "-b"), model="tiny", method=method, batch_size=batch,
+    return {key: run_spec(root / key.replace("@", "-b").replace("+", "_"), model="tiny", method=method, batch_size=batch,
                           text_length=TINY_SHAPE["text_length"])
             for key, (method, batch) in RUNS.items()}
 
@@ -52,7 +55,7 @@ def test_update_in_backward_peaks_below_adamw(tiny_runs, method):
 
 
 @pytest.mark.parametrize("method", list(RUNS))
-def test_predicted_peak_within_15_percent_on_tiny(tiny_runs, method):
+def test_predicted_peak_within_10_percent_on_tiny(tiny_runs, method):
     result = tiny_runs[method]
     measured, predicted = result["peak_rss_bytes_kernel"], result["predicted_peak_bytes_est"]
     assert abs(predicted - measured) <= TOLERANCE * measured, (predicted, measured)
@@ -93,9 +96,10 @@ def test_mezo_peak_close_to_a_forward_pass():
 
 
 @pytest.mark.slow
-def test_predicted_peak_within_15_percent_on_222m(tmp_path):
+def test_predicted_peak_within_10_percent_on_222m(tmp_path):
     """nanovlm-222m at batch 1; the reduced form runs one preset, EDGEBENCH_FULL=1 all of these."""
-    methods = ["adamw", "adamw-ckpt", "fused-adamw", "lomo", "lora", "freeze-vision"] if FULL else ["sgd"]
+    methods = ["adamw", "adamw-ckpt", "fused-adamw", "lomo", "lora", "freeze-vision", "mezo",
+               "lora+ckpt+frozen-int8"] if FULL else ["sgd"]
     for method in methods:
         result = run_spec(tmp_path / method, model="nanovlm-222m", method=method, batch_size=1,
                           text_length=32, steps=1)

@@ -47,21 +47,65 @@ def methods_command(as_json: bool) -> None:
     Console().print(table)
 
 
+# Combinations `edgebench predict` ranks beside the presets when no --method is given.
+PREDICT_COMBINATIONS = ("lora+ckpt+frozen-int8", "mezo-lora+frozen-int8")
+
+
 def _ram_bytes(device: str | None, ram_bytes: int | None) -> tuple[int, str]:
+    """The RAM budget: --ram-bytes, a lab device's memory limit, a profile's RAM, or an
+    inventory device's profile RAM."""
     if ram_bytes is not None:
         return ram_bytes, "--ram-bytes"
     if device is None:
         raise click.UsageError("give --device PROFILE (see device_profiles/) or --ram-bytes N")
-    from edgebench.devices.profiles import load_profile
+    from edgebench.devices.lab import read_state
+    from edgebench.devices.profiles import ProfileError, load_profile
 
-    return int(load_profile(device).ram_bytes), device
+    lab = read_state().get(device)
+    if lab and lab.get("memory_bytes"):
+        return int(lab["memory_bytes"]), f"lab device {device}"
+    try:
+        return int(load_profile(device).ram_bytes), device
+    except ProfileError as exc:
+        from edgebench.devices.inventory import InventoryError, get_device
+
+        try:
+            return int(get_device(device).profile.ram_bytes), f"inventory device {device}"
+        except (InventoryError, ProfileError):
+            raise click.BadParameter(f"{exc} (nor is {device!r} a lab or inventory device)",
+                                     param_hint="--device") from None
+
+
+def _candidates() -> list[str]:
+    return [*PRESETS, *PREDICT_COMBINATIONS]
+
+
+def _rank(cfg, model_name: str, batch_size: int, text_length: int, image_size, usable: int) -> list[dict]:
+    """Every preset and combination with its predicted peak and relative step time (estimates):
+    the ones that fit first, fastest first; then the rest, smallest peak first."""
+    from edgebench.methods import memory
+    from edgebench.methods.steptime import relative_step_time
+
+    rows = []
+    for name in _candidates():
+        method = parse_method(name)
+        batch = max(batch_size, method.accumulation)
+        figures = memory.predict(cfg, method, batch, text_length, image_size=image_size)
+        rows.append({"method": name, "batch_size": batch, "peak_bytes_est": figures["peak_bytes"],
+                     "fits_est": figures["peak_bytes"] <= usable,
+                     "trainable_params": figures["trainable_params"],
+                     "step_time_vs_sgd_est": round(relative_step_time(cfg.with_image_size(image_size), method,
+                                                                      batch, text_length), 3)})
+    return sorted(rows, key=lambda r: (not r["fits_est"], r["step_time_vs_sgd_est"] if r["fits_est"]
+                                       else r["peak_bytes_est"]))
 
 
 @click.command("predict")
-@click.option("--device", help="Device profile name or YAML path (its RAM is the budget).")
+@click.option("--device", help="Device profile name or YAML path, a lab device or an inventory device (its RAM is the budget).")
 @click.option("--ram-bytes", type=int, help="RAM budget in bytes, instead of --device.")
 @click.option("--model", "model_name", default="tiny", show_default=True, help="Model config name.")
-@click.option("--method", required=True, help="Preset or + combination (see `edgebench methods`).")
+@click.option("--method", help="Preset or + combination (see `edgebench methods`); without it, every "
+                                "preset ranked: the ones that fit, fastest first.")
 @click.option("--batch-size", default=1, show_default=True, type=int)
 @click.option("--text-length", default=32, show_default=True, type=int)
 @click.option("--image-size", type=int, help="Square image side (default: the config's).")
@@ -72,20 +116,25 @@ def predict_command(device, ram_bytes, model_name, method, batch_size, text_leng
                     headroom, as_json) -> None:
     """Predict a method's memory (weights, gradients, optimizer state, activations,
     temporaries, runtime baseline, peak) before running it, and whether it fits the device's
-    RAM with headroom. All figures are estimates."""
+    RAM with headroom. Without --method: which methods fit, best first by predicted step time
+    (relative to SGD, from a FLOP and memory-traffic model). All figures are estimates."""
     from edgebench.methods import memory
     from edgebench.model.config import ConfigError, get_config
 
     try:
-        parsed = parse_method(method)
+        parsed = None if method is None else parse_method(method)
         cfg = get_config(model_name)
     except (MethodError, ConfigError) as exc:
         raise click.BadParameter(str(exc)) from exc
     budget, source = _ram_bytes(device, ram_bytes)
-    figures = memory.predict(cfg, parsed, batch_size, text_length, image_size=image_size)
     usable = int(budget * (1.0 - headroom))
-    verdict = {"ram_bytes": budget, "ram_source": source, "headroom": headroom,
-               "usable_bytes_est": usable, "fits_est": figures["peak_bytes"] <= usable}
+    verdict = {"ram_bytes": budget, "ram_source": source, "headroom": headroom, "usable_bytes_est": usable}
+    if parsed is None:
+        _print_ranking(_rank(cfg, model_name, batch_size, text_length, image_size, usable), model_name,
+                       batch_size, verdict, as_json)
+        return
+    figures = memory.predict(cfg, parsed, batch_size, text_length, image_size=image_size)
+    verdict["fits_est"] = figures["peak_bytes"] <= usable
     if as_json:
         click.echo(json.dumps({"model": model_name, "method": parsed.name, "batch_size": batch_size,
                                "text_length": text_length, **figures, **verdict}, indent=2))
@@ -108,3 +157,28 @@ def predict_command(device, ram_bytes, model_name, method, batch_size, text_leng
                   f"({budget / 2**20:,.0f} MiB RAM from {source}, {headroom:.0%} headroom)")
 
 
+def _print_ranking(rows: list[dict], model_name: str, batch_size: int, verdict: dict, as_json: bool) -> None:
+    fitting = [r for r in rows if r["fits_est"]]
+    if as_json:
+        click.echo(json.dumps({"model": model_name, "batch_size": batch_size, **verdict,
+                               "step_time_model": "FLOPs + bytes moved, relative to sgd (edgebench.methods.steptime)",
+                               "fits_est": [r["method"] for r in fitting], "methods": rows}, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"methods for {model_name} in {verdict['usable_bytes_est'] / 2**20:,.0f} MiB usable "
+                        f"({verdict['ram_bytes'] / 2**20:,.0f} MiB RAM from {verdict['ram_source']}, "
+                        f"{verdict['headroom']:.0%} headroom), batch {batch_size}: estimates",
+                  caption="step time (est.): FLOP and memory-traffic model relative to sgd on the same device; "
+                          "it ranks, it does not time")
+    for column in ("method", "fits (est.)", "peak MiB (est.)", "step time x sgd (est.)", "trained params"):
+        table.add_column(column, justify="left" if column == "method" else "right",
+                         no_wrap=column == "method")  # a name must stay whole and typeable
+    for r in rows:
+        table.add_row(r["method"], "yes" if r["fits_est"] else "no", f"{r['peak_bytes_est'] / 2**20:,.0f}",
+                      f"{r['step_time_vs_sgd_est']:.2f}", f"{r['trainable_params']:,}")
+    Console().print(table)
+    best = fitting[0]["method"] if fitting else None
+    click.echo(f"best that fits (est.): {best}" if best else
+               "nothing fits: the smallest predicted peak is listed first among the rest")

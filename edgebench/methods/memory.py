@@ -34,8 +34,32 @@ LIBRARY_BASELINE_BYTES_EST = {"peft": 209 * MiB, "torchao": 83 * MiB, "galore_to
 # engine's worker threads, allocator arenas): measured once on the tiny model, batch 1.
 STEP_RUNTIME_OVERHEAD_BYTES_EST = 25 * MiB
 MEZO_CHUNK_ELEMENTS = 1 << 20
-# edgebench.methods.exact: ~7.5% of elements need a recorded fix-up, 8 bytes each.
-RESTORE_RECORD_BYTES_PER_WEIGHT_EST = 0.6
+# torchao's low-bit AdamW compiles its update per parameter shape (torch.compile, inductor):
+# compiling holds a working set (~70 MiB: tiny's step RSS rises 117 MiB with adamw-4bit vs 46
+# with adamw) and the first compiled update of a parameter several fp32 copies of it
+# (dequantised states, their update, before requantising). Measured: one 108 MiB parameter
+# alone, ru_maxrss +790 MiB over its first AdamW4bit step (9 MiB: +111); nanovlm-222m
+# adamw-4bit peaks at 3,917 MiB in step 1 (bench/methods.py, loaded host), which 8 copies of
+# the largest parameter (the 108 MiB embedding), freed memory kept included, match.
+TORCH_COMPILE_WORKSET_BYTES_EST = 70 * MiB
+TORCHAO_UPDATE_COPIES = 8
+# Freed activations and temporaries the process keeps resident: glibc serves tensors under its
+# (dynamic, up to 32 MiB) mmap threshold from heaps it rarely gives back, and the next step
+# reuses the holes imperfectly. Fitted once: 0.25 of the bytes a step makes and frees
+# (activations, temporaries; every gradient too where the update runs inside backward) puts
+# every measured nanovlm-222m preset and nanovlm-460m lora+ckpt+frozen-int8 within 7%
+# (bench/methods.py); MeZO's records are measured apart.
+ALLOCATOR_RETAINED_FRACTION_EST = 0.25
+# Attention-probability-sized tensors alive at once in a block's backward (kept softmax, its
+# gradient, the scores' gradient).
+BACKWARD_ATTENTION_COPIES = 3
+# MeZO's restore records (edgebench.methods.exact): ~7.5% of elements need a fix-up, 8 bytes
+# each (0.6 B a weight), but what the process keeps is ~4x that: each 1M-element chunk's
+# records sit between its 4 MB temporaries in the heap, and the holes left are too small for
+# the next chunk's. Measured on nanovlm-222m: RSS rises 517 MiB during the first recorded pass
+# (1,149 -> 1,666 MiB, bench/methods.py --methods mezo) = 2.44 B a trained weight, the pass's
+# temporaries included; /tmp-free repro: 60 x 1M weights -> +247 MiB.
+RESTORE_RECORD_BYTES_PER_WEIGHT_EST = 2.44
 
 
 @dataclass
@@ -43,7 +67,7 @@ class _Param:
     name: str
     shape: tuple[int, ...]
     trainable: bool
-    int8: bool  # stored as int8 codes + a per-row fp32 scale (edgebench.methods.int8)
+    packed: bool  # a frozen linear stored as int8/int4 codes + scales (edgebench.methods.int8, .int4)
 
     @property
     def numel(self) -> int:
@@ -62,21 +86,27 @@ def _params(cfg_items: tuple, trainable: str, frozen_dtype: str) -> tuple[_Param
     with torch.device("meta"):
         model = apply_trainable(Method(trainable=trainable), VisionLanguageModel(cfg))
     tied = {id(model.decoder.token_embedding.weight)}
-    int8 = set()
-    if frozen_dtype == "int8":  # the layers edgebench.methods.int8 quantises
-        int8 = {id(m.weight) for m in model.modules() if type(m) is nn.Linear
-                and not m.weight.requires_grad and id(m.weight) not in tied}
-    return tuple(_Param(n, tuple(p.shape), p.requires_grad, id(p) in int8)
+    packed = set()
+    if frozen_dtype in ("int8", "int4"):  # the layers edgebench.methods.int8 / .int4 quantise
+        packed = {id(m.weight) for m in model.modules() if type(m) is nn.Linear
+                  and not m.weight.requires_grad and id(m.weight) not in tied}
+    return tuple(_Param(n, tuple(p.shape), p.requires_grad, id(p) in packed)
                  for n, p in model.named_parameters())
 
 
-def _weights(params, frozen_dtype: str) -> int:
+def _weights(params, method: Method) -> int:
+    from edgebench.methods.int4 import group_size
+
     total = 0
     for p in params:
-        if p.trainable or frozen_dtype == "fp32":
+        if p.trainable:
+            total += (2 if method.trained_dtype == "bf16" else 4) * p.numel
+        elif method.frozen_dtype == "fp32":
             total += 4 * p.numel
-        elif p.int8:
+        elif p.packed and method.frozen_dtype == "int8":  # codes + one fp32 scale a row
             total += p.numel + 4 * p.shape[0]
+        elif p.packed:  # two codes a byte + one bf16 scale a group
+            total += p.numel // 2 + 2 * p.numel // group_size(p.shape[1])
         else:
             total += 2 * p.numel
     return total
@@ -139,10 +169,21 @@ def _activations(cfg, method: Method, batch: int, text_length: int) -> tuple[int
     blocks = _block_activation_elements(cfg, micro, text_length)
     n = (cfg.vit_img_size // cfg.vit_patch_size) ** 2
     seq = cfg.sequence_length(text_length)
-    # The head runs on every position of input_ids but the last (v0.1: the image prefix skipped).
+    # The head runs on every position of input_ids but the last (v0.1: the image prefix skipped);
+    # chunked-ce projects a chunk of the labelled positions at a time (edgebench.model.loss).
     head_positions = (seq if cfg.image_splitting else text_length) - 1
+    if method.chunked_loss:
+        from edgebench.model.loss import CHUNK_ROWS
+
+        head_positions = min(head_positions, CHUNK_ROWS)
     logits = 4 * micro * head_positions * cfg.lm_vocab_size  # fp32 (autocast keeps CE in fp32)
+    # Attention probabilities of one block (the largest tensor in it): the forward holds the
+    # scores and their softmax at once, the backward the kept softmax, its gradient and the
+    # scores' gradient (3 of them: edgebench's matmul + softmax attention, read off autograd).
+    vit_scores = micro * cfg.n_tiles * cfg.vit_n_heads * n * n
+    lm_scores = micro * cfg.lm_n_heads * seq * seq
     largest_block = elem * max(blocks["vit"], blocks["lm"])
+    attention = elem * max(vit_scores, lm_scores)
     transient = largest_block + 2 * logits
     if not method.uses_backward:
         return 0, transient
@@ -150,10 +191,11 @@ def _activations(cfg, method: Method, batch: int, text_length: int) -> tuple[int
     if method.checkpointing:  # block inputs only, and one block recomputed at a time
         vit = 0 if vision_frozen else cfg.vit_n_blocks * blocks["vit_input"] * elem
         lm = cfg.lm_n_blocks * blocks["lm_input"] * elem
-        transient += largest_block
+        transient = max(transient, largest_block + BACKWARD_ATTENTION_COPIES * attention + 2 * logits)
     else:
         vit = 0 if vision_frozen else cfg.vit_n_blocks * blocks["vit"] * elem
         lm = cfg.lm_n_blocks * blocks["lm"] * elem
+        transient = max(transient, (BACKWARD_ATTENTION_COPIES - 1) * attention + 2 * logits)
     tiles = micro * cfg.n_tiles
     images = 0 if vision_frozen else 4 * tiles * 3 * cfg.vit_img_size**2
     extras = elem * (tiles * n * 2 * cfg.vit_hidden_dim + micro * seq * 3 * cfg.lm_hidden_dim) + logits
@@ -173,13 +215,46 @@ def _libraries(method: Method) -> list[str]:
     return libs
 
 
+def _update_transient(method: Method, trainable: list[_Param]) -> int:
+    """The largest temporary the update makes, one parameter at a time (torch's optimizers run
+    their single-tensor path on CPU: no foreach over all parameters)."""
+    largest = 4 * max(p.numel for p in trainable)
+    if method.grad_mode != "backprop" or method.optimizer in ("sgd", "sgd-momentum", "lomo", "cg"):
+        if method.trained_dtype == "bf16":  # fp32 copies of one chunk: weight, gradient, noise
+            from edgebench.methods.bf16 import CHUNK
+
+            return 4 * 4 * CHUNK
+        return 0
+    if method.optimizer in ("adam", "adamw"):
+        return 2 * largest  # denom = exp_avg_sq.sqrt() / bias_correction2_sqrt: two at once
+    if method.optimizer == "galore":  # the projected-back update beside galore's AdamW denom
+        return 2 * largest
+    if method.optimizer in ("adamw-8bit", "adamw-4bit"):
+        return TORCH_COMPILE_WORKSET_BYTES_EST + TORCHAO_UPDATE_COPIES * largest
+    return largest  # adafactor / adalomo: one full-size temporary
+
+
+def _load_peak(params, method: Method, weights: int, cfg) -> int:
+    """Bytes above the bare runtime while edgebench.methods.trainer.build_model_for builds the
+    model and make_trainer converts it (the libraries a method imports load in between)."""
+    total = sum(p.numel for p in params)
+    libraries = sum(LIBRARY_BASELINE_BYTES_EST[lib] for lib in _libraries(method))
+    head = cfg.lm_vocab_size * cfg.lm_hidden_dim  # the untied head, made then dropped by tying
+    if method.frozen_dtype == "int4":  # laid out on meta (peft first), then one fp32 module at a time
+        return libraries + weights + 6 * head  # the embedding in fp32 and its bf16 copy
+    build = 2 if method.frozen_dtype != "fp32" or method.trained_dtype != "fp32" else 4
+    largest_frozen = max((4 * p.numel for p in params if p.packed), default=0)  # int8: one fp32 copy
+    return max(build * (total + head), libraries + build * total + largest_frozen)
+
+
 def predict(cfg, method: Method | str, batch_size: int, text_length: int,
             image_size: int | None = None) -> dict:
     """Predicted memory of one training step (bytes, estimates) and its peak.
 
     Keys: weights, gradients (tangents for forward-mode; gradient + previous gradient for cg),
     optimizer_state, activations (kept for backward), temporaries (largest transient),
-    runtime_baseline (Python + torch + libraries), load_peak (building the fp32 model first),
+    allocator_retained (freed memory the C allocator keeps resident), runtime_baseline
+    (Python + torch + libraries), load_peak (building the model first),
     peak; each `<name>_bytes`, plus `"estimate": True`, and the shape they follow:
     `sequence_length` (decoder positions a sample takes, image included) and `image_tiles`
     (images the vision encoder sees per sample).
@@ -194,8 +269,9 @@ def predict(cfg, method: Method | str, batch_size: int, text_length: int,
     params = _params(tuple(sorted(cfg.to_dict().items())), method.trainable, method.frozen_dtype)
     trainable = [p for p in params if p.trainable]
     n_trainable = sum(p.numel for p in trainable)
-    weights = _weights(params, method.frozen_dtype)
-    largest = 4 * max(p.numel for p in trainable)
+    weights = _weights(params, method)
+    grad_elem = 2 if method.trained_dtype == "bf16" else 4
+    largest = grad_elem * max(p.numel for p in trainable)
 
     if method.grad_mode == "zeroth-order":
         gradients = 0
@@ -206,28 +282,33 @@ def predict(cfg, method: Method | str, batch_size: int, text_length: int,
     elif method.optimizer == "cg":
         gradients = 8 * n_trainable  # this step's gradient and the previous one
     else:
-        gradients = 4 * n_trainable
+        gradients = grad_elem * n_trainable
     state = 0 if method.grad_mode != "backprop" else _optimizer_state(method, trainable)
     activations, temporaries = _activations(cfg, method, batch_size, text_length)
+    temporaries += _update_transient(method, trainable)
     if method.grad_mode == "zeroth-order":
-        temporaries += 4 * 4 * min(MEZO_CHUNK_ELEMENTS, largest // 4)
         temporaries += int(RESTORE_RECORD_BYTES_PER_WEIGHT_EST * n_trainable)
     if method.grad_mode == "forward-mode":
         temporaries *= 2  # every forward temporary carries its tangent
     if method.optimizer == "cg":
         temporaries += 4 * n_trainable  # the new direction while the old one is alive
+    records = int(RESTORE_RECORD_BYTES_PER_WEIGHT_EST * n_trainable) if method.grad_mode == "zeroth-order" else 0
+    churned = activations + temporaries - records
+    if method.uses_backward and (method.fused_update or method.optimizer in ("lomo", "adalomo")):
+        churned += grad_elem * n_trainable  # each gradient made and freed inside backward
+    allocator = int(ALLOCATOR_RETAINED_FRACTION_EST * churned)
     baseline = RUNTIME_BASELINE_BYTES_EST + sum(LIBRARY_BASELINE_BYTES_EST[lib] for lib in _libraries(method))
     if method.uses_backward:
         baseline += STEP_RUNTIME_OVERHEAD_BYTES_EST
-    train_peak = baseline + weights + gradients + state + activations + temporaries
-    # build_model_for builds in bf16 when frozen weights are stored below fp32.
-    load_peak = baseline + (2 if method.frozen_dtype != "fp32" else 4) * sum(p.numel for p in params)
+    train_peak = baseline + weights + gradients + state + activations + temporaries + allocator
+    load_peak = RUNTIME_BASELINE_BYTES_EST + _load_peak(params, method, weights, cfg)
     return {
         "weights_bytes": weights,
         "gradients_bytes": gradients,
         "optimizer_state_bytes": state,
         "activations_bytes": activations,
         "temporaries_bytes": temporaries,
+        "allocator_retained_bytes": allocator,
         "runtime_baseline_bytes": baseline,
         "load_peak_bytes": load_peak,
         "peak_bytes": max(train_peak, load_peak),
