@@ -11,6 +11,13 @@ import pytest
 FULL = os.environ.get("EDGEBENCH_FULL") == "1"
 CGROUP_V1_MEMORY = Path("/sys/fs/cgroup/memory")
 
+# Under pytest-xdist two workers share the cores; torch's default of one OpenMP thread per
+# core then oversubscribes them and its threads spin at every barrier (a tiny SGD run on a
+# loaded 2-core host: 10 CPU-s and 6-8 s a step with two threads, 5 CPU-s and 0.08 s a
+# step with one). One thread per process, for the tests and every process they start.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 
 @pytest.fixture
 def memory_cgroup():

@@ -15,13 +15,13 @@ def test_export_checks_my_data_against_the_program_and_shows_the_lr(tmp_path, ex
     (tmp_path / "data").mkdir()
     data = _folder(tmp_path / "data", GOOD)
     out = subprocess.run([sys.executable, "-m", "edgebench.cli", "export", "--backend", "onnxruntime",
-                          "--data", str(data), "--lr", "0.01", "--text-length", "16", "--json"],
+                          "--data", str(data), "--lr", "0.01", "--json"],  # bench's ORT request: one export
                          capture_output=True, text=True, timeout=600, check=True)
     assert out.stderr == ""  # nothing but its own output
     got = json.loads(out.stdout)
-    assert got["data"]["examples"] == 2 and 2 < got["data"]["longest_tokens"] <= 16 == got["data"]["text_length"]
+    assert got["data"]["examples"] == 2 and 2 < got["data"]["longest_tokens"] <= 32 == got["data"]["text_length"]
     assert (got["lr"]["value"], got["lr"]["source"]) == (0.01, "--lr") and "run time" in got["lr"]["where"]
-    assert [i["shape"] for i in got["inputs"] if i["name"] == "input_ids"] == [[1, 16]]
+    assert [i["shape"] for i in got["inputs"] if i["name"] == "input_ids"] == [[1, 32]]
 
 
 def test_export_refuses_data_longer_than_the_program_before_lowering(tmp_path, export_cache):
