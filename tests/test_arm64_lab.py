@@ -98,13 +98,15 @@ def emulation():
 
 
 def _wait_finished(name: str, sweep_id: str, timeout_s: float) -> dict:
+    """Polls every 10 s (each poll starts an emulated python); an unanswered poll is retried."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        sweep = device_status(name)["sweeps"][sweep_id]
-        if not sweep["alive"] and sweep["state"] in ("finished", "interrupted"):
+        row = device_status(name)
+        sweep = (row.get("sweeps") or {}).get(sweep_id)
+        if sweep and not sweep["alive"] and sweep["state"] in ("finished", "interrupted"):
             return sweep
-        time.sleep(2)
-    raise AssertionError(f"sweep {sweep_id} on {name} did not finish in {timeout_s} s: {sweep}")
+        time.sleep(10)
+    raise AssertionError(f"sweep {sweep_id} on {name} did not finish in {timeout_s} s: {row}")
 
 
 @pytest.mark.lab
