@@ -6,8 +6,9 @@ one interleaved run: every round starts one process per variant in turn, so load
 other work hits all variants alike. Figures are printed as ratios to eager too.
 Methods: SGD and AdamW (the updates every runtime has), batch 1, short text. Each row
 names its lowering (from the export manifest): `executorch` is the default lowering
-(the runtime's kernels on `linear` without weight transposes), `executorch-xnnpack` the
-XNNPACK-delegated one.
+(the runtime's kernels on `linear` without weight transposes, the patch convolution as a
+matmul), `executorch-xnnpack` runs the matmuls and transposes in XNNPACK with the weights
+as runtime inputs (the pip runtime's own matmul kernels are built without AVX).
 
     .venv/bin/python bench/backends.py                       # tiny, SGD and AdamW
     .venv/bin/python bench/backends.py --models tiny,nanovlm-222m --methods sgd --rounds 3 --steps 3

@@ -5,16 +5,18 @@ joint forward-backward graph -> graph rewrites -> `to_edge` (optionally delegati
 XNNPACK) -> `to_executorch`. Parameters with `requires_grad=False` are frozen: the
 program returns no gradient for them and keeps them as constants.
 
-Without a delegate, linear layers stay `aten.linear` on the weights as stored
-(`use_linear`): the default decomposition copies every weight transposed each step and
-keeps those copies alive from forward to backward. XNNPACK would bake a `linear`
-weight into the delegate as a constant, so the delegated form keeps `mm` instead.
+Linear layers stay `aten.linear` on the weights as stored (`use_linear`): the default
+decomposition copies every weight transposed each step and keeps those copies alive from
+forward to backward. Patch-embedding convolutions are exported as one matmul. With the
+XNNPACK delegate the matmuls (and transposes) run in XNNPACK with every weight a runtime
+input, so trainable weights stay the program's own; the rest runs on the runtime's kernels.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 from torch.export import ExportedProgram
@@ -45,6 +47,41 @@ class LoweredProgram:
             self.program.write_to_file(handle)
 
 
+def _patches_as_linear(conv: torch.nn.Conv2d, images: torch.Tensor) -> torch.Tensor:
+    """`conv(images)` for a patch embedding (stride == kernel, no padding) as one matmul:
+    cut the image into patches by reshape and permute, then `linear` with the weight viewed
+    as [out, in * kh * kw]. Same result as the convolution (same sums, another order)."""
+    b, c, h, w = images.shape
+    kh, kw = conv.kernel_size
+    patches = images.reshape(b, c, h // kh, kh, w // kw, kw).permute(0, 2, 4, 1, 3, 5)
+    patches = patches.reshape(b, (h // kh) * (w // kw), c * kh * kw)
+    out = torch.nn.functional.linear(patches, conv.weight.reshape(conv.out_channels, -1), conv.bias)
+    return out.transpose(1, 2).reshape(b, conv.out_channels, h // kh, w // kw)
+
+
+def _is_patch_conv(module: torch.nn.Module) -> bool:
+    return (type(module) is torch.nn.Conv2d and module.stride == module.kernel_size
+            and module.padding == (0, 0) and module.dilation == (1, 1) and module.groups == 1
+            and module.padding_mode == "zeros")
+
+
+@contextlib.contextmanager
+def patch_convs_as_linear(model: torch.nn.Module) -> Iterator[int]:
+    """While exporting, patch-embedding convolutions run as patches @ weight (yields how many).
+
+    The runtime's convolution kernels are slow at this shape (nanoVLM-222M: convolution and
+    its backward ~4.9 s a step, eager < 0.1 s) while its matmuls are not. The parameters stay
+    the Conv2d's own (same names and shapes), so checkpoints and eager are unchanged."""
+    convs = [m for m in model.modules() if _is_patch_conv(m)]
+    for conv in convs:
+        conv.forward = lambda images, conv=conv: _patches_as_linear(conv, images)
+    try:
+        yield len(convs)
+    finally:
+        for conv in convs:
+            del conv.forward
+
+
 def rewrite_empty_permuted(gm: torch.fx.GraphModule) -> int:
     """`aten.empty_permuted` (SiLU's backward) has no ExecuTorch kernel: rebuild it as
     `empty` in physical order, then a `permute` back to the logical order (skipped when
@@ -62,27 +99,6 @@ def rewrite_empty_permuted(gm: torch.fx.GraphModule) -> int:
                 new = gm.graph.call_function(torch.ops.aten.permute.default, (new, inverse))
         new.meta = dict(node.meta)
         node.replace_all_uses_with(new)
-        gm.graph.erase_node(node)
-        count += 1
-    return count
-
-
-def split_addmm(gm: torch.fx.GraphModule) -> int:
-    """`addmm(bias, x, w)` -> `mm(x, w) + bias`: the portable addmm kernel is slow, and the
-    split lets XNNPACK take the matmul (0.90 s -> 0.63 s per step in FIELD-NOTES.md)."""
-    count = 0
-    for node in list(gm.graph.nodes):
-        if node.target != torch.ops.aten.addmm.default:
-            continue
-        if node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1:
-            continue  # scaled forms are rare; leave them to the addmm kernel
-        bias, x, w = node.args[:3]
-        with gm.graph.inserting_before(node):
-            mm = gm.graph.call_function(torch.ops.aten.mm.default, (x, w))
-            add = gm.graph.call_function(torch.ops.aten.add.Tensor, (mm, bias))
-        mm.meta = dict(node.meta)
-        add.meta = dict(node.meta)
-        node.replace_all_uses_with(add)
         gm.graph.erase_node(node)
         count += 1
     return count
@@ -140,13 +156,10 @@ def use_linear(gm: torch.fx.GraphModule) -> int:
     return count
 
 
-def _apply_rewrites(ep: ExportedProgram, linear: bool = False) -> dict[str, int]:
-    """`linear`: use_linear (the runtime's kernels run the matmuls); else split_addmm
-    (XNNPACK takes `mm`; it would capture `linear`'s weight as a constant).
-    Returns how many nodes each rewrite changed."""
+def _apply_rewrites(ep: ExportedProgram) -> dict[str, int]:
+    """The joint graph's rewrites; returns how many nodes each one changed."""
     gm = ep.graph_module
-    counts = {"empty_permuted": rewrite_empty_permuted(gm)}
-    counts["use_linear" if linear else "split_addmm"] = use_linear(gm) if linear else split_addmm(gm)
+    counts = {"empty_permuted": rewrite_empty_permuted(gm), "use_linear": use_linear(gm)}
     if any(counts.values()):
         gm.graph.lint()
         gm.recompile()
@@ -155,13 +168,12 @@ def _apply_rewrites(ep: ExportedProgram, linear: bool = False) -> dict[str, int]
 
 def lowering_record(delegate: str | None, rewrites: dict[str, int], update: str) -> dict:
     """The exact lowering, as the manifest and every run record it."""
-    linear = "use_linear" in rewrites
     return {
         "delegate": delegate or "none",
-        "kernels": "runtime's registered CPU kernels (pip runtime: optimized library over portable)"
-                   + ("; XNNPACK for the delegated subgraphs" if delegate else ""),
-        "matmuls": ("aten.linear on stored weights, weight gradients as mm (no weight transposes)"
-                    if linear else "mm on transposed weights, addmm split into mm + add"),
+        "kernels": ("XNNPACK for linear/mm/bmm/permute (weights as inputs, packed each call); "
+                    if delegate else "") + "the runtime's registered CPU kernels for the rest",
+        "matmuls": "aten.linear on stored weights, weight gradients as mm (no weight transposes)"
+                   + ("; patch convolution as patches @ weight" if rewrites.get("patch_conv_as_linear") else ""),
         "weights": "inside the .pte (constant segment), updated in place by the runtime",
         "gradients": "program outputs in the static memory plan",
         "update": update,
@@ -178,23 +190,24 @@ def _already_decomposed(ep: ExportedProgram) -> ExportedProgram:
     return ep
 
 
-def _edge_config(linear: bool):
+def _edge_config():
+    """`aten.linear` (use_linear) stays linear: the runtime's kernel and XNNPACK take it as is."""
     from executorch.exir import EdgeCompileConfig
 
-    preserve = [torch.ops.aten.linear.default] if linear else []
-    return EdgeCompileConfig(_check_ir_validity=False, preserve_ops=preserve)
+    return EdgeCompileConfig(_check_ir_validity=False, preserve_ops=[torch.ops.aten.linear.default])
 
 
-def _xnnpack_partitioner(trainable_convs: bool):
-    """XNNPACK bakes a GEMM's weight into the delegate as a constant. Trainable conv
-    weights therefore must stay out (they trained silently wrong, to NaN, in
-    FIELD-NOTES.md); linear layers are `mm` on the joint graph and take weights as inputs."""
-    from executorch.backends.xnnpack.partition.config import ALL_PARTITIONER_CONFIGS
-    from executorch.backends.xnnpack.partition.config.gemm_configs import ConvolutionConfig
+def _xnnpack_partitioner(dynamic_weights: bool = True):
+    """XNNPACK for the matmuls only (linear, mm, bmm), every weight a runtime input
+    (`force_non_static_weights_for_f32_linear`): XNNPACK would otherwise bake a GEMM's weight
+    into the delegate as a constant, and a trainable weight baked in silently stops training
+    (it trained to NaN with the patch convolution inside). `dynamic_weights=False`: tests only."""
+    from executorch.backends.xnnpack.partition.config.gemm_configs import LinearConfig, MMConfig
+    from executorch.backends.xnnpack.partition.config.generic_node_configs import BMMConfig, PermuteConfig
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
-    configs = [c for c in ALL_PARTITIONER_CONFIGS if not (trainable_convs and c is ConvolutionConfig)]
-    return XnnpackPartitioner(configs=configs)
+    return XnnpackPartitioner(configs=[LinearConfig, MMConfig, BMMConfig, PermuteConfig],
+                              force_non_static_weights_for_f32_linear=dynamic_weights)
 
 
 def _check_no_captured_weights(edge_ep: ExportedProgram, trainable: list[str]) -> None:
@@ -255,21 +268,19 @@ def lower_training_step(
 
     model.eval()  # no dropout in a program we compare against eager
     on_stage("torch.export")
-    ep = torch.export.export(model, example_inputs, strict=strict)
+    with patch_convs_as_linear(model) as patch_convs:
+        ep = torch.export.export(model, example_inputs, strict=strict)
     on_stage("joint graph")
     ep = _export_forward_backward(ep)
     on_stage("rewrites")
     if joint_rewrite is not None:
         joint_rewrite(ep)
-    linear = delegate is None
-    rewrites = _apply_rewrites(ep, linear=linear)
+    rewrites = {"patch_conv_as_linear": patch_convs, **_apply_rewrites(ep)}
     on_stage("to_edge")
-    config = _edge_config(linear)
+    config = _edge_config()
     if delegate == "xnnpack":
-        convs = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Conv2d)]
-        trainable_convs = any(named[f"{c}.weight"].requires_grad for c in convs)
         edge = to_edge_transform_and_lower(
-            ep, partitioner=[_xnnpack_partitioner(trainable_convs)], compile_config=config
+            _already_decomposed(ep), partitioner=[_xnnpack_partitioner()], compile_config=config
         )
         _check_no_captured_weights(edge.exported_program(), trainable)
     else:
@@ -317,13 +328,13 @@ def lower_forward(
             return torch.func.functional_call(self.inner, params, batch, strict=False)
 
     on_stage("torch.export")
-    with torch.no_grad():
+    with torch.no_grad(), patch_convs_as_linear(model) as patch_convs:
         values = tuple(named[n].detach() for n in trainable)
         ep = torch.export.export(LossOfParameters(), example_inputs + values, strict=strict)
     on_stage("rewrites")
-    rewrites = _apply_rewrites(ep, linear=True)
+    rewrites = {"patch_conv_as_linear": patch_convs, **_apply_rewrites(ep)}
     on_stage("to_edge")
-    edge = to_edge(ep, compile_config=_edge_config(True))
+    edge = to_edge(ep, compile_config=_edge_config())
     on_stage("to_executorch")
     # Inputs are used in place (not copied into the arena): the weights stay in Python.
     et = edge.to_executorch(
@@ -349,6 +360,5 @@ __all__ = [
     "planned_memory_bytes",
     "planned_memory_bytes_of_file",
     "rewrite_empty_permuted",
-    "split_addmm",
     "use_linear",
 ]

@@ -1,4 +1,4 @@
-"""The ExecuTorch lowering's rewrites and the gradient hand-off, on a small MLP (seconds)."""
+"""The ExecuTorch lowering's rewrites, its XNNPACK matmuls and the gradient hand-off, on small models (seconds)."""
 
 from __future__ import annotations
 
@@ -73,6 +73,78 @@ def test_program_gradients_are_the_arenas_and_match_eager(mlp_program):
             param.sub_(0.5 * program.grads[name])
     assert program.forward_backward(inputs) < loss
     assert {n: g.data_ptr() for n, g in program.grads.items()} == first
+
+
+class PatchEmbed(torch.nn.Module):
+    """A patch-embedding convolution (stride == kernel) and a head: the ViT's first layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.patch = torch.nn.Conv2d(3, 16, 4, 4)
+        self.head = torch.nn.Linear(16, 10)
+
+    def forward(self, images, labels):
+        x = self.patch(images).flatten(2).transpose(1, 2).mean(1)
+        return torch.nn.functional.cross_entropy(self.head(torch.nn.functional.silu(x)), labels)
+
+
+def _side_by_side(path, reference, inputs, steps=3, lr=0.5):
+    """SGD on the program's own weights and on eager's: losses and weights after `steps`."""
+    program = TrainingProgram(str(path))
+    eager = dict(reference.named_parameters())
+    for _ in range(steps):
+        loss = program.forward_backward(inputs)
+        expected = reference(*inputs)
+        reference.zero_grad()
+        expected.backward()
+        assert loss == pytest.approx(expected.item(), rel=1e-5)
+        assert sorted(program.grads) == sorted(eager)
+        with torch.no_grad():
+            for name, param in program.named_parameters().items():
+                torch.testing.assert_close(program.grads[name], eager[name].grad, rtol=1e-4, atol=1e-6, msg=name)
+                param.sub_(lr * program.grads[name])
+                eager[name].sub_(lr * eager[name].grad)
+    for name, param in program.named_parameters().items():
+        torch.testing.assert_close(param, eager[name].detach(), rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_patch_convolution_runs_as_a_matmul_and_trains_like_eager(tmp_path):
+    torch.manual_seed(0)
+    model = PatchEmbed()
+    reference = copy.deepcopy(model)
+    inputs = (torch.randn(2, 3, 16, 16), torch.tensor([1, 7]))
+    lowered = lower_training_step(model, inputs)
+    assert lowered.lowering["rewrites"]["patch_conv_as_linear"] == 1
+    lowered.write(tmp_path / "model.pte")
+    counts = _operator_counts((tmp_path / "model.pte").read_bytes())
+    assert not [op for op in counts if "convolution" in op]
+    assert counts["aten::linear"] == 2  # the patches' and the head's
+    assert type(model.patch.forward).__name__ == "method"  # the module is given back as it was
+    _side_by_side(tmp_path / "model.pte", reference, inputs)
+
+
+def test_xnnpack_runs_the_matmuls_on_weights_given_as_inputs(tmp_path):
+    torch.manual_seed(0)
+    model = MLP()
+    reference = copy.deepcopy(model)
+    inputs = (torch.randn(6, 16), torch.tensor([0, 1, 2, 3, 4, 5]))
+    lowered = lower_training_step(model, inputs, delegate="xnnpack")
+    assert lowered.delegated and lowered.lowering["delegate"] == "xnnpack"
+    lowered.write(tmp_path / "model.pte")
+    counts = _operator_counts((tmp_path / "model.pte").read_bytes())
+    assert not {"aten::linear", "aten::mm", "aten::addmm"} & set(counts)  # all in the delegate
+    # Every trainable weight is still the program's own (not a delegate constant): it trains.
+    assert sorted(lowered.trainable_parameters) == sorted(n for n, _ in reference.named_parameters())
+    _side_by_side(tmp_path / "model.pte", reference, inputs)
+
+
+def test_xnnpack_guard_refuses_a_delegate_that_captures_a_trainable_weight(monkeypatch):
+    import exporters.executorch as et
+
+    partitioner = et._xnnpack_partitioner
+    monkeypatch.setattr(et, "_xnnpack_partitioner", lambda: partitioner(dynamic_weights=False))
+    with pytest.raises(RuntimeError, match="captured trainable parameter"):
+        et.lower_training_step(MLP(), (torch.randn(6, 16), torch.tensor([0, 1, 2, 3, 4, 5])), delegate="xnnpack")
 
 
 def test_profile_flag_needs_the_executorch_backend():
