@@ -46,8 +46,7 @@ def test_bench_refuses_remote_devices_with_the_way_to_go():
     assert "edgebench deploy --device jetson-orin" in out.stderr
 
 
-def test_bench_onnxruntime_exports_runs_torch_free_and_records_refusals(tmp_path, monkeypatch):
-    monkeypatch.setenv("EDGEBENCH_EXPORT_CACHE", str(tmp_path / "cache"))
+def test_bench_onnxruntime_exports_runs_torch_free_and_records_refusals(tmp_path, export_cache):
     out = subprocess.run(
         [sys.executable, "-m", "edgebench.cli", "bench", "--model", "tiny", "--backend", "onnxruntime",
          "--methods", "sgd,forward-grad", "--steps", "2", "--json", "--runs-dir", str(tmp_path / "runs")],
