@@ -69,8 +69,8 @@ def _ends(path: Path) -> tuple[bytes, bytes]:
         fh.seek(max(0, size - TAIL_BYTES))
         chunk = fh.read()
     cut = chunk.rfind(b"\n")
-    if cut < 0:
-        return b"", chunk if size <= TAIL_BYTES else b""
+    if cut < 0:  # no newline in reach: all of it is the unterminated line (or its end)
+        return b"", chunk
     whole = [line for line in chunk[:cut].split(b"\n")[1 if size > TAIL_BYTES else 0:] if line.strip()]
     return (whole[-1] if whole else b""), chunk[cut + 1:]
 
