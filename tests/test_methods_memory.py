@@ -105,3 +105,38 @@ def test_predicted_peak_within_10_percent_on_222m(tmp_path):
                           text_length=32, steps=1)
         measured, predicted = result["peak_rss_bytes_kernel"], result["predicted_peak_bytes_est"]
         assert abs(predicted - measured) <= TOLERANCE * measured, (method, predicted, measured)
+
+
+def test_predict_ranks_the_methods_that_fit_by_estimated_step_time():
+    """Without --method: every preset and combination, the ones whose predicted peak fits the
+    usable RAM first (fastest estimated step first), each figure labelled an estimate."""
+    from click.testing import CliRunner
+
+    from edgebench.cli.methods import predict_command
+
+    result = CliRunner().invoke(predict_command, ["--ram-bytes", str(2 * 2**30), "--model", "nanovlm-222m", "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    rows = out["methods"]
+    fitting = [r for r in rows if r["fits_est"]]
+    assert out["fits_est"] == [r["method"] for r in fitting] and 0 < len(fitting) < len(rows)
+    assert rows[: len(fitting)] == fitting  # the ones that fit come first
+    assert all(r["peak_bytes_est"] <= out["usable_bytes_est"] for r in fitting)
+    assert all(r["peak_bytes_est"] > out["usable_bytes_est"] for r in rows[len(fitting):])
+    times = [r["step_time_vs_sgd_est"] for r in fitting]
+    assert times == sorted(times)
+    assert "adamw" not in out["fits_est"] and "lora+ckpt+frozen-int8" in out["fits_est"]
+
+
+def test_step_time_estimate_orders_the_work():
+    """The FLOP/traffic model: checkpointing recomputes (slower), AdamW's update moves more
+    bytes than SGD's, LoRA skips weight gradients (faster), and MeZO over every weight pays for
+    drawing its perturbation five times, over LoRA's few weights hardly at all."""
+    from edgebench.methods.steptime import relative_step_time
+    from edgebench.model.config import get_config
+
+    cfg = get_config("nanovlm-222m")
+    rel = {m: relative_step_time(cfg, m, 1, 32) for m in ("sgd", "adamw-ckpt", "adamw", "lora", "mezo", "mezo-lora")}
+    assert rel["sgd"] == 1.0
+    assert rel["adamw-ckpt"] > rel["adamw"] > rel["sgd"] > rel["lora"]
+    assert rel["mezo"] > rel["mezo-lora"] and rel["mezo-lora"] < rel["sgd"]

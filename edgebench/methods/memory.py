@@ -202,9 +202,15 @@ def _activations(cfg, method: Method, batch: int, text_length: int) -> tuple[int
     return vit + lm + images + extras, transient
 
 
+def _streamed(method: Method) -> bool:
+    """Built layer by layer on the meta device (edgebench.methods.trainer.build_model_for):
+    LoRA without peft, and glibc told to mmap every block of 1 MiB or more."""
+    return method.frozen_dtype == "int4"
+
+
 def _libraries(method: Method) -> list[str]:
     libs = []
-    if method.trainable == "lora":
+    if method.trainable == "lora" and not _streamed(method):
         libs.append("peft")
     if method.optimizer in ("adamw-8bit", "adamw-4bit") and "peft" not in libs:
         libs.append("torchao")
@@ -240,7 +246,7 @@ def _load_peak(params, method: Method, weights: int, cfg) -> int:
     total = sum(p.numel for p in params)
     libraries = sum(LIBRARY_BASELINE_BYTES_EST[lib] for lib in _libraries(method))
     head = cfg.lm_vocab_size * cfg.lm_hidden_dim  # the untied head, made then dropped by tying
-    if method.frozen_dtype == "int4":  # laid out on meta (peft first), then one fp32 module at a time
+    if _streamed(method):  # laid out on meta, then one fp32 module at a time
         return libraries + weights + 6 * head  # the embedding in fp32 and its bf16 copy
     build = 2 if method.frozen_dtype != "fp32" or method.trained_dtype != "fp32" else 4
     largest_frozen = max((4 * p.numel for p in params if p.packed), default=0)  # int8: one fp32 copy
@@ -296,7 +302,7 @@ def predict(cfg, method: Method | str, batch_size: int, text_length: int,
     churned = activations + temporaries - records
     if method.uses_backward and (method.fused_update or method.optimizer in ("lomo", "adalomo")):
         churned += grad_elem * n_trainable  # each gradient made and freed inside backward
-    allocator = int(ALLOCATOR_RETAINED_FRACTION_EST * churned)
+    allocator = int((0 if _streamed(method) else ALLOCATOR_RETAINED_FRACTION_EST) * churned)
     baseline = RUNTIME_BASELINE_BYTES_EST + sum(LIBRARY_BASELINE_BYTES_EST[lib] for lib in _libraries(method))
     if method.uses_backward:
         baseline += STEP_RUNTIME_OVERHEAD_BYTES_EST
