@@ -2,9 +2,10 @@
 
 accumN: the program takes one micro-batch (the backend calls it N times per step); ckpt:
 recomputation written into the joint graph; bf16 / frozen bf16 / int8: the eager trainer's
-own model changes (autocast, edgebench.methods.int8) traced into the program. Optimizers
-that run between program calls live in edgebench.backends.et_optimizers. The manifest
-records how each knob was lowered (`JointRewrite.lowering`).
+own model changes (autocast, edgebench.methods.int8) traced into the program; LOMO and the
+fused update: the update written into the program (`write_update`). Optimizers that run
+between program calls live in edgebench.backends.et_optimizers. The manifest records how
+each knob was lowered (`JointRewrite.lowering`).
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ import re
 from typing import Any
 
 import torch
+from torch.export.graph_signature import InputKind, InputSpec, OutputKind, OutputSpec, TensorArgument
 
 from edgebench.backends import et_optimizers
+from edgebench.methods import optim
 
 
 def example_batch(method: Any, batch: dict[str, Any]) -> dict[str, Any]:
@@ -59,9 +62,27 @@ class JointRewrite:
             self.counts.update(recompute_dequantized(ep))
         if self.method.checkpointing:
             self.counts.update(recompute_blocks(ep))
+        if et_optimizers.update_in_program(self.method):
+            self.counts.update(write_update(ep, self.method.optimizer))
 
     def lowering(self) -> dict[str, str]:
         out = et_optimizers.lowering(self.method)
+        if et_optimizers.update_in_program(self.method):
+            rule = {"lomo": "LOMO (lomo-optim's fp32 Lomo: p += step * grad, one lr for all parameters)",
+                    "sgd": "SGD (torch's single-tensor step)",
+                    "adam": "Adam (torch's single-tensor step; moments are program state)",
+                    "adamw": "AdamW (torch's single-tensor step, weight decay 0.01; moments are program state)",
+                    }[self.method.optimizer]
+            out["optimizer" if self.method.optimizer == "lomo" else "fused_update"] = (
+                f"{rule}, written into the program (exporters.et_methods.write_update): each weight is "
+                "updated in place (aten.copy_) right after the backward's last read of it and of its "
+                f"gradient ({self.counts.get('updated_in_program', 0)} weights), so the gradient dies there "
+                "and the memory planner reuses its space; no clip (as eager's hooks); the per-step "
+                f"scalars are the program's last input `hyper` [{et_optimizers.HYPER_SIZE}] "
+                "(edgebench.backends.et_optimizers.UpdatingProgram)")
+            out["update"] = "inside the program, in place on its weights"
+            out["gradients"] = "intermediate values of the program (none returned)"
+            out["outputs"] = "loss, the trained weights (manifest trainable_parameters order), optimizer state"
         if self.method.checkpointing:
             out["checkpointing"] = (
                 "recomputation written into the joint graph (exporters.et_methods.recompute_blocks): "
@@ -192,3 +213,120 @@ def recompute_dequantized(ep) -> dict[str, int]:
     graph.lint()
     gm.recompile()
     return {"dequantized_recomputed": count}
+
+
+def _view_readers(node) -> list:
+    """Every node that reads `node`, directly or through views of it (use_linear later turns
+    a read of a transpose into a read of the weight at that node's place)."""
+    found, todo = [], [node]
+    while todo:
+        for user in todo.pop().users:
+            if user.op == "output":
+                continue
+            found.append(user)
+            schema = getattr(user.target, "_schema", None)
+            if schema and any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns):
+                todo.append(user)
+    return found
+
+
+def write_update(ep, optimizer: str) -> dict[str, int]:
+    """The optimizer's step written into the joint graph, in place on the weights.
+
+    For each trainable weight, right after the backward's last read of it (and after its
+    gradient): the update (torch.optim's single-tensor SGD/Adam/AdamW, or lomo-optim's Lomo)
+    as elementwise ops, then `aten.copy_` of the result into the weight. The gradient is then
+    no output: its last reader is the update, so the memory planner reuses its space for the
+    rest of the backward. The weights (and Adam's moments, new zero-initialised buffers) are
+    outputs and flagged `weight_has_gradient`, as ExecuTorch's weights_to_outputs_pass flags
+    trained weights: planned for the whole program, initialised from the .pte, never shared.
+    Their copy_ into placeholders is what ExecuTorch's planner aliases in place
+    (`_alias_inplace_result_specs`). The scalars of the step come in as the last input `hyper`
+    (edgebench.backends.et_optimizers.hyper_index). Returns counts: weights updated.
+    """
+    gm, graph, sig = ep.graph_module, ep.graph_module.graph, ep.graph_signature
+    out = graph.output_node()
+    grads = {s.target: value for s, value in zip(sig.output_specs, out.args[0])
+             if s.kind == OutputKind.GRADIENT_TO_PARAMETER}
+    placeholders = {n.name: n for n in graph.nodes if n.op == "placeholder"}
+    weights = {fqn: placeholders[name] for name, fqn in sig.inputs_to_parameters.items() if fqn in grads}
+    user_inputs = [placeholders[name] for name in sig.user_inputs]
+    adam = optimizer in ("adam", "adamw")
+    with graph.inserting_after(user_inputs[-1]):
+        hyper = graph.placeholder("hyper")
+    fake = next(iter(weights.values())).meta["val"]
+    hyper.meta["val"] = fake.new_empty((et_optimizers.HYPER_SIZE,))
+    state_specs, state_nodes = [], []
+    if adam:
+        for kind in ("exp_avg", "exp_avg_sq"):
+            for fqn, weight in weights.items():
+                with graph.inserting_before(user_inputs[0]):
+                    node = graph.placeholder(f"b_{kind}_{weight.name}")
+                node.meta["val"] = torch.empty_like(weight.meta["val"]).detach()
+                node.meta["et_init_buffer"] = True  # zeros in the .pte, as torch.optim starts
+                node.meta["weight_has_gradient"] = True
+                target = f"optimizer.{kind}.{fqn}"
+                ep.state_dict[target] = torch.zeros(weight.meta["val"].shape)
+                state_specs.append(InputSpec(InputKind.BUFFER, TensorArgument(node.name), target, True))
+                state_nodes.append(node)
+    first_user = next(i for i, s in enumerate(sig.input_specs) if s.kind == InputKind.USER_INPUT)
+    input_specs = (sig.input_specs[:first_user] + state_specs + sig.input_specs[first_user:]
+                   + [InputSpec(InputKind.USER_INPUT, TensorArgument(hyper.name), None)])
+    moments = dict(zip([(k, f) for k in ("exp_avg", "exp_avg_sq") for f in weights], state_nodes))
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    scalar_val = fake.new_empty(())
+
+    def op(target, *args):
+        node = graph.call_function(target, args)
+        node.meta["val"] = scalar_val if target is torch.ops.aten.select.int else args[0].meta["val"]
+        return node
+
+    for fqn, weight in weights.items():
+        weight.meta["val"] = weight.meta["val"].detach()  # updated in place: no autograd leaf
+        weight.meta["weight_has_gradient"] = True
+        if not isinstance(grads[fqn], torch.fx.Node):
+            continue  # no gradient reaches it: nothing to update
+        last = max([grads[fqn], *_view_readers(weight)], key=order.__getitem__)
+        with graph.inserting_before(last.next):
+            state = (moments[("exp_avg", fqn)], moments[("exp_avg_sq", fqn)]) if adam else None
+            _update_ops(op, optimizer, weight, grads[fqn], hyper, 1 if optim.is_projector(fqn) else 0, state)
+    loss = [v for s, v in zip(sig.output_specs, out.args[0]) if s.kind != OutputKind.GRADIENT_TO_PARAMETER]
+    outputs = [*loss, *weights.values(), *state_nodes]
+    output_specs = [s for s in sig.output_specs if s.kind != OutputKind.GRADIENT_TO_PARAMETER]
+    output_specs += [OutputSpec(OutputKind.USER_OUTPUT, TensorArgument(n.name), None)
+                     for n in [*weights.values(), *state_nodes]]
+    new_out = graph.output(tuple(outputs))
+    out.replace_all_uses_with(new_out)
+    graph.erase_node(out)
+    sig.input_specs[:] = input_specs
+    sig.output_specs[:] = output_specs
+    graph.lint()
+    gm.recompile()
+    return {"updated_in_program": len(weights)}
+
+
+def _update_ops(op, optimizer: str, weight, grad, hyper, group: int, state) -> None:
+    """One weight's step as graph nodes (`op(target, *args)` adds one), ending in copy_."""
+    aten = torch.ops.aten
+
+    def scalar(what):
+        return op(aten.select.int, hyper, 0, et_optimizers.hyper_index(group, what))
+
+    step = scalar("step")
+    if state is None:  # p += step * g (torch's p.add_(g, alpha=-lr))
+        op(aten.copy_.default, weight, op(aten.add.Tensor, weight, op(aten.mul.Tensor, grad, step)))
+        return
+    beta1, beta2 = et_optimizers.ADAM_BETAS
+    m, v = state
+    base = op(aten.mul.Tensor, weight, scalar("decay")) if optimizer == "adamw" else weight
+    # m.lerp_(g, 1 - beta1); v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+    m_new = op(aten.add.Tensor, m, op(aten.mul.Scalar, op(aten.sub.Tensor, grad, m), 1 - beta1))
+    op(aten.copy_.default, m, m_new)
+    v_new = op(aten.add.Tensor, op(aten.mul.Scalar, v, beta2),
+               op(aten.mul.Tensor, op(aten.mul.Scalar, grad, 1 - beta2), grad))
+    op(aten.copy_.default, v, v_new)
+    # p.addcdiv_(m, sqrt(v) / sqrt(1 - beta2^t) + eps, value=-lr / (1 - beta1^t))
+    denom = op(aten.add.Scalar, op(aten.div.Tensor, op(aten.sqrt.default, v_new),
+                                   scalar("bias_correction2_sqrt")), et_optimizers.ADAM_EPS)
+    update = op(aten.mul.Tensor, op(aten.div.Tensor, m_new, denom), step)
+    op(aten.copy_.default, weight, op(aten.add.Tensor, base, update))

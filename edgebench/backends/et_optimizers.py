@@ -6,10 +6,15 @@ decide what happens between program calls, the way the eager trainers do:
 - `AccumulatingStep` (accumN): the program is exported for one micro-batch and called N
   times per step; its gradients (views of the plan's arena, overwritten by the next call)
   are added into one owned buffer per parameter, then one clipped update follows.
-- `PerParameterStep` (fused update, LOMO): one update per parameter right after the
-  program returns, without the global-norm clip (eager's fused/LOMO trainers cannot clip
-  either: the norm is known only after the last gradient). The gradients themselves live
-  in the program's static memory plan, so unlike eager this saves no gradient memory.
+- `UpdatingProgram` (LOMO; the fused update of SGD/Adam/AdamW): the program applies the
+  update itself, each gradient consumed by an in-place write of its weight as soon as the
+  backward has computed it (exporters.et_methods.write_update), so the memory planner reuses
+  the gradient's space, as eager's hooks free it; Adam's moments are program state. Here
+  only the per-step scalars (scheduled lr, bias corrections) are computed, as its last input.
+- `PerParameterStep` (the fused update of SGD-momentum/Adafactor): one update per parameter
+  right after the program returns. Neither fused form clips (eager's cannot either: the norm
+  is known only after the last gradient). Here the gradients live in the program's static
+  memory plan, so unlike eager this saves no gradient memory.
 """
 
 from __future__ import annotations
@@ -63,8 +68,7 @@ class AccumulatingStep:
 
 class PerParameterStep:
     """`fused`: one torch optimizer per parameter (eager's FusedTrainer: nanoVLM's lr groups,
-    the schedule, no clip). `lomo`: p -= lr * schedule * grad with one lr for all parameters
-    (lomo-optim's Lomo in fp32 without clipping or weight decay)."""
+    the schedule, no clip)."""
 
     def __init__(self, program: Any, optimizer: str, lr: float, total_steps: int) -> None:
         self.program, self.optimizer, self.lr = program, optimizer, lr
@@ -81,42 +85,111 @@ class PerParameterStep:
         loss = self.program.forward_backward(inputs)
         params, grads = self.program.named_parameters(), self.program.grads
         factor = optim.lr_factor(self.steps_done, self.total_steps)
+        if not self.optimizers:
+            self._build(params)
+        optim.set_schedule(self.optimizers.values(), self.steps_done, self.total_steps)
         with torch.no_grad():
-            if self.optimizer == "lomo":
-                for name, tensor in params.items():
-                    tensor.add_(grads[name], alpha=-self.lr * factor)
-            else:
-                if not self.optimizers:
-                    self._build(params)
-                optim.set_schedule(self.optimizers.values(), self.steps_done, self.total_steps)
-                for name, tensor in params.items():
-                    tensor.grad = grads[name]
-                    self.optimizers[name].step()
-                    tensor.grad = None
+            for name, tensor in params.items():
+                tensor.grad = grads[name]
+                self.optimizers[name].step()
+                tensor.grad = None
         self.steps_done += 1
         return loss
 
 
+# The update written into the program (exporters.et_methods.write_update): torch's single-
+# tensor SGD / Adam / AdamW and lomo-optim's fp32 Lomo, with these constants.
+IN_PROGRAM = ("sgd", "adam", "adamw")  # with `fused`; lomo always
+ADAM_BETAS = (0.9, 0.999)
+ADAM_EPS = 1e-8
+WEIGHT_DECAY = {"adamw": 0.01}  # optim.build_optimizer's AdamW; Adam and SGD none
+# The program's last input, `hyper`: per lr group (backbones 0, projector 1) the factor
+# weights are decayed by and the step the update is scaled by, then Adam's sqrt(1 - beta2^t).
+HYPER_SIZE = 5
+
+
+def update_in_program(method: Any) -> bool:
+    """Whether the export writes the method's update into the program."""
+    return method.optimizer == "lomo" or (method.fused_update and method.optimizer in IN_PROGRAM)
+
+
+def hyper_index(group: int, what: str) -> int:
+    """Position in `hyper` of a group's "decay" or "step", or of "bias_correction2_sqrt"."""
+    return HYPER_SIZE - 1 if what == "bias_correction2_sqrt" else 2 * group + ("decay", "step").index(what)
+
+
+class UpdatingProgram:
+    """A program that updates its weights itself: returns [loss, weights, optimizer state]."""
+
+    def __init__(self, module: Any, method: Any, names: list[str], lr: float, total_steps: int) -> None:
+        self.module, self.method, self.names = module, method, names
+        # lomo-optim has one lr; the fused trainer nanoVLM's two groups
+        self.lrs = (lr, lr if method.optimizer == "lomo" else max(lr, optim.NANOVLM_LR_MP))
+        self.total_steps = max(1, total_steps)
+        self.steps_done = 0
+        self.params: dict[str, torch.Tensor] | None = None
+
+    def hyper(self) -> torch.Tensor:
+        """This step's scalars, computed as torch.optim computes them (Python floats)."""
+        factor = optim.lr_factor(self.steps_done, self.total_steps)
+        adam = self.method.optimizer in ("adam", "adamw")
+        t = self.steps_done + 1
+        values = []
+        for peak in self.lrs:
+            lr = peak * factor
+            decay = 1 - lr * WEIGHT_DECAY.get(self.method.optimizer, 0.0)
+            values += [decay, -lr / (1 - ADAM_BETAS[0] ** t) if adam else -lr]
+        values.append((1 - ADAM_BETAS[1] ** t) ** 0.5 if adam else 1.0)
+        return torch.tensor(values, dtype=torch.float32)
+
+    def step(self, inputs: tuple[torch.Tensor, ...]) -> float:
+        outputs = self.module.run_method("forward", (*inputs, self.hyper()), clone_outputs=False)
+        if self.params is None:  # views of the program's weights (its memory plan)
+            self.params = dict(zip(self.names, outputs[1:1 + len(self.names)]))
+        self.steps_done += 1
+        return float(outputs[0])
+
+    def named_parameters(self) -> dict[str, torch.Tensor]:
+        if self.params is None:
+            raise RuntimeError("the program's parameters are known after its first step")
+        return self.params
+
+
 def program_stepper(method: Any, program: Any, update: Any, lr: float, total_steps: int):
-    """The stepper for `method`'s knobs, or None where the plain program step + update applies."""
-    if method.optimizer == "lomo" or method.fused_update:
+    """The stepper for `method`'s knobs, or None where the plain program step + update applies
+    (an UpdatingProgram steps itself)."""
+    if method.fused_update:
         return PerParameterStep(program, method.optimizer, lr, total_steps)
     if method.accumulation > 1:
         return AccumulatingStep(program, update, method.accumulation)
     return None
 
 
+# Optimizers whose state and step stay in the runtime process (torch.optim's API over the
+# program's weights and the gradients it returns), with what they keep there.
+BETWEEN_CALLS = {
+    "adafactor": "torch.optim.Adafactor (factored second moments)",
+    "adamw-8bit": "torchao's AdamW8bit (moments as 8-bit block-quantised torchao tensors)",
+    "adamw-4bit": "torchao's AdamW4bit (moments as 4-bit block-quantised torchao tensors)",
+    "galore": ("galore-torch's GaLoreAdamW (each block matrix's gradient projected to rank <= 64, "
+               "the projector an SVD of the gradient every 200 steps)"),
+}
+
+
 def lowering(method: Any) -> dict[str, str]:
     """What the manifest records for the knobs applied here."""
     out = {}
+    if method.optimizer in BETWEEN_CALLS and not method.fused_update:
+        out["optimizer"] = (f"{BETWEEN_CALLS[method.optimizer]} between program calls, in the runtime "
+                            "process (torch, not the .pte), over the program's weights in place and the "
+                            "gradients it returns; clip and schedule as eager")
     if method.accumulation > 1:
         out["accumulation"] = (f"program exported for one micro-batch (batch / {method.accumulation}); "
                                f"called {method.accumulation} times per step, gradients summed into owned "
                                "buffers (1/N each), then one clipped update")
-    if method.optimizer == "lomo":
-        out["optimizer"] = ("LOMO: p -= lr * schedule * grad per parameter right after the program call, "
-                            "one lr, no clip (lomo-optim's fp32 path); gradients stay in the static plan")
-    elif method.fused_update:
+    if update_in_program(method):
+        return out  # exporters.et_methods.write_update records it
+    if method.fused_update:
         out["fused_update"] = (f"one torch.optim {method.optimizer} per parameter, stepped right after the "
                                "program call, no global clip (as eager's fused trainer); gradients stay in "
                                "the static plan, so no gradient memory is saved")

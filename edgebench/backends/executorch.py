@@ -5,8 +5,10 @@ recipe (exporters and eager share it: projector lr group, global-norm clip 1.0, 
 cosine schedule). SGD updates in the runtime (`get_sgd_optimizer`), with the clip and
 schedule folded into the gradients it is given; Adam/AdamW/SGD-momentum run torch.optim
 over the program's own parameter tensors (`named_parameters()` aliases the program's
-weights, so in-place updates train it). MeZO runs a forward-only program whose trainable
-weights are inputs, perturbed in place by the methods' MeZO trainer.
+weights, so in-place updates train it); so do torchao's low-bit AdamW, GaLore and Adafactor.
+LOMO and the fused update are written into the program, which updates its weights itself
+(edgebench.backends.et_optimizers.UpdatingProgram). MeZO runs a forward-only program whose
+trainable weights are inputs, perturbed in place by the methods' MeZO trainer.
 """
 
 from __future__ import annotations
@@ -77,6 +79,9 @@ class ProgramUpdate:
     def _torch_step(self, params, grads) -> None:
         if self.torch_optimizer is None:
             groups = [{"params": [params[n] for n in names], "lr": lr} for lr, names in self._groups(params)]
+            if self.optimizer == "galore":  # optim.galore_groups over the program's tensors
+                groups = [{"params": [t], "lr": lr, **optim.galore_options(n, tuple(t.shape))}
+                          for lr, names in self._groups(params) for n in names for t in [params[n]]]
             self.torch_optimizer = optim.build_optimizer(self.optimizer, groups)
         for name, tensor in params.items():
             tensor.grad = grads[name]
@@ -163,6 +168,13 @@ class ExecutorchBackend:
         total = spec.warmup_steps + spec.steps
         if method.grad_mode == "zeroth-order":
             self.mezo = _program_mezo(directory, self.manifest, method, lr, total, self.etdump)
+            return
+        if et_optimizers.update_in_program(method):  # LOMO, fused: the program updates itself
+            from executorch.extension.pybindings.portable_lib import _load_for_executorch
+
+            program = _load_for_executorch(str(directory / PTE), enable_etdump=self.etdump)
+            self.module = self.stepper = et_optimizers.UpdatingProgram(
+                program, method, self.manifest["trainable_parameters"], lr, total)
             return
         self.module = TrainingProgram(str(directory / PTE), enable_etdump=self.etdump)
         self.update = ProgramUpdate(method.optimizer, lr, total)

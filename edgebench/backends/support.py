@@ -18,7 +18,8 @@ BACKEND_NAMES = tuple(BACKENDS)
 # with torch.optim over the program's parameters; ONNX Runtime: SGD in place on its
 # parameter buffers, Adam/AdamW as its AdamW optimizer graph, Adam = AdamW without decay).
 EXPORT_OPTIMIZERS = {
-    "executorch": ("sgd", "sgd-momentum", "adam", "adamw", "adafactor", "lomo"),
+    "executorch": ("sgd", "sgd-momentum", "adam", "adamw", "adafactor", "lomo", "adamw-8bit", "adamw-4bit",
+                   "galore"),
     "onnxruntime": ("sgd", "adam", "adamw"),
 }
 
@@ -76,15 +77,10 @@ def unsupported_reason(method: Any, backend: str) -> str | None:
     return None
 
 
-# Optimizers ExecuTorch refuses, with why (the update runs between program calls, over the
-# program's parameters; these need more than one gradient per step or another device).
+# Optimizers ExecuTorch refuses, with why. The others run in the program (LOMO, fused) or
+# between its calls in the runtime process over the gradients it returns (adafactor, torchao's
+# low-bit AdamW, GaLore: edgebench.backends.executorch.ProgramUpdate).
 _EXECUTORCH_REFUSED = {
-    "adamw-8bit": ("torchao's low-bit AdamW keeps its states as torchao tensor subclasses whose update "
-                   "runs through torch.compile'd kernels, not in the program; use --backend eager"),
-    "adamw-4bit": ("torchao's low-bit AdamW keeps its states as torchao tensor subclasses whose update "
-                   "runs through torch.compile'd kernels, not in the program; use --backend eager"),
-    "galore": ("GaLore recomputes an SVD projection of each gradient every 200 steps and keeps "
-               "per-matrix projectors: no static program expresses the periodic SVD; use --backend eager"),
     "adalomo": ("lomo-optim's AdaLomo allocates its state with .cuda() (eager refuses it on CPU too); "
                 "use lomo or adafactor"),
     "cg": ("conjugate gradient's Armijo line search evaluates the loss a data-dependent number of times "
@@ -94,7 +90,7 @@ _EXECUTORCH_REFUSED = {
 
 def _executorch_reason(method: Any) -> str | None:
     """ExecuTorch: the joint forward-backward program (or a forward-only one for MeZO), with
-    the update between calls (edgebench.backends.et_optimizers)."""
+    the update inside it (LOMO, fused) or between calls (edgebench.backends.et_optimizers)."""
     grad_mode = _knob(method, "grad_mode", "backprop")
     if grad_mode == "forward-mode":
         return ("a forward-mode program does not lower: strict torch.export refuses torch.func.jvp "

@@ -127,15 +127,16 @@ def galore_rank(shape: tuple[int, ...]) -> int:
     return max(2, min(GALORE_RANK_MAX, min(shape) // 4))
 
 
+def galore_options(name: str, shape: tuple[int, ...]) -> dict:
+    """GaLoreAdamW's group options for one parameter: its projection for a block matrix, else none."""
+    if not is_galore_matrix(name, shape):
+        return {}
+    return {"rank": galore_rank(shape), "update_proj_gap": GALORE_UPDATE_PROJ_GAP,
+            "scale": GALORE_SCALE, "proj_type": "std"}
+
+
 def galore_groups(model: nn.Module, lr: float) -> list[dict]:
     """nanoVLM's groups, with each block matrix in a GaLore group of its rank."""
-    groups = []
-    for name, param in model.named_parameters():
-        if not param.requires_grad:
-            continue
-        group = {"params": [param], "lr": max(lr, NANOVLM_LR_MP) if is_projector(name) else lr}
-        if is_galore_matrix(name, tuple(param.shape)):
-            group.update(rank=galore_rank(tuple(param.shape)), update_proj_gap=GALORE_UPDATE_PROJ_GAP,
-                         scale=GALORE_SCALE, proj_type="std")
-        groups.append(group)
-    return groups
+    return [{"params": [param], "lr": max(lr, NANOVLM_LR_MP) if is_projector(name) else lr,
+             **galore_options(name, tuple(param.shape))}
+            for name, param in model.named_parameters() if param.requires_grad]
