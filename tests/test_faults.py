@@ -169,7 +169,9 @@ def test_killed_sweep_reads_stopped_and_resumes_into_a_fresh_attempt(tmp_path):
     spec = RunSpec.load(sweep / "specs" / "00-a.json")
     spec.steps = 3
     spec.save(sweep / "specs" / "00-a.json")
+    handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     again = run_sweep(sweep)
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers  # an in-process sweep leaves none behind
     assert again["state"] == "finished"
     assert again["runs"] == {"a.attempt-1": "interrupted", "a": "ok"}
     fresh = json.loads((sweep / "runs" / "a" / "result.json").read_text())

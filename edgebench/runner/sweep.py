@@ -123,50 +123,54 @@ def run_sweep(sweep_dir: str | Path) -> dict[str, Any]:
     def on_signal(signum: int, frame: object) -> None:
         stop["signal"] = stop["signal"] or ("Ctrl-C (SIGINT)" if signum == signal.SIGINT else signal.Signals(signum).name)
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    specs = spec_files(sweep_dir)
-    for path in specs:
-        try:
-            spec = RunSpec.load(path)
-        except (OSError, ValueError, TypeError) as exc:  # a damaged spec file is that run's error, not the sweep's
-            state["runs"][path.stem] = "error"
-            state.setdefault("errors", {})[path.stem] = f"{path.name}: unreadable spec ({exc})"
-            continue
-        run_id = spec.run_id or path.stem
-        spec.run_id = run_id
-        run_dir = sweep_dir / "runs" / run_id
-        done = run_dir / "result.json"
-        if done.exists():
-            state["runs"][run_id] = json.loads(done.read_text())["status"]
-            continue
-        if stop["signal"] or state.get("why"):
-            state["runs"][run_id] = "not started"
-            continue
-        if run_dir.exists():
-            state["runs"][keep_partial(run_dir).name] = "interrupted"
-        state["why"] = _no_space(sweep_dir)
-        if state["why"]:
-            state["runs"][run_id] = "not started"
-            continue
-        state["runs"][run_id] = "running"
+    # Restored on the way out: a sweep run in-process (tests, bench) must not leave its handlers behind.
+    previous = {signum: signal.signal(signum, on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        specs = spec_files(sweep_dir)
+        for path in specs:
+            try:
+                spec = RunSpec.load(path)
+            except (OSError, ValueError, TypeError) as exc:  # a damaged spec file is that run's error, not the sweep's
+                state["runs"][path.stem] = "error"
+                state.setdefault("errors", {})[path.stem] = f"{path.name}: unreadable spec ({exc})"
+                continue
+            run_id = spec.run_id or path.stem
+            spec.run_id = run_id
+            run_dir = sweep_dir / "runs" / run_id
+            done = run_dir / "result.json"
+            if done.exists():
+                state["runs"][run_id] = json.loads(done.read_text())["status"]
+                continue
+            if stop["signal"] or state.get("why"):
+                state["runs"][run_id] = "not started"
+                continue
+            if run_dir.exists():
+                state["runs"][keep_partial(run_dir).name] = "interrupted"
+            state["why"] = _no_space(sweep_dir)
+            if state["why"]:
+                state["runs"][run_id] = "not started"
+                continue
+            state["runs"][run_id] = "running"
+            save()
+            try:
+                result = run_spec(spec, run_dir)
+            except OSError as exc:  # not even the run directory could be made
+                state["runs"][run_id], state["why"] = "not started", f"cannot write in {sweep_dir}: {exc}"
+                continue
+            state["runs"][run_id] = result["status"]
+            if NO_SPACE in str(result.get("detail")):
+                state["why"] = result["detail"]
+            save()
+        if stop["signal"]:
+            state["state"], state["why"] = "interrupted", f"stopped by {stop['signal']}"
+        else:
+            state["state"] = "stopped" if state.get("why") else "finished"
+        state["finished_wall_ns"] = time.time_ns()
+        reserve.release()
         save()
-        try:
-            result = run_spec(spec, run_dir)
-        except OSError as exc:  # not even the run directory could be made
-            state["runs"][run_id], state["why"] = "not started", f"cannot write in {sweep_dir}: {exc}"
-            continue
-        state["runs"][run_id] = result["status"]
-        if NO_SPACE in str(result.get("detail")):
-            state["why"] = result["detail"]
-        save()
-    if stop["signal"]:
-        state["state"], state["why"] = "interrupted", f"stopped by {stop['signal']}"
-    else:
-        state["state"] = "stopped" if state.get("why") else "finished"
-    state["finished_wall_ns"] = time.time_ns()
-    reserve.release()
-    save()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     return state
 
 
