@@ -246,11 +246,11 @@ def _load_peak(params, method: Method, weights: int, cfg) -> int:
     total = sum(p.numel for p in params)
     libraries = sum(LIBRARY_BASELINE_BYTES_EST[lib] for lib in _libraries(method))
     head = cfg.lm_vocab_size * cfg.lm_hidden_dim  # the untied head, made then dropped by tying
-    if _streamed(method):  # laid out on meta, then one fp32 module at a time
-        return libraries + weights + 6 * head  # the embedding in fp32 and its bf16 copy
+    largest_frozen = max((p.numel for p in params if p.packed), default=0)
+    if _streamed(method):  # each module made in its final dtype; a frozen linear then packed:
+        return libraries + weights + 6 * largest_frozen  # its bf16 weight, fp32 groups, codes
     build = 2 if method.frozen_dtype != "fp32" or method.trained_dtype != "fp32" else 4
-    largest_frozen = max((4 * p.numel for p in params if p.packed), default=0)  # int8: one fp32 copy
-    return max(build * (total + head), libraries + build * total + largest_frozen)
+    return max(build * (total + head), libraries + build * total + 4 * largest_frozen)  # int8: one fp32 copy
 
 
 def predict(cfg, method: Method | str, batch_size: int, text_length: int,
