@@ -177,7 +177,7 @@ def _print_ranking(rows: list[dict], model_name: str, batch_size: int, verdict: 
                          no_wrap=column == "method")  # a name must stay whole and typeable
     for r in rows:
         table.add_row(r["method"], "yes" if r["fits_est"] else "no", f"{r['peak_bytes_est'] / 2**20:,.0f}",
-                      f"{r['step_time_vs_sgd_est']:.2f}", f"{r['trainable_params']:,}")
+                      f"{r['step_time_vs_sgd_est']:.2f}", f"{r['trainable_params'] / 1e6:,.1f} M")
     Console().print(table)
     best = fitting[0]["method"] if fitting else None
     click.echo(f"best that fits (est.): {best}" if best else
