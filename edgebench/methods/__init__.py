@@ -35,6 +35,8 @@ def make_trainer(method: Method | str, model: "nn.Module", *, lr: float | None =
         method = parse_method(method)
     model = prepare_model(method, model)
     model.chunked_loss = method.chunked_loss
+    if lr is None and method.trained_dtype == "bf16":
+        from edgebench.methods.bf16 import DEFAULT_LR as lr
     if lr is None:
         lr = optim.default_lr(method, sum(p.numel() for p in trainable_parameters(model)))
     if method.grad_mode == "zeroth-order":
