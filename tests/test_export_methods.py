@@ -37,10 +37,10 @@ TOLERANCE = {
     "adamw-bf16": 5e-3,  # measured 8.9e-4: bf16 matmuls round differently in the two kernel sets
     "qlora": 5e-3,  # measured 1.6e-3 (bf16 compute over int8-dequantised weights)
     # torchao's low-bit moments and GaLore's projection run between calls on the program's
-    # gradients, as adafactor does: the same bound as the other fp32 methods.
+    # gradients, as adafactor does; measured: adamw-8bit 2.6e-7, adamw-4bit 4.5e-7.
     "adamw-8bit": 1e-5,
     "adamw-4bit": 1e-5,
-    "galore": 1e-5,
+    "galore": 5e-4,  # measured 8.0e-5: the SVD's projector amplifies the kernels' gradient differences
 }
 
 
