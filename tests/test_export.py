@@ -254,7 +254,7 @@ def test_onnx_for_an_aarch64_profile_is_refused_early(export_cache):
 
 @pytest.mark.parametrize("method,backend,why", [
     ("lomo", "onnxruntime", "optimizer lomo is not available on onnxruntime"),
-    ("adamw-8bit", "executorch", "torchao"),
+    ("cg", "executorch", "line search"),
     ("forward-grad", "executorch", "--backend eager"),
 ])
 def test_unsupported_method_backend_pair_is_refused_early(method, backend, why):
@@ -267,8 +267,8 @@ def test_unsupported_method_backend_pair_is_refused_early(method, backend, why):
 def test_backends_refuse_unsupported_pairs_and_devices(tmp_path):
     from edgebench.backends.support import device_reason
 
-    spec = RunSpec(model="tiny", method="galore", backend="executorch", program=str(tmp_path))
-    with pytest.raises(UnsupportedBackend, match="galore"):
+    spec = RunSpec(model="tiny", method="cg", backend="executorch", program=str(tmp_path))
+    with pytest.raises(UnsupportedBackend, match="line search"):
         create(spec).setup(spec, {})
     reason = device_reason("onnxruntime", "aarch64")
     assert "no Linux aarch64 wheel" in reason and "--enable_training_apis" in reason
@@ -300,6 +300,7 @@ def test_methods_matrix_follows_the_backends_support():
     for refused in ("lomo", "adamw-ckpt", "galore"):
         assert refused not in on["onnxruntime"]
     assert "forward-grad" not in on["executorch"]
-    assert "SVD" in rows["galore"]["refused"]["executorch"]
+    assert {"lomo", "fused-adamw", "galore", "adamw-8bit"} <= on["executorch"]
+    assert "line search" in rows["cg"]["refused"]["executorch"]
     assert all(set(row["backends"]) | set(row["refused"]) == {"eager", "executorch", "onnxruntime"}
                for row in rows.values())
