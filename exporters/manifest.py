@@ -129,11 +129,8 @@ def checkpoint_fingerprint(model: str) -> str | None:
 
 
 def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def describe_files(directory: Path, names: list[str]) -> dict[str, dict[str, Any]]:

@@ -21,6 +21,7 @@ from edgebench.runner.spec import RunSpec
 from exporters.executorch import lower_training_step, planned_memory_bytes_of_file
 from exporters.manifest import ExportRequest, read_manifest
 from exporters.pipeline import ExportRefused, build_training_model, export
+from test_export_executorch import PatchEmbed  # the trainable patch-embed conv XNNPACK used to train wrong
 
 FULL = os.environ.get("EDGEBENCH_FULL") == "1"
 
@@ -208,20 +209,8 @@ def _xnnpack_model():
         model, _, batch = build_training_model(ExportRequest(model="tiny", method="sgd", text_length=TEXT))
         return model, tuple(to_torch(batch)[k] for k in BATCH_INPUTS)
 
-    class ConvLinear(torch.nn.Module):
-        """Patch-embed conv (trainable) + linear + loss: the case XNNPACK used to train wrong."""
-
-        def __init__(self):
-            super().__init__()
-            self.patch = torch.nn.Conv2d(3, 16, 4, 4)
-            self.head = torch.nn.Linear(16, 10)
-
-        def forward(self, images, labels):
-            x = self.patch(images).flatten(2).transpose(1, 2).mean(1)
-            return torch.nn.functional.cross_entropy(self.head(torch.nn.functional.silu(x)), labels)
-
     torch.manual_seed(0)
-    return ConvLinear(), (torch.randn(2, 3, 16, 16), torch.tensor([1, 7]))
+    return PatchEmbed(), (torch.randn(2, 3, 16, 16), torch.tensor([1, 7]))
 
 
 @pytest.mark.slow

@@ -140,11 +140,8 @@ def verify(root: Path, manifest: dict) -> None:
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def _run(argv: list[str], what: str, fix: str, env: dict | None = None, cwd: Path | None = None) -> str:

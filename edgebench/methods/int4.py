@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn import functional as F
+
+from edgebench.methods.int8 import DequantizedMatmul
 
 GROUP = 64  # input weights per scale (as llama.cpp's / GPTQ's common group sizes 32-128)
 
@@ -38,23 +39,6 @@ def unpack(codes: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torc
         values.shape)
 
 
-class _Int4Matmul(torch.autograd.Function):
-    """y = x W^T with W unpacked from int4; saves only the codes and scales for backward."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-        dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else x.dtype
-        ctx.save_for_backward(codes, scale)
-        ctx.x_dtype, ctx.compute_dtype = x.dtype, dtype
-        return F.linear(x.to(dtype), unpack(codes, scale, dtype))
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        codes, scale = ctx.saved_tensors
-        weight = unpack(codes, scale, ctx.compute_dtype)
-        return (grad.to(ctx.compute_dtype) @ weight).to(ctx.x_dtype), None, None
-
-
 class Int4Linear(nn.Module):
     """A frozen nn.Linear stored as packed int4 codes + bf16 group scales (buffers, never trained)."""
 
@@ -68,7 +52,7 @@ class Int4Linear(nn.Module):
             linear.bias.detach().to(torch.bfloat16, copy=True), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = _Int4Matmul.apply(x, self.codes, self.scale)
+        y = DequantizedMatmul.apply(x, self.codes, self.scale, unpack)
         return y if self.bias is None else y + self.bias.to(y.dtype)
 
 

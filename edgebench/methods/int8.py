@@ -17,21 +17,22 @@ def _dequantize(codes: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) ->
     return codes.to(dtype) * scale.to(dtype).unsqueeze(1)
 
 
-class _Int8Matmul(torch.autograd.Function):
-    """y = x W^T with W = codes * scale; saves nothing of size activations x weights."""
+class DequantizedMatmul(torch.autograd.Function):
+    """y = x W^T with W = dequantize(codes, scale, dtype); saves only the codes and scales, so
+    nothing of size activations x weights stays alive for backward (which dequantises again)."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    def forward(ctx, x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, dequantize) -> torch.Tensor:
         dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else x.dtype
         ctx.save_for_backward(codes, scale)
-        ctx.x_dtype, ctx.compute_dtype = x.dtype, dtype
-        return F.linear(x.to(dtype), _dequantize(codes, scale, dtype))
+        ctx.x_dtype, ctx.compute_dtype, ctx.dequantize = x.dtype, dtype, dequantize
+        return F.linear(x.to(dtype), dequantize(codes, scale, dtype))
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         codes, scale = ctx.saved_tensors
-        weight = _dequantize(codes, scale, ctx.compute_dtype)
-        return (grad.to(ctx.compute_dtype) @ weight).to(ctx.x_dtype), None, None
+        weight = ctx.dequantize(codes, scale, ctx.compute_dtype)
+        return (grad.to(ctx.compute_dtype) @ weight).to(ctx.x_dtype), None, None, None
 
 
 class Int8Linear(nn.Module):
@@ -47,7 +48,7 @@ class Int8Linear(nn.Module):
         self.in_features, self.out_features = linear.in_features, linear.out_features
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = _Int8Matmul.apply(x, self.codes, self.scale)
+        y = DequantizedMatmul.apply(x, self.codes, self.scale, _dequantize)
         return y if self.bias is None else y + self.bias.to(y.dtype)
 
 
