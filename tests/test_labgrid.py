@@ -35,10 +35,11 @@ from edgebench.fleet.deploy import PreflightError, deploy_one
 from edgebench.fleet.status import device_status
 from edgebench.results.store import Store
 from edgebench.runner.spec import RunSpec
+from lab_fixtures import lab_in
 
 pytestmark = pytest.mark.lab
 BIN = Path(sys.executable).parent
-ENV_KEYS = ("EDGEBENCH_LAB_DIR", "EDGEBENCH_INVENTORY", "LG_COORDINATOR", "LG_USERNAME", "LG_HOSTNAME")
+LABGRID_ENV = ("LG_COORDINATOR", "LG_USERNAME", "LG_HOSTNAME")
 
 
 def _free_port() -> int:
@@ -84,65 +85,59 @@ class Farm:
 @pytest.fixture(scope="module")
 def farm(tmp_path_factory):
     root = tmp_path_factory.mktemp("farm")
-    saved = {k: os.environ.pop(k, None) for k in ENV_KEYS}
-    os.environ["EDGEBENCH_LAB_DIR"] = str(root / "lab")
-    os.environ["EDGEBENCH_INVENTORY"] = str(root / "inventory.yaml")
-    procs: list[subprocess.Popen] = []
-    try:
-        lab.up([lab.LabDevice("raspberry-pi-4-4gb", name="lab-a"), lab.LabDevice("raspberry-pi-4-4gb", name="lab-b")])
-        boards = lab.read_state()
-        # The farm knows the boards; the inventory does not: only its `labgrid:` section stays.
-        (root / "inventory.yaml").write_text(yaml.safe_dump({"labgrid": {
-            "coordinator": "PLACEHOLDER", "key": str(root / "lab" / "client_key"),
-            "known_hosts": str(root / "farm_known_hosts")}, "devices": {}}))
-        port = _free_port()
-        address = f"127.0.0.1:{port}"
-        (root / "coordinator").mkdir()
-        log = root / "coordinator.log"
-        procs.append(subprocess.Popen([str(BIN / "labgrid-coordinator"), "-l", address], cwd=root / "coordinator",
-                                      stdout=open(log, "wb"), stderr=subprocess.STDOUT))
-        _wait_port(port, procs[-1], log)
-        exported = {group: {"NetworkService": {"address": "127.0.0.1", "username": getpass.getuser(),
-                                               "port": boards[f"lab-{group}"]["port"]}} for group in ("a", "b")}
-        exported["gone"] = {"NetworkService": {"address": "127.0.0.1", "username": "nobody", "port": _free_port()}}
-        (root / "exporter.yaml").write_text(yaml.safe_dump(exported))
-        log = root / "exporter.log"
-        procs.append(subprocess.Popen([str(BIN / "labgrid-exporter"), "-c", address, "--name", "rack1",
-                                       str(root / "exporter.yaml")], stdout=open(log, "wb"), stderr=subprocess.STDOUT))
-        farm = Farm(root, address, boards)
-        deadline = time.monotonic() + 30
-        while "rack1/gone" not in farm.client("resources"):
-            assert time.monotonic() < deadline and procs[-1].poll() is None, log.read_text()
-            time.sleep(0.2)
-        key = {g: _fingerprint(Path(boards[f"lab-{g}"]["home"]) / "ssh_host_ed25519_key.pub") for g in ("a", "b")}
-        places = {"farm-a": ("a", {"edgebench-hostkey": key["a"]}), "farm-b": ("b", {"edgebench-hostkey": key["b"]}),
-                  "farm-nokey": ("b", {}), "farm-wrongkey": ("b", {"edgebench-hostkey": key["a"]}),
-                  "farm-gone": ("gone", {}), "farm-untagged": ("a", None)}
-        farm.client("-p", "farm-a", "create")  # the CLI for one, labgrid's Python API for the rest (faster)
-        with Coordinator(address) as coordinator:
-            for name, (group, tags) in places.items():
-                if name != "farm-a":
-                    assert coordinator._call("AddPlace", pb2.AddPlaceRequest(name=name)) is None
-                match = pb2.AddPlaceMatchRequest(placename=name, pattern=f"rack1/{group}/NetworkService")
-                assert coordinator._call("AddPlaceMatch", match) is None
-                if tags is not None:
-                    tags = {"edgebench-profile": "local", "edgebench-workdir": str(root / "work" / name), **tags}
-                    assert coordinator.set_tags(name, tags) is None
-        assert "edgebench-hostkey=SHA256:" in farm.client("-p", "farm-a", "show")
-        inventory = yaml.safe_load((root / "inventory.yaml").read_text())
-        inventory["labgrid"]["coordinator"] = address
-        (root / "inventory.yaml").write_text(yaml.safe_dump(inventory))
-        yield farm
-    finally:
-        for proc in reversed(procs):
-            proc.terminate()
-            proc.wait(10)
-        lab.down(purge=True)
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    devices = [lab.LabDevice("raspberry-pi-4-4gb", name="lab-a"), lab.LabDevice("raspberry-pi-4-4gb", name="lab-b")]
+    with pytest.MonkeyPatch.context() as env, lab_in(root, devices, state="lab"):
+        for key in LABGRID_ENV:  # the farm's own coordinator, not one from the caller's shell
+            env.delenv(key, raising=False)
+        procs: list[subprocess.Popen] = []
+        try:
+            boards = lab.read_state()
+            # The farm knows the boards; the inventory does not: only its `labgrid:` section stays.
+            (root / "inventory.yaml").write_text(yaml.safe_dump({"labgrid": {
+                "coordinator": "PLACEHOLDER", "key": str(root / "lab" / "client_key"),
+                "known_hosts": str(root / "farm_known_hosts")}, "devices": {}}))
+            port = _free_port()
+            address = f"127.0.0.1:{port}"
+            (root / "coordinator").mkdir()
+            log = root / "coordinator.log"
+            procs.append(subprocess.Popen([str(BIN / "labgrid-coordinator"), "-l", address], cwd=root / "coordinator",
+                                          stdout=open(log, "wb"), stderr=subprocess.STDOUT))
+            _wait_port(port, procs[-1], log)
+            exported = {group: {"NetworkService": {"address": "127.0.0.1", "username": getpass.getuser(),
+                                                   "port": boards[f"lab-{group}"]["port"]}} for group in ("a", "b")}
+            exported["gone"] = {"NetworkService": {"address": "127.0.0.1", "username": "nobody", "port": _free_port()}}
+            (root / "exporter.yaml").write_text(yaml.safe_dump(exported))
+            log = root / "exporter.log"
+            procs.append(subprocess.Popen([str(BIN / "labgrid-exporter"), "-c", address, "--name", "rack1",
+                                           str(root / "exporter.yaml")], stdout=open(log, "wb"), stderr=subprocess.STDOUT))
+            farm = Farm(root, address, boards)
+            deadline = time.monotonic() + 30
+            while "rack1/gone" not in farm.client("resources"):
+                assert time.monotonic() < deadline and procs[-1].poll() is None, log.read_text()
+                time.sleep(0.2)
+            key = {g: _fingerprint(Path(boards[f"lab-{g}"]["home"]) / "ssh_host_ed25519_key.pub") for g in ("a", "b")}
+            places = {"farm-a": ("a", {"edgebench-hostkey": key["a"]}), "farm-b": ("b", {"edgebench-hostkey": key["b"]}),
+                      "farm-nokey": ("b", {}), "farm-wrongkey": ("b", {"edgebench-hostkey": key["a"]}),
+                      "farm-gone": ("gone", {}), "farm-untagged": ("a", None)}
+            farm.client("-p", "farm-a", "create")  # the CLI for one, labgrid's Python API for the rest (faster)
+            with Coordinator(address) as coordinator:
+                for name, (group, tags) in places.items():
+                    if name != "farm-a":
+                        assert coordinator._call("AddPlace", pb2.AddPlaceRequest(name=name)) is None
+                    match = pb2.AddPlaceMatchRequest(placename=name, pattern=f"rack1/{group}/NetworkService")
+                    assert coordinator._call("AddPlaceMatch", match) is None
+                    if tags is not None:
+                        tags = {"edgebench-profile": "local", "edgebench-workdir": str(root / "work" / name), **tags}
+                        assert coordinator.set_tags(name, tags) is None
+            assert "edgebench-hostkey=SHA256:" in farm.client("-p", "farm-a", "show")
+            inventory = yaml.safe_load((root / "inventory.yaml").read_text())
+            inventory["labgrid"]["coordinator"] = address
+            (root / "inventory.yaml").write_text(yaml.safe_dump(inventory))
+            yield farm
+        finally:
+            for proc in reversed(procs):
+                proc.terminate()
+                proc.wait(10)
 
 
 def _wait_ended(name: str, sweep_id: str, timeout_s: float = 150) -> dict:
