@@ -60,6 +60,18 @@ def test_bench_onnxruntime_exports_runs_torch_free_and_records_refusals(tmp_path
     assert "forward-mode" in refused["detail"] and "--backend eager" in refused["detail"]
 
 
+def test_bench_fails_like_deploy_when_no_method_can_run(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "edgebench.cli", "bench", "--model", "tiny", "--backend", "onnxruntime",
+         "--methods", "forward-grad", "--steps", "1", "--json", "--runs-dir", str(tmp_path / "runs")],
+        capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1, out.stderr
+    assert [r["status"] for r in json.loads(out.stdout)] == ["unsupported"]  # still recorded for scripts
+    line = out.stderr.strip()
+    assert "\n" not in line and "Traceback" not in line
+    assert line.startswith("local: no method can run there (onnxruntime): forward-grad: ") and "forward-mode" in line
+
+
 def _checkpoint_and_data(root: Path) -> tuple[Path, Path]:
     """A tiny nanoVLM checkpoint folder and a two-line folder dataset, as a user brings them."""
     import torch

@@ -243,7 +243,8 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str,
     """Benchmark fine-tuning methods on this host: `deploy` to the local device, in the foreground.
 
     Each method runs in a fresh process so its memory is its own, sampled while it runs;
-    a run that OOMs, diverges or fails is recorded with its status and the sweep goes on.
+    a run that OOMs, diverges or fails is recorded with its status and the sweep goes on;
+    a method the backend cannot run is recorded `unsupported` (exit 1 when none can run, as deploy).
     Each run leaves a run directory under --runs-dir and is ingested into the store.
     With --repeats N the table gives each figure as the median of the N runs with
     [min-max] and n; a run that other processes disturbed (they took >10% of the CPU)
@@ -303,6 +304,11 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str,
     else:
         render_bench_results(results, f"{shape['model']} on {device}, batch {shape['batch_size']}, {shape['backend']}")
         click.echo(f"run directories under {runs_dir}/; store {store_path} (edgebench report --store {store_path})")
+    refused = {r["method"]: " ".join(str(r["detail"]).split()) for r in results if r["status"] == "unsupported"}
+    if results and len(refused) == len(results):  # as deploy: a sweep where nothing could run failed
+        click.secho(f"{device}: no method can run there ({shape['backend']}): "
+                    + "; ".join(f"{m}: {why}" for m, why in refused.items()), fg="red", err=True)
+        raise SystemExit(1)
 
 
 @click.command()
