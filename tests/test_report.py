@@ -102,9 +102,9 @@ def _store_truth(store_path):
     with Store(store_path, read_only=True) as store:
         q = store.con.execute
         runs = {(d, r): s for d, r, s in q("SELECT device, run_id, status FROM runs").fetchall()}
-        median = dict(((d, r), m) for d, r, m in q("""SELECT device, run_id, median(duration_s) FROM steps
+        median = dict(((d, r), m) for d, r, m in q("""SELECT device, run_id, median(duration_s) FROM steps_host
             WHERE phase = 'measure' GROUP BY ALL""").fetchall())
-        rss = dict(((d, r), m) for d, r, m in q("SELECT device, run_id, max(rss_bytes) FROM samples GROUP BY ALL").fetchall())
+        rss = dict(((d, r), m) for d, r, m in q("SELECT device, run_id, max(rss_bytes) FROM samples_host GROUP BY ALL").fetchall())
     return runs, median, rss
 
 

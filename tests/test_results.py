@@ -311,3 +311,46 @@ def test_events_read_by_duckdb_count_bad_lines_and_rebuild_steps(tmp_path):
     assert got[("measure", 0)] == windows[("measure", 0)]  # begin = end - duration_s
     assert got[("warmup", 0)] == windows[("warmup", 0)] and got[("measure", 2)] == windows[("measure", 2)]
     assert len(got) == run.warmup_steps + run.steps and unended == [(last_end + 10, None)]
+
+
+def _downgrade_to_text_keys(path):
+    """Rewrites a store to the layout before run keys (device and run_id on every sample and step row)."""
+    import duckdb
+
+    con = duckdb.connect(str(path))
+    con.execute("DROP VIEW samples_host; DROP VIEW steps_host")
+    for table in ("samples", "steps"):
+        con.execute(f"CREATE TABLE old AS SELECT r.device, r.run_id, t.* EXCLUDE (run_key) FROM {table} t "
+                    "JOIN runs r USING (run_key)")
+        con.execute(f"DROP TABLE {table}; ALTER TABLE old RENAME TO {table}")
+    con.execute("CREATE TABLE old AS SELECT * EXCLUDE (run_key, packing) FROM runs; DROP TABLE runs; "
+                "ALTER TABLE old RENAME TO runs")
+    con.close()
+
+
+def test_sample_rows_carry_only_a_run_key_and_older_stores_upgrade_in_place(tmp_path):
+    a, b = FakeRun(run_id="run-a"), FakeRun(run_id="run-b")
+    src_a, src_b = a.write(tmp_path / "src"), b.write(tmp_path / "src")
+    meta = json.loads((src_b / "meta.json").read_text())
+    meta["spec"]["packing"] = True
+    (src_b / "meta.json").write_text(json.dumps(meta))
+    path = tmp_path / "s.duckdb"
+    with Store(path) as store:
+        store.ingest_run(src_a, device="pi")
+        store.ingest_run(src_b, device="pi")
+        assert {"device", "run_id"}.isdisjoint(store.sample_columns()) and "run_key" in store.sample_columns()
+        keys = {r["run_id"]: (r["run_key"], r["packing"]) for r in store.runs()}
+        assert keys == {"run-a": (1, False), "run-b": (2, True)}
+        store.ingest_run(src_a, device="pi")  # a re-ingest keeps the run's key
+        assert {r["run_id"]: r["run_key"] for r in store.runs()} == {"run-a": 1, "run-b": 2}
+        before = store.samples("pi", "run-b", ["rss_bytes"])
+        host = store.con.execute("SELECT device, run_id, count(*) FROM samples_host GROUP BY ALL ORDER BY run_id").fetchall()
+        assert host == [("pi", "run-a", len(a.sample_times_ns())), ("pi", "run-b", len(b.sample_times_ns()))]
+    _downgrade_to_text_keys(path)
+    with Store(path, read_only=True) as store:  # an older store: upgraded on open, nothing lost
+        assert {r["run_id"]: r["packing"] for r in store.runs()} == {"run-a": False, "run-b": True}
+        after = store.samples("pi", "run-b", ["rss_bytes"])
+        np.testing.assert_array_equal(after["t_ns"], before["t_ns"])
+        np.testing.assert_array_equal(after["rss_bytes"], before["rss_bytes"])
+        assert len(store.steps("pi", "run-a")["step"]) == a.steps + a.warmup_steps
+        assert "device" not in store.sample_columns()

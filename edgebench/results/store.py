@@ -3,8 +3,10 @@ external power trace, plus the raw trace files kept beside it.
 
 Samples are stored wide: one column per field the samplers wrote (`rss_bytes`,
 `rail_vdd_in_w`, `temp_cpu_c`, ...); a field seen for the first time adds a column, so
-devices with different sensors share one table. Rows go in as Arrow tables in one bulk
-INSERT per run (millions of samples ingest in seconds). Device times stay as written
+devices with different sensors share one table. A run's device and run_id live once, in
+`runs`; its sample and step rows carry only the run's small integer `run_key` (two text
+columns on every one of millions of rows cost ~13% of the ingest). DuckDB parses
+samples.jsonl straight into the table (millions of samples ingest in seconds). Device times stay as written
 (monotonic ns); the views `samples_host` and `steps_host` place them on the host's
 wall clock with each run's alignment (see alignment.py), recomputed whenever probes
 for the device arrive.
@@ -52,12 +54,12 @@ CREATE TABLE IF NOT EXISTS runs (
     events_bad_lines BIGINT, events_truncated BOOLEAN,
     align_source VARCHAR, align_offset_ns BIGINT, align_drift DOUBLE, align_ref_mono_ns BIGINT,
     align_probes_used INTEGER, align_probes_discarded INTEGER, align_max_error_ns BIGINT, align_note VARCHAR,
-    ingested_at TIMESTAMP DEFAULT current_timestamp,
+    ingested_at TIMESTAMP DEFAULT current_timestamp, run_key INTEGER, packing BOOLEAN,
     PRIMARY KEY (device, run_id)
 );
-CREATE TABLE IF NOT EXISTS samples (device VARCHAR, run_id VARCHAR, t_ns BIGINT);
+CREATE TABLE IF NOT EXISTS samples (run_key INTEGER, t_ns BIGINT);
 CREATE TABLE IF NOT EXISTS steps (
-    device VARCHAR, run_id VARCHAR, step BIGINT, phase VARCHAR,
+    run_key INTEGER, step BIGINT, phase VARCHAR,
     begin_ns BIGINT, end_ns BIGINT, duration_s DOUBLE, loss DOUBLE
 );
 CREATE TABLE IF NOT EXISTS clock_probes (
@@ -74,13 +76,14 @@ CREATE TABLE IF NOT EXISTS external_traces (trace_id VARCHAR, device VARCHAR, ho
 HOST_NS = "{t} + r.align_offset_ns + CAST(round(r.align_drift * ({t} - r.align_ref_mono_ns)) AS BIGINT)"
 VIEWS = f"""
 CREATE OR REPLACE VIEW samples_host AS
-    SELECT s.*, CASE WHEN r.align_source = 'none' THEN NULL ELSE {HOST_NS.format(t='s.t_ns')} END AS host_t_ns
-    FROM samples s JOIN runs r USING (device, run_id);
+    SELECT r.device, r.run_id, s.*,
+        CASE WHEN r.align_source = 'none' THEN NULL ELSE {HOST_NS.format(t='s.t_ns')} END AS host_t_ns
+    FROM samples s JOIN runs r USING (run_key);
 CREATE OR REPLACE VIEW steps_host AS
-    SELECT s.*,
+    SELECT r.device, r.run_id, s.*,
         CASE WHEN r.align_source = 'none' THEN NULL ELSE {HOST_NS.format(t='s.begin_ns')} END AS host_begin_ns,
         CASE WHEN r.align_source = 'none' THEN NULL ELSE {HOST_NS.format(t='s.end_ns')} END AS host_end_ns
-    FROM steps s JOIN runs r USING (device, run_id);
+    FROM steps s JOIN runs r USING (run_key);
 """
 
 
@@ -124,6 +127,35 @@ def _plain(values: Any) -> np.ndarray:
     return values.astype(object).filled(None)
 
 
+def _upgrade(con: duckdb.DuckDBPyConnection) -> None:
+    """Brings a store written by an older edgebench to this layout, rows kept: the runs table
+    gains `run_key` and `packing` (read back from each run's meta), and samples and steps
+    keyed by device and run_id text get the run's key instead."""
+    def columns(table: str) -> set[str]:
+        return {r[0] for r in con.execute("SELECT column_name FROM information_schema.columns WHERE table_name = ?",
+                                          [table]).fetchall()}
+
+    have = columns("runs")
+    if not have or {"run_key", "packing"} <= have and "device" not in columns("samples"):
+        return
+    con.execute("BEGIN TRANSACTION")
+    con.execute("DROP VIEW IF EXISTS samples_host; DROP VIEW IF EXISTS steps_host")
+    con.execute("ALTER TABLE runs ADD COLUMN IF NOT EXISTS run_key INTEGER")
+    con.execute("ALTER TABLE runs ADD COLUMN IF NOT EXISTS packing BOOLEAN")
+    con.execute("""UPDATE runs SET run_key = k.key FROM (SELECT device, run_id, row_number() OVER (
+                       ORDER BY ingested_at, device, run_id) AS key FROM runs) k
+                   WHERE runs.run_key IS NULL AND runs.device = k.device AND runs.run_id = k.run_id""")
+    con.execute("""UPDATE runs SET packing = coalesce(TRY_CAST(json_extract(meta_json, '$.spec.packing') AS BOOLEAN), false)
+                   WHERE packing IS NULL""")
+    for table in ("samples", "steps"):
+        if "device" in columns(table):
+            con.execute(f"""CREATE TABLE _{table} AS SELECT r.run_key::INTEGER AS run_key, t.* EXCLUDE (device, run_id)
+                            FROM {table} t JOIN runs r USING (device, run_id)""")
+            con.execute(f"DROP TABLE {table}")
+            con.execute(f"ALTER TABLE _{table} RENAME TO {table}")
+    con.execute("COMMIT")
+
+
 class StoreError(ValueError):
     """The store file cannot be used: damaged, foreign, or held by another writer too long."""
 
@@ -164,7 +196,14 @@ class Store:
                                     "`edgebench ingest RUN_DIR` first, or pass --store")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.con = _connect(self.path, read_only)
+        if read_only and "device" in {r[0] for r in self.con.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = 'samples'").fetchall()}:
+            self.con.close()  # written by an older edgebench: upgraded once, then read
+            with Store(self.path):
+                pass
+            self.con = _connect(self.path, read_only)
         if not read_only:
+            _upgrade(self.con)
             self.con.execute(SCHEMA)
             self.con.execute(VIEWS)
         elif not self.con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'runs'").fetchone()[0]:
@@ -198,15 +237,17 @@ class Store:
         self.con.execute("SET preserve_insertion_order = false")
         self.con.execute("BEGIN TRANSACTION")
         try:
-            key = [device, run_id]
             # Rows of a run go in with its `runs` row in one transaction: no runs row, nothing to delete
-            # (skips scanning the whole samples table on a first ingest).
-            if self.con.execute("SELECT count(*) FROM runs WHERE device = ? AND run_id = ?", key).fetchall()[0][0]:
+            # (skips scanning the whole samples table on a first ingest). A re-ingest keeps the run's key.
+            run_key = self._run_key(device, run_id)
+            if run_key is None:
+                run_key = self.con.execute("SELECT coalesce(max(run_key), 0) + 1 FROM runs").fetchone()[0]
+            else:
                 for table in ("runs", "samples", "steps"):
-                    self.con.execute(f"DELETE FROM {table} WHERE device = ? AND run_id = ?", key)
-            samples = self._insert_samples(files.path / "samples.jsonl", device, run_id)
-            self._insert_run_row(files, device, run_id, raw_dir, samples)
-            self._insert_bulk("steps", files.steps, device, run_id)
+                    self.con.execute(f"DELETE FROM {table} WHERE run_key = ?", [run_key])
+            samples = self._insert_samples(files.path / "samples.jsonl", run_key)
+            self._insert_run_row(files, device, run_id, run_key, raw_dir, samples)
+            self._insert_bulk("steps", files.steps, run_key)
             self._store_alignment(device, run_id, align_run(self.probes(device), files.meta))
             self.con.execute("COMMIT")
         except BaseException:
@@ -247,7 +288,11 @@ class Store:
             return "BIGINT" if name.endswith(INTEGER_SUFFIXES) else "DOUBLE"
         return "VARCHAR"
 
-    def _insert_samples(self, path: Path, device: str, run_id: str) -> SampleCounts:
+    def _run_key(self, device: str, run_id: str) -> int | None:
+        row = self.con.execute("SELECT run_key FROM runs WHERE device = ? AND run_id = ?", [device, run_id]).fetchone()
+        return None if row is None else row[0]
+
+    def _insert_samples(self, path: Path, run_key: int) -> SampleCounts:
         """DuckDB reads samples.jsonl straight into `samples` (new fields add columns first);
         lines it cannot parse are counted and dropped. The file's key/value pairs are counted
         meanwhile (another core); when the quick plan did not store them all, the run's rows
@@ -255,31 +300,30 @@ class Store:
         scan = scan_samples(self.con, path)
         if scan is None:
             return SampleCounts()
-        key = [device, run_id]
         with ThreadPoolExecutor(1) as pool:
             mentions = pool.submit(scan.key_mentions) if scan.checkable else None
-            self._insert_scan(scan, device, run_id)
-            got = self._tally(scan, key)
+            self._insert_scan(scan, run_key)
+            got = self._tally(scan, run_key)
             if mentions is None or got[3] != mentions.result():
-                self.con.execute("DELETE FROM samples WHERE device = ? AND run_id = ?", key)
+                self.con.execute("DELETE FROM samples WHERE run_key = ?", [run_key])
                 scan = scan_samples(self.con, path, full=True)
-                self._insert_scan(scan, device, run_id)
-                got = self._tally(scan, key)
+                self._insert_scan(scan, run_key)
+                got = self._tally(scan, run_key)
         count, unread, limit, _ = got
         if unread:
-            self.con.execute("DELETE FROM samples WHERE device = ? AND run_id = ? AND t_ns IS NULL", key)
+            self.con.execute("DELETE FROM samples WHERE run_key = ? AND t_ns IS NULL", [run_key])
         return SampleCounts(count, max(0, unread - int(scan.truncated_last_line)), scan.truncated_last_line,
                             int(limit) if limit is not None and limit < UNLIMITED_BYTES else None)
 
-    def _tally(self, scan: SampleScan, key: list[str]) -> tuple[int, int, int | None, int]:
+    def _tally(self, scan: SampleScan, run_key: int) -> tuple[int, int, int | None, int]:
         """In one pass over the run's rows: samples read, lines unread (all NULL), the smallest
         cgroup limit, and how many key/value pairs of the file arrived (one per non-null cell)."""
         pairs = " + ".join(f"count({_quote(c)})" for c in scan.columns)
         limit = "min(cgroup_limit_bytes)" if "cgroup_limit_bytes" in scan.columns else "NULL"
         return self.con.execute(f"SELECT count(t_ns), count(*) - count(t_ns), {limit}, {pairs} FROM samples "
-                                "WHERE device = ? AND run_id = ?", key).fetchone()
+                                "WHERE run_key = ?", [run_key]).fetchone()
 
-    def _insert_scan(self, scan: SampleScan, device: str, run_id: str) -> None:
+    def _insert_scan(self, scan: SampleScan, run_key: int) -> None:
         existing = self._column_types("samples")
         for name, source_type in scan.columns.items():
             if name not in existing:
@@ -295,10 +339,10 @@ class Store:
                 select.append(f"TRY_CAST({col} ->> '$' AS {target}) AS {col}")
             else:
                 select.append(f"TRY_CAST({col} AS {target}) AS {col}")
-        self.con.execute(f"INSERT INTO samples BY NAME SELECT $device AS device, $run_id AS run_id, {', '.join(select)} "
-                         f"FROM {scan.source()}", {"device": device, "run_id": run_id})
+        self.con.execute(f"INSERT INTO samples BY NAME SELECT {int(run_key)}::INTEGER AS run_key, {', '.join(select)} "
+                         f"FROM {scan.source()}")
 
-    def _insert_run_row(self, files: RunFiles, device: str, run_id: str, raw_dir: str | None,
+    def _insert_run_row(self, files: RunFiles, device: str, run_id: str, run_key: int, raw_dir: str | None,
                         samples: SampleCounts) -> None:
         meta, result = files.meta, files.result or {}
         spec = meta.get("spec") or {}
@@ -308,7 +352,7 @@ class Store:
         ram = min([v for v in (limit, mem_total, _profile_ram_bytes(device)) if v], default=None)
         detail = result.get("detail") or "; ".join(str(e.get("detail", e.get("event"))) for e in files.error_events) or None
         row = {
-            "device": device, "run_id": run_id,
+            "device": device, "run_id": run_id, "run_key": run_key, "packing": bool(spec.get("packing")),
             "model": spec.get("model") if spec.get("checkpoint") else (result.get("model") or spec.get("model")), "method": result.get("method") or spec.get("method"),
             "backend": result.get("backend") or spec.get("backend"),
             "status": result.get("status") or "incomplete", "detail": detail,
@@ -324,21 +368,20 @@ class Store:
         names = ", ".join(row)
         self.con.execute(f"INSERT INTO runs ({names}) VALUES ({', '.join('?' * len(row))})", list(row.values()))
 
-    def _insert_bulk(self, table: str, data: pa.Table, device: str, run_id: str) -> None:
+    def _insert_bulk(self, table: str, data: pa.Table, run_key: int) -> None:
         """One INSERT ... BY NAME from Arrow; new sample fields become new columns first."""
         existing = {name: dtype for name, dtype in self.con.execute(
             "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ?", [table]).fetchall()}
         for col_field in data.schema:
-            if col_field.name not in existing and col_field.name not in ("device", "run_id"):
+            if col_field.name not in existing and col_field.name != "run_key":
                 dtype = _duck_type(col_field.name, col_field.type)
                 self.con.execute(f"ALTER TABLE {table} ADD COLUMN {_quote(col_field.name)} {dtype}")
                 existing[col_field.name] = dtype
         select = ", ".join(f"TRY_CAST({_quote(n)} AS {existing[n]}) AS {_quote(n)}"
-                           for n in data.column_names if n not in ("device", "run_id"))
+                           for n in data.column_names if n != "run_key")
         self.con.register("_incoming", data)
         try:
-            self.con.execute(f"INSERT INTO {table} BY NAME SELECT $device AS device, $run_id AS run_id, {select} FROM _incoming",
-                             {"device": device, "run_id": run_id})
+            self.con.execute(f"INSERT INTO {table} BY NAME SELECT {int(run_key)}::INTEGER AS run_key, {select} FROM _incoming")
         finally:
             self.con.unregister("_incoming")
 
@@ -453,9 +496,9 @@ class Store:
         wanted = ["t_ns"] + [c for c in columns if c != "t_ns"]
         select = ", ".join(f"TRY_CAST({_quote(c)} AS DOUBLE) AS {_quote(c)}" if c in have else f"NULL::DOUBLE AS {_quote(c)}"
                            for c in wanted[1:])
-        got = self.con.execute(f"SELECT t_ns, {select} FROM samples WHERE device = ? AND run_id = ? ORDER BY t_ns"
-                               if select else "SELECT t_ns FROM samples WHERE device = ? AND run_id = ? ORDER BY t_ns",
-                               [device, run_id]).fetchnumpy()
+        got = self.con.execute(f"SELECT t_ns, {select} FROM samples WHERE run_key = ? ORDER BY t_ns"
+                               if select else "SELECT t_ns FROM samples WHERE run_key = ? ORDER BY t_ns",
+                               [self._run_key(device, run_id)]).fetchnumpy()
         return {c: _plain(got[c]) for c in wanted}
 
     def steps(self, device: str, run_id: str) -> dict[str, np.ndarray]:
