@@ -38,8 +38,8 @@ class RunFiles:
     path: Path
     meta: dict[str, Any]
     result: dict[str, Any] | None
-    steps: pa.Table
-    events_counts: TraceCounts
+    steps: pa.Table | None = None  # from events.jsonl: read_events
+    events_counts: TraceCounts = field(default_factory=TraceCounts)
     error_events: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -244,12 +244,14 @@ def read_events(con: Any, path: Path) -> tuple[pa.Table, TraceCounts, list[dict[
     return steps, counts, errors
 
 
-def read_run_dir(run_dir: str | Path, con: Any) -> RunFiles:
-    """Reads a run directory as written by `python -m edgebench.runner` (events through `con`)."""
+def read_run_dir(run_dir: str | Path, con: Any = None) -> RunFiles:
+    """Reads a run directory as written by `python -m edgebench.runner`: meta.json,
+    result.json and, given a DuckDB connection `con`, events.jsonl."""
     path = Path(run_dir)
     if not path.is_dir():
         raise FileNotFoundError(f"{path}: not a directory; pass a run directory (meta.json, samples.jsonl, events.jsonl)")
     meta = _read_json_file(path / "meta.json", required=True) or {}
     result = _read_json_file(path / "result.json", required=False)
-    steps, events_counts, errors = read_events(con, path / "events.jsonl")
-    return RunFiles(path, meta, result, steps, events_counts, errors)
+    if con is None:
+        return RunFiles(path, meta, result)
+    return RunFiles(path, meta, result, *read_events(con, path / "events.jsonl"))

@@ -28,7 +28,8 @@ import pyarrow as pa
 from edgebench.results import DEFAULT_STORE
 from edgebench.results.alignment import Alignment, align_run
 from edgebench.results.external import CsvMapping, read_power_csv
-from edgebench.results.runfiles import INTEGER_SUFFIXES, RunFiles, SampleScan, read_run_dir, scan_samples
+from edgebench.results.runfiles import (INTEGER_SUFFIXES, RunFiles, SampleScan, read_events, read_run_dir,
+                                         scan_samples)
 
 UNLIMITED_BYTES = 1 << 60  # cgroup "max" reads as ~2^63: no limit
 NUMERIC_TYPES = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
@@ -227,7 +228,7 @@ class Store:
     # ---- ingest ---------------------------------------------------------------------
     def ingest_run(self, run_dir: str | Path, device: str | None = None, keep_raw: bool = True) -> str:
         """Loads a run directory; re-ingesting the same (device, run_id) replaces it."""
-        files = read_run_dir(run_dir, self.con)
+        files = read_run_dir(run_dir)
         device = device or "local"
         run_id = files.run_id
         raw_dir = self._keep_raw(files.path, device, run_id) if keep_raw else None
@@ -235,6 +236,9 @@ class Store:
         # checkpoint merges again (~25% more CPU for the same store); readers sort by t_ns.
         self.con.execute("SET threads = 1")
         self.con.execute("SET preserve_insertion_order = false")
+        pool, events_con = ThreadPoolExecutor(1), self.con.cursor()
+        # events.jsonl is parsed on another core (its own DuckDB connection) while the samples go in
+        events = pool.submit(read_events, events_con, files.path / "events.jsonl")
         self.con.execute("BEGIN TRANSACTION")
         try:
             # Rows of a run go in with its `runs` row in one transaction: no runs row, nothing to delete
@@ -246,6 +250,7 @@ class Store:
                 for table in ("runs", "samples", "steps"):
                     self.con.execute(f"DELETE FROM {table} WHERE run_key = ?", [run_key])
             samples = self._insert_samples(files.path / "samples.jsonl", run_key)
+            files.steps, files.events_counts, files.error_events = events.result()
             self._insert_run_row(files, device, run_id, run_key, raw_dir, samples)
             self._insert_bulk("steps", files.steps, run_key)
             self._store_alignment(device, run_id, align_run(self.probes(device), files.meta))
@@ -254,6 +259,8 @@ class Store:
             self.con.execute("ROLLBACK")
             raise
         finally:
+            pool.shutdown()
+            events_con.close()
             self.con.execute("RESET threads")
             self.con.execute("RESET preserve_insertion_order")
         return run_id
