@@ -3,6 +3,7 @@ a manifest, through the content-keyed cache (the same request twice exports once
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import tempfile
@@ -254,17 +255,21 @@ def export(
     if target is not None and is_complete(target, key):
         return ExportResult(target, read_manifest(target), cached=True)
     entry = cache_root() / key[:24]
-    cached = is_complete(entry, key)
-    if not cached:
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        work = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=entry.parent))
-        try:
-            _build(request, key, work, on_stage)
-            if entry.exists():
-                shutil.rmtree(entry)  # an incomplete earlier attempt
-            os.replace(work, entry)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    # Another process exporting the same request (two deploys, test workers) holds the entry's
+    # lock: wait for it and reuse its export instead of building it twice.
+    with open(entry.parent / f".{entry.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        cached = is_complete(entry, key)
+        if not cached:
+            work = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=entry.parent))
+            try:
+                _build(request, key, work, on_stage)
+                if entry.exists():
+                    shutil.rmtree(entry)  # an incomplete earlier attempt
+                os.replace(work, entry)
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
     if target is None or target.resolve() == entry.resolve():
         return ExportResult(entry, read_manifest(entry), cached=cached)
     materialize(entry, target)

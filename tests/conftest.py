@@ -56,8 +56,15 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def export_cache(tmp_path_factory):
-    """One export cache for the test session: the same request is exported once."""
-    cache = tmp_path_factory.mktemp("export-cache")
+    """One export cache for the test session: the same request is exported once, also across
+    xdist workers (they share the session's temporary root; the exporter locks each entry while
+    it builds, so the second asker waits and reuses it: ExecuTorch exports of the tiny model take
+    20-60 s each)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        cache = tmp_path_factory.getbasetemp().parent / "export-cache"
+        cache.mkdir(exist_ok=True)
+    else:
+        cache = tmp_path_factory.mktemp("export-cache")
     patch = pytest.MonkeyPatch()
     patch.setenv("EDGEBENCH_EXPORT_CACHE", str(cache))
     yield cache

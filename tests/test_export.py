@@ -160,6 +160,22 @@ def test_cache_hits_on_a_repeated_request(et_sgd, tmp_path):
     assert other.key() != request.key()
 
 
+def test_two_processes_asking_for_one_export_build_it_once(tmp_path):
+    """Two deploys (or test workers) at once: the second waits for the first's export and reuses it."""
+    import subprocess
+    import sys
+
+    code = ("from exporters.manifest import ExportRequest; from exporters.pipeline import export; "
+            f"print(export(ExportRequest(model='tiny', method='sgd', backend='onnxruntime', text_length={TEXT})).cached)")
+    env = {**os.environ, "EDGEBENCH_EXPORT_CACHE": str(tmp_path / "cache")}
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    cached = sorted(proc.communicate(timeout=600)[0].split()[-1] for proc in procs)
+    assert [proc.returncode for proc in procs] == [0, 0]
+    assert cached == ["False", "True"]  # built once
+    assert len([p for p in (tmp_path / "cache").iterdir() if not p.name.startswith(".")]) == 1
+
+
 # ONNX Runtime's subsets are checked in tests/test_export_onnxruntime.py; EDGEBENCH_FULL=1
 # adds the ExecuTorch freeze-vision export (the frozen patch-embed conv).
 SUBSETS = [("lora", "executorch")]

@@ -24,9 +24,12 @@ def test_export_checks_my_data_against_the_program_and_shows_the_lr(tmp_path, ex
     assert [i["shape"] for i in got["inputs"] if i["name"] == "input_ids"] == [[1, 32]]
 
 
-def test_export_refuses_data_longer_than_the_program_before_lowering(tmp_path, export_cache):
+def test_export_refuses_data_longer_than_the_program_before_lowering(tmp_path, monkeypatch):
     from edgebench.cli import cli
 
+    export_cache = tmp_path / "cache"  # its own: other workers add to the session's shared cache meanwhile
+    export_cache.mkdir()
+    monkeypatch.setenv("EDGEBENCH_EXPORT_CACHE", str(export_cache))
     (tmp_path / "data").mkdir()
     data = _folder(tmp_path / "data", GOOD)
     before = sorted(p.name for p in export_cache.iterdir())
