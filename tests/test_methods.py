@@ -125,6 +125,25 @@ def test_mezo_restores_weights_bitwise_after_perturbations():
     assert not all(torch.equal(a, b) for a, b in zip(before, trainer.params))
 
 
+def test_mezo_keeps_one_merged_restore_record_per_weight():
+    """Weights larger than a chunk: each weight's chunk records become one record (kept apart,
+    they pin heap holes between the chunks' temporaries), and undo restores bitwise."""
+    from edgebench.methods.mezo import CHUNK
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(1000, CHUNK // 1000 + 100), torch.nn.Linear(10, 10))
+    trainer = make_trainer("mezo", model)
+    before = [p.detach().clone() for p in trainer.params]
+    record = []
+    trainer._add(7, 1e-3, record)
+    weights = [flat.data_ptr() for flat, _, _ in record]  # a weight with no fix-up has no record
+    assert len(weights) == len(set(weights)) and set(weights) <= {p.data_ptr() for p in trainer.params}
+    assert trainer.params[0].data_ptr() in weights
+    assert any(int(indices.max()) >= CHUNK for _, indices, _ in record)  # offsets past the first chunk
+    trainer._undo(7, 1e-3, record)
+    assert all(torch.equal(a, b) for a, b in zip(before, trainer.params))
+
+
 def test_cg_line_search_never_accepts_a_loss_raising_step():
     trainer = make_trainer("cg", _tiny(), lr=50.0)  # first trials far too long: must backtrack
     backtracked = False

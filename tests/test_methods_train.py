@@ -126,6 +126,35 @@ def test_bf16_weights_with_stochastic_rounding_track_fp32_sgd_on_tiny():
     assert nearest - fp32 > 0.05, losses
 
 
+def test_bf16_trainer_takes_the_embedding_lookup_gradient_sparse():
+    """The lookup's gradient stays sparse (no second vocabulary-sized gradient) and the update is
+    the one a dense gradient gives; an untied embedding's sparse gradient is applied too."""
+    import dataclasses
+
+    from edgebench.model.vision_language_model import VisionLanguageModel
+
+    batch = to_torch(next(synthetic_batches(get_config("tiny"), 4, 16, seed=0)))
+    moves = {}
+    for sparse in (True, False):
+        torch.manual_seed(0)
+        trainer = make_trainer("all+bf16-weights", build_model("tiny"), lr=1.0, total_steps=1)
+        assert trainer.model.decoder.token_embedding.sparse is True
+        trainer.model.decoder.token_embedding.sparse = sparse
+        before = trainer.model.decoder.token_embedding.weight.detach().float()
+        trainer.step(batch)
+        moves[sparse] = trainer.model.decoder.token_embedding.weight.detach().float() - before
+    # the same update up to bf16 rounding (the sum's order differs)
+    assert (moves[True] - moves[False]).abs().max() <= 0.05 * moves[False].abs().max()
+
+    torch.manual_seed(0)
+    untied = VisionLanguageModel(dataclasses.replace(get_config("tiny"), lm_tie_weights=False)).to(torch.bfloat16)
+    trainer = make_trainer("all+bf16-weights", untied, lr=1e-2, total_steps=1)
+    before = untied.decoder.token_embedding.weight.detach().clone()
+    trainer.step(batch)
+    moved = (untied.decoder.token_embedding.weight != before).any(dim=1)
+    assert moved.any() and set(moved.nonzero().view(-1).tolist()) <= set(batch["input_ids"].view(-1).tolist())
+
+
 def test_streamed_build_packs_every_frozen_linear_and_keeps_the_head_tied():
     from edgebench.methods.int4 import Int4Linear
     from edgebench.methods.streaming import build_streamed

@@ -23,6 +23,13 @@ def add_recorded(flat: torch.Tensor, delta: torch.Tensor, record: Record) -> Non
     flat.copy_(moved)
 
 
+def merged(flat: torch.Tensor, parts: Record) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The records of views into `flat` (1-D, contiguous) as one record of `flat`."""
+    base = flat.storage_offset()
+    indices = torch.cat([i + (view.storage_offset() - base) for view, i, _ in parts])
+    return flat, indices, torch.cat([values for _, _, values in parts])
+
+
 @torch.no_grad()
 def undo(flat: torch.Tensor, delta: torch.Tensor) -> None:
     """flat -= delta in place (the recorded fix-ups are applied by `restore`)."""

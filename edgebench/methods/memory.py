@@ -284,6 +284,8 @@ def predict(cfg, method: Method | str, batch_size: int, text_length: int,
         gradients = 0
     elif method.grad_mode == "forward-mode":
         gradients = 4 * n_trainable  # one tangent per trainable weight
+    elif method.fused_update and method.trained_dtype == "bf16":
+        gradients = largest  # one at a time; the embedding's lookup gradient is sparse (methods.bf16)
     elif method.fused_update or method.optimizer in ("lomo", "adalomo"):
         gradients = 2 * largest  # at most a couple of gradients alive at once
     elif method.optimizer == "cg":

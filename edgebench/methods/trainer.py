@@ -82,6 +82,7 @@ class FusedTrainer(Trainer):
 
     Only one parameter's gradient exists at a time, so the gradients' memory nearly vanishes.
     The price: no global-norm clipping (the norm is known only after the last gradient).
+    Subclasses change what the update is (`_update`) and how the schedule reaches it (`_schedule`).
     """
 
     def __init__(self, method: Method, model: nn.Module, lr: float, total_steps: int):
@@ -89,25 +90,33 @@ class FusedTrainer(Trainer):
         self.optimizers = []
         for group in optim.param_groups(model, lr):
             for param in group["params"]:
-                opt = optim.build_optimizer(method.optimizer, [{**group, "params": [param]}])
-                param.register_post_accumulate_grad_hook(self._update_hook(opt))
-                self.optimizers.append(opt)
+                param.register_post_accumulate_grad_hook(_then_free_grad(self._update(group, param)))
 
-    @staticmethod
-    def _update_hook(opt: torch.optim.Optimizer):
-        def hook(param: torch.Tensor) -> None:
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+    def _update(self, group: dict, param: nn.Parameter):
+        """What runs on `param` once its gradient is complete: its own optimizer's step."""
+        opt = optim.build_optimizer(self.method.optimizer, [{**group, "params": [param]}])
+        self.optimizers.append(opt)
+        return lambda _param: opt.step()
 
-        return hook
+    def _schedule(self) -> None:
+        optim.set_schedule(self.optimizers, self.steps_done, self.total_steps)
 
     def step(self, batch: Batch) -> float:
         self.model.train()
-        optim.set_schedule(self.optimizers, self.steps_done, self.total_steps)
+        self._schedule()
         loss = self.loss(batch)
         loss.backward()
         self.steps_done += 1
         return loss.item()
+
+
+def _then_free_grad(update):
+    def hook(param: torch.Tensor) -> None:
+        with torch.no_grad():
+            update(param)
+        param.grad = None
+
+    return hook
 
 
 class LomoTrainer(Trainer):
