@@ -54,7 +54,6 @@ def _wait_finished(name: str, sweep_id: str, timeout_s: float = 150) -> dict:
 
 def test_sweep_on_two_devices_at_once_oom_on_the_small_one(lab_env):
     specs = [RunSpec(method="sgd", steps=1, warmup_steps=0),
-             RunSpec(method="adamw", steps=1, warmup_steps=0),
              RunSpec(method="sgd-momentum", batch_size=96, steps=1, warmup_steps=0)]
     spec_files = []
     for i, spec in enumerate(specs):
@@ -66,7 +65,7 @@ def test_sweep_on_two_devices_at_once_oom_on_the_small_one(lab_env):
                               "--runs-dir", str(runs_dir), "--json"])
     assert out.exit_code == 0, out.output
     deployed = json.loads(out.output)
-    assert set(deployed) == {"lab-small", "lab-pi4"} and all(len(d["run_ids"]) == 3 for d in deployed.values())
+    assert set(deployed) == {"lab-small", "lab-pi4"} and all(len(d["run_ids"]) == 2 for d in deployed.values())
     for name, d in deployed.items():
         _wait_finished(name, d["sweep_id"])
     out = runner.invoke(cli, ["collect", "--store", str(store_path), "--runs-dir", str(runs_dir), "--json"])
@@ -77,7 +76,7 @@ def test_sweep_on_two_devices_at_once_oom_on_the_small_one(lab_env):
             rows = {r["run_id"]: r for r in store.runs(device=name)}
             assert set(rows) == set(d["run_ids"]), name
             statuses = [rows[rid]["status"] for rid in d["run_ids"]]  # in sweep order
-            expected = ["ok", "ok", "oom"] if name == "lab-small" else ["ok", "ok", "ok"]
+            expected = ["ok", "oom"] if name == "lab-small" else ["ok", "ok"]
             assert statuses == expected, (name, {rid: (rows[rid]["status"], rows[rid]["detail"]) for rid in rows})
             assert collected[name]["runs"] == dict(zip(d["run_ids"], statuses))
             for rid in d["run_ids"]:  # the raw files stay on the host, next to the store
@@ -86,7 +85,7 @@ def test_sweep_on_two_devices_at_once_oom_on_the_small_one(lab_env):
         assert len(probes) >= 20  # deploy-time and collect-time probes
         # over SSH, a probe is a network round trip, not a Python start-up (0.5-1.6 s on a busy device)
         assert min(p["host_recv_ns"] - p["host_send_ns"] for p in probes) < 100e6
-    small_oom = json.loads((runs_dir / "lab-small" / deployed["lab-small"]["run_ids"][2] / "result.json").read_text())
+    small_oom = json.loads((runs_dir / "lab-small" / deployed["lab-small"]["run_ids"][1] / "result.json").read_text())
     assert small_oom["exit_signal"] == "SIGKILL" or small_oom["exit_signal"] == "KILL"
     assert lab.status()[[r["name"] for r in lab.status()].index("lab-small")]["oom_kills"] >= 1
     again = runner.invoke(cli, ["collect", "--store", str(store_path), "--runs-dir", str(runs_dir), "--json"])
