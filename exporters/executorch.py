@@ -201,13 +201,15 @@ def _xnnpack_partitioner(dynamic_weights: bool = True):
     """XNNPACK for the matmuls only (linear, mm, bmm), every weight a runtime input
     (`force_non_static_weights_for_f32_linear`): XNNPACK would otherwise bake a GEMM's weight
     into the delegate as a constant, and a trainable weight baked in silently stops training
-    (it trained to NaN with the patch convolution inside). `dynamic_weights=False`: tests only."""
+    (it trained to NaN with the patch convolution inside). Partitioned in linear time
+    (exporters.xnnpack_lowering). `dynamic_weights=False`: tests only."""
     from executorch.backends.xnnpack.partition.config.gemm_configs import LinearConfig, MMConfig
     from executorch.backends.xnnpack.partition.config.generic_node_configs import BMMConfig, PermuteConfig
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
-    return XnnpackPartitioner(configs=[LinearConfig, MMConfig, BMMConfig, PermuteConfig],
-                              force_non_static_weights_for_f32_linear=dynamic_weights)
+    from exporters.xnnpack_lowering import level_partitioner
+
+    return level_partitioner([LinearConfig, MMConfig, BMMConfig, PermuteConfig],
+                             force_non_static_weights_for_f32_linear=dynamic_weights)
 
 
 def _check_no_captured_weights(edge_ep: ExportedProgram, trainable: list[str]) -> None:
@@ -279,9 +281,12 @@ def lower_training_step(
     on_stage("to_edge")
     config = _edge_config()
     if delegate == "xnnpack":
-        edge = to_edge_transform_and_lower(
-            _already_decomposed(ep), partitioner=[_xnnpack_partitioner()], compile_config=config
-        )
+        from exporters.xnnpack_lowering import fast_xnnpack_lowering
+
+        with fast_xnnpack_lowering():
+            edge = to_edge_transform_and_lower(
+                _already_decomposed(ep), partitioner=[_xnnpack_partitioner()], compile_config=config
+            )
         _check_no_captured_weights(edge.exported_program(), trainable)
     else:
         edge = to_edge(_already_decomposed(ep), compile_config=config)

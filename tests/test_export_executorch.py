@@ -44,6 +44,13 @@ def _operator_counts(pte: bytes) -> collections.Counter:
                                for i in chain.instructions if hasattr(i.instr_args, "op_index"))
 
 
+def _delegate_calls(pte: bytes) -> int:
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    plan = deserialize_pte_binary(pte).program.execution_plan[0]
+    return sum(hasattr(i.instr_args, "delegate_index") for chain in plan.chains for i in chain.instructions)
+
+
 def test_linear_layers_run_without_weight_transposes(mlp_program):
     lowered, path, _, _ = mlp_program
     counts = _operator_counts(path.read_bytes())
@@ -145,6 +152,92 @@ def test_xnnpack_guard_refuses_a_delegate_that_captures_a_trainable_weight(monke
     monkeypatch.setattr(et, "_xnnpack_partitioner", lambda: partitioner(dynamic_weights=False))
     with pytest.raises(RuntimeError, match="captured trainable parameter"):
         et.lower_training_step(MLP(), (torch.randn(6, 16), torch.tensor([0, 1, 2, 3, 4, 5])), delegate="xnnpack")
+
+
+class Attention(torch.nn.Module):
+    """Two pre-norm attention + MLP blocks: enough XNNPACK partitions (linear, bmm, permute,
+    forward and backward) that cutting them out leaves the graph out of order."""
+
+    def __init__(self, width=16, blocks=2):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(torch.nn.ModuleDict({
+            "norm": torch.nn.LayerNorm(width), "qkv": torch.nn.Linear(width, 3 * width),
+            "out": torch.nn.Linear(width, width), "up": torch.nn.Linear(width, 2 * width),
+            "down": torch.nn.Linear(2 * width, width)}) for _ in range(blocks))
+        self.head = torch.nn.Linear(width, 10)
+
+    def forward(self, x, labels):
+        for block in self.blocks:
+            q, k, v = block["qkv"](block["norm"](x)).chunk(3, dim=-1)
+            attention = torch.softmax(q @ k.transpose(1, 2) / 4.0, dim=-1)
+            x = x + block["out"](attention @ v)
+            x = x + block["down"](torch.nn.functional.silu(block["up"](x)))
+        return torch.nn.functional.cross_entropy(self.head(x).flatten(0, 1), labels)
+
+
+def _attention_program(path, **patches):
+    """Lowers Attention to XNNPACK (optionally with exporters.xnnpack_lowering's patches
+    replaced) and returns its `.pte` bytes and 3 SGD losses."""
+    import contextlib
+
+    import exporters.xnnpack_lowering as xl
+
+    torch.manual_seed(0)
+    inputs = (torch.randn(2, 8, 16), torch.randint(0, 10, (16,)))
+    with contextlib.ExitStack() as stack:
+        for name, replacement in patches.items():
+            original = getattr(xl, name)
+            setattr(xl, name, replacement)
+            stack.callback(setattr, xl, name, original)
+        lower_training_step(Attention(), inputs, delegate="xnnpack").write(path)
+    program, losses = TrainingProgram(str(path)), []
+    for _ in range(3):
+        losses.append(program.forward_backward(inputs))
+        with torch.no_grad():
+            for name, param in program.named_parameters().items():
+                param.sub_(0.5 * program.grads[name])
+    return path.read_bytes(), losses
+
+
+def test_fast_xnnpack_lowering_trains_like_executorchs_own(tmp_path):
+    import contextlib
+
+    from executorch.backends.xnnpack import xnnpack_preprocess
+    from executorch.exir.backend import backend_api
+
+    import exporters.xnnpack_lowering as xl
+
+    originals = (backend_api.create_submodule_from_nodes, backend_api._create_partitions_in_graph_module,
+                 xnnpack_preprocess.XNNPACKPassManager)
+    fast, fast_losses = _attention_program(tmp_path / "fast.pte")
+    # Executorch's own lowering (both patches off), and the partitioning patch alone.
+    own, own_losses = _attention_program(tmp_path / "own.pte", fast_xnnpack_lowering=contextlib.nullcontext)
+    unsorted, _ = _attention_program(tmp_path / "sorted_once.pte", fast_xnnpack_lowering=xl.linear_time_partitioning)
+    assert fast_losses == own_losses  # same operators on the same tensors: bit for bit
+    assert fast_losses[-1] < fast_losses[0]
+    assert unsorted == fast  # the skipped passes change nothing in the program
+    assert _delegate_calls(fast) > 2
+    assert not {"aten::linear", "aten::mm", "aten::bmm"} & set(_operator_counts(fast))
+    # The patches are undone after the call.
+    assert originals == (backend_api.create_submodule_from_nodes, backend_api._create_partitions_in_graph_module,
+                         xnnpack_preprocess.XNNPACKPassManager)
+
+
+def test_sort_in_place_orders_inputs_first_and_keeps_the_nodes():
+    from exporters.xnnpack_lowering import sort_in_place
+
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    a = graph.call_function(torch.neg, (x,))
+    b = graph.call_function(torch.exp, (a,))
+    graph.output(b)
+    a.prepend(b)  # b before its input a, as a partition cut out without a re-sort leaves it
+    with pytest.raises(RuntimeError):
+        graph.lint()
+    before = set(graph.nodes)
+    sort_in_place(graph)
+    assert list(graph.nodes)[:3] == [x, a, b] and set(graph.nodes) == before
+    graph.lint()
 
 
 def test_profile_flag_needs_the_executorch_backend():

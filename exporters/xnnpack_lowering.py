@@ -1,0 +1,193 @@
+"""XNNPACK delegation of a training program in time linear in the graph's size.
+
+A joint forward-backward graph has several hundred XNNPACK partitions at nanoVLM-222M size
+(each matmul chain between runtime-kernel operators). ExecuTorch 1.5.1 spends time and
+memory superlinear in that size in three places, which kept the nanoVLM-222M export from
+finishing (> 15 min, 6.6 GiB):
+
+- Partitioning: XNNPACK's GEMM configs collect the whole graph's linear source partitions
+  again for every matmul, and its GroupBasedPartitioner (and torch's CapabilityBasedPartitioner
+  under it) build every node's transitive set of downstream nodes (quadratic memory and
+  time), then try to merge every pair of partitions. `LevelPartitioner` collects the source
+  partitions once and makes cycle-free partitions in one pass (`partition_by_level`).
+- `create_submodule_from_nodes` re-sorts the whole graph (`legalize_graph`: a copy plus its
+  Python code regenerated) after EACH partition is cut out. `linear_time_partitioning` cuts
+  them all out unsorted and sorts once, in place.
+- XNNPACK's preprocess runs all its 17 graph passes on every partition (each retraces it;
+  ~0.2 s a partition whatever its size). Most rewrite operators our partitions never hold
+  (convolution, batch norm, upsampling, SDPA, concatenation, PReLU, quantisation).
+  `only_matmul_passes` runs the 6 that can act on linear/mm/bmm/permute_copy.
+
+None changes what a delegate computes (the same operators on the same tensors); the tests
+check the losses against ExecuTorch's own lowering bit for bit
+(tests/test_export_executorch.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import torch
+
+
+def sort_in_place(graph: torch.fx.Graph) -> None:
+    """Topological order by moving nodes (node identities kept, unlike torch's sorts which
+    copy the graph): each node goes after its inputs, otherwise in its current order."""
+    placed: set = set()
+    order: list = []
+    for root in list(graph.nodes):
+        stack = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if node in placed:
+                continue
+            if expanded:
+                placed.add(node)
+                order.append(node)
+                continue
+            stack.append((node, True))
+            stack.extend((inp, False) for inp in reversed(node.all_input_nodes) if inp not in placed)
+    prev = graph._root
+    for node in order:
+        if prev.next is not node:
+            prev.append(node)
+        prev = node
+
+
+@contextlib.contextmanager
+def linear_time_partitioning() -> Iterator[None]:
+    """While lowering: cut partitions out without re-sorting the whole graph each time, then
+    sort it once. Patches executorch.exir.backend.backend_api (pinned 1.5.1) for the duration
+    of the `with` only, and restores it."""
+    from executorch.exir.backend import backend_api
+
+    original_create = backend_api.create_submodule_from_nodes
+    original_partitions = backend_api._create_partitions_in_graph_module
+
+    def create_unsorted(gm, node_list, tag, skip_legalize_graph=False):
+        return original_create(gm, node_list, tag, skip_legalize_graph=True)
+
+    def partitions_then_sort(gm, *args, **kwargs):
+        created = original_partitions(gm, *args, **kwargs)
+        sort_in_place(gm.graph)
+        gm.graph.lint()
+        gm.recompile()
+        return created
+
+    backend_api.create_submodule_from_nodes = create_unsorted
+    backend_api._create_partitions_in_graph_module = partitions_then_sort
+    try:
+        yield
+    finally:
+        backend_api.create_submodule_from_nodes = original_create
+        backend_api._create_partitions_in_graph_module = original_partitions
+
+
+# The partitions `exporters.executorch._xnnpack_partitioner` makes hold only these operators.
+MATMUL_PARTITION_OPS = frozenset({"linear.default", "mm.default", "bmm.default", "permute_copy.default"})
+
+# XNNPACK's passes (executorch 1.5.1 XNNPACKPassManager, in its order) that can change a
+# partition made of MATMUL_PARTITION_OPS; the others match only operators it cannot hold.
+MATMUL_PASSES = ("XNNPACKRemoveCloneOpsTransform", "DimOrderOpsRevertPass", "ConvertToLinearPass",
+                 "ConstPropPass", "ChannelsLastTaggedReshapePass", "RemoveRedundantCopyPass")
+
+
+def _holds_only_matmuls(ep) -> bool:
+    from executorch.exir.backend.canonical_partitioners.config_partitioner import format_target_name
+
+    return all(format_target_name(getattr(n.target, "__name__", "")) in MATMUL_PARTITION_OPS
+               for n in ep.graph_module.graph.nodes if n.op == "call_function")
+
+
+@contextlib.contextmanager
+def only_matmul_passes() -> Iterator[None]:
+    """While lowering: XNNPACK's preprocess runs only MATMUL_PASSES on partitions that hold
+    only MATMUL_PARTITION_OPS (all its passes on any other). Patches
+    executorch.backends.xnnpack.xnnpack_preprocess (pinned 1.5.1) for the `with` only."""
+    from executorch.backends.xnnpack import xnnpack_preprocess
+
+    original = xnnpack_preprocess.XNNPACKPassManager
+
+    def manager(ep, passes=None):
+        chosen = original(ep, passes)
+        if passes is None and _holds_only_matmuls(ep):
+            chosen.passes = [p for p in chosen.passes if p.__name__ in MATMUL_PASSES]
+        return chosen
+
+    xnnpack_preprocess.XNNPACKPassManager = manager
+    try:
+        yield
+    finally:
+        xnnpack_preprocess.XNNPACKPassManager = original
+
+
+def partition_by_level(graph: torch.fx.Graph, matched: set) -> list[list]:
+    """Groups the `matched` nodes (those XNNPACK takes) into cycle-free partitions in one
+    pass: a matched node's level is the highest among its inputs, plus one for an input
+    outside `matched`; other nodes carry the highest level of their inputs (0 for none).
+    Each level is one partition. Along every edge the level never drops and it rises on
+    entering a partition from outside, so no path leaves a partition and comes back.
+    `graph` must be in topological order."""
+    level: dict = {}
+    groups: dict[int, list] = {}
+    for node in graph.nodes:
+        inputs = node.all_input_nodes
+        if node in matched:
+            level[node] = max((level[i] + (i not in matched) for i in inputs), default=1)
+            groups.setdefault(level[node], []).append(node)
+        else:
+            level[node] = max((level[i] for i in inputs), default=0)
+    return [groups[k] for k in sorted(groups)]
+
+
+@contextlib.contextmanager
+def _source_partitions_once() -> Iterator[None]:
+    """XNNPACK's GEMM configs look up the whole graph's linear source partitions again for
+    every matmul they check (quadratic); while matching, the graph does not change, so look
+    them up once per graph. Patches executorch's gemm_configs (pinned 1.5.1) for the `with`."""
+    from executorch.backends.xnnpack.partition.config import gemm_configs
+
+    original, cache = gemm_configs.get_source_partitions, {}
+
+    def once(graph, wanted_sources, filter_fn=None):
+        key = (id(graph), tuple(wanted_sources), filter_fn)
+        if key not in cache:
+            cache[key] = original(graph, wanted_sources, filter_fn)
+        return cache[key]
+
+    gemm_configs.get_source_partitions = once
+    try:
+        yield
+    finally:
+        gemm_configs.get_source_partitions = original
+
+
+def level_partitioner(configs: list, **kwargs):
+    """An XnnpackPartitioner (same configs and options) that partitions with
+    `partition_by_level`. Falls back to XNNPACK's own partitioning when a config matches
+    more than one operator together (a pattern to keep whole: not our matmul configs)."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from torch.fx.passes.infra.partitioner import Partition
+
+    class LevelPartitioner(XnnpackPartitioner):
+        def generate_partitions(self, ep):
+            with _source_partitions_once():
+                matches = self.get_matched_nodes_from_configs(ep)
+            if any(sum(n.op == "call_function" for n in match) > 1 for match in matches):
+                return super().generate_partitions(ep)
+            owner = {n: match for match in matches for n in match if n.op == "call_function"}
+            partitions = []
+            for i, nodes in enumerate(partition_by_level(ep.graph_module.graph, set(owner))):
+                members = {m: None for n in nodes for m in owner[n]}  # + a match's constants
+                partitions.append(Partition(id=i, nodes=members))
+            return partitions
+
+    return LevelPartitioner(configs=configs, **kwargs)
+
+
+@contextlib.contextmanager
+def fast_xnnpack_lowering() -> Iterator[None]:
+    """Both patches, for one `to_edge_transform_and_lower` call."""
+    with linear_time_partitioning(), only_matmul_passes():
+        yield
