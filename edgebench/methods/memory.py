@@ -54,12 +54,12 @@ ALLOCATOR_RETAINED_FRACTION_EST = 0.25
 # gradient, the scores' gradient).
 BACKWARD_ATTENTION_COPIES = 3
 # MeZO's restore records (edgebench.methods.exact): ~7.5% of elements need a fix-up, 8 bytes
-# each (0.6 B a weight), but what the process keeps is ~4x that: each 1M-element chunk's
-# records sit between its 4 MB temporaries in the heap, and the holes left are too small for
-# the next chunk's. Measured on nanovlm-222m: RSS rises 517 MiB during the first recorded pass
-# (1,149 -> 1,666 MiB, bench/methods.py --methods mezo) = 2.44 B a trained weight, the pass's
-# temporaries included; /tmp-free repro: 60 x 1M weights -> +247 MiB.
-RESTORE_RECORD_BYTES_PER_WEIGHT_EST = 2.44
+# each (0.6 B a weight); each weight's chunk records are merged into one (methods.mezo), which
+# leaves ~1.8x that resident with the pass's temporaries. Measured: nanovlm-222m's RSS rises
+# 249 MiB in the first recorded pass (1,148 -> 1,397 MiB peak, `edgebench bench --model
+# nanovlm-222m --methods mezo --warmup 0 --steps 1`) = 1.07 B a trained weight, fitted here;
+# a 60 x 1M-weight model rises 61 MiB = 1.07 B too (unmerged it was 4.3 B, 222m 2.44 B).
+RESTORE_RECORD_BYTES_PER_WEIGHT_EST = 1.07
 
 
 @dataclass
