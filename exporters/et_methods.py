@@ -25,6 +25,18 @@ def example_batch(method: Any, batch: dict[str, Any]) -> dict[str, Any]:
     return et_optimizers.first_micro_batch(batch, method.accumulation)
 
 
+def program_knobs(method: Any) -> dict[str, Any]:
+    """The knobs that shape a forward-backward program. An update that runs between program
+    calls (sgd, adafactor, adamw-8bit, galore, ...) is not one, nor is accumulation (the
+    micro-batch's shape is): such methods share one program (exporters.pipeline)."""
+    knobs = dict(method.knobs())
+    knobs.pop("accumulation")
+    if not et_optimizers.update_in_program(method):
+        knobs.pop("optimizer")
+        knobs.pop("fused_update")
+    return knobs
+
+
 class JointRewrite:
     """The method's change of the joint graph (`lower_training_step(joint_rewrite=...)`),
     and what the manifest records about every knob lowered here or in et_optimizers."""

@@ -185,10 +185,15 @@ def materialize(source: Path, target: Path) -> None:
         dest = target / name
         if dest.exists():
             dest.unlink()
-        try:
-            os.link(source / name, dest)
-        except OSError:
-            shutil.copy2(source / name, dest)
+        link_or_copy(source / name, dest)
+
+
+def link_or_copy(source: Path, dest: Path) -> None:
+    """A hard link (no second copy of a ~1 GB program), a copy across file systems."""
+    try:
+        os.link(source, dest)
+    except OSError:
+        shutil.copy2(source, dest)
 
 
 __all__ = [
@@ -197,6 +202,7 @@ __all__ = [
     "MANIFEST",
     "EXPORT_BACKENDS",
     "cache_root",
+    "link_or_copy",
     "describe_files",
     "is_complete",
     "library_versions",

@@ -160,6 +160,21 @@ def test_cache_hits_on_a_repeated_request(et_sgd, tmp_path):
     assert other.key() != request.key()
 
 
+def test_methods_updating_between_calls_share_one_program(et_sgd):
+    """adafactor updates between program calls as sgd does: its export links sgd's program
+    (no second lowering) under a manifest of its own; lomo writes its update into the program."""
+    stages = []
+    adafactor = export(ExportRequest.from_dict({**et_sgd.manifest["request"], "method": "adafactor"}),
+                       on_stage=stages.append)
+    assert not adafactor.cached and "to_edge" not in stages  # built without lowering again
+    assert adafactor.manifest["program_key"] == et_sgd.manifest["program_key"]
+    assert (adafactor.directory / "model.pte").stat().st_ino == (et_sgd.directory / "model.pte").stat().st_ino
+    assert adafactor.manifest["lowering"]["optimizer"].startswith("torch.optim.Adafactor")
+    assert adafactor.manifest["planned_memory_bytes"] == et_sgd.manifest["planned_memory_bytes"]
+    lomo = export(ExportRequest.from_dict({**et_sgd.manifest["request"], "method": "lomo"}))
+    assert lomo.manifest["program_key"] != et_sgd.manifest["program_key"]
+
+
 def test_two_processes_asking_for_one_export_build_it_once(tmp_path):
     """Two deploys (or test workers) at once: the second waits for the first's export and reuses it."""
     import subprocess
