@@ -13,6 +13,7 @@ dominates the tiny model's peak.
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 
 import torch
@@ -50,6 +51,14 @@ TORCHAO_UPDATE_COPIES = 8
 # every measured nanovlm-222m preset and nanovlm-460m lora+ckpt+frozen-int8 within 7%
 # (bench/methods.py); MeZO's records are measured apart.
 ALLOCATOR_RETAINED_FRACTION_EST = 0.25
+# What dequantising one frozen int8/int4 weight makes and frees, bytes a weight (methods.int8:
+# bf16 copy and product; methods.int4: unpacked nibbles, their sign fix, bf16 copy and product).
+# A block's dequantised layers leave holes between the activations that the heap keeps: the
+# freed memory retained is at least one block's worth. Measured: nanovlm-222m qlora4 keeps
+# 72 MiB free in its heap after step 1 (mallinfo2; 3 MiB after loading), a vision block's
+# 7.1M int4 weights x 8 B = 54 MiB; 8 rather than int4's ~10 made puts nanovlm-222m and -460m
+# (--max-image-size 512) qlora4 both within 10%.
+DEQUANT_TEMPORARY_BYTES_PER_WEIGHT_EST = {"int8": 4, "int4": 8}
 # Attention-probability-sized tensors alive at once in a block's backward (kept softmax, its
 # gradient, the scores' gradient).
 BACKWARD_ATTENTION_COPIES = 3
@@ -202,6 +211,18 @@ def _activations(cfg, method: Method, batch: int, text_length: int) -> tuple[int
     return vit + lm + images + extras, transient
 
 
+def _dequantised_block(params, method: Method) -> int:
+    """Bytes the dequantisation of one block's frozen int8/int4 linears makes and frees (the
+    largest block's)."""
+    per_weight = DEQUANT_TEMPORARY_BYTES_PER_WEIGHT_EST.get(method.frozen_dtype, 0)
+    blocks: dict[str, int] = {}
+    for p in params:
+        if p.packed:
+            block = re.sub(r"(\.\d+)\..*$", r"\1", p.name)  # the name up to the block's index
+            blocks[block] = blocks.get(block, 0) + p.numel
+    return per_weight * max(blocks.values(), default=0)
+
+
 def _streamed(method: Method) -> bool:
     """Built layer by layer on the meta device (edgebench.methods.trainer.build_model_for):
     LoRA without peft. (Its mmap of blocks >= 1 MiB leaves smaller ones in the heap: the
@@ -305,7 +326,7 @@ def predict(cfg, method: Method | str, batch_size: int, text_length: int,
     churned = activations + temporaries - records
     if method.uses_backward and (method.fused_update or method.optimizer in ("lomo", "adalomo")):
         churned += grad_elem * n_trainable  # each gradient made and freed inside backward
-    allocator = int(ALLOCATOR_RETAINED_FRACTION_EST * churned)
+    allocator = max(int(ALLOCATOR_RETAINED_FRACTION_EST * churned), _dequantised_block(params, method))
     baseline = RUNTIME_BASELINE_BYTES_EST + sum(LIBRARY_BASELINE_BYTES_EST[lib] for lib in _libraries(method))
     if method.uses_backward:
         baseline += STEP_RUNTIME_OVERHEAD_BYTES_EST
