@@ -245,8 +245,11 @@ def _libraries(method: Method) -> list[str]:
 
 def _update_transient(method: Method, trainable: list[_Param]) -> int:
     """The largest temporary the update makes, one parameter at a time (torch's optimizers run
-    their single-tensor path on CPU: no foreach over all parameters)."""
-    largest = 4 * max(p.numel for p in trainable)
+    their single-tensor path on CPU: no foreach over all parameters). Updates fused into
+    backward run beside the activations, except the token embedding's: its gradient completes
+    last (the lookup is the forward's first op), after every activation is freed."""
+    during = [p for p in trainable if not (method.fused_update and "token_embedding" in p.name)]
+    largest = 4 * max(p.numel for p in (during or trainable))
     if method.grad_mode != "backprop" or method.optimizer in ("sgd", "sgd-momentum", "lomo", "cg"):
         if method.trained_dtype == "bf16":  # fp32 copies of one chunk: weight, gradient, noise
             from edgebench.methods.bf16 import CHUNK
