@@ -5,10 +5,11 @@ median step time and peak RSS (the kernel's VmHWM of a fresh process per run) fr
 one interleaved run: every round starts one process per variant in turn, so load from
 other work hits all variants alike. Figures are printed as ratios to eager too.
 Methods: SGD and AdamW (the updates every runtime has), batch 1, short text. Each row
-names its lowering (from the export manifest): `executorch` is the default lowering
-(the runtime's kernels on `linear` without weight transposes, the patch convolution as a
-matmul), `executorch-xnnpack` runs the matmuls and transposes in XNNPACK with the weights
-as runtime inputs (the pip runtime's own matmul kernels are built without AVX).
+names its lowering (from the export manifest): `executorch` runs everything on the
+runtime's kernels (`linear` without weight transposes, the patch convolution as a matmul),
+`executorch-xnnpack` (the device profiles' default) runs the matmuls and transposes in
+XNNPACK with the weights as runtime inputs (the pip runtime's own matmul kernels are built
+without AVX).
 
     .venv/bin/python bench/backends.py                       # tiny, SGD and AdamW
     .venv/bin/python bench/backends.py --models tiny,nanovlm-222m --methods sgd --rounds 3 --steps 3

@@ -170,7 +170,8 @@ def lowering_record(delegate: str | None, rewrites: dict[str, int], update: str)
     """The exact lowering, as the manifest and every run record it."""
     return {
         "delegate": delegate or "none",
-        "kernels": ("XNNPACK for linear/mm/bmm/permute (weights as inputs, packed each call); "
+        "kernels": ("XNNPACK for linear/mm/bmm/permute (weights as inputs, packed each call; partitioned "
+                    "by level in one pass, exporters/xnnpack_lowering.py); "
                     if delegate else "") + "the runtime's registered CPU kernels for the rest",
         "matmuls": "aten.linear on stored weights, weight gradients as mm (no weight transposes)"
                    + ("; patch convolution as patches @ weight" if rewrites.get("patch_conv_as_linear") else ""),
@@ -288,6 +289,9 @@ def lower_training_step(
                 _already_decomposed(ep), partitioner=[_xnnpack_partitioner()], compile_config=config
             )
         _check_no_captured_weights(edge.exported_program(), trainable)
+        rewrites["xnnpack_partitions"] = sum(
+            1 for n in edge.exported_program().graph.nodes if n.op == "call_function"
+            and getattr(n.target, "__name__", "") == "executorch_call_delegate")
     else:
         edge = to_edge(_already_decomposed(ep), compile_config=config)
     del ep

@@ -33,7 +33,8 @@ _LIBRARIES = ("torch", "executorch", "onnx", "onnxruntime-training-cpu", "numpy"
 _SOURCES = ("edgebench/model/[!c]*.py", "edgebench/model/config.py", "edgebench/methods/knobs.py",
             "edgebench/methods/subsets.py", "exporters/manifest.py", "exporters/pipeline.py")
 _CHECKPOINT_SOURCES = ("edgebench/model/checkpoint.py",)  # only when the model is a checkpoint folder
-_BACKEND_SOURCES = {"executorch": ("exporters/executorch.py", "exporters/et_methods.py", "edgebench/methods/int8.py"),
+_BACKEND_SOURCES = {"executorch": ("exporters/executorch.py", "exporters/xnnpack_lowering.py", "exporters/et_methods.py",
+                                   "edgebench/methods/int8.py"),
                     "onnxruntime": ("exporters/onnxruntime.py",)}
 
 

@@ -137,6 +137,7 @@ def test_xnnpack_runs_the_matmuls_on_weights_given_as_inputs(tmp_path):
     inputs = (torch.randn(6, 16), torch.tensor([0, 1, 2, 3, 4, 5]))
     lowered = lower_training_step(model, inputs, delegate="xnnpack")
     assert lowered.delegated and lowered.lowering["delegate"] == "xnnpack"
+    assert lowered.lowering["rewrites"]["xnnpack_partitions"] >= 1
     lowered.write(tmp_path / "model.pte")
     counts = _operator_counts((tmp_path / "model.pte").read_bytes())
     assert not {"aten::linear", "aten::mm", "aten::addmm"} & set(counts)  # all in the delegate
