@@ -4,8 +4,8 @@ Reduced form (default): a 512 MiB device trains the tiny model with `qlora4` (in
 weights + LoRA) and `lomo-sr` (full-parameter bf16 weights, SGD in backward with stochastic
 rounding); both must end `ok`, the loss must fall and the cgroup's peak stay under the limit.
 EDGEBENCH_FULL=1: a 1 GiB device trains nanovlm-460m with qlora4 (one 512-px view per image,
---max-image-size 512) and nanovlm-222m with lomo-sr, the issue's targets (measured one at a
-time on a loaded 2-core host: qlora4 370 s, 974 MiB kernel peak; lomo-sr 103 s, 958 MiB).
+--max-image-size 512) and nanovlm-222m with lomo-sr, the issue's targets (406 s on a loaded
+2-core host; kernel peaks 973 and 952 MiB).
 """
 
 from __future__ import annotations
