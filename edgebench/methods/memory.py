@@ -42,8 +42,10 @@ MEZO_CHUNK_ELEMENTS = 1 << 20
 # alone, ru_maxrss +790 MiB over its first AdamW4bit step (9 MiB: +111); nanovlm-222m
 # adamw-4bit peaks at 3,917 MiB in step 1 (bench/methods.py, loaded host), which 8 copies of
 # the largest parameter (the 108 MiB embedding), freed memory kept included, match.
+# adamw-8bit's update makes fewer (no nibble unpacking): nanovlm-222m measured 3,651 MiB
+# (bench/methods.py --methods adamw-8bit --steps 1), which 5 copies match (8 gave +10.8%).
 TORCH_COMPILE_WORKSET_BYTES_EST = 70 * MiB
-TORCHAO_UPDATE_COPIES = 8
+TORCHAO_UPDATE_COPIES = {"adamw-8bit": 5, "adamw-4bit": 8}
 # Freed activations and temporaries the process keeps resident: glibc serves tensors under its
 # (dynamic, up to 32 MiB) mmap threshold from heaps it rarely gives back, and the next step
 # reuses the holes imperfectly. Fitted once: 0.25 of the bytes a step makes and frees
@@ -261,7 +263,7 @@ def _update_transient(method: Method, trainable: list[_Param]) -> int:
     if method.optimizer == "galore":  # the projected-back update beside galore's AdamW denom
         return 2 * largest
     if method.optimizer in ("adamw-8bit", "adamw-4bit"):
-        return TORCH_COMPILE_WORKSET_BYTES_EST + TORCHAO_UPDATE_COPIES * largest
+        return TORCH_COMPILE_WORKSET_BYTES_EST + TORCHAO_UPDATE_COPIES[method.optimizer] * largest
     return largest  # adafactor / adalomo: one full-size temporary
 
 
