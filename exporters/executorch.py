@@ -225,6 +225,29 @@ def _check_no_captured_weights(edge_ep: ExportedProgram, trainable: list[str]) -
         )
 
 
+def updates_before_reads(graph: torch.fx.Graph) -> list[str]:
+    """Weights an in-place update (`copy_` into a placeholder, exporters.et_methods.write_update)
+    overwrites before a later node still reads them. Partitioning moves reads into delegate
+    calls placed where the partition's last input is ready: one placed after a weight's update
+    would read the updated weight. Empty when every read comes first."""
+    order = {node: i for i, node in enumerate(graph.nodes)}
+    late = []
+    for node in graph.nodes:
+        if node.op == "call_function" and "copy_" in str(node.target) and node.args[0].op == "placeholder":
+            weight = node.args[0]
+            if any(order[user] > order[node] for user in weight.users if user.op != "output"):
+                late.append(weight.name)
+    return late
+
+
+def _check_updates_follow_reads(edge_ep: ExportedProgram) -> None:
+    late = updates_before_reads(edge_ep.graph)
+    if late:
+        raise RuntimeError(
+            f"XNNPACK partitioning moved reads of {late[:5]} after their in-program update; export "
+            "without the delegate (--delegate none, or the profile's export.xnnpack: false)")
+
+
 def planned_memory_bytes(program, method: str = "forward") -> int:
     """Bytes of the static memory plan of `method` (the arena the runtime allocates for
     activations, gradients and temporaries). Buffer 0 is reserved for constants."""
@@ -289,6 +312,7 @@ def lower_training_step(
                 _already_decomposed(ep), partitioner=[_xnnpack_partitioner()], compile_config=config
             )
         _check_no_captured_weights(edge.exported_program(), trainable)
+        _check_updates_follow_reads(edge.exported_program())
         rewrites["xnnpack_partitions"] = sum(
             1 for n in edge.exported_program().graph.nodes if n.op == "call_function"
             and getattr(n.target, "__name__", "") == "executorch_call_delegate")

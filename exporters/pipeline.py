@@ -130,8 +130,8 @@ def _export_executorch(request: ExportRequest, directory: Path, on_stage) -> dic
     else:
         lowered = _lowered_once(
             _program_key(request, method, example), directory, rewrite,
-            lambda: lower_training_step(model, example, delegate=request.delegate, on_stage=on_stage,
-                                        joint_rewrite=rewrite, strict=rewrite.strict))
+            lambda: lower_training_step(model, example, delegate=rewrite.delegate(request.delegate),
+                                        on_stage=on_stage, joint_rewrite=rewrite, strict=rewrite.strict))
         program = "forward-backward"
     if program == "forward-only":
         lowered.write(directory / PTE)

@@ -241,6 +241,24 @@ def test_sort_in_place_orders_inputs_first_and_keeps_the_nodes():
     graph.lint()
 
 
+def test_a_read_placed_after_an_in_program_update_is_found():
+    """A delegate call that reads a weight after its copy_ would train on the updated weight:
+    the lowering refuses such a program (exporters.executorch.updates_before_reads)."""
+    from exporters.executorch import updates_before_reads
+
+    graph = torch.fx.Graph()
+    weight, x = graph.placeholder("weight"), graph.placeholder("x")
+    forward = graph.call_function(torch.ops.aten.mm.default, (x, weight))
+    new = graph.call_function(torch.ops.aten.add.Tensor, (weight, forward))
+    backward = graph.call_function(torch.ops.aten.mm.default, (forward, weight))
+    update = graph.call_function(torch.ops.aten.copy_.default, (weight, new))
+    graph.output((backward, weight))
+    assert updates_before_reads(graph) == []
+    update.append(backward)  # the backward's read now runs after the update
+    graph.lint()
+    assert updates_before_reads(graph) == ["weight"]
+
+
 def test_profile_flag_needs_the_executorch_backend():
     from click.testing import CliRunner
 

@@ -45,9 +45,14 @@ TOLERANCE = {
 }
 
 
+def _export(method: str, batch_size: int = 1):
+    """The default lowering (XNNPACK, as every device profile's export section says)."""
+    return export(ExportRequest(model="tiny", method=method, backend="executorch", delegate="xnnpack",
+                                text_length=TEXT, batch_size=batch_size))
+
+
 def _losses(method: str, batch_size: int = 1) -> dict[str, list[float]]:
-    result = export(ExportRequest(model="tiny", method=method, backend="executorch",
-                                  text_length=TEXT, batch_size=batch_size))
+    result = _export(method, batch_size)
     cfg = build_training_model(ExportRequest.from_dict(result.manifest["request"]))[0].cfg
     batches = [b for b, _ in zip(synthetic_batches(cfg, batch_size, TEXT, 0), range(STEPS))]
     losses = {}
@@ -91,16 +96,16 @@ def test_method_on_executorch_matches_eager(export_cache, method, batch_size):
 
 def test_recomputation_shrinks_the_programs_memory_plan(export_cache):
     """lora-ckpt's plan holds the blocks' outputs, not their insides: smaller than lora's."""
-    plans = {m: export(ExportRequest(model="tiny", method=m, backend="executorch", text_length=TEXT))
-             .manifest for m in ("lora", "lora-ckpt")}
+    plans = {m: _export(m).manifest for m in ("lora", "lora-ckpt")}
     assert "recomputed" in plans["lora-ckpt"]["lowering"]["checkpointing"]
+    assert plans["lora-ckpt"]["lowering"]["delegate"] == "none"  # XNNPACK would undo it
+    assert plans["lora"]["lowering"]["delegate"] == "xnnpack"
     assert plans["lora-ckpt"]["planned_memory_bytes"] < 0.9 * plans["lora"]["planned_memory_bytes"]
 
 
 def test_int8_frozen_weights_shrink_the_pte(export_cache):
     """qlora's frozen linears are int8 codes in the .pte (a quarter of fp32), the rest bf16."""
-    files = {m: export(ExportRequest(model="tiny", method=m, backend="executorch", text_length=TEXT))
-             .manifest["files"]["model.pte"]["bytes"] for m in ("lora", "qlora")}
+    files = {m: _export(m).manifest["files"]["model.pte"]["bytes"] for m in ("lora", "qlora")}
     assert files["qlora"] < 0.5 * files["lora"], files
 
 
@@ -110,8 +115,7 @@ def test_update_in_the_program_frees_the_gradients(export_cache):
     weights + every gradient + activations) by most of the gradients' size (measured on tiny:
     17.2 -> 12.3 MB with 8.0 MB of gradients; the rest are gradients still to be consumed and
     the update's temporaries)."""
-    plans = {m: export(ExportRequest(model="tiny", method=m, backend="executorch", text_length=TEXT))
-             .manifest for m in ("sgd", "lomo")}
+    plans = {m: _export(m).manifest for m in ("sgd", "lomo")}
     gradients = 4 * plans["lomo"]["model"]["trainable_elements"]
     assert plans["lomo"]["lowering"]["update"] == "inside the program, in place on its weights"
     assert plans["lomo"]["planned_memory_bytes"] < plans["sgd"]["planned_memory_bytes"] - 0.5 * gradients, plans
