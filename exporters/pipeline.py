@@ -128,10 +128,11 @@ def _export_executorch(request: ExportRequest, directory: Path, on_stage) -> dic
         files.append(TRAINABLE_INIT)
         program = "forward-only"
     else:
+        delegate = rewrite.delegate(request.delegate)  # what the program is lowered with
         lowered = _lowered_once(
-            _program_key(request, method, example), directory, rewrite,
-            lambda: lower_training_step(model, example, delegate=rewrite.delegate(request.delegate),
-                                        on_stage=on_stage, joint_rewrite=rewrite, strict=rewrite.strict))
+            _program_key(request, method, example, delegate), directory, rewrite,
+            lambda: lower_training_step(model, example, delegate=delegate, on_stage=on_stage,
+                                        joint_rewrite=rewrite, strict=rewrite.strict))
         program = "forward-backward"
     if program == "forward-only":
         lowered.write(directory / PTE)
@@ -163,13 +164,15 @@ class SharedProgram:
     lowering: dict[str, Any]
 
 
-def _program_key(request: ExportRequest, method, example) -> str:
-    """What shapes the .pte: the request but its method and batch size, the method's program
-    knobs (exporters.et_methods.program_knobs) and the traced inputs' shapes (an accumN
-    program takes one micro-batch: adamw-accum4 at batch 4 is sgd's program at batch 1)."""
+def _program_key(request: ExportRequest, method, example, delegate: str | None) -> str:
+    """What shapes the .pte: the request but its method and batch size, the delegate it is
+    lowered with, the method's program knobs (exporters.et_methods.program_knobs) and the
+    traced inputs' shapes (an accumN program takes one micro-batch: adamw-accum4 at batch 4
+    is sgd's program at batch 1)."""
     from exporters.et_methods import program_knobs
 
-    content = {"request": dataclasses.replace(request, method="", batch_size=1).key(),
+    request = dataclasses.replace(request, method="", batch_size=1, delegate=delegate)
+    content = {"request": request.key(),
                "knobs": program_knobs(method), "inputs": [list(t.shape) for t in example]}
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
 
