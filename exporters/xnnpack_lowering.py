@@ -56,7 +56,19 @@ def sort_in_place(graph: torch.fx.Graph) -> None:
 
 
 @contextlib.contextmanager
-def linear_time_partitioning() -> Iterator[None]:
+def _replaced(owner, **replacements) -> Iterator[None]:
+    """`owner`'s attributes replaced for the `with` only, restored afterwards."""
+    originals = {name: getattr(owner, name) for name in replacements}
+    for name, value in replacements.items():
+        setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        for name, value in originals.items():
+            setattr(owner, name, value)
+
+
+def linear_time_partitioning():
     """While lowering: cut partitions out without re-sorting the whole graph each time, then
     sort it once. Patches executorch.exir.backend.backend_api (pinned 1.5.1) for the duration
     of the `with` only, and restores it."""
@@ -75,13 +87,8 @@ def linear_time_partitioning() -> Iterator[None]:
         gm.recompile()
         return created
 
-    backend_api.create_submodule_from_nodes = create_unsorted
-    backend_api._create_partitions_in_graph_module = partitions_then_sort
-    try:
-        yield
-    finally:
-        backend_api.create_submodule_from_nodes = original_create
-        backend_api._create_partitions_in_graph_module = original_partitions
+    return _replaced(backend_api, create_submodule_from_nodes=create_unsorted,
+                     _create_partitions_in_graph_module=partitions_then_sort)
 
 
 # The partitions `exporters.executorch._xnnpack_partitioner` makes hold only these operators.
@@ -100,8 +107,7 @@ def _holds_only_matmuls(ep) -> bool:
                for n in ep.graph_module.graph.nodes if n.op == "call_function")
 
 
-@contextlib.contextmanager
-def only_matmul_passes() -> Iterator[None]:
+def only_matmul_passes():
     """While lowering: XNNPACK's preprocess runs only MATMUL_PASSES on partitions that hold
     only MATMUL_PARTITION_OPS (all its passes on any other). Patches
     executorch.backends.xnnpack.xnnpack_preprocess (pinned 1.5.1) for the `with` only."""
@@ -115,11 +121,7 @@ def only_matmul_passes() -> Iterator[None]:
             chosen.passes = [p for p in chosen.passes if p.__name__ in MATMUL_PASSES]
         return chosen
 
-    xnnpack_preprocess.XNNPACKPassManager = manager
-    try:
-        yield
-    finally:
-        xnnpack_preprocess.XNNPACKPassManager = original
+    return _replaced(xnnpack_preprocess, XNNPACKPassManager=manager)
 
 
 def partition_by_level(graph: torch.fx.Graph, matched: set) -> list[list]:
@@ -141,8 +143,7 @@ def partition_by_level(graph: torch.fx.Graph, matched: set) -> list[list]:
     return [groups[k] for k in sorted(groups)]
 
 
-@contextlib.contextmanager
-def _source_partitions_once() -> Iterator[None]:
+def _source_partitions_once():
     """XNNPACK's GEMM configs look up the whole graph's linear source partitions again for
     every matmul they check (quadratic); while matching, the graph does not change, so look
     them up once per graph. Patches executorch's gemm_configs (pinned 1.5.1) for the `with`."""
@@ -156,11 +157,7 @@ def _source_partitions_once() -> Iterator[None]:
             cache[key] = original(graph, wanted_sources, filter_fn)
         return cache[key]
 
-    gemm_configs.get_source_partitions = once
-    try:
-        yield
-    finally:
-        gemm_configs.get_source_partitions = original
+    return _replaced(gemm_configs, get_source_partitions=once)
 
 
 def level_partitioner(configs: list, **kwargs):
@@ -188,6 +185,7 @@ def level_partitioner(configs: list, **kwargs):
 
 @contextlib.contextmanager
 def fast_xnnpack_lowering() -> Iterator[None]:
-    """Both patches, for one `to_edge_transform_and_lower` call."""
+    """Both lowering patches, for one `to_edge_transform_and_lower` call (the partitioner
+    of `level_partitioner` brings the third, `_source_partitions_once`)."""
     with linear_time_partitioning(), only_matmul_passes():
         yield
