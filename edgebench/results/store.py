@@ -128,16 +128,17 @@ def _plain(values: Any) -> np.ndarray:
     return values.astype(object).filled(None)
 
 
+def _columns(con: duckdb.DuckDBPyConnection, table: str) -> set[str]:
+    return {r[0] for r in con.execute("SELECT column_name FROM information_schema.columns WHERE table_name = ?",
+                                      [table]).fetchall()}
+
+
 def _upgrade(con: duckdb.DuckDBPyConnection) -> None:
     """Brings a store written by an older edgebench to this layout, rows kept: the runs table
     gains `run_key` and `packing` (read back from each run's meta), and samples and steps
     keyed by device and run_id text get the run's key instead."""
-    def columns(table: str) -> set[str]:
-        return {r[0] for r in con.execute("SELECT column_name FROM information_schema.columns WHERE table_name = ?",
-                                          [table]).fetchall()}
-
-    have = columns("runs")
-    if not have or {"run_key", "packing"} <= have and "device" not in columns("samples"):
+    have = _columns(con, "runs")
+    if not have or {"run_key", "packing"} <= have and "device" not in _columns(con, "samples"):
         return
     con.execute("BEGIN TRANSACTION")
     con.execute("DROP VIEW IF EXISTS samples_host; DROP VIEW IF EXISTS steps_host")
@@ -149,7 +150,7 @@ def _upgrade(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("""UPDATE runs SET packing = coalesce(TRY_CAST(json_extract(meta_json, '$.spec.packing') AS BOOLEAN), false)
                    WHERE packing IS NULL""")
     for table in ("samples", "steps"):
-        if "device" in columns(table):
+        if "device" in _columns(con, table):
             con.execute(f"""CREATE TABLE _{table} AS SELECT r.run_key::INTEGER AS run_key, t.* EXCLUDE (device, run_id)
                             FROM {table} t JOIN runs r USING (device, run_id)""")
             con.execute(f"DROP TABLE {table}")
@@ -197,8 +198,7 @@ class Store:
                                     "`edgebench ingest RUN_DIR` first, or pass --store")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.con = _connect(self.path, read_only)
-        if read_only and "device" in {r[0] for r in self.con.execute(
-                "SELECT column_name FROM information_schema.columns WHERE table_name = 'samples'").fetchall()}:
+        if read_only and "device" in _columns(self.con, "samples"):
             self.con.close()  # written by an older edgebench: upgraded once, then read
             with Store(self.path):
                 pass
