@@ -32,6 +32,7 @@ from exporters.manifest import (
 PTE = "model.pte"
 PROGRAM_FACTS = "lowered.json"  # the program cache's record of a lowering
 TRAINABLE_INIT = "trainable_init.pt"  # MeZO: the starting values of the program's weight inputs
+TRAINABLE_INIT_RAW = "trainable_init.bin"  # the same, raw float32 in order, for the native worker
 
 
 class ExportRefused(Exception):
@@ -125,7 +126,10 @@ def _export_executorch(request: ExportRequest, directory: Path, on_stage) -> dic
         named = dict(model.named_parameters())
         torch.save({n: named[n].detach().clone() for n in lowered.trainable_parameters},
                    directory / TRAINABLE_INIT)
-        files.append(TRAINABLE_INIT)
+        with open(directory / TRAINABLE_INIT_RAW, "wb") as fh:
+            for n in lowered.trainable_parameters:
+                fh.write(named[n].detach().float().contiguous().numpy().astype("<f4").tobytes())
+        files += [TRAINABLE_INIT, TRAINABLE_INIT_RAW]
         program = "forward-only"
     else:
         delegate = rewrite.delegate(request.delegate)  # what the program is lowered with
@@ -182,7 +186,7 @@ def _lowered_once(key: str, directory: Path, rewrite, lower: Callable[[], Any]) 
     adafactor, adamw-8bit, galore, ... (updates between program calls) share one program,
     so a sweep over them exports it once (at nanoVLM-222M, ~2 minutes each)."""
     entry = cache_root() / "programs" / key[:24]
-    with _locked(entry):
+    with locked(entry):
         if not (entry / PROGRAM_FACTS).exists():
 
             def build(work: Path) -> None:
@@ -194,7 +198,7 @@ def _lowered_once(key: str, directory: Path, rewrite, lower: Callable[[], Any]) 
                          "lowering": lowered.lowering, "counts": rewrite.counts}
                 (work / PROGRAM_FACTS).write_text(json.dumps(facts))
 
-            _build_whole(entry, build)
+            build_whole(entry, build)
         facts = json.loads((entry / PROGRAM_FACTS).read_text())
     link_or_copy(entry / PTE, directory / PTE)
     rewrite.counts.update(facts.pop("counts"))  # what the rewrites did, for the manifest
@@ -296,7 +300,7 @@ def _build(request: ExportRequest, key: str, directory: Path, on_stage) -> dict[
 
 
 @contextlib.contextmanager
-def _locked(entry: Path) -> Iterator[None]:
+def locked(entry: Path) -> Iterator[None]:
     """Holds `entry`'s lock: another process building the same entry (two deploys, test
     workers) finishes first, and this one reuses what it built instead of building it twice."""
     entry.parent.mkdir(parents=True, exist_ok=True)
@@ -305,7 +309,7 @@ def _locked(entry: Path) -> Iterator[None]:
         yield
 
 
-def _build_whole(entry: Path, build: Callable[[Path], Any]) -> None:
+def build_whole(entry: Path, build: Callable[[Path], Any]) -> None:
     """Builds in a new folder beside `entry`, then moves it in whole: an export that fails
     or is killed half-way leaves no entry that looks complete."""
     work = Path(tempfile.mkdtemp(prefix=f".{entry.name[:12]}-", dir=entry.parent))
@@ -335,10 +339,10 @@ def export(
     if target is not None and is_complete(target, key):
         return ExportResult(target, read_manifest(target), cached=True)
     entry = cache_root() / key[:24]
-    with _locked(entry):
+    with locked(entry):
         cached = is_complete(entry, key)
         if not cached:
-            _build_whole(entry, lambda work: _build(request, key, work, on_stage))
+            build_whole(entry, lambda work: _build(request, key, work, on_stage))
     if target is None or target.resolve() == entry.resolve():
         return ExportResult(entry, read_manifest(entry), cached=cached)
     materialize(entry, target)

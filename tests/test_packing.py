@@ -35,17 +35,17 @@ def split_checkpoint(tmp_path_factory):
 
 def test_packed_run_trains_on_packed_rows_and_records_it(tmp_path, split_checkpoint):
     from edgebench.runner.supervisor import run_spec
-    from edgebench.runner.worker import _batches
+    from edgebench.runner.worker import batches_for
 
     spec = RunSpec(model="split-tiny", checkpoint=split_checkpoint, method="sgd", packing=True, batch_size=2,
                    text_length=TEXT, warmup_steps=0, steps=2, threads=1, run_id="packed")
-    rows = next(_batches(spec))["input_ids"]
+    rows = next(batches_for(spec))["input_ids"]
     assert ((rows == SPLIT_TINY.marker_token_id(0, 0)).sum(axis=1) >= 2).all()  # several samples a row
     result = run_spec(spec, tmp_path)
     assert result["status"] == "ok", result.get("detail")
     meta = json.loads((tmp_path / "meta.json").read_text())
     assert meta["spec"]["packing"] is True
-    unpacked = next(_batches(dataclasses.replace(spec, packing=False)))["input_ids"]
+    unpacked = next(batches_for(dataclasses.replace(spec, packing=False)))["input_ids"]
     assert ((unpacked == SPLIT_TINY.marker_token_id(0, 0)).sum(axis=1) == 1).all()
 
 

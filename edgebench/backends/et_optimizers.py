@@ -26,7 +26,7 @@ import torch
 from edgebench.methods import optim
 
 
-def _rows(t, size: int, i: int, parts: int):
+def batch_rows(t, size: int, i: int, parts: int):
     """Rows i, i+parts, ... of a batch tensor; `images` ([size * views, ...]: a fixed-shape
     program's rows hold the same number of views each) by its rows' views."""
     if t.shape[0] == size:
@@ -40,7 +40,7 @@ def split_inputs(inputs: tuple[torch.Tensor, ...], parts: int) -> list[tuple[tor
     size = inputs[0].shape[0]
     if size % parts:
         raise ValueError(f"accum{parts}: the batch size must be a multiple of {parts} (got {size})")
-    return [tuple(_rows(t, size, i, parts).contiguous() for t in inputs) for i in range(parts)]
+    return [tuple(batch_rows(t, size, i, parts).contiguous() for t in inputs) for i in range(parts)]
 
 
 class AccumulatingStep:
@@ -199,4 +199,4 @@ def lowering(method: Any) -> dict[str, str]:
 def first_micro_batch(batch: dict[str, Any], parts: int) -> dict[str, Any]:
     """The shapes an accumN program was exported for: one micro-batch of `batch`."""
     size = batch["input_ids"].shape[0]
-    return batch if parts == 1 else {k: _rows(v, size, 0, parts) for k, v in batch.items()}
+    return batch if parts == 1 else {k: batch_rows(v, size, 0, parts) for k, v in batch.items()}

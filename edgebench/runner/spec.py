@@ -43,6 +43,11 @@ class RunSpec:
     threads: int | None = None  # None: torch's default
     accelerator: str = "cpu"  # cpu | cuda
     program: str | None = None  # exported program dir (executorch / onnxruntime backends)
+    # executorch: "native" (the C++ worker, no Python or torch in the training process) or
+    # "python" (the pybind runtime under torch); native runs also need these two folders
+    runtime: str = "python"
+    native_worker: str | None = None  # worker bundle (edgebench-worker, lib/, bundle.json)
+    native_plan: str | None = None  # plan.txt + batches.bin (edgebench.native.plan)
     run_id: str | None = None
     repeat: int = 0  # which repeat of the same configuration this run is (0-based)
     power_model: dict[str, float] | None = None  # {"idle_w":..,"max_w":..} for estimates

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from edgebench.runner import worker
+from edgebench.runner import native, worker
 from edgebench.runner.facts import device_facts, library_versions
 from edgebench.runner.figures import samples_per_s, step_time_stats
 from edgebench.runner.spec import RunSpec
@@ -33,6 +33,8 @@ GRACE_S = 5.0  # after a Ctrl-C/SIGTERM the worker gets this long to stop by its
 RESERVE_BYTES = 256 * 1024  # kept free in the run directory so result.json fits on a full disk
 RESERVE_FILE = ".result-reserve"
 NO_SPACE = "no space left on device"
+# a worker that dies of these crashed (a bug, a bad program): an error, not a kill from outside
+CRASH_SIGNALS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT}
 
 
 class Reserve:
@@ -133,6 +135,9 @@ def _status(exit_code: int | None, exit_signal: int | None, timed_out: bool, int
             return "oom", f"worker killed by {name} (cgroup oom_kill counter rose by {oom_kills})"
         if kernel_oom:
             return "oom", f"worker killed by {name} (kernel: {kernel_oom})"
+        if exit_signal in CRASH_SIGNALS:
+            return "error", (f"the worker crashed ({name}); worker.log in the run directory has its last words; "
+                             "report it with the spec (spec.json)")
         if exit_signal == signal.SIGKILL:
             return "killed", (f"worker killed by {name}, not by edgebench; no OOM record (the cgroup's oom_kill "
                               "counter did not move, the kernel log has no OOM kill of it): killed from outside")
@@ -162,12 +167,24 @@ class Supervisor:
         self._started_ns = 0  # the worker's start, monotonic: kernel OOM records before it are not its
         self._previous: dict[int, Any] = {}
         self._facts: dict[str, Any] | None = None
+        self.native = spec.backend == "executorch" and spec.runtime == "native"
+        # which worker trains: recorded in meta.json and shown by report
+        self.runtime = ("native" if self.native else "python") if spec.backend == "executorch" else None
+        self.start_problem: str | None = None  # why the worker could not be started at all
+
+    def _worker_command(self, spec_path: Path) -> list[str]:
+        if self.native:
+            return native.command(self.spec, self.out)
+        return [sys.executable, "-m", "edgebench.runner.worker", str(spec_path), "--out", str(self.out)]
 
     def _write_meta(self, clock_start: dict[str, int], clock_end: dict[str, int] | None,
                     predicted: Any) -> None:
         """meta.json at start, and again at the end with the end clock and the prediction."""
         if self._facts is None:  # read once: the device and its libraries do not change mid-run
-            self._facts = {"device": device_facts(), "versions": library_versions()}
+            self._facts = {"device": device_facts(), "versions": library_versions(),
+                           "runtime": self.runtime}
+            if self.native:
+                self._facts["native_worker"] = native.bundle_facts(self.spec.native_worker)
         write_json_atomic(self.out / "meta.json", {
             "run_id": self.spec.run_id,
             "spec": self.spec.to_dict(),
@@ -213,13 +230,20 @@ class Supervisor:
                 spec_path = self.out / "spec.json"
                 self.spec.save(spec_path)
                 self._write_meta(clock_start, None, None)
-                if self.interrupted is None:
+                if self.native:
+                    self.start_problem = native.start_problem(self.spec)
+                if self.interrupted is None and self.start_problem is None:
                     with open(self.out / "worker.log", "ab") as log:
-                        self.child = subprocess.Popen(
-                            [sys.executable, "-m", "edgebench.runner.worker", str(spec_path), "--out", str(self.out)],
-                            stdout=log, stderr=subprocess.STDOUT,
-                            env={**os.environ, worker.SUPERVISOR_PID_ENV: str(os.getpid())},
-                        )
+                        try:
+                            self.child = subprocess.Popen(
+                                self._worker_command(spec_path), stdout=log, stderr=subprocess.STDOUT,
+                                env={**os.environ, worker.SUPERVISOR_PID_ENV: str(os.getpid())},
+                            )
+                        except OSError as exc:  # ENOEXEC, EACCES, ENOENT: the worker cannot run here
+                            if disk_full(self.out, exc):
+                                raise
+                            self.start_problem = f"the worker could not be started: {exc}; deploy again"
+                if self.child is not None:
                     self._started_ns = time.monotonic_ns()
                     sampler = Sampler(self.out / "samples.jsonl", self.child.pid, rate_hz=self.spec.sample_hz,
                                       root=self.root, sensors=self.spec.sensors, power_model=self.spec.power_model)
@@ -268,6 +292,15 @@ class Supervisor:
         exit_signal = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
         return exit_code, exit_signal, usage.ru_maxrss * 1024, timed_out
 
+    def _log_tail(self) -> str:
+        try:
+            with open(self.out / "worker.log", "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, fh.tell() - 4096))
+                return fh.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
     def _finish(self, clock_start: dict[str, int], exit_code: int | None, exit_signal: int | None,
                 maxrss: int, timed_out: bool, sampler: dict[str, Any], failure: OSError | None = None) -> dict[str, Any]:
         trace = read_trace(self.out / "events.jsonl")
@@ -282,6 +315,10 @@ class Supervisor:
             kernel_oom = kernel_oom_record(self.child.pid, self._started_ns)
         status, detail = _status(exit_code, exit_signal, timed_out, self.interrupted, events,
                                  sampler.get("cgroup_oom_kills_during_run") or 0, kernel_oom)
+        if self.start_problem and status != "interrupted":
+            status, detail = "error", self.start_problem
+        elif self.native and status == "error" and not events:  # it never wrote a line: ask the loader
+            detail = native.loader_problem(self._log_tail()) or detail
         if status in ("error", "killed") and disk_full(self.out, failure) and NO_SPACE not in detail:
             status, detail = "error", f"{NO_SPACE} in {self.out} ({detail or failure})"
         elif failure is not None and status != "interrupted":
@@ -295,6 +332,7 @@ class Supervisor:
             "model": self.spec.checkpoint or self.spec.model,
             "method": self.spec.method,
             "backend": self.spec.backend,
+            "runtime": self.runtime,
             "batch_size": self.spec.batch_size,
             "exit_code": exit_code,
             "exit_signal": signal.Signals(exit_signal).name if exit_signal else None,

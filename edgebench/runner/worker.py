@@ -59,7 +59,8 @@ def die_with_parent(sig: int, env: str) -> None:
         sys.exit(EXIT_INTERRUPTED)
 
 
-def _batches(spec: RunSpec):
+def batches_for(spec: RunSpec):
+    """The run's batches: its folder dataset, else the synthetic task (numpy, no torch)."""
     from edgebench.data.synthetic import synthetic_batches
     from edgebench.model.config import get_config
 
@@ -116,7 +117,7 @@ def train(spec: RunSpec, events: TraceWriter) -> int:
 
         torch.set_num_threads(spec.threads)
     events.write({"t_ns": time.monotonic_ns(), "event": "predicted", "memory": _predicted(spec)})
-    batches = _batches(spec)
+    batches = batches_for(spec)
     events.write({"t_ns": time.monotonic_ns(), "event": "load_begin"})
     try:
         backend = create(spec)

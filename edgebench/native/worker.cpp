@@ -1,0 +1,769 @@
+// edgebench's native training worker: runs an exported ExecuTorch training program with no
+// Python and no PyTorch in the process, and writes the events the Python worker writes
+// (edgebench/runner/worker.py), so the supervisor, result.json, collect, live and report are
+// the same for both.
+//
+//   edgebench-worker PLAN --program EXPORT_DIR --out RUN_DIR
+//
+// PLAN is plan.txt (written on the host by edgebench/native/plan.py: one `key values...` per
+// line) with batches.bin beside it (each step's inputs, raw, in the program's input order).
+// EXPORT_DIR holds model.pte (and trainable_init.bin for a forward-only program).
+//
+// Program kinds:
+//   joint         forward + backward; outputs [loss, ..., gradients, parameters]; the update
+//                 (SGD, SGD-momentum, Adam, AdamW with nanoVLM's recipe: lr groups, global-norm
+//                 clip, warmup + cosine schedule) runs here over the parameter outputs, which
+//                 alias the program's weights, so updating them in place trains it.
+//   updating      the update is written into the program (LOMO, fused SGD/Adam/AdamW); only the
+//                 step's scalars are computed here, as the program's last input `hyper`.
+//   forward-only  MeZO (Malladi et al. 2023, arXiv:2305.17333): the trainable weights are inputs,
+//                 perturbed in place by +-eps*z and restored bitwise.
+//
+// Exit codes are the Python worker's: 0 ok, 1 error, 3 diverged, 4 oom, 5 unsupported,
+// 6 interrupted, 7 no space.
+
+#include <executorch/extension/module/module.h>
+#include <executorch/extension/tensor/tensor.h>
+
+// The wheel ships libexecutorch_threadpool.so but not its header: the two calls used here.
+namespace executorch::extension::threadpool {
+class ThreadPool {
+ public:
+  bool _unsafe_reset_threadpool(uint32_t num_threads);
+};
+ThreadPool* get_threadpool();
+}  // namespace executorch::extension::threadpool
+
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <new>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+using executorch::aten::ScalarType;
+using executorch::aten::Tensor;
+using executorch::extension::Module;
+using executorch::extension::TensorPtr;
+using executorch::runtime::Error;
+using executorch::runtime::EValue;
+
+namespace {
+
+constexpr int EXIT_OK = 0, EXIT_ERROR = 1, EXIT_DIVERGED = 3, EXIT_OOM = 4, EXIT_UNSUPPORTED = 5,
+              EXIT_INTERRUPTED = 6, EXIT_NO_SPACE = 7;
+
+volatile std::sig_atomic_t g_signal = 0;
+
+void on_signal(int signum) { g_signal = signum; }
+
+struct Failure : std::runtime_error {  // ends the run with this exit code and event
+  int code;
+  std::string event;
+  Failure(int c, std::string ev, const std::string& what) : std::runtime_error(what), code(c), event(std::move(ev)) {}
+};
+
+[[noreturn]] void fail(const std::string& what) { throw Failure(EXIT_ERROR, "error", what); }
+
+int64_t now_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // Python's time.monotonic_ns: one clock for both workers
+  return int64_t(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += char(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += char(c);
+    }
+  }
+  return out + "\"";
+}
+
+std::string json_number(double v) {
+  if (std::isnan(v)) return "NaN";  // what Python's json writes (and reads back)
+  if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+// events.jsonl: one flushed line per event, as edgebench.telemetry.trace.TraceWriter writes.
+class Events {
+ public:
+  explicit Events(const std::string& path) : fh_(std::fopen(path.c_str(), "a")) {
+    if (!fh_) throw Failure(errno == ENOSPC ? EXIT_NO_SPACE : EXIT_ERROR, "", "cannot open " + path + ": " + std::strerror(errno));
+  }
+  ~Events() { if (fh_) std::fclose(fh_); }
+  void write(const std::string& event, const std::string& fields = "") {
+    std::string line = "{\"t_ns\": " + std::to_string(now_ns()) + ", \"event\": " + json_string(event) +
+                       (fields.empty() ? "" : ", " + fields) + "}\n";
+    if (std::fputs(line.c_str(), fh_) < 0 || std::fflush(fh_) != 0) {
+      int err = errno;
+      throw Failure(err == ENOSPC ? EXIT_NO_SPACE : EXIT_ERROR, "", std::string("cannot write events.jsonl: ") + std::strerror(err));
+    }
+  }
+
+ private:
+  std::FILE* fh_;
+};
+
+// plan.txt: `key value...` lines; repeated keys (input, param) keep every line.
+struct Plan {
+  std::multimap<std::string, std::vector<std::string>> lines;
+  std::string dir;
+
+  static Plan read(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) fail(path + ": cannot read the native plan (" + std::strerror(errno) + "); deploy or bench writes it");
+    Plan plan;
+    auto slash = path.rfind('/');
+    plan.dir = slash == std::string::npos ? "." : path.substr(0, slash);
+    std::string line;
+    bool first = true;
+    while (std::getline(in, line)) {
+      if (first) {
+        if (line != "edgebench-native-plan 1")
+          fail(path + ": not a native plan of this worker's format (first line '" + line + "'); rebuild the worker and plan with the same edgebench");
+        first = false;
+        continue;
+      }
+      if (line.empty()) continue;
+      std::istringstream words(line);
+      std::string key, word;
+      words >> key;
+      std::vector<std::string> values;
+      if (key == "predicted") {  // the rest of the line is JSON, kept as is
+        values.push_back(line.substr(std::min(line.size(), key.size() + 1)));
+      } else {
+        while (words >> word) values.push_back(word);
+      }
+      plan.lines.emplace(key, values);
+    }
+    return plan;
+  }
+  const std::vector<std::string>& get(const std::string& key) const {
+    auto it = lines.find(key);
+    if (it == lines.end() || it->second.empty()) fail("native plan: no `" + key + "` line; write the plan again with this edgebench");
+    return it->second;
+  }
+  std::string str(const std::string& key) const { return get(key)[0]; }
+  double num(const std::string& key, size_t i = 0) const {
+    const auto& v = get(key);
+    if (i >= v.size()) fail("native plan: `" + key + "` has too few values");
+    return std::strtod(v[i].c_str(), nullptr);
+  }
+  long long integer(const std::string& key) const { return std::strtoll(str(key).c_str(), nullptr, 10); }
+  std::vector<std::vector<std::string>> all(const std::string& key) const {
+    std::vector<std::vector<std::string>> out;
+    auto range = lines.equal_range(key);
+    for (auto it = range.first; it != range.second; ++it) out.push_back(it->second);
+    return out;
+  }
+};
+
+std::string error_text(Error e) {
+  switch (e) {
+    case Error::InvalidArgument: return "InvalidArgument";
+    case Error::InvalidProgram: return "InvalidProgram";
+    case Error::InvalidState: return "InvalidState";
+    case Error::NotFound: return "NotFound";
+    case Error::NotSupported: return "NotSupported";
+    case Error::NotImplemented: return "NotImplemented";
+    case Error::OperatorMissing: return "OperatorMissing";
+    case Error::MemoryAllocationFailed: return "MemoryAllocationFailed";
+    case Error::AccessFailed: return "AccessFailed";
+    default: return "error " + std::to_string(int(e));
+  }
+}
+
+[[noreturn]] void runtime_failure(Error e, const std::string& where) {
+  if (e == Error::MemoryAllocationFailed) throw Failure(EXIT_OOM, "oom", where + ": ExecuTorch could not allocate memory");
+  fail(where + ": ExecuTorch " + error_text(e));
+}
+
+// One input of the program: its name, dtype and shape, and where each batch holds it.
+struct Input {
+  std::string name;
+  ScalarType dtype;
+  std::vector<executorch::aten::SizesType> shape;
+  size_t bytes = 0;
+  std::vector<uint8_t> data;  // this step's values
+};
+
+ScalarType dtype_of(const std::string& name) {
+  if (name == "int64") return ScalarType::Long;
+  if (name == "float32") return ScalarType::Float;
+  fail("native plan: input dtype " + name + " is not one the worker reads (int64, float32)");
+}
+
+size_t element_size(ScalarType t) { return t == ScalarType::Long ? 8 : 4; }
+
+// batches.bin: `count` batches, each the inputs in order, raw little-endian.
+class Batches {
+ public:
+  Batches(const std::string& path, std::vector<Input>& inputs, long long count)
+      : fh_(std::fopen(path.c_str(), "rb")), inputs_(inputs), count_(count) {
+    if (!fh_) fail(path + ": cannot read the plan's batches (" + std::strerror(errno) + ")");
+    for (auto& in : inputs_) per_batch_ += in.bytes;
+    std::fseek(fh_, 0, SEEK_END);
+    long size = std::ftell(fh_);
+    if (count_ < 1 || size != long(per_batch_ * count_))
+      fail(path + ": " + std::to_string(size) + " bytes, the plan says " + std::to_string(count_) + " batches of " +
+           std::to_string(per_batch_) + "; write the plan again");
+  }
+  ~Batches() { if (fh_) std::fclose(fh_); }
+  // Reads batch `index` (cycling: a run longer than the plan's batches reuses them) into the inputs.
+  void load(long long index) {
+    std::fseek(fh_, long((index % count_) * per_batch_), SEEK_SET);
+    for (auto& in : inputs_) {
+      in.data.resize(in.bytes);
+      if (std::fread(in.data.data(), 1, in.bytes, fh_) != in.bytes) fail("batches.bin: short read");
+    }
+  }
+
+ private:
+  std::FILE* fh_;
+  std::vector<Input>& inputs_;
+  long long count_;
+  size_t per_batch_ = 0;
+};
+
+// nanoVLM's schedule (edgebench.methods.optim.lr_factor): linear warmup, cosine down to a floor.
+struct Schedule {
+  long long total;
+  double warmup_fraction, min_fraction;
+  double factor(long long step) const {
+    double warmup = std::max(1.0, double(total) * warmup_fraction);
+    if (double(step) < warmup) return double(step + 1) / warmup;
+    if (step >= total) return min_fraction;
+    double ratio = (double(step) - warmup) / std::max(1.0, double(total) - warmup);
+    return min_fraction + 0.5 * (1.0 + std::cos(M_PI * ratio)) * (1.0 - min_fraction);
+  }
+};
+
+struct Param {
+  std::string name;
+  int group = 0;  // 0 backbones, 1 projector (nanoVLM's higher lr)
+  float* data = nullptr;
+  size_t numel = 0;
+  std::vector<float> m, v;  // optimizer state (momentum buffer / Adam's moments)
+};
+
+class Worker {
+ public:
+  Worker(const Plan& plan, const std::string& program_dir, Events& events)
+      : plan_(plan), dir_(program_dir), events_(events) {
+    kind_ = plan.str("kind");
+    optimizer_ = plan.str("optimizer");
+    group_lr_ = {plan.num("group_lr", 0), plan.num("group_lr", 1)};
+    schedule_ = {plan.integer("total_steps"), plan.num("warmup_fraction"), plan.num("min_lr_fraction")};
+    clip_ = plan.num("clip");
+    accumulation_ = std::max(1LL, plan.integer("accumulation"));
+    for (const auto& words : plan.all("input")) {
+      if (words.size() < 2) fail("native plan: an `input` line needs a name and a dtype");
+      Input in{words[0], dtype_of(words[1]), {}};
+      size_t n = 1;
+      for (size_t i = 2; i < words.size(); ++i) {
+        in.shape.push_back(executorch::aten::SizesType(std::stoll(words[i])));
+        n *= size_t(std::stoll(words[i]));
+      }
+      in.bytes = n * element_size(in.dtype);
+      inputs_.push_back(std::move(in));
+    }
+    for (const auto& words : plan.all("param")) {
+      if (words.size() < 3) fail("native plan: a `param` line needs a name, a group and a size");
+      Param p;
+      p.name = words[0];
+      p.group = std::stoi(words[1]);
+      p.numel = size_t(std::stoull(words[2]));
+      params_.push_back(std::move(p));
+    }
+    batches_ = std::make_unique<Batches>(plan.dir + "/" + plan.str("batches"), inputs_, plan.integer("batch_count"));
+  }
+
+  void load() {
+    std::string pte = dir_ + "/model.pte";
+    if (access(pte.c_str(), R_OK) != 0) fail(pte + ": " + std::strerror(errno) + "; export the program (edgebench export) and deploy it");
+    module_ = std::make_unique<Module>(pte, Module::LoadMode::Mmap);
+    Error e = module_->load_method("forward");
+    if (e != Error::Ok) {
+      if (e == Error::InvalidProgram || e == Error::InvalidArgument || e == Error::NotFound)
+        fail(pte + " is not an ExecuTorch program this runtime can load (" + error_text(e) +
+             "); export it again with `edgebench export --backend executorch`");
+      runtime_failure(e, "loading " + pte);
+    }
+    check_inputs(pte);
+    if (kind_ == "joint") {
+      grad_start_ = index_of("__et_training_gradients_index_forward", pte);
+      param_start_ = index_of("__et_training_parameters_index_forward", pte);
+      check_names(pte);
+    } else if (kind_ == "forward-only") {
+      load_weights();
+    } else if (kind_ != "updating") {
+      fail("native plan: unknown program kind " + kind_);
+    }
+  }
+
+  // One training step (warmup or measured): returns the loss.
+  double step(long long step_index) {
+    if (kind_ == "forward-only") return mezo_step(step_index);
+    if (kind_ == "updating") return updating_step(step_index);
+    double loss = 0.0;
+    for (long long part = 0; part < accumulation_; ++part) {
+      check_signal();
+      batches_->load(step_index * accumulation_ + part);
+      auto outputs = run(batch_inputs());
+      loss += to_double(outputs[0]) / double(accumulation_);
+      bind_params(outputs);
+      accumulate(outputs, part);
+    }
+    update(step_index);
+    return loss;
+  }
+
+ private:
+  const Plan& plan_;
+  std::string dir_;
+  Events& events_;
+  std::string kind_, optimizer_;
+  std::vector<double> group_lr_;
+  Schedule schedule_{};
+  double clip_ = 0.0;
+  long long accumulation_ = 1;
+  std::vector<Input> inputs_;
+  std::vector<Param> params_;
+  std::unique_ptr<Batches> batches_;
+  std::unique_ptr<Module> module_;
+  int64_t grad_start_ = 0, param_start_ = 0;
+  std::vector<float*> grads_;             // this call's gradients (views of the program's arena)
+  std::vector<std::vector<float>> sums_;  // accumN: gradients summed over the micro-batches
+  std::vector<std::vector<float>> weights_;  // forward-only: the trainable weights (inputs)
+  uint64_t mezo_state_ = 0;
+  long long updates_done_ = 0;
+
+  void check_signal() {
+    if (g_signal) {
+      const char* name = g_signal == SIGINT ? "Ctrl-C (SIGINT)" : "SIGTERM";
+      throw Failure(EXIT_INTERRUPTED, "interrupted", std::string("stopped by ") + name);
+    }
+  }
+
+  void check_inputs(const std::string& pte) {
+    auto meta = module_->method_meta("forward");
+    if (!meta.ok()) runtime_failure(meta.error(), "reading " + pte);
+    size_t expected = inputs_.size() + (kind_ == "updating" ? 1 : 0) + (kind_ == "forward-only" ? params_.size() : 0);
+    if (meta->num_inputs() != expected)
+      fail(pte + ": the program takes " + std::to_string(meta->num_inputs()) + " inputs, the plan gives " +
+           std::to_string(expected) + " (is it the program exported for this method?); export it again for this run");
+    for (size_t i = 0; i < inputs_.size(); ++i) {
+      auto tm = meta->input_tensor_meta(i);
+      if (!tm.ok()) fail(pte + ": input " + std::to_string(i) + " (" + inputs_[i].name + ") is not a tensor");
+      auto sizes = tm->sizes();
+      std::vector<executorch::aten::SizesType> got(sizes.begin(), sizes.end());
+      if (got != inputs_[i].shape || tm->scalar_type() != inputs_[i].dtype) {
+        auto show = [](const std::vector<executorch::aten::SizesType>& s) {
+          std::string out = "[";
+          for (size_t k = 0; k < s.size(); ++k) out += (k ? ", " : "") + std::to_string(s[k]);
+          return out + "]";
+        };
+        fail(pte + ": " + inputs_[i].name + " was exported as " + show(got) + ", the batch is " + show(inputs_[i].shape) +
+             "; export again with this batch size / text length / image size");
+      }
+    }
+  }
+
+  int64_t index_of(const std::string& method, const std::string& pte) {
+    auto result = module_->execute(method);
+    if (!result.ok())
+      fail(pte + " is not a training program (no " + method + "): export it with `edgebench export --backend executorch` "
+           "for a backprop method, or use the forward-only export for MeZO");
+    return (*result)[0].toInt();
+  }
+
+  // The program's trainable parameters, in its order, each with the plan's lr group: a plan
+  // written for another program is refused (it would update the wrong weights).
+  void check_names(const std::string& pte) {
+    auto names = module_->execute("__et_training_fqn_forward");
+    if (!names.ok()) return;  // a program without names: the plan's order, sizes still checked
+    if (names->size() != params_.size())
+      fail(pte + " trains " + std::to_string(names->size()) + " parameters, the plan names " +
+           std::to_string(params_.size()) + "; write the plan again for this program");
+    std::map<std::string, Param> by_name;
+    for (auto& p : params_) by_name[p.name] = p;
+    std::vector<Param> ordered;
+    for (const auto& value : *names) {
+      std::string name(value.toString());
+      auto it = by_name.find(name);
+      if (it == by_name.end())
+        fail(pte + " trains " + name + ", which the plan does not name; write the plan again for this program");
+      ordered.push_back(it->second);
+    }
+    params_ = std::move(ordered);
+  }
+
+  std::vector<EValue> batch_inputs() {
+    std::vector<EValue> values;
+    holders_.clear();
+    for (auto& in : inputs_) {
+      holders_.push_back(executorch::extension::from_blob(in.data.data(), in.shape, in.dtype));
+      values.emplace_back(*holders_.back());
+    }
+    return values;
+  }
+  std::vector<TensorPtr> holders_;
+
+  std::vector<EValue> run(const std::vector<EValue>& inputs) {
+    auto result = module_->execute("forward", inputs);
+    if (!result.ok()) runtime_failure(result.error(), "running forward");
+    return std::move(*result);
+  }
+
+  static double to_double(const EValue& v) {
+    const Tensor& t = v.toTensor();
+    return double(t.const_data_ptr<float>()[0]);
+  }
+
+  void bind_params(const std::vector<EValue>& outputs) {
+    size_t n = size_t(param_start_ - grad_start_);
+    if (params_.size() != n || outputs.size() < size_t(param_start_) + n)
+      fail("the program returns " + std::to_string(n) + " gradients, the plan names " + std::to_string(params_.size()) +
+           " trainable parameters; write the plan again for this program");
+    grads_.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      const Tensor& g = outputs[size_t(grad_start_) + i].toTensor();
+      const Tensor& p = outputs[size_t(param_start_) + i].toTensor();
+      if (params_[i].numel == 0) params_[i].numel = size_t(p.numel());  // the plan leaves a joint program's sizes to it
+      if (size_t(p.numel()) != params_[i].numel || g.numel() != p.numel())
+        fail("parameter " + params_[i].name + ": the program's has " + std::to_string(p.numel()) +
+             " elements, the plan says " + std::to_string(params_[i].numel) + "; write the plan again for this program");
+      grads_[i] = g.mutable_data_ptr<float>();
+      params_[i].data = p.mutable_data_ptr<float>();  // the program's own weights
+    }
+  }
+
+  // accumN: each micro-batch's gradients (overwritten by the next call) summed at 1/N each.
+  void accumulate(const std::vector<EValue>&, long long part) {
+    if (accumulation_ == 1) return;
+    sums_.resize(params_.size());
+    float scale = 1.0f / float(accumulation_);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      auto& sum = sums_[i];
+      sum.resize(params_[i].numel);
+      const float* g = grads_[i];
+      if (part == 0) {
+        for (size_t k = 0; k < sum.size(); ++k) sum[k] = g[k] * scale;
+      } else {
+        for (size_t k = 0; k < sum.size(); ++k) sum[k] += g[k] * scale;
+      }
+    }
+  }
+
+  float* gradient(size_t i) { return accumulation_ == 1 ? grads_[i] : sums_[i].data(); }
+
+  // The methods' update over the program's weights: clip the global norm, then the optimizer.
+  void update(long long step_index) {
+    double factor = schedule_.factor(step_index);
+    double coef = 1.0;
+    if (clip_ > 0) {  // torch.nn.utils.clip_grad_norm_: max_norm / (norm + 1e-6), at most 1
+      double total = 0.0;
+      for (size_t i = 0; i < params_.size(); ++i) {
+        const float* g = gradient(i);
+        double sq = 0.0;
+        for (size_t k = 0; k < params_[i].numel; ++k) sq += double(g[k]) * double(g[k]);
+        total += sq;
+      }
+      float norm = float(std::sqrt(total));
+      coef = std::min(1.0, double(float(clip_) / (norm + 1e-6f)));
+    }
+    long long t = ++updates_done_;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      Param& p = params_[i];
+      float* w = p.data;
+      float* g = gradient(i);
+      float lr = float(group_lr_[size_t(p.group)] * factor);
+      if (coef != 1.0) {
+        float c = float(coef);
+        for (size_t k = 0; k < p.numel; ++k) g[k] *= c;
+      }
+      if (optimizer_ == "sgd") {
+        for (size_t k = 0; k < p.numel; ++k) w[k] -= lr * g[k];
+      } else if (optimizer_ == "sgd-momentum") {  // torch.optim.SGD(momentum=0.9, dampening 0)
+        float mu = float(plan_.num("momentum"));
+        if (p.m.empty()) {
+          p.m.assign(g, g + p.numel);
+        } else {
+          for (size_t k = 0; k < p.numel; ++k) p.m[k] = p.m[k] * mu + g[k];
+        }
+        for (size_t k = 0; k < p.numel; ++k) w[k] -= lr * p.m[k];
+      } else if (optimizer_ == "adam" || optimizer_ == "adamw") {  // torch's single-tensor Adam(W)
+        float b1 = float(plan_.num("betas", 0)), b2 = float(plan_.num("betas", 1)), eps = float(plan_.num("eps"));
+        float wd = float(plan_.num("weight_decay"));
+        if (p.m.empty()) {
+          p.m.assign(p.numel, 0.0f);
+          p.v.assign(p.numel, 0.0f);
+        }
+        double bc1 = 1.0 - std::pow(double(b1), double(t));
+        double bc2_sqrt = std::sqrt(1.0 - std::pow(double(b2), double(t)));
+        float step_size = float(double(lr) / bc1);
+        float bc2s = float(bc2_sqrt);
+        float decay = 1.0f - lr * wd;
+        float one_minus_b1 = 1.0f - b1, one_minus_b2 = 1.0f - b2;
+        for (size_t k = 0; k < p.numel; ++k) {
+          if (wd != 0.0f) w[k] *= decay;
+          p.m[k] += one_minus_b1 * (g[k] - p.m[k]);  // lerp(grad, 1 - beta1)
+          p.v[k] = p.v[k] * b2 + one_minus_b2 * g[k] * g[k];
+          float denom = std::sqrt(p.v[k]) / bc2s + eps;
+          w[k] -= step_size * (p.m[k] / denom);
+        }
+      } else {
+        throw Failure(EXIT_UNSUPPORTED, "unsupported",
+                      "optimizer " + optimizer_ + " is not in the native worker; use --runtime python");
+      }
+    }
+  }
+
+  // The program applies the update; this step's scalars are its last input (see
+  // edgebench.backends.et_optimizers.UpdatingProgram.hyper: per group decay and step, then
+  // Adam's sqrt(1 - beta2^t)).
+  double updating_step(long long step_index) {
+    check_signal();
+    batches_->load(step_index);
+    double factor = schedule_.factor(step_index);
+    bool adam = optimizer_ == "adam" || optimizer_ == "adamw";
+    double b1 = plan_.num("betas", 0), b2 = plan_.num("betas", 1), wd = plan_.num("weight_decay");
+    double t = double(step_index + 1);
+    for (int g = 0; g < 2; ++g) {
+      double lr = group_lr_[size_t(g)] * factor;
+      hyper_[2 * g] = float(1.0 - lr * wd);
+      hyper_[2 * g + 1] = float(adam ? -lr / (1.0 - std::pow(b1, t)) : -lr);
+    }
+    hyper_[4] = float(adam ? std::sqrt(1.0 - std::pow(b2, t)) : 1.0);
+    auto inputs = batch_inputs();
+    auto hyper = executorch::extension::from_blob(hyper_, {5}, ScalarType::Float);
+    inputs.emplace_back(*hyper);
+    auto outputs = run(inputs);
+    return to_double(outputs[0]);
+  }
+  float hyper_[5] = {0, 0, 0, 0, 0};
+
+  // MeZO's weights: trainable_init.bin, float32 in the plan's parameter order.
+  void load_weights() {
+    std::string path = dir_ + "/trainable_init.bin";
+    std::FILE* fh = std::fopen(path.c_str(), "rb");
+    if (!fh) fail(path + ": " + std::strerror(errno) + "; export the forward-only program again (edgebench export)");
+    weights_.resize(params_.size());
+    for (size_t i = 0; i < params_.size(); ++i) {
+      weights_[i].resize(params_[i].numel);
+      if (std::fread(weights_[i].data(), sizeof(float), params_[i].numel, fh) != params_[i].numel) {
+        std::fclose(fh);
+        fail(path + ": shorter than the plan's trainable parameters; export the program again");
+      }
+    }
+    std::fclose(fh);
+    mezo_state_ = uint64_t(plan_.integer("seed")) * 0x9E3779B97F4A7C15ULL + 1;
+  }
+
+  static uint64_t splitmix64(uint64_t& state) {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+  }
+
+  // z for parameter `index` under `seed`: standard normal (Box-Muller over splitmix64), the
+  // same sequence every time it is regenerated, never stored.
+  struct Normal {
+    uint64_t state;
+    bool has_spare = false;
+    float spare = 0.0f;
+    float next() {
+      if (has_spare) {
+        has_spare = false;
+        return spare;
+      }
+      double u1 = (double(splitmix64(state) >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
+      double u2 = double(splitmix64(state) >> 11) * 0x1.0p-53;
+      double r = std::sqrt(-2.0 * std::log(u1));
+      spare = float(r * std::sin(2.0 * M_PI * u2));
+      has_spare = true;
+      return float(r * std::cos(2.0 * M_PI * u2));
+    }
+  };
+
+  // theta += scale * z; with `record`, the elements whose rounding would not undo exactly keep
+  // their old value, so the weights come back bitwise (edgebench.methods.exact).
+  void perturb(uint64_t seed, float scale, std::vector<std::vector<std::pair<uint32_t, float>>>* records) {
+    for (size_t i = 0; i < weights_.size(); ++i) {
+      Normal z{seed * 1000003ULL + i};
+      auto& w = weights_[i];
+      for (size_t k = 0; k < w.size(); ++k) {
+        float d = scale * z.next();
+        float before = w[k];
+        w[k] = before + d;
+        if (records && w[k] - d != before) (*records)[i].emplace_back(uint32_t(k), before);
+      }
+    }
+  }
+
+  void undo(uint64_t seed, float scale, const std::vector<std::vector<std::pair<uint32_t, float>>>& records) {
+    for (size_t i = 0; i < weights_.size(); ++i) {
+      Normal z{seed * 1000003ULL + i};
+      auto& w = weights_[i];
+      for (size_t k = 0; k < w.size(); ++k) w[k] -= scale * z.next();
+      for (const auto& [k, before] : records[i]) w[k] = before;
+    }
+  }
+
+  double loss_at(uint64_t seed, float scale) {
+    std::vector<std::vector<std::pair<uint32_t, float>>> records(weights_.size());
+    perturb(seed, scale, &records);
+    auto inputs = batch_inputs();
+    std::vector<TensorPtr> weight_tensors;
+    for (size_t i = 0; i < weights_.size(); ++i) {
+      weight_tensors.push_back(executorch::extension::from_blob(weights_[i].data(), {executorch::aten::SizesType(weights_[i].size())}, ScalarType::Float));
+    }
+    auto meta = module_->method_meta("forward");
+    for (size_t i = 0; i < weights_.size(); ++i) {  // each weight in the shape the program declares
+      auto tm = meta->input_tensor_meta(inputs_.size() + i);
+      auto sizes = tm->sizes();
+      weight_tensors[i] = executorch::extension::from_blob(
+          weights_[i].data(), std::vector<executorch::aten::SizesType>(sizes.begin(), sizes.end()), ScalarType::Float);
+      inputs.emplace_back(*weight_tensors[i]);
+    }
+    double loss = to_double(run(inputs)[0]);
+    undo(seed, scale, records);
+    return loss;
+  }
+
+  double mezo_step(long long step_index) {
+    check_signal();
+    batches_->load(step_index);
+    float eps = float(plan_.num("mezo_eps"));
+    uint64_t seed = splitmix64(mezo_state_) % 2147483647ULL;
+    double plus = loss_at(seed, eps);
+    check_signal();
+    double minus = loss_at(seed, -eps);
+    double projected = (plus - minus) / (2.0 * double(eps));
+    double lr = group_lr_[0] * schedule_.factor(step_index);
+    perturb(seed, float(-lr * projected), nullptr);
+    return (plus + minus) / 2.0;
+  }
+};
+
+void die_with_parent() {
+  prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);  // a dying supervisor takes its worker with it
+  const char* expected = std::getenv("EDGEBENCH_SUPERVISOR_PID");
+  if (expected && getppid() != std::atoi(expected)) std::exit(EXIT_INTERRUPTED);
+}
+
+void volunteer_for_oom_kill() {  // the OOM killer takes the worker, never the supervisor
+  if (std::FILE* fh = std::fopen("/proc/self/oom_score_adj", "w")) {
+    std::fputs("1000", fh);
+    std::fclose(fh);
+  }
+}
+
+int train(const Plan& plan, const std::string& program_dir, Events& events) {
+  auto predicted = plan.lines.find("predicted");
+  events.write("predicted", std::string("\"memory\": ") + (predicted == plan.lines.end() ? "null" : predicted->second[0]));
+  long long threads = plan.integer("threads");
+  if (threads > 0) executorch::extension::threadpool::get_threadpool()->_unsafe_reset_threadpool(uint32_t(threads));
+  events.write("load_begin");
+  Worker worker(plan, program_dir, events);
+  worker.load();
+  events.write("load_end");
+  long long warmup = plan.integer("warmup_steps"), steps = plan.integer("steps");
+  double duration = plan.num("duration_s");  // 0: run `steps` measured steps
+  int64_t deadline = duration > 0 ? now_ns() + int64_t(duration * 1e9) : -1;  // from here, as the Python worker
+  for (long long step = 0;; ++step) {
+    bool measure = step >= warmup;
+    if (measure) {
+      if (deadline < 0 && step - warmup >= steps) break;
+      if (deadline > 0 && now_ns() >= deadline) break;
+    }
+    const char* phase = measure ? "measure" : "warmup";
+    int64_t begin = now_ns();
+    events.write("step_begin", "\"step\": " + std::to_string(step) + ", \"phase\": \"" + phase + "\"");
+    double loss = worker.step(step);
+    int64_t end = now_ns();
+    events.write("step_end", "\"step\": " + std::to_string(step) + ", \"phase\": \"" + phase + "\", \"loss\": " +
+                             json_number(loss) + ", \"duration_s\": " + json_number(double(end - begin) / 1e9));
+    if (!std::isfinite(loss)) {
+      events.write("diverged", "\"step\": " + std::to_string(step) + ", \"loss\": " + json_number(loss));
+      return EXIT_DIVERGED;
+    }
+  }
+  return EXIT_OK;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string plan_path, program_dir, out;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--program" && i + 1 < argc) program_dir = argv[++i];
+    else if (arg == "--out" && i + 1 < argc) out = argv[++i];
+    else if (arg == "--version") { std::puts("edgebench-worker 1"); return 0; }
+    else plan_path = arg;
+  }
+  if (plan_path.empty() || program_dir.empty() || out.empty()) {
+    std::fprintf(stderr, "usage: %s PLAN --program EXPORT_DIR --out RUN_DIR\n", argv[0]);
+    return EXIT_ERROR;
+  }
+  die_with_parent();
+  std::signal(SIGTERM, on_signal);
+  std::signal(SIGINT, on_signal);
+  volunteer_for_oom_kill();
+  std::unique_ptr<Events> events;
+  try {
+    events = std::make_unique<Events>(out + "/events.jsonl");
+  } catch (const Failure& f) {
+    std::fprintf(stderr, "%s\n", f.what());
+    return f.code;
+  }
+  try {
+    Plan plan = Plan::read(plan_path);
+    return train(plan, program_dir, *events);
+  } catch (const Failure& f) {
+    if (f.code == EXIT_NO_SPACE || f.event.empty()) {
+      std::fprintf(stderr, "%s\n", f.what());
+      return f.code;
+    }
+    try {
+      events->write(f.event, std::string("\"detail\": ") + json_string(f.what()));
+    } catch (const Failure& g) {
+      return g.code;
+    }
+    return f.code;
+  } catch (const std::bad_alloc&) {
+    try { events->write("oom", "\"detail\": \"std::bad_alloc: the native worker could not allocate memory\""); } catch (...) {}
+    return EXIT_OOM;
+  } catch (const std::exception& e) {
+    try { events->write("error", std::string("\"detail\": ") + json_string(std::string("native worker: ") + e.what())); } catch (...) {}
+    return EXIT_ERROR;
+  }
+}

@@ -1,0 +1,75 @@
+"""Starting the native ExecuTorch worker (edgebench/native/worker.cpp) in place of the Python
+worker: its command line, and why it cannot start here, said before it is tried.
+
+A worker bundle is a folder: the `edgebench-worker` executable, `lib/` with the ExecuTorch
+runtime libraries it was linked against, and `bundle.json` (its arch, executorch version and
+each file's sha256). Its plan folder (edgebench/native/plan.py) holds plan.txt and
+batches.bin. The supervisor runs it exactly as it runs the Python worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+WORKER = "edgebench-worker"
+BUNDLE_FACTS = "bundle.json"
+PLAN = "plan.txt"
+BATCHES = "batches.bin"
+PLAN_FORMAT = "edgebench-native-plan 1"
+RUNTIMES = ("native", "python")  # how the ExecuTorch backend runs: this worker, or the Python one
+
+
+def machine_arch(machine: str | None = None) -> str:
+    """The kernel's name for an arch, as bundles are named (amd64 -> x86_64, arm64 -> aarch64)."""
+    machine = (machine or platform.machine()).lower()
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+
+
+def bundle_facts(bundle: str | Path) -> dict[str, Any]:
+    """bundle.json of a worker bundle ({} when unreadable: `start_problem` says why)."""
+    try:
+        return json.loads((Path(bundle) / BUNDLE_FACTS).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def start_problem(spec: Any) -> str | None:
+    """Why the native worker of `spec` cannot start on this device, with the fix; None if it can."""
+    if not spec.native_worker or not spec.native_plan:
+        return ("the spec asks for the native ExecuTorch worker but names no worker bundle or plan "
+                "(native_worker, native_plan); run it through `edgebench bench` or `deploy`, which set them")
+    bundle = Path(spec.native_worker)
+    executable = bundle / WORKER
+    if not executable.is_file():
+        return f"{executable}: no native worker there; deploy again (it ships the worker) or use --runtime python"
+    built_for = bundle_facts(bundle).get("arch")
+    here = machine_arch()
+    if built_for and built_for != here:
+        return (f"{executable} was built for {built_for}, this device is {here}; deploy again so the host builds "
+                f"the {here} worker (or use --runtime python)")
+    if not os.access(executable, os.X_OK):
+        return f"{executable} is not executable; deploy again"
+    plan = Path(spec.native_plan) / PLAN
+    if not plan.is_file():
+        return f"{plan}: no native plan there; deploy again"
+    return None
+
+
+def command(spec: Any, out: str | Path) -> list[str]:
+    """The worker's command line for `spec`, writing into run directory `out`."""
+    return [str(Path(spec.native_worker) / WORKER), str(Path(spec.native_plan) / PLAN),
+            "--program", str(spec.program), "--out", str(out)]
+
+
+def loader_problem(log_tail: str) -> str | None:
+    """The dynamic loader's complaint in the worker's log (a library missing or of another
+    arch), as one line with the fix; None if there is none."""
+    for line in log_tail.splitlines():
+        if "error while loading shared libraries" in line or "cannot open shared object" in line:
+            return (f"the native worker could not start: {line.strip()}; its bundle is incomplete: deploy "
+                    "again (deploy ships lib/ beside the worker) or use --runtime python")
+    return None
