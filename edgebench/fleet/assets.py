@@ -1,4 +1,5 @@
-"""A user's checkpoint and dataset folders, shipped to a device once.
+"""A user's checkpoint and dataset folders (and the native worker with its plans), shipped to
+a device once.
 
 Each folder is content-addressed: the sha256 of every file, and of that list. It lands
 in `<workdir>/cache/<digest>-<name>/`, is checked file by file on the device after
@@ -58,9 +59,9 @@ def ship_folder(transport: Any, device: Any, local: Path, workdir: str, staging:
 def ship_assets(transport: Any, device: Any, specs: list[Any], workdir: str, staging: Path,
                 ship_tar: Callable[[Any, Path, str], None], tar_dir: Callable[..., Path],
                 log: Callable[[str], None] = lambda _: None) -> None:
-    """Ships every checkpoint and dataset folder the specs name (once each) and points the
-    specs at the device's copies."""
-    for attr in ("checkpoint", "data_dir"):
+    """Ships every checkpoint and dataset folder, native worker bundle and native plan the
+    specs name (once each) and points the specs at the device's copies."""
+    for attr in ("checkpoint", "data_dir", "native_worker", "native_plan"):
         for local in dict.fromkeys(getattr(s, attr) for s in specs if getattr(s, attr)):
             if not Path(local).is_dir():
                 continue  # already a device path (e.g. a spec file written for that device)

@@ -13,9 +13,10 @@ from typing import Any, Callable, Iterator
 import click
 
 from edgebench.backends import BACKENDS
-from edgebench.fleet.plan import (attach_program, check_method, check_model, for_device, ingest_runs, make_specs,
+from edgebench.fleet.plan import (attach_native, attach_program, check_method, check_model, for_device, ingest_runs, make_specs,
                                   parse_duration, unsupported_result)
 from edgebench.results import DEFAULT_STORE
+from edgebench.runner.native import machine_arch
 from edgebench.runner.spec import RunSpec
 
 
@@ -184,6 +185,11 @@ def run_options(command: Callable) -> Callable:
         click.option("--backend", default="eager", show_default=True, type=BACKEND_CHOICE,
                      help="eager runs torch; executorch and onnxruntime run a program exported for the "
                           "device's profile first (cached)."),
+        click.option("--runtime", default="auto", show_default=True, type=click.Choice(("auto", "native", "python")),
+                     help="ExecuTorch only: which worker trains. native: the C++ worker built against ExecuTorch's "
+                          "runtime, with no Python or torch in the process (what an app on the device pays); "
+                          "python: ExecuTorch's Python runtime under torch; auto: native where it is built for the "
+                          "device's arch and runs the method, else python."),
         click.option("--steps", default=5, show_default=True, type=click.IntRange(min=1), help="Measured steps."),
         click.option("--warmup", default=1, show_default=True, type=click.IntRange(min=0), help="Warmup steps."),
         click.option("--duration", default=None, help="Run for a time instead of --steps, e.g. 90s or 10m."),
@@ -208,7 +214,7 @@ def run_options(command: Callable) -> Callable:
                      help="Local folder for run directories, clock probes and deployment records."),
         click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts."),
     ]
-    shape_fields = ("model", "data_dir", "lr", "backend", "batch_size", "text_length", "max_image_size", "packing",
+    shape_fields = ("model", "data_dir", "lr", "backend", "runtime", "batch_size", "text_length", "max_image_size", "packing",
                     "threads", "accelerator", "sample_hz", "timeout_s", "seed")
 
     @functools.wraps(command)
@@ -274,8 +280,8 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str,
                 label = f"{spec.method} ({spec.backend})"
                 total = None if spec.duration_s else spec.warmup_steps + spec.steps
                 task = progress.add_task(label, total=total)
-                refused = attach_program(spec, profile,
-                                         on_stage=lambda stage, t=task, l=label: progress.update(t, description=f"{l}: {stage}"))
+                stage = lambda stage, t=task, l=label: progress.update(t, description=f"{l}: {stage}")  # noqa: E731
+                refused = attach_program(spec, profile, on_stage=stage) or attach_native(spec, machine_arch(), stage)
                 if refused is not None:
                     progress.update(task, description=f"{label}: unsupported")
                     results.append(unsupported_result(spec, refused))

@@ -32,7 +32,7 @@ from edgebench.fleet.assets import ship_assets
 from edgebench.fleet.clock import probe_clock
 from edgebench.fleet.device_scripts import facts as facts_script
 from edgebench.fleet.remote import run_program
-from edgebench.fleet.plan import attach_program, for_device
+from edgebench.fleet.plan import attach_native, attach_program, for_device
 from edgebench.runner.spec import RunSpec
 from edgebench.runner.sweep import disk_needed_est
 
@@ -133,6 +133,14 @@ def deploy_one(name: str, specs: list[RunSpec], local_root: Path = Path("runs"),
             tempfile.TemporaryDirectory(prefix="edgebench-deploy-") as staging:
         log(f"{name}: preflight")
         facts = run_program(transport, device, facts_script, device.workdir)
+        for spec in specs:  # the native worker is built for the arch the device reports
+            why = attach_native(spec, facts["arch"], on_stage=lambda stage, m=spec.method: log(f"{name}: {m}: {stage}"))
+            if why:
+                refused[spec.method] = why
+        specs = [spec for spec in specs if spec.method not in refused]
+        if not specs:
+            raise PreflightError(f"{name}: no method can run there:\n  - "
+                                 + "\n  - ".join(f"{m}: {why}" for m, why in refused.items()))
         package = package_tarball(Path(staging) / "pkg.tar.gz")
         named = dict.fromkeys(s.program for s in specs if s.program and Path(s.program).is_dir())
         programs = {local: _tar_dir(Path(local), ".", Path(staging) / f"program{i}.tar", compress=False)

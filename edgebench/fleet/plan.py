@@ -104,6 +104,34 @@ def attach_program(spec: RunSpec, profile: Any, on_stage: Callable[[str], None] 
     return None
 
 
+def attach_native(spec: RunSpec, arch: str, on_stage: Callable[[str], None] = lambda stage: None) -> str | None:
+    """Settles which worker runs an ExecuTorch spec on a device of `arch`: with runtime `auto`,
+    the native worker where it can be built for that arch and runs the method, else the Python
+    one (said through on_stage); with `native`, that worker or the reason it cannot (returned,
+    for an `unsupported` result). Builds the worker bundle (cached) and writes the run's plan."""
+    if spec.backend != "executorch" or spec.runtime == "python" or spec.native_plan:
+        if spec.backend != "executorch":
+            spec.runtime = "python"
+        return None
+    from edgebench.backends.base import UnsupportedBackend
+    from edgebench.native.build import NativeBuildError, bundle
+    from edgebench.native.plan import write_plan
+    from edgebench.runner.worker import predicted_memory
+    from exporters.manifest import cache_root
+
+    asked, spec.runtime = spec.runtime, "python"
+    try:
+        worker = bundle(arch, log=on_stage)
+        spec.native_plan = str(write_plan(spec, cache_root(), predicted_memory(spec)))
+    except (UnsupportedBackend, NativeBuildError) as exc:
+        if asked == "native":
+            return str(exc)
+        on_stage(f"Python ExecuTorch worker ({exc})")
+        return None
+    spec.runtime, spec.native_worker = "native", str(worker)
+    return None
+
+
 def unsupported_result(spec: RunSpec, detail: str) -> dict[str, Any]:
     """The recorded result of a run that was refused before it started."""
     return {"run_id": spec.run_id, "model": spec.model, "method": spec.method, "backend": spec.backend,

@@ -55,7 +55,7 @@ CREATE TABLE IF NOT EXISTS runs (
     events_bad_lines BIGINT, events_truncated BOOLEAN,
     align_source VARCHAR, align_offset_ns BIGINT, align_drift DOUBLE, align_ref_mono_ns BIGINT,
     align_probes_used INTEGER, align_probes_discarded INTEGER, align_max_error_ns BIGINT, align_note VARCHAR,
-    ingested_at TIMESTAMP DEFAULT current_timestamp, run_key INTEGER, packing BOOLEAN,
+    ingested_at TIMESTAMP DEFAULT current_timestamp, run_key INTEGER, packing BOOLEAN, runtime VARCHAR,
     PRIMARY KEY (device, run_id)
 );
 CREATE TABLE IF NOT EXISTS samples (run_key INTEGER, t_ns BIGINT);
@@ -135,20 +135,23 @@ def _columns(con: duckdb.DuckDBPyConnection, table: str) -> set[str]:
 
 def _upgrade(con: duckdb.DuckDBPyConnection) -> None:
     """Brings a store written by an older edgebench to this layout, rows kept: the runs table
-    gains `run_key` and `packing` (read back from each run's meta), and samples and steps
-    keyed by device and run_id text get the run's key instead."""
+    gains `run_key`, `packing` and `runtime` (read back from each run's meta), and samples
+    and steps keyed by device and run_id text get the run's key instead."""
     have = _columns(con, "runs")
-    if not have or {"run_key", "packing"} <= have and "device" not in _columns(con, "samples"):
+    if not have or {"run_key", "packing", "runtime"} <= have and "device" not in _columns(con, "samples"):
         return
     con.execute("BEGIN TRANSACTION")
     con.execute("DROP VIEW IF EXISTS samples_host; DROP VIEW IF EXISTS steps_host")
     con.execute("ALTER TABLE runs ADD COLUMN IF NOT EXISTS run_key INTEGER")
     con.execute("ALTER TABLE runs ADD COLUMN IF NOT EXISTS packing BOOLEAN")
+    con.execute("ALTER TABLE runs ADD COLUMN IF NOT EXISTS runtime VARCHAR")
     con.execute("""UPDATE runs SET run_key = k.key FROM (SELECT device, run_id, row_number() OVER (
                        ORDER BY ingested_at, device, run_id) AS key FROM runs) k
                    WHERE runs.run_key IS NULL AND runs.device = k.device AND runs.run_id = k.run_id""")
     con.execute("""UPDATE runs SET packing = coalesce(TRY_CAST(json_extract(meta_json, '$.spec.packing') AS BOOLEAN), false)
                    WHERE packing IS NULL""")
+    con.execute("""UPDATE runs SET runtime = json_extract_string(meta_json, '$.runtime')
+                   WHERE runtime IS NULL AND backend = 'executorch'""")
     for table in ("samples", "steps"):
         if "device" in _columns(con, table):
             con.execute(f"""CREATE TABLE _{table} AS SELECT r.run_key::INTEGER AS run_key, t.* EXCLUDE (device, run_id)
@@ -362,6 +365,7 @@ class Store:
             "device": device, "run_id": run_id, "run_key": run_key, "packing": bool(spec.get("packing")),
             "model": spec.get("model") if spec.get("checkpoint") else (result.get("model") or spec.get("model")), "method": result.get("method") or spec.get("method"),
             "backend": result.get("backend") or spec.get("backend"),
+            "runtime": meta.get("runtime"),  # executorch: native or python worker
             "status": result.get("status") or "incomplete", "detail": detail,
             "batch_size": _int_or_none(spec.get("batch_size")), "text_length": _int_or_none(spec.get("text_length")),
             "image_size": _int_or_none(spec.get("image_size")), "steps_done": _int_or_none(result.get("steps_done")),

@@ -91,7 +91,7 @@ def _checkpoint_config(path: str):
     return read_config(path)
 
 
-def _predicted(spec: RunSpec) -> dict | None:
+def predicted_memory(spec: RunSpec) -> dict | None:
     """The method's memory prediction (an estimate), or None where it cannot be made."""
     from edgebench.backends import BACKENDS
 
@@ -116,7 +116,7 @@ def train(spec: RunSpec, events: TraceWriter) -> int:
         import torch
 
         torch.set_num_threads(spec.threads)
-    events.write({"t_ns": time.monotonic_ns(), "event": "predicted", "memory": _predicted(spec)})
+    events.write({"t_ns": time.monotonic_ns(), "event": "predicted", "memory": predicted_memory(spec)})
     batches = batches_for(spec)
     events.write({"t_ns": time.monotonic_ns(), "event": "load_begin"})
     try:

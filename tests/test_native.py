@@ -1,0 +1,188 @@
+"""The native ExecuTorch worker (edgebench/native/worker.cpp): no Python, no torch in the
+training process, the same losses as the Python ExecuTorch path, the same run directory.
+
+Each native run goes through the real supervisor (its own process, result.json written);
+the Python path it is compared with runs the ExecuTorch backend in this process on the same
+batches (the worker's first batch is its setup example, as in the Python worker). Exports are
+the ones the other export tests make (session cache).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgebench.backends import create
+from edgebench.native.build import bundle
+from edgebench.native.plan import write_plan
+from edgebench.runner.spec import RunSpec
+from edgebench.runner.supervisor import run_spec
+from edgebench.runner.worker import batches_for
+from exporters.manifest import ExportRequest
+from exporters.pipeline import export
+from test_export import TEXT
+
+STEPS = 10
+# Largest relative loss difference from the Python ExecuTorch path over 10 steps, measured:
+# sgd 1.5e-6, sgd-momentum 6.8e-7, adam/adamw 1.7e-7, fused-adamw 0 (the program updates
+# itself; only the step's scalars are computed here). The update's sums run in another order
+# than torch's kernels; a wrong clip, schedule, lr group or bias correction moves the loss by
+# 1e-3 or more within three steps.
+TOLERANCE = 1e-5
+
+
+@pytest.fixture(scope="session")
+def worker_bundle():
+    return bundle()
+
+
+def _program(method: str, batch_size: int = 1, delegate: str | None = "xnnpack") -> str:
+    return str(export(ExportRequest(model="tiny", method=method, backend="executorch", delegate=delegate,
+                                    text_length=TEXT, batch_size=batch_size)).directory)
+
+
+def _spec(method: str, program: str, **fields) -> RunSpec:
+    base = dict(model="tiny", method=method, backend="executorch", text_length=TEXT, warmup_steps=0,
+                steps=STEPS, sample_hz=10.0, program=program, run_id=f"native-{method}")
+    return RunSpec(**{**base, **fields})
+
+
+def _native(spec: RunSpec, worker: Path, out: Path, cache: Path) -> tuple[dict, list[dict]]:
+    spec = dataclasses.replace(spec, runtime="native", native_worker=str(worker),
+                               native_plan=str(write_plan(spec, cache)))
+    result = run_spec(spec, out)
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()] \
+        if (out / "events.jsonl").exists() else []
+    return result, events
+
+
+def _python_losses(spec: RunSpec) -> list[float]:
+    batches = batches_for(spec)
+    backend = create(spec)
+    backend.setup(spec, next(batches))
+    losses = [backend.step(next(batches)) for _ in range(spec.steps)]
+    backend.close()
+    return losses
+
+
+def _losses(events: list[dict]) -> list[float]:
+    return [e["loss"] for e in events if e.get("event") == "step_end"]
+
+
+# sgd, sgd-momentum, adam and adamw share one program (the update runs between its calls);
+# fused-adamw and lomo update inside theirs; adamw-accum4 sums 4 micro-batches' gradients.
+PARITY = [("sgd", 1, "xnnpack"), ("adamw", 1, "xnnpack"), ("sgd-momentum", 1, "xnnpack"), ("adam", 1, "xnnpack"),
+          ("fused-adamw", 1, "xnnpack"), ("lomo", 1, "xnnpack"), ("adamw-accum4", 4, "xnnpack"), ("lora", 1, None)]
+
+
+@pytest.mark.parametrize("method,batch_size,delegate", PARITY)
+def test_native_worker_trains_as_the_python_executorch_path(export_cache, worker_bundle, tmp_path, method,
+                                                             batch_size, delegate):
+    spec = _spec(method, _program(method, batch_size, delegate), batch_size=batch_size)
+    result, events = _native(spec, worker_bundle, tmp_path / "run", tmp_path / "plans")
+    assert result["status"] == "ok", result["detail"]
+    native, python = np.array(_losses(events)), np.array(_python_losses(spec))
+    print(json.dumps({"method": method, "max_rel_loss_diff": float(np.max(np.abs(native - python) / python))}))
+    np.testing.assert_allclose(native, python, rtol=TOLERANCE)
+    assert native[-1] < native[0]
+    meta = json.loads((tmp_path / "run" / "meta.json").read_text())
+    assert meta["runtime"] == result["runtime"] == "native"
+    assert meta["native_worker"]["arch"] == os.uname().machine
+
+
+def test_native_run_is_small_and_torch_free(export_cache, worker_bundle, tmp_path):
+    """Tiny SGD in the native worker: its sampled peak RSS is the worker's alone (no Python,
+    no torch mapped), well under the Python ExecuTorch worker's ~340 MB."""
+    result, _ = _native(_spec("sgd", _program("sgd"), steps=3), worker_bundle, tmp_path / "run", tmp_path / "plans")
+    assert result["status"] == "ok", result["detail"]
+    assert result["peak_rss_bytes_sampled"] < 64 * 2**20, result["peak_rss_bytes_sampled"]
+    samples = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
+    assert samples and all("rss_bytes" in s for s in samples if "t_ns" in s)
+
+
+@pytest.mark.parametrize("method", ["mezo", "mezo-lora"])
+def test_native_mezo_learns_on_the_forward_only_program(export_cache, worker_bundle, tmp_path, method):
+    """MeZO's perturbations come from the worker's own generator (splitmix64 + Box-Muller),
+    not torch's, so its trajectory is its own: checked for learning and for repeatability."""
+    spec = _spec(method, _program(method, delegate=None), steps=20, lr=1e-3 if method == "mezo-lora" else None)
+    first, events = _native(spec, worker_bundle, tmp_path / "a", tmp_path / "plans")
+    assert first["status"] == "ok", first["detail"]
+    losses = _losses(events)
+    assert np.mean(losses[-5:]) < np.mean(losses[:5]), losses
+    _, again = _native(spec, worker_bundle, tmp_path / "b", tmp_path / "plans")
+    assert _losses(again) == losses  # same seed, same bytes
+
+
+def test_python_only_optimizers_are_refused_natively(export_cache, tmp_path):
+    from edgebench.backends.base import UnsupportedBackend
+
+    with pytest.raises(UnsupportedBackend, match="adafactor.*--runtime python"):
+        write_plan(_spec("adafactor", _program("sgd")), tmp_path)
+
+
+def _bad_run(tmp_path: Path, worker: Path, spec: RunSpec, plan: Path | None = None) -> dict:
+    spec = dataclasses.replace(spec, runtime="native", native_worker=str(worker),
+                               native_plan=str(plan or write_plan(spec, tmp_path / "plans")))
+    result = run_spec(spec, tmp_path / "run")
+    assert (tmp_path / "run" / "result.json").exists()
+    return result
+
+
+def test_a_program_that_is_not_a_training_program_is_an_error(export_cache, worker_bundle, tmp_path):
+    """The joint program's plan given MeZO's forward-only .pte: refused with the cause and fix."""
+    spec = _spec("sgd", _program("sgd"))
+    plan = write_plan(spec, tmp_path / "plans")
+    result = _bad_run(tmp_path, worker_bundle, dataclasses.replace(spec, program=_program("mezo", delegate=None)), plan)
+    assert result["status"] == "error"
+    assert "export" in result["detail"] and "\n" not in result["detail"], result["detail"]
+
+
+def test_inputs_of_the_wrong_shape_are_an_error(export_cache, worker_bundle, tmp_path):
+    spec = _spec("sgd", _program("sgd"))
+    plan = write_plan(spec, tmp_path / "plans")
+    text = (plan / "plan.txt").read_text().replace(f"input_ids int64 1 {TEXT}", f"input_ids int64 1 {TEXT + 4}")
+    bad = tmp_path / "bad-plan"
+    shutil.copytree(plan, bad)
+    (bad / "plan.txt").write_text(text)
+    result = _bad_run(tmp_path, worker_bundle, spec, bad)
+    assert result["status"] == "error"
+    assert "input_ids was exported as" in result["detail"] and "export again" in result["detail"], result["detail"]
+
+
+def test_a_missing_library_is_an_error_naming_it(export_cache, worker_bundle, tmp_path):
+    broken = tmp_path / "bundle"
+    shutil.copytree(worker_bundle, broken)
+    (broken / "lib" / "libexecutorch_backend_xnnpack.so").unlink()
+    result = _bad_run(tmp_path, broken, _spec("sgd", _program("sgd")))
+    assert result["status"] == "error"
+    assert "libexecutorch_backend_xnnpack.so" in result["detail"] and "deploy again" in result["detail"]
+
+
+def test_a_worker_built_for_another_arch_is_refused(export_cache, worker_bundle, tmp_path):
+    other = tmp_path / "bundle"
+    shutil.copytree(worker_bundle, other)
+    facts = json.loads((other / "bundle.json").read_text())
+    (other / "bundle.json").write_text(json.dumps({**facts, "arch": "aarch64"}))
+    result = _bad_run(tmp_path, other, _spec("sgd", _program("sgd")))
+    assert result["status"] == "error"
+    assert "built for aarch64" in result["detail"] and "this device is" in result["detail"]
+    # a binary the kernel cannot execute at all (no bundle.json to warn first): still an error
+    (other / "bundle.json").unlink()
+    (other / "edgebench-worker").write_bytes(b"\x7fELF\x02\x01\x01" + b"\0" * 9 + b"\x02\x00\xb7\x00" + b"\0" * 44)
+    result = _bad_run(tmp_path / "x", other, _spec("sgd", _program("sgd")))
+    assert result["status"] == "error" and "could not be started" in result["detail"], result["detail"]
+
+
+def test_a_worker_that_crashes_is_an_error(export_cache, worker_bundle, tmp_path):
+    crashing = tmp_path / "bundle"
+    shutil.copytree(worker_bundle, crashing)
+    (crashing / "edgebench-worker").write_text(f"#!/bin/sh\nkill -{signal.SIGSEGV.value} $$\n")
+    result = _bad_run(tmp_path, crashing, _spec("sgd", _program("sgd")))
+    assert result["status"] == "error" and "crashed (SIGSEGV)" in result["detail"], result["detail"]
