@@ -69,6 +69,9 @@ class InventoryEntry(BaseModel):
     root: str | None = None  # board files (/proc, /sys, /etc) are read under this directory: emulated boards
 
 
+NO_PYTHON = "none"  # `python: none`: the device has no Python (a phone over adb, a bare board)
+
+
 @dataclass
 class Device:
     """A device ready to connect to: its name, profile and merged transport settings."""
@@ -82,6 +85,12 @@ class Device:
     root: str | None = None  # where `devices check` reads board files; None: /
     place: str | None = None  # a labgrid place the device is reached through (devices/labgrid.py)
     coordinator: str | None = None  # ... on this labgrid coordinator
+
+    @property
+    def has_python(self) -> bool:
+        """False for `python: none`: only the native ExecuTorch worker runs there, under the
+        shell sweep (edgebench/runner/sweep.sh), and the host talks to it with shell scripts."""
+        return self.python != NO_PYTHON
 
     @property
     def address(self) -> str:

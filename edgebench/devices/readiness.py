@@ -167,13 +167,28 @@ class _Checker:
         self.add("python", status, f"{'.'.join(map(str, version))} at {libs['executable']}"
                  + ("" if status == "ok" else " (3.10+ needed)"), "python")
 
+    def no_python(self) -> None:
+        """`python: none`: the shell sweep and the native worker need nothing installed."""
+        others = sorted(self.backends - {NATIVE})
+        detail = ("no Python on this device (`python: none`): runs go through the shell sweep with the native "
+                  "ExecuTorch worker, which deploy builds for its arch and ships with its libraries")
+        if others:
+            self.findings.append(Finding("python", "missing", f"{detail}; {', '.join(others)} needs Python",
+                                         "use --backend executorch --runtime native, or install Python 3.10+ and "
+                                         "psutil and set python: in the inventory entry"))
+        else:
+            self.add("python", "n/a", detail)
+
     def libraries(self, libs: dict) -> None:
         # an emulated python (the arm64 lab) has another arch than the shell the probe ran in
         arch = (libs.get("emulator") and libs.get("machine")) or self.facts.arch or self.device.profile.arch
-        needs_torch = bool(self.backends - {"onnxruntime"})  # the ONNX Runtime runner is torch-free
+        # the ONNX Runtime runner and the native ExecuTorch worker are torch-free
+        needs_torch = bool(self.backends - {"onnxruntime", NATIVE})
         cuda_board = "cuda" in self.device.profile.accelerators
         torch, cuda = libs["torch"], libs["torch_cuda"]
-        if torch is None:
+        if torch is None and self.backends == {NATIVE}:
+            self.add("torch", "n/a", "not installed (not needed: the native ExecuTorch worker runs without it)")
+        elif torch is None:
             self.add("torch", "missing" if needs_torch else "warn", "not installed", "torch")
         elif cuda and libs.get("emulator"):  # the arm64 lab: PyPI has no CPU aarch64 torch
             self.add("torch", "ok", f"{torch} (PyPI's CUDA {cuda} build with stub CUDA libraries: the emulated arm64 "
@@ -190,10 +205,15 @@ class _Checker:
         else:
             self.add("torch", "ok", f"{torch} ({f'CUDA {cuda}' if cuda else 'CPU'} build)")
         for lib in ("numpy", "psutil"):
-            self.add(lib, "ok" if libs[lib] else "missing", libs[lib] or "not installed", lib)
+            needed = lib == "psutil" or bool(self.backends - {NATIVE})  # the supervisor needs psutil only
+            self.add(lib, "ok" if libs[lib] else ("missing" if needed else "warn"),
+                     libs[lib] or "not installed" + ("" if needed else " (not needed by the native worker)"), lib)
         et = libs["executorch"]
-        self.add("executorch", "ok" if et else ("missing" if "executorch" in self.backends else "warn"),
-                 et or "not installed (needed for --backend executorch)", "executorch")
+        if not et and self.backends == {NATIVE}:
+            self.add("executorch", "n/a", "not installed (not needed: the native worker carries its own runtime)")
+        else:
+            self.add("executorch", "ok" if et else ("missing" if "executorch" in self.backends else "warn"),
+                     et or "not installed (needed for --backend executorch --runtime python)", "executorch")
         from edgebench.backends.support import device_reason
 
         no_wheel = device_reason("onnxruntime", arch, device="this board")
@@ -304,6 +324,14 @@ def _python_libs(transport: Transport, device: Device) -> tuple[dict | None, str
         return None, f"unexpected output {result.stdout.strip()[-200:]!r}"
 
 
+NATIVE = "executorch-native"  # what a run of the native ExecuTorch worker needs: no torch, no executorch wheel
+
+
+def need(spec) -> str:
+    """What a spec asks of the device: its backend, or NATIVE for the native ExecuTorch worker."""
+    return NATIVE if spec.backend == "executorch" and spec.runtime == "native" else spec.backend
+
+
 def check(device: Device, transport: Transport | None = None, backends: Iterable[str] | None = None) -> Readiness:
     """Every finding for the device; `backends` (default: the profile's) decide what is required.
 
@@ -324,11 +352,14 @@ def check(device: Device, transport: Transport | None = None, backends: Iterable
     try:
         facts = detect.probe(transport, device)
         checker = _Checker(device, facts, wanted)
-        libs, error = (None, None) if checker.board == "adb" else _python_libs(transport, device)
-        checker.python(libs, error)
-        if libs is not None:
-            checker.libraries(libs)
-        checker.venv(libs)
+        if device.has_python:
+            libs, error = (None, None) if checker.board == "adb" else _python_libs(transport, device)
+            checker.python(libs, error)
+            if libs is not None:
+                checker.libraries(libs)
+            checker.venv(libs)
+        else:
+            checker.no_python()
         checker.disk()
         checker.sensors()
         checker.clock()

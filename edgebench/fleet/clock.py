@@ -26,9 +26,26 @@ ANSWER_EACH_LINE = (
 )
 
 
-def probe_clock(transport: Transport, device: Device, package_dir: str, count: int = 10) -> list[dict[str, Any]]:
-    """Takes `count` probes with the edgebench copy shipped in `package_dir` on the device."""
-    session = transport.interact(["env", f"PYTHONPATH={package_dir}", device.python, "-c", ANSWER_EACH_LINE])
+# A device with no Python: the native worker reads the clocks (`--clock`: mono s, ns, wall s, ns),
+# one process per probe line (a few ms more round trip than the Python answerer).
+SHELL_ANSWER_EACH_LINE = 'while read -r _; do "$1/edgebench-worker" --clock || exit 1; done'
+
+
+def _pair(reply: str) -> dict[str, int]:
+    if reply.lstrip().startswith("{"):
+        return json.loads(reply)
+    mono_s, mono_n, wall_s, wall_n = (int(x) for x in reply.split())
+    return {"mono_ns": mono_s * 10**9 + mono_n, "wall_ns": wall_s * 10**9 + wall_n}
+
+
+def probe_clock(transport: Transport, device: Device, package_dir: str, count: int = 10,
+                worker: str | None = None) -> list[dict[str, Any]]:
+    """Takes `count` probes with the edgebench copy shipped in `package_dir` on the device, or
+    with the native worker bundle `worker` on a device with no Python."""
+    if worker is not None:
+        session = transport.interact(["sh", "-c", SHELL_ANSWER_EACH_LINE, "sh", worker])
+    else:
+        session = transport.interact(["env", f"PYTHONPATH={package_dir}", device.python, "-c", ANSWER_EACH_LINE])
     probes = []
     try:
         session.ask("warm-up", timeout=60)  # Python's start-up is not part of any probe
@@ -37,7 +54,7 @@ def probe_clock(transport: Transport, device: Device, package_dir: str, count: i
             reply = session.ask("probe")
             host_recv = time.time_ns()
             try:
-                pair = json.loads(reply)
+                pair = _pair(reply)
             except ValueError:
                 raise TransportError(f"{device.name}: clock probe answered {reply[:200]!r}") from None
             probes.append({"host_send_ns": host_send, "device_mono_ns": pair["mono_ns"],

@@ -28,6 +28,7 @@ from edgebench.devices.labgrid import interrupt_reservations, reserve
 from edgebench.backends.support import device_reason
 from edgebench.devices import connect, readiness
 from edgebench.devices.transport import Transport, TransportError
+from edgebench.fleet import shell_sweep
 from edgebench.fleet.assets import ship_assets
 from edgebench.fleet.clock import probe_clock
 from edgebench.fleet.device_scripts import facts as facts_script
@@ -135,6 +136,8 @@ def deploy_one(name: str, specs: list[RunSpec], local_root: Path = Path("runs"),
         facts = run_program(transport, device, facts_script, device.workdir)
         for spec in specs:  # the native worker is built for the arch the device reports
             why = attach_native(spec, facts["arch"], on_stage=lambda stage, m=spec.method: log(f"{name}: {m}: {stage}"))
+            if why is None and not device.has_python:
+                why = shell_sweep.refusal(spec)
             if why:
                 refused[spec.method] = why
         specs = [spec for spec in specs if spec.method not in refused]
@@ -146,7 +149,7 @@ def deploy_one(name: str, specs: list[RunSpec], local_root: Path = Path("runs"),
         programs = {local: _tar_dir(Path(local), ".", Path(staging) / f"program{i}.tar", compress=False)
                     for i, local in enumerate(named)}
         payload = package.stat().st_size + sum(p.stat().st_size for p in programs.values())
-        ready = readiness.check(device, transport, backends={s.backend for s in specs})
+        ready = readiness.check(device, transport, backends={readiness.need(s) for s in specs})
         problems = ready.messages() + preflight(device, facts, specs, payload)
         log(f"{name}: disk: {facts['disk_free_bytes'] / 2**20:.0f} MiB free; this sweep needs about "
             f"{(payload * 2 + disk_needed_est(specs) + DISK_HEADROOM) / 2**20:.0f} MiB (estimate)")
@@ -169,14 +172,21 @@ def deploy_one(name: str, specs: list[RunSpec], local_root: Path = Path("runs"),
             spec_file = Path(staging) / f"{index:03d}-{spec.run_id}.json"
             spec.save(spec_file)
             transport.put(spec_file, f"{sweep}/specs/{spec_file.name}")
-        _check_shipped_copy(transport, device, sweep)
-        start = (f"cd {shlex.quote(sweep)} && S=$(command -v setsid || true); "
-                 f"PYTHONPATH={shlex.quote(sweep + '/pkg')} $S nohup {shlex.quote(device.python)} "
-                 f"-m edgebench.runner.sweep {shlex.quote(sweep)} > sweep.log 2>&1 < /dev/null & echo $! > sweep.pid")
+            if not device.has_python:  # the shell sweep reads its runs from .env files
+                env = spec_file.with_suffix(".env")
+                env.write_text(shell_sweep.env_file(spec, spec_file.name))
+                transport.put(env, f"{sweep}/specs/{env.name}")
+        if device.has_python:
+            _check_shipped_copy(transport, device, sweep)
+            start = (f"cd {shlex.quote(sweep)} && S=$(command -v setsid || true); "
+                     f"PYTHONPATH={shlex.quote(sweep + '/pkg')} $S nohup {shlex.quote(device.python)} "
+                     f"-m edgebench.runner.sweep {shlex.quote(sweep)} > sweep.log 2>&1 < /dev/null & echo $! > sweep.pid")
+        else:
+            start = shell_sweep.start_command(sweep)
         with reservation.starting(sweep_id):  # the last moment to stop; from here the place stays held
             transport.check(["sh", "-c", start])
         log(f"{name}: sweep {sweep_id} started ({len(specs)} runs)")
-        probes = probe_clock(transport, device, f"{sweep}/pkg")
+        probes = probe_clock(transport, device, f"{sweep}/pkg", worker=None if device.has_python else specs[0].native_worker)
     deployment = Deployment(name, sweep_id, sweep, [s.run_id for s in specs], facts, probes, refused)
     _record(local_root / name, deployment)
     return deployment

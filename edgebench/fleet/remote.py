@@ -2,6 +2,8 @@
 
 They use only the standard library, so they work before edgebench is shipped and on a
 device where torch is missing (that is what preflight reports). Each prints one JSON object.
+A device with no Python (`python: none`) runs each program's POSIX-shell twin (`NAME.sh`
+beside `NAME.py`, after `common.sh`), which prints the same JSON.
 """
 
 from __future__ import annotations
@@ -15,8 +17,17 @@ from edgebench.devices.inventory import Device
 from edgebench.devices.transport import Transport, TransportError
 
 def run_program(transport: Transport, device: Device, program: ModuleType, *args: str, timeout: float = 120) -> Any:
-    """Runs a `device_scripts` module's source with the device's python; returns its JSON."""
-    source = Path(program.__file__).read_text()
+    """Runs a `device_scripts` module's source with the device's python (its shell twin on a
+    device without one); returns its JSON."""
+    path = Path(program.__file__)
+    if not device.has_python:
+        source = (path.parent / "common.sh").read_text() + path.with_suffix(".sh").read_text()
+        result = transport.run(["sh", "-c", source, "sh", *args], timeout=timeout)
+        if result.rc != 0:
+            raise TransportError(f"{device.name}: remote shell helper {path.stem}.sh failed (exit {result.rc}): "
+                                 f"{result.stderr.strip()[-1500:]}")
+        return json.loads(result.stdout)
+    source = path.read_text()
     result = transport.run([device.python, "-c", source, *args], timeout=timeout)
     if result.rc in (126, 127) or (result.rc != 0 and "not found" in result.stderr):
         raise TransportError(

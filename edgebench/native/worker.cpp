@@ -4,6 +4,7 @@
 // the same for both.
 //
 //   edgebench-worker PLAN --program EXPORT_DIR --out RUN_DIR
+//   edgebench-worker --clock    (monotonic and wall clock: the shell sweep's timestamps)
 //
 // PLAN is plan.txt (written on the host by edgebench/native/plan.py: one `key values...` per
 // line) with batches.bin beside it (each step's inputs, raw, in the program's input order).
@@ -728,6 +729,13 @@ int main(int argc, char** argv) {
     if (arg == "--program" && i + 1 < argc) program_dir = argv[++i];
     else if (arg == "--out" && i + 1 < argc) out = argv[++i];
     else if (arg == "--version") { std::puts("edgebench-worker 1"); return 0; }
+    else if (arg == "--clock") {  // for a shell with no clock of its own: monotonic and wall, seconds and ns apart
+      timespec mono{}, wall{};
+      clock_gettime(CLOCK_MONOTONIC, &mono);
+      clock_gettime(CLOCK_REALTIME, &wall);
+      std::printf("%lld %ld %lld %ld\n", (long long)mono.tv_sec, mono.tv_nsec, (long long)wall.tv_sec, wall.tv_nsec);
+      return 0;
+    }
     else plan_path = arg;
   }
   if (plan_path.empty() || program_dir.empty() || out.empty()) {

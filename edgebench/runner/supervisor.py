@@ -118,6 +118,25 @@ def step_statistics(events: list[dict[str, Any]]) -> dict[str, Any]:
     return stats
 
 
+def finish_shell_result(result: dict[str, Any], meta: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """A result.json the shell sweep wrote (edgebench/runner/sweep.sh, on a device with no
+    Python) with what a shell cannot compute filled in from the run's own files: the step
+    statistics and losses from events.jsonl, the run's shape from its spec."""
+    if result.get("written_by") != "shell":
+        return result
+    spec = meta.get("spec") or {}
+    trace = read_trace(run_dir / "events.jsonl")
+    stats = step_statistics(trace.records)
+    median = (stats["step_time_s"] or {}).get("median")
+    predicted = next((e.get("memory") for e in trace.records if e.get("event") == "predicted"), None)
+    return {"model": spec.get("checkpoint") or spec.get("model"), "method": spec.get("method"),
+            "batch_size": spec.get("batch_size"), **stats,
+            "samples_per_s": samples_per_s(spec.get("batch_size") or 1, median),
+            "predicted_peak_bytes_est": (predicted or {}).get("peak_bytes"),
+            "events_truncated_last_line": trace.truncated_last_line, "events_bad_lines": trace.bad_lines,
+            **result}
+
+
 def _status(exit_code: int | None, exit_signal: int | None, timed_out: bool, interrupted: str | None,
             events: list[dict[str, Any]], oom_kills: int, kernel_oom: str | None = None) -> tuple[str, str]:
     """Maps how the worker ended to (status, detail)."""
