@@ -342,6 +342,7 @@ def lab() -> None:
     edgebench lab up                         # lab-pi4 (4 GiB) and lab-pizero (512 MiB)
     edgebench lab up --profile raspberry-pi-5-8gb --memory 2GiB
     edgebench lab up --arch arm64            # lab-pi4-arm64: arm64 wheels under qemu emulation
+    edgebench lab up --no-python             # lab-pi4-nopy: a phone's shell tools only, no Python
     edgebench deploy --device lab-pi4 --device lab-pizero --methods sgd,adamw,mezo
     edgebench collect && edgebench lab down
 
@@ -360,8 +361,12 @@ def lab() -> None:
 @click.option("--arch", type=click.Choice(["host", "arm64"]), default="host", show_default=True,
               help="arm64: the device's python is an arm64 Python with arm64 wheels under qemu user-mode "
                    "emulation (built once into ~/.cache/edgebench/arm64; step times not representative).")
+@click.option("--no-python", is_flag=True,
+              help="A device with no Python (lab-<alias>-nopy): its sessions find only a phone's shell tools, so "
+                   "only the native ExecuTorch worker runs there, under the shell sweep.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def lab_up(profiles: tuple[str, ...], memory: str | None, cpus: float | None, arch: str, as_json: bool) -> None:
+def lab_up(profiles: tuple[str, ...], memory: str | None, cpus: float | None, arch: str, no_python: bool,
+           as_json: bool) -> None:
     """Start emulated devices (those already running are kept)."""
     from pydantic import ByteSize, TypeAdapter, ValidationError
 
@@ -374,7 +379,11 @@ def lab_up(profiles: tuple[str, ...], memory: str | None, cpus: float | None, ar
     except ValidationError:
         raise click.BadParameter(f"{memory!r}: write a size like 1GiB or 512MiB", param_hint="--memory") from None
     defaults = lab_mod.DEFAULT_ARM64_PROFILES if arch == "arm64" else lab_mod.DEFAULT_PROFILES
-    specs = [lab_mod.LabDevice(p, memory_bytes=memory_bytes, cpus=cpus, arch=None if arch == "host" else arch)
+    if no_python and arch != "host":
+        raise click.BadParameter("a device without Python runs the native worker directly, which an emulated arm64 "
+                                 "device cannot exec without binfmt_misc; use --arch host", param_hint="--no-python")
+    specs = [lab_mod.LabDevice(p, memory_bytes=memory_bytes, cpus=cpus, arch=None if arch == "host" else arch,
+                               no_python=no_python)
              for p in (profiles or defaults)]
     try:
         running = _lab_up(lab_mod, specs, arch, quiet=as_json)

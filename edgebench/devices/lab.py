@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 from edgebench.devices import arm64
 from edgebench.devices.cgroups import Limits
+from edgebench.devices import inventory
 from edgebench.devices.inventory import read_inventory, write_inventory
 from edgebench.devices.profiles import load_profile
 
@@ -75,10 +76,11 @@ class LabDevice:
     memory_bytes: int | None = None
     cpus: float | None = None
     arch: str | None = None  # None: this host's python; "arm64": arm64 wheels under emulation
+    no_python: bool = False  # a device with no Python: its sessions find only NO_PYTHON_TOOLS
 
     def device_name(self) -> str:
         emulated = "-arm64" if ARCHES.get(self.arch or "host") else ""
-        return self.name or f"lab-{load_profile(self.profile).alias}{emulated}"
+        return self.name or f"lab-{load_profile(self.profile).alias}{emulated}{'-nopy' if self.no_python else ''}"
 
 
 def _sshd() -> str:
@@ -99,8 +101,48 @@ def _keygen(path: Path, comment: str) -> None:
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)], check=True)
 
 
-def _sshd_config(home: Path, port: int, user: str) -> str:
+# What a phone's toybox (and a bare board's busybox) gives a shell: the only commands a lab
+# device without Python has on its PATH, so anything of edgebench that still needed Python
+# there would fail.
+NO_PYTHON_TOOLS = ("sh", "cat", "cp", "cut", "date", "df", "env", "find", "grep", "gzip", "head", "id", "kill", "ln", "ls",
+                   "mkdir", "mv", "nohup", "printf", "rm", "rmdir", "sed", "setsid", "sha256sum", "sleep", "sort",
+                   "tail", "tar", "test", "tr", "uname", "wc")
+
+
+SFTP_SERVERS = ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server", "/usr/libexec/sftp-server")
+
+
+def _no_python_login(home: Path) -> Path:
+    """home/login.sh, the device's forced command: every session (whatever the account's shell
+    and its rc files add to PATH) runs with home/bin as its whole PATH, links to this host's
+    copies of NO_PYTHON_TOOLS and nothing else; file transfers go to the sftp server."""
+    tools = home / "bin"
+    shutil.rmtree(tools, ignore_errors=True)
+    tools.mkdir()
+    for name in NO_PYTHON_TOOLS:
+        found = shutil.which(name)
+        if found is None:
+            raise LabError(f"{name} is not installed on this host; a lab device without Python needs it")
+        (tools / name).symlink_to(found)
+    sftp = next((p for p in SFTP_SERVERS if os.access(p, os.X_OK)), None)
+    if sftp is None:
+        raise LabError("no sftp-server found (openssh-server ships it); `apt-get install -y openssh-server`")
+    login = home / "login.sh"
+    login.write_text(f"""#!/bin/sh
+# edgebench lab device without Python: written by `edgebench lab up --no-python`
+export PATH={tools}
+case "${{SSH_ORIGINAL_COMMAND-}}" in internal-sftp|*sftp-server) exec {sftp} ;; esac
+[ -n "${{SSH_ORIGINAL_COMMAND+set}}" ] || exec sh
+exec sh -c "$SSH_ORIGINAL_COMMAND"
+""")
+    login.chmod(0o755)
+    return login
+
+
+def _sshd_config(home: Path, port: int, user: str, login: Path | None = None) -> str:
+    forced = f"ForceCommand {login}\n" if login else ""
     return f"""# edgebench lab device: written by `edgebench lab up`
+{forced}
 Port {port}
 ListenAddress 127.0.0.1
 HostKey {home}/ssh_host_ed25519_key
@@ -147,7 +189,7 @@ def _start(root: Path, spec: LabDevice, client_pub: str, user: str, python: str,
     (home / "authorized_keys").write_text(client_pub)
     port = _free_port()
     config = home / "sshd_config"
-    config.write_text(_sshd_config(home, port, user))
+    config.write_text(_sshd_config(home, port, user, _no_python_login(home) if spec.no_python else None))
     try:
         Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # sshd's privilege-separation dir
     except PermissionError:
@@ -187,7 +229,7 @@ def _start(root: Path, spec: LabDevice, client_pub: str, user: str, python: str,
         "cgroups": [str(d) for d in limits.dirs],
         "cgroup_version": limits.version,
         "home": str(home),
-        "python": python,
+        "python": inventory.NO_PYTHON if spec.no_python else python,
         "emulator": emulator,
     }
 

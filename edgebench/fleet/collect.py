@@ -30,6 +30,7 @@ from edgebench.devices import connect
 from edgebench.devices.transport import Transport, TransportError
 from edgebench.fleet.clock import probe_clock
 from edgebench.fleet.device_scripts import listing, sweeps as sweeps_script
+from edgebench.fleet import shell_sweep
 from edgebench.fleet.remote import run_program
 
 APPEND_ONLY = (".jsonl", ".log")
@@ -129,11 +130,14 @@ def fetch_file(transport: Transport, remote: str, local: Path, size: int, sha256
 
 
 def _fresh_probes(transport: Transport, device: Device, manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    """Probes with the newest sweep's shipped package (none if nothing was deployed)."""
+    """Probes with the newest sweep's shipped package, or its worker on a device with no Python
+    (none if nothing was deployed)."""
     sweeps = sorted(manifest["sweeps"])
     if not sweeps:
         return []
-    return probe_clock(transport, device, f"{manifest['root']}/{sweeps[-1]}/pkg")
+    sweep = f"{manifest['root']}/{sweeps[-1]}"
+    return probe_clock(transport, device, f"{sweep}/pkg",
+                       worker=None if device.has_python else f"{sweep}/{shell_sweep.WORKER_LINK}")
 
 
 def collect_device(name: str, run_id: str | None = None, local_root: Path = Path("runs"),

@@ -182,11 +182,13 @@ def deploy_one(name: str, specs: list[RunSpec], local_root: Path = Path("runs"),
                      f"PYTHONPATH={shlex.quote(sweep + '/pkg')} $S nohup {shlex.quote(device.python)} "
                      f"-m edgebench.runner.sweep {shlex.quote(sweep)} > sweep.log 2>&1 < /dev/null & echo $! > sweep.pid")
         else:
+            transport.check(["ln", "-s", str(specs[0].native_worker), f"{sweep}/{shell_sweep.WORKER_LINK}"])
             start = shell_sweep.start_command(sweep)
         with reservation.starting(sweep_id):  # the last moment to stop; from here the place stays held
             transport.check(["sh", "-c", start])
         log(f"{name}: sweep {sweep_id} started ({len(specs)} runs)")
-        probes = probe_clock(transport, device, f"{sweep}/pkg", worker=None if device.has_python else specs[0].native_worker)
+        probes = probe_clock(transport, device, f"{sweep}/pkg",
+                             worker=None if device.has_python else f"{sweep}/{shell_sweep.WORKER_LINK}")
     deployment = Deployment(name, sweep_id, sweep, [s.run_id for s in specs], facts, probes, refused)
     _record(local_root / name, deployment)
     return deployment

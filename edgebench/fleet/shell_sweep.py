@@ -15,6 +15,7 @@ from edgebench.runner.spec import RunSpec
 from edgebench.telemetry.sampler import INTERVALS_S
 
 SWEEP_SCRIPT = "edgebench/runner/sweep.sh"  # inside the shipped package
+WORKER_LINK = "worker"  # in the sweep folder: the worker bundle, whose --clock answers the clock probes
 
 
 def refusal(spec: RunSpec) -> str | None:

@@ -1,0 +1,102 @@
+"""A device with no Python, over SSH: the native ExecuTorch worker under the shell sweep.
+
+`lab up --no-python` starts a device whose sessions find only a phone's shell tools (no
+python on PATH, `python: none` in the inventory). deploy ships the worker bundle, its plan
+and the program (sha256-verified by the shell twin of digests.py), starts runner/sweep.sh;
+status, collect and the store work as for any device. While it runs, no process in the
+device's cgroup is a Python.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from lab_fixtures import lab_in
+
+from edgebench.devices import lab
+from edgebench.devices.cgroups import Limits
+from edgebench.devices.inventory import get_device
+from edgebench.devices import connect, readiness
+from edgebench.fleet.collect import collect_device
+from edgebench.fleet.deploy import PreflightError, deploy_one
+from edgebench.fleet.status import device_status
+from edgebench.results.store import Store
+from edgebench.runner.spec import RunSpec
+from test_export import TEXT
+
+pytestmark = pytest.mark.lab
+DEVICE = "lab-pi4-nopy"
+
+
+@pytest.fixture(scope="module")
+def nopy_lab(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lab-nopy")
+    with lab_in(root, [lab.LabDevice("raspberry-pi-4-4gb", no_python=True, memory_bytes=512 * 2**20, cpus=1)]):
+        yield root
+
+
+def _pythons_in(device: str) -> set[str]:
+    """Executables of the device's processes that are a Python (none may be)."""
+    dev = lab.read_state()[device]
+    found = set()
+    for pid in Limits([Path(d) for d in dev["cgroups"]], dev["cgroup_version"]).pids():
+        try:
+            exe = os.readlink(f"/proc/{pid}/exe")
+        except OSError:
+            continue
+        if "python" in Path(exe).name:
+            found.add(exe)
+    return found
+
+
+def test_the_device_has_no_python(nopy_lab):
+    with connect(DEVICE) as transport:
+        assert transport.run(["sh", "-c", "command -v python3 || command -v python || echo none"]).stdout.strip() == "none"
+    checked = readiness.check(get_device(DEVICE), backends={readiness.NATIVE})
+    assert checked.ready, checked.messages()
+    (python,) = [f for f in checked.findings if f.item == "python"]
+    assert python.status == "n/a" and "native ExecuTorch worker" in python.detail
+    assert not [f for f in checked.findings if f.item in ("torch", "numpy", "psutil", "executorch")]
+
+
+def test_native_sweep_without_python_end_to_end(nopy_lab, export_cache):
+    runs_dir, store_path = nopy_lab / "runs", nopy_lab / "runs" / "edgebench.duckdb"
+    spec = RunSpec(model="tiny", method="sgd", backend="executorch", runtime="native", text_length=TEXT,
+                   warmup_steps=1, steps=4, sample_hz=20)
+    deployment = deploy_one(DEVICE, [spec], runs_dir)
+    (run_id,) = deployment.run_ids
+    assert deployment.probes and all(p["device_mono_ns"] > 0 for p in deployment.probes)
+    seen_python: set[str] = set()
+    deadline = time.monotonic() + 120
+    while True:
+        seen_python |= _pythons_in(DEVICE)
+        sweep = device_status(DEVICE)["sweeps"][deployment.sweep_id]
+        if not sweep["alive"] and sweep["state"] == "finished":
+            break
+        assert time.monotonic() < deadline, sweep
+        time.sleep(0.2)
+    assert not seen_python, seen_python
+    assert sweep["runs"] == {run_id: "ok"}
+    got = collect_device(DEVICE, None, runs_dir, store_path)
+    assert got.runs == {run_id: "ok"} and got.ingested == [run_id]
+    run_dir = runs_dir / DEVICE / run_id
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert meta["runtime"] == "native" and meta["supervisor"] == "shell" and meta["device"]["python"] is None
+    samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    assert samples and all(s["t_ns"] > 0 for s in samples)
+    assert max(s.get("rss_bytes", 0) for s in samples) > 10 * 2**20  # the worker really ran and was sampled
+    with Store(store_path, read_only=True) as store:
+        (row,) = store.runs(device=DEVICE, run_id=run_id)
+        result = json.loads(row["result_json"])
+    assert row["status"] == "ok" and row["runtime"] == "native" and row["steps_done"] == 4
+    assert result["loss_last"] < result["loss_first"] and result["step_time_s"]["n"] == 4
+    assert result["peak_rss_bytes_kernel"] < 64 * 2**20
+
+
+def test_a_python_run_is_refused_on_a_device_without_python(nopy_lab):
+    with pytest.raises(PreflightError, match="no Python.*--runtime native"):
+        deploy_one(DEVICE, [RunSpec(model="tiny", method="sgd", backend="eager")], nopy_lab / "pf-runs")
