@@ -102,22 +102,33 @@ def test_native_run_is_small_and_torch_free(export_cache, worker_bundle, tmp_pat
     no torch mapped), well under the Python ExecuTorch worker's ~340 MB."""
     result, _ = _native(_spec("sgd", _program("sgd"), steps=3), worker_bundle, tmp_path / "run", tmp_path / "plans")
     assert result["status"] == "ok", result["detail"]
-    assert result["peak_rss_bytes_sampled"] < 64 * 2**20, result["peak_rss_bytes_sampled"]
-    samples = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
-    assert samples and all("rss_bytes" in s for s in samples if "t_ns" in s)
+    assert 8 * 2**20 < result["peak_rss_bytes_sampled"] < 64 * 2**20, result["peak_rss_bytes_sampled"]
 
 
-@pytest.mark.parametrize("method", ["mezo", "mezo-lora"])
-def test_native_mezo_learns_on_the_forward_only_program(export_cache, worker_bundle, tmp_path, method):
+def _one_batch(plan: Path, to: Path, steps: int) -> Path:
+    """A copy of `plan` whose every step sees its first batch (one fixed batch: MeZO's few
+    noisy steps then show whether it learns, as the varying synthetic batches do not)."""
+    shutil.copytree(plan, to)
+    data = (plan / "batches.bin").read_bytes()
+    (to / "batches.bin").write_bytes(data[:len(data) // steps] * steps)
+    return to
+
+
+@pytest.mark.parametrize("method,lr", [("mezo", 1e-4), ("mezo-lora", None)])
+def test_native_mezo_learns_on_the_forward_only_program(export_cache, worker_bundle, tmp_path, method, lr):
     """MeZO's perturbations come from the worker's own generator (splitmix64 + Box-Muller),
-    not torch's, so its trajectory is its own: checked for learning and for repeatability."""
-    spec = _spec(method, _program(method, delegate=None), steps=20, lr=1e-3 if method == "mezo-lora" else None)
-    first, events = _native(spec, worker_bundle, tmp_path / "a", tmp_path / "plans")
-    assert first["status"] == "ok", first["detail"]
-    losses = _losses(events)
-    assert np.mean(losses[-5:]) < np.mean(losses[:5]), losses
-    _, again = _native(spec, worker_bundle, tmp_path / "b", tmp_path / "plans")
-    assert _losses(again) == losses  # same seed, same bytes
+    not torch's, so its trajectory is its own: checked for learning and for repeatability.
+    (Full MeZO at its default lr, 1e-3, does not fall on tiny in 20 steps in either worker.)"""
+    spec = _spec(method, _program(method, delegate=None), steps=20, lr=lr)
+    plan = _one_batch(write_plan(spec, tmp_path / "plans"), tmp_path / "fixed", 20)
+    losses = []
+    for out in ("a", "b"):
+        result = run_spec(dataclasses.replace(spec, runtime="native", native_worker=str(worker_bundle),
+                                              native_plan=str(plan)), tmp_path / out)
+        assert result["status"] == "ok", result["detail"]
+        losses.append(_losses([json.loads(line) for line in (tmp_path / out / "events.jsonl").read_text().splitlines()]))
+    assert losses[0] == losses[1]  # same seed, same bytes
+    assert np.mean(losses[0][-5:]) < np.mean(losses[0][:5]) - 0.05, losses[0]
 
 
 def test_python_only_optimizers_are_refused_natively(export_cache, tmp_path):
@@ -145,15 +156,22 @@ def test_a_program_that_is_not_a_training_program_is_an_error(export_cache, work
 
 
 def test_inputs_of_the_wrong_shape_are_an_error(export_cache, worker_bundle, tmp_path):
+    """A plan whose batches are longer than the program was exported for."""
     spec = _spec("sgd", _program("sgd"))
-    plan = write_plan(spec, tmp_path / "plans")
-    text = (plan / "plan.txt").read_text().replace(f"input_ids int64 1 {TEXT}", f"input_ids int64 1 {TEXT + 4}")
     bad = tmp_path / "bad-plan"
-    shutil.copytree(plan, bad)
+    shutil.copytree(write_plan(spec, tmp_path / "plans"), bad)
+    text = (bad / "plan.txt").read_text()
+    longer = {"input_ids": 8, "labels": 8, "attention_mask": 8}  # int64: 4 more tokens each
+    for name in longer:
+        text = text.replace(f"input {name} int64 1 {TEXT}", f"input {name} int64 1 {TEXT + 4}")
     (bad / "plan.txt").write_text(text)
+    count = int(next(line.split()[1] for line in text.splitlines() if line.startswith("batch_count")))
+    size = (bad / "batches.bin").stat().st_size + count * 4 * sum(longer.values())
+    (bad / "batches.bin").write_bytes(b"\0" * size)
     result = _bad_run(tmp_path, worker_bundle, spec, bad)
     assert result["status"] == "error"
-    assert "input_ids was exported as" in result["detail"] and "export again" in result["detail"], result["detail"]
+    assert "input_ids was exported as [1, 12], the batch is [1, 16]" in result["detail"], result["detail"]
+    assert "export again" in result["detail"]
 
 
 def test_a_missing_library_is_an_error_naming_it(export_cache, worker_bundle, tmp_path):
