@@ -373,3 +373,38 @@ def test_bad_settings_and_a_sensor_breaking_mid_run_do_not_stop_sampling(tmp_pat
     assert "CalledProcessError" in summary["sources_failed"]["pi_throttled"]
     assert "pi_throttled" not in summary["sources_active"]
     assert summary["samples"] >= 5 and summary["temp_c_max"] == 52.65
+
+
+def _lab_device_tree(root: Path, cpu_max: str) -> Path:
+    """A lab device's v2 cgroup (`0::/lab/pi4`) with a CPU quota, and a whole host that never moves."""
+    (root / "proc/9").mkdir(parents=True)
+    (root / "proc/9/cgroup").write_text("0::/lab/pi4\n")
+    (root / "proc/stat").write_text("cpu  100 0 100 1000 0 0 0 0 0 0\n")
+    group = root / "sys/fs/cgroup/lab/pi4"
+    group.mkdir(parents=True)
+    (group / "cpu.max").write_text(cpu_max + "\n")
+    (group / "cpu.stat").write_text("usage_usec 1000000\nuser_usec 800000\nsystem_usec 200000\n")
+    return group
+
+
+def test_cgroup_cpu_is_the_lab_devices_own_share_of_its_quota(tmp_path):
+    group = _lab_device_tree(tmp_path, "200000 100000")  # 2 cores
+    source = cpu.CgroupCpu(9, tmp_path)
+    assert source.read(10.0) == {} and source.cores == 2
+    (group / "cpu.stat").write_text("usage_usec 1500000\n")  # 0.5 s of CPU in 0.5 s: one of its two cores
+    assert source.read(10.5) == {"cpu_cgroup_pct": 50.0}
+    assert "lab/pi4 (2 cores)" in source.describe()
+    (group / "cpu.max").write_text("max 100000\n")  # no quota: a session's cgroup on a board, not a device
+    with pytest.raises(SourceUnavailable, match="no CPU quota"):
+        cpu.CgroupCpu(9, tmp_path)
+
+
+def test_estimated_power_of_a_lab_device_follows_its_cgroup_not_the_host(tmp_path):
+    _lab_device_tree(tmp_path, "100000 100000")
+    summary = Sampler(tmp_path / "s.jsonl", 9, rate_hz=50, root=tmp_path, sensors={"power": {"source": "none"}},
+                      power_model={"idle_w": 2.0, "max_w": 6.0}).start()
+    time.sleep(0.2)
+    summary = summary.stop()
+    estimates = [r["power_w_est"] for r in read_trace(tmp_path / "s.jsonl").records if "power_w_est" in r]
+    assert estimates and set(estimates) == {2.0}  # the device's cgroup was idle; the host's /proc/stat never counts
+    assert summary["power_est_basis"].startswith("the CPU use of its cgroup lab/pi4")
