@@ -39,6 +39,7 @@ class FakeRun:
     throttle_after_s: float | None = None
     status: str | None = "ok"
     loss0: float = 10.0
+    loss_rate: float = 0.9  # each step's loss over the one before (> 1: the run does not learn)
     extra_fields: dict = field(default_factory=dict)
 
     @property
@@ -58,7 +59,7 @@ class FakeRun:
         return self.step_windows_ns()[-1][3] + int(0.05e9)
 
     def loss(self, i: int) -> float:
-        return self.loss0 * 0.9 ** i
+        return self.loss0 * self.loss_rate ** i
 
     def sample_times_ns(self) -> np.ndarray:
         period = int(1e9 / self.sample_hz)
