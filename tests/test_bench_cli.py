@@ -15,6 +15,7 @@ from rich.console import Console
 from edgebench.fleet.commands import bench
 from edgebench.report.tables import render_bench_results
 from edgebench.runner.spec import RunSpec
+from layout_checks import names_beside_figures
 
 
 def test_bench_json_end_to_end(tmp_path):
@@ -156,6 +157,7 @@ def test_bench_table_reads_at_80_columns_with_repeats_folded():
     assert "mezo-lora+frozen-int8+ckpt" in text.replace("\n", "")
     assert "ok !" in text and "1 of 5 runs, in 1 configuration marked !, were disturbed" in " ".join(lines)
     assert "samples/s" in text and "smp/s" not in text and "smpl" not in text
+    names_beside_figures(lines, ["adamw", "sgd"])
 
 
 def test_deploy_ships_a_folder_once_verified_by_sha256_and_cached(tmp_path):

@@ -17,6 +17,7 @@ from PIL import Image
 from edgebench.report import plots
 from edgebench.report.commands import report_command
 from edgebench.results.store import Store
+from layout_checks import names_beside_figures
 from results_fixtures import FakeRun
 
 RUNS = {  # device -> [(run_id, method, rss MiB, step s, status, power measured?)]
@@ -209,8 +210,9 @@ def test_terminal_report_fits_the_window_with_every_key_figure(repeat_store, wid
     assert max(len(line) for line in lines) <= width and "…" not in text
     table = width >= 120  # else a card per configuration: its names, then its figures
     for word in ("tiny", "adamw", "sgd", "mezo", "eager", "oom", *(("peak MiB", "step s", "J/step", "loss") if table
-                 else ("peak memory, kernel (MiB)", "time per step, median (s)", "energy per step (J)", "loss"))):
+                 else ("kernel RSS of the worker (MiB)", "time per step, median (s)", "energy per step (J)", "loss"))):
         assert word in text, word
+    names_beside_figures(lines, ["adamw", "sgd", "mezo"])
     assert "0.25 [0.2-0.3]" in text  # adamw: the median of 3 runs with its min-max
     assert "10->3.49 -65%" in text  # the loss and how much it fell, beside the other figures
     assert "ok !" in text and "1 of 6 runs, in 1 configuration marked !, were disturbed: other processes or " \
@@ -263,6 +265,8 @@ def test_study_ratios_to_the_baseline_in_every_format(repeat_store, tmp_path):
     assert float(next(r for r in table if r["method"] == "adamw")["step_time_ratio"]) == pytest.approx(0.25 / 0.11)
     text = CliRunner().invoke(report_command, ["--store", str(path), "--study"], terminal_width=80).output
     assert "2.27x [1.67-3.00]" in text and "baseline sgd" in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+    names_beside_figures(text.splitlines(), ["adamw", "sgd", "mezo"])
     html_path = tmp_path / "study.html"
     _invoke("--store", str(path), "--study", "--format", "html", "--out", str(html_path))
     html = html_path.read_text()
@@ -390,3 +394,23 @@ def test_one_frontier_that_asks_for_learning_in_bench_report_study_and_html(tmp_
     rows = re.findall(r"<tr>(.*?)</tr>", html_path.read_text().split('id="configurations"')[1].split('id="runs"')[0])
     starred = {re.findall(r"<td[^>]*>(.*?)</td>", row)[1] for row in rows if "★" in row}
     assert starred == {"sgd"}
+
+
+def test_device_ram_is_the_cgroups_on_a_lab_device_and_the_workers_rss_is_named(tmp_path):
+    """On a 512 MiB lab device the worker's kernel RSS (shared library pages) reads above the
+    limit while the cgroup, which the limit applies to, stays below: the report's device RAM
+    is the cgroup's, the RSS column says what it is."""
+    run = FakeRun(rss_base=560 << 20, cgroup_limit_bytes=512 << 20)
+    run_dir = run.write(tmp_path / "src")
+    result = json.loads((run_dir / "result.json").read_text())
+    result.update({"device_ram_peak_bytes": 500 << 20, "device_ram_limit_bytes": 512 << 20,
+                   "device_ram_peak_what": "device RAM (its cgroup, page cache included)"})
+    (run_dir / "result.json").write_text(json.dumps(result))
+    path = tmp_path / "edgebench.duckdb"
+    with Store(path) as store:
+        store.ingest_run(run_dir, device="lab-pizero")
+    row = json.loads(_invoke("--store", str(path), "--json"))["runs"][0]
+    assert row["peak_mem_bytes"] > row["device_ram_limit_bytes"] > row["device_ram_peak_bytes"] == 500 << 20
+    text = CliRunner().invoke(report_command, ["--store", str(path)], terminal_width=80).output
+    flat = " ".join(line.strip() for line in text.splitlines())
+    assert "device RAM at peak, % of its limit: 98%" in flat and "kernel RSS of the worker (MiB): 575" in flat

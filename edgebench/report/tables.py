@@ -53,7 +53,10 @@ COLUMNS = [
     Column("image_size", "image px", str),
     Column("data", "data", str),
     Column("status", "status", str),
-    Column("peak_mem_bytes", "peak MiB (kernel)", _num(",.1f", MIB)),
+    Column("peak_mem_bytes", "worker peak RSS MiB (kernel)", _num(",.1f", MIB)),
+    Column("device_ram_peak_bytes", "device RAM peak MiB", _num(",.1f", MIB)),
+    Column("device_ram_limit_bytes", "device RAM limit MiB", _num(",.0f", MIB)),
+    Column("device_ram_peak_what", "device RAM is", str),
     Column("peak_rss_bytes_sampled", "RSS MiB (sampled)", _num(",.1f", MIB)),
     Column("step_time_median_s", "step s (median)", _num(".4g")),
     Column("step_time_p90_s", "step s (p90)", _num(".4g")),
@@ -122,6 +125,14 @@ def power_cell(group: dict[str, Any]) -> str:
     return "-"
 
 
+def device_ram_cell(group: dict[str, Any]) -> str:
+    """The device's RAM at peak as % of the limit that applies to it (runner.figures.device_ram)."""
+    limit = group.get("device_ram_limit_bytes")
+    if not limit or not group["spread"].get("device_ram_peak_bytes"):
+        return "-"
+    return figure(group, "device_ram_peak_bytes", ".0f", limit / 100) + "%"
+
+
 def loss_cell(group: dict[str, Any]) -> str:
     """First -> last loss and how much it fell (a rise reads +; such a run is never on the frontier)."""
     first, last, drop = group.get("loss_first"), group.get("loss_last"), loss_drop_pct(group)
@@ -155,7 +166,17 @@ def with_shape(ident: list[Field], groups: list[dict[str, Any]]) -> list[Field]:
     return ident + [SHAPE_FIELD] if any(g.get("shape") for g in groups) else ident
 
 
-REPORT_FIGURES = [Field("peak MiB", "peak memory, kernel (MiB)", lambda g: figure(g, "peak_mem_bytes", ",.0f", MIB)),
+def common_names(title: str, ident: list[Field], groups: list[dict[str, Any]]) -> tuple[str, list[Field]]:
+    """A name every row shares (the model, the backend) moves into the title (`pi / tiny /
+    eager`), so the rows keep only what tells them apart and fit narrower windows."""
+    shared = [f for f in ident if f.header in ("model", "backend") and len({f.value(g) for g in groups}) == 1]
+    names = [title, *(f.value(groups[0]) for f in shared)] if groups else [title]
+    return " / ".join(names), [f for f in ident if f not in shared]
+
+
+REPORT_FIGURES = [Field("peak MiB", "peak memory: kernel RSS of the worker (MiB)",
+                        lambda g: figure(g, "peak_mem_bytes", ",.0f", MIB)),
+                  Field("dev RAM", "device RAM at peak, % of its limit", device_ram_cell),
                   Field("step s", "time per step, median (s)", lambda g: figure(g, "step_time_median_s", ".3g")),
                   Field("J/step", "energy per step (J)", energy_cell),
                   Field("W", "power, mean over the steps (W)", power_cell),
@@ -163,7 +184,9 @@ REPORT_FIGURES = [Field("peak MiB", "peak memory, kernel (MiB)", lambda g: figur
 FRONTIER_LEGEND = ("★ = on the Pareto frontier: the loss fell and no other configuration of the device, model "
                    "and run shape that learned is both smaller (peak memory) and faster (step time); a "
                    "configuration whose loss did not fall is never on it.")
-LEGEND = ("n = runs behind each figure: the median, [min-max] over them. peak MiB: kernel ru_maxrss. "
+LEGEND = ("n = runs behind each figure: the median, [min-max] over them. peak MiB: the worker's kernel RSS "
+          "(ru_maxrss; it counts shared library pages). dev RAM: the device's RAM at peak, as % of the limit "
+          "that applies to it (a lab device: its cgroup, page cache included; a board: MemTotal - MemAvailable). "
           "step s: median step time. W: mean power over the measured steps (Sensors says what it covers). "
           "est = estimated from the device's power model, not measured. "
           "! = disturbed: other processes or steal took >10% of the CPU in a run. " + FRONTIER_LEGEND +
@@ -305,7 +328,8 @@ def terminal_report(rows: list[dict[str, Any]], runs: list[dict[str, Any]], widt
     parts: list[RenderableType] = []
     for device in dict.fromkeys(g["device"] for g in groups):
         mine = [g for g in groups if g["device"] == device]
-        parts += fitted(f"{device}", with_shape(REPORT_IDENT, mine), REPORT_FIGURES, mine, width)
+        title, ident = common_names(device, with_shape(REPORT_IDENT, mine), mine)
+        parts += fitted(title, ident, REPORT_FIGURES, mine, width)
     parts.append(Text(LEGEND, style="dim", overflow="fold"))
     comparison = comparison_table(groups)
     if comparison is not None:

@@ -18,7 +18,7 @@ from edgebench.runner.figures import spread
 
 GROUP_KEYS = ("device", "model", "method", "backend", *SHAPE_KEYS)
 SHAPE_NAMES = {"batch_size": "batch", "steps": "steps", "text_length": "text", "image_size": "image", "data": "data"}
-FIGURE_KEYS = ("peak_mem_bytes", "peak_rss_bytes_kernel", "peak_rss_bytes_sampled", "step_time_median_s",
+FIGURE_KEYS = ("peak_mem_bytes", "device_ram_peak_bytes", "peak_rss_bytes_kernel", "peak_rss_bytes_sampled", "step_time_median_s",
                "step_time_p90_s", "samples_per_s", "tokens_per_s", "energy_per_step_j", "energy_per_step_j_est",
                "energy_per_sample_j", "energy_per_sample_j_est", "power_mean_w", "power_mean_w_est", "power_peak_w",
                "power_peak_w_est", "temp_peak_c",
@@ -69,7 +69,8 @@ def group_runs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         group["disturbed"] = len(disturbed)
         group["disturbed_why"] = sorted({r["disturbed_why"] for r in disturbed if r.get("disturbed_why")})
         group["disturbed_pct"] = [max(r.get("cpu_others_pct") or 0, r.get("cpu_steal_pct") or 0) for r in disturbed]
-        for key in ("energy_source", "power_covers", "power_warning", "power_est_basis"):
+        for key in ("energy_source", "power_covers", "power_warning", "power_est_basis", "device_ram_limit_bytes",
+                    "device_ram_peak_what"):
             group[key] = next((r.get(key) for r in used if r.get(key)), None)
         flags = {f for r in used if r.get("power_flags") for f in r["power_flags"].split(",")}
         group["power_flags"] = ",".join(sorted(flags)) or None

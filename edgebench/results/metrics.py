@@ -27,6 +27,7 @@ METRIC_COLUMNS = [
     "device", "run_id", "model", "method", "backend", "status", "detail", "batch_size", "steps", "text_length",
     "image_size", "data", "steps_measured",
     "peak_rss_bytes_sampled", "peak_rss_bytes_kernel", "cgroup_peak_bytes", "peak_mem_bytes", "device_ram_bytes",
+    "device_ram_peak_bytes", "device_ram_limit_bytes", "device_ram_peak_what",
     "step_time_median_s", "step_time_p90_s", "samples_per_s", "tokens_per_s",
     "energy_per_step_j", "energy_per_sample_j", "power_mean_w", "power_peak_w", "energy_source",
     "power_covers", "power_flags", "power_warning",
@@ -160,6 +161,11 @@ def run_metrics(store: Store, run: dict[str, Any]) -> dict[str, Any]:
     out["peak_rss_bytes_kernel"] = result.get("peak_rss_bytes_kernel")
     out["cgroup_peak_bytes"] = result.get("cgroup_peak_bytes") or _finite_max(s["cgroup_peak_bytes"])
     out["peak_mem_bytes"] = out["peak_rss_bytes_kernel"] or out["peak_rss_bytes_sampled"]
+    ram = ({"bytes": result["device_ram_peak_bytes"], "limit_bytes": result.get("device_ram_limit_bytes"),
+            "what": result.get("device_ram_peak_what")} if result.get("device_ram_peak_bytes") else
+           figures.device_ram(out["cgroup_peak_bytes"], run.get("cgroup_limit_bytes"), None, None) or {})
+    out.update({"device_ram_peak_bytes": ram.get("bytes"), "device_ram_limit_bytes": ram.get("limit_bytes"),
+                "device_ram_peak_what": ram.get("what")})
     out["step_time_median_s"] = stats.get("median")
     out["step_time_p90_s"] = stats.get("p90")
     out["samples_per_s"] = throughput
