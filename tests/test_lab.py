@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import subprocess
 import time
 from pathlib import Path
@@ -164,8 +165,11 @@ def test_unreachable_device_and_bad_entry_are_named(lab_env):
         with pytest.raises(TransportError, match=r"lab-gone \(root@127.0.0.1:\d+\): unreachable .*check that it is on"):
             connect("lab-gone")
         out = CliRunner().invoke(cli, ["devices", "--json"])
-        rows = {r["name"]: r["reachable"] for r in json.loads(out.output)["devices"]}
+        listed = json.loads(out.output)["devices"]
+        rows = {r["name"]: r["reachable"] for r in listed}
         assert rows["lab-small"] == "ok" and rows["lab-pi4"] == "ok"
+        # a Pi 4's profile is aarch64, but the lab device runs this host's python
+        assert {r["name"]: r["arch"] for r in listed}["lab-pi4"] == platform.machine()
         assert "lab-gone" in rows["lab-gone"] and "unreachable" in rows["lab-gone"]
         assert "device 'lab-typo': prot: unknown field" in rows["lab-typo"]
         out = CliRunner().invoke(cli, ["deploy", "--device", "lab-gone", "--methods", "sgd"])

@@ -158,9 +158,14 @@ def test_power_shows_what_it_covers_and_its_flags_in_every_format(store_path):
     assert (pi_sgd["power_covers"], pi_sgd["power_flags"], pi_sgd["power_warning"]) == ("VDD_IN", "charging", CHARGING)
 
 
-def test_report_on_a_missing_store_says_what_to_do(tmp_path):
+def test_report_on_a_missing_store_says_what_to_do(tmp_path, store_path):
     result = CliRunner().invoke(report_command, ["--store", str(tmp_path / "none.duckdb")])
     assert result.exit_code != 0 and "edgebench ingest" in result.output
+    Store(tmp_path / "empty.duckdb").close()
+    empty = CliRunner().invoke(report_command, ["--store", str(tmp_path / "empty.duckdb")])
+    assert empty.exit_code == 1 and "empty.duckdb: no runs yet; ingest some" in empty.output and "None" not in empty.output
+    other = CliRunner().invoke(report_command, ["--store", str(store_path), "--device", "watch"])
+    assert "no runs of device 'watch'; ingest" in other.output and "model" not in other.output
 
 
 # ---- readable at a glance: layouts, repeats, the noise guard, the study -------------------------

@@ -75,7 +75,7 @@ def devices(ctx: click.Context, no_check: bool, as_json: bool) -> None:
     for d, r in zip(found, states):
         unreachable = next((f.detail for f in r.findings if f.item == "reachable"), None) if r else None
         rows.append({"name": d.name, "profile": d.profile.id, "transport": d.transport.kind, "address": d.address,
-                     "arch": d.profile.arch, "ram_bytes": int(d.profile.ram_bytes), "cores": d.profile.cores,
+                     "arch": d.arch, "ram_bytes": int(d.profile.ram_bytes), "cores": d.profile.cores,
                      "backends": d.profile.backends, "lab": bool(d.lab), "labgrid_place": d.place,
                      "reachable": "not checked" if r is None else unreachable or "ok",
                      "readiness": "not checked" if r is None else r.summary(),

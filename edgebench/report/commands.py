@@ -72,7 +72,8 @@ def report_command(store_path: Path, device: str | None, model: str | None, fmt:
         report = build.collect(store, device=device, model=model, figures=fmt in ("html", "png"),
                                baseline=baseline if study else None)
     if not report.rows:
-        raise click.ClickException(f"{store_path}: no runs match (device={device}, model={model}); "
+        asked = " and ".join(f"{k} {v!r}" for k, v in (("device", device), ("model", model)) if v)
+        raise click.ClickException(f"{store_path}: {f'no runs of {asked}' if asked else 'no runs yet'}; "
                                    "ingest some with `edgebench collect` or `edgebench ingest RUN_DIR`")
     if fmt == "term":
         from rich.console import Console
