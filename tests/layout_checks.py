@@ -14,6 +14,6 @@ def names_beside_figures(lines, names):
         assert at, f"{name!r} is split across lines or missing"
         i = at[0]
         if lines[i].startswith("#"):  # a card: its figures, indented, right below
-            assert lines[i + 1].startswith("    ") and re.search(r": [\d-]", lines[i + 1]), lines[i:i + 2]
+            assert re.match(r"    \S.*: \S", lines[i + 1]), lines[i:i + 2]
         else:
             assert re.search(r"\d", lines[i].split(name, 1)[1]), f"{name!r}'s row has no figures: {lines[i]!r}"

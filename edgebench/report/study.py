@@ -12,8 +12,9 @@ from typing import Any
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from edgebench.report.tables import FRONTIER_LEGEND, MIB, Field, fitted, loss_cell
+from edgebench.report.tables import FRONTIER_LEGEND, MIB, loss_cell
 from edgebench.results.study import STUDY_COLUMNS
+from edgebench.terminal import Field, fitted
 
 
 def ratio_cell(row: dict[str, Any], name: str) -> str:

@@ -2,8 +2,8 @@
 
 The per-run column list (COLUMNS) serves the HTML report and CSV/JSON. The terminal
 shows one row per configuration (repeats folded: median [min-max] and n) and adapts to
-the window: one table when it fits, else two tables joined by a row number, else one
-card per configuration. Nothing is cut: a cell that cannot fit wraps whole.
+the window (edgebench.terminal): one table when it fits, else one card per configuration.
+Nothing is cut: a cell that cannot fit wraps whole.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from edgebench.results.aggregate import config_label, group_runs
 from edgebench.results.pareto import loss_drop_pct
+from edgebench.terminal import Field, fits, fitted
 
 MIB = 1 << 20
 
@@ -145,14 +145,6 @@ def status_cell(group: dict[str, Any]) -> str:
     return group["status"] + (" !" if group.get("disturbed") else "") + (" ★" if group.get("on_frontier") else "")
 
 
-@dataclass(frozen=True)
-class Field:
-    header: str  # short, with the unit
-    label: str  # spelt out, for cards
-    value: Callable[[dict[str, Any]], str]
-    name: bool = False  # a name: left-aligned, never shortened
-
-
 REPORT_IDENT = [Field("model", "model", lambda g: str(g["model"]), True),
                 Field("method", "method", lambda g: str(g["method"]), True),
                 Field("backend", "backend", lambda g: str(g["backend"]), True),
@@ -191,45 +183,6 @@ LEGEND = ("n = runs behind each figure: the median, [min-max] over them. peak Mi
           "est = estimated from the device's power model, not measured. "
           "! = disturbed: other processes or steal took >10% of the CPU in a run. " + FRONTIER_LEGEND +
           " docs/figures.md defines each figure.")
-
-
-def _table(fields: list[Field], rows: list[dict[str, Any]]) -> Table:
-    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), header_style="bold")
-    for f in fields:
-        table.add_column(f.header, justify="left" if f.name else "right", overflow="fold")
-    for g in rows:
-        ok = g["status"] == "ok" or g["status"].startswith("ok ")
-        table.add_row(*[f.value(g) for f in fields], style=None if ok else "red")
-    return table
-
-
-def _fits(renderable: RenderableType, width: int) -> bool:
-    return Console(width=10_000).measure(renderable).maximum <= width
-
-
-def _cards(ident: list[Field], figures: list[Field], rows: list[dict[str, Any]]) -> Group:
-    """One block per configuration: names on the first line, then one figure per line."""
-    parts: list[RenderableType] = []
-    for i, g in enumerate(rows, 1):
-        head = " / ".join(f.value(g) for f in ident if f.name and f.header != "status")
-        status = next((f.value(g) for f in ident if f.header == "status"), "")
-        extra = ", ".join(f"{f.label} {f.value(g)}" for f in ident if not f.name)
-        parts.append(Text(f"#{i} {head}: {status}" + (f", {extra}" if extra else ""), overflow="fold",
-                          style=None if g["status"].startswith("ok") else "red"))
-        for f in figures:
-            parts.append(Text(f"    {f.label}: {f.value(g)}", overflow="fold"))
-    return Group(*parts)
-
-
-def fitted(title: str | None, ident: list[Field], figures: list[Field], rows: list[dict[str, Any]],
-           width: int) -> list[RenderableType]:
-    """One table if it fits `width`, else one card per configuration (its names, then its
-    figures), so a name never sits apart from its figures; the title above, wrapped whole."""
-    head: list[RenderableType] = [Text(title, style="bold", overflow="fold")] if title else []
-    one = _table(ident + figures, rows)
-    if _fits(one, width):
-        return head + [one]
-    return head + [_cards(ident, figures, rows)]
 
 
 def sensor_notes(groups: list[dict[str, Any]]) -> list[str]:
@@ -333,7 +286,7 @@ def terminal_report(rows: list[dict[str, Any]], runs: list[dict[str, Any]], widt
     parts.append(Text(LEGEND, style="dim", overflow="fold"))
     comparison = comparison_table(groups)
     if comparison is not None:
-        parts.append(comparison if _fits(comparison, width) else
+        parts.append(comparison if fits(comparison, width) else
                      Text("(the across-devices comparison is wider than this window: see --format html)",
                           style="dim"))
     for title, lines in (("Sensors:", sensor_notes(groups)), ("Disturbed:", disturbed_notes(groups)),
