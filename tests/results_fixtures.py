@@ -131,6 +131,24 @@ class FakeRun:
         return out
 
 
+def store_of(root: Path, runs: dict[str, list[FakeRun]], result: Callable[[FakeRun], dict] | None = None) -> Path:
+    """A real DuckDB store at root/edgebench.duckdb holding `runs` by device; `result(run)`
+    gives fields to add to a run's result.json (what a supervisor would have written)."""
+    from edgebench.results.store import Store
+
+    path = Path(root) / "edgebench.duckdb"
+    with Store(path) as store:
+        for device, device_runs in runs.items():
+            for run in device_runs:
+                run_dir = run.write(Path(root) / "src" / device)
+                extra = result(run) if result else None
+                if extra:
+                    written = json.loads((run_dir / "result.json").read_text())
+                    (run_dir / "result.json").write_text(json.dumps({**written, **extra}))
+                store.ingest_run(run_dir, device=device)
+    return path
+
+
 def probes_for(run: FakeRun, offset_ns: int, drift: float, ref_mono_ns: int, times_s: list[float],
                rtts_ms: list[float], asymmetry: list[float] | None = None) -> list[dict]:
     """Clock probes for a device whose host time = mono + offset + drift*(mono - ref).

@@ -18,7 +18,7 @@ from edgebench.report import plots
 from edgebench.report.commands import report_command
 from edgebench.results.store import Store
 from layout_checks import names_beside_figures
-from results_fixtures import FakeRun
+from results_fixtures import FakeRun, store_of
 
 RUNS = {  # device -> [(run_id, method, rss MiB, step s, status, power measured?)]
     "pi": [("a", "adamw", 300, 0.2, "ok", True), ("b", "sgd", 200, 0.3, "ok", True), ("c", "mezo", 350, 0.4, "oom", True)],
@@ -28,23 +28,19 @@ RUNS = {  # device -> [(run_id, method, rss MiB, step s, status, power measured?
 
 @pytest.fixture(scope="module")
 def store_path(tmp_path_factory):
-    root = tmp_path_factory.mktemp("report")
-    path = root / "edgebench.duckdb"
-    with Store(path) as store:
-        for device, runs in RUNS.items():
-            for run_id, method, rss, step_s, status, measured in runs:
-                run = FakeRun(run_id=run_id, method=method, rss_base=rss << 20, step_s=step_s, status=status,
-                              power=(lambda t: 3.0 + 0.1 * t) if measured else None,
-                              power_est=None if measured else (lambda t: 4.0 + 0 * t), throttle_after_s=1.5)
-                run_dir = run.write(root / "src" / device)
-                if measured and status == "ok":  # the sampler's summary: what power_w covers, and a flag
-                    result = json.loads((run_dir / "result.json").read_text())
-                    result["sampler"] = {"power_source": "ina3221", "power_total": "VDD_IN",
-                                         **({"power_flags": ["charging"], "power_warning": CHARGING}
-                                            if method == "sgd" else {"power_flags": []})}
-                    (run_dir / "result.json").write_text(json.dumps(result))
-                store.ingest_run(run_dir, device=device)
-    return path
+    runs = {device: [FakeRun(run_id=run_id, method=method, rss_base=rss << 20, step_s=step_s, status=status,
+                             power=(lambda t: 3.0 + 0.1 * t) if measured else None,
+                             power_est=None if measured else (lambda t: 4.0 + 0 * t), throttle_after_s=1.5)
+                     for run_id, method, rss, step_s, status, measured in device_runs]
+            for device, device_runs in RUNS.items()}
+
+    def sampler(run):  # the sampler's summary: what measured power_w covers, and a flag
+        if run.power is None or run.status != "ok":
+            return None
+        flags = {"power_flags": ["charging"], "power_warning": CHARGING} if run.method == "sgd" else {"power_flags": []}
+        return {"sampler": {"power_source": "ina3221", "power_total": "VDD_IN", **flags}}
+
+    return store_of(tmp_path_factory.mktemp("report"), runs, sampler)
 
 
 CHARGING = "the battery is charging: USB provides part of the power; unplug USB"
@@ -306,15 +302,10 @@ TWO_MODELS = {  # device -> [(run_id, model, method, steps, rss MiB, step s)]
 @pytest.fixture(scope="module")
 def two_models_store(tmp_path_factory):
     """Two models on two devices, tiny sgd on pi at 5 and 10 steps (two configurations)."""
-    root = tmp_path_factory.mktemp("two_models")
-    path = root / "edgebench.duckdb"
-    with Store(path) as store:
-        for device, runs in TWO_MODELS.items():
-            for run_id, model, method, steps, rss, step_s in runs:
-                run = FakeRun(run_id=run_id, model=model, method=method, steps=steps, rss_base=rss << 20,
-                              step_s=step_s, power=None, power_est=lambda t: 4.0 + 0 * t)
-                store.ingest_run(run.write(root / "src" / device), device=device)
-    return path
+    return store_of(tmp_path_factory.mktemp("two_models"), {
+        device: [FakeRun(run_id=run_id, model=model, method=method, steps=steps, rss_base=rss << 20, step_s=step_s,
+                         power=None, power_est=lambda t: 4.0 + 0 * t)
+                 for run_id, model, method, steps, rss, step_s in runs] for device, runs in TWO_MODELS.items()})
 
 
 def _png_texts(png: bytes) -> str:
