@@ -410,3 +410,19 @@ def test_device_ram_is_the_cgroups_on_a_lab_device_and_the_workers_rss_is_named(
     text = CliRunner().invoke(report_command, ["--store", str(path)], terminal_width=80).output
     flat = " ".join(line.strip() for line in text.splitlines())
     assert "device RAM at peak, % of its limit: 98%" in flat and "kernel RSS of the worker (MiB): 575" in flat
+
+
+def test_a_device_without_a_sensor_says_once_what_its_estimate_is_built_from(tmp_path):
+    basis = "the CPU use of its cgroup lab/pi4 (4 cores)"
+
+    def sampler(run):  # the lab device's sampler: an estimate from its cgroup's CPU; run b disturbed
+        return {"sampler": {"power_source": "estimate", "power_model": {"idle_w": 2.7, "max_w": 6.4},
+                            "power_est_basis": basis},
+                "cpu": {"others_share": 0.4, "disturbed": run.run_id == "b", "disturbed_why": "others used 40%"}}
+
+    path = store_of(tmp_path, {"lab-pi4": [FakeRun(run_id=r, power=None, power_est=lambda t: 3.0 + 0 * t)
+                                           for r in ("a", "b")]}, sampler)
+    text = " ".join(line.strip() for line in _invoke("--store", str(path)).splitlines())
+    assert text.count("lab-pi4: no power sensor") == 1
+    assert (f"lab-pi4: no power sensor; power and energy are estimated from its power model (est): 2.7-6.4 W by "
+            f"{basis}; in its 1 disturbed run(s) (!) the steps ran slowed, so their energy estimate reads high") in text
