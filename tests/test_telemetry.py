@@ -408,3 +408,33 @@ def test_estimated_power_of_a_lab_device_follows_its_cgroup_not_the_host(tmp_pat
     estimates = [r["power_w_est"] for r in read_trace(tmp_path / "s.jsonl").records if "power_w_est" in r]
     assert estimates and set(estimates) == {2.0}  # the device's cgroup was idle; the host's /proc/stat never counts
     assert summary["power_est_basis"].startswith("the CPU use of its cgroup lab/pi4")
+
+
+def test_a_real_lab_cgroups_cpu_use_is_its_own_not_the_busy_hosts():
+    """A lab device's cgroups as the lab makes them (1 core): a busy loop outside leaves the
+    device at ~0% while the host reads busy; the same loop inside reads as the device's."""
+    import uuid
+
+    from edgebench.devices.cgroups import Limits
+
+    limits = Limits.create(f"edgebench-test-{uuid.uuid4().hex[:8]}/dev", 256 << 20, 1.0)
+    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # other work on the host
+    try:
+        for procs in limits.procs_files():
+            procs.write_text(str(idle.pid))
+        device, host = cpu.CgroupCpu(idle.pid), cpu.SystemCpu()
+        assert device.cores == 1
+        device.read(time.monotonic()), host.read(0.0)
+        time.sleep(1.0)
+        assert device.read(time.monotonic())["cpu_cgroup_pct"] < 5 and host.read(0.0)["cpu_sys_pct"] > 20
+        for procs in limits.procs_files():
+            procs.write_text(str(busy.pid))
+        device.read(time.monotonic())
+        time.sleep(1.0)
+        assert device.read(time.monotonic())["cpu_cgroup_pct"] > 25
+    finally:
+        for child in (idle, busy):
+            child.kill()
+            child.wait()
+        limits.destroy()

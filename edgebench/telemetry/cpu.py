@@ -125,7 +125,13 @@ class CgroupCpu:
         self.cores = _quota_cores(self.version, directory)
         if self.cores is None:
             raise SourceUnavailable(f"{directory} has no CPU quota: the cgroup is not a device of its own")
-        self._usage = directory / ("cpu.stat" if self.version == "v2" else "cpuacct.usage")
+        if self.version == "v2":
+            self._usage = directory / "cpu.stat"
+        else:  # cpuacct: mounted with cpu ("cpu,cpuacct") or apart, where the lab makes the device a group too
+            acct = cgroup_dir(pid, "cpuacct", root)
+            if acct is None or is_hierarchy_root(acct[1]):
+                raise SourceUnavailable(f"pid {pid} has a CPU quota but no cpuacct group of its own to read its use")
+            self._usage = acct[1] / "cpuacct.usage"
         self._rate = _Rate()
         if self._usage_s() is None:
             raise SourceUnavailable(f"{self._usage} has no CPU usage counter")
@@ -143,7 +149,7 @@ class CgroupCpu:
         return {} if rate is None else {"cpu_cgroup_pct": round(min(100.0, 100.0 * rate / self.cores), 2)}
 
     def describe(self) -> str:
-        return f"the CPU use of its cgroup {self.path} ({self.cores:g} cores)"
+        return f"the CPU use of its cgroup {self.path} ({self.cores:g} core{'' if self.cores == 1 else 's'})"
 
     def close(self) -> None:
         pass
