@@ -173,15 +173,15 @@ def memory_timeline_figure(store: Store, run: dict[str, Any]) -> bytes:
     t0 = s["t_ns"][0] if len(s["t_ns"]) else 0
     fig, ax = plt.subplots(figsize=TIMELINE_SIZE, layout="constrained")
     t = (s["t_ns"] - t0) / 1e9
-    _plot(ax, t, s["rss_bytes"] / MIB, label="RSS (process tree)", color="tab:blue")
-    _plot(ax, t, s["cgroup_usage_bytes"] / MIB, label="cgroup usage (whole group, page cache too)",
-          color="tab:purple", alpha=0.7)
+    _plot(ax, t, s["rss_bytes"] / MIB, label="RSS of the worker's process tree (sampled)", color="tab:blue")
+    _plot(ax, t, s["cgroup_usage_bytes"] / MIB, label="device RAM: its cgroup's usage (page cache too; the limit "
+          "applies to it)", color="tab:purple", alpha=0.7)
     for i, b in enumerate(steps["begin_ns"]):
         ax.axvline((b - t0) / 1e9, color="grey", lw=0.5, alpha=0.5, label="step start" if i == 0 else None)
     ram = run.get("device_ram_bytes")
     peak = np.nanmax(s["rss_bytes"]) if np.isfinite(s["rss_bytes"]).any() else 0
     if ram and ram <= 4 * peak:
-        ax.axhline(ram / MIB, color="tab:orange", ls="--", label="device RAM")
+        ax.axhline(ram / MIB, color="tab:orange", ls="--", label="device RAM limit")
     elif ram:
         _off_scale(ax, f"device RAM {ram / MIB:,.0f} MiB (off scale, above)", "tab:orange")
     ax.set_xlabel("time since start (s)")
