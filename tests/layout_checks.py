@@ -13,7 +13,8 @@ def names_beside_figures(lines, names):
         at = [i for i, line in enumerate(lines) if re.search(rf"(?<![\w+-]){re.escape(name)}(?![\w+-])", line)]
         assert at, f"{name!r} is split across lines or missing"
         i = at[0]
-        if lines[i].startswith("#"):  # a card: its figures, indented, right below
-            assert re.match(r"    \S.*: \S", lines[i + 1]), lines[i:i + 2]
+        if lines[i].startswith("#"):  # a card: its status after the name, or its figures indented right below
+            assert re.match(r": \S", lines[i].split(name, 1)[1]) or re.match(r"    \S.*: \S", lines[i + 1]), \
+                lines[i:i + 2]
         else:
             assert re.search(r"\d", lines[i].split(name, 1)[1]), f"{name!r}'s row has no figures: {lines[i]!r}"

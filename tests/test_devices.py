@@ -179,7 +179,7 @@ def test_cgroup_v2_limits_are_written_and_read_back(tmp_path):
                                      "oom_kills": 1}
 
 
-def test_devices_methods_and_devices_check_read_at_80_columns(inventory):
+def test_devices_methods_sensors_and_devices_check_read_at_80_columns(inventory):
     """Each name whole and beside its figures in a tmux pane: an unreachable board's long
     error, the methods' descriptions and `devices check`'s fixes wrap inside their own card."""
     from click.testing import CliRunner
@@ -190,7 +190,8 @@ def test_devices_methods_and_devices_check_read_at_80_columns(inventory):
     inventory({"far-away-board": {"profile": "raspberry-pi-4-4gb", "host": "127.0.0.1", "port": _free_port(),
                                   "user": "pi"}})
     for args, names in ((["devices"], ["far-away-board", "local"]), (["methods"], ["adafactor", "fused-adamw"]),
-                        (["devices", "check", "local"], ["python", "torch", "disk"])):
+                        (["devices", "check", "local"], ["python", "torch", "disk"]),
+                        (["sensors"], ["process_rss", "system_cpu", "cpu_freq"])):
         result = CliRunner().invoke(cli, args, env={"COLUMNS": "80"})
         lines = result.output.splitlines()
         assert result.exit_code == 0 and max(len(line) for line in lines) <= 80, result.output
