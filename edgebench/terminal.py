@@ -15,6 +15,9 @@ from rich.table import Table
 from rich.text import Text
 
 
+EMPTY = ("", "-")  # a figure a row does not have
+
+
 @dataclass(frozen=True)
 class Field:
     header: str  # short, with the unit
@@ -44,7 +47,7 @@ def fits(renderable: RenderableType, width: int) -> bool:
 
 def _cards(ident: list[Field], figures: list[Field], rows: list[dict[str, Any]]) -> Group:
     """One block per row: `#i` and its names (`: status` when it has one) on the first line,
-    then one figure a line (empty ones left out)."""
+    then one figure a line (those it lacks left out)."""
     parts: list[RenderableType] = []
     for i, row in enumerate(rows, 1):
         head = " / ".join(f.value(row) for f in ident if f.name and f.header != "status")
@@ -54,7 +57,7 @@ def _cards(ident: list[Field], figures: list[Field], rows: list[dict[str, Any]])
                           overflow="fold", style="red" if _failed(row) else None))
         for f in figures:
             value = f.value(row)
-            if value:  # indented as a block: a wrapped figure stays under its card
+            if value not in EMPTY:  # indented as a block: a wrapped figure stays under its card
                 parts.append(Padding(Text(f"{f.label}: {value}", overflow="fold"), (0, 0, 0, 4)))
     return Group(*parts)
 
@@ -62,7 +65,8 @@ def _cards(ident: list[Field], figures: list[Field], rows: list[dict[str, Any]])
 def fitted(title: str | None, ident: list[Field], figures: list[Field], rows: list[dict[str, Any]],
            width: int, caption: str | None = None) -> list[RenderableType]:
     """One table if it fits `width`, else one card per row (its names, then its figures);
-    the title above and the caption below, wrapped whole."""
+    the title above and the caption below, wrapped whole. A figure no row has is left out."""
+    figures = [f for f in figures if any(f.value(row) not in EMPTY for row in rows)]
     head: list[RenderableType] = [Text(title, style="bold", overflow="fold")] if title else []
     tail: list[RenderableType] = [Text(caption, style="dim", overflow="fold")] if caption else []
     one = _table(ident + figures, rows)
