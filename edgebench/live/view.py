@@ -135,9 +135,11 @@ def summary(result: dict[str, Any], meta: dict[str, Any] | None = None) -> Table
         ("status", Text(str(result.get("status")), style=_status_style(str(result.get("status"))))),
         ("detail", str(result.get("detail") or "")),
         ("steps done", str(result.get("steps_done", "-"))),
-        ("device RAM peak", f"{result['device_ram_peak_bytes'] / MIB:,.1f} MiB of {result['device_ram_limit_bytes'] / MIB:,.0f}"
-         f" MiB: {result.get('device_ram_peak_what')}" if result.get("device_ram_peak_bytes") else ""),
-        (f"peak {WORKER_RSS}", f"{result['peak_rss_bytes_kernel'] / MIB:,.1f} MiB" if result.get("peak_rss_bytes_kernel") else "-"),
+        ("device RAM peak", f"{result['device_ram_peak_bytes'] / MIB:,.1f} MiB of "
+         f"{result['device_ram_limit_bytes'] / MIB:,.0f} MiB: {result.get('device_ram_peak_what')}"
+         if result.get("device_ram_peak_bytes") else ""),
+        (f"peak {WORKER_RSS}", f"{result['peak_rss_bytes_kernel'] / MIB:,.1f} MiB"
+         if result.get("peak_rss_bytes_kernel") else "-"),
         ("peak RSS (sampled)", f"{result['peak_rss_bytes_sampled'] / MIB:,.1f} MiB" if result.get("peak_rss_bytes_sampled") else "-"),
         ("step time median/p90", f"{step.get('median', 0):.3f} / {step.get('p90', 0):.3f} s"
          + (f" {NOT_REPRESENTATIVE} under {_emulator(meta)}" if _emulator(meta) else "") if step else "-"),
