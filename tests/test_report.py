@@ -427,3 +427,19 @@ def test_a_device_without_a_sensor_says_once_what_its_estimate_is_built_from(tmp
     assert text.count("lab-pi4: no power sensor") == 1
     assert (f"lab-pi4: no power sensor; power and energy are estimated from its power model (est): 2.7-6.4 W by "
             f"{basis}; in its 1 disturbed run(s) (!) the steps ran slowed, so their energy estimate reads high") in text
+
+
+def test_study_puts_estimated_energy_in_est_columns_and_keeps_other_steps_apart(two_models_store):
+    data = json.loads(_invoke("--store", str(two_models_store), "--study", "--json"))
+    assert {"energy_per_step_j_est", "energy_ratio_est", "energy_ratio_min_est", "energy_ratio_max_est"} <= \
+        set(data["columns"])
+    pi_tiny = {(r["method"], r["steps"]): r for r in data["rows"] if (r["device"], r["model"]) == ("pi", "tiny")}
+    adamw = pi_tiny[("adamw", 5)]
+    assert adamw["energy_per_step_j"] is None and adamw["energy_ratio"] is None  # never in the measured columns
+    assert adamw["energy_per_step_j_est"] == pytest.approx(4.0 * 0.2, rel=1e-3)
+    assert adamw["energy_ratio_est"] == pytest.approx(2.0, rel=1e-3) and adamw["energy_estimated"] is True
+    assert pi_tiny[("sgd", 10)]["n"] == 1 and pi_tiny[("sgd", 5)]["n"] == 1  # 5 and 10 steps: not one n=2 row
+    assert pi_tiny[("sgd", 10)]["step_time_ratio"] == pytest.approx(1.0)  # its own setting, its own baseline
+    csv_rows = list(csv.DictReader(io.StringIO(_invoke("--store", str(two_models_store), "--study", "--format", "csv"))))
+    adamw_csv = next(r for r in csv_rows if (r["device"], r["model"], r["method"]) == ("pi", "tiny", "adamw"))
+    assert adamw_csv["energy_ratio"] == "" and float(adamw_csv["energy_ratio_est"]) == pytest.approx(2.0, rel=1e-3)
