@@ -11,7 +11,8 @@ from edgebench.telemetry.trace import TraceWriter, write_json_atomic
 
 
 def write_run(run_dir: Path, steps: int, step_s: float, sample_s: float, status: str = "ok",
-              mem_total_bytes: int = 1 << 30) -> None:
+              mem_total_bytes: int = 1 << 30, cgroup_limit_bytes: int | None = None) -> None:
+    """A board's samples, or with `cgroup_limit_bytes` a lab device's (its cgroup's usage and limit)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic_ns()
     meta = {"run_id": run_dir.name, "spec": {"model": "tiny", "method": "lora", "backend": "eager", "steps": steps,
@@ -30,8 +31,12 @@ def write_run(run_dir: Path, steps: int, step_s: float, sample_s: float, status:
         end_at = time.monotonic() + step_s
         while time.monotonic() < end_at:
             if time.monotonic() >= next_sample:
-                samples.write({"t_ns": time.monotonic_ns(), "rss_bytes": (100 << 20) + i * (7 << 20),
-                               "power_w": 2.0 + 0.1 * i, "temp_c_max": 40.0 + i, "cpu_proc_pct": 150.0})
+                rss = (100 << 20) + i * (7 << 20)  # the board's other processes and page cache use 50 MiB more
+                samples.write({"t_ns": time.monotonic_ns(), "rss_bytes": rss, "mem_available_bytes":
+                               mem_total_bytes - rss - (50 << 20), "power_w": 2.0 + 0.1 * i, "temp_c_max": 40.0 + i,
+                               "cpu_proc_pct": 150.0, **({"cgroup_usage_bytes": rss + (20 << 20),
+                                                          "cgroup_limit_bytes": cgroup_limit_bytes}
+                                                         if cgroup_limit_bytes else {})})
                 next_sample += sample_s
             time.sleep(0.005)
         end = time.monotonic_ns()
@@ -53,5 +58,7 @@ if __name__ == "__main__":
     p.add_argument("--step-s", type=float, default=0.3)
     p.add_argument("--sample-s", type=float, default=0.05)
     p.add_argument("--mem-total-bytes", type=int, default=1 << 30)
+    p.add_argument("--cgroup-limit-bytes", type=int)
     a = p.parse_args()
-    write_run(a.run_dir, a.steps, a.step_s, a.sample_s, mem_total_bytes=a.mem_total_bytes)
+    write_run(a.run_dir, a.steps, a.step_s, a.sample_s, mem_total_bytes=a.mem_total_bytes,
+              cgroup_limit_bytes=a.cgroup_limit_bytes)

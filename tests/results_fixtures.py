@@ -39,6 +39,7 @@ class FakeRun:
     throttle_after_s: float | None = None
     status: str | None = "ok"
     loss0: float = 10.0
+    loss_rate: float = 0.9  # each step's loss over the one before (> 1: the run does not learn)
     extra_fields: dict = field(default_factory=dict)
 
     @property
@@ -58,7 +59,7 @@ class FakeRun:
         return self.step_windows_ns()[-1][3] + int(0.05e9)
 
     def loss(self, i: int) -> float:
-        return self.loss0 * 0.9 ** i
+        return self.loss0 * self.loss_rate ** i
 
     def sample_times_ns(self) -> np.ndarray:
         period = int(1e9 / self.sample_hz)
@@ -128,6 +129,24 @@ class FakeRun:
         if self.status:
             write_json_atomic(out / "result.json", self.result())
         return out
+
+
+def store_of(root: Path, runs: dict[str, list[FakeRun]], result: Callable[[FakeRun], dict] | None = None) -> Path:
+    """A real DuckDB store at root/edgebench.duckdb holding `runs` by device; `result(run)`
+    gives fields to add to a run's result.json (what a supervisor would have written)."""
+    from edgebench.results.store import Store
+
+    path = Path(root) / "edgebench.duckdb"
+    with Store(path) as store:
+        for device, device_runs in runs.items():
+            for run in device_runs:
+                run_dir = run.write(Path(root) / "src" / device)
+                extra = result(run) if result else None
+                if extra:
+                    written = json.loads((run_dir / "result.json").read_text())
+                    (run_dir / "result.json").write_text(json.dumps({**written, **extra}))
+                store.ingest_run(run_dir, device=device)
+    return path
 
 
 def probes_for(run: FakeRun, offset_ns: int, drift: float, ref_mono_ns: int, times_s: list[float],

@@ -15,6 +15,7 @@ from rich.console import Console
 from edgebench.fleet.commands import bench
 from edgebench.report.tables import render_bench_results
 from edgebench.runner.spec import RunSpec
+from layout_checks import names_beside_figures
 
 
 def test_bench_json_end_to_end(tmp_path):
@@ -154,8 +155,9 @@ def test_bench_table_reads_at_80_columns_with_repeats_folded():
     assert max(len(line) for line in lines) <= 80 and "…" not in text
     assert "0.25 [0.2-0.3]" in text and "0.11 [0.1-0.12]" in text  # median [min-max] of the repeats
     assert "mezo-lora+frozen-int8+ckpt" in text.replace("\n", "")
-    assert "ok !" in text and "1 of 2 run(s) disturbed" in text
+    assert "ok !" in text and "1 of 5 runs, in 1 configuration marked !, were disturbed" in " ".join(lines)
     assert "samples/s" in text and "smp/s" not in text and "smpl" not in text
+    names_beside_figures(lines, ["adamw", "sgd"])
 
 
 def test_deploy_ships_a_folder_once_verified_by_sha256_and_cached(tmp_path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import subprocess
 import time
 from pathlib import Path
@@ -85,6 +86,10 @@ def test_sweep_on_two_devices_at_once_oom_on_the_small_one(lab_env):
         assert len(probes) >= 20  # deploy-time and collect-time probes
         # over SSH, a probe is a network round trip, not a Python start-up (0.5-1.6 s on a busy device)
         assert min(p["host_recv_ns"] - p["host_send_ns"] for p in probes) < 100e6
+    small_ok = json.loads((runs_dir / "lab-small" / deployed["lab-small"]["run_ids"][0] / "result.json").read_text())
+    assert small_ok["sampler"]["power_source"] == "estimate"  # no sensor: from the device's own CPU, not the host's
+    assert small_ok["sampler"]["power_est_basis"].startswith("the CPU use of its cgroup "), small_ok["sampler"]
+    assert small_ok["device_ram_limit_bytes"] == SMALL_MEMORY  # its cgroup's limit: the device's RAM
     small_oom = json.loads((runs_dir / "lab-small" / deployed["lab-small"]["run_ids"][1] / "result.json").read_text())
     assert small_oom["exit_signal"] == "SIGKILL" or small_oom["exit_signal"] == "KILL"
     assert lab.status()[[r["name"] for r in lab.status()].index("lab-small")]["oom_kills"] >= 1
@@ -164,8 +169,11 @@ def test_unreachable_device_and_bad_entry_are_named(lab_env):
         with pytest.raises(TransportError, match=r"lab-gone \(root@127.0.0.1:\d+\): unreachable .*check that it is on"):
             connect("lab-gone")
         out = CliRunner().invoke(cli, ["devices", "--json"])
-        rows = {r["name"]: r["reachable"] for r in json.loads(out.output)["devices"]}
+        listed = json.loads(out.output)["devices"]
+        rows = {r["name"]: r["reachable"] for r in listed}
         assert rows["lab-small"] == "ok" and rows["lab-pi4"] == "ok"
+        # a Pi 4's profile is aarch64, but the lab device runs this host's python
+        assert {r["name"]: r["arch"] for r in listed}["lab-pi4"] == platform.machine()
         assert "lab-gone" in rows["lab-gone"] and "unreachable" in rows["lab-gone"]
         assert "device 'lab-typo': prot: unknown field" in rows["lab-typo"]
         out = CliRunner().invoke(cli, ["deploy", "--device", "lab-gone", "--methods", "sgd"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -58,6 +59,9 @@ def test_state_and_render_show_the_figures_of_a_finished_run(tmp_path):
     for needle in ("method lora", "backend eager", "[ok]", "step 4/4", "/ 1,024 MiB", "W (measured)",
                    "finished: summary", "1 unreadable trace line"):
         assert needle in text, needle
+    # the board's own accounting is the device's RAM (worker + 50 MiB); the worker's RSS is named as what it is
+    assert "178.0 MiB / 1,024 MiB (17%): device RAM (MemTotal - MemAvailable)" in text
+    assert "128.0 MiB kernel RSS of the worker process" in text
     assert sparkline([1, 2, 3, 4, 5, 6, 7, 8]) == "▁▂▃▄▅▆▇█"
 
 
@@ -66,6 +70,37 @@ def test_estimated_power_is_marked_in_the_view():
     state.apply(SimpleNamespace(meta=None, result=None, error=None, bad_lines=0, events=[],
                                 samples=[{"t_ns": 1, "rss_bytes": 1 << 20, "power_w_est": 4.2}]))
     assert "~4.20 W (ESTIMATED)" in _text(state)
+
+
+def test_device_ram_is_the_cgroup_its_limit_applies_to_not_the_workers_rss():
+    """A 512 MiB lab device: the worker's RSS (shared library pages) reads above the limit, the
+    cgroup (what the limit applies to) below it; the RAM bar is the cgroup's."""
+    state = LiveState()
+    state.apply(SimpleNamespace(meta={"device": {"mem_total_bytes": 64 << 30}}, result=None, error=None, bad_lines=0,
+                                events=[], samples=[{"t_ns": 1, "rss_bytes": 578 << 20, "cgroup_usage_bytes": 500 << 20,
+                                                     "cgroup_limit_bytes": 512 << 20, "mem_available_bytes": 60 << 30}]))
+    text = _text(state, width=130)
+    assert "500.0 MiB / 512 MiB (98%): device RAM (its cgroup, page cache included)" in text
+    assert "578.0 MiB kernel RSS of the worker process" in text and "113%" not in text
+
+
+def test_live_follows_a_sweep_from_run_to_run(tmp_path):
+    """Over a transport (what `live --device D` uses): when the followed run ends, the sweep's next one."""
+    from edgebench.live.app import run_live
+    from edgebench.live.follow import Sweep, find_remote_run
+
+    runs = tmp_path / "sweeps" / "s1" / "runs"
+    write_run(runs / "first", steps=2, step_s=0.01, sample_s=0.005)
+    transport = LocalTransport(SimpleNamespace(name="here"))
+    source = RemoteRun(transport, str(runs / "first"), json_interval_s=0.05)
+    sweep = Sweep(lambda: find_remote_run(transport, str(tmp_path), None),
+                  lambda path: RemoteRun(transport, path, json_interval_s=0.05), runs / "first", interval_s=0.05)
+    time.sleep(0.05)
+    write_run(runs / "second", steps=3, step_s=0.01, sample_s=0.005)  # the sweep's next run
+    console = Console(file=open(os.devnull, "w"), width=100)
+    state = run_live(source, LiveState(source=source.label), refresh_hz=30, exit_when_finished=True, console=console,
+                     sweep=sweep)
+    assert state.run_id == "second" and state.finished and state.steps_done["measure"] == 3
 
 
 def test_find_local_run_by_id_and_newest(tmp_path):
@@ -159,10 +194,11 @@ def test_live_follows_a_run_on_a_lab_device_over_ssh(tmp_path, monkeypatch):
     writer = None
     try:
         device = get_device("lab-live")
-        budget_mib = int(device.profile.ram_bytes) / (1 << 20)  # the profile's RAM, tighter than the host's 64 GiB
+        budget_mib = int(device.profile.ram_bytes) / (1 << 20)  # the lab device's cgroup limit, not the host's 64 GiB
         run_dir = Path(device.workdir) / "sweeps" / "s1" / "runs" / "ssh-run"
         writer = subprocess.Popen([sys.executable, str(TESTS / "live_writer.py"), str(run_dir), "--steps", "6",
-                                   "--step-s", "0.2", "--sample-s", "0.05", "--mem-total-bytes", str(64 << 30)])
+                                   "--step-s", "0.2", "--sample-s", "0.05", "--mem-total-bytes", str(64 << 30),
+                                   "--cgroup-limit-bytes", str(int(device.profile.ram_bytes))])
         deadline = time.monotonic() + 10
         while not (run_dir / "meta.json").exists() and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -175,3 +211,4 @@ def test_live_follows_a_run_on_a_lab_device_over_ssh(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     assert "lab-live · ssh-run" in result.output and "finished: summary" in result.output
     assert "step 6/6" in result.output and f"/ {budget_mib:,.0f} MiB" in result.output
+    assert "device RAM (its cgroup" in result.output

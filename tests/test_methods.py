@@ -48,6 +48,7 @@ def test_combination_merges_knobs():
     ("sgd+adamw", "sets optimizer"),
     ("adamw+frozen-int8", "nothing is frozen"),
     ("lora+warp", "unknown method part"),
+    ("adamww", "unknown method part 'adamww': did you mean 'adamw'?"),
     ("lora+", "empty method part"),
 ])
 def test_impossible_combinations_are_refused_with_reason(text, reason):

@@ -17,7 +17,8 @@ from PIL import Image
 from edgebench.report import plots
 from edgebench.report.commands import report_command
 from edgebench.results.store import Store
-from results_fixtures import FakeRun
+from layout_checks import names_beside_figures
+from results_fixtures import FakeRun, store_of
 
 RUNS = {  # device -> [(run_id, method, rss MiB, step s, status, power measured?)]
     "pi": [("a", "adamw", 300, 0.2, "ok", True), ("b", "sgd", 200, 0.3, "ok", True), ("c", "mezo", 350, 0.4, "oom", True)],
@@ -27,23 +28,19 @@ RUNS = {  # device -> [(run_id, method, rss MiB, step s, status, power measured?
 
 @pytest.fixture(scope="module")
 def store_path(tmp_path_factory):
-    root = tmp_path_factory.mktemp("report")
-    path = root / "edgebench.duckdb"
-    with Store(path) as store:
-        for device, runs in RUNS.items():
-            for run_id, method, rss, step_s, status, measured in runs:
-                run = FakeRun(run_id=run_id, method=method, rss_base=rss << 20, step_s=step_s, status=status,
-                              power=(lambda t: 3.0 + 0.1 * t) if measured else None,
-                              power_est=None if measured else (lambda t: 4.0 + 0 * t), throttle_after_s=1.5)
-                run_dir = run.write(root / "src" / device)
-                if measured and status == "ok":  # the sampler's summary: what power_w covers, and a flag
-                    result = json.loads((run_dir / "result.json").read_text())
-                    result["sampler"] = {"power_source": "ina3221", "power_total": "VDD_IN",
-                                         **({"power_flags": ["charging"], "power_warning": CHARGING}
-                                            if method == "sgd" else {"power_flags": []})}
-                    (run_dir / "result.json").write_text(json.dumps(result))
-                store.ingest_run(run_dir, device=device)
-    return path
+    runs = {device: [FakeRun(run_id=run_id, method=method, rss_base=rss << 20, step_s=step_s, status=status,
+                             power=(lambda t: 3.0 + 0.1 * t) if measured else None,
+                             power_est=None if measured else (lambda t: 4.0 + 0 * t), throttle_after_s=1.5)
+                     for run_id, method, rss, step_s, status, measured in device_runs]
+            for device, device_runs in RUNS.items()}
+
+    def sampler(run):  # the sampler's summary: what measured power_w covers, and a flag
+        if run.power is None or run.status != "ok":
+            return None
+        flags = {"power_flags": ["charging"], "power_warning": CHARGING} if run.method == "sgd" else {"power_flags": []}
+        return {"sampler": {"power_source": "ina3221", "power_total": "VDD_IN", **flags}}
+
+    return store_of(tmp_path_factory.mktemp("report"), runs, sampler)
 
 
 CHARGING = "the battery is charging: USB provides part of the power; unplug USB"
@@ -91,8 +88,9 @@ def test_html_is_one_offline_file_with_every_run(store_path, tmp_path):
     parser = _Refs()
     parser.feed(html)
     assert "script" not in parser.tags and "link" not in parser.tags
-    assert parser.refs and all(r.startswith("data:image/png;base64,") for r in parser.refs)
-    for ref in parser.refs:
+    images = [r for r in parser.refs if not r.startswith("#")]  # "#...": the contents' links inside the file
+    assert images and all(r.startswith("data:image/png;base64,") for r in images)
+    for ref in images:
         Image.open(io.BytesIO(base64.b64decode(ref.split(",", 1)[1]))).verify()
     assert "J/step (est.)" in html and "ESTIMATED" in html
     assert "power covers" in html and "VDD_IN" in html and "power flagged charging" in html  # what W covers
@@ -141,7 +139,7 @@ def test_power_shows_what_it_covers_and_its_flags_in_every_format(store_path):
     lines = text.splitlines()
     assert max(len(line) for line in lines) <= 80 and "…" not in text
     assert "pi: power measured; it covers VDD_IN" in text
-    assert f"pi sgd/eager: power flagged charging: {CHARGING}" in " ".join(line.strip() for line in lines)
+    assert f"pi / tiny / sgd / eager: power flagged charging: {CHARGING}" in " ".join(line.strip() for line in lines)
     assert re.search(r"\b3\.\d+ charging\b", text)  # sgd's mean power over its measured steps, flagged
     phone = _invoke("--store", str(store_path), "--device", "phone")
     assert re.search(r"\b4 est\b", phone)  # the power model's 4 W, labelled an estimate
@@ -156,9 +154,14 @@ def test_power_shows_what_it_covers_and_its_flags_in_every_format(store_path):
     assert (pi_sgd["power_covers"], pi_sgd["power_flags"], pi_sgd["power_warning"]) == ("VDD_IN", "charging", CHARGING)
 
 
-def test_report_on_a_missing_store_says_what_to_do(tmp_path):
+def test_report_on_a_missing_store_says_what_to_do(tmp_path, store_path):
     result = CliRunner().invoke(report_command, ["--store", str(tmp_path / "none.duckdb")])
     assert result.exit_code != 0 and "edgebench ingest" in result.output
+    Store(tmp_path / "empty.duckdb").close()
+    empty = CliRunner().invoke(report_command, ["--store", str(tmp_path / "empty.duckdb")])
+    assert empty.exit_code == 1 and "empty.duckdb: no runs yet; ingest some" in empty.output and "None" not in empty.output
+    other = CliRunner().invoke(report_command, ["--store", str(store_path), "--device", "watch"])
+    assert "no runs of device 'watch'; ingest" in other.output and "model" not in other.output
 
 
 # ---- readable at a glance: layouts, repeats, the noise guard, the study -------------------------
@@ -206,10 +209,16 @@ def test_terminal_report_fits_the_window_with_every_key_figure(repeat_store, wid
     lines = _lines(terminal_report(report.rows, report.runs, width=width), width)
     text = "\n".join(lines)
     assert max(len(line) for line in lines) <= width and "…" not in text
-    for word in ("tiny", "adamw", "sgd", "mezo", "eager", "oom", "peak MiB", "step s", "J/step", "loss"):
+    table = not any(line.startswith("#1 ") for line in lines)  # else a card per configuration
+    assert table == (width >= 100)
+    for word in ("tiny", "adamw", "sgd", "mezo", "eager", "oom", *(("peak MiB", "step s", "J/step", "loss") if table
+                 else ("kernel RSS of the worker (MiB)", "time per step, median (s)", "energy per step (J)", "loss"))):
         assert word in text, word
+    names_beside_figures(lines, ["adamw", "sgd", "mezo"])
     assert "0.25 [0.2-0.3]" in text  # adamw: the median of 3 runs with its min-max
-    assert "ok !" in text and "1 of 3 run(s) disturbed (other processes used 42% of the CPU)" in text
+    assert "10->3.49 -65%" in text  # the loss and how much it fell, beside the other figures
+    assert "ok !" in text and "1 of 6 runs, in 1 configuration marked !, were disturbed: other processes or " \
+        "steal took 42% of the CPU" in " ".join(line.strip() for line in lines)
 
 
 def test_long_names_wrap_whole_as_cards_never_cut(tmp_path):
@@ -258,6 +267,8 @@ def test_study_ratios_to_the_baseline_in_every_format(repeat_store, tmp_path):
     assert float(next(r for r in table if r["method"] == "adamw")["step_time_ratio"]) == pytest.approx(0.25 / 0.11)
     text = CliRunner().invoke(report_command, ["--store", str(path), "--study"], terminal_width=80).output
     assert "2.27x [1.67-3.00]" in text and "baseline sgd" in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+    names_beside_figures(text.splitlines(), ["adamw", "sgd", "mezo"])
     html_path = tmp_path / "study.html"
     _invoke("--store", str(path), "--study", "--format", "html", "--out", str(html_path))
     html = html_path.read_text()
@@ -279,3 +290,156 @@ def test_no_empty_panels_a_device_without_sensors_is_said_once(tmp_path):
     assert names == ["memory", "memory", "pareto"]  # no power/temperature figure without any figure to draw
     text = _invoke("--store", str(path))
     assert text.count("bare: no power sensor and no power model; no power or energy figures") == 1
+
+
+# ---- every chart and table names what it shows: device, model, method, backend, shape -----------
+TWO_MODELS = {  # device -> [(run_id, model, method, steps, rss MiB, step s)]
+    "pi": [("a", "tiny", "sgd", 5, 200, 0.1), ("b", "tiny", "sgd", 10, 205, 0.1), ("c", "tiny", "adamw", 5, 300, 0.2),
+           ("d", "nanovlm-222m", "sgd", 5, 2200, 3.0)],
+    "phone": [("e", "tiny", "sgd", 5, 210, 0.15), ("f", "nanovlm-222m", "lora", 5, 900, 2.0)],
+}
+
+
+@pytest.fixture(scope="module")
+def two_models_store(tmp_path_factory):
+    """Two models on two devices, tiny sgd on pi at 5 and 10 steps (two configurations)."""
+    return store_of(tmp_path_factory.mktemp("two_models"), {
+        device: [FakeRun(run_id=run_id, model=model, method=method, steps=steps, rss_base=rss << 20, step_s=step_s,
+                         power=None, power_est=lambda t: 4.0 + 0 * t)
+                 for run_id, model, method, steps, rss, step_s in runs] for device, runs in TWO_MODELS.items()})
+
+
+def _png_texts(png: bytes) -> str:
+    """What the chart draws as text: the PNG's Description chunk (plots.png_bytes writes it)."""
+    with Image.open(io.BytesIO(png)) as img:
+        return img.text["Description"]
+
+
+def test_every_chart_names_device_model_method_backend_and_the_shape_where_it_differs(two_models_store, tmp_path):
+    _invoke("--store", str(two_models_store), "--format", "png", "--out", str(tmp_path / "figs"))
+    texts = {p.stem: _png_texts(p.read_bytes()) for p in (tmp_path / "figs").glob("*.png")}
+    compare = texts["compare_devices"].splitlines()
+    for name in ("tiny / sgd / eager (steps 5)", "tiny / sgd / eager (steps 10)", "tiny / adamw / eager (steps 5)",
+                 "nanovlm-222m / sgd / eager (steps 5)", "nanovlm-222m / lora / eager (steps 5)", "pi", "phone"):
+        assert name in compare, name  # a bar's tick (model / method / backend (shape)) or a device's legend entry
+    assert not any(t.startswith(("sgd", "lora", "adamw")) for t in compare), compare  # never a bar without its model
+    pi_tiny = texts["pareto_pi_tiny"]
+    assert "pi / tiny: peak memory vs time per step" in pi_tiny and "nanovlm" not in pi_tiny
+    assert "sgd / eager (steps 5) n=1" in pi_tiny and "sgd / eager (steps 10) n=1" in pi_tiny
+    assert "pi / nanovlm-222m: peak memory vs time per step" in texts["pareto_pi_nanovlm-222m"]
+    for device, runs in TWO_MODELS.items():
+        for run_id, model, method, steps, *_ in runs:
+            assert f"{device} / {model} / {method} / eager (steps {steps}) (ok), run {run_id}" in \
+                texts[f"memory_{device}_{run_id}"]
+    for name, drawn in texts.items():  # estimated power only: no flat power panel per run, temperature alone
+        if name.startswith("power_"):
+            assert "W" not in drawn.splitlines() and "temperature: " in drawn and "power" not in drawn, drawn
+
+
+def test_html_names_every_row_and_figure_and_has_contents(two_models_store, tmp_path):
+    out = tmp_path / "report.html"
+    _invoke("--store", str(two_models_store), "--format", "html", "--out", str(out))
+    html = out.read_text()
+    parser = _Refs()
+    parser.feed(html)
+    pngs = [_png_texts(base64.b64decode(r.split(",", 1)[1])) for r in parser.refs if r.startswith("data:image/png")]
+    assert any("nanovlm-222m / lora / eager (steps 5)" in t.splitlines() and "tiny / sgd / eager (steps 10)"
+               in t.splitlines() for t in pngs)  # the comparison across devices, as embedded
+    anchors = [r for r in parser.refs if r.startswith("#")]
+    assert {"#configurations", "#runs", "#figures", "#fig-compare_devices"} <= set(anchors)
+    assert all(f'id="{a[1:]}"' in html for a in anchors)  # every contents link lands
+    assert "Memory timeline: phone / nanovlm-222m / lora / eager (steps 5) (ok), run f" in html
+    configurations = html.split('id="configurations"')[1].split('id="runs"')[0]
+    rows = re.findall(r"<tr>(.*?)</tr>", configurations)
+    cells = [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in rows]
+    named = {tuple(c[:3]) + (c[5],) for c in cells if c}  # model, method, backend, shape (after status, n)
+    assert ("nanovlm-222m", "sgd", "eager", "steps 5") in named and ("tiny", "sgd", "eager", "steps 10") in named
+
+
+def test_terminal_report_keeps_configurations_of_other_steps_apart(two_models_store):
+    text = CliRunner().invoke(report_command, ["--store", str(two_models_store)], terminal_width=120).output
+    assert "steps 10" in text and "steps 5" in text and "Across devices" in text
+    assert "nanovlm-222m / sgd / eager (steps 5)" in text  # the comparison's rows name the model
+
+
+def test_one_frontier_that_asks_for_learning_in_bench_report_study_and_html(tmp_path):
+    """mezo is the smallest and fastest but its loss rose: no star for it anywhere, and sgd,
+    the best of the runs that learned, has one in bench, the report, the study and the HTML."""
+    from edgebench.report.tables import bench_rows
+    from edgebench.results.aggregate import group_runs
+
+    path = tmp_path / "edgebench.duckdb"
+    results = []
+    with Store(path) as store:
+        for method, rss, step_s, rate in (("adamw", 300, 0.3, 0.9), ("sgd", 250, 0.2, 0.9), ("mezo", 200, 0.1, 1.05)):
+            run = FakeRun(run_id=method, method=method, rss_base=rss << 20, step_s=step_s, loss_rate=rate)
+            results.append(run.result())
+            store.ingest_run(run.write(tmp_path / "src"), device="pi")
+    bench = {g["method"]: g["on_frontier"] for g in group_runs(bench_rows(results, device="pi"))}
+    assert bench == {"adamw": False, "sgd": True, "mezo": False}
+    study = {r["method"]: r for r in json.loads(_invoke("--store", str(path), "--study", "--json"))["rows"]}
+    assert {m: r["on_frontier"] for m, r in study.items()} == bench
+    assert study["mezo"]["loss_last"] > study["mezo"]["loss_first"]  # the loss beside the figures, in the study too
+    report = json.loads(_invoke("--store", str(path), "--json"))
+    assert {g["method"]: g["on_frontier"] for g in report["configurations"]} == bench
+    assert {r["method"]: r["on_frontier"] for r in report["runs"]} == bench
+    text = CliRunner().invoke(report_command, ["--store", str(path), "--study"], terminal_width=80).output
+    mezo = next(line for line in text.splitlines() if " mezo " in line)  # a row of the table: name and figures
+    assert "10->16.3 +63%" in mezo and "★" not in mezo
+    html_path = tmp_path / "r.html"
+    _invoke("--store", str(path), "--study", "--format", "html", "--out", str(html_path))
+    rows = re.findall(r"<tr>(.*?)</tr>", html_path.read_text().split('id="configurations"')[1].split('id="runs"')[0])
+    starred = {re.findall(r"<td[^>]*>(.*?)</td>", row)[1] for row in rows if "★" in row}
+    assert starred == {"sgd"}
+
+
+def test_device_ram_is_the_cgroups_on_a_lab_device_and_the_workers_rss_is_named(tmp_path):
+    """On a 512 MiB lab device the worker's kernel RSS (shared library pages) reads above the
+    limit while the cgroup, which the limit applies to, stays below: the report's device RAM
+    is the cgroup's, the RSS column says what it is."""
+    run = FakeRun(rss_base=560 << 20, cgroup_limit_bytes=512 << 20)
+    run_dir = run.write(tmp_path / "src")
+    result = json.loads((run_dir / "result.json").read_text())
+    result.update({"device_ram_peak_bytes": 500 << 20, "device_ram_limit_bytes": 512 << 20,
+                   "device_ram_peak_what": "device RAM (its cgroup, page cache included)"})
+    (run_dir / "result.json").write_text(json.dumps(result))
+    path = tmp_path / "edgebench.duckdb"
+    with Store(path) as store:
+        store.ingest_run(run_dir, device="lab-pizero")
+    row = json.loads(_invoke("--store", str(path), "--json"))["runs"][0]
+    assert row["peak_mem_bytes"] > row["device_ram_limit_bytes"] > row["device_ram_peak_bytes"] == 500 << 20
+    text = CliRunner().invoke(report_command, ["--store", str(path)], terminal_width=80).output
+    flat = " ".join(line.strip() for line in text.splitlines())
+    assert "device RAM at peak, % of its limit: 98%" in flat and "kernel RSS of the worker (MiB): 575" in flat
+
+
+def test_a_device_without_a_sensor_says_once_what_its_estimate_is_built_from(tmp_path):
+    basis = "the CPU use of its cgroup lab/pi4 (4 cores)"
+
+    def sampler(run):  # the lab device's sampler: an estimate from its cgroup's CPU; run b disturbed
+        return {"sampler": {"power_source": "estimate", "power_model": {"idle_w": 2.7, "max_w": 6.4},
+                            "power_est_basis": basis},
+                "cpu": {"others_share": 0.4, "disturbed": run.run_id == "b", "disturbed_why": "others used 40%"}}
+
+    path = store_of(tmp_path, {"lab-pi4": [FakeRun(run_id=r, power=None, power_est=lambda t: 3.0 + 0 * t)
+                                           for r in ("a", "b")]}, sampler)
+    text = " ".join(line.strip() for line in _invoke("--store", str(path)).splitlines())
+    assert text.count("lab-pi4: no power sensor") == 1
+    assert (f"lab-pi4: no power sensor; power and energy are estimated from its power model (est): 2.7-6.4 W by "
+            f"{basis}; in its 1 disturbed run(s) (!) the steps ran slowed, so their energy estimate reads high") in text
+
+
+def test_study_puts_estimated_energy_in_est_columns_and_keeps_other_steps_apart(two_models_store):
+    data = json.loads(_invoke("--store", str(two_models_store), "--study", "--json"))
+    assert {"energy_per_step_j_est", "energy_ratio_est", "energy_ratio_min_est", "energy_ratio_max_est"} <= \
+        set(data["columns"])
+    pi_tiny = {(r["method"], r["steps"]): r for r in data["rows"] if (r["device"], r["model"]) == ("pi", "tiny")}
+    adamw = pi_tiny[("adamw", 5)]
+    assert adamw["energy_per_step_j"] is None and adamw["energy_ratio"] is None  # never in the measured columns
+    assert adamw["energy_per_step_j_est"] == pytest.approx(4.0 * 0.2, rel=1e-3)
+    assert adamw["energy_ratio_est"] == pytest.approx(2.0, rel=1e-3) and adamw["energy_estimated"] is True
+    assert pi_tiny[("sgd", 10)]["n"] == 1 and pi_tiny[("sgd", 5)]["n"] == 1  # 5 and 10 steps: not one n=2 row
+    assert pi_tiny[("sgd", 10)]["step_time_ratio"] == pytest.approx(1.0)  # its own setting, its own baseline
+    csv_rows = list(csv.DictReader(io.StringIO(_invoke("--store", str(two_models_store), "--study", "--format", "csv"))))
+    adamw_csv = next(r for r in csv_rows if (r["device"], r["model"], r["method"]) == ("pi", "tiny", "adamw"))
+    assert adamw_csv["energy_ratio"] == "" and float(adamw_csv["energy_ratio_est"]) == pytest.approx(2.0, rel=1e-3)

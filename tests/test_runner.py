@@ -49,6 +49,8 @@ def test_ok_run_writes_the_whole_run_directory(tmp_path):
     assert sum("rss_bytes" in s for s in samples) >= 0.8 * len(samples)
     # The kernel's peak for the worker is at least what was sampled of it.
     assert result["peak_rss_bytes_kernel"] >= 0.98 * result["peak_rss_bytes_sampled"]
+    if result["device_ram_peak_what"].startswith("device RAM (MemTotal"):  # this host is the device
+        assert 0 < result["device_ram_peak_bytes"] <= result["device_ram_limit_bytes"] == meta["device"]["mem_total_bytes"]
 
 
 def test_duration_bounds_the_run(tmp_path):
@@ -128,6 +130,10 @@ def test_oom_kill_under_a_cgroup_limit_is_recorded(tmp_path, memory_cgroup):
     # The kernel's own peak for the group is at the limit (shared library pages charged to
     # other groups make the summed RSS of the tree read higher than the group's usage).
     assert 0.8 * limit <= result["cgroup_peak_bytes"] <= limit
+    # the device's RAM is the cgroup's, which the limit applies to; the worker's RSS is named apart
+    assert (result["device_ram_peak_bytes"], result["device_ram_limit_bytes"]) == (result["cgroup_peak_bytes"], limit)
+    assert result["device_ram_peak_what"].startswith("device RAM (its cgroup")
+    assert result["peak_rss_kernel_what"] == "kernel RSS of the worker process"
 
 
 def test_sweep_runs_every_spec_and_resumes(tmp_path):

@@ -373,3 +373,68 @@ def test_bad_settings_and_a_sensor_breaking_mid_run_do_not_stop_sampling(tmp_pat
     assert "CalledProcessError" in summary["sources_failed"]["pi_throttled"]
     assert "pi_throttled" not in summary["sources_active"]
     assert summary["samples"] >= 5 and summary["temp_c_max"] == 52.65
+
+
+def _lab_device_tree(root: Path, cpu_max: str) -> Path:
+    """A lab device's v2 cgroup (`0::/lab/pi4`) with a CPU quota, and a whole host that never moves."""
+    (root / "proc/9").mkdir(parents=True)
+    (root / "proc/9/cgroup").write_text("0::/lab/pi4\n")
+    (root / "proc/stat").write_text("cpu  100 0 100 1000 0 0 0 0 0 0\n")
+    group = root / "sys/fs/cgroup/lab/pi4"
+    group.mkdir(parents=True)
+    (group / "cpu.max").write_text(cpu_max + "\n")
+    (group / "cpu.stat").write_text("usage_usec 1000000\nuser_usec 800000\nsystem_usec 200000\n")
+    return group
+
+
+def test_cgroup_cpu_is_the_lab_devices_own_share_of_its_quota(tmp_path):
+    group = _lab_device_tree(tmp_path, "200000 100000")  # 2 cores
+    source = cpu.CgroupCpu(9, tmp_path)
+    assert source.read(10.0) == {} and source.cores == 2
+    (group / "cpu.stat").write_text("usage_usec 1500000\n")  # 0.5 s of CPU in 0.5 s: one of its two cores
+    assert source.read(10.5) == {"cpu_cgroup_pct": 50.0}
+    assert "lab/pi4 (2 cores)" in source.describe()
+    (group / "cpu.max").write_text("max 100000\n")  # no quota: a session's cgroup on a board, not a device
+    with pytest.raises(SourceUnavailable, match="no CPU quota"):
+        cpu.CgroupCpu(9, tmp_path)
+
+
+def test_estimated_power_of_a_lab_device_follows_its_cgroup_not_the_host(tmp_path):
+    _lab_device_tree(tmp_path, "100000 100000")
+    summary = Sampler(tmp_path / "s.jsonl", 9, rate_hz=50, root=tmp_path, sensors={"power": {"source": "none"}},
+                      power_model={"idle_w": 2.0, "max_w": 6.0}).start()
+    time.sleep(0.2)
+    summary = summary.stop()
+    estimates = [r["power_w_est"] for r in read_trace(tmp_path / "s.jsonl").records if "power_w_est" in r]
+    assert estimates and set(estimates) == {2.0}  # the device's cgroup was idle; the host's /proc/stat never counts
+    assert summary["power_est_basis"].startswith("the CPU use of its cgroup lab/pi4")
+
+
+def test_a_real_lab_cgroups_cpu_use_is_its_own_not_the_busy_hosts():
+    """A lab device's cgroups as the lab makes them (1 core): a busy loop outside leaves the
+    device at ~0% while the host reads busy; the same loop inside reads as the device's."""
+    import uuid
+
+    from edgebench.devices.cgroups import Limits
+
+    limits = Limits.create(f"edgebench-test-{uuid.uuid4().hex[:8]}/dev", 256 << 20, 1.0)
+    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # other work on the host
+    try:
+        for procs in limits.procs_files():
+            procs.write_text(str(idle.pid))
+        device, host = cpu.CgroupCpu(idle.pid), cpu.SystemCpu()
+        assert device.cores == 1
+        device.read(time.monotonic()), host.read(0.0)
+        time.sleep(1.0)
+        assert device.read(time.monotonic())["cpu_cgroup_pct"] < 5 and host.read(0.0)["cpu_sys_pct"] > 20
+        for procs in limits.procs_files():
+            procs.write_text(str(busy.pid))
+        device.read(time.monotonic())
+        time.sleep(1.0)
+        assert device.read(time.monotonic())["cpu_cgroup_pct"] > 25
+    finally:
+        for child in (idle, busy):
+            child.kill()
+            child.wait()
+        limits.destroy()

@@ -36,15 +36,17 @@ def methods_command(as_json: bool) -> None:
         click.echo(json.dumps(rows, indent=2))
         return
     from rich.console import Console
-    from rich.table import Table
 
-    table = Table(title="edgebench methods (combine with +: ckpt, bf16, accumN, fused, frozen-bf16, frozen-int8)",
-                  caption="`edgebench methods --json` says why each missing backend refuses a method")
-    for column in ("preset", "what it does", "knobs (vs adamw)", "backends"):
-        table.add_column(column, overflow="fold")  # wrap, never cut: a name must stay typeable
-    for row in rows:
-        table.add_row(row["name"], row["description"], _knob_text(row["knobs"]), ", ".join(row["backends"]))
-    Console().print(table)
+    from edgebench.terminal import Field, fitted
+
+    console = Console()
+    for part in fitted("edgebench methods (combine with +: ckpt, bf16, accumN, fused, frozen-bf16, frozen-int8)",
+                       [Field("preset", "preset", lambda r: r["name"], True)],
+                       [Field("what it does", "what it does", lambda r: r["description"]),
+                        Field("knobs (vs adamw)", "knobs (vs adamw)", lambda r: _knob_text(r["knobs"])),
+                        Field("backends", "backends", lambda r: ", ".join(r["backends"]))], rows, console.width,
+                       caption="`edgebench methods --json` says why each missing backend refuses a method"):
+        console.print(part)
 
 
 # Combinations `edgebench predict` ranks beside the presets when no --method is given.

@@ -53,23 +53,23 @@ def sensors_command(root: str, sensors_json: str, seconds: float, as_json: bool,
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"telemetry sources under {root}")
-    table.add_column("source", overflow="fold")  # wrap, never cut: paths and names stay whole
-    table.add_column("status", overflow="fold")
-    for name in report["sources_active"]:
-        table.add_row(name, "[green]active[/green]")
-    for name, why in {**report["sources_unavailable"], **report["sources_failed"]}.items():
-        table.add_row(name, f"[yellow]{why}[/yellow]")
-    for key in ("power_total", "battery_sign_origin", "power_warning"):  # what power_w covers; why it may not
-        if report["summary"].get(key):
-            table.add_row(key, str(report["summary"][key]))
+    from edgebench.terminal import Field, fitted
+
+    rows = [{"source": name, "status": "active"} for name in report["sources_active"]]
+    rows += [{"source": name, "status": why} for name, why in {**report["sources_unavailable"],
+                                                              **report["sources_failed"]}.items()]
+    rows += [{"source": key, "status": str(report["summary"][key])}  # what power_w covers; why it may not
+             for key in ("power_total", "battery_sign_origin", "power_warning") if report["summary"].get(key)]
+    console = Console()
+    for part in fitted(f"telemetry sources under {root}", [Field("source", "source", lambda r: r["source"], True),
+                                                           Field("status", "status", lambda r: r["status"], True)],
+                       [], rows, console.width):
+        console.print(part)
     values = Table(title="latest values")
     values.add_column("key", overflow="fold")
     values.add_column("value", justify="right", overflow="fold")
     for key, value in report["latest"].items():
         values.add_row(key, str(value))
-    console = Console()
-    console.print(table)
     console.print(values)
 
 

@@ -64,7 +64,13 @@ class Limits:
                 (mem / "memory.limit_in_bytes").write_text(str(memory_bytes))
                 (cpu / "cpu.cfs_period_us").write_text(str(CFS_PERIOD_US))
                 (cpu / "cpu.cfs_quota_us").write_text(str(quota))
-                return cls([mem, cpu], 1)
+                dirs = [mem, cpu]
+                if not (cpu / "cpuacct.usage").exists() and (root / "cpuacct").is_dir():
+                    # cpuacct mounted apart from cpu: the device's CPU use (its power estimate) is read there
+                    acct = root / "cpuacct" / own_group("cpuacct") / name
+                    acct.mkdir(parents=True, exist_ok=True)
+                    dirs.append(acct)
+                return cls(dirs, 1)
             parent = root / name.split("/")[0]
             parent.mkdir(exist_ok=True)
             (root / "cgroup.subtree_control").write_text("+memory +cpu")

@@ -75,7 +75,7 @@ def devices(ctx: click.Context, no_check: bool, as_json: bool) -> None:
     for d, r in zip(found, states):
         unreachable = next((f.detail for f in r.findings if f.item == "reachable"), None) if r else None
         rows.append({"name": d.name, "profile": d.profile.id, "transport": d.transport.kind, "address": d.address,
-                     "arch": d.profile.arch, "ram_bytes": int(d.profile.ram_bytes), "cores": d.profile.cores,
+                     "arch": d.arch, "ram_bytes": int(d.profile.ram_bytes), "cores": d.profile.cores,
                      "backends": d.profile.backends, "lab": bool(d.lab), "labgrid_place": d.place,
                      "reachable": "not checked" if r is None else unreachable or "ok",
                      "readiness": "not checked" if r is None else r.summary(),
@@ -86,36 +86,47 @@ def devices(ctx: click.Context, no_check: bool, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"inventory": str(inventory_path()), "devices": rows}, indent=2))
         return
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"devices ({inventory_path()})")
-    for column in ("name", "profile", "address", "arch", "RAM GiB", "cores", "readiness"):
-        table.add_column(column, overflow="fold")  # wrap, never cut: a name must stay typeable
-    for r in rows:
-        ready = r["readiness"].startswith(("ready", "not checked"))
-        detail = r["readiness"] if ready or r["reachable"] == "ok" else r["reachable"]
-        kind = " (lab)" if r["lab"] else " (labgrid)" if r.get("labgrid_place") else ""
-        table.add_row(r["name"] + kind, r["profile"] or "-", r["address"] or "-",
-                      r["arch"] or "-", _gib(r["ram_bytes"]), str(r["cores"] or "-"),
-                      detail if ready else f"[red]{detail}[/red]")
-    Console().print(table)
+    _print_devices(rows)
     if any(not r["readiness"].startswith(("ready", "not checked")) for r in rows):
         click.echo("`edgebench devices check NAME` lists each problem with the command that fixes it")
 
 
-def _print_readiness(readiness: "Readiness") -> None:
+def _print_devices(rows: list[dict[str, Any]]) -> None:
+    """The inventory as a table that fits the terminal, else a card per device (edgebench.terminal)."""
     from rich.console import Console
-    from rich.table import Table
 
-    colour = {"ok": "green", "missing": "red", "warn": "yellow"}
-    table = Table(title=f"{readiness.device}: {readiness.summary()}", show_lines=False)
-    for column in ("", "item", "found", "fix"):
-        table.add_column(column, overflow="fold")
-    for f in readiness.findings:
-        mark = f"[{colour.get(f.status, 'dim')}]{f.status}[/]"
-        table.add_row(mark, f.item, f.detail, f.fix or "")
-    Console(width=max(160, Console().width)).print(table)
+    from edgebench.terminal import Field, fitted
+
+    def readiness(r: dict[str, Any]) -> str:
+        ready = r["readiness"].startswith(("ready", "not checked"))
+        return r["readiness"] if ready or r["reachable"] == "ok" else r["reachable"]
+
+    kind = lambda r: " (lab)" if r["lab"] else " (labgrid)" if r.get("labgrid_place") else ""  # noqa: E731
+    console = Console()
+    for part in fitted(f"devices ({inventory_path()})",
+                       [Field("name", "name", lambda r: r["name"] + kind(r), True),
+                        Field("profile", "profile", lambda r: r["profile"] or "-", True)],
+                       [Field("address", "address", lambda r: r["address"] or "-"),
+                        Field("arch", "arch", lambda r: r["arch"] or "-"),
+                        Field("RAM GiB", "RAM GiB", lambda r: _gib(r["ram_bytes"])),
+                        Field("cores", "cores", lambda r: str(r["cores"] or "-")),
+                        Field("readiness", "readiness", readiness)], rows, console.width):
+        console.print(part)
+
+
+def _print_readiness(readiness: "Readiness") -> None:
+    """Each finding with the command that fixes it: a table that fits the terminal, else a card each."""
+    from rich.console import Console
+
+    from edgebench.terminal import Field, fitted
+
+    console = Console()
+    for part in fitted(f"{readiness.device}: {readiness.summary()}",
+                       [Field("item", "item", lambda f: f["item"], True),
+                        Field("status", "status", lambda f: f["status"], True)],
+                       [Field("found", "found", lambda f: f["detail"]), Field("fix", "fix", lambda f: f["fix"] or "")],
+                       [vars(f) for f in readiness.findings], console.width):
+        console.print(part)
 
 
 def _check_and_fix(name: str, fix: bool, only: tuple[str, ...], quiet: bool) -> tuple["Readiness", list[Any]]:

@@ -21,6 +21,7 @@ always means this machine unless the file defines it.
 from __future__ import annotations
 
 import os
+import platform
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,6 +92,19 @@ class Device:
         """False for `python: none`: only the native ExecuTorch worker runs there, under the
         shell sweep (edgebench/runner/sweep.sh), and the host talks to it with shell scripts."""
         return self.python != NO_PYTHON
+
+    @property
+    def arch(self) -> str:
+        """The arch its code runs as: a board's is its profile's; a lab device runs this
+        host's python (x86_64 here), unless its python is the arm64 lab's emulated one."""
+        if not self.lab:
+            return self.profile.arch
+        try:
+            with open(self.python, "rb") as fh:
+                emulated = b"edgebench arm64 lab" in fh.read(256)
+        except OSError:
+            emulated = False
+        return "aarch64" if emulated else platform.machine()
 
     @property
     def address(self) -> str:

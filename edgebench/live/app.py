@@ -7,13 +7,15 @@ import time
 from rich.console import Console
 from rich.live import Live
 
+from edgebench.live.follow import Sweep
 from edgebench.live.state import LiveState
 from edgebench.live.view import render
 
 
 def run_live(source, state: LiveState, refresh_hz: float = 8.0, exit_when_finished: bool = False,
-             console: Console | None = None) -> LiveState:
-    """Shows the dashboard until Ctrl-C (or the run's end with `exit_when_finished`).
+             console: Console | None = None, sweep: Sweep | None = None) -> LiveState:
+    """Shows the dashboard until Ctrl-C (or the run's end with `exit_when_finished`); with
+    `sweep`, a finished run gives way to the next one the sweep starts.
 
     Rendering is driven here, not by rich's refresh thread, so every frame shows fresh data.
     """
@@ -24,6 +26,11 @@ def run_live(source, state: LiveState, refresh_hz: float = 8.0, exit_when_finish
             while True:
                 started = time.monotonic()
                 state.apply(source.poll())
+                newer = sweep.next_run(started, force=exit_when_finished) if sweep and state.finished else None
+                if newer is not None:
+                    source.close()
+                    source, state = newer, LiveState(source=newer.label, device=state.device)
+                    continue
                 live.update(render(state), refresh=True)
                 if exit_when_finished and state.finished:
                     break

@@ -17,8 +17,10 @@ import click
 @click.option("--exit-when-done", is_flag=True, help="Leave once result.json appears (default: stay until Ctrl-C).")
 def live_command(device: str | None, run_id: str | None, run_dir: str | None, root: Path, hz: float,
                  exit_when_done: bool) -> None:
-    """Watch a run live: RAM against the device's budget, power, temperature, step progress
+    """Watch a run live: the device's RAM against its limit (a lab device's cgroup, else the
+    board's own accounting) beside the worker's kernel RSS, power, temperature, step progress
     and rate, a loss sparkline, the method and backend; a finished run shows its summary.
+    Without --run or --dir it follows the device's sweep: when a run ends, the next one.
 
     Works on this machine, on a device over SSH (tails its run directory with `tail -F`),
     and inside an SSH terminal on the device itself (run it there without --device).
@@ -28,11 +30,11 @@ def live_command(device: str | None, run_id: str | None, run_dir: str | None, ro
     Examples:
       edgebench live                              # newest run under ./runs
       edgebench live --dir runs/adamw-eager-0
-      edgebench live --device lab-pi4             # newest run on the device
+      edgebench live --device lab-pi4             # the device's sweep, run after run
       edgebench live --device lab-pi4 --run lora-eager-0
     """
     from edgebench.live.app import run_live
-    from edgebench.live.follow import LocalRun, RemoteRun, find_local_run, find_remote_run
+    from edgebench.live.follow import LocalRun, RemoteRun, Sweep, find_local_run, find_remote_run
     from edgebench.live.state import LiveState
 
     try:
@@ -46,17 +48,21 @@ def live_command(device: str | None, run_id: str | None, run_dir: str | None, ro
             except TransportError as exc:
                 raise click.ClickException(str(exc)) from exc
             source = RemoteRun(transport, remote_dir)
-            state = LiveState(source=source.label, device=device,
-                              ram_budget_bytes=int(transport.device.profile.ram_bytes))
+            state = LiveState(source=source.label, device=device)
+            sweep = None if run_dir or run_id else Sweep(
+                lambda: find_remote_run(transport, transport.device.workdir, None),
+                lambda path: RemoteRun(transport, path), remote_dir)
         else:
             if run_dir and not Path(run_dir).is_dir():
                 raise FileNotFoundError(f"{run_dir}: no such run directory; `ls {root}` shows the runs here")
             source = LocalRun(Path(run_dir) if run_dir else find_local_run(root, run_id))
             state = LiveState(source=source.label)
+            sweep = None if run_dir or run_id else Sweep(lambda: find_local_run(root, None), LocalRun,
+                                                         source.run_dir)
     except FileNotFoundError as exc:
         raise click.ClickException(str(exc)) from exc
     try:
-        run_live(source, state, refresh_hz=hz, exit_when_finished=exit_when_done)
+        run_live(source, state, refresh_hz=hz, exit_when_finished=exit_when_done, sweep=sweep)
     finally:
         if device:
             transport.close()

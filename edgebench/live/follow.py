@@ -13,7 +13,7 @@ import queue
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from edgebench.telemetry.trace import TraceTail, parse_line
 
@@ -149,6 +149,29 @@ class RemoteRun:
                 self.stream.close()
             except Exception:  # a generator running in another thread; the daemon thread ends with us
                 pass
+
+
+class Sweep:
+    """A sweep followed from run to run: once the followed run has finished, `find()` names
+    the newest run (at most every `interval_s`), and a newer one is opened with `open_run`."""
+
+    def __init__(self, find: Callable[[], Any], open_run: Callable[[Any], Any], current: Any, interval_s: float = 1.0):
+        self.find, self.open_run, self.current = find, open_run, str(current)
+        self.interval_s, self._due_s = interval_s, 0.0
+
+    def next_run(self, now_s: float, force: bool = False) -> Any | None:
+        """The newer run's follower, or None (none yet, or checked less than `interval_s` ago)."""
+        if now_s < self._due_s and not force:
+            return None
+        self._due_s = now_s + self.interval_s
+        try:
+            newest = str(self.find()).rstrip("/")
+        except FileNotFoundError:
+            return None
+        if newest == self.current.rstrip("/"):
+            return None
+        self.current = newest
+        return self.open_run(newest)
 
 
 def find_local_run(root: Path, run_id: str | None) -> Path:

@@ -10,14 +10,12 @@ from edgebench.live.follow import Update
 from edgebench.runner import figures
 
 HISTORY = 120  # samples kept for sparklines
-UNLIMITED_BYTES = 1 << 60
 
 
 @dataclass
 class LiveState:
     source: str = ""
     device: str | None = None
-    ram_budget_bytes: int | None = None  # from the device profile, when known
     meta: dict[str, Any] | None = None
     result: dict[str, Any] | None = None
     last_sample: dict[str, Any] = field(default_factory=dict)  # latest value of every field (lines are sparse)
@@ -95,12 +93,12 @@ class LiveState:
         return str(self.result.get("status")) if self.result else self.phase
 
     @property
-    def budget_bytes(self) -> int | None:
-        """The tightest memory limit known: cgroup limit, profile RAM, or the device's total."""
-        limits = [self.ram_budget_bytes, ((self.meta or {}).get("device") or {}).get("mem_total_bytes"),
-                  self.last_sample.get("cgroup_limit_bytes")]
-        limits = [int(v) for v in limits if isinstance(v, (int, float)) and 0 < v < UNLIMITED_BYTES]
-        return min(limits) if limits else None
+    def device_ram(self) -> dict[str, Any] | None:
+        """The device's RAM in use now, against the limit that applies to it (runner.figures.device_ram)."""
+        s = self.last_sample
+        return figures.device_ram(s.get("cgroup_usage_bytes"), s.get("cgroup_limit_bytes"),
+                                  ((self.meta or {}).get("device") or {}).get("mem_total_bytes"),
+                                  s.get("mem_available_bytes"))
 
     @property
     def step_time_s(self) -> float | None:

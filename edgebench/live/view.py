@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from edgebench.live.state import LiveState
+from edgebench.runner.figures import WORKER_RSS
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 MIB = 1 << 20
@@ -60,12 +61,15 @@ def gauges(state: LiveState) -> Table:
     grid.add_column(style="bold", width=9)
     grid.add_column(width=31)
     grid.add_column()
-    rss, budget = s.get("rss_bytes"), state.budget_bytes
+    ram, rss = state.device_ram, s.get("rss_bytes")
+    if ram:
+        pct = ram["bytes"] / ram["limit_bytes"]
+        grid.add_row("RAM", _bar(ram["bytes"], ram["limit_bytes"]),
+                     f"{ram['bytes'] / MIB:,.1f} MiB / {ram['limit_bytes'] / MIB:,.0f} MiB ({pct:.0%}): {ram['what']}")
     if isinstance(rss, (int, float)):
-        pct = f" ({rss / budget:.0%})" if budget else ""
-        budget_text = f" / {budget / MIB:,.0f} MiB{pct}" if budget else " (budget unknown)"
-        grid.add_row("RAM", _bar(rss, budget), f"{rss / MIB:,.1f} MiB{budget_text}  peak {state.peak_rss_bytes / MIB:,.1f} MiB")
-    else:
+        grid.add_row("" if ram else "RAM", Text(""), f"{rss / MIB:,.1f} MiB {WORKER_RSS} (peak "
+                     f"{state.peak_rss_bytes / MIB:,.1f} MiB)")
+    elif not ram:
         grid.add_row("RAM", Text("-"), "no memory sample yet")
     grid.add_row("", Text(sparkline(state.rss_history, 30), style="blue"), "")
     if isinstance(s.get("power_w"), (int, float)):
@@ -131,7 +135,11 @@ def summary(result: dict[str, Any], meta: dict[str, Any] | None = None) -> Table
         ("status", Text(str(result.get("status")), style=_status_style(str(result.get("status"))))),
         ("detail", str(result.get("detail") or "")),
         ("steps done", str(result.get("steps_done", "-"))),
-        ("peak RSS (kernel)", f"{result['peak_rss_bytes_kernel'] / MIB:,.1f} MiB" if result.get("peak_rss_bytes_kernel") else "-"),
+        ("device RAM peak", f"{result['device_ram_peak_bytes'] / MIB:,.1f} MiB of "
+         f"{result['device_ram_limit_bytes'] / MIB:,.0f} MiB: {result.get('device_ram_peak_what')}"
+         if result.get("device_ram_peak_bytes") else ""),
+        (f"peak {WORKER_RSS}", f"{result['peak_rss_bytes_kernel'] / MIB:,.1f} MiB"
+         if result.get("peak_rss_bytes_kernel") else "-"),
         ("peak RSS (sampled)", f"{result['peak_rss_bytes_sampled'] / MIB:,.1f} MiB" if result.get("peak_rss_bytes_sampled") else "-"),
         ("step time median/p90", f"{step.get('median', 0):.3f} / {step.get('p90', 0):.3f} s"
          + (f" {NOT_REPRESENTATIVE} under {_emulator(meta)}" if _emulator(meta) else "") if step else "-"),

@@ -9,6 +9,7 @@ with the reason.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -144,8 +145,10 @@ def _token_knobs(token: str) -> dict[str, Any]:
     match = _ACCUM.match(token)
     if match:
         return {"accumulation": int(match.group(1))}
+    near = difflib.get_close_matches(token, [*PRESETS, *_MODIFIERS, *OPTIMIZERS, *TRAINABLE], n=1, cutoff=0.75)
     raise MethodError(
-        f"unknown method part {token!r}: use a preset ({', '.join(PRESETS)}) or a modifier "
+        f"unknown method part {token!r}{f': did you mean {near[0]!r}?' if near else ''} "
+        f"Use a preset ({', '.join(PRESETS)}) or a modifier "
         f"({', '.join(_MODIFIERS)}, accumN, an optimizer name, a trainable subset); "
         "`edgebench methods` lists them"
     )

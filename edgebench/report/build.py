@@ -52,15 +52,17 @@ def collect(store: Store, device: str | None = None, model: str | None = None, f
     for g in report.groups:
         by_setting.setdefault((g["device"], g["model"]), []).append(g)
     for (dev, mdl), groups in sorted(by_setting.items()):
-        report.figures.append(Figure(safe_name("pareto", dev, mdl), f"Pareto frontier: {dev}, model {mdl}",
+        report.figures.append(Figure(safe_name("pareto", dev, mdl), f"Pareto frontier: device {dev}, model {mdl}",
                                      plots.pareto_figure(groups, f"{dev} / {mdl}: peak memory vs time per step")))
     if len({g["device"] for g in report.groups}) > 1:
         report.figures.append(Figure("compare_devices", "Comparison across devices",
                                      plots.compare_devices_figure(report.groups)))
     metrics_by_run = {(r["device"], r["run_id"]): r for r in report.rows}
+    shapes = {(g["device"], run_id): g["shape"] for g in report.groups for run_id in g["run_ids"]}
     for run in report.runs:
         key = (run["device"], run["run_id"])
-        report.figures.append(Figure(safe_name("memory", *key), f"Memory timeline: {key[0]} / {key[1]}",
+        run = {**run, "shape": shapes.get(key)}  # named as its configuration is
+        report.figures.append(Figure(safe_name("memory", *key), f"Memory timeline: {plots.run_label(run)}",
                                      plots.memory_timeline_figure(store, run)))
         source = metrics_by_run[key].get("energy_source") or ""
         external = None
@@ -69,5 +71,6 @@ def collect(store: Store, device: str | None = None, model: str | None = None, f
             external = (store.alignment(*key).to_mono_ns(host_t), watts)
         png = plots.power_temp_figure(store, run, external)
         if png is not None:
-            report.figures.append(Figure(safe_name("power", *key), f"Power and temperature: {key[0]} / {key[1]}", png))
+            report.figures.append(Figure(safe_name("power", *key), f"Power and temperature: {plots.run_label(run)}",
+                                         png))
     return report

@@ -45,15 +45,18 @@ def open_store(path: Path):
 def report_command(store_path: Path, device: str | None, model: str | None, fmt: str, as_json: bool,
                    out: Path | None, study: bool, baseline: str) -> None:
     """Report the runs in the store: per device, one row per configuration with its key
-    figures (model, method, backend, status, n, peak memory (kernel), time per step,
-    energy per step, loss first->last) laid out to fit the terminal; the Pareto frontier
-    of memory against time per step for each device and model (energy as colour, device
-    RAM as a line, error bars), memory and power/temperature timelines per run, and a
-    comparison across devices.
+    figures (model, method, backend, status, n, peak memory (the worker's kernel RSS), the
+    device's RAM at peak against its limit, time per step, energy per step, loss
+    first->last and its change) laid out to fit the terminal (a card per configuration
+    when a table would not); the Pareto frontier of memory against time per step for each
+    device and model (energy as colour, device RAM as a line, error bars), memory and
+    power/temperature timelines per run, and a comparison across devices.
 
-    Repeats of a configuration (device, model, method, backend, batch) fold into one
-    row: each figure is the median of its runs with [min-max] and n. A run that other
-    processes disturbed (they took >10% of the CPU) is flagged "!". Estimated figures
+    Repeats of a configuration (device, model, method, backend, and the run shape: batch,
+    steps, text length, image size, data) fold into one row: each figure is the median of
+    its runs with [min-max] and n. The frontier (★) takes only configurations whose loss
+    fell. A run that other processes disturbed (they took >10% of the CPU) is flagged "!".
+    Estimated figures
     (from a device's power model) are marked "est"/"ESTIMATED" in tables and plots and
     carry `_est` in CSV/JSON column names. docs/figures.md defines every figure.
 
@@ -72,7 +75,8 @@ def report_command(store_path: Path, device: str | None, model: str | None, fmt:
         report = build.collect(store, device=device, model=model, figures=fmt in ("html", "png"),
                                baseline=baseline if study else None)
     if not report.rows:
-        raise click.ClickException(f"{store_path}: no runs match (device={device}, model={model}); "
+        asked = " and ".join(f"{k} {v!r}" for k, v in (("device", device), ("model", model)) if v)
+        raise click.ClickException(f"{store_path}: {f'no runs of {asked}' if asked else 'no runs yet'}; "
                                    "ingest some with `edgebench collect` or `edgebench ingest RUN_DIR`")
     if fmt == "term":
         from rich.console import Console

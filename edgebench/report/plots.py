@@ -1,7 +1,10 @@
 """Figures for the report (matplotlib, Agg backend: no display needed).
 
 Every figure has a fixed pixel size (FIGSIZE x DPI) so reports lay out predictably, and
-any estimated figure is labelled "estimated" in the plot itself.
+any estimated figure is labelled "estimated" in the plot itself. Every point, bar and
+timeline is named by device, model, method and backend (aggregate.label; the run shape
+where configurations differ in it), and each PNG carries the texts drawn on it in its
+`Description` text chunk, so scripts and tests read what a chart says without OCR.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from edgebench.results.aggregate import config_label  # noqa: E402
 from edgebench.results.metrics import forward_fill  # noqa: E402
+from edgebench.results.pareto import learned  # noqa: E402
 from edgebench.results.store import Store  # noqa: E402
 
 DPI = 100
@@ -30,9 +35,14 @@ TITLE_CHARS = 100  # a 10-inch figure at 11 pt holds about this many
 MIB = 1 << 20
 
 
+def drawn_texts(fig: plt.Figure) -> list[str]:
+    """Every text set on the figure: titles, axis labels, named ticks, legend entries, point labels."""
+    return [t.get_text() for t in fig.findobj(matplotlib.text.Text) if t.get_text().strip()]
+
+
 def png_bytes(fig: plt.Figure) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI)
+    fig.savefig(buf, format="png", dpi=DPI, metadata={"Description": "\n".join(drawn_texts(fig))})
     plt.close(fig)
     return buf.getvalue()
 
@@ -79,8 +89,9 @@ def _err(group: dict[str, Any], key: str, scale: float = 1.0) -> tuple[float, fl
 
 
 def _label(group: dict[str, Any]) -> str:
-    flags = " !" if group.get("disturbed") else ""
-    return f"{group['method']}/{group['backend']} n={group.get('n', 1)}{flags}"
+    """A point of one device's and model's frontier (the title names them)."""
+    flags = (" !" if group.get("disturbed") else "") + (" loss did not fall" if learned(group) is False else "")
+    return f"{config_label(group, device=False, model=False)} n={group.get('n', 1)}{flags}"
 
 
 def _merged_labels(groups: list[dict[str, Any]], x: np.ndarray, y: np.ndarray) -> list[tuple[tuple[float, float], str]]:
@@ -131,7 +142,8 @@ def pareto_figure(groups: list[dict[str, Any]], title: str) -> bytes:
     for g in failed:
         gx, gy = g["peak_mem_bytes"] / MIB, g["step_time_median_s"]
         ax.scatter([gx], [gy], marker="x", color="grey", s=60, zorder=3)
-        texts.append(ax.text(gx, gy, f"{g['method']} ({g['status']})", fontsize=8, color="grey"))
+        texts.append(ax.text(gx, gy, f"{config_label(g, device=False, model=False)} ({g['status']})", fontsize=8,
+                             color="grey"))
     rams = sorted({g["device_ram_bytes"] for g in groups if g.get("device_ram_bytes")})
     widest = max((g["peak_mem_bytes"] for g in done), default=0)
     for ram in rams:
@@ -151,7 +163,7 @@ def pareto_figure(groups: list[dict[str, Any]], title: str) -> bytes:
 
 
 def run_label(run: dict[str, Any]) -> str:
-    return f"{run['device']} / {run['method']} / {run['backend']} ({run['status']}), run {run['run_id']}"
+    return f"{config_label(run)} ({run['status']}), run {run['run_id']}"
 
 
 def memory_timeline_figure(store: Store, run: dict[str, Any]) -> bytes:
@@ -161,15 +173,15 @@ def memory_timeline_figure(store: Store, run: dict[str, Any]) -> bytes:
     t0 = s["t_ns"][0] if len(s["t_ns"]) else 0
     fig, ax = plt.subplots(figsize=TIMELINE_SIZE, layout="constrained")
     t = (s["t_ns"] - t0) / 1e9
-    _plot(ax, t, s["rss_bytes"] / MIB, label="RSS (process tree)", color="tab:blue")
-    _plot(ax, t, s["cgroup_usage_bytes"] / MIB, label="cgroup usage (whole group, page cache too)",
-          color="tab:purple", alpha=0.7)
+    _plot(ax, t, s["rss_bytes"] / MIB, label="RSS of the worker's process tree (sampled)", color="tab:blue")
+    _plot(ax, t, s["cgroup_usage_bytes"] / MIB, label="device RAM: its cgroup's usage (page cache too; the limit "
+          "applies to it)", color="tab:purple", alpha=0.7)
     for i, b in enumerate(steps["begin_ns"]):
         ax.axvline((b - t0) / 1e9, color="grey", lw=0.5, alpha=0.5, label="step start" if i == 0 else None)
     ram = run.get("device_ram_bytes")
     peak = np.nanmax(s["rss_bytes"]) if np.isfinite(s["rss_bytes"]).any() else 0
     if ram and ram <= 4 * peak:
-        ax.axhline(ram / MIB, color="tab:orange", ls="--", label="device RAM")
+        ax.axhline(ram / MIB, color="tab:orange", ls="--", label="device RAM limit")
     elif ram:
         _off_scale(ax, f"device RAM {ram / MIB:,.0f} MiB (off scale, above)", "tab:orange")
     ax.set_xlabel("time since start (s)")
@@ -182,15 +194,18 @@ def memory_timeline_figure(store: Store, run: dict[str, Any]) -> bytes:
 
 def power_temp_figure(store: Store, run: dict[str, Any], external: tuple[np.ndarray, np.ndarray] | None
                       ) -> bytes | None:
-    """Power (measured, external, estimated) and temperature over the run, throttling shaded.
+    """Measured power (the device's sensor, an external meter) and temperature over the run,
+    throttling shaded.
 
-    Only panels with data are drawn; None when the run has neither power nor temperature
-    (the report says once per device that it has no sensor). `external` is an external
-    meter's trace already mapped onto the device clock.
+    Only panels with data are drawn; None when the run has neither measured power nor
+    temperature. An estimate is never drawn per run (it would only restate the device's
+    CPU use through its power model): the report says once per device that it has no
+    sensor and what the estimate is built from. `external` is an external meter's trace
+    already mapped onto the device clock.
     """
-    s = store.samples(run["device"], run["run_id"], ["power_w", "power_w_est", "temp_c_max", "throttle_flags"])
+    s = store.samples(run["device"], run["run_id"], ["power_w", "temp_c_max", "throttle_flags"])
     has_ext = external is not None and len(external[0]) > 0
-    has_power = has_ext or np.isfinite(s["power_w"]).any() or np.isfinite(s["power_w_est"]).any()
+    has_power = has_ext or np.isfinite(s["power_w"]).any()
     has_temp = np.isfinite(s["temp_c_max"]).any()
     if not (has_power or has_temp):
         return None
@@ -207,7 +222,6 @@ def power_temp_figure(store: Store, run: dict[str, Any], external: tuple[np.ndar
             et = (external[0] - t0) / 1e9
             inside = (et >= 0) & (et <= end)
             ax_p.plot(et[inside], external[1][inside], label="power (external meter)", color="tab:green")
-        _plot(ax_p, t, s["power_w_est"], label="power ESTIMATED (model, not measured)", color="tab:gray", ls="--")
         ax_p.set_ylabel("W")
         ax_p.grid(alpha=0.3)
         ax_p.legend(loc="upper right", fontsize=8)
@@ -223,22 +237,21 @@ def power_temp_figure(store: Store, run: dict[str, Any], external: tuple[np.ndar
         ax_t.set_xlabel("time since start (s)")
         ax_t.grid(alpha=0.3)
         ax_t.legend(loc="upper left", fontsize=8)
-    measured = has_ext or np.isfinite(s["power_w"]).any()
-    power = "power" if measured else "power (ESTIMATED)"
-    what = " and ".join(w for w, have in ((power, has_power), ("temperature", has_temp)) if have)
+    what = " and ".join(w for w, have in (("power", has_power), ("temperature", has_temp)) if have)
     _title(fig, f"{what}: {run_label(run)}")
     return png_bytes(fig)
 
 
 def compare_devices_figure(groups: list[dict[str, Any]]) -> bytes:
-    """Per configuration, each device's step time, peak memory and energy per step side by side
-    (medians, error bars min-max); a panel no device has a figure for is left out."""
+    """Per configuration (model, method, backend, shape), each device's step time, peak memory
+    and energy per step side by side (medians, error bars min-max); a panel no device has a
+    figure for is left out."""
     devices = sorted({g["device"] for g in groups})
-    methods = sorted({f"{g['method']}/{g['backend']}" for g in groups})
+    methods = sorted({config_label(g, device=False) for g in groups})  # model / method / backend (shape)
     by = defaultdict(dict)
     for g in groups:
         if str(g.get("status")).startswith("ok"):
-            by[f"{g['method']}/{g['backend']}"][g["device"]] = g
+            by[config_label(g, device=False)][g["device"]] = g
     finished = [g for m in by.values() for g in m.values()]
     energy_key = "energy_per_step_j" if any(g.get("energy_per_step_j") is not None for g in finished) \
         else "energy_per_step_j_est"

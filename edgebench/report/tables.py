@@ -2,8 +2,8 @@
 
 The per-run column list (COLUMNS) serves the HTML report and CSV/JSON. The terminal
 shows one row per configuration (repeats folded: median [min-max] and n) and adapts to
-the window: one table when it fits, else two tables joined by a row number, else one
-card per configuration. Nothing is cut: a cell that cannot fit wraps whole.
+the window (edgebench.terminal): one table when it fits, else one card per configuration.
+Nothing is cut: a cell that cannot fit wraps whole.
 """
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from edgebench.results.aggregate import group_runs
+from edgebench.results.aggregate import config_label, group_runs
+from edgebench.results.pareto import loss_drop_pct
+from edgebench.terminal import Field, fits, fitted
 
 MIB = 1 << 20
 
@@ -47,8 +48,15 @@ COLUMNS = [
     Column("model", "model", str),
     Column("method", "method", str),
     Column("backend", "backend", str),
+    Column("steps", "steps", str),
+    Column("text_length", "text tokens", str),
+    Column("image_size", "image px", str),
+    Column("data", "data", str),
     Column("status", "status", str),
-    Column("peak_mem_bytes", "peak MiB (kernel)", _num(",.1f", MIB)),
+    Column("peak_mem_bytes", "worker peak RSS MiB (kernel)", _num(",.1f", MIB)),
+    Column("device_ram_peak_bytes", "device RAM peak MiB", _num(",.1f", MIB)),
+    Column("device_ram_limit_bytes", "device RAM limit MiB", _num(",.0f", MIB)),
+    Column("device_ram_peak_what", "device RAM is", str),
     Column("peak_rss_bytes_sampled", "RSS MiB (sampled)", _num(",.1f", MIB)),
     Column("step_time_median_s", "step s (median)", _num(".4g")),
     Column("step_time_p90_s", "step s (p90)", _num(".4g")),
@@ -117,21 +125,24 @@ def power_cell(group: dict[str, Any]) -> str:
     return "-"
 
 
+def device_ram_cell(group: dict[str, Any]) -> str:
+    """The device's RAM at peak as % of the limit that applies to it (runner.figures.device_ram)."""
+    limit = group.get("device_ram_limit_bytes")
+    if not limit or not group["spread"].get("device_ram_peak_bytes"):
+        return "-"
+    return figure(group, "device_ram_peak_bytes", ".0f", limit / 100) + "%"
+
+
 def loss_cell(group: dict[str, Any]) -> str:
-    first, last = group.get("loss_first"), group.get("loss_last")
-    return "-" if first is None or last is None else f"{first:.3g}->{last:.3g}"
+    """First -> last loss and how much it fell (a rise reads +; such a run is never on the frontier)."""
+    first, last, drop = group.get("loss_first"), group.get("loss_last"), loss_drop_pct(group)
+    if first is None or last is None:
+        return "-"
+    return f"{first:.3g}->{last:.3g}" + ("" if drop is None else f" {-drop:+.0f}%")
 
 
 def status_cell(group: dict[str, Any]) -> str:
     return group["status"] + (" !" if group.get("disturbed") else "") + (" ★" if group.get("on_frontier") else "")
-
-
-@dataclass(frozen=True)
-class Field:
-    header: str  # short, with the unit
-    label: str  # spelt out, for cards
-    value: Callable[[dict[str, Any]], str]
-    name: bool = False  # a name: left-aligned, never shortened
 
 
 REPORT_IDENT = [Field("model", "model", lambda g: str(g["model"]), True),
@@ -139,59 +150,39 @@ REPORT_IDENT = [Field("model", "model", lambda g: str(g["model"]), True),
                 Field("backend", "backend", lambda g: str(g["backend"]), True),
                 Field("status", "status", status_cell, True),
                 Field("n", "runs (n)", lambda g: str(g["n"]))]
-REPORT_FIGURES = [Field("peak MiB", "peak memory, kernel (MiB)", lambda g: figure(g, "peak_mem_bytes", ",.0f", MIB)),
+SHAPE_FIELD = Field("shape", "run shape", lambda g: g.get("shape") or "-", True)
+
+
+def with_shape(ident: list[Field], groups: list[dict[str, Any]]) -> list[Field]:
+    """The identifying fields, plus the run shape when these configurations differ in it."""
+    return ident + [SHAPE_FIELD] if any(g.get("shape") for g in groups) else ident
+
+
+def common_names(title: str, ident: list[Field], groups: list[dict[str, Any]]) -> tuple[str, list[Field]]:
+    """A name every row shares (the model, the backend) moves into the title (`pi / tiny /
+    eager`), so the rows keep only what tells them apart and fit narrower windows."""
+    shared = [f for f in ident if f.header in ("model", "backend") and len({f.value(g) for g in groups}) == 1]
+    names = [title, *(f.value(groups[0]) for f in shared)] if groups else [title]
+    return " / ".join(names), [f for f in ident if f not in shared]
+
+
+REPORT_FIGURES = [Field("peak MiB", "peak memory: kernel RSS of the worker (MiB)",
+                        lambda g: figure(g, "peak_mem_bytes", ",.0f", MIB)),
+                  Field("dev RAM", "device RAM at peak, % of its limit", device_ram_cell),
                   Field("step s", "time per step, median (s)", lambda g: figure(g, "step_time_median_s", ".3g")),
                   Field("J/step", "energy per step (J)", energy_cell),
                   Field("W", "power, mean over the steps (W)", power_cell),
-                  Field("loss", "loss first->last", loss_cell)]
-LEGEND = ("n = runs behind each figure: the median, [min-max] over them. peak MiB: kernel ru_maxrss. "
+                  Field("loss", "loss first->last, change", loss_cell)]
+FRONTIER_LEGEND = ("★ = on the Pareto frontier: the loss fell and no other configuration of the device, model "
+                   "and run shape that learned is both smaller (peak memory) and faster (step time); a "
+                   "configuration whose loss did not fall is never on it.")
+LEGEND = ("n = runs behind each figure: the median, [min-max] over them. peak MiB: the worker's kernel RSS "
+          "(ru_maxrss; it counts shared library pages). dev RAM: the device's RAM at peak, as % of the limit "
+          "that applies to it (a lab device: its cgroup, page cache included; a board: MemTotal - MemAvailable). "
           "step s: median step time. W: mean power over the measured steps (Sensors says what it covers). "
           "est = estimated from the device's power model, not measured. "
-          "! = disturbed: other processes or steal took >10% of the CPU in a run. ★ = on the Pareto "
-          "frontier (memory vs step time). docs/figures.md defines each figure.")
-
-
-def _table(fields: list[Field], rows: list[dict[str, Any]], numbered: bool) -> Table:
-    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), header_style="bold")
-    if numbered:
-        table.add_column("#", justify="right", no_wrap=True)
-    for f in fields:
-        table.add_column(f.header, justify="left" if f.name else "right", overflow="fold")
-    for i, g in enumerate(rows, 1):
-        ok = g["status"] == "ok" or g["status"].startswith("ok ")
-        table.add_row(*([str(i)] if numbered else []), *[f.value(g) for f in fields], style=None if ok else "red")
-    return table
-
-
-def _fits(renderable: RenderableType, width: int) -> bool:
-    return Console(width=10_000).measure(renderable).maximum <= width
-
-
-def _cards(ident: list[Field], figures: list[Field], rows: list[dict[str, Any]]) -> Group:
-    """One block per configuration: names on the first line, then one figure per line."""
-    parts: list[RenderableType] = []
-    for i, g in enumerate(rows, 1):
-        head = " / ".join(f.value(g) for f in ident if f.name and f.header != "status")
-        status = next((f.value(g) for f in ident if f.header == "status"), "")
-        extra = ", ".join(f"{f.label} {f.value(g)}" for f in ident if not f.name)
-        parts.append(Text(f"#{i} {head}: {status}" + (f", {extra}" if extra else ""), overflow="fold",
-                          style=None if g["status"].startswith("ok") else "red"))
-        for f in figures:
-            parts.append(Text(f"    {f.label}: {f.value(g)}", overflow="fold"))
-    return Group(*parts)
-
-
-def fitted(title: str | None, ident: list[Field], figures: list[Field], rows: list[dict[str, Any]],
-           width: int) -> list[RenderableType]:
-    """One table if it fits `width`, else two joined by `#`, else cards; the title above, wrapped whole."""
-    head: list[RenderableType] = [Text(title, style="bold", overflow="fold")] if title else []
-    one = _table(ident + figures, rows, numbered=False)
-    if _fits(one, width):
-        return head + [one]
-    two = [_table(ident, rows, numbered=True), _table(figures, rows, numbered=True)]
-    if all(_fits(t, width) for t in two):
-        return head + two
-    return head + [_cards(ident, figures, rows)]
+          "! = disturbed: other processes or steal took >10% of the CPU in a run. " + FRONTIER_LEGEND +
+          " docs/figures.md defines each figure.")
 
 
 def sensor_notes(groups: list[dict[str, Any]]) -> list[str]:
@@ -210,17 +201,32 @@ def sensor_notes(groups: list[dict[str, Any]]) -> list[str]:
             for g in mine:
                 if g.get("power_flags"):
                     why = f": {g['power_warning']}" if g.get("power_warning") else ""
-                    notes.append(f"{device} {g['method']}/{g['backend']}: power flagged {g['power_flags']}{why}")
+                    notes.append(f"{config_label(g)}: power flagged {g['power_flags']}{why}")
         elif any(g["spread"].get("energy_per_step_j_est") or g["spread"].get("power_mean_w_est") for g in mine):
-            notes.append(f"{device}: no power sensor; power and energy are estimated from its power model (est)")
+            basis = next((g["power_est_basis"] for g in mine if g.get("power_est_basis")), None)
+            disturbed = sum(g.get("disturbed") or 0 for g in mine)
+            notes.append(f"{device}: no power sensor; power and energy are estimated from its power model (est)"
+                         + (f": {basis}" if basis else "")
+                         + (f"; in its {disturbed} disturbed run(s) (!) the steps ran slowed, so their energy "
+                            "estimate reads high" + (", and it counts the other processes' CPU too"
+                                                      if basis and "whole system" in basis else "")
+                            if disturbed else ""))
         else:
             notes.append(f"{device}: no power sensor and no power model; no power or energy figures")
     return notes
 
 
 def disturbed_notes(groups: list[dict[str, Any]]) -> list[str]:
-    return [f"{g['device']} {g['method']}/{g['backend']}: {g['disturbed']} of {g['n']} run(s) disturbed "
-            f"({'; '.join(g['disturbed_why'])})" for g in groups if g.get("disturbed")]
+    """One line for all disturbed runs (each configuration with one is flagged `!` in its row)."""
+    hit = [g for g in groups if g.get("disturbed")]
+    if not hit:
+        return []
+    runs, total = sum(g["disturbed"] for g in hit), sum(g["n"] for g in groups)
+    pct = [p for g in hit for p in g.get("disturbed_pct") or [] if p]
+    took = f" took {min(pct):.0f}-{max(pct):.0f}% of the CPU" if len(pct) > 1 and min(pct) != max(pct) else \
+        (f" took {pct[0]:.0f}% of the CPU" if pct else "")
+    return [f"{runs} of {total} runs, in {len(hit)} configuration{'s' if len(hit) > 1 else ''} marked !, were "
+            f"disturbed: other processes or steal{took} (their step times are likely too long)"]
 
 
 def comparison_table(groups: list[dict[str, Any]]) -> Table | None:
@@ -230,10 +236,10 @@ def comparison_table(groups: list[dict[str, Any]]) -> Table | None:
         return None
     by = defaultdict(dict)
     for g in groups:
-        by[(g["model"], g["method"], g["backend"])][g["device"]] = g
+        by[config_label(g, device=False)][g["device"]] = g
     table = Table(title="Across devices: step s (median) / peak MiB (kernel)", header_style="bold",
                   title_justify="left")
-    for name in ("model", "method", "backend", *devices):
+    for name in ("model / method / backend", *devices):
         table.add_column(name, overflow="fold")
     for key in sorted(by):
         cells = []
@@ -241,7 +247,7 @@ def comparison_table(groups: list[dict[str, Any]]) -> Table | None:
             g = by[key].get(dev)
             cells.append("-" if g is None or g["step_time_median_s"] is None else
                          f"{g['step_time_median_s']:.3g} / {(g['peak_mem_bytes'] or 0) / MIB:,.0f}")
-        table.add_row(*key, *cells)
+        table.add_row(key, *cells)
     return table
 
 
@@ -275,14 +281,15 @@ def terminal_report(rows: list[dict[str, Any]], runs: list[dict[str, Any]], widt
     parts: list[RenderableType] = []
     for device in dict.fromkeys(g["device"] for g in groups):
         mine = [g for g in groups if g["device"] == device]
-        parts += fitted(f"{device}", REPORT_IDENT, REPORT_FIGURES, mine, width)
+        title, ident = common_names(device, with_shape(REPORT_IDENT, mine), mine)
+        parts += fitted(title, ident, REPORT_FIGURES, mine, width)
     parts.append(Text(LEGEND, style="dim", overflow="fold"))
     comparison = comparison_table(groups)
     if comparison is not None:
-        parts.append(comparison if _fits(comparison, width) else
+        parts.append(comparison if fits(comparison, width) else
                      Text("(the across-devices comparison is wider than this window: see --format html)",
                           style="dim"))
-    for title, lines in (("Sensors:", sensor_notes(groups)), ("Disturbed runs:", disturbed_notes(groups)),
+    for title, lines in (("Sensors:", sensor_notes(groups)), ("Disturbed:", disturbed_notes(groups)),
                          ("Clock alignment:", alignment_notes(runs)), ("Emulated devices:", emulated_notes(runs))):
         if lines:
             parts.append(_notes(title, lines))
@@ -305,6 +312,7 @@ def bench_rows(results: list[dict[str, Any]], device: str = "local") -> list[dic
                      "samples_per_s": r.get("samples_per_s"),
                      "loss_first": r.get("loss_first"), "loss_last": r.get("loss_last"),
                      "cpu_others_pct": None if cpu.get("others_share") is None else 100 * cpu["others_share"],
+                     "cpu_steal_pct": None if cpu.get("steal_share") is None else 100 * cpu["steal_share"],
                      "disturbed": cpu.get("disturbed"), "disturbed_why": cpu.get("disturbed_why")})
     return rows
 
@@ -318,10 +326,10 @@ BENCH_FIGURES = [Field("peak MiB", "peak memory, kernel (MiB)", lambda g: figure
                  Field("step s", "time per step, median (s)", lambda g: figure(g, "step_time_median_s", ".3g")),
                  Field("samples/s", "samples per second (batch / median step)",
                        lambda g: figure(g, "samples_per_s", ".3g")),
-                 Field("loss", "loss first->last", loss_cell)]
+                 Field("loss", "loss first->last, change", loss_cell)]
 BENCH_LEGEND = ("peak MiB: kernel ru_maxrss; est. MiB: the method's memory model (an estimate); step s: median "
                 "step time; samples/s: batch / median step; n = runs, each figure their median [min-max]; "
-                "! = disturbed (other processes took >10% of the CPU); ★ = Pareto frontier. docs/figures.md")
+                "! = disturbed (other processes took >10% of the CPU). " + FRONTIER_LEGEND + " docs/figures.md")
 
 
 def render_bench_results(results: list[dict[str, Any]], title: str, console: Console | None = None) -> None:
@@ -335,7 +343,7 @@ def render_bench_results(results: list[dict[str, Any]], title: str, console: Con
         console.print(Text(f"emulated ({os.environ['EDGEBENCH_EMULATOR']}): step times not representative; memory "
                            "figures include the emulator's own", style="yellow", overflow="fold"))
     for line in disturbed_notes(groups):
-        console.print(Text(f"disturbed: {line}", style="yellow", overflow="fold"))
+        console.print(Text(line, style="yellow", overflow="fold"))
     for r in results:
         if r["status"] != "ok":
             console.print(Text(f"{r.get('method')}: {r['status']}: {str(r.get('detail', ''))[:500]}", style="red",

@@ -1,9 +1,11 @@
 """Repeats: the runs of one configuration folded into one row, each figure the median of
 its runs with min, max and n (definitions: edgebench.runner.figures, docs/figures.md).
 
-A configuration is (device, model, method, backend, batch size). Figures come from the
-runs that finished (`ok`); a configuration where none finished shows its failed runs'
-figures (an OOM's peak is still the story) with their status.
+A configuration is (device, model, method, backend) and the run shape (batch size, steps,
+text length, image size, data): runs that differ in any of them stay apart. Figures come
+from the runs that finished (`ok`); a configuration where none finished shows its failed
+runs' figures (an OOM's peak is still the story) with their status. `config_label` names a
+configuration the same way in every table and chart.
 """
 
 from __future__ import annotations
@@ -11,12 +13,13 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from edgebench.results.pareto import mark_frontier
+from edgebench.results.pareto import SHAPE_KEYS, mark_frontier
 from edgebench.runner.figures import spread
 
-GROUP_KEYS = ("device", "model", "method", "backend", "batch_size")
-FIGURE_KEYS = ("peak_mem_bytes", "peak_rss_bytes_kernel", "peak_rss_bytes_sampled", "step_time_median_s",
-               "step_time_p90_s", "samples_per_s", "tokens_per_s", "energy_per_step_j", "energy_per_step_j_est",
+GROUP_KEYS = ("device", "model", "method", "backend", *SHAPE_KEYS)
+SHAPE_NAMES = {"batch_size": "batch", "steps": "steps", "text_length": "text", "image_size": "image", "data": "data"}
+FIGURE_KEYS = ("peak_mem_bytes", "device_ram_peak_bytes", "peak_rss_bytes_kernel", "peak_rss_bytes_sampled",
+               "step_time_median_s", "step_time_p90_s", "samples_per_s", "tokens_per_s", "energy_per_step_j", "energy_per_step_j_est",
                "energy_per_sample_j", "energy_per_sample_j_est", "power_mean_w", "power_mean_w_est", "power_peak_w",
                "power_peak_w_est", "temp_peak_c",
                "time_throttled_s", "loss_first", "loss_last", "cpu_others_pct", "predicted_peak_bytes_est")
@@ -29,6 +32,19 @@ def _status(statuses: Counter) -> str:
     if ok == 0:
         return statuses.most_common(1)[0][0] if len(statuses) == 1 else "/".join(sorted(statuses))
     return f"ok {ok}/{total}"
+
+
+def shape_text(group: dict[str, Any], keys: list[str]) -> str:
+    """The run shape's `keys` as words (`steps 5, text 32`); empty when none is asked."""
+    return ", ".join(f"{SHAPE_NAMES[k]} {'-' if group.get(k) is None else group[k]}" for k in keys)
+
+
+def config_label(group: dict[str, Any], device: bool = True, model: bool = True) -> str:
+    """`device / model / method / backend`, with the run shape where configurations differ
+    in it (`group_runs` sets `shape`); a caller that names the device or model above may drop them."""
+    names = [group["device"]] * device + [group["model"]] * model + [group["method"], group["backend"]]
+    shape = group.get("shape")
+    return " / ".join(str(n) for n in names) + (f" ({shape})" if shape else "")
 
 
 def group_runs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -52,7 +68,9 @@ def group_runs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         disturbed = [r for r in used if r.get("disturbed")]
         group["disturbed"] = len(disturbed)
         group["disturbed_why"] = sorted({r["disturbed_why"] for r in disturbed if r.get("disturbed_why")})
-        for key in ("energy_source", "power_covers", "power_warning"):
+        group["disturbed_pct"] = [max(r.get("cpu_others_pct") or 0, r.get("cpu_steal_pct") or 0) for r in disturbed]
+        for key in ("energy_source", "power_covers", "power_warning", "power_est_basis", "device_ram_limit_bytes",
+                    "device_ram_peak_what"):
             group[key] = next((r.get(key) for r in used if r.get(key)), None)
         flags = {f for r in used if r.get("power_flags") for f in r["power_flags"].split(",")}
         group["power_flags"] = ",".join(sorted(flags)) or None
@@ -60,4 +78,7 @@ def group_runs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         group["detail"] = next((r.get("detail") for r in members if r.get("status") != "ok" and r.get("detail")), None)
         group["on_frontier"] = None
         out.append(group)
+    differ = [k for k in SHAPE_KEYS if len({g.get(k) for g in out}) > 1]
+    for group in out:
+        group["shape"] = shape_text(group, differ)
     return mark_frontier(out, finished=lambda g: g["status"] == "ok" or g["status"].startswith("ok "))

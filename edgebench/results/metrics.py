@@ -24,15 +24,27 @@ SAMPLE_FIELDS = ["rss_bytes", "cgroup_peak_bytes", "power_w", "power_w_est", "te
 
 # Column order of `edgebench report --format csv|json`.
 METRIC_COLUMNS = [
-    "device", "run_id", "model", "method", "backend", "status", "detail", "batch_size", "steps_measured",
+    "device", "run_id", "model", "method", "backend", "status", "detail", "batch_size", "steps", "text_length",
+    "image_size", "data", "steps_measured",
     "peak_rss_bytes_sampled", "peak_rss_bytes_kernel", "cgroup_peak_bytes", "peak_mem_bytes", "device_ram_bytes",
+    "device_ram_peak_bytes", "device_ram_limit_bytes", "device_ram_peak_what",
     "step_time_median_s", "step_time_p90_s", "samples_per_s", "tokens_per_s",
     "energy_per_step_j", "energy_per_sample_j", "power_mean_w", "power_peak_w", "energy_source",
     "power_covers", "power_flags", "power_warning",
-    "energy_per_step_j_est", "energy_per_sample_j_est", "power_mean_w_est", "power_peak_w_est",
+    "energy_per_step_j_est", "energy_per_sample_j_est", "power_mean_w_est", "power_peak_w_est", "power_est_basis",
     "temp_peak_c", "time_throttled_s", "loss_first", "loss_last",
     "cpu_others_pct", "cpu_steal_pct", "load_avg_1m", "disturbed", "disturbed_why", "align_source", "on_frontier",
 ]
+
+
+def run_shape(run: dict[str, Any]) -> dict[str, Any]:
+    """What a run was asked to do besides its method (pareto.SHAPE_KEYS): runs that differ here
+    are different configurations. `data` is the folder dataset's name (else synthetic), `packed` added."""
+    spec = (json.loads(run.get("meta_json") or "{}") or {}).get("spec") or {}
+    data = str(spec["data_dir"]).rstrip("/").rsplit("/", 1)[-1] if spec.get("data_dir") else "synthetic"
+    return {"steps": spec.get("steps") if not spec.get("duration_s") else f"{spec['duration_s']:g} s",
+            "text_length": run.get("text_length"), "image_size": run.get("image_size"),
+            "data": data + (" packed" if spec.get("packing") else "")}
 
 
 def cpu_figures(result: dict[str, Any]) -> dict[str, Any]:
@@ -46,11 +58,15 @@ def cpu_figures(result: dict[str, Any]) -> dict[str, Any]:
 
 def power_figures(result: dict[str, Any]) -> dict[str, Any]:
     """What the device's measured power covers (the sampler's `power_total`, e.g. VDD_IN or
-    "sum of rails") and why it may fall short (`power_flags`, e.g. charging), from result.json."""
+    "sum of rails") and why it may fall short (`power_flags`, e.g. charging), from result.json;
+    for an estimate, the power model and whose CPU use scales it (`power_est_basis`)."""
     sampler = result.get("sampler") or {}
     flags = sampler.get("power_flags") or []
+    model = sampler.get("power_model") or {}
+    basis = sampler.get("power_est_basis") or ("the whole system's CPU use" if model else None)
     return {"power_covers": sampler.get("power_total"), "power_flags": ",".join(flags) if flags else None,
-            "power_warning": sampler.get("power_warning")}
+            "power_warning": sampler.get("power_warning"),
+            "power_est_basis": f"{model['idle_w']:g}-{model['max_w']:g} W by {basis}" if model and basis else None}
 
 
 def _finite_max(values: np.ndarray) -> float | None:
@@ -139,11 +155,17 @@ def run_metrics(store: Store, run: dict[str, Any]) -> dict[str, Any]:
 
     out: dict[str, Any] = {k: run.get(k) for k in ("device", "run_id", "model", "method", "backend", "status",
                                                     "detail", "batch_size", "device_ram_bytes", "align_source")}
+    out.update(run_shape(run))
     out["steps_measured"] = int(len(durations))
     out["peak_rss_bytes_sampled"] = _finite_max(s["rss_bytes"]) or result.get("peak_rss_bytes_sampled")
     out["peak_rss_bytes_kernel"] = result.get("peak_rss_bytes_kernel")
     out["cgroup_peak_bytes"] = result.get("cgroup_peak_bytes") or _finite_max(s["cgroup_peak_bytes"])
     out["peak_mem_bytes"] = out["peak_rss_bytes_kernel"] or out["peak_rss_bytes_sampled"]
+    ram = ({"bytes": result["device_ram_peak_bytes"], "limit_bytes": result.get("device_ram_limit_bytes"),
+            "what": result.get("device_ram_peak_what")} if result.get("device_ram_peak_bytes") else
+           figures.device_ram(out["cgroup_peak_bytes"], run.get("cgroup_limit_bytes"), None, None) or {})
+    out.update({"device_ram_peak_bytes": ram.get("bytes"), "device_ram_limit_bytes": ram.get("limit_bytes"),
+                "device_ram_peak_what": ram.get("what")})
     out["step_time_median_s"] = stats.get("median")
     out["step_time_p90_s"] = stats.get("p90")
     out["samples_per_s"] = throughput

@@ -1,8 +1,13 @@
-"""The Pareto frontier of peak memory against time per step (lower is better on both).
+"""The Pareto frontier of peak memory against time per step (lower is better on both),
+among the runs (or configurations) that learned: the one definition bench, report, the
+study and the HTML all use.
 
-A run is on the frontier when no other finished run of the same device and model is at
-least as good on both and better on one. Runs that did not finish (oom, error, ...) or
-lack either figure are not compared (on_frontier stays None).
+A run is on the frontier when its loss fell (last < first) and no other finished run that
+learned, of the same device, model and run shape (batch, steps, text length, image size,
+data), is at least as good on both and better on one. A finished run whose loss did not
+fall is never on it (on_frontier False): being small and fast without learning is no
+result. Runs that did not finish (oom, error, ...) or lack either figure are not compared
+(on_frontier stays None).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from collections import defaultdict
 from typing import Any, Callable
 
 X_KEY, Y_KEY = "peak_mem_bytes", "step_time_median_s"
+SHAPE_KEYS = ("batch_size", "steps", "text_length", "image_size", "data")  # runs that differ here stay apart
 
 
 def frontier_indices(points: list[tuple[float, float]]) -> set[int]:
@@ -24,17 +30,33 @@ def frontier_indices(points: list[tuple[float, float]]) -> set[int]:
     return keep
 
 
+def learned(row: dict[str, Any]) -> bool | None:
+    """Whether the loss fell from the first step to the last (None: no loss recorded)."""
+    first, last = row.get("loss_first"), row.get("loss_last")
+    return None if first is None or last is None else last < first
+
+
+def loss_drop_pct(row: dict[str, Any]) -> float | None:
+    """How much the loss fell, as % of the first step's loss (negative: it rose)."""
+    first, last = row.get("loss_first"), row.get("loss_last")
+    return None if first is None or last is None or not first else 100 * (first - last) / abs(first)
+
+
 def _finished(row: dict[str, Any]) -> bool:
     return row.get("status") == "ok"
 
 
 def mark_frontier(rows: list[dict[str, Any]], finished: Callable[[dict[str, Any]], bool] = _finished
                   ) -> list[dict[str, Any]]:
-    """Sets `on_frontier` on each row, comparing finished rows of the same (device, model)."""
+    """Sets `on_frontier` on each row, comparing the finished rows that learned within one
+    device, model and run shape."""
     groups: dict[tuple, list[int]] = defaultdict(list)
     for i, row in enumerate(rows):
         if finished(row) and row.get(X_KEY) is not None and row.get(Y_KEY) is not None:
-            groups[(row["device"], row["model"])].append(i)
+            if learned(row):
+                groups[(row["device"], row["model"], *(row.get(k) for k in SHAPE_KEYS))].append(i)
+            else:
+                row["on_frontier"] = False
     for members in groups.values():
         on = frontier_indices([(rows[i][X_KEY], rows[i][Y_KEY]) for i in members])
         for j, i in enumerate(members):

@@ -3,21 +3,26 @@
 For peak memory, time per step and energy per step it gives the method's median and its
 ratio to the baseline's median. The ratio's range divides the method's min by the
 baseline's max and the method's max by the baseline's min, so every pairing of their
-runs lies inside it. Energy is measured where both have a measurement, else the estimate
-(`energy_estimated` says which).
+runs lies inside it. Energy is measured where both have a measurement, else the estimate:
+then its figure and ratios sit in the `_est` columns (`energy_estimated` says which).
+Configurations of another run shape (steps, text length, image size, data) are another
+setting with their own baseline.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from edgebench.results.pareto import SHAPE_KEYS
+
 STUDY_FIGURES = (("peak_mem", "peak_mem_bytes"), ("step_time", "step_time_median_s"))
 STUDY_COLUMNS = [
-    "device", "model", "backend", "method", "baseline", "status", "n", "n_baseline",
+    "device", "model", "backend", *SHAPE_KEYS, "method", "baseline", "status", "n", "n_baseline",
     "peak_mem_bytes", "peak_mem_ratio", "peak_mem_ratio_min", "peak_mem_ratio_max",
     "step_time_s", "step_time_ratio", "step_time_ratio_min", "step_time_ratio_max",
-    "energy_per_step_j", "energy_ratio", "energy_ratio_min", "energy_ratio_max", "energy_estimated",
-    "disturbed", "on_frontier",
+    "energy_per_step_j", "energy_ratio", "energy_ratio_min", "energy_ratio_max",
+    "energy_per_step_j_est", "energy_ratio_est", "energy_ratio_min_est", "energy_ratio_max_est", "energy_estimated",
+    "loss_first", "loss_last", "disturbed", "on_frontier",
 ]
 
 
@@ -36,14 +41,18 @@ def study_rows(groups: list[dict[str, Any]], baseline: str = "sgd") -> tuple[lis
     rows, notes = [], []
     by_setting: dict[tuple, list[dict[str, Any]]] = {}
     for g in groups:
-        by_setting.setdefault((g["device"], g["model"], g["backend"]), []).append(g)
-    for (device, model, backend), members in by_setting.items():
+        by_setting.setdefault((g["device"], g["model"], g["backend"], *(g.get(k) for k in SHAPE_KEYS)), []).append(g)
+    for key, members in by_setting.items():
+        device, model, backend = key[:3]
         base = next((g for g in members if g["method"] == baseline and _finished(g)), None)
         if base is None:
-            notes.append(f"{device} / {model} / {backend}: no finished {baseline} run to compare against "
+            shape = f" ({members[0]['shape']})" if members[0].get("shape") else ""
+            notes.append(f"{device} / {model} / {backend}{shape}: no finished {baseline} run to compare against "
                          f"(run it, or pass --baseline with one of: {', '.join(sorted({g['method'] for g in members}))})")
         for g in members:
             row: dict[str, Any] = {"device": device, "model": model, "backend": backend, "method": g["method"],
+                                   **{k: g.get(k) for k in SHAPE_KEYS}, "shape": g.get("shape"),
+                                   "loss_first": g.get("loss_first"), "loss_last": g.get("loss_last"),
                                    "baseline": baseline, "status": g["status"], "n": g["n"],
                                    "n_baseline": base["n"] if base else None, "disturbed": g["disturbed"],
                                    "on_frontier": g["on_frontier"],
@@ -54,9 +63,10 @@ def study_rows(groups: list[dict[str, Any]], baseline: str = "sgd") -> tuple[lis
             measured = bool(g["spread"]["energy_per_step_j"]) and bool(base and base["spread"]["energy_per_step_j"])
             key = "energy_per_step_j" if measured or (base is None and g["spread"]["energy_per_step_j"]) \
                 else "energy_per_step_j_est"
-            row["energy_per_step_j"] = g[key]
-            row["energy_estimated"] = key.endswith("_est") if g[key] is not None else None
+            est = "_est" if key.endswith("_est") else ""
+            row[f"energy_per_step_j{est}"] = g[key]
+            row["energy_estimated"] = bool(est) if g[key] is not None else None
             ratio = _ratio(g["spread"][key], base["spread"][key] if base else None) if _finished(g) else (None,) * 3
-            row.update(zip(("energy_ratio", "energy_ratio_min", "energy_ratio_max"), ratio))
+            row.update(zip((f"energy_ratio{est}", f"energy_ratio_min{est}", f"energy_ratio_max{est}"), ratio))
             rows.append(row)
-    return [{k: r.get(k) for k in STUDY_COLUMNS} for r in rows], notes
+    return [{k: r.get(k) for k in [*STUDY_COLUMNS, "shape"]} for r in rows], notes

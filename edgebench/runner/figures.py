@@ -7,12 +7,21 @@ docs/figures.md explains each. Standard library only: it runs on the device.
   between the two nearest ranks (numpy's default, so `np.percentile` agrees).
 - samples/s: batch size / median step time (a typical step, not dragged by one slow one).
 - tokens/s: samples/s x text length.
+- device RAM: the memory the device's limit applies to: a lab device's cgroup (its usage,
+  page cache included), else the board's own accounting (MemTotal - MemAvailable, every
+  process). The worker's kernel RSS is another figure: it counts shared library pages
+  the cgroup may not be charged for, and no page cache.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from typing import Any, Iterable
+
+UNLIMITED_BYTES = 1 << 60  # a cgroup limit of "max" reads as ~2^63
+CGROUP_RAM = "device RAM (its cgroup, page cache included)"
+BOARD_RAM = "device RAM (MemTotal - MemAvailable)"
+WORKER_RSS = "kernel RSS of the worker process"
 
 
 def percentile(values: Iterable[float], q: float) -> float:
@@ -50,3 +59,14 @@ def spread(values: Iterable[float | None]) -> dict[str, float] | None:
     if not have:
         return None
     return {"median": percentile(have, 50), "min": min(have), "max": max(have), "n": len(have)}
+
+
+def device_ram(cgroup_bytes: float | None, cgroup_limit: float | None, mem_total: float | None,
+               mem_available: float | None) -> dict[str, Any] | None:
+    """`{bytes, limit_bytes, what}`: the device's RAM in use against its limit (the module's
+    docstring); None when neither accounting can be read."""
+    if cgroup_bytes is not None and cgroup_limit and 0 < cgroup_limit < UNLIMITED_BYTES:
+        return {"bytes": int(cgroup_bytes), "limit_bytes": int(cgroup_limit), "what": CGROUP_RAM}
+    if mem_total and mem_available is not None:
+        return {"bytes": int(mem_total - mem_available), "limit_bytes": int(mem_total), "what": BOARD_RAM}
+    return None

@@ -22,7 +22,7 @@ from typing import Any
 
 from edgebench.runner import native, worker
 from edgebench.runner.facts import device_facts, library_versions
-from edgebench.runner.figures import samples_per_s, step_time_stats
+from edgebench.runner.figures import WORKER_RSS, device_ram, samples_per_s, step_time_stats
 from edgebench.runner.spec import RunSpec
 from edgebench.telemetry.clock import clock_pair
 from edgebench.telemetry.contention import cpu_share, cpu_snapshot
@@ -361,6 +361,7 @@ class Supervisor:
             "peak_rss_bytes_sampled": sampler.get("peak_rss_bytes"),
             "peak_rss_bytes_kernel": maxrss,
             "cgroup_peak_bytes": sampler.get("cgroup_peak_bytes"),
+            **_device_ram_peak(sampler, ((self._facts or {}).get("device") or {}).get("mem_total_bytes")),
             "predicted_peak_bytes_est": (predicted or {}).get("peak_bytes"),
             "sampler": sampler,
             "events_truncated_last_line": trace.truncated_last_line,
@@ -368,6 +369,15 @@ class Supervisor:
         }
         write_json_atomic(self.out / "result.json", result)
         return result
+
+
+def _device_ram_peak(sampler: dict[str, Any], mem_total: int | None) -> dict[str, Any]:
+    """The device-RAM peak (runner.figures.device_ram): what the device's limit applies to,
+    named, beside the worker's kernel RSS (`peak_rss_bytes_kernel`, another figure)."""
+    ram = device_ram(sampler.get("cgroup_peak_bytes"), sampler.get("cgroup_limit_bytes"), mem_total,
+                     sampler.get("mem_available_min_bytes")) or {}
+    return {"device_ram_peak_bytes": ram.get("bytes"), "device_ram_limit_bytes": ram.get("limit_bytes"),
+            "device_ram_peak_what": ram.get("what"), "peak_rss_kernel_what": WORKER_RSS}
 
 
 def run_spec(spec: RunSpec, out: str | Path, root: str = "/") -> dict[str, Any]:

@@ -1,8 +1,10 @@
-"""CPU: utilisation of the process tree and of the system, core frequencies, and the
-time the cgroup's CPU quota throttled the run.
+"""CPU: utilisation of the process tree, of the device's cgroup and of the system, core
+frequencies, and the time the cgroup's CPU quota throttled the run.
 
 `cpu_proc_pct` follows top's convention (100 = one core busy); `cpu_sys_pct` is the
-whole machine (100 = every core busy). Both are rates over the time since the last read.
+whole machine (100 = every core busy); `cpu_cgroup_pct` is a CPU-limited cgroup (a lab
+device: 100 = every core its quota allows busy). All are rates over the time since the
+last read.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import re
 from pathlib import Path
 
 from edgebench.telemetry.memory import PerPidFiles, ProcessTree, cgroup_dir, is_hierarchy_root, keyed_values
-from edgebench.telemetry.sysfs import PreadFile, SourceUnavailable, under
+from edgebench.telemetry.sysfs import PreadFile, SourceUnavailable, read_text, under
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -91,6 +93,66 @@ class SystemCpu:
 
     def close(self) -> None:
         self._file.close()
+
+
+def _quota_cores(version: str, directory: Path) -> float | None:
+    """The cores a cgroup's CPU quota allows (cpu.max, or v1 cfs_quota/period); None: no quota."""
+    if version == "v2":
+        parts = (read_text(directory / "cpu.max") or "max").split()
+        quota, period = parts[0], parts[1] if len(parts) > 1 else "100000"
+    else:
+        quota, period = read_text(directory / "cpu.cfs_quota_us") or "-1", read_text(directory / "cpu.cfs_period_us") or "0"
+    try:
+        cores = int(quota) / int(period)
+    except (ValueError, ZeroDivisionError):  # "max" or -1: no quota
+        return None
+    return cores if cores > 0 else None
+
+
+class CgroupCpu:
+    """`cpu_cgroup_pct`: how busy the CPU-limited cgroup the run lives in is (cpu.stat
+    usage_usec, v1 cpuacct.usage), as a share of the cores its quota allows. On a lab device
+    that cgroup is the device, so this is the device's own CPU use; other processes of the
+    host are not in it."""
+
+    name = "cgroup_cpu"
+
+    def __init__(self, pid: int, root: str | Path = "/"):
+        found = cgroup_dir(pid, "cpu", root)
+        if found is None or is_hierarchy_root(found[1]):
+            raise SourceUnavailable(f"pid {pid} is in no (non-root) cpu cgroup")
+        self.version, directory, self.path = found
+        self.cores = _quota_cores(self.version, directory)
+        if self.cores is None:
+            raise SourceUnavailable(f"{directory} has no CPU quota: the cgroup is not a device of its own")
+        if self.version == "v2":
+            self._usage = directory / "cpu.stat"
+        else:  # cpuacct: mounted with cpu ("cpu,cpuacct") or apart, where the lab makes the device a group too
+            acct = cgroup_dir(pid, "cpuacct", root)
+            if acct is None or is_hierarchy_root(acct[1]):
+                raise SourceUnavailable(f"pid {pid} has a CPU quota but no cpuacct group of its own to read its use")
+            self._usage = acct[1] / "cpuacct.usage"
+        self._rate = _Rate()
+        if self._usage_s() is None:
+            raise SourceUnavailable(f"{self._usage} has no CPU usage counter")
+
+    def _usage_s(self) -> float | None:
+        if self.version == "v2":
+            usec = keyed_values(self._usage).get("usage_usec")
+            return None if usec is None else usec / 1e6
+        text = read_text(self._usage)
+        return int(text) / 1e9 if text and text.strip().isdigit() else None
+
+    def read(self, now_s: float) -> dict[str, float]:
+        used = self._usage_s()
+        rate = None if used is None else self._rate.update(now_s, used)
+        return {} if rate is None else {"cpu_cgroup_pct": round(min(100.0, 100.0 * rate / self.cores), 2)}
+
+    def describe(self) -> str:
+        return f"the CPU use of its cgroup {self.path} ({self.cores:g} core{'' if self.cores == 1 else 's'})"
+
+    def close(self) -> None:
+        pass
 
 
 class CpuFreq:

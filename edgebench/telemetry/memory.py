@@ -183,12 +183,14 @@ def _mountinfo_dirs(root: str | Path, controller: str | None) -> list[tuple[str,
 
 
 def cgroup_dir(pid: int, controller: str, root: str | Path = "/") -> tuple[str, Path, str] | None:
-    """(version, directory, cgroup path) of `pid`'s cgroup for `memory` or `cpu`, or None.
+    """(version, directory, cgroup path) of `pid`'s cgroup for `memory`, `cpu` or `cpuacct`
+    (v1's CPU usage counters; on v2 the cpu controller's cpu.stat has them), or None.
 
     Reads /proc/PID/cgroup; v1 hierarchies are tried before the v2 one (hybrid hosts put
     controllers on v1). Mount points come from mountinfo, else the usual /sys/fs/cgroup.
     """
-    probe = {"memory": ("memory.usage_in_bytes", "memory.current"), "cpu": ("cpu.stat", "cpu.stat")}[controller]
+    probe = {"memory": ("memory.usage_in_bytes", "memory.current"), "cpu": ("cpu.stat", "cpu.stat"),
+             "cpuacct": ("cpuacct.usage", "cpu.stat")}[controller]
     lines = (read_text(under(root, f"/proc/{pid}/cgroup")) or "").splitlines()
     entries = [line.split(":", 2) for line in lines if line.count(":") >= 2]
     for version, hierarchy, probe_file in (("v1", controller, probe[0]), ("v2", None, probe[1])):

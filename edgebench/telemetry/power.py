@@ -15,7 +15,9 @@ Each yields `power_w`, `energy_j` (since the start) and `rail_<name>_w`; `descri
 summary fields saying what `power_w` covers (`power_total`, e.g. "VDD_IN" or "sum of rails").
 
 `PowerEstimate` (a profile's power model: idle + utilisation x (max - idle)) yields only
-`power_w_est` / `energy_j_est`: an estimate is never written into the measured names.
+`power_w_est` / `energy_j_est`: an estimate is never written into the measured names. The
+utilisation is the device's own (the sampler picks its cgroup's on a lab device, the
+board's on a board), never another device's or process's.
 """
 
 from __future__ import annotations
@@ -377,7 +379,7 @@ class BatteryPower:
 
 
 class PowerEstimate:
-    """`power_w_est` = idle_w + cpu utilisation x (max_w - idle_w), from a profile's power model."""
+    """`power_w_est` = idle_w + the device's CPU utilisation x (max_w - idle_w), from a profile's power model."""
 
     name = "power_estimate"
 
@@ -388,8 +390,8 @@ class PowerEstimate:
             raise ValueError(f"power_model needs numbers idle_w and max_w, got {power_model!r}") from None
         self._energy = Integrator()
 
-    def estimate(self, now_s: float, cpu_sys_pct: float) -> dict[str, float]:
-        watts = self.idle_w + min(max(cpu_sys_pct / 100.0, 0.0), 1.0) * (self.max_w - self.idle_w)
+    def estimate(self, now_s: float, cpu_pct: float) -> dict[str, float]:
+        watts = self.idle_w + min(max(cpu_pct / 100.0, 0.0), 1.0) * (self.max_w - self.idle_w)
         return {"power_w_est": round(watts, 4), "energy_j_est": round(self._energy.add(now_s, watts), 4)}
 
 

@@ -31,6 +31,7 @@ INTERVALS_S = {
     "system_memory": 0.1,
     "process_cpu": 0.1,
     "system_cpu": 0.1,
+    "cgroup_cpu": 0.1,
     "ina3221": 0.1,
     "rapl": 0.1,
     "battery": 0.1,
@@ -59,7 +60,7 @@ PEAK_KEYS = {"rss_bytes": "peak_rss_bytes", "uss_bytes": "peak_uss_bytes", "pss_
              "cpu_proc_pct": "cpu_proc_pct_max", "power_w": "power_w_max", "power_w_est": "power_w_est_max",
              "temp_c_max": "temp_c_max", "gpu_load_pct": "gpu_load_pct_max"}
 MIN_KEYS = {"mem_available_bytes": "mem_available_min_bytes"}
-MEAN_KEYS = ("cpu_proc_pct", "cpu_sys_pct", "cpu_freq_mhz", "power_w", "power_w_est", "gpu_load_pct")
+MEAN_KEYS = ("cpu_proc_pct", "cpu_sys_pct", "cpu_cgroup_pct", "cpu_freq_mhz", "power_w", "power_w_est", "gpu_load_pct")
 LAST_KEYS = ("energy_j", "energy_j_est")
 DELTA_KEYS = {"cpu_throttled_us": "cpu_throttled_us"}  # cumulative counters: the run's share
 
@@ -118,7 +119,8 @@ class Sampler:
     device profile's sensors block (`power.source`, `power.rails`, `power.total_rail`,
     `power.battery_current_sign`, `thermal_zones`, `throttle`); empty means detect all.
     `power_model` {"idle_w", "max_w"}: only used for `power_w_est` where no power is
-    measured. `runner`: runs device commands (vcgencmd), argv -> stdout.
+    measured, scaled by the device's own CPU use: its cgroup's on a lab device (a
+    CPU-limited cgroup), else the whole system's (a board is the device). `runner`: runs device commands (vcgencmd), argv -> stdout.
     """
 
     def __init__(self, out_path: str | Path, pid: int, rate_hz: float = 20.0, root: str | Path = "/",
@@ -147,6 +149,7 @@ class Sampler:
         self._cgroup_peak_scope: str | None = None
         self._power_source: Any = None
         self._estimate: power.PowerEstimate | None = None
+        self._estimate_cpu: tuple[str, str] | None = None  # (sample key, what it is)
         self._summary: dict[str, Any] | None = None
         self._error: str | None = None
 
@@ -189,6 +192,7 @@ class Sampler:
             self._cgroup_peak_scope = "run" if why_not is None else f"cgroup lifetime ({why_not})"
         self._try("process_cpu", lambda: cpu.ProcessCpu(tree))
         self._try("system_cpu", lambda: cpu.SystemCpu(root))
+        cgroup_cpu = self._try("cgroup_cpu", lambda: cpu.CgroupCpu(self.pid, root))
         self._try("cpu_freq", lambda: cpu.CpuFreq(root))
         self._try("cgroup_cpu_throttle", lambda: cpu.CgroupCpuThrottle(self.pid, root))
 
@@ -198,10 +202,15 @@ class Sampler:
         if source is not None:
             self._power_source = self._try(source.name, lambda: source)
         elif self.power_model:
-            if "system_cpu" in self._active:
+            if cgroup_cpu is not None:
+                self._estimate_cpu = ("cpu_cgroup_pct", cgroup_cpu.describe())
+            elif "system_cpu" in self._active:
+                self._estimate_cpu = ("cpu_sys_pct", "the whole system's CPU use (/proc/stat)")
+            if self._estimate_cpu:
                 self._estimate = self._make("power_estimate", lambda: power.PowerEstimate(self.power_model))
             else:
-                self._unavailable["power_estimate"] = "needs system CPU utilisation (/proc/stat), which is unreadable"
+                self._unavailable["power_estimate"] = "needs the device's CPU use (/proc/stat, or its cgroup's), " \
+                                                      "which is unreadable"
 
         zones = [z for z in sensors.get("thermal_zones") or [] if z != "*"] or None
         zone_source = self._try("thermal_zones", lambda: thermal.ThermalZones(root, zones))
@@ -265,8 +274,8 @@ class Sampler:
             if interval >= SLOW_S:
                 interval = max(interval, CORE_SHARE_DIVISOR * (time.perf_counter() - read_started))
             item.due_s = now_s + interval
-        if self._estimate is not None and "cpu_sys_pct" in rec:
-            rec.update(self._estimate.estimate(now_s, rec["cpu_sys_pct"]))
+        if self._estimate is not None and self._estimate_cpu[0] in rec:
+            rec.update(self._estimate.estimate(now_s, rec[self._estimate_cpu[0]]))
         temps = [v for k, v in rec.items() if k.startswith("temp_") and k.endswith("_c")]
         if temps:
             rec["temp_c_max"] = max(temps)
@@ -345,4 +354,5 @@ class Sampler:
         elif self._estimate is not None:
             out["power_source"] = "estimate"
             out["power_model"] = {"idle_w": self._estimate.idle_w, "max_w": self._estimate.max_w}
+            out["power_est_basis"] = self._estimate_cpu[1]
         return out
