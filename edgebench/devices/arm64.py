@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 import zipfile
 from dataclasses import dataclass
@@ -205,6 +206,40 @@ def _download_wheels(downloads: Path) -> None:
         what = f"the aarch64 wheel of {failed[0]}" if failed else f"the aarch64 wheels ({(lines or ['?'])[-1][:200]})"
         raise Arm64Error(f"arm64 lab: could not download {what} from PyPI; check access to pypi.org (or set "
                          "PIP_INDEX_URL to a PyPI mirror), then run `edgebench lab up --arch arm64` again")
+
+
+def aarch64_executorch() -> Path:
+    """The aarch64 executorch package (include/, lib/, share/cmake: its C++ runtime) the native
+    worker is cross-built against: the emulation root's copy when that is built, else the
+    wheel alone, downloaded once into the cache (no torch, no sysroot)."""
+    if (cache_dir() / "manifest.json").exists() and (cache_dir() / "site" / "executorch" / "lib").is_dir():
+        return cache_dir() / "site" / "executorch"
+    wheel = next(w for w in WHEELS if w.startswith("executorch=="))
+    target = cache_dir().parent / f"aarch64-{wheel.replace('==', '-')}"
+    if (target / "executorch" / "share").is_dir():
+        return target / "executorch"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".aarch64-executorch-", dir=target.parent))
+    try:
+        argv = [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--no-deps", "-d", str(work),
+                "--python-version", PYTHON, "--implementation", "cp", "--abi", f"cp{PYTHON.replace('.', '')}",
+                *[a for p in PLATFORMS for a in ("--platform", p)], wheel]
+        proc = subprocess.run(argv, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise Arm64Error(f"could not download the aarch64 wheel of {wheel} from PyPI ({proc.stderr.strip()[-300:]}); "
+                             "check access to pypi.org (or PIP_INDEX_URL), then run again")
+        (downloaded,) = work.glob("*.whl")
+        with zipfile.ZipFile(downloaded) as archive:
+            for info in archive.infolist():
+                if info.filename.startswith(("executorch/include/", "executorch/lib/", "executorch/share/")):
+                    archive.extract(info, work / "unpacked")
+                    mode = info.external_attr >> 16
+                    if mode:
+                        os.chmod(work / "unpacked" / info.filename, mode & 0o777)
+        os.replace(work / "unpacked", target)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return target / "executorch"
 
 
 def _unpack(work: Path, downloads: Path, sysroot_debs: list[Path]) -> None:

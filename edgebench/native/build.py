@@ -48,9 +48,12 @@ def executorch_package(arch: str) -> Path:
                                    "(bash scripts/setup.sh installs it)")
         return Path(next(iter(found.submodule_search_locations)))
     if arch == "aarch64":
-        from edgebench.devices.arm64 import aarch64_executorch
+        from edgebench.devices.arm64 import Arm64Error, aarch64_executorch
 
-        return aarch64_executorch()
+        try:
+            return aarch64_executorch()
+        except Arm64Error as exc:
+            raise NativeBuildError(str(exc)) from None
     raise NativeBuildError(f"no native worker for {arch}: it is built for {', '.join(ARCHES)}")
 
 

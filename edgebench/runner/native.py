@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -59,9 +60,19 @@ def start_problem(spec: Any) -> str | None:
     return None
 
 
+def emulator_prefix() -> list[str]:
+    """What starts an aarch64 program on the arm64 lab's emulated device: its Python runs under
+    qemu user-mode emulation without binfmt_misc, so the worker needs the same qemu in front
+    (binfmt_misc's job on a host that has it). Empty everywhere else."""
+    if not os.environ.get("EDGEBENCH_EMULATOR"):
+        return []
+    qemu = Path(sys.executable).resolve().parent.parent / "tools" / "usr" / "bin" / "qemu-aarch64"
+    return [str(qemu)] if qemu.is_file() else []
+
+
 def command(spec: Any, out: str | Path) -> list[str]:
     """The worker's command line for `spec`, writing into run directory `out`."""
-    return [str(Path(spec.native_worker) / WORKER), str(Path(spec.native_plan) / PLAN),
+    return [*emulator_prefix(), str(Path(spec.native_worker) / WORKER), str(Path(spec.native_plan) / PLAN),
             "--program", str(spec.program), "--out", str(out)]
 
 
