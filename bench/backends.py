@@ -1,4 +1,4 @@
-"""Where each runtime stands: eager vs ExecuTorch (runtime kernels, XNNPACK) vs ONNX Runtime.
+"""Where each runtime stands: eager vs ExecuTorch (runtime kernels, XNNPACK; Python or native worker) vs ONNX Runtime.
 
 For each model: export time, file sizes and planned memory (from the manifests), then
 median step time and peak RSS (the kernel's VmHWM of a fresh process per run) from
@@ -9,9 +9,11 @@ names its lowering (from the export manifest): `executorch` runs everything on t
 runtime's kernels (`linear` without weight transposes, the patch convolution as a matmul),
 `executorch-xnnpack` (the device profiles' default) runs the matmuls and transposes in
 XNNPACK with the weights as runtime inputs (the pip runtime's own matmul kernels are built
-without AVX).
+without AVX). `executorch-native` runs the XNNPACK program in the native C++ worker
+(edgebench/native): the same program and batches, no Python or torch in the process.
 
     .venv/bin/python bench/backends.py                       # tiny, SGD and AdamW
+    .venv/bin/python bench/backends.py --models tiny,nanovlm-222m --variants eager,executorch-xnnpack,executorch-native
     .venv/bin/python bench/backends.py --models tiny,nanovlm-222m --methods sgd --rounds 3 --steps 3
 """
 
@@ -29,6 +31,8 @@ VARIANTS = {  # name -> (runtime backend, export backend, delegate)
     "eager": ("eager", None, None),
     "executorch": ("executorch", "executorch", None),
     "executorch-xnnpack": ("executorch", "executorch", "xnnpack"),
+    # the same program in the native worker (edgebench/native): no Python, no torch in the process
+    "executorch-native": ("executorch", "executorch", "xnnpack"),
     "onnxruntime": ("onnxruntime", "onnxruntime", None),
 }
 
@@ -83,6 +87,31 @@ def export_variants(model: str, method: str, text_length: int, variants: list[st
     return out
 
 
+def run_native(spec: dict) -> dict:
+    """One run of the native worker on the same batches (its plan skips the first batch, as the
+    Python child's setup takes it): step times and losses from its events, its own VmHWM."""
+    import tempfile
+
+    from edgebench.native.build import bundle
+    from edgebench.native.plan import write_plan
+    from edgebench.runner.spec import RunSpec
+    from exporters.manifest import cache_root
+
+    run = RunSpec.from_dict({**spec, "runtime": "native"})
+    plan = write_plan(run, cache_root())
+    worker = bundle() / "edgebench-worker"
+    with tempfile.TemporaryDirectory() as out:
+        proc = subprocess.run([str(worker), str(plan / "plan.txt"), "--program", run.program, "--out", out],
+                              capture_output=True, text=True)
+        events = [json.loads(line) for line in Path(out, "events.jsonl").read_text().splitlines()]
+    if proc.returncode != 0:
+        return {"error": next((e["detail"] for e in events if "detail" in e), f"exit {proc.returncode}")}
+    ends = [e for e in events if e["event"] == "step_end"]
+    return {"setup_s": None, "step_s": [e["duration_s"] for e in ends if e["phase"] == "measure"],
+            "losses": [e["loss"] for e in ends], "torch_imported": False,
+            "peak_rss_bytes": next(e["vm_hwm_bytes"] for e in events if e["event"] == "memory")}
+
+
 def run_child(spec: dict, facts: dict) -> dict:
     proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec), json.dumps(facts)],
                           capture_output=True, text=True)
@@ -106,7 +135,7 @@ def bench_model(model: str, method: str, variants: list[str], rounds: int, steps
                     "warmup_steps": warmup, "steps": steps, "threads": threads,
                     "program": exports.get(name, {}).get("directory")}
             print(f"  [{model} {method}] round {round_index + 1}/{rounds}: {name}", file=sys.stderr)
-            runs[name].append(run_child(spec, facts))
+            runs[name].append(run_native(spec) if name == "executorch-native" else run_child(spec, facts))
     rows = {}
     for name in variants:
         ok = [r for r in runs[name] if "error" not in r]

@@ -674,6 +674,17 @@ class Worker {
   }
 };
 
+long long vm_hwm_bytes() {  // /proc/self/status VmHWM: this process's resident high-water mark
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  long long kb = 0;
+  while (status >> key) {
+    if (key == "VmHWM:" && status >> kb) return kb * 1024;
+    status.ignore(1 << 12, '\n');
+  }
+  return -1;
+}
+
 void die_with_parent() {
   prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);  // a dying supervisor takes its worker with it
   const char* expected = std::getenv("EDGEBENCH_SUPERVISOR_PID");
@@ -753,25 +764,28 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", f.what());
     return f.code;
   }
+  int code = EXIT_ERROR;
   try {
     Plan plan = Plan::read(plan_path);
-    return train(plan, program_dir, *events);
+    code = train(plan, program_dir, *events);
   } catch (const Failure& f) {
     if (f.code == EXIT_NO_SPACE || f.event.empty()) {
       std::fprintf(stderr, "%s\n", f.what());
       return f.code;
     }
-    try {
-      events->write(f.event, std::string("\"detail\": ") + json_string(f.what()));
-    } catch (const Failure& g) {
-      return g.code;
-    }
-    return f.code;
+    code = f.code;
+    try { events->write(f.event, std::string("\"detail\": ") + json_string(f.what())); } catch (const Failure& g) { return g.code; }
   } catch (const std::bad_alloc&) {
+    code = EXIT_OOM;
     try { events->write("oom", "\"detail\": \"std::bad_alloc: the native worker could not allocate memory\""); } catch (...) {}
-    return EXIT_OOM;
   } catch (const std::exception& e) {
     try { events->write("error", std::string("\"detail\": ") + json_string(std::string("native worker: ") + e.what())); } catch (...) {}
-    return EXIT_ERROR;
   }
+  // The worker's own peak: the supervisor's ru_maxrss of it would start at the supervisor's RSS
+  // (Linux carries the parent's high-water mark across exec).
+  long long hwm = vm_hwm_bytes();
+  if (hwm > 0) {
+    try { events->write("memory", "\"vm_hwm_bytes\": " + std::to_string(hwm)); } catch (...) {}
+  }
+  return code;
 }
