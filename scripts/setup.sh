@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up edgebench on a fresh machine: system tools the tests and the lab need
-# (sshd, adb, tmux), then a virtual environment in .venv with everything pinned.
+# (sshd, adb, tmux, C++ compilers), then a virtual environment in .venv with everything
+# pinned, then the native ExecuTorch worker for this host.
 # Safe to run again: it only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +12,9 @@ command -v adb >/dev/null 2>&1 || need+=(adb)
 command -v tmux >/dev/null 2>&1 || need+=(tmux)
 # the arm64 lab's aarch64 binutils (unpacked from Debian's package into its cache) link it
 ldconfig -p 2>/dev/null | grep -q 'libjansson.so.4 ' || need+=(libjansson4)
+# the native ExecuTorch worker: built here (g++) and cross-built for aarch64 boards
+command -v g++ >/dev/null 2>&1 || need+=(g++)
+command -v aarch64-linux-gnu-g++ >/dev/null 2>&1 || need+=(g++-aarch64-linux-gnu)
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
         echo "setup: installing ${need[*]} (apt)"
@@ -30,4 +34,6 @@ fi
 .venv/bin/pip install -q --disable-pip-version-check torch==2.13.0
 .venv/bin/pip install -q --disable-pip-version-check -e '.[all]'
 .venv/bin/python -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+# The native ExecuTorch worker for this host (--runtime native, the default where it is built).
+.venv/bin/python -m edgebench.native.build
 echo "setup: ready (.venv/bin/edgebench)"

@@ -123,3 +123,18 @@ def _build(arch: str, work: Path, log: Callable[[str], None]) -> None:
     files = {str(p.relative_to(work)): _sha256(p) for p in sorted(work.rglob("*")) if p.is_file()}
     facts = {"arch": arch, "executorch": metadata.version("executorch"), "key": work.name, "files": files}
     (work / BUNDLE_FACTS).write_text(json.dumps(facts, indent=1, sort_keys=True))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m edgebench.native.build [ARCH ...]`: builds (or finds) the bundles, prints their folders."""
+    for arch in (argv if argv is not None else sys.argv[1:]) or [machine_arch()]:
+        try:
+            print(bundle(arch, log=lambda line: print(line, file=sys.stderr)))
+        except NativeBuildError as exc:
+            print(f"native worker: {exc}", file=sys.stderr)
+            return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -20,6 +20,7 @@ from rich.text import Text
 
 from edgebench.results.aggregate import config_label, group_runs
 from edgebench.results.pareto import loss_drop_pct
+from edgebench.runner.native import backend_label
 from edgebench.terminal import Field, fits, fitted
 
 MIB = 1 << 20
@@ -303,7 +304,7 @@ def bench_rows(results: list[dict[str, Any]], device: str = "local") -> list[dic
     for r in results:
         cpu = r.get("cpu") or {}
         rows.append({"device": device, "run_id": r.get("run_id"), "model": r.get("model"),
-                     "method": r.get("method", "?"), "backend": r.get("backend"),
+                     "method": r.get("method", "?"), "backend": backend_label(r.get("backend"), r.get("runtime")),
                      "batch_size": r.get("batch_size"), "status": r.get("status"), "detail": r.get("detail"),
                      "peak_mem_bytes": r.get("peak_rss_bytes_kernel") or r.get("peak_rss_bytes_sampled"),
                      "peak_rss_bytes_sampled": r.get("peak_rss_bytes_sampled"),
@@ -317,7 +318,9 @@ def bench_rows(results: list[dict[str, Any]], device: str = "local") -> list[dic
     return rows
 
 
-BENCH_IDENT = [Field("method", "method", lambda g: str(g["method"]), True),
+BENCH_IDENT = [Field("method", "method",  # the native ExecuTorch worker said beside the method it ran
+                     lambda g: f"{g['method']} (native)" if g.get("backend") == "executorch-native" else str(g["method"]),
+                     True),
                Field("status", "status", status_cell, True),
                Field("n", "runs (n)", lambda g: str(g["n"]))]
 BENCH_FIGURES = [Field("peak MiB", "peak memory, kernel (MiB)", lambda g: figure(g, "peak_mem_bytes", ",.0f", MIB)),

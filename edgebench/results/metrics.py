@@ -19,6 +19,7 @@ from edgebench.results.energy import window_energy_j, window_mean_peak_w
 from edgebench.results.pareto import mark_frontier
 from edgebench.results.store import Store
 from edgebench.runner import figures
+from edgebench.runner.native import backend_label
 
 SAMPLE_FIELDS = ["rss_bytes", "cgroup_peak_bytes", "power_w", "power_w_est", "temp_c_max", "throttle_flags"]
 
@@ -155,6 +156,7 @@ def run_metrics(store: Store, run: dict[str, Any]) -> dict[str, Any]:
 
     out: dict[str, Any] = {k: run.get(k) for k in ("device", "run_id", "model", "method", "backend", "status",
                                                     "detail", "batch_size", "device_ram_bytes", "align_source")}
+    out["backend"] = backend_label(run.get("backend"), run.get("runtime"))
     out.update(run_shape(run))
     out["steps_measured"] = int(len(durations))
     out["peak_rss_bytes_sampled"] = _finite_max(s["rss_bytes"]) or result.get("peak_rss_bytes_sampled")

@@ -24,6 +24,12 @@ PLAN_FORMAT = "edgebench-native-plan 1"
 RUNTIMES = ("native", "python")  # how the ExecuTorch backend runs: this worker, or the Python one
 
 
+def backend_label(backend: str | None, runtime: str | None) -> str | None:
+    """How tables and charts name a run's backend: `executorch-native` for the native worker, so
+    its figures never fold into the Python ExecuTorch worker's."""
+    return "executorch-native" if backend == "executorch" and runtime == "native" else backend
+
+
 def machine_arch(machine: str | None = None) -> str:
     """The kernel's name for an arch, as bundles are named (amd64 -> x86_64, arm64 -> aarch64)."""
     machine = (machine or platform.machine()).lower()
