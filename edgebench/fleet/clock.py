@@ -28,7 +28,7 @@ ANSWER_EACH_LINE = (
 
 # A device with no Python: the native worker reads the clocks (`--clock`: mono s, ns, wall s, ns),
 # one process per probe line (a few ms more round trip than the Python answerer).
-SHELL_ANSWER_EACH_LINE = 'while read -r _; do "$1/edgebench-worker" --clock || exit 1; done'
+SHELL_ANSWER_EACH_LINE = 'while read -r _; do sh "$1/run.sh" --clock || exit 1; done'
 
 
 def _pair(reply: str) -> dict[str, int]:

@@ -19,14 +19,20 @@ from importlib import metadata
 from pathlib import Path
 from typing import Callable
 
-from edgebench.runner.native import BUNDLE_FACTS, WORKER, machine_arch
+from edgebench.runner.native import BUNDLE_FACTS, LAUNCHER, WORKER, machine_arch
 
 SOURCES = Path(__file__).resolve().parent
-SOURCE_FILES = ("CMakeLists.txt", "worker.cpp")
+SOURCE_FILES = ("CMakeLists.txt", "worker.cpp", "run.sh")
 LIBRARIES = ("libexecutorch.so", "libexecutorch_kernels_optimized.so", "libexecutorch_backend_xnnpack.so",
              "libexecutorch_threadpool.so")
 ARCHES = ("x86_64", "aarch64")
 CROSS_COMPILER = {"aarch64": "aarch64-linux-gnu-g++"}
+# A cross-built bundle carries the C and C++ runtime it was linked against (Debian's cross
+# toolchain: glibc 2.36), started through its own loader (run.sh): a board with an older glibc
+# and Android's shell user (no glibc at all) run it as it is.
+CROSS_RUNTIME = {"aarch64": ("/usr/aarch64-linux-gnu/lib", ("ld-linux-aarch64.so.1", "libc.so.6", "libm.so.6",
+                                                           "libdl.so.2", "libpthread.so.0", "libgcc_s.so.1",
+                                                           "libstdc++.so.6"))}
 
 
 class NativeBuildError(RuntimeError):
@@ -117,8 +123,13 @@ def _build(arch: str, work: Path, log: Callable[[str], None]) -> None:
             raise NativeBuildError(f"building the native worker for {arch} failed ({' '.join(step[:2])}):\n{tail}")
     (work / "lib").mkdir()
     shutil.copy2(build / WORKER, work / WORKER)
+    shutil.copy2(SOURCES / "run.sh", work / LAUNCHER)
     for name in LIBRARIES:
         shutil.copy2(package / "lib" / name, work / "lib" / name)
+    if arch != machine_arch():
+        folder, names = CROSS_RUNTIME[arch]
+        for name in names:
+            shutil.copy2(Path(folder, name).resolve(), work / "lib" / name)
     shutil.rmtree(build)
     files = {str(p.relative_to(work)): _sha256(p) for p in sorted(work.rglob("*")) if p.is_file()}
     facts = {"arch": arch, "executorch": metadata.version("executorch"), "key": work.name, "files": files}

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 WORKER = "edgebench-worker"
+LAUNCHER = "run.sh"  # starts the worker with the bundle's libraries (and loader, where it has one)
 BUNDLE_FACTS = "bundle.json"
 PLAN = "plan.txt"
 BATCHES = "batches.bin"
@@ -58,27 +59,28 @@ def start_problem(spec: Any) -> str | None:
     if built_for and built_for != here:
         return (f"{executable} was built for {built_for}, this device is {here}; deploy again so the host builds "
                 f"the {here} worker (or use --runtime python)")
-    if not os.access(executable, os.X_OK):
-        return f"{executable} is not executable; deploy again"
+    if not os.access(executable, os.X_OK) or not (bundle / LAUNCHER).is_file():
+        return f"{executable} is not executable or its {LAUNCHER} is missing; deploy again"
     plan = Path(spec.native_plan) / PLAN
     if not plan.is_file():
         return f"{plan}: no native plan there; deploy again"
     return None
 
 
-def emulator_prefix() -> list[str]:
-    """What starts an aarch64 program on the arm64 lab's emulated device: its Python runs under
-    qemu user-mode emulation without binfmt_misc, so the worker needs the same qemu in front
-    (binfmt_misc's job on a host that has it). Empty everywhere else."""
+def exec_prefix() -> dict[str, str]:
+    """The environment that starts an aarch64 program on the arm64 lab's emulated device: its
+    Python runs under qemu user-mode emulation without binfmt_misc, so the worker needs the same
+    qemu in front (binfmt_misc's job on a host that has it). Empty everywhere else."""
     if not os.environ.get("EDGEBENCH_EMULATOR"):
-        return []
+        return {}
     qemu = Path(sys.executable).resolve().parent.parent / "tools" / "usr" / "bin" / "qemu-aarch64"
-    return [str(qemu)] if qemu.is_file() else []
+    return {"EDGEBENCH_EXEC_PREFIX": str(qemu)} if qemu.is_file() else {}
 
 
 def command(spec: Any, out: str | Path) -> list[str]:
-    """The worker's command line for `spec`, writing into run directory `out`."""
-    return [*emulator_prefix(), str(Path(spec.native_worker) / WORKER), str(Path(spec.native_plan) / PLAN),
+    """The worker's command line for `spec`, writing into run directory `out` (through the
+    bundle's launcher, which replaces itself with the worker: the pid is the worker's)."""
+    return ["sh", str(Path(spec.native_worker) / LAUNCHER), str(Path(spec.native_plan) / PLAN),
             "--program", str(spec.program), "--out", str(out)]
 
 
@@ -89,4 +91,7 @@ def loader_problem(log_tail: str) -> str | None:
         if "error while loading shared libraries" in line or "cannot open shared object" in line:
             return (f"the native worker could not start: {line.strip()}; its bundle is incomplete: deploy "
                     "again (deploy ships lib/ beside the worker) or use --runtime python")
+        if "Exec format error" in line or "cannot execute binary" in line:
+            return (f"the native worker could not be started: {line.strip()}; it was built for another arch: "
+                    "deploy again so the host builds it for this one (or use --runtime python)")
     return None

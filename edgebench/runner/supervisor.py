@@ -259,7 +259,8 @@ class Supervisor:
                         try:
                             self.child = subprocess.Popen(
                                 self._worker_command(spec_path), stdout=log, stderr=subprocess.STDOUT,
-                                env={**os.environ, worker.SUPERVISOR_PID_ENV: str(os.getpid())},
+                                env={**os.environ, worker.SUPERVISOR_PID_ENV: str(os.getpid()),
+                                     **(native.exec_prefix() if self.native else {})},
                             )
                         except OSError as exc:  # ENOEXEC, EACCES, ENOENT: the worker cannot run here
                             if disk_full(self.out, exc):

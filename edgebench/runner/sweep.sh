@@ -58,7 +58,7 @@ milli() {  # an integer in thousandths as a decimal (45123 -> 45.123)
 }
 
 clock_start() {  # the monotonic - wall offset, from the worker (a shell has no monotonic clock)
-    set -- $("$WORKER/edgebench-worker" --clock)
+    set -- $(sh "$WORKER/run.sh" --clock)
     MONO_S=$1; MONO_N=$2; WALL_S=$3; WALL_N=$4
     OFF_S=$((WALL_S - MONO_S)); OFF_N=$((WALL_N - MONO_N))
     HAVE_NS=1
@@ -75,7 +75,7 @@ now() {  # sets NOW_S and NOW (monotonic ns as text), from the wall clock less t
 }
 
 clock_json() {
-    set -- $("$WORKER/edgebench-worker" --clock)
+    set -- $(sh "$WORKER/run.sh" --clock)
     printf '{"mono_ns": %d%09d, "wall_ns": %d%09d, "uncertainty_ns": null}' "$1" "$2" "$3" "$4"
 }
 
@@ -208,7 +208,7 @@ run_one() {
     find_cgroup
     OOM_BEFORE=$(oom_kills)
     PEAK_KB=0; HWM_KB=""; TICKS=0; ENERGY_MJ=0; TIMED_OUT=""; STOPPED=""
-    "$WORKER/edgebench-worker" "$PLAN/plan.txt" --program "$PROGRAM" --out "$RUN" >> "$RUN/worker.log" 2>&1 &
+    sh "$WORKER/run.sh" "$PLAN/plan.txt" --program "$PROGRAM" --out "$RUN" >> "$RUN/worker.log" 2>&1 &
     PID=$!
     START_S=$(date +%s); KILL_AT=""
     while alive; do
