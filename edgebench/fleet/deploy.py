@@ -115,35 +115,38 @@ def _ship_tar(transport: Transport, archive: Path, remote_dir: str) -> None:
     transport.check(["rm", "-f", remote_archive])
 
 
-def deploy_one(name: str, specs: list[RunSpec], local_root: Path = Path("runs"),
-               log: Callable[[str], None] = lambda _: None) -> Deployment:
-    """Preflight, ship and start one device's sweep; returns what was started."""
-    device = get_device(name)
-    specs = for_device(device.name, device.profile, specs)
-    refused = {}
+def _runnable(name: str, specs: list[RunSpec], refused: dict[str, str],
+              why_not: Callable[[RunSpec], str | None]) -> list[RunSpec]:
+    """The specs `why_not` lets through; the others' reasons go into `refused` (by method). None
+    left: PreflightError listing every reason."""
     for spec in specs:
-        why = attach_program(spec, device.profile, on_stage=lambda stage, m=spec.method: log(f"{name}: export {m}: {stage}"))
+        why = why_not(spec)
         if why:
             refused[spec.method] = why
     specs = [spec for spec in specs if spec.method not in refused]
     if not specs:
         raise PreflightError(f"{name}: no method can run there:\n  - "
                              + "\n  - ".join(f"{m}: {why}" for m, why in refused.items()))
+    return specs
+
+
+def deploy_one(name: str, specs: list[RunSpec], local_root: Path = Path("runs"),
+               log: Callable[[str], None] = lambda _: None) -> Deployment:
+    """Preflight, ship and start one device's sweep; returns what was started."""
+    device = get_device(name)
+    specs = for_device(device.name, device.profile, specs)
+    refused: dict[str, str] = {}
+    specs = _runnable(name, specs, refused, lambda spec: attach_program(
+        spec, device.profile, on_stage=lambda stage, m=spec.method: log(f"{name}: export {m}: {stage}")))
     # Board farm: `reserve` holds the device's labgrid place from here (none for inventory devices).
     with reserve(device, log) as reservation, connect(device) as transport, \
             tempfile.TemporaryDirectory(prefix="edgebench-deploy-") as staging:
         log(f"{name}: preflight")
         facts = run_program(transport, device, facts_script, device.workdir)
-        for spec in specs:  # the native worker is built for the arch the device reports
-            why = attach_native(spec, facts["arch"], on_stage=lambda stage, m=spec.method: log(f"{name}: {m}: {stage}"))
-            if why is None and not device.has_python:
-                why = shell_sweep.refusal(spec)
-            if why:
-                refused[spec.method] = why
-        specs = [spec for spec in specs if spec.method not in refused]
-        if not specs:
-            raise PreflightError(f"{name}: no method can run there:\n  - "
-                                 + "\n  - ".join(f"{m}: {why}" for m, why in refused.items()))
+        # the native worker is built for the arch the device reports
+        specs = _runnable(name, specs, refused, lambda spec: attach_native(
+            spec, facts["arch"], on_stage=lambda stage, m=spec.method: log(f"{name}: {m}: {stage}"))
+            or (None if device.has_python else shell_sweep.refusal(spec)))
         package = package_tarball(Path(staging) / "pkg.tar.gz")
         named = dict.fromkeys(s.program for s in specs if s.program and Path(s.program).is_dir())
         programs = {local: _tar_dir(Path(local), ".", Path(staging) / f"program{i}.tar", compress=False)
