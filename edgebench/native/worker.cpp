@@ -25,16 +25,6 @@
 
 #include <executorch/extension/module/module.h>
 #include <executorch/extension/tensor/tensor.h>
-
-// The wheel ships libexecutorch_threadpool.so but not its header: the two calls used here.
-namespace executorch::extension::threadpool {
-class ThreadPool {
- public:
-  bool _unsafe_reset_threadpool(uint32_t num_threads);
-};
-ThreadPool* get_threadpool();
-}  // namespace executorch::extension::threadpool
-
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -55,6 +45,15 @@ ThreadPool* get_threadpool();
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+// The wheel ships libexecutorch_threadpool.so but not its header: the two calls used here.
+namespace executorch::extension::threadpool {
+class ThreadPool {
+ public:
+  bool _unsafe_reset_threadpool(uint32_t num_threads);
+};
+ThreadPool* get_threadpool();
+}  // namespace executorch::extension::threadpool
 
 using executorch::aten::ScalarType;
 using executorch::aten::Tensor;
@@ -275,8 +274,7 @@ struct Param {
 
 class Worker {
  public:
-  Worker(const Plan& plan, const std::string& program_dir, Events& events)
-      : plan_(plan), dir_(program_dir), events_(events) {
+  Worker(const Plan& plan, const std::string& program_dir) : plan_(plan), dir_(program_dir) {
     kind_ = plan.str("kind");
     optimizer_ = plan.str("optimizer");
     group_lr_ = {plan.num("group_lr", 0), plan.num("group_lr", 1)};
@@ -339,7 +337,7 @@ class Worker {
       auto outputs = run(batch_inputs());
       loss += to_double(outputs[0]) / double(accumulation_);
       bind_params(outputs);
-      accumulate(outputs, part);
+      accumulate(part);
     }
     update(step_index);
     return loss;
@@ -348,7 +346,6 @@ class Worker {
  private:
   const Plan& plan_;
   std::string dir_;
-  Events& events_;
   std::string kind_, optimizer_;
   std::vector<double> group_lr_;
   Schedule schedule_{};
@@ -466,7 +463,7 @@ class Worker {
   }
 
   // accumN: each micro-batch's gradients (overwritten by the next call) summed at 1/N each.
-  void accumulate(const std::vector<EValue>&, long long part) {
+  void accumulate(long long part) {
     if (accumulation_ == 1) return;
     sums_.resize(params_.size());
     float scale = 1.0f / float(accumulation_);
@@ -704,7 +701,7 @@ int train(const Plan& plan, const std::string& program_dir, Events& events) {
   long long threads = plan.integer("threads");
   if (threads > 0) executorch::extension::threadpool::get_threadpool()->_unsafe_reset_threadpool(uint32_t(threads));
   events.write("load_begin");
-  Worker worker(plan, program_dir, events);
+  Worker worker(plan, program_dir);
   worker.load();
   events.write("load_end");
   long long warmup = plan.integer("warmup_steps"), steps = plan.integer("steps");
