@@ -117,6 +117,7 @@ def test_bench_fine_tunes_my_checkpoint_on_my_data_with_repeats(tmp_path):
     assert results[0]["loss_first"] == results[1]["loss_first"]  # same weights, same data, same seed
     for r in results:
         assert set(r["cpu"]) >= {"others_share", "steal_share", "load_1m", "disturbed"}  # the noise guard
+        assert r["predicted_peak_bytes_est"] > 0  # the memory model reads the checkpoint's config
     from edgebench.results.store import Store
 
     with Store(tmp_path / "runs" / "edgebench.duckdb", read_only=True) as store:

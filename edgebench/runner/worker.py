@@ -62,10 +62,8 @@ def die_with_parent(sig: int, env: str) -> None:
 def batches_for(spec: RunSpec):
     """The run's batches: its folder dataset, else the synthetic task (numpy, no torch)."""
     from edgebench.data.synthetic import synthetic_batches
-    from edgebench.model.config import get_config
 
-    cfg = get_config(spec.model) if spec.checkpoint is None else _checkpoint_config(spec.checkpoint)
-    cfg = image_budget(cfg, spec.max_image_size)
+    cfg = run_config(spec)
     if spec.data_dir:
         from edgebench.data.folder import folder_batches
 
@@ -85,24 +83,25 @@ def image_budget(cfg, max_image_size: int | None):
     return dataclasses.replace(cfg, max_img_size=max_image_size).validate()
 
 
-def _checkpoint_config(path: str):
+def run_config(spec: RunSpec):
+    """The config the run trains: the named one or the checkpoint's own, with its image budget."""
     from edgebench.model.checkpoint import read_config
+    from edgebench.model.config import get_config
 
-    return read_config(path)
+    cfg = get_config(spec.model) if spec.checkpoint is None else read_config(spec.checkpoint)
+    return image_budget(cfg, spec.max_image_size)
 
 
 def predicted_memory(spec: RunSpec) -> dict | None:
     """The method's memory prediction (an estimate), or None where it cannot be made."""
     from edgebench.backends import BACKENDS
 
-    if spec.checkpoint is not None or getattr(BACKENDS.get(spec.backend), "torch_free", False):
-        return None  # the memory model describes eager torch runs of named configs
+    if getattr(BACKENDS.get(spec.backend), "torch_free", False):
+        return None  # the memory model describes eager torch runs
     try:
         from edgebench.methods import memory, parse_method
-        from edgebench.model.config import get_config
 
-        return memory.predict(image_budget(get_config(spec.model), spec.max_image_size),
-                              parse_method(spec.method), spec.batch_size,
+        return memory.predict(run_config(spec), parse_method(spec.method), spec.batch_size,
                               spec.text_length, image_size=spec.image_size)
     except Exception as exc:  # a prediction must never stop the run
         return {"error": f"{type(exc).__name__}: {exc}"}
