@@ -127,14 +127,23 @@ def test_bench_fine_tunes_my_checkpoint_on_my_data_with_repeats(tmp_path):
 @pytest.mark.parametrize("args, names", [
     (["--model", "/no/such/checkpoint"], "--model"),
     (["--data", "DATA_WITHOUT_TOKENIZER"], "tokenizer.json"),
+    (["--data", "PARQUET_WITHOUT_TEXTS"], "captions.parquet: no texts column (found images, caption)"),
 ])
-def test_bench_refuses_a_bad_model_or_dataset_folder_in_one_line(tmp_path, args, names):
-    bare = tmp_path / "data"
+def test_bench_refuses_a_bad_model_or_dataset_folder_in_one_line(tmp_path, args, names, monkeypatch):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    monkeypatch.setenv("EDGEBENCH_CACHE", str(tmp_path / "cache"))
+    bare, parquet = tmp_path / "data", tmp_path / "parquet"
     bare.mkdir()
     (bare / "data.jsonl").write_text("")
-    args = [str(bare) if a == "DATA_WITHOUT_TOKENIZER" else a for a in args]
+    parquet.mkdir()
+    pq.write_table(pa.table({"images": [[{"bytes": b"x", "path": None}]], "caption": ["red"]}),
+                   parquet / "captions.parquet")
+    (parquet / "tokenizer.json").write_text("{}")
+    args = [{"DATA_WITHOUT_TOKENIZER": str(bare), "PARQUET_WITHOUT_TEXTS": str(parquet)}.get(a, a) for a in args]
     result = CliRunner().invoke(bench, args + ["--runs-dir", str(tmp_path / "runs")])
-    assert result.exit_code == 2 and names in result.output and "Traceback" not in result.output
+    assert result.exit_code == 2 and names in " ".join(result.output.split()) and "Traceback" not in result.output
     assert not (tmp_path / "runs").exists()  # refused before any run started
 
 

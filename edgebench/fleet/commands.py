@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import signal
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -115,10 +116,26 @@ def _model_and_data(shape: dict[str, Any]) -> None:
         from edgebench.data.folder import DatasetError, FolderDataset
 
         try:
+            shape["data_dir"] = str(_as_folder_dataset(Path(shape["data_dir"]).resolve()))
             FolderDataset(shape["data_dir"])
         except DatasetError as exc:
             raise click.BadParameter(str(exc), param_hint="--data") from None
-        shape["data_dir"] = str(Path(shape["data_dir"]).resolve())
+
+
+def _as_folder_dataset(folder: Path) -> Path:
+    """A Hugging Face dataset folder becomes a folder dataset, converted once per content into
+    `$EDGEBENCH_CACHE/datasets/<sha256>/<name>` (the device reads only the folder format)."""
+    from edgebench.data import hf
+    from edgebench.fleet.assets import folder_digest
+
+    if not hf.is_hf_dataset(folder):
+        return folder
+    digest, _ = folder_digest(folder)
+    out = Path(os.environ.get("EDGEBENCH_CACHE") or "~/.cache/edgebench").expanduser() / "datasets" / digest[:24] / folder.name
+    if not (out / "data.jsonl").is_file():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        hf.convert(folder, out)
+    return out
 
 
 def _check_image_budget(shape: dict[str, Any]) -> None:
@@ -163,8 +180,10 @@ MODEL_OPTION = click.option("--model", default="tiny", show_default=True,
                             help="Model config (see `edgebench models`) or a nanoVLM checkpoint folder "
                                  "(config.json + model.safetensors) to fine-tune.")
 DATA_OPTION = click.option("--data", "data_dir", default=None, type=click.Path(exists=True, file_okay=False),
-                           help="A folder dataset to train on: images, one JSONL of {image, question, answer} "
-                                "lines and tokenizer.json (default: the synthetic task).")
+                           help="A dataset folder to train on, with its tokenizer.json: images and one JSONL of "
+                                "{image, question, answer} lines, or a Hugging Face dataset as nanoVLM reads it "
+                                "(save_to_disk folder or parquet files with the_cauldron's images/texts columns). "
+                                "Default: the synthetic task.")
 LR_OPTION = click.option("--lr", default=None, type=click.FloatRange(min=0, min_open=True),
                          help="Learning rate (default: the method's own).")
 
