@@ -263,8 +263,12 @@ def run_options(command: Callable) -> Callable:
 @run_options
 @click.option("--store", default=None, type=click.Path(dir_okay=False),
               help="Results store to ingest into (default: RUNS_DIR/edgebench.duckdb); see `edgebench report`.")
+@click.option("--save", "save", default=None, type=click.Path(file_okay=False),
+              help="Keep each run's trained weights after its last step in SAVE/<run_id>/: a nanoVLM checkpoint "
+                   "(config.json + model.safetensors; `edgebench models --load`, `--model`), and for LoRA "
+                   "methods the adapter in peft's format beside it (eager backend).")
 def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str, as_json: bool,
-          store: str | None) -> None:
+          store: str | None, save: str | None) -> None:
     """Benchmark fine-tuning methods on this host: `deploy` to the local device, in the foreground.
 
     Each method runs in a fresh process so its memory is its own, sampled while it runs;
@@ -286,8 +290,14 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str,
         raise click.UsageError(
             f"bench runs on this host only (--device local); for device {device!r} use "
             f"`edgebench deploy --device {device}` and then `edgebench collect`")
+    if save and shape["backend"] != "eager":
+        raise click.BadParameter(f"an exported {shape['backend']} program keeps its weights inside its runtime, so "
+                                 "there is nothing to save from it yet: use --backend eager with --save",
+                                 param_hint="--save")
     profile = load_profile(device)
     specs = for_device(device, profile, make_specs(methods, **shape))
+    for spec in specs if save else []:
+        spec.save_dir = str(Path(save).resolve() / spec.run_id)
     results = []
     # Ctrl-C: the running run ends `interrupted` (result.json written), no further run starts,
     # what ran is ingested, exit code 130.
@@ -309,6 +319,8 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str,
                 result = run_local(spec, run_dir, on_progress=lambda n, t=task: progress.update(t, completed=n),
                                    interrupts=interrupts)
                 result["run_dir"] = str(run_dir)
+                if spec.save_dir and (Path(spec.save_dir) / "model.safetensors").is_file():
+                    result["saved_to"] = spec.save_dir
                 progress.update(task, completed=total or result.get("steps_done") or 0,
                                 description=f"{label}: {result['status']}")
                 results.append(result)
@@ -328,6 +340,9 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str,
         click.echo(json.dumps(results, indent=2, default=str))
     else:
         render_bench_results(results, f"{shape['model']} on {device}, batch {shape['batch_size']}, {shape['backend']}")
+        for r in results:
+            if r.get("saved_to"):
+                click.echo(f"{r['method']}: trained weights saved to {r['saved_to']}")
         click.echo(f"run directories under {runs_dir}/; store {store_path} (edgebench report --store {store_path})")
     refused = {r["method"]: " ".join(str(r["detail"]).split()) for r in results if r["status"] == "unsupported"}
     if results and len(refused) == len(results):  # as deploy: a sweep where nothing could run failed

@@ -148,12 +148,26 @@ def from_pretrained(name_or_dir: str | Path) -> VisionLanguageModel:
 
 def save_pretrained(model: VisionLanguageModel, folder: str | Path) -> Path:
     """Write config.json + model.safetensors in nanoVLM's layout (tied tensor once), and edgebench.json."""
-    save_file = _safetensors().save_file
+    return save_tensors(model.cfg, model.state_dict(), folder)
 
+
+def save_tensors(cfg: VLMConfig, tensors: dict[str, torch.Tensor], folder: str | Path) -> Path:
+    """`save_pretrained` for tensors under the model's names (e.g. a trained model's merged
+    weights); refused, naming the keys, unless they are exactly the config's model's."""
+    import torch
+
+    from edgebench.model.vision_language_model import VisionLanguageModel
+
+    save_file = _safetensors().save_file
+    with torch.device("meta"):  # names and shapes only
+        expected = expected_keys(VisionLanguageModel(cfg))
+    missing, unexpected = sorted(expected - set(tensors)), sorted(set(tensors) - set(TIED_KEYS) - expected)
+    if missing or unexpected:
+        raise CheckpointError(f"{folder}: cannot save a nanoVLM checkpoint: missing keys {missing[:5]}, "
+                              f"unexpected keys {unexpected[:5]}")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    tensors = {k: v.detach().contiguous() for k, v in model.state_dict().items() if k in expected_keys(model)}
-    (folder / CONFIG_FILE).write_text(json.dumps(model.cfg.to_nanovlm_dict(), indent=4) + "\n")
-    (folder / EDGEBENCH_FILE).write_text(json.dumps(model.cfg.edgebench_dict(), indent=4) + "\n")
-    save_file(tensors, str(folder / WEIGHTS_FILE))
+    (folder / CONFIG_FILE).write_text(json.dumps(cfg.to_nanovlm_dict(), indent=4) + "\n")
+    (folder / EDGEBENCH_FILE).write_text(json.dumps(cfg.edgebench_dict(), indent=4) + "\n")
+    save_file({k: v.detach().contiguous() for k, v in tensors.items() if k in expected}, str(folder / WEIGHTS_FILE))
     return folder

@@ -107,8 +107,8 @@ def predicted_memory(spec: RunSpec) -> dict | None:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
-def train(spec: RunSpec, events: TraceWriter) -> int:
-    """Runs warmup then measured steps; returns the exit code."""
+def train(spec: RunSpec, events: TraceWriter, out: str = ".") -> int:
+    """Runs warmup then measured steps (then saves the weights if asked); returns the exit code."""
     from edgebench.backends import BACKENDS, UnsupportedBackend, create
 
     if spec.threads and not getattr(BACKENDS.get(spec.backend), "torch_free", False):
@@ -149,6 +149,11 @@ def train(spec: RunSpec, events: TraceWriter) -> int:
             events.write({"t_ns": end, "event": "diverged", "step": step, "loss": loss})
             return EXIT_DIVERGED
         step += 1
+    if spec.save_dir:
+        folder = Path(out) / spec.save_dir  # an absolute save_dir stays as it is
+        events.write({"t_ns": time.monotonic_ns(), "event": "save_begin", "path": str(folder)})
+        backend.save(folder)
+        events.write({"t_ns": time.monotonic_ns(), "event": "save_end", "path": str(folder)})
     backend.close()
     return EXIT_OK
 
@@ -180,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cannot open the events trace: {exc}", file=sys.stderr)
         return EXIT_NO_SPACE if exc.errno == errno.ENOSPC else EXIT_ERROR
     try:
-        return _ended(events, spec)
+        return _ended(events, spec, args.out)
     except Interrupted:  # a signal while the end itself was being recorded: it is recorded enough
         return EXIT_INTERRUPTED
     except OSError as exc:  # the disk is full: nothing more can be written; the supervisor says so
@@ -194,10 +199,10 @@ def main(argv: list[str] | None = None) -> int:
             pass
 
 
-def _ended(events: TraceWriter, spec: RunSpec) -> int:
+def _ended(events: TraceWriter, spec: RunSpec, out: str) -> int:
     """Runs training and writes how it ended as the last event; returns the exit code."""
     try:
-        return train(spec, events)
+        return train(spec, events, out)
     except Interrupted as exc:
         events.write({"t_ns": time.monotonic_ns(), "event": "interrupted", "detail": f"stopped by {exc}"})
         return EXIT_INTERRUPTED
