@@ -128,6 +128,7 @@ def test_bench_fine_tunes_my_checkpoint_on_my_data_with_repeats(tmp_path):
     (["--model", "/no/such/checkpoint"], "--model"),
     (["--data", "DATA_WITHOUT_TOKENIZER"], "tokenizer.json"),
     (["--data", "PARQUET_WITHOUT_TEXTS"], "captions.parquet: no texts column (found images, caption)"),
+    (["--backend", "onnxruntime", "--save", "trained"], "use --backend eager with --save"),
 ])
 def test_bench_refuses_a_bad_model_or_dataset_folder_in_one_line(tmp_path, args, names, monkeypatch):
     import pyarrow as pa
@@ -213,3 +214,24 @@ def test_library_chatter_is_silenced_in_every_process():
             "print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert (out.stdout, out.stderr) == ("ok\n", "")
+
+
+def test_readme_your_model_your_data_example_runs_as_written(tmp_path):
+    """README's "Your model, your data" block, run as it stands: a Hugging Face dataset, LoRA, --save,
+    then the saved checkpoint loaded strictly, with peft's adapter files beside it."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("## Your model, your data", 1)[1].split("\n## ", 1)[0]
+    script = section.split("```bash\n", 1)[1].split("\n```", 1)[0]
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "EDGEBENCH_CACHE": str(tmp_path / "cache")}
+    out = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    (saved,) = (tmp_path / "trained").iterdir()
+    assert {"config.json", "model.safetensors", "adapter_config.json", "adapter_model.safetensors"} <= {
+        p.name for p in saved.iterdir()}
+    assert f"lora: trained weights saved to {saved}" in out.stdout
+    spec = json.loads((tmp_path / "runs" / saved.name / "spec.json").read_text())
+    assert Path(spec["data_dir"]).is_relative_to(tmp_path / "cache" / "datasets")  # converted once, by content
+    result = json.loads((tmp_path / "runs" / saved.name / "result.json").read_text())
+    assert result["status"] == "ok" and result["predicted_peak_bytes_est"] > 0
