@@ -157,11 +157,12 @@ def _check_data(data_dir: str, model: str, text_length: int) -> dict:
     from pathlib import Path
 
     from edgebench.data.folder import DatasetError, FolderDataset
+    from edgebench.fleet.assets import as_folder_dataset
     from edgebench.model.checkpoint import read_config
     from edgebench.model.config import get_config
 
     try:
-        dataset = FolderDataset(data_dir)
+        dataset = FolderDataset(as_folder_dataset(Path(data_dir).resolve()))
         cfg = read_config(model) if Path(model).expanduser().is_dir() else get_config(model)
     except (DatasetError, ValueError) as exc:
         raise click.BadParameter(str(exc), param_hint="--data") from None

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import os
 import signal
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -114,28 +113,13 @@ def _model_and_data(shape: dict[str, Any]) -> None:
                                  "config.json + model.safetensors)", param_hint="--model")
     if shape["data_dir"]:
         from edgebench.data.folder import DatasetError, FolderDataset
+        from edgebench.fleet.assets import as_folder_dataset
 
         try:
-            shape["data_dir"] = str(_as_folder_dataset(Path(shape["data_dir"]).resolve()))
+            shape["data_dir"] = str(as_folder_dataset(Path(shape["data_dir"]).resolve()))
             FolderDataset(shape["data_dir"])
         except DatasetError as exc:
             raise click.BadParameter(str(exc), param_hint="--data") from None
-
-
-def _as_folder_dataset(folder: Path) -> Path:
-    """A Hugging Face dataset folder becomes a folder dataset, converted once per content into
-    `$EDGEBENCH_CACHE/datasets/<sha256>/<name>` (the device reads only the folder format)."""
-    from edgebench.data import hf
-    from edgebench.fleet.assets import folder_digest
-
-    if not hf.is_hf_dataset(folder):
-        return folder
-    digest, _ = folder_digest(folder)
-    out = Path(os.environ.get("EDGEBENCH_CACHE") or "~/.cache/edgebench").expanduser() / "datasets" / digest[:24] / folder.name
-    if not (out / "data.jsonl").is_file():
-        out.parent.mkdir(parents=True, exist_ok=True)
-        hf.convert(folder, out)
-    return out
 
 
 def _check_image_budget(shape: dict[str, Any]) -> None:
