@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -231,6 +232,9 @@ def test_readme_your_model_your_data_example_runs_as_written(tmp_path):
     assert {"config.json", "model.safetensors", "adapter_config.json", "adapter_model.safetensors"} <= {
         p.name for p in saved.iterdir()}
     assert f"lora: trained weights saved to {saved}" in out.stdout
+    # Piped, bench still shows where it is: one plain line per stage and step, with the elapsed time.
+    for line in ("lora (eager): loading", "lora (eager): step 4/4", "lora (eager): ok"):
+        assert re.search(r"^\[ +\d+\.\d s\] " + re.escape(line) + "$", out.stderr, re.M), out.stderr
     spec = json.loads((tmp_path / "runs" / saved.name / "spec.json").read_text())
     assert Path(spec["data_dir"]).is_relative_to(tmp_path / "cache" / "datasets")  # converted once, by content
     result = json.loads((tmp_path / "runs" / saved.name / "result.json").read_text())

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 
@@ -42,3 +44,16 @@ def test_export_refuses_data_longer_than_the_program_before_lowering(tmp_path, m
     assert sorted(p.name for p in export_cache.iterdir()) == before  # refused before any lowering
     result = CliRunner().invoke(cli, ["export", "--lr", "-1"])
     assert result.exit_code == 2 and "--lr" in result.output
+
+
+def test_export_piped_prints_a_line_per_stage_with_the_elapsed_time(tmp_path):
+    """Off a terminal rich's bar draws nothing: each stage is a plain line instead, then the summary."""
+    out = subprocess.run([sys.executable, "-m", "edgebench.cli", "export", "--backend", "onnxruntime", "--model", "tiny"],
+                         capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "EDGEBENCH_EXPORT_CACHE": str(tmp_path)})
+    assert out.returncode == 0, out.stderr
+    lines = out.stderr.splitlines()
+    assert re.fullmatch(r"\[ +\d+\.\d s\] export onnxruntime for local: build model \(1/\d\)", lines[0]), lines
+    done = next(i for i, line in enumerate(lines) if line.endswith("export onnxruntime for local: done"))
+    assert done >= 4 and all(re.match(r"\[ +\d+\.\d s\] export onnxruntime", line) for line in lines[:done])
+    assert "lowering               training graph" in out.stderr  # the summary, ONNX Runtime's lowering too

@@ -7,6 +7,7 @@ import contextlib
 import functools
 import json
 import signal
+import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -15,6 +16,7 @@ import click
 from edgebench.backends import BACKENDS
 from edgebench.fleet.plan import (attach_native, attach_program, check_method, check_model, for_device, ingest_runs, make_specs,
                                   parse_duration, unsupported_result)
+from edgebench.fleet.progress import plain_progress
 from edgebench.results import DEFAULT_STORE
 from edgebench.runner.native import machine_arch
 from edgebench.runner.spec import RunSpec
@@ -286,27 +288,37 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str,
     # Ctrl-C: the running run ends `interrupted` (result.json written), no further run starts,
     # what ran is ingested, exit code 130.
     interrupts = Interrupts()
+    plain = None if as_json else plain_progress(sys.stdout)  # piped: one line per stage and step
     try:
         with interrupts, Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                  TimeElapsedColumn(), disable=as_json, transient=False) as progress:
+                                  TimeElapsedColumn(), disable=as_json or plain is not None, transient=False) as progress:
             for spec in specs:
                 label = f"{spec.method} ({spec.backend})"
                 total = None if spec.duration_s else spec.warmup_steps + spec.steps
                 task = progress.add_task(label, total=total)
-                stage = lambda stage, t=task, l=label: progress.update(t, description=f"{l}: {stage}")  # noqa: E731
+
+                def stage(text: str, task=task, label=label) -> None:
+                    progress.update(task, description=f"{label}: {text}")
+                    if plain:
+                        plain(f"{label}: {text}")
+
+                def step(done: int, task=task, label=label, total=total) -> None:
+                    progress.update(task, completed=done)
+                    if plain:
+                        plain(f"{label}: step {done}/{total or '?'}" if done else f"{label}: loading")
+
                 refused = attach_program(spec, profile, on_stage=stage) or attach_native(spec, machine_arch(), stage)
                 if refused is not None:
-                    progress.update(task, description=f"{label}: unsupported")
+                    stage("unsupported")
                     results.append(unsupported_result(spec, refused))
                     continue
                 run_dir = Path(runs_dir) / spec.run_id
-                result = run_local(spec, run_dir, on_progress=lambda n, t=task: progress.update(t, completed=n),
-                                   interrupts=interrupts)
+                result = run_local(spec, run_dir, on_progress=step, interrupts=interrupts)
                 result["run_dir"] = str(run_dir)
                 if spec.save_dir and (Path(spec.save_dir) / "model.safetensors").is_file():
                     result["saved_to"] = spec.save_dir
-                progress.update(task, completed=total or result.get("steps_done") or 0,
-                                description=f"{label}: {result['status']}")
+                progress.update(task, completed=total or result.get("steps_done") or 0)
+                stage(result["status"])
                 results.append(result)
                 if interrupts.signal:
                     break
@@ -368,7 +380,9 @@ def deploy(devices: tuple[str, ...], shape: dict[str, Any], methods: list[str], 
         specs = make_specs(methods, program=program, **shape)
     known = {name: len(deployments(name, Path(runs_dir))) for name in devices}
     try:
-        results = deploy_many(list(devices), specs, Path(runs_dir), log=(lambda _: None) if as_json else _echo_err)
+        # Each stage is a line on stderr; off a terminal each carries the elapsed time too.
+        log = (lambda _: None) if as_json else plain_progress(sys.stderr) or _echo_err
+        results = deploy_many(list(devices), specs, Path(runs_dir), log=log)
     except KeyboardInterrupt:
         with _shielded(True):
             _stop_started(known, Path(runs_dir))
