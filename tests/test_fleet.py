@@ -94,3 +94,40 @@ def test_clock_probes_bracket_the_device_reading_and_are_fast():
         assert p["host_send_ns"] <= p["device_wall_ns"] <= p["host_recv_ns"]
     # One Python answers every probe: a round trip costs no interpreter start-up (~50+ ms).
     assert min(p["host_recv_ns"] - p["host_send_ns"] for p in probes) < 20e6
+
+
+def test_deploy_save_brings_the_trained_weights_back_with_collect(tmp_path):
+    """deploy --save on this host as a device: the device keeps the weights in the run directory,
+    collect fetches them (verified like every file) and puts them in SAVE/<run_id>/."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from edgebench.model.checkpoint import from_pretrained
+
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(f"devices:\n  local: {{profile: local, python: {sys.executable}, workdir: {tmp_path / 'work'}}}\n")
+    env = {**os.environ, "EDGEBENCH_INVENTORY": str(inventory)}
+
+    def edgebench_cli(*args: str) -> dict:
+        out = subprocess.run([sys.executable, "-m", "edgebench.cli", *args, "--json"], env=env, cwd=tmp_path,
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stdout + out.stderr
+        return json.loads(out.stdout)
+
+    deployed = edgebench_cli("deploy", "--device", "local", "--methods", "lora", "--warmup", "0", "--steps", "1",
+                             "--save", "trained")["local"]
+    (run_id,) = deployed["run_ids"]
+    deadline = time.monotonic() + 240
+    state = Path(deployed["sweep_dir"], "sweep.json")
+    while not state.exists() or json.loads(state.read_text() or "{}").get("state") != "finished":
+        assert time.monotonic() < deadline, "the sweep did not finish"
+        time.sleep(1)
+    got = edgebench_cli("collect", "--device", "local")["local"]
+    assert got["runs"] == {run_id: "ok"} and got["ingested"] == [run_id]
+    saved = tmp_path / "trained" / run_id
+    assert {"model.safetensors", "adapter_model.safetensors"} <= {p.name for p in saved.iterdir()}
+    assert (tmp_path / "runs" / "local" / run_id / "weights" / "model.safetensors").is_file()
+    from_pretrained(saved)  # every key, strictly

@@ -19,7 +19,7 @@ from edgebench.fleet.plan import (attach_native, attach_program, check_method, c
 from edgebench.fleet.progress import plain_progress
 from edgebench.results import DEFAULT_STORE
 from edgebench.runner.native import machine_arch
-from edgebench.runner.spec import RunSpec
+from edgebench.runner.spec import WEIGHTS_DIR, RunSpec
 
 
 def _echo_err(message: str) -> None:
@@ -174,6 +174,19 @@ LR_OPTION = click.option("--lr", default=None, type=click.FloatRange(min=0, min_
                          help="Learning rate (default: the method's own).")
 
 
+SAVE_OPTION = click.option("--save", "save", default=None, type=click.Path(file_okay=False),
+                           help="Keep each run's trained weights after its last step in SAVE/<run_id>/: a nanoVLM "
+                                "checkpoint (config.json + model.safetensors; `edgebench models --load`, `--model`), "
+                                "and for LoRA methods the adapter in peft's format beside it (eager backend; deploy: "
+                                "`collect` brings them back).")
+
+
+def _check_save(save: str | None, backend: str) -> None:
+    if save and backend != "eager":
+        raise click.BadParameter(f"an exported {backend} program keeps its weights inside its runtime, so there is "
+                                 "nothing to save from it yet: use --backend eager with --save", param_hint="--save")
+
+
 def run_options(command: Callable) -> Callable:
     """The run-shape options every command that starts runs takes (bench, deploy), so the
     two can never drift apart. They arrive as one `shape` dict of RunSpec fields plus
@@ -249,10 +262,7 @@ def run_options(command: Callable) -> Callable:
 @run_options
 @click.option("--store", default=None, type=click.Path(dir_okay=False),
               help="Results store to ingest into (default: RUNS_DIR/edgebench.duckdb); see `edgebench report`.")
-@click.option("--save", "save", default=None, type=click.Path(file_okay=False),
-              help="Keep each run's trained weights after its last step in SAVE/<run_id>/: a nanoVLM checkpoint "
-                   "(config.json + model.safetensors; `edgebench models --load`, `--model`), and for LoRA "
-                   "methods the adapter in peft's format beside it (eager backend).")
+@SAVE_OPTION
 def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str, as_json: bool,
           store: str | None, save: str | None) -> None:
     """Benchmark fine-tuning methods on this host: `deploy` to the local device, in the foreground.
@@ -276,10 +286,7 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str,
         raise click.UsageError(
             f"bench runs on this host only (--device local); for device {device!r} use "
             f"`edgebench deploy --device {device}` and then `edgebench collect`")
-    if save and shape["backend"] != "eager":
-        raise click.BadParameter(f"an exported {shape['backend']} program keeps its weights inside its runtime, so "
-                                 "there is nothing to save from it yet: use --backend eager with --save",
-                                 param_hint="--save")
+    _check_save(save, shape["backend"])
     profile = load_profile(device)
     specs = for_device(device, profile, make_specs(methods, **shape))
     for spec in specs if save else []:
@@ -356,8 +363,9 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str,
                    "profile now (cached).")
 @click.option("--spec", "spec_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="RunSpec JSON file to run as is (repeatable); replaces --methods and the shape options.")
+@SAVE_OPTION
 def deploy(devices: tuple[str, ...], shape: dict[str, Any], methods: list[str], runs_dir: str, as_json: bool,
-           program: str | None, spec_files: tuple[str, ...]) -> None:
+           program: str | None, spec_files: tuple[str, ...], save: str | None) -> None:
     """Start a sweep of methods on one or more devices, detached; print the run ids.
 
     Takes the same run options as `bench`. Preflight checks the device (Python,
@@ -378,11 +386,15 @@ def deploy(devices: tuple[str, ...], shape: dict[str, Any], methods: list[str], 
         specs = [RunSpec.load(path) for path in spec_files]
     else:
         specs = make_specs(methods, program=program, **shape)
+    for spec in specs:
+        _check_save(save, spec.backend)
+        spec.save_dir = WEIGHTS_DIR if save else spec.save_dir  # in the run directory; collect brings it back
     known = {name: len(deployments(name, Path(runs_dir))) for name in devices}
     try:
         # Each stage is a line on stderr; off a terminal each carries the elapsed time too.
         log = (lambda _: None) if as_json else plain_progress(sys.stderr) or _echo_err
-        results = deploy_many(list(devices), specs, Path(runs_dir), log=log)
+        results = deploy_many(list(devices), specs, Path(runs_dir), log=log,
+                              save_to=str(Path(save).resolve()) if save else None)
     except KeyboardInterrupt:
         with _shielded(True):
             _stop_started(known, Path(runs_dir))

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+WEIGHTS_DIR = "weights"  # where a deployed run keeps its trained weights, inside its run directory
+
 
 @dataclass
 class RunSpec:
