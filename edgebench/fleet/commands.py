@@ -274,7 +274,8 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str,
     With --repeats N the table gives each figure as the median of the N runs with
     [min-max] and n; a run that other processes disturbed (they took >10% of the CPU)
     is flagged "!". Fine-tune your own model on your own data with --model CHECKPOINT_DIR
-    --data DATASET_DIR --lr 1e-4. docs/figures.md defines every figure.
+    --data DATASET_DIR --lr 1e-4 --save DIR (README: "Your model, your data"). Piped, it
+    prints one line per stage and step. docs/figures.md defines every figure.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -374,7 +375,8 @@ def deploy(devices: tuple[str, ...], shape: dict[str, Any], methods: list[str], 
     source (no dependencies are installed on the device), the programs and one spec per
     method are shipped and the sweep starts with setsid/nohup, so it survives a dropped
     connection. A --model checkpoint folder and a --data dataset folder are shipped once:
-    checked by sha256 on the device and cached there for later sweeps. Clock probes are recorded for alignment. Fetch results with
+    checked by sha256 on the device and cached there for later sweeps. With --save DIR each run keeps
+    its trained weights, which `collect` brings back into DIR/<run_id>/. Clock probes are recorded for alignment. Fetch results with
     `edgebench collect`; watch with `edgebench status`. A board farm's device (a labgrid
     place) is acquired for the sweep: refused while someone holds it, given back if the
     deploy fails or is interrupted, else by `collect` once the sweep has ended.
