@@ -291,6 +291,23 @@ def test_hf_dataset_errors_name_the_file_and_row(tmp_path, change, message):
     assert "train-00000-of-00001.parquet row 0" in str(err.value)
 
 
+def test_hf_dataset_dict_and_damaged_files_are_refused_naming_the_fix(tmp_path):
+    import datasets
+
+    from edgebench.data.folder import DatasetError
+    from edgebench.data.hf import convert
+
+    split = _hf_dataset(tmp_path, COLOUR_ROWS, "save_to_disk")
+    datasets.DatasetDict({"train": datasets.load_from_disk(str(split))}).save_to_disk(str(tmp_path / "dict"))
+    (tmp_path / "dict" / "tokenizer.json").write_bytes((split / "tokenizer.json").read_bytes())
+    with pytest.raises(DatasetError, match=r"a DatasetDict of splits train; pass one split's folder, e.g. .*dict/train"):
+        convert(tmp_path / "dict", tmp_path / "out")
+    parquet = _hf_dataset(tmp_path, COLOUR_ROWS, "parquet")
+    (parquet / "train" / "train-00000-of-00001.parquet").write_bytes(b"not parquet")
+    with pytest.raises(DatasetError, match=r"train-00000-of-00001.parquet: not a readable parquet file"):
+        convert(parquet, tmp_path / "out")
+
+
 def test_hf_dataset_without_the_cauldrons_columns_is_refused(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq

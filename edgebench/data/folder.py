@@ -51,7 +51,8 @@ def _find_jsonl(folder: Path) -> Path:
         return preferred
     found = sorted(folder.glob("*.jsonl"))
     if len(found) != 1:
-        raise DatasetError(f"{folder}: expected data.jsonl or exactly one *.jsonl file, found {len(found)}")
+        raise DatasetError(f"{folder}: expected data.jsonl or exactly one *.jsonl file, found {len(found)} (or a "
+                           "Hugging Face dataset: a save_to_disk folder or parquet files)")
     return found[0]
 
 

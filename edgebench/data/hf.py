@@ -19,14 +19,20 @@ from typing import Iterator
 from edgebench.data.folder import DatasetError
 
 STATE_FILE = "state.json"  # what datasets' save_to_disk writes beside its Arrow files
+SPLITS_FILE = "dataset_dict.json"  # ... and above one folder per split, for a DatasetDict
 
 
 def is_hf_dataset(folder: Path) -> bool:
     """A save_to_disk folder, or a folder holding parquet files (not a JSONL folder dataset)."""
-    return (folder / STATE_FILE).is_file() or (not any(folder.glob("*.jsonl")) and any(folder.rglob("*.parquet")))
+    return ((folder / STATE_FILE).is_file() or (folder / SPLITS_FILE).is_file()
+            or (not any(folder.glob("*.jsonl")) and any(folder.rglob("*.parquet"))))
 
 
 def _files(folder: Path) -> list[Path]:
+    if (folder / SPLITS_FILE).is_file():
+        splits = sorted(p.name for p in folder.iterdir() if (p / STATE_FILE).is_file())
+        raise DatasetError(f"{folder}: a DatasetDict of splits {', '.join(splits)}; pass one split's folder, "
+                           f"e.g. {folder / (splits[0] if splits else 'train')}")
     if (folder / STATE_FILE).is_file():
         try:
             state = json.loads((folder / STATE_FILE).read_text())
@@ -37,31 +43,40 @@ def _files(folder: Path) -> list[Path]:
     return sorted(folder.rglob("*.parquet"))
 
 
-def _table(path: Path):
+def _batches(path: Path) -> Iterator:
+    """The file's images/texts record batches, read a few rows at a time (images can be GBs)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
         if path.suffix == ".parquet":
-            return pq.read_table(path)
+            parquet = pq.ParquetFile(path)
+            _check_columns(path, parquet.schema_arrow.names)
+            yield from parquet.iter_batches(batch_size=64, columns=["images", "texts"])
+            return
         with pa.OSFile(str(path)) as source:
-            return pa.ipc.open_stream(source).read_all()
+            stream = pa.ipc.open_stream(source)  # save_to_disk writes Arrow streams
+            _check_columns(path, stream.schema.names)
+            yield from stream
     except (OSError, pa.ArrowInvalid) as exc:
         raise DatasetError(f"{path}: not a readable {path.suffix[1:]} file ({exc})") from exc
+
+
+def _check_columns(path: Path, names: list[str]) -> None:
+    missing = [c for c in ("images", "texts") if c not in names]
+    if missing:
+        raise DatasetError(f"{path}: no {' or '.join(missing)} column (found {', '.join(names)}); nanoVLM's datasets "
+                           "have images (a list of images) and texts (a list of {user, assistant} turns), as the_cauldron")
 
 
 def rows(folder: Path) -> Iterator[tuple[str, list, list]]:
     """(where, images, texts) for each row, where = "file row N"; the columns are checked first."""
     for path in _files(folder):
-        table = _table(path)
-        missing = [c for c in ("images", "texts") if c not in table.column_names]
-        if missing:
-            raise DatasetError(f"{path}: no {' or '.join(missing)} column (found {', '.join(table.column_names)}); "
-                               "nanoVLM's datasets have images (a list of images) and texts (a list of "
-                               "{user, assistant} turns), as the_cauldron")
-        for number, (images, texts) in enumerate(zip(table.column("images").to_pylist(),
-                                                     table.column("texts").to_pylist())):
-            yield f"{path} row {number}", images, texts
+        number = 0
+        for batch in _batches(path):
+            for images, texts in zip(batch.column("images").to_pylist(), batch.column("texts").to_pylist()):
+                yield f"{path} row {number}", images, texts
+                number += 1
 
 
 def _image_bytes(image, where: str, folder: Path) -> bytes:
