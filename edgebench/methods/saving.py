@@ -2,7 +2,8 @@
 
 nanoVLM's checkpoint holds plain fp32 linears, so each LoRA layer is saved merged (base +
 scaling * B @ A, as peft's merge computes it), each frozen int8/int4 layer dequantised (the
-weights the run trained with) and every bf16 tensor widened to fp32. A LoRA run's adapter also
+weights the run trained with) and every bf16 tensor widened to fp32, one layer at a time as
+it is written (a copy of the whole model would double a QLoRA run's peak on the device). A LoRA run's adapter also
 goes beside it in peft's format (adapter_config.json + adapter_model.safetensors, keys
 `base_model.model.<module>.lora_A.weight` as PeftModel.save_pretrained writes them), so
 peft's PeftModel.from_pretrained puts it on the checkpoint the run started from.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Callable
 
 import torch
 from torch import nn
@@ -45,8 +47,9 @@ def _plain(name: str) -> str:
     return name.replace(".base_layer", "")
 
 
-def merged_tensors(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """(the model's weights under nanoVLM's names, fp32 and merged; the LoRA adapter's tensors)."""
+def merged_tensors(model: nn.Module) -> tuple[dict[str, Callable[[], torch.Tensor]], dict[str, torch.Tensor]]:
+    """(each of the model's weights under nanoVLM's names, as a function that makes it in fp32,
+    merged or dequantised, when it is written; the LoRA adapter's tensors)."""
     tensors, adapter, done = {}, {}, []
     for name, module in model.named_modules():
         if any(name.startswith(prefix + ".") for prefix in done):
@@ -55,19 +58,19 @@ def merged_tensors(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str,
         if lora is None and not hasattr(module, "codes"):
             continue
         base = module.base_layer if lora else module
-        weight = _weight(base)
         if lora:
-            a, b, scaling = lora
-            weight = weight + scaling * (b.weight.detach().float() @ a.weight.detach().float())
-            adapter[f"base_model.model.{name}.lora_A.weight"] = a.weight.detach().float().contiguous()
-            adapter[f"base_model.model.{name}.lora_B.weight"] = b.weight.detach().float().contiguous()
-        tensors[f"{name}.weight"] = weight
+            a, b, scaling = (lora[0].weight.detach().float(), lora[1].weight.detach().float(), lora[2])
+            tensors[f"{name}.weight"] = lambda base=base, a=a, b=b, s=scaling: _weight(base) + s * (b @ a)
+            adapter[f"base_model.model.{name}.lora_A.weight"] = a.contiguous()
+            adapter[f"base_model.model.{name}.lora_B.weight"] = b.contiguous()
+        else:
+            tensors[f"{name}.weight"] = lambda base=base: _weight(base)
         if getattr(base, "bias", None) is not None:
-            tensors[f"{name}.bias"] = base.bias.detach().float()
+            tensors[f"{name}.bias"] = lambda bias=base.bias: bias.detach().float()
         done.append(name)
     for key, tensor in model.state_dict().items():
         if not any(key.startswith(prefix + ".") for prefix in done):
-            tensors[_plain(key)] = tensor.float() if tensor.is_floating_point() else tensor
+            tensors[_plain(key)] = lambda tensor=tensor: tensor
     return tensors, adapter
 
 
