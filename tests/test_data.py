@@ -306,6 +306,7 @@ def test_hf_dataset_dict_and_damaged_files_are_refused_naming_the_fix(tmp_path):
     (parquet / "train" / "train-00000-of-00001.parquet").write_bytes(b"not parquet")
     with pytest.raises(DatasetError, match=r"train-00000-of-00001.parquet: not a readable parquet file"):
         convert(parquet, tmp_path / "out")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()  # nothing half-written
 
 
 def test_hf_dataset_without_the_cauldrons_columns_is_refused(tmp_path):

@@ -92,15 +92,8 @@ def _image_bytes(image, where: str, folder: Path) -> bytes:
     return path.read_bytes()
 
 
-def convert(folder: Path, out: Path) -> Path:
-    """Writes `folder`'s rows as a folder dataset into `out` (replaced whole); returns `out`."""
-    tokenizer = folder / "tokenizer.json"
-    if not tokenizer.is_file():
-        raise DatasetError(f"{tokenizer}: tokenizer.json not found; put the model's tokenizer.json in the dataset "
-                           "folder")
-    staging = out.with_name(out.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    (staging / "images").mkdir(parents=True)
+def _write_rows(folder: Path, staging: Path) -> list[str]:
+    """Each row's images as files in `staging`/images, and its JSONL line."""
     lines = []
     for row, (where, images, texts) in enumerate(rows(folder)):
         if not isinstance(images, list):
@@ -112,6 +105,23 @@ def convert(folder: Path, out: Path) -> Path:
         lines.append(json.dumps({"images": names, "texts": texts, "origin": where}))
     if not lines:
         raise DatasetError(f"{folder}: no rows")
+    return lines
+
+
+def convert(folder: Path, out: Path) -> Path:
+    """Writes `folder`'s rows as a folder dataset into `out` (replaced whole); returns `out`."""
+    tokenizer = folder / "tokenizer.json"
+    if not tokenizer.is_file():
+        raise DatasetError(f"{tokenizer}: tokenizer.json not found; put the model's tokenizer.json in the dataset "
+                           "folder")
+    staging = out.with_name(out.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    (staging / "images").mkdir(parents=True)
+    try:
+        lines = _write_rows(folder, staging)
+    except BaseException:  # a refused or interrupted conversion leaves nothing behind
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     (staging / "data.jsonl").write_text("\n".join(lines) + "\n")
     shutil.copyfile(tokenizer, staging / "tokenizer.json")
     shutil.rmtree(out, ignore_errors=True)
