@@ -43,7 +43,8 @@ def as_folder_dataset(folder: Path) -> Path:
     if not hf.is_hf_dataset(folder):
         return folder
     digest, _ = folder_digest(folder)
-    out = Path(os.environ.get("EDGEBENCH_CACHE") or "~/.cache/edgebench").expanduser() / "datasets" / digest[:24] / folder.name
+    cache = Path(os.environ.get("EDGEBENCH_CACHE") or "~/.cache/edgebench").expanduser()
+    out = cache / "datasets" / digest[:24] / folder.name
     if not (out / "data.jsonl").is_file():
         out.parent.mkdir(parents=True, exist_ok=True)
         hf.convert(folder, out)

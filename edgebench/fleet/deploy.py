@@ -234,7 +234,8 @@ def remote_run_dir(name: str, run_id: str, local_root: Path = Path("runs")) -> s
 
 
 def deploy_many(names: list[str], specs: list[RunSpec], local_root: Path = Path("runs"),
-                log: Callable[[str], None] = lambda _: None, save_to: str | None = None) -> dict[str, Deployment | Exception]:
+                log: Callable[[str], None] = lambda _: None,
+                save_to: str | None = None) -> dict[str, Deployment | Exception]:
     """Deploys to every device at once (one thread each); a failure stays that device's."""
 
     def one(name: str) -> Deployment | Exception:
