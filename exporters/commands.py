@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import click
 
 from edgebench.fleet.commands import DATA_OPTION, LR_OPTION, MODEL_OPTION
+from edgebench.fleet.progress import plain_progress
 from exporters.manifest import EXPORT_BACKENDS
 
 
@@ -101,13 +103,16 @@ def export_command(device: str, model: str, data_dir: str | None, lr: float | No
     stages = _stages(request.backend, parsed.grad_mode == "zeroth-order")
     if profile_steps:
         stages += ["profile executorch", "profile eager"]
+    plain = None if as_json else plain_progress(sys.stderr)  # piped: one line per stage
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=console, disable=as_json, transient=False) as progress:
+                  TimeElapsedColumn(), console=console, disable=as_json or plain is not None, transient=False) as progress:
         task = progress.add_task(f"export {request.backend} for {profile.id}", total=len(stages))
 
         def on_stage(stage: str) -> None:
             done = stages.index(stage) if stage in stages else 0
             progress.update(task, completed=done, description=f"export {request.backend}: {stage}")
+            if plain:
+                plain(f"export {request.backend} for {profile.id}: {stage} ({done + 1}/{len(stages)})")
 
         try:
             result = export(request, out, profile=profile, on_stage=on_stage)
@@ -120,6 +125,8 @@ def export_command(device: str, model: str, data_dir: str | None, lr: float | No
             report = profile_export(result.directory, steps=profile_steps, threads=threads, on_stage=on_stage)
         progress.update(task, completed=len(stages),
                         description=f"export {request.backend}: {'cached' if result.cached else 'done'}")
+        if plain:
+            plain(f"export {request.backend} for {profile.id}: {'cached' if result.cached else 'done'}")
     manifest = result.manifest
     run_lr = _run_lr(lr, parsed, manifest)
     if as_json:
@@ -138,9 +145,11 @@ def export_command(device: str, model: str, data_dir: str | None, lr: float | No
     shapes = ", ".join(f"{i['name']}{i['shape']}" for i in manifest["inputs"][:3])
     console.print(f"  trainable parameters   {len(manifest['trainable_parameters'])} tensors; inputs {shapes}")
     lowering = manifest.get("lowering")
-    if lowering:
+    if lowering and "delegate" in lowering:  # ExecuTorch's
         console.print(f"  lowering               delegate {lowering['delegate']}; {lowering['matmuls']}; "
                       f"weights {lowering['weights']}")
+    elif lowering:  # ONNX Runtime's
+        console.print(f"  lowering               {lowering['grad_mode']}; {lowering['optimizer']}")
     if data:
         console.print(f"  data                   {data['examples']} examples, the longest {data['longest_tokens']} of "
                       f"{data['text_length']} tokens ({data['dir']})")
@@ -157,11 +166,12 @@ def _check_data(data_dir: str, model: str, text_length: int) -> dict:
     from pathlib import Path
 
     from edgebench.data.folder import DatasetError, FolderDataset
+    from edgebench.fleet.assets import as_folder_dataset
     from edgebench.model.checkpoint import read_config
     from edgebench.model.config import get_config
 
     try:
-        dataset = FolderDataset(data_dir)
+        dataset = FolderDataset(as_folder_dataset(Path(data_dir).resolve()))
         cfg = read_config(model) if Path(model).expanduser().is_dir() else get_config(model)
     except (DatasetError, ValueError) as exc:
         raise click.BadParameter(str(exc), param_hint="--data") from None

@@ -54,5 +54,5 @@ def test_bench_and_deploy_share_every_run_option():
 
     shared = options("bench") & options("deploy")
     for name in ("model", "methods", "backend", "steps", "warmup", "duration", "batch_size", "text_length",
-                 "threads", "accelerator", "sample_hz", "timeout_s", "seed", "runs_dir", "as_json"):
+                 "threads", "accelerator", "sample_hz", "timeout_s", "seed", "runs_dir", "as_json", "save"):
         assert name in shared, f"--{name.replace('_', '-')} is missing from bench or deploy"

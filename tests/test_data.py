@@ -210,6 +210,118 @@ def test_folder_text_too_long_names_line(tmp_path):
         next(folder_batches(folder, TINY, 1, 4, seed=1))
 
 
+# ---------------------------------------------------------------- Hugging Face datasets (the_cauldron's shape)
+
+
+def _hf_dataset(root: Path, rows: list[dict], form: str) -> Path:
+    """Rows written by the `datasets` library as nanoVLM users have them: save_to_disk or parquet."""
+    import datasets
+    from PIL import Image
+
+    features = datasets.Features({"images": datasets.Sequence(datasets.Image()),
+                                  "texts": [{"user": datasets.Value("string"), "assistant": datasets.Value("string"),
+                                             "source": datasets.Value("string")}]})
+    table = {"images": [[Image.new("RGB", (20, 10), colour) for colour in row["colours"]] for row in rows],
+             "texts": [[{**turn, "source": "test"} for turn in row["texts"]] for row in rows]}
+    dataset = datasets.Dataset.from_dict(table, features=features)
+    folder = root / f"my-{form}"
+    if form == "save_to_disk":
+        dataset.save_to_disk(str(folder))
+    else:
+        (folder / "train").mkdir(parents=True)
+        dataset.to_parquet(str(folder / "train" / "train-00000-of-00001.parquet"))
+    _folder(root, GOOD)  # its tokenizer.json, the one a user puts beside the data
+    (folder / "tokenizer.json").write_bytes((root / "tokenizer.json").read_bytes())
+    return folder
+
+
+COLOUR_ROWS = [{"colours": [(255, 0, 0)], "texts": [{"user": "what colour is the ball ?", "assistant": "red"}]},
+               {"colours": [(0, 0, 255)], "texts": [{"user": "what colour is the ball ?", "assistant": "blue"}]}]
+
+
+@pytest.mark.parametrize("form", ["save_to_disk", "parquet"])
+def test_hf_dataset_gives_the_batches_of_the_same_folder_dataset(tmp_path, form):
+    """the_cauldron's images/texts rows, converted, batch byte for byte as the JSONL folder of the same data."""
+    from edgebench.data.folder import folder_batches
+    from edgebench.data.hf import convert, is_hf_dataset
+
+    source = _hf_dataset(tmp_path, COLOUR_ROWS, form)
+    assert is_hf_dataset(source) and not is_hf_dataset(tmp_path)
+    converted = convert(source, tmp_path / "converted")
+    for cfg, width in ((TINY, 13), (SPLIT_TINY, 40)):
+        mine = next(folder_batches(converted, cfg, 2, width, seed=0))
+        same = next(folder_batches(tmp_path, cfg, 2, width, seed=0))
+        assert all(mine[k].tobytes() == same[k].tobytes() for k in same), cfg.image_splitting
+
+
+def test_hf_rows_with_several_turns_and_images_train_every_answer(tmp_path):
+    """main's layout: every image's string ("<image: i>" before each) and every assistant turn trained."""
+    from edgebench.data.folder import FolderDataset, folder_batches
+    from edgebench.data.hf import convert
+
+    row = {"colours": [(255, 0, 0), (0, 0, 255)],
+           "texts": [{"user": "what colour is the ball ?", "assistant": "red"},
+                     {"user": "how many ?", "assistant": "two"}]}
+    converted = convert(_hf_dataset(tmp_path, [row], "parquet"), tmp_path / "converted")
+    cfg = SPLIT_TINY
+    batch = next(folder_batches(converted, cfg, 1, 2 * cfg.image_positions, seed=0))
+    assert batch["images"].shape[0] == 2 * 3  # two images, each a global view and two tiles
+    ids, labels = batch["input_ids"][0], batch["labels"][0]
+    assert (ids == cfg.image_token_id).sum() == 2 * 3 * cfg.n_image_tokens
+    tokenizer = FolderDataset(converted).tokenizer
+    trained = [tokenizer.id_to_token(int(t)) for t in labels[labels != -100]]
+    assert [w for w in trained if w in ("red", "blue", "two")] == ["red", "two"]
+    # v0.1 takes the first image and the first turn, as nanoVLM v0.1's VQADataset.
+    v01 = next(folder_batches(converted, TINY, 1, 13, seed=0))
+    assert v01["images"].shape[0] == 1 and [tokenizer.id_to_token(int(t)) for t in v01["labels"][0]
+                                            if t != -100][0] == "red"
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda rows: [{**rows[0], "texts": [{"user": "what ?", "assistant": ""}]}], r"row 0: texts\[0\] field 'assistant'"),
+    (lambda rows: [{**rows[0], "colours": []}], r"row 0: field 'images' must be a non-empty list"),
+])
+def test_hf_dataset_errors_name_the_file_and_row(tmp_path, change, message):
+    from edgebench.data.folder import DatasetError, FolderDataset
+    from edgebench.data.hf import convert
+
+    converted = convert(_hf_dataset(tmp_path, change(COLOUR_ROWS), "parquet"), tmp_path / "converted")
+    with pytest.raises(DatasetError, match=message) as err:
+        FolderDataset(converted)
+    assert "train-00000-of-00001.parquet row 0" in str(err.value)
+
+
+def test_hf_dataset_dict_and_damaged_files_are_refused_naming_the_fix(tmp_path):
+    import datasets
+
+    from edgebench.data.folder import DatasetError
+    from edgebench.data.hf import convert
+
+    split = _hf_dataset(tmp_path, COLOUR_ROWS, "save_to_disk")
+    datasets.DatasetDict({"train": datasets.load_from_disk(str(split))}).save_to_disk(str(tmp_path / "dict"))
+    (tmp_path / "dict" / "tokenizer.json").write_bytes((split / "tokenizer.json").read_bytes())
+    with pytest.raises(DatasetError, match=r"a DatasetDict of splits train; pass one split's folder, e.g. .*dict/train"):
+        convert(tmp_path / "dict", tmp_path / "out")
+    parquet = _hf_dataset(tmp_path, COLOUR_ROWS, "parquet")
+    (parquet / "train" / "train-00000-of-00001.parquet").write_bytes(b"not parquet")
+    with pytest.raises(DatasetError, match=r"train-00000-of-00001.parquet: not a readable parquet file"):
+        convert(parquet, tmp_path / "out")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()  # nothing half-written
+
+
+def test_hf_dataset_without_the_cauldrons_columns_is_refused(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from edgebench.data.folder import DatasetError
+    from edgebench.data.hf import convert
+
+    pq.write_table(pa.table({"image": [b"x"], "caption": ["red"]}), tmp_path / "captions.parquet")
+    (tmp_path / "tokenizer.json").write_text("{}")
+    with pytest.raises(DatasetError, match=r"captions.parquet: no images or texts column \(found image, caption\)"):
+        convert(tmp_path, tmp_path / "out")
+
+
 # ---------------------------------------------------------------- nanoVLM main's layout
 
 

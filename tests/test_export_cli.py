@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 
+import pytest
 from click.testing import CliRunner
 
-from test_data import GOOD, _folder
+from test_data import COLOUR_ROWS, GOOD, _folder, _hf_dataset
 
 
 def test_export_checks_my_data_against_the_program_and_shows_the_lr(tmp_path, export_cache):
@@ -24,18 +27,33 @@ def test_export_checks_my_data_against_the_program_and_shows_the_lr(tmp_path, ex
     assert [i["shape"] for i in got["inputs"] if i["name"] == "input_ids"] == [[1, 32]]
 
 
-def test_export_refuses_data_longer_than_the_program_before_lowering(tmp_path, monkeypatch):
+@pytest.mark.parametrize("form, where", [("folder", "data.jsonl:"), ("parquet", "train-00000-of-00001.parquet row")])
+def test_export_refuses_data_longer_than_the_program_before_lowering(tmp_path, monkeypatch, form, where):
     from edgebench.cli import cli
 
     export_cache = tmp_path / "cache"  # its own: other workers add to the session's shared cache meanwhile
     export_cache.mkdir()
     monkeypatch.setenv("EDGEBENCH_EXPORT_CACHE", str(export_cache))
+    monkeypatch.setenv("EDGEBENCH_CACHE", str(tmp_path / "converted"))
     (tmp_path / "data").mkdir()
-    data = _folder(tmp_path / "data", GOOD)
+    data = _folder(tmp_path / "data", GOOD) if form == "folder" else _hf_dataset(tmp_path / "data", COLOUR_ROWS, form)
     before = sorted(p.name for p in export_cache.iterdir())
     result = CliRunner().invoke(cli, ["export", "--data", str(data), "--text-length", "4", "--lr", "0.01"])
     assert result.exit_code == 2 and "Traceback" not in result.output
-    assert "data.jsonl:" in result.output and "--text-length" in result.output
+    assert where in " ".join(result.output.split()) and "--text-length" in result.output
     assert sorted(p.name for p in export_cache.iterdir()) == before  # refused before any lowering
     result = CliRunner().invoke(cli, ["export", "--lr", "-1"])
     assert result.exit_code == 2 and "--lr" in result.output
+
+
+def test_export_piped_prints_a_line_per_stage_with_the_elapsed_time(tmp_path):
+    """Off a terminal rich's bar draws nothing: each stage is a plain line instead, then the summary."""
+    out = subprocess.run([sys.executable, "-m", "edgebench.cli", "export", "--backend", "onnxruntime", "--model", "tiny"],
+                         capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "EDGEBENCH_EXPORT_CACHE": str(tmp_path)})
+    assert out.returncode == 0, out.stderr
+    lines = out.stderr.splitlines()
+    assert re.fullmatch(r"\[ +\d+\.\d s\] export onnxruntime for local: build model \(1/\d\)", lines[0]), lines
+    done = next(i for i, line in enumerate(lines) if line.endswith("export onnxruntime for local: done"))
+    assert done >= 4 and all(re.match(r"\[ +\d+\.\d s\] export onnxruntime", line) for line in lines[:done])
+    assert "lowering               training graph" in out.stderr  # the summary, ONNX Runtime's lowering too

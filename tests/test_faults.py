@@ -228,7 +228,8 @@ def _hostile_device(tmp_path: Path, inventory: Path, listing: dict) -> None:
 
 
 @pytest.mark.parametrize("run_id,file_name", [("../../../escape", "f"), ("ok", "../../escape"),
-                                              ("ok", "/tmp/escape-abs"), (".hidden", "f")])
+                                              ("ok", "/tmp/escape-abs"), (".hidden", "f"),
+                                              ("ok", "weights/../../../escape"), ("ok", "weights/x/../../../escape")])
 def test_hostile_listing_is_refused_and_named(tmp_path, inventory, run_id, file_name):
     sha = "0" * 64
     _hostile_device(tmp_path, inventory, {"root": str(tmp_path / "dev"), "sweeps": {

@@ -94,3 +94,45 @@ def test_clock_probes_bracket_the_device_reading_and_are_fast():
         assert p["host_send_ns"] <= p["device_wall_ns"] <= p["host_recv_ns"]
     # One Python answers every probe: a round trip costs no interpreter start-up (~50+ ms).
     assert min(p["host_recv_ns"] - p["host_send_ns"] for p in probes) < 20e6
+
+
+def test_deploy_save_brings_the_trained_weights_back_with_collect(tmp_path):
+    """deploy --save on this host as a device: the device keeps the weights in the run directory,
+    collect fetches them (verified like every file) and puts them in SAVE/<run_id>/."""
+    import json
+    import os
+    import re
+    import subprocess
+    import sys
+    import time
+
+    from edgebench.model.checkpoint import from_pretrained
+
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(f"devices:\n  local: {{profile: local, python: {sys.executable}, workdir: {tmp_path / 'work'}}}\n")
+    env = {**os.environ, "EDGEBENCH_INVENTORY": str(inventory)}
+
+    def edgebench_cli(*args: str) -> subprocess.CompletedProcess:
+        out = subprocess.run([sys.executable, "-m", "edgebench.cli", *args], env=env, cwd=tmp_path,
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stdout + out.stderr
+        return out
+
+    out = edgebench_cli("deploy", "--device", "local", "--methods", "lora", "--warmup", "0", "--steps", "1",
+                        "--save", "trained")
+    # Piped, each stage of the deploy is a line with the elapsed time.
+    assert re.search(r"^\[ +\d+\.\d s\] local: preflight$", out.stderr, re.M), out.stderr
+    (deployed,) = [json.loads(line) for line in (tmp_path / "runs" / "local" / "deployments.jsonl").read_text().splitlines()]
+    (run_id,) = deployed["run_ids"]
+    assert deployed["save_to"] == str(tmp_path / "trained") and f"  {run_id}" in out.stdout
+    deadline = time.monotonic() + 240
+    state = Path(deployed["sweep_dir"], "sweep.json")
+    while not state.exists() or json.loads(state.read_text() or "{}").get("state") != "finished":
+        assert time.monotonic() < deadline, "the sweep did not finish"
+        time.sleep(1)
+    got = json.loads(edgebench_cli("collect", "--device", "local", "--json").stdout)["local"]
+    assert got["runs"] == {run_id: "ok"} and got["ingested"] == [run_id]
+    saved = tmp_path / "trained" / run_id
+    assert {"model.safetensors", "adapter_model.safetensors"} <= {p.name for p in saved.iterdir()}
+    assert (tmp_path / "runs" / "local" / run_id / "weights" / "model.safetensors").is_file()
+    from_pretrained(saved)  # every key, strictly

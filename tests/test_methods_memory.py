@@ -128,6 +128,21 @@ def test_predict_ranks_the_methods_that_fit_by_estimated_step_time():
     assert "adamw" not in out["fits_est"] and "lora+ckpt+frozen-int8" in out["fits_est"]
 
 
+def test_predict_reads_a_checkpoint_folders_config(tmp_path):
+    """A user's checkpoint gets the prediction of the config it holds (its config.json; no weights read)."""
+    from click.testing import CliRunner
+
+    from edgebench.cli.methods import predict_command
+    from edgebench.model.config import get_config
+
+    (tmp_path / "config.json").write_text(json.dumps(get_config("tiny").to_nanovlm_dict()))
+    args = ["--ram-bytes", str(2**30), "--method", "sgd", "--json"]
+    mine = CliRunner().invoke(predict_command, [*args, "--model", str(tmp_path)])
+    named = CliRunner().invoke(predict_command, [*args, "--model", "tiny"])
+    assert mine.exit_code == 0, mine.output
+    assert json.loads(mine.output)["peak_bytes"] == json.loads(named.output)["peak_bytes"] > 0
+
+
 def test_step_time_estimate_orders_the_work():
     """The FLOP/traffic model: checkpointing recomputes (slower), AdamW's update moves more
     bytes than SGD's, LoRA skips weight gradients (faster), and MeZO over every weight pays for

@@ -40,5 +40,11 @@ class EagerBackend:
     def step(self, batch: dict[str, Any]) -> float:
         return self.trainer.step(to_torch(batch, device=self.device))
 
+    def save(self, folder) -> None:
+        """The trained weights as a nanoVLM checkpoint (and peft adapter), edgebench.methods.saving."""
+        from edgebench.methods.saving import save_trained
+
+        save_trained(self.trainer.model, folder)
+
     def close(self) -> None:
         self.trainer = None

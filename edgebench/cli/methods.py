@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
@@ -105,7 +106,8 @@ def _rank(cfg, model_name: str, batch_size: int, text_length: int, image_size, u
 @click.command("predict")
 @click.option("--device", help="Device profile name or YAML path, a lab device or an inventory device (its RAM is the budget).")
 @click.option("--ram-bytes", type=int, help="RAM budget in bytes, instead of --device.")
-@click.option("--model", "model_name", default="tiny", show_default=True, help="Model config name.")
+@click.option("--model", "model_name", default="tiny", show_default=True,
+              help="Model config name, or a nanoVLM checkpoint folder (its config.json).")
 @click.option("--method", help="Preset or + combination (see `edgebench methods`); without it, every "
                                 "preset ranked: the ones that fit, fastest first.")
 @click.option("--batch-size", default=1, show_default=True, type=int)
@@ -121,12 +123,13 @@ def predict_command(device, ram_bytes, model_name, method, batch_size, text_leng
     RAM with headroom. Without --method: which methods fit, best first by predicted step time
     (relative to SGD, from a FLOP and memory-traffic model). All figures are estimates."""
     from edgebench.methods import memory
+    from edgebench.model.checkpoint import read_config
     from edgebench.model.config import ConfigError, get_config
 
     try:
         parsed = None if method is None else parse_method(method)
-        cfg = get_config(model_name)
-    except (MethodError, ConfigError) as exc:
+        cfg = read_config(model_name) if Path(model_name).is_dir() else get_config(model_name)
+    except (MethodError, ConfigError, ValueError) as exc:
         raise click.BadParameter(str(exc)) from exc
     budget, source = _ram_bytes(device, ram_bytes)
     usable = int(budget * (1.0 - headroom))

@@ -1,12 +1,16 @@
 """A folder of images + a JSONL file of {"image", "question", "answer"} lines (host side).
 
-Tokenised with a local `tokenizer.json` (the `tokenizers` library) and batched like
-the synthetic task, in the config's nanoVLM layout (edgebench.data.layout):
+A line may instead carry the_cauldron's shape, as nanoVLM's datasets do: {"images": [paths],
+"texts": [{"user", "assistant"}, ...]} (edgebench.data.hf writes such folders from Hugging
+Face datasets). Tokenised with a local `tokenizer.json` (the `tokenizers` library) and
+batched like the synthetic task, in the config's nanoVLM layout (edgebench.data.layout):
 
-    v0.1   "Question: {question} Answer:" answer <eos>, the image resized to vit_img_size
-    main   ChatML turns with the image string first in the user's turn, the image
-           resized (bicubic) so its long side is max_img_size (or up to it), cut into
-           tiles plus a global view
+    v0.1   "Question: {user} Answer:" assistant <eos> of the first turn, the first image
+           resized to vit_img_size (nanoVLM v0.1's VQADataset)
+    main   ChatML turns, each assistant reply trained, with every image's string
+           ("<image: i>" before each when there are several) first in the first user
+           turn; each image resized (bicubic) so its long side is max_img_size (or up to
+           it), cut into tiles plus a global view
 
 Labels cover the answer and what ends it. Pixels are [0, 1], as nanoVLM's ToTensor
 gives them. Every line is checked when the folder is opened, so a bad line stops a
@@ -36,10 +40,9 @@ class DatasetError(ValueError):
 
 @dataclass(frozen=True)
 class Example:
-    image: Path
-    question: str
-    answer: str
-    where: str  # "file:line", for errors found later (e.g. an unreadable image)
+    images: tuple[Path, ...]
+    turns: tuple[tuple[str, str], ...]  # (user, assistant)
+    where: str  # "file:line" (or the row it came from), for errors found later (e.g. an unreadable image)
 
 
 def _find_jsonl(folder: Path) -> Path:
@@ -48,7 +51,8 @@ def _find_jsonl(folder: Path) -> Path:
         return preferred
     found = sorted(folder.glob("*.jsonl"))
     if len(found) != 1:
-        raise DatasetError(f"{folder}: expected data.jsonl or exactly one *.jsonl file, found {len(found)}")
+        raise DatasetError(f"{folder}: expected data.jsonl or exactly one *.jsonl file, found {len(found)} (or a "
+                           "Hugging Face dataset: a save_to_disk folder or parquet files)")
     return found[0]
 
 
@@ -100,48 +104,52 @@ class FolderDataset:
             except json.JSONDecodeError as exc:
                 raise DatasetError(f"{where}: not valid JSON ({exc.msg})") from exc
             if not isinstance(record, dict):
-                raise DatasetError(f"{where}: expected an object with image, question, answer")
-            for key in ("image", "question", "answer"):
-                if not isinstance(record.get(key), str) or not record[key].strip():
-                    raise DatasetError(f"{where}: field {key!r} is missing or empty")
-            image = self.folder / record["image"]
-            if not image.is_file():
-                raise DatasetError(f"{where}: image {image} not found")
-            if not self._encode(record["answer"]):
-                raise DatasetError(f"{where}: the answer tokenises to nothing")
-            examples.append(Example(image, record["question"], record["answer"], where))
+                raise DatasetError(f"{where}: expected an object with image, question, answer (or images, texts)")
+            where = record.get("origin") or where
+            images, turns = _images_and_turns(record, where)
+            for name in images:
+                if not (self.folder / name).is_file():
+                    raise DatasetError(f"{where}: image {self.folder / name} not found")
+            for _, answer in turns:
+                if not self._encode(answer):
+                    raise DatasetError(f"{where}: the answer tokenises to nothing")
+            examples.append(Example(tuple(self.folder / name for name in images), turns, where))
         return examples
 
     def text(self, example: Example, cfg) -> tuple[list[int], list[int]]:
         """The sample's text (ids, labels) in the config's layout, without the image string."""
         if not cfg.image_splitting:
+            (question, answer), *_ = example.turns
             eos = [self.eos_id] if self.eos_id is not None else []
-            return assemble([(self._encode(f"Question: {example.question} Answer:"), False),
-                             (self._encode(example.answer) + eos, True)])
-        return assemble([(self._encode("<|im_start|>user\n"), False),
-                         (self._encode(f"{example.question}<|im_end|>\n<|im_start|>assistant\n"), False),
-                         (self._encode(f"{example.answer}<|im_end|>\n"), True)])
+            return assemble([(self._encode(f"Question: {question} Answer:"), False),
+                             (self._encode(answer) + eos, True)])
+        parts = []
+        for question, answer in example.turns:
+            parts += [(self._encode("<|im_start|>user\n"), False),
+                      (self._encode(f"{question}<|im_end|>\n<|im_start|>assistant\n"), False),
+                      (self._encode(f"{answer}<|im_end|>\n"), True)]
+        return assemble(parts)
 
-    def _open(self, example: Example):
+    def _open(self, image: Path, where: str):
         from PIL import Image
 
         try:
-            with Image.open(example.image) as img:
+            with Image.open(image) as img:
                 return img.convert("RGB")
         except OSError as exc:
-            raise DatasetError(f"{example.where}: cannot read image {example.image} ({exc})") from exc
+            raise DatasetError(f"{where}: cannot read image {image} ({exc})") from exc
 
     def load_image(self, example: Example, size: int) -> np.ndarray:
-        """v0.1: float32 [3, size, size] in [0, 1] (bilinear resize, then ToTensor)."""
+        """v0.1: the first image, float32 [3, size, size] in [0, 1] (bilinear resize, then ToTensor)."""
         from PIL import Image
 
-        return _to_array(self._open(example).resize((size, size), Image.BILINEAR))
+        return _to_array(self._open(example.images[0], example.where).resize((size, size), Image.BILINEAR))
 
-    def load_tiles(self, example: Example, cfg) -> tuple[np.ndarray, tuple[int, int]]:
+    def load_tiles(self, image: Path, where: str, cfg) -> tuple[np.ndarray, tuple[int, int]]:
         """main: [n, 3, S, S] in [0, 1] (global view first) and the tile grid, as nanoVLM splits."""
         from PIL import Image
 
-        img = self._open(example)
+        img = self._open(image, where)
         tile = cfg.vit_img_size
         width, height = img.size
         long, short = max(width, height), min(width, height)
@@ -160,11 +168,17 @@ class FolderDataset:
             raise DatasetError(f"{example.where}: needs {len(ids) + packing} tokens but text_length is {text_length}")
         if not cfg.image_splitting:
             return Sample(ids, labels, self.load_image(example, cfg.vit_img_size)[None])
-        tiles, grid = self.load_tiles(example, cfg)
+        loaded = [self.load_tiles(path, example.where, cfg) for path in example.images]
+        image: list[int] = []
+        for index, (_, grid) in enumerate(loaded):
+            image += (self._encode(f"<image: {index}>") if len(loaded) > 1 else []) + image_ids(cfg, grid)
+        width = cfg.sequence_length(text_length)  # room for the text and one image at most
+        if len(ids) + len(image) + packing > width:
+            raise DatasetError(f"{example.where}: its {len(loaded)} images and text need {len(ids) + len(image) + packing} "
+                               f"positions but a row holds {width} (text_length + one image); raise --text-length")
         prefix = len(self._encode("<|im_start|>user\n"))
-        image = image_ids(cfg, grid)
         return Sample(ids[:prefix] + image + ids[prefix:], labels[:prefix] + [IGNORE] * len(image) + labels[prefix:],
-                      tiles)
+                      np.concatenate([tiles for tiles, _ in loaded]))
 
     def batches(self, cfg, batch_size: int, text_length: int, seed: int,
                 image_size: int | None = None, packing: bool = False) -> Iterator[dict[str, np.ndarray]]:
@@ -186,6 +200,25 @@ class FolderDataset:
 
         width = cfg.sequence_length(text_length) if cfg.image_splitting else text_length
         return layout_batches(samples(), batch_size, width, self.pad_id, packing)
+
+
+def _images_and_turns(record: dict, where: str) -> tuple[list[str], tuple[tuple[str, str], ...]]:
+    """A line's image paths and (user, assistant) turns, in either of the two shapes."""
+    if "images" not in record and "texts" not in record:
+        for key in ("image", "question", "answer"):
+            if not isinstance(record.get(key), str) or not record[key].strip():
+                raise DatasetError(f"{where}: field {key!r} is missing or empty")
+        return [record["image"]], ((record["question"], record["answer"]),)
+    images, texts = record.get("images"), record.get("texts")
+    if not isinstance(images, list) or not images or not all(isinstance(i, str) and i for i in images):
+        raise DatasetError(f"{where}: field 'images' must be a non-empty list of image paths")
+    if not isinstance(texts, list) or not texts:
+        raise DatasetError(f"{where}: field 'texts' must be a non-empty list of {{user, assistant}} turns")
+    for number, turn in enumerate(texts):
+        for key in ("user", "assistant"):
+            if not isinstance(turn, dict) or not isinstance(turn.get(key), str) or not turn[key].strip():
+                raise DatasetError(f"{where}: texts[{number}] field {key!r} is missing or empty")
+    return images, tuple((turn["user"], turn["assistant"]) for turn in texts)
 
 
 def _to_array(img) -> np.ndarray:

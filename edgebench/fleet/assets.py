@@ -1,5 +1,5 @@
 """A user's checkpoint and dataset folders (and the native worker with its plans), shipped to
-a device once.
+a device once; a Hugging Face dataset is first turned into the folder format, once per content.
 
 Each folder is content-addressed: the sha256 of every file, and of that list. It lands
 in `<workdir>/cache/<digest>-<name>/`, is checked file by file on the device after
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shlex
 from pathlib import Path
@@ -31,6 +32,23 @@ def folder_digest(folder: Path) -> tuple[str, dict[str, str]]:
     """(digest of the whole folder, sha256 per file)."""
     files = digests(str(folder))
     return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest(), files
+
+
+def as_folder_dataset(folder: Path) -> Path:
+    """A Hugging Face dataset folder as a folder dataset, converted once per content into
+    `$EDGEBENCH_CACHE/datasets/<sha256>/<name>` (the device reads only the folder format);
+    any other folder as it is."""
+    from edgebench.data import hf
+
+    if not hf.is_hf_dataset(folder):
+        return folder
+    digest, _ = folder_digest(folder)
+    cache = Path(os.environ.get("EDGEBENCH_CACHE") or "~/.cache/edgebench").expanduser()
+    out = cache / "datasets" / digest[:24] / folder.name
+    if not (out / "data.jsonl").is_file():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        hf.convert(folder, out)
+    return out
 
 
 def ship_folder(transport: Any, device: Any, local: Path, workdir: str, staging: Path,

@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -29,9 +30,11 @@ from edgebench.devices.labgrid import release_finished
 from edgebench.devices import connect
 from edgebench.devices.transport import Transport, TransportError
 from edgebench.fleet.clock import probe_clock
+from edgebench.fleet.deploy import deployments
 from edgebench.fleet.device_scripts import listing, sweeps as sweeps_script
 from edgebench.fleet import shell_sweep
 from edgebench.fleet.remote import run_program
+from edgebench.runner.spec import WEIGHTS_DIR
 
 APPEND_ONLY = (".jsonl", ".log")
 SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -66,7 +69,7 @@ def check_listing(name: str, manifest: Any) -> None:
             if not isinstance(files, dict):
                 raise refuse(f"a malformed file list for run {rid!r}")
             for file_name, info in files.items():
-                plain(file_name, f"in run {rid!r} a file name")
+                plain(file_name.removeprefix(f"{WEIGHTS_DIR}/"), f"in run {rid!r} a file name")
                 if not (isinstance(info, dict) and isinstance(info.get("size"), int) and info["size"] >= 0
                         and isinstance(info.get("sha256"), str) and SHA256.fullmatch(info["sha256"])):
                     raise refuse(f"a malformed size/sha256 for {rid}/{file_name}")
@@ -164,6 +167,8 @@ def _collect_device(name: str, run_id: str | None, local_root: Path, store_path:
                     continue
                 local_dir = local_root / name / rid
                 local_dir.mkdir(parents=True, exist_ok=True)
+                if any(f.startswith(f"{WEIGHTS_DIR}/") for f in files):
+                    (local_dir / WEIGHTS_DIR).mkdir(exist_ok=True)
                 for file_name, info in files.items():
                     remote = f"{manifest['root']}/{sweep_id}/runs/{rid}/{file_name}"
                     got = fetch_file(transport, remote, local_dir / file_name, info["size"], info["sha256"])
@@ -173,6 +178,8 @@ def _collect_device(name: str, run_id: str | None, local_root: Path, store_path:
                 status = _local_status(local_dir)
                 out.runs[rid] = status or f"partial ({states.get(rid, 'not started')})"
                 log(f"{name}: {rid}: {out.runs[rid]}")
+                if status:
+                    _keep_weights(name, rid, local_dir, local_root, log)
         out.probes = _fresh_probes(transport, device, manifest)
         out.released = release_finished(device, before, log)
     _save_probes(local_root / name, out.probes)
@@ -181,6 +188,15 @@ def _collect_device(name: str, run_id: str | None, local_root: Path, store_path:
     if store_path is not None:
         _ingest(out, local_root, store_path)
     return out
+
+
+def _keep_weights(name: str, rid: str, run_dir: Path, local_root: Path, log: Callable[[str], None]) -> None:
+    """A finished run's trained weights go where its `deploy --save` asked (SAVE/<run_id>/)."""
+    weights = run_dir / WEIGHTS_DIR
+    save_to = next((r.get("save_to") for r in deployments(name, local_root) if rid in r["run_ids"]), None)
+    if save_to and (weights / "model.safetensors").is_file():
+        shutil.copytree(weights, Path(save_to) / rid, dirs_exist_ok=True)
+        log(f"{name}: {rid}: trained weights saved to {Path(save_to) / rid}")
 
 
 def _local_status(run_dir: Path) -> str | None:

@@ -7,6 +7,7 @@ import contextlib
 import functools
 import json
 import signal
+import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -15,9 +16,10 @@ import click
 from edgebench.backends import BACKENDS
 from edgebench.fleet.plan import (attach_native, attach_program, check_method, check_model, for_device, ingest_runs, make_specs,
                                   parse_duration, unsupported_result)
+from edgebench.fleet.progress import plain_progress
 from edgebench.results import DEFAULT_STORE
 from edgebench.runner.native import machine_arch
-from edgebench.runner.spec import RunSpec
+from edgebench.runner.spec import WEIGHTS_DIR, RunSpec
 
 
 def _echo_err(message: str) -> None:
@@ -113,12 +115,13 @@ def _model_and_data(shape: dict[str, Any]) -> None:
                                  "config.json + model.safetensors)", param_hint="--model")
     if shape["data_dir"]:
         from edgebench.data.folder import DatasetError, FolderDataset
+        from edgebench.fleet.assets import as_folder_dataset
 
         try:
+            shape["data_dir"] = str(as_folder_dataset(Path(shape["data_dir"]).resolve()))
             FolderDataset(shape["data_dir"])
         except DatasetError as exc:
             raise click.BadParameter(str(exc), param_hint="--data") from None
-        shape["data_dir"] = str(Path(shape["data_dir"]).resolve())
 
 
 def _check_image_budget(shape: dict[str, Any]) -> None:
@@ -163,10 +166,25 @@ MODEL_OPTION = click.option("--model", default="tiny", show_default=True,
                             help="Model config (see `edgebench models`) or a nanoVLM checkpoint folder "
                                  "(config.json + model.safetensors) to fine-tune.")
 DATA_OPTION = click.option("--data", "data_dir", default=None, type=click.Path(exists=True, file_okay=False),
-                           help="A folder dataset to train on: images, one JSONL of {image, question, answer} "
-                                "lines and tokenizer.json (default: the synthetic task).")
+                           help="A dataset folder to train on, with its tokenizer.json: images and one JSONL of "
+                                "{image, question, answer} lines, or a Hugging Face dataset as nanoVLM reads it "
+                                "(save_to_disk folder or parquet files with the_cauldron's images/texts columns). "
+                                "Default: the synthetic task.")
 LR_OPTION = click.option("--lr", default=None, type=click.FloatRange(min=0, min_open=True),
                          help="Learning rate (default: the method's own).")
+
+
+SAVE_OPTION = click.option("--save", "save", default=None, type=click.Path(file_okay=False),
+                           help="Keep each run's trained weights after its last step in SAVE/<run_id>/: a nanoVLM "
+                                "checkpoint (config.json + model.safetensors; `edgebench models --load`, `--model`), "
+                                "and for LoRA methods the adapter in peft's format beside it (eager backend; deploy: "
+                                "`collect` brings them back).")
+
+
+def _check_save(save: str | None, backend: str) -> None:
+    if save and backend != "eager":
+        raise click.BadParameter(f"an exported {backend} program keeps its weights inside its runtime, so there is "
+                                 "nothing to save from it yet: use --backend eager with --save", param_hint="--save")
 
 
 def run_options(command: Callable) -> Callable:
@@ -244,8 +262,9 @@ def run_options(command: Callable) -> Callable:
 @run_options
 @click.option("--store", default=None, type=click.Path(dir_okay=False),
               help="Results store to ingest into (default: RUNS_DIR/edgebench.duckdb); see `edgebench report`.")
+@SAVE_OPTION
 def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str, as_json: bool,
-          store: str | None) -> None:
+          store: str | None, save: str | None) -> None:
     """Benchmark fine-tuning methods on this host: `deploy` to the local device, in the foreground.
 
     Each method runs in a fresh process so its memory is its own, sampled while it runs;
@@ -255,7 +274,8 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str,
     With --repeats N the table gives each figure as the median of the N runs with
     [min-max] and n; a run that other processes disturbed (they took >10% of the CPU)
     is flagged "!". Fine-tune your own model on your own data with --model CHECKPOINT_DIR
-    --data DATASET_DIR --lr 1e-4. docs/figures.md defines every figure.
+    --data DATASET_DIR --lr 1e-4 --save DIR (README: "Your model, your data"). Piped, it
+    prints one line per stage and step. docs/figures.md defines every figure.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -267,31 +287,46 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str,
         raise click.UsageError(
             f"bench runs on this host only (--device local); for device {device!r} use "
             f"`edgebench deploy --device {device}` and then `edgebench collect`")
+    _check_save(save, shape["backend"])
     profile = load_profile(device)
     specs = for_device(device, profile, make_specs(methods, **shape))
+    for spec in specs if save else []:
+        spec.save_dir = str(Path(save).resolve() / spec.run_id)
     results = []
     # Ctrl-C: the running run ends `interrupted` (result.json written), no further run starts,
     # what ran is ingested, exit code 130.
     interrupts = Interrupts()
+    plain = None if as_json else plain_progress(sys.stdout)  # piped: one line per stage and step
     try:
         with interrupts, Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                  TimeElapsedColumn(), disable=as_json, transient=False) as progress:
+                                  TimeElapsedColumn(), disable=as_json or plain is not None, transient=False) as progress:
             for spec in specs:
                 label = f"{spec.method} ({spec.backend})"
                 total = None if spec.duration_s else spec.warmup_steps + spec.steps
                 task = progress.add_task(label, total=total)
-                stage = lambda stage, t=task, l=label: progress.update(t, description=f"{l}: {stage}")  # noqa: E731
+
+                def stage(text: str, task=task, label=label) -> None:
+                    progress.update(task, description=f"{label}: {text}")
+                    if plain:
+                        plain(f"{label}: {text}")
+
+                def step(done: int, task=task, label=label, total=total) -> None:
+                    progress.update(task, completed=done)
+                    if plain:
+                        plain(f"{label}: step {done}/{total or '?'}" if done else f"{label}: loading")
+
                 refused = attach_program(spec, profile, on_stage=stage) or attach_native(spec, machine_arch(), stage)
                 if refused is not None:
-                    progress.update(task, description=f"{label}: unsupported")
+                    stage("unsupported")
                     results.append(unsupported_result(spec, refused))
                     continue
                 run_dir = Path(runs_dir) / spec.run_id
-                result = run_local(spec, run_dir, on_progress=lambda n, t=task: progress.update(t, completed=n),
-                                   interrupts=interrupts)
+                result = run_local(spec, run_dir, on_progress=step, interrupts=interrupts)
                 result["run_dir"] = str(run_dir)
-                progress.update(task, completed=total or result.get("steps_done") or 0,
-                                description=f"{label}: {result['status']}")
+                if spec.save_dir and (Path(spec.save_dir) / "model.safetensors").is_file():
+                    result["saved_to"] = spec.save_dir
+                progress.update(task, completed=total or result.get("steps_done") or 0)
+                stage(result["status"])
                 results.append(result)
                 if interrupts.signal:
                     break
@@ -309,6 +344,9 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str,
         click.echo(json.dumps(results, indent=2, default=str))
     else:
         render_bench_results(results, f"{shape['model']} on {device}, batch {shape['batch_size']}, {shape['backend']}")
+        for r in results:
+            if r.get("saved_to"):
+                click.echo(f"{r['method']}: trained weights saved to {r['saved_to']}")
         click.echo(f"run directories under {runs_dir}/; store {store_path} (edgebench report --store {store_path})")
     refused = {r["method"]: " ".join(str(r["detail"]).split()) for r in results if r["status"] == "unsupported"}
     if results and len(refused) == len(results):  # as deploy: a sweep where nothing could run failed
@@ -326,8 +364,9 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str,
                    "profile now (cached).")
 @click.option("--spec", "spec_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="RunSpec JSON file to run as is (repeatable); replaces --methods and the shape options.")
+@SAVE_OPTION
 def deploy(devices: tuple[str, ...], shape: dict[str, Any], methods: list[str], runs_dir: str, as_json: bool,
-           program: str | None, spec_files: tuple[str, ...]) -> None:
+           program: str | None, spec_files: tuple[str, ...], save: str | None) -> None:
     """Start a sweep of methods on one or more devices, detached; print the run ids.
 
     Takes the same run options as `bench`. Preflight checks the device (Python,
@@ -336,7 +375,8 @@ def deploy(devices: tuple[str, ...], shape: dict[str, Any], methods: list[str], 
     source (no dependencies are installed on the device), the programs and one spec per
     method are shipped and the sweep starts with setsid/nohup, so it survives a dropped
     connection. A --model checkpoint folder and a --data dataset folder are shipped once:
-    checked by sha256 on the device and cached there for later sweeps. Clock probes are recorded for alignment. Fetch results with
+    checked by sha256 on the device and cached there for later sweeps. With --save DIR each run keeps
+    its trained weights, which `collect` brings back into DIR/<run_id>/. Clock probes are recorded for alignment. Fetch results with
     `edgebench collect`; watch with `edgebench status`. A board farm's device (a labgrid
     place) is acquired for the sweep: refused while someone holds it, given back if the
     deploy fails or is interrupted, else by `collect` once the sweep has ended.
@@ -348,9 +388,15 @@ def deploy(devices: tuple[str, ...], shape: dict[str, Any], methods: list[str], 
         specs = [RunSpec.load(path) for path in spec_files]
     else:
         specs = make_specs(methods, program=program, **shape)
+    for spec in specs:
+        _check_save(save, spec.backend)
+        spec.save_dir = WEIGHTS_DIR if save else spec.save_dir  # in the run directory; collect brings it back
     known = {name: len(deployments(name, Path(runs_dir))) for name in devices}
     try:
-        results = deploy_many(list(devices), specs, Path(runs_dir), log=(lambda _: None) if as_json else _echo_err)
+        # Each stage is a line on stderr; off a terminal each carries the elapsed time too.
+        log = (lambda _: None) if as_json else plain_progress(sys.stderr) or _echo_err
+        results = deploy_many(list(devices), specs, Path(runs_dir), log=log,
+                              save_to=str(Path(save).resolve()) if save else None)
     except KeyboardInterrupt:
         with _shielded(True):
             _stop_started(known, Path(runs_dir))

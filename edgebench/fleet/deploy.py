@@ -54,6 +54,7 @@ class Deployment:
     facts: dict[str, Any]
     probes: list[dict[str, Any]] = field(default_factory=list)
     refused: dict[str, str] = field(default_factory=dict)  # method -> why it was not deployed
+    save_to: str | None = None  # where collect copies each run's trained weights (deploy --save)
 
 
 def _tar_dir(directory: Path, arcname: str, dest: Path, compress: bool) -> Path:
@@ -131,7 +132,7 @@ def _runnable(name: str, specs: list[RunSpec], refused: dict[str, str],
 
 
 def deploy_one(name: str, specs: list[RunSpec], local_root: Path = Path("runs"),
-               log: Callable[[str], None] = lambda _: None) -> Deployment:
+               log: Callable[[str], None] = lambda _: None, save_to: str | None = None) -> Deployment:
     """Preflight, ship and start one device's sweep; returns what was started."""
     device = get_device(name)
     specs = for_device(device.name, device.profile, specs)
@@ -192,7 +193,7 @@ def deploy_one(name: str, specs: list[RunSpec], local_root: Path = Path("runs"),
         log(f"{name}: sweep {sweep_id} started ({len(specs)} runs)")
         probes = probe_clock(transport, device, f"{sweep}/pkg",
                              worker=None if device.has_python else f"{sweep}/{shell_sweep.WORKER_LINK}")
-    deployment = Deployment(name, sweep_id, sweep, [s.run_id for s in specs], facts, probes, refused)
+    deployment = Deployment(name, sweep_id, sweep, [s.run_id for s in specs], facts, probes, refused, save_to)
     _record(local_root / name, deployment)
     return deployment
 
@@ -236,12 +237,13 @@ def remote_run_dir(name: str, run_id: str, local_root: Path = Path("runs")) -> s
 
 
 def deploy_many(names: list[str], specs: list[RunSpec], local_root: Path = Path("runs"),
-                log: Callable[[str], None] = lambda _: None) -> dict[str, Deployment | Exception]:
+                log: Callable[[str], None] = lambda _: None,
+                save_to: str | None = None) -> dict[str, Deployment | Exception]:
     """Deploys to every device at once (one thread each); a failure stays that device's."""
 
     def one(name: str) -> Deployment | Exception:
         try:
-            return deploy_one(name, specs, local_root, log)
+            return deploy_one(name, specs, local_root, log, save_to)
         except (PreflightError, TransportError, ValueError, OSError) as exc:
             return exc
 

@@ -72,10 +72,13 @@ def run_local(spec: RunSpec, run_dir: Path, on_progress: Callable[[int], None] |
     events = TraceTail(run_dir / "events.jsonl")
     steps_done = 0
     try:
-        while proc.poll() is None:
+        while True:
+            running = proc.poll() is None  # read once more after the end: the last steps count too
             steps_done += sum(1 for e in events.read() if e.get("event") == "step_end")
             if on_progress is not None:
                 on_progress(steps_done)
+            if not running:
+                break
             time.sleep(0.25)
     finally:
         if interrupts is not None:

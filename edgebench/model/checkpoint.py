@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from edgebench.model.config import VLMConfig, config_from_dict
 
@@ -148,12 +148,53 @@ def from_pretrained(name_or_dir: str | Path) -> VisionLanguageModel:
 
 def save_pretrained(model: VisionLanguageModel, folder: str | Path) -> Path:
     """Write config.json + model.safetensors in nanoVLM's layout (tied tensor once), and edgebench.json."""
-    save_file = _safetensors().save_file
+    return save_tensors(model.cfg, model.state_dict(), folder)
 
+
+def save_tensors(cfg: VLMConfig, tensors: dict[str, torch.Tensor | Callable[[], torch.Tensor]],
+                 folder: str | Path) -> Path:
+    """`save_pretrained` for tensors under the model's names, each given as a tensor or as a
+    function that makes it (a trained model's merged weights: made one at a time, so the save
+    holds one layer's copy, not the model's). Refused, naming the keys, unless they are exactly
+    the config's model's; every tensor is stored in that model's dtype (fp32)."""
+    import torch
+
+    from edgebench.model.vision_language_model import VisionLanguageModel
+
+    with torch.device("meta"):  # names, shapes and dtypes only
+        model = VisionLanguageModel(cfg)
+    layout = {k: v for k, v in model.state_dict().items() if k in expected_keys(model)}
+    missing, unexpected = sorted(set(layout) - set(tensors)), sorted(set(tensors) - set(TIED_KEYS) - set(layout))
+    if missing or unexpected:
+        raise CheckpointError(f"{folder}: cannot save a nanoVLM checkpoint: missing keys {missing[:5]}, "
+                              f"unexpected keys {unexpected[:5]}")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    tensors = {k: v.detach().contiguous() for k, v in model.state_dict().items() if k in expected_keys(model)}
-    (folder / CONFIG_FILE).write_text(json.dumps(model.cfg.to_nanovlm_dict(), indent=4) + "\n")
-    (folder / EDGEBENCH_FILE).write_text(json.dumps(model.cfg.edgebench_dict(), indent=4) + "\n")
-    save_file(tensors, str(folder / WEIGHTS_FILE))
+    (folder / CONFIG_FILE).write_text(json.dumps(cfg.to_nanovlm_dict(), indent=4) + "\n")
+    (folder / EDGEBENCH_FILE).write_text(json.dumps(cfg.edgebench_dict(), indent=4) + "\n")
+    write_safetensors(folder / WEIGHTS_FILE, layout, lambda k: tensors[k]() if callable(tensors[k]) else tensors[k])
     return folder
+
+
+def write_safetensors(path: Path, layout: dict[str, torch.Tensor], make: Callable[[str], torch.Tensor]) -> None:
+    """The safetensors format (8-byte header length, JSON header, raw little-endian data),
+    written one tensor at a time: `safetensors.save_file` needs every tensor in memory at once.
+    `layout` gives each name's shape and dtype (meta tensors); `make(name)` the values."""
+    import torch
+
+    dtypes = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16", torch.int64: "I64",
+              torch.int32: "I32", torch.int8: "I8", torch.uint8: "U8", torch.bool: "BOOL"}
+    header, offset = {}, 0
+    for name, meta in layout.items():
+        size = meta.numel() * meta.element_size()
+        header[name] = {"dtype": dtypes[meta.dtype], "shape": list(meta.shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # the data starts 8-byte aligned, as safetensors writes it
+    with open(path, "wb") as fh:
+        fh.write(len(raw).to_bytes(8, "little") + raw)
+        for name, meta in layout.items():
+            tensor = make(name).detach().to("cpu", meta.dtype).contiguous()
+            if tensor.shape != meta.shape:
+                raise CheckpointError(f"{path}: {name} has shape {list(tensor.shape)}, the model {list(meta.shape)}")
+            fh.write(tensor.reshape(-1).view(torch.uint8).numpy().data)

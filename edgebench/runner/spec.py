@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+WEIGHTS_DIR = "weights"  # where a deployed run keeps its trained weights, inside its run directory
+
 
 @dataclass
 class RunSpec:
@@ -49,6 +51,9 @@ class RunSpec:
     native_worker: str | None = None  # worker bundle (edgebench-worker, lib/, bundle.json)
     native_plan: str | None = None  # plan.txt + batches.bin (edgebench.native.plan)
     run_id: str | None = None
+    # where the worker writes the trained weights after the last step (eager): a nanoVLM
+    # checkpoint, plus the LoRA adapter in peft's format; a relative path is inside the run directory
+    save_dir: str | None = None
     repeat: int = 0  # which repeat of the same configuration this run is (0-based)
     power_model: dict[str, float] | None = None  # {"idle_w":..,"max_w":..} for estimates
     sensors: dict[str, Any] = field(default_factory=dict)  # from the device profile

@@ -62,10 +62,8 @@ def die_with_parent(sig: int, env: str) -> None:
 def batches_for(spec: RunSpec):
     """The run's batches: its folder dataset, else the synthetic task (numpy, no torch)."""
     from edgebench.data.synthetic import synthetic_batches
-    from edgebench.model.config import get_config
 
-    cfg = get_config(spec.model) if spec.checkpoint is None else _checkpoint_config(spec.checkpoint)
-    cfg = image_budget(cfg, spec.max_image_size)
+    cfg = run_config(spec)
     if spec.data_dir:
         from edgebench.data.folder import folder_batches
 
@@ -85,31 +83,32 @@ def image_budget(cfg, max_image_size: int | None):
     return dataclasses.replace(cfg, max_img_size=max_image_size).validate()
 
 
-def _checkpoint_config(path: str):
+def run_config(spec: RunSpec):
+    """The config the run trains: the named one or the checkpoint's own, with its image budget."""
     from edgebench.model.checkpoint import read_config
+    from edgebench.model.config import get_config
 
-    return read_config(path)
+    cfg = get_config(spec.model) if spec.checkpoint is None else read_config(spec.checkpoint)
+    return image_budget(cfg, spec.max_image_size)
 
 
 def predicted_memory(spec: RunSpec) -> dict | None:
     """The method's memory prediction (an estimate), or None where it cannot be made."""
     from edgebench.backends import BACKENDS
 
-    if spec.checkpoint is not None or getattr(BACKENDS.get(spec.backend), "torch_free", False):
-        return None  # the memory model describes eager torch runs of named configs
+    if getattr(BACKENDS.get(spec.backend), "torch_free", False):
+        return None  # the memory model describes eager torch runs
     try:
         from edgebench.methods import memory, parse_method
-        from edgebench.model.config import get_config
 
-        return memory.predict(image_budget(get_config(spec.model), spec.max_image_size),
-                              parse_method(spec.method), spec.batch_size,
+        return memory.predict(run_config(spec), parse_method(spec.method), spec.batch_size,
                               spec.text_length, image_size=spec.image_size)
     except Exception as exc:  # a prediction must never stop the run
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
-def train(spec: RunSpec, events: TraceWriter) -> int:
-    """Runs warmup then measured steps; returns the exit code."""
+def train(spec: RunSpec, events: TraceWriter, out: str = ".") -> int:
+    """Runs warmup then measured steps (then saves the weights if asked); returns the exit code."""
     from edgebench.backends import BACKENDS, UnsupportedBackend, create
 
     if spec.threads and not getattr(BACKENDS.get(spec.backend), "torch_free", False):
@@ -150,6 +149,11 @@ def train(spec: RunSpec, events: TraceWriter) -> int:
             events.write({"t_ns": end, "event": "diverged", "step": step, "loss": loss})
             return EXIT_DIVERGED
         step += 1
+    if spec.save_dir:
+        folder = Path(out) / spec.save_dir  # an absolute save_dir stays as it is
+        events.write({"t_ns": time.monotonic_ns(), "event": "save_begin", "path": str(folder)})
+        backend.save(folder)
+        events.write({"t_ns": time.monotonic_ns(), "event": "save_end", "path": str(folder)})
     backend.close()
     return EXIT_OK
 
@@ -181,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cannot open the events trace: {exc}", file=sys.stderr)
         return EXIT_NO_SPACE if exc.errno == errno.ENOSPC else EXIT_ERROR
     try:
-        return _ended(events, spec)
+        return _ended(events, spec, args.out)
     except Interrupted:  # a signal while the end itself was being recorded: it is recorded enough
         return EXIT_INTERRUPTED
     except OSError as exc:  # the disk is full: nothing more can be written; the supervisor says so
@@ -195,10 +199,10 @@ def main(argv: list[str] | None = None) -> int:
             pass
 
 
-def _ended(events: TraceWriter, spec: RunSpec) -> int:
+def _ended(events: TraceWriter, spec: RunSpec, out: str) -> int:
     """Runs training and writes how it ended as the last event; returns the exit code."""
     try:
-        return train(spec, events)
+        return train(spec, events, out)
     except Interrupted as exc:
         events.write({"t_ns": time.monotonic_ns(), "event": "interrupted", "detail": f"stopped by {exc}"})
         return EXIT_INTERRUPTED

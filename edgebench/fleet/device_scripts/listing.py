@@ -1,4 +1,4 @@
-"""Every file under WORKDIR/sweeps/*/runs/*/ and each sweep.json, with size and sha256, so
+"""Every file under WORKDIR/sweeps/*/runs/*/ (and its weights/ folder) and each sweep.json, with size and sha256, so
 `edgebench collect` fetches only what changed and verifies what it fetched. Hidden files
 (the runner's disk reserve) and half-written `.tmp` files are left out.
 
@@ -39,9 +39,13 @@ def main(workdir):
         runs = os.path.join(sdir, "runs")
         for run in listdir(runs):
             files = {}
-            for name in listdir(os.path.join(runs, run)):
-                path = os.path.join(runs, run, name)
-                if os.path.isfile(path) and not name.endswith(".tmp") and not name.startswith("."):
+            rdir = os.path.join(runs, run)
+            # the run's own files, and the trained weights a --save run keeps in weights/
+            names = listdir(rdir) + ["weights/" + name for name in listdir(os.path.join(rdir, "weights"))]
+            for name in names:
+                path = os.path.join(rdir, name)
+                base = os.path.basename(name)
+                if os.path.isfile(path) and not base.endswith(".tmp") and not base.startswith("."):
                     files[name] = digest(path)
             entry["runs"][run] = files
         out["sweeps"][sweep] = entry

@@ -1,0 +1,88 @@
+"""A trained model's weights as nanoVLM and peft store them (`--save`).
+
+nanoVLM's checkpoint holds plain fp32 linears, so each LoRA layer is saved merged (base +
+scaling * B @ A, as peft's merge computes it), each frozen int8/int4 layer dequantised (the
+weights the run trained with) and every bf16 tensor widened to fp32, one layer at a time as
+it is written (a copy of the whole model would double a QLoRA run's peak on the device). A LoRA run's adapter also
+goes beside it in peft's format (adapter_config.json + adapter_model.safetensors, keys
+`base_model.model.<module>.lora_A.weight` as PeftModel.save_pretrained writes them), so
+peft's PeftModel.from_pretrained puts it on the checkpoint the run started from.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch import nn
+
+from edgebench.methods.int4 import Int4Linear, unpack
+from edgebench.methods.int8 import _dequantize
+from edgebench.methods.subsets import LORA_ALPHA, LORA_RANK, LORA_TARGETS
+from edgebench.model.checkpoint import _safetensors, save_tensors
+
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+
+
+def _weight(module: nn.Module) -> torch.Tensor:
+    """A linear layer's weight in fp32, dequantised where it is stored as int8/int4 codes."""
+    if hasattr(module, "codes"):
+        return (unpack if isinstance(module, Int4Linear) else _dequantize)(module.codes, module.scale, torch.float32)
+    return module.weight.detach().float()
+
+
+def _lora(module: nn.Module) -> tuple[nn.Module, nn.Module, float] | None:
+    """(A, B, scaling) of a LoRA layer (peft's or edgebench.methods.lora's), else None."""
+    if not hasattr(module, "lora_A") or not hasattr(module, "base_layer"):
+        return None
+    scaling = module.scaling
+    name = next(iter(module.lora_A))
+    return module.lora_A[name], module.lora_B[name], scaling[name] if isinstance(scaling, dict) else scaling
+
+
+def _plain(name: str) -> str:
+    return name.replace(".base_layer", "")
+
+
+def merged_tensors(model: nn.Module) -> tuple[dict[str, Callable[[], torch.Tensor]], dict[str, torch.Tensor]]:
+    """(each of the model's weights under nanoVLM's names, as a function that makes it in fp32,
+    merged or dequantised, when it is written; the LoRA adapter's tensors)."""
+    tensors, adapter, done = {}, {}, []
+    for name, module in model.named_modules():
+        if any(name.startswith(prefix + ".") for prefix in done):
+            continue
+        lora = _lora(module)
+        if lora is None and not hasattr(module, "codes"):
+            continue
+        base = module.base_layer if lora else module
+        if lora:
+            a, b, scaling = (lora[0].weight.detach().float(), lora[1].weight.detach().float(), lora[2])
+            tensors[f"{name}.weight"] = lambda base=base, a=a, b=b, s=scaling: _weight(base) + s * (b @ a)
+            adapter[f"base_model.model.{name}.lora_A.weight"] = a.contiguous()
+            adapter[f"base_model.model.{name}.lora_B.weight"] = b.contiguous()
+        else:
+            tensors[f"{name}.weight"] = lambda base=base: _weight(base)
+        if getattr(base, "bias", None) is not None:
+            tensors[f"{name}.bias"] = lambda bias=base.bias: bias.detach().float()
+        done.append(name)
+    for key, tensor in model.state_dict().items():
+        if not any(key.startswith(prefix + ".") for prefix in done):
+            tensors[_plain(key)] = lambda tensor=tensor: tensor
+    return tensors, adapter
+
+
+def save_trained(model: nn.Module, folder: str | Path) -> Path:
+    """Writes the trained model as a nanoVLM checkpoint into `folder`, with its LoRA adapter in
+    peft's format beside it when it has one."""
+    tensors, adapter = merged_tensors(model)
+    folder = save_tensors(model.cfg, tensors, folder)
+    if adapter:
+        config = {"peft_type": "LORA", "r": LORA_RANK, "lora_alpha": LORA_ALPHA, "lora_dropout": 0.0,
+                  "target_modules": LORA_TARGETS, "bias": "none", "fan_in_fan_out": False, "task_type": None,
+                  "inference_mode": True, "init_lora_weights": True, "modules_to_save": None}
+        (folder / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2) + "\n")
+        _safetensors().save_file(adapter, str(folder / ADAPTER_WEIGHTS))
+    return folder
