@@ -10,13 +10,18 @@ the synthetic task, in the config's nanoVLM layout (edgebench.data.layout):
 
 Labels cover the answer and what ends it. Pixels are [0, 1], as nanoVLM's ToTensor
 gives them. Every line is checked when the folder is opened, so a bad line stops a
-run before it starts, with the file and line named.
+run before it starts, with the file and line named: an image must be a path inside the
+folder (edgebench.untrusted: no absolute path, no '..', no symlink leading out).
+`check` reads every image's header before a run (a real image, at most `pixel_limit`
+pixels: the model's own need, so a huge image is refused before it is decoded).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -25,7 +30,13 @@ import numpy as np
 
 from edgebench.data.layout import IGNORE, Sample, assemble, image_ids, split_tiles
 from edgebench.data.layout import batches as layout_batches
+from edgebench.untrusted import UnsafeName, inside
 
+# The largest image decoded: MODEL_PIXEL_FACTOR times the pixels the model sees of it (its
+# long side resized to max_img_size, or to vit_img_size in v0.1's layout), at least
+# MIN_PIXEL_LIMIT (a 16-megapixel photo, 48 MiB decoded).
+MODEL_PIXEL_FACTOR = 16
+MIN_PIXEL_LIMIT = 4096 * 4096
 EOS_CANDIDATES = ("<eos>", "</s>", "<|endoftext|>", "<|im_end|>")
 PAD_CANDIDATES = ("<pad>", "<|pad|>", "[PAD]")
 
@@ -104,7 +115,10 @@ class FolderDataset:
             for key in ("image", "question", "answer"):
                 if not isinstance(record.get(key), str) or not record[key].strip():
                     raise DatasetError(f"{where}: field {key!r} is missing or empty")
-            image = self.folder / record["image"]
+            try:
+                image = inside(self.folder, record["image"], "image")
+            except UnsafeName as exc:
+                raise DatasetError(f"{where}: {exc}") from None
             if not image.is_file():
                 raise DatasetError(f"{where}: image {image} not found")
             if not self._encode(record["answer"]):
@@ -122,26 +136,40 @@ class FolderDataset:
                          (self._encode(f"{example.question}<|im_end|>\n<|im_start|>assistant\n"), False),
                          (self._encode(f"{example.answer}<|im_end|>\n"), True)])
 
-    def _open(self, example: Example):
+    def _open(self, example: Example, cfg):
+        """The image decoded as RGB (see `_image`)."""
+        with _image(example, cfg) as img:
+            return img.convert("RGB")
+
+    def check(self, cfg, text_length: int, packing: bool = False) -> None:
+        """Before any run: the tokenizer fits the model, every sample's text fits text_length, and
+        every image is a readable image within the pixel limit (headers only: nothing is decoded)."""
+        self._check_vocabulary(cfg)
+        for example in self.examples:
+            ids, _ = self.text(example, cfg)
+            if len(ids) + packing > text_length:
+                raise DatasetError(f"{example.where}: needs {len(ids) + packing} text tokens but --text-length is "
+                                   f"{text_length}; raise --text-length or shorten the question and answer")
+            with _image(example, cfg):
+                pass
+
+    def _check_vocabulary(self, cfg) -> None:
+        if self.vocab_size > cfg.image_token_id:
+            raise DatasetError(f"{self.jsonl}: the tokenizer has {self.vocab_size} tokens, more than the "
+                               f"model's base vocabulary {cfg.image_token_id} (lm_vocab_size - extra_token_amount)")
+
+    def load_image(self, example: Example, cfg) -> np.ndarray:
+        """v0.1: float32 [3, size, size] in [0, 1] (bilinear resize, then ToTensor), size = cfg.vit_img_size."""
         from PIL import Image
 
-        try:
-            with Image.open(example.image) as img:
-                return img.convert("RGB")
-        except OSError as exc:
-            raise DatasetError(f"{example.where}: cannot read image {example.image} ({exc})") from exc
-
-    def load_image(self, example: Example, size: int) -> np.ndarray:
-        """v0.1: float32 [3, size, size] in [0, 1] (bilinear resize, then ToTensor)."""
-        from PIL import Image
-
-        return _to_array(self._open(example).resize((size, size), Image.BILINEAR))
+        size = cfg.vit_img_size
+        return _to_array(self._open(example, cfg).resize((size, size), Image.BILINEAR))
 
     def load_tiles(self, example: Example, cfg) -> tuple[np.ndarray, tuple[int, int]]:
         """main: [n, 3, S, S] in [0, 1] (global view first) and the tile grid, as nanoVLM splits."""
         from PIL import Image
 
-        img = self._open(example)
+        img = self._open(example, cfg)
         tile = cfg.vit_img_size
         width, height = img.size
         long, short = max(width, height), min(width, height)
@@ -159,7 +187,7 @@ class FolderDataset:
         if len(ids) + packing > text_length:  # packing adds a separator after each sample
             raise DatasetError(f"{example.where}: needs {len(ids) + packing} tokens but text_length is {text_length}")
         if not cfg.image_splitting:
-            return Sample(ids, labels, self.load_image(example, cfg.vit_img_size)[None])
+            return Sample(ids, labels, self.load_image(example, cfg)[None])
         tiles, grid = self.load_tiles(example, cfg)
         prefix = len(self._encode("<|im_start|>user\n"))
         image = image_ids(cfg, grid)
@@ -169,9 +197,7 @@ class FolderDataset:
     def batches(self, cfg, batch_size: int, text_length: int, seed: int,
                 image_size: int | None = None, packing: bool = False) -> Iterator[dict[str, np.ndarray]]:
         """Endless shuffled batches, the same dicts as `synthetic_batches` (main: N varies with the images)."""
-        if self.vocab_size > cfg.image_token_id:
-            raise DatasetError(f"{self.jsonl}: the tokenizer has {self.vocab_size} tokens, more than the "
-                               f"model's base vocabulary {cfg.image_token_id} (lm_vocab_size - extra_token_amount)")
+        self._check_vocabulary(cfg)
         cfg = cfg.with_image_size(image_size)
         if packing and not cfg.image_splitting:
             raise DatasetError("packing needs image splitting (main's layout): v0.1 puts one image before each row")
@@ -186,6 +212,40 @@ class FolderDataset:
 
         width = cfg.sequence_length(text_length) if cfg.image_splitting else text_length
         return layout_batches(samples(), batch_size, width, self.pad_id, packing)
+
+
+def pixel_limit(cfg) -> int:
+    """The most pixels an image may have to be decoded for this model (see MODEL_PIXEL_FACTOR)."""
+    side = cfg.max_img_size if cfg.image_splitting else cfg.vit_img_size
+    return max(MIN_PIXEL_LIMIT, MODEL_PIXEL_FACTOR * side * side)
+
+
+@contextlib.contextmanager
+def _image(example: Example, cfg) -> Iterator:
+    """The opened image (header read, nothing decoded yet), refused unless Pillow reads it and it
+    has at most pixel_limit(cfg) pixels; a decoding error inside names the file too."""
+    from PIL import Image
+
+    limit = pixel_limit(cfg)
+    Image.MAX_IMAGE_PIXELS = limit  # Pillow's decompression-bomb check, from the model's need
+
+    def too_large(size: str) -> DatasetError:
+        return DatasetError(f"{example.where}: image {example.image} has {size} pixels; this model decodes at most "
+                            f"{limit:,} ({MODEL_PIXEL_FACTOR}x its own input): make the image smaller")
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # refused below, with its size
+            with Image.open(example.image) as img:
+                width, height = img.size
+                if width * height > limit:
+                    raise too_large(f"{width}x{height} = {width * height:,}")
+                yield img
+    except Image.DecompressionBombError:  # past twice the limit: Pillow refuses it while opening
+        raise too_large(f"more than {2 * limit:,}") from None
+    except OSError as exc:
+        raise DatasetError(f"{example.where}: {example.image} is not an image Pillow reads ({exc}); use a JPEG, "
+                           "PNG or another image format") from None
 
 
 def _to_array(img) -> np.ndarray:

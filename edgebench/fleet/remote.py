@@ -14,6 +14,7 @@ from typing import Any
 from edgebench.devices.inventory import Device
 from edgebench.devices.transport import Transport, TransportError
 
+
 def run_program(transport: Transport, device: Device, program: ModuleType, *args: str, timeout: float = 120) -> Any:
     """Runs a `device_scripts` module's source with the device's python; returns its JSON."""
     source = Path(program.__file__).read_text()
@@ -26,4 +27,12 @@ def run_program(transport: Transport, device: Device, program: ModuleType, *args
         )
     if result.rc != 0:
         raise TransportError(f"{device.name}: remote helper failed (exit {result.rc}): {result.stderr.strip()[-1500:]}")
-    return json.loads(result.stdout)
+    try:
+        return json.loads(result.stdout)
+    except json.JSONDecodeError as exc:
+        name = Path(program.__file__).stem
+        shown = " ".join(result.stdout.split())[:200] or "nothing"
+        raise TransportError(f"{device.name}: its {name} helper ({device.python} on the device) printed {shown!r}, not "
+                             f"the JSON expected ({exc.msg} at line {exc.lineno} column {exc.colno}); something on "
+                             "the device writes to stdout (a shell profile, a python wrapper): fix that, or set "
+                             "`python:` in the inventory entry to a plain Python") from None

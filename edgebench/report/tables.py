@@ -20,8 +20,15 @@ from rich.table import Table
 from rich.text import Text
 
 from edgebench.results.aggregate import group_runs
+from edgebench.untrusted import printable
 
 MIB = 1 << 20
+
+
+def shown(value: Any) -> Text:
+    """A cell whose text came from a device or a run directory: control characters and escape
+    sequences removed (edgebench.untrusted.printable), rich markup not interpreted."""
+    return Text(printable(value, newlines=False))
 
 
 def _num(fmt: str, scale: float = 1.0) -> Callable[[Any], str]:
@@ -159,7 +166,7 @@ def _table(fields: list[Field], rows: list[dict[str, Any]], numbered: bool) -> T
         table.add_column(f.header, justify="left" if f.name else "right", overflow="fold")
     for i, g in enumerate(rows, 1):
         ok = g["status"] == "ok" or g["status"].startswith("ok ")
-        table.add_row(*([str(i)] if numbered else []), *[f.value(g) for f in fields], style=None if ok else "red")
+        table.add_row(*([str(i)] if numbered else []), *[shown(f.value(g)) for f in fields], style=None if ok else "red")
     return table
 
 
@@ -174,17 +181,17 @@ def _cards(ident: list[Field], figures: list[Field], rows: list[dict[str, Any]])
         head = " / ".join(f.value(g) for f in ident if f.name and f.header != "status")
         status = next((f.value(g) for f in ident if f.header == "status"), "")
         extra = ", ".join(f"{f.label} {f.value(g)}" for f in ident if not f.name)
-        parts.append(Text(f"#{i} {head}: {status}" + (f", {extra}" if extra else ""), overflow="fold",
-                          style=None if g["status"].startswith("ok") else "red"))
+        parts.append(Text(printable(f"#{i} {head}: {status}" + (f", {extra}" if extra else ""), newlines=False),
+                          overflow="fold", style=None if g["status"].startswith("ok") else "red"))
         for f in figures:
-            parts.append(Text(f"    {f.label}: {f.value(g)}", overflow="fold"))
+            parts.append(Text(printable(f"    {f.label}: {f.value(g)}", newlines=False), overflow="fold"))
     return Group(*parts)
 
 
 def fitted(title: str | None, ident: list[Field], figures: list[Field], rows: list[dict[str, Any]],
            width: int) -> list[RenderableType]:
     """One table if it fits `width`, else two joined by `#`, else cards; the title above, wrapped whole."""
-    head: list[RenderableType] = [Text(title, style="bold", overflow="fold")] if title else []
+    head: list[RenderableType] = [Text(printable(title, newlines=False), style="bold", overflow="fold")] if title else []
     one = _table(ident + figures, rows, numbered=False)
     if _fits(one, width):
         return head + [one]
@@ -234,14 +241,14 @@ def comparison_table(groups: list[dict[str, Any]]) -> Table | None:
     table = Table(title="Across devices: step s (median) / peak MiB (kernel)", header_style="bold",
                   title_justify="left")
     for name in ("model", "method", "backend", *devices):
-        table.add_column(name, overflow="fold")
+        table.add_column(shown(name), overflow="fold")
     for key in sorted(by):
         cells = []
         for dev in devices:
             g = by[key].get(dev)
             cells.append("-" if g is None or g["step_time_median_s"] is None else
                          f"{g['step_time_median_s']:.3g} / {(g['peak_mem_bytes'] or 0) / MIB:,.0f}")
-        table.add_row(*key, *cells)
+        table.add_row(*map(shown, key), *cells)
     return table
 
 
@@ -266,7 +273,8 @@ def emulated_notes(runs: list[dict[str, Any]]) -> list[str]:
 
 
 def _notes(title: str, lines: list[str]) -> Text:
-    return Text(title + "\n  " + "\n  ".join(lines), style="dim", overflow="fold")
+    return Text(title + "\n  " + "\n  ".join(printable(line, newlines=False) for line in lines), style="dim",
+                overflow="fold")
 
 
 def terminal_report(rows: list[dict[str, Any]], runs: list[dict[str, Any]], width: int = 120) -> Group:
@@ -335,8 +343,8 @@ def render_bench_results(results: list[dict[str, Any]], title: str, console: Con
         console.print(Text(f"emulated ({os.environ['EDGEBENCH_EMULATOR']}): step times not representative; memory "
                            "figures include the emulator's own", style="yellow", overflow="fold"))
     for line in disturbed_notes(groups):
-        console.print(Text(f"disturbed: {line}", style="yellow", overflow="fold"))
+        console.print(Text(printable(f"disturbed: {line}", newlines=False), style="yellow", overflow="fold"))
     for r in results:
         if r["status"] != "ok":
-            console.print(Text(f"{r.get('method')}: {r['status']}: {str(r.get('detail', ''))[:500]}", style="red",
-                               overflow="fold"))
+            console.print(Text(printable(f"{r.get('method')}: {r['status']}: {str(r.get('detail', ''))[:500]}"),
+                               style="red", overflow="fold"))
