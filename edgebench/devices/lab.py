@@ -289,7 +289,7 @@ def _stop(dev: dict[str, Any]) -> None:
 SWEEP_STOP_S = 60.0  # a sweep's running run gets this long to end `interrupted` before the cgroup is killed
 
 
-def _stop_sweeps(dev: dict[str, Any], log: Callable[[str], None]) -> None:
+def _stop_gracefully(dev: dict[str, Any], log: Callable[[str], None]) -> None:
     """Sweeps running in the device stop as on SIGTERM (the running run ends `interrupted`, result.json
     written; the sweep `interrupted`), before the cgroup is killed; one that does not end in time is
     killed with the rest, and its record closed (fleet.device_scripts.sweeps.finalize)."""
@@ -327,7 +327,7 @@ def down(purge: bool = False, log: Callable[[str], None] = lambda _: None) -> li
     root = lab_dir()
     state = read_state(root)
     for dev in state.values():
-        _stop_sweeps(dev, log)
+        _stop_gracefully(dev, log)
     if purge:
         homes = {Path(dev["home"]) for dev in state.values()}
         homes |= {p.parent for p in root.glob("*/work") if p.is_dir()} if root.is_dir() else set()
