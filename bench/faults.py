@@ -1,12 +1,15 @@
 """A campaign of bad inputs and faults against the real CLI, runner and collect; prints
 how many ended badly. Every count should be zero.
 
-    .venv/bin/python bench/faults.py            # ~60 cases, a few minutes on 2 cores (needs root)
+    .venv/bin/python bench/faults.py            # ~110 cases, about 6 minutes on 2 cores (needs root, sshd)
 
 Counts: tracebacks shown to the user, exit code 0 for an error, run directories without
 result.json, corrupted run directories (unparsable result.json, garbage lines inside a
-trace), and files written outside the runs folder (anywhere else in the campaign's
-workspace, or at the paths the hostile device aims at).
+trace), files written outside the runs folder (anywhere else in the campaign's workspace,
+or at the paths the hostile device and names aim at), terminal control sequences a device
+got onto the screen (ESC or BEL in any output: the output is piped, so edgebench's own
+styles are off), and runs without a final status (a killed sweep or `lab down`: status,
+collect and the store must agree on one).
 """
 
 from __future__ import annotations
@@ -28,11 +31,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from edgebench.runner.spec import RunSpec  # noqa: E402
-from edgebench.runner.sweep import run_sweep  # noqa: E402
 from edgebench.telemetry.trace import read_trace  # noqa: E402
 
 PY = sys.executable
-ESCAPES = [Path("/tmp/edgebench-faults-escape"), Path("/tmp/edgebench-faults-abs")]
+ESCAPES = [Path("/tmp/edgebench-faults-escape"), Path("/tmp/edgebench-faults-abs"), Path("/tmp/edgebench-faults-evildev"),
+           Path("/tmp/edgebench-faults-meta")]
+HOSTILE_TEXT = "sgd\x1b]0;pwned\x07\x1b[2J"  # sets the terminal's title, clears the screen
 
 
 def tiny(**kw) -> RunSpec:
@@ -60,9 +64,10 @@ class Campaign:
 
     def record(self, name: str, rc: int | None, output: str, error_expected: bool = True) -> None:
         self.rows.append({"case": name, "rc": rc, "traceback": "Traceback (most recent call last)" in output,
-                          "exit0_on_error": error_expected and rc == 0})
+                          "exit0_on_error": error_expected and rc == 0,
+                          "escapes": "\x1b" in output or "\x07" in output or "\x9b" in output})
 
-    def cli(self, name: str, *args: str, timeout: float = 120) -> None:
+    def cli(self, name: str, *args: str, timeout: float = 120, error_expected: bool = True) -> None:
         try:
             done = subprocess.run([PY, "-m", "edgebench.cli", *args], cwd=self.home, env=self.env,
                                   capture_output=True, text=True, timeout=timeout)
@@ -70,7 +75,7 @@ class Campaign:
             self.record(name, None, str(exc.stderr or ""))
             self.rows[-1]["exit0_on_error"] = True
             return
-        self.record(name, done.returncode, done.stdout + done.stderr)
+        self.record(name, done.returncode, done.stdout + done.stderr, error_expected)
 
     def start(self, argv: list[str], cwd: Path | None = None) -> subprocess.Popen:
         return subprocess.Popen(argv, cwd=cwd or self.home, env=self.env, preexec_fn=own_session,
@@ -106,13 +111,35 @@ def prepare_user_errors(c: Campaign) -> None:
     """The damaged files and devices the bad inputs name (made before the write check starts)."""
     bad_profile = c.work / "broken.yaml"
     bad_profile.write_text((ROOT / "device_profiles" / "raspberry-pi-4-4gb.yaml").read_text() + "\nram_bytes: [\n")
+    from edgebench.model.config import get_config
+
+    config = get_config("tiny").to_nanovlm_dict()  # whole and valid: each case breaks one thing
     ckpts = {}
-    for kind, data in (("truncated", b"\x10\x00\x00\x00\x00\x00\x00\x00{\"a\":"), ("empty", b""), ("garbage", os.urandom(512))):
+    for kind, data, changes in (("truncated", b"\x10\x00\x00\x00\x00\x00\x00\x00{\"a\":", {}), ("empty", b"", {}),
+                                ("garbage", os.urandom(512), {}), ("no-weights", None, {}),
+                                ("missing-key", b"", {"vit_hidden_dim": None}), ("negative-blocks", b"", {"lm_n_blocks": -3}),
+                                ("nan-eps", b"", {"lm_rms_eps": float("nan")}), ("empty-config", b"", None)):
         d = c.work / f"ckpt-{kind}"
         d.mkdir()
-        (d / "config.json").write_text("{}")
-        (d / "model.safetensors").write_bytes(data)
+        written = {} if changes is None else {k: v for k, v in {**config, **changes}.items() if v is not None}
+        (d / "config.json").write_text(json.dumps(written))
+        if data is not None:
+            (d / "model.safetensors").write_bytes(data)
         ckpts[kind] = d
+    data = _hostile_datasets(c)
+    for name, run_id in (("r-run", "r-run"), ("hostile-run", "../../../../" + str(ESCAPES[3]).lstrip("/"))):
+        (c.work / name).mkdir()  # run directories; the second's meta.json names a path as its run_id
+        (c.work / name / "meta.json").write_text(json.dumps({"run_id": run_id, "spec": tiny().to_dict()}))
+    run = c.work / "hostile-run"
+    (c.work / "meter.csv").write_text("time,watts\n1,2.5\n2,abc\n")
+    import sqlite3
+
+    sqlite = sqlite3.connect(c.work / "other.sqlite")
+    sqlite.execute("CREATE TABLE t (a INT)")
+    sqlite.commit()
+    sqlite.close()
+    (c.work / "spec-unknown-model.json").write_text(json.dumps({"model": "tinyy", "method": "sgd"}))
+    (c.work / "spec-nan-lr.json").write_text(json.dumps({"model": "tiny", "method": "sgd", "lr": float("nan")}))
     import duckdb
 
     foreign = c.work / "foreign.duckdb"
@@ -154,6 +181,28 @@ def prepare_user_errors(c: Campaign) -> None:
         ("models load truncated", "models", "--load", str(ckpts["truncated"])),
         ("models load empty", "models", "--load", str(ckpts["empty"])),
         ("models load garbage", "models", "--load", str(ckpts["garbage"])),
+        *[(f"bench checkpoint {kind}", "bench", "--model", str(path), "--methods", "sgd") for kind, path in ckpts.items()],
+        *[(f"models load {kind}", "models", "--load", str(ckpts[kind]))
+          for kind in ("no-weights", "missing-key", "negative-blocks", "nan-eps", "empty-config")],
+        ("bench lr inf", "bench", "--lr", "inf"),
+        ("bench lr nan", "bench", "--lr", "nan"),
+        ("bench timeout nan", "bench", "--timeout", "nan"),
+        ("bench text length 1e8", "bench", "--text-length", "100000000"),
+        ("bench batch 1e8 (memory preflight)", "bench", "--batch-size", "100000000"),
+        ("bench 222m adamw batch 64 (memory preflight)", "bench", "--model", "nanovlm-222m", "--methods", "adamw",
+         "--batch-size", "64"),
+        *[(f"bench data {label}", "bench", "--data", str(path), "--methods", "sgd") for label, path in data.items()],
+        ("bench every run ends timeout", "bench", "--methods", "sgd", "--timeout", "0.01", "--text-length", "16"),
+        ("ingest device ..", "ingest", str(c.work / "r-run"), "--device", "../../../" + str(ESCAPES[2]).lstrip("/")),
+        ("ingest device absolute", "ingest", str(c.work / "r-run"), "--device", str(ESCAPES[2])),
+        ("ingest meta run_id ..", "ingest", str(run)),
+        ("import-trace device ..", "import-trace", str(c.work / "meter.csv"), "--device", "../x", "--power-col", "watts"),
+        ("import-trace non-numeric", "import-trace", str(c.work / "meter.csv"), "--device", "pi", "--power-col", "watts"),
+        ("report sqlite store", "report", "--store", str(c.work / "other.sqlite")),
+        ("deploy spec unknown model", "deploy", "--device", "local", "--spec", str(c.work / "spec-unknown-model.json")),
+        ("deploy spec nan lr", "deploy", "--device", "local", "--spec", str(c.work / "spec-nan-lr.json")),
+        ("devices add path name", "devices", "add", "../../evil", "--host", "203.0.113.1"),
+        ("predict headroom 1", "predict", "--method", "sgd", "--ram-bytes", "1000000000", "--headroom", "1"),
         ("ingest into non-duckdb", "ingest", str(c.work), "--store", "/etc/hostname"),
         ("ingest missing dir", "ingest", "/nonexistent/run", "--store", "s.duckdb"),
         ("report non-duckdb", "report", "--store", "/etc/hostname"),
@@ -176,6 +225,35 @@ def prepare_user_errors(c: Campaign) -> None:
     c.cases = cases
 
 
+def _hostile_datasets(c: Campaign) -> dict[str, Path]:
+    """Folder datasets, each with one bad second line: an image outside the folder (.., absolute,
+    a symlink), a text file named .jpg, a 20000x20000 PNG (a few KiB on disk)."""
+    from PIL import Image
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    Image.new("RGB", (8, 8)).save(c.work / "outside.png")
+    tokenizer = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.train_from_iterator(["what colour red"], trainers.WordLevelTrainer(special_tokens=["<pad>", "<unk>", "<eos>"]))
+    out = {}
+    for label, image in (("image ..", "../outside.png"), ("image absolute", str(c.work / "outside.png")),
+                         ("image symlink out", "link.png"), ("text file as .jpg", "text.jpg"),
+                         ("20000x20000 png", "huge.png")):
+        folder = c.work / f"data-{label.split()[0]}-{label.split()[-1].strip('.')}"
+        folder.mkdir()
+        tokenizer.save(str(folder / "tokenizer.json"))
+        Image.new("RGB", (8, 8)).save(folder / "a.png")
+        os.symlink(c.work / "outside.png", folder / "link.png")
+        (folder / "text.jpg").write_text("not an image\n")
+        if label.startswith("20000"):
+            Image.new("1", (20000, 20000)).save(folder / "huge.png")
+        lines = [{"image": "a.png", "question": "what colour", "answer": "red"},
+                 {"image": image, "question": "what colour", "answer": "red"}]
+        (folder / "data.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+        out[label] = folder
+    return out
+
+
 def hostile_listings(c: Campaign) -> None:
     sha = "0" * 64
     shapes = [("run id ..", "../../../../" + str(ESCAPES[0]).lstrip("/"), "f"),
@@ -193,6 +271,30 @@ def hostile_listings(c: Campaign) -> None:
     listing = {"root": 5, "sweeps": []}
     (c.work / "fake-python").write_text(f"#!/bin/sh\necho '{json.dumps(listing)}'\n")
     c.cli("collect malformed listing", "collect", "--device", "evil")
+    (c.work / "fake-python").write_text("#!/bin/sh\necho 'Welcome to the board!'\n")
+    c.cli("collect non-JSON listing", "collect", "--device", "evil")
+    hostile_runs(c)
+
+
+def hostile_runs(c: Campaign) -> None:
+    """A device whose runs' meta.json name a path as run_id, or hold escape sequences in names
+    and details: collect refuses the first, and status, collect and report show the rest as text."""
+    work = c.home / "runs" / "hostile-device"
+    sweep = work / "sweeps" / "s1"
+    for rid, meta_id in (("a", "../../../../" + str(ESCAPES[3]).lstrip("/")), ("b", "b")):
+        run = sweep / "runs" / rid
+        run.mkdir(parents=True)
+        spec = tiny(run_id=meta_id, method=HOSTILE_TEXT).to_dict()
+        (run / "meta.json").write_text(json.dumps({"run_id": meta_id, "spec": spec}))
+        (run / "result.json").write_text(json.dumps({"run_id": meta_id, "status": "error", "method": HOSTILE_TEXT,
+                                                      "detail": f"boom {HOSTILE_TEXT}"}))
+    (sweep / "sweep.json").write_text(json.dumps({"state": "stopped", "why": HOSTILE_TEXT,
+                                                  "runs": {"a": "error", "b": HOSTILE_TEXT}}))
+    (sweep / "specs").mkdir()
+    c.inventory({"hostile": {"profile": "local", "kind": "local", "workdir": str(work)}})
+    c.cli("collect meta run_id ..", "collect", "--device", "hostile")
+    c.cli("status with escape sequences", "status", "--device", "hostile", error_expected=False)
+    c.cli("report with escape sequences", "report", error_expected=False)
 
 
 def signals(c: Campaign) -> None:
@@ -278,6 +380,55 @@ def sweeps(c: Campaign) -> None:
     c.inventory({"box": {"profile": "local", "kind": "local", "workdir": str(dev)}})
     c.cli("status of a stopped and an interrupted sweep", "status", "--device", "box")
     c.rows[-1]["exit0_on_error"] = False  # every device answered: exit 0 is right
+    killed_sweep_agrees(c, dev)
+    lab_down_mid_sweep(c)
+
+
+def killed_sweep_agrees(c: Campaign, dev: Path) -> None:
+    """A sweep killed with SIGKILL: status, collect and the store give its run one final status."""
+    sweep = dev / "sweeps" / "s4"
+    (sweep / "specs").mkdir(parents=True)
+    tiny(run_id="f", steps=100_000).save(sweep / "specs" / "00-f.json")
+    proc = c.start([PY, "-m", "edgebench.runner.sweep", str(sweep)])
+    wait_for(lambda: stepping(sweep))
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=30)
+    done = subprocess.run([PY, "-m", "edgebench.cli", "status", "--device", "box", "--json"], cwd=c.home, env=c.env,
+                          capture_output=True, text=True)
+    shown = json.loads(done.stdout)[0]["sweeps"]["s4"]["runs"].get("f") if done.returncode == 0 else None
+    c.cli("collect after a killed sweep", "collect", "--device", "box", error_expected=False)
+    import duckdb
+
+    con = duckdb.connect(str(c.home / "runs" / "edgebench.duckdb"), read_only=True)
+    stored = (con.execute("SELECT status FROM runs WHERE device = 'box' AND run_id = 'f'").fetchone() or [None])[0]
+    con.close()
+    c.rows[-1]["detail"] = f"status {shown}, store {stored}"
+    c.rows[-1]["no_final_status"] = not (shown == stored and stored in ("killed", "interrupted"))
+
+
+def lab_down_mid_sweep(c: Campaign) -> None:
+    """`lab down` while a lab device runs a sweep: its runs end with a final status on the device's
+    disk; `lab down --purge` afterwards removes that disk too."""
+    env = {**c.env, "EDGEBENCH_LAB_DIR": str(c.home / "runs" / "lab")}  # the lab's devices write under runs/
+    run = lambda *args, timeout=300: subprocess.run([PY, "-m", "edgebench.cli", *args], cwd=c.home, env=env,  # noqa: E731
+                                                     capture_output=True, text=True, timeout=timeout)
+    up = run("lab", "up", "--profile", "raspberry-pi-4-4gb", "--memory", "1GiB", "--cpus", "1")
+    c.record("lab up", up.returncode, up.stdout + up.stderr, error_expected=False)
+    work = c.home / "runs" / "lab" / "lab-pi4" / "work"
+    try:
+        done = run("deploy", "--device", "lab-pi4", "--methods", "sgd,adamw", "--steps", "100000", "--text-length", "16")
+        c.record("deploy to the lab", done.returncode, done.stdout + done.stderr, error_expected=False)
+        wait_for(lambda: stepping(work))
+    finally:
+        down = run("lab", "down")
+    c.record("lab down mid-sweep", down.returncode, down.stdout + down.stderr, error_expected=False)
+    states = [json.loads(p.read_text()).get("state") for p in work.glob("sweeps/*/sweep.json")]
+    unfinished = [d for d in run_dirs(work) if not (d / "result.json").exists()]
+    c.rows[-1]["detail"] = f"sweep {', '.join(map(str, states))}; {len(unfinished)} run(s) without result.json"
+    c.rows[-1]["no_final_status"] = not states or any(s in (None, "running") for s in states) or bool(unfinished)
+    purge = run("lab", "down", "--purge")
+    c.record("lab down --purge after lab down", purge.returncode, purge.stdout + purge.stderr, error_expected=False)
+    c.rows[-1]["no_final_status"] = work.exists()  # purge must remove what the plain down left
 
 
 def run_dirs(root: Path) -> list[Path]:
@@ -320,13 +471,17 @@ def main() -> int:
         "cases": len(c.rows),
         "tracebacks": sum(r["traceback"] for r in c.rows),
         "exit 0 on error": sum(r["exit0_on_error"] for r in c.rows),
+        "control sequences shown": sum(r["escapes"] for r in c.rows),
+        "runs without a final status": sum(bool(r.get("no_final_status")) for r in c.rows),
         "run directories": len(dirs),
         "runs without result.json": len(no_result),
         "corrupted run directories": len(bad),
         "host writes outside runs/": len(outside),
     }
     for r in c.rows:
-        flag = " <-- TRACEBACK" if r["traceback"] else " <-- EXIT 0" if r["exit0_on_error"] else ""
+        flag = (" <-- TRACEBACK" if r["traceback"] else " <-- EXIT 0" if r["exit0_on_error"] else
+                " <-- ESCAPE SEQUENCE SHOWN" if r["escapes"] else " <-- NO FINAL STATUS" if r.get("no_final_status")
+                else "")
         print(f"  rc={r['rc']!s:>4}  {r['case']}{'  (' + r['detail'] + ')' if r.get('detail') else ''}{flag}")
     for label, items in (("without result.json", no_result), ("corrupted", bad), ("written outside runs/", outside)):
         for item in items:

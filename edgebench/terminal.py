@@ -1,7 +1,9 @@
 """Tables that read at any terminal width (a tmux pane of 80 columns too): one table when
 it fits, else one card per row, its names on the first line and one figure a line below.
 Nothing is cut and no name sits apart from its figures; a word longer than the window is
-the only thing folded. Used by every command that prints a table of rows."""
+the only thing folded. Used by every command that prints a table of rows. Every text is shown
+printable only (edgebench.untrusted: a board's strings may carry escape sequences), never as
+rich markup."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from rich.console import Console, Group, RenderableType
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
+
+from edgebench.untrusted import printable
 
 
 EMPTY = ("", "-")  # a figure a row does not have
@@ -31,12 +35,16 @@ def _failed(row: dict[str, Any]) -> bool:
     return not str(row.get("status", "ok")).startswith("ok")
 
 
+def _text(value: Any, **style: Any) -> Text:
+    return Text(printable(value, newlines=False), overflow="fold", **style)
+
+
 def _table(fields: list[Field], rows: list[dict[str, Any]]) -> Table:
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), header_style="bold")
     for f in fields:
         table.add_column(f.header, justify="left" if f.name else "right", overflow="fold")
     for row in rows:
-        table.add_row(*[f.value(row) for f in fields], style="red" if _failed(row) else None)
+        table.add_row(*[_text(f.value(row)) for f in fields], style="red" if _failed(row) else None)
     return table
 
 
@@ -53,12 +61,12 @@ def _cards(ident: list[Field], figures: list[Field], rows: list[dict[str, Any]])
         head = " / ".join(f.value(row) for f in ident if f.name and f.header != "status")
         status = next((f.value(row) for f in ident if f.header == "status"), "")
         extra = ", ".join(f"{f.label} {f.value(row)}" for f in ident if not f.name)
-        parts.append(Text(f"#{i} {head}" + (f": {status}" if status else "") + (f", {extra}" if extra else ""),
-                          overflow="fold", style="red" if _failed(row) else None))
+        parts.append(_text(f"#{i} {head}" + (f": {status}" if status else "") + (f", {extra}" if extra else ""),
+                           style="red" if _failed(row) else ""))
         for f in figures:
             value = f.value(row)
             if value not in EMPTY:  # indented as a block: a wrapped figure stays under its card
-                parts.append(Padding(Text(f"{f.label}: {value}", overflow="fold"), (0, 0, 0, 4)))
+                parts.append(Padding(_text(f"{f.label}: {value}"), (0, 0, 0, 4)))
     return Group(*parts)
 
 
@@ -67,7 +75,7 @@ def fitted(title: str | None, ident: list[Field], figures: list[Field], rows: li
     """One table if it fits `width`, else one card per row (its names, then its figures);
     the title above and the caption below, wrapped whole. A figure no row has is left out."""
     figures = [f for f in figures if any(f.value(row) not in EMPTY for row in rows)]
-    head: list[RenderableType] = [Text(title, style="bold", overflow="fold")] if title else []
-    tail: list[RenderableType] = [Text(caption, style="dim", overflow="fold")] if caption else []
+    head: list[RenderableType] = [_text(title, style="bold")] if title else []
+    tail: list[RenderableType] = [_text(caption, style="dim")] if caption else []
     one = _table(ident + figures, rows)
     return head + [one if fits(one, width) else _cards(ident, figures, rows)] + tail

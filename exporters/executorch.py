@@ -281,7 +281,7 @@ def lower_training_step(
     `strict`: False for what strict export cannot trace (et_methods: bf16 autocast over frozen
     bf16/int8 weights).
     """
-    from executorch.exir import EdgeCompileConfig, to_edge, to_edge_transform_and_lower
+    from executorch.exir import to_edge, to_edge_transform_and_lower
     from torch.export.experimental import _export_forward_backward
 
     if delegate not in (None, "xnnpack"):
@@ -342,7 +342,7 @@ def lower_forward(
     """Lowers a forward-only loss program whose trainable parameters are extra inputs
     (after the batch, in `named_parameters` order), so a zeroth-order method (MeZO) can
     perturb and update them in place between calls without any backward pass."""
-    from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge
+    from executorch.exir import ExecutorchBackendConfig, to_edge
     from executorch.exir.passes import MemoryPlanningPass
 
     named = dict(model.named_parameters())

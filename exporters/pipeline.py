@@ -309,10 +309,26 @@ def locked(entry: Path) -> Iterator[None]:
         yield
 
 
+def _remove_stale_staging(root: Path) -> None:
+    """Removes the staging folders (`.<entry>-*`) that killed exports left in the cache: each
+    once no process holds its entry's lock (a live export holds it while it builds)."""
+    for work in root.glob(".*-*"):
+        name = work.name[1:].rsplit("-", 1)[0]
+        if not work.is_dir() or not (root / f".{name}.lock").exists():
+            continue
+        with open(root / f".{name}.lock", "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # being built right now
+            shutil.rmtree(work, ignore_errors=True)
+
+
 def build_whole(entry: Path, build: Callable[[Path], Any]) -> None:
     """Builds in a new folder beside `entry`, then moves it in whole: an export that fails
-    or is killed half-way leaves no entry that looks complete."""
-    work = Path(tempfile.mkdtemp(prefix=f".{entry.name[:12]}-", dir=entry.parent))
+    or is killed half-way leaves no entry that looks complete (and the next export removes
+    the killed one's folder: _remove_stale_staging)."""
+    work = Path(tempfile.mkdtemp(prefix=f".{entry.name}-", dir=entry.parent))
     try:
         build(work)
         shutil.rmtree(entry, ignore_errors=True)  # an incomplete earlier attempt
@@ -339,6 +355,8 @@ def export(
     if target is not None and is_complete(target, key):
         return ExportResult(target, read_manifest(target), cached=True)
     entry = cache_root() / key[:24]
+    if entry.parent.is_dir():
+        _remove_stale_staging(entry.parent)
     with locked(entry):
         cached = is_complete(entry, key)
         if not cached:

@@ -278,3 +278,27 @@ def test_check_fix_installs_into_a_venv_then_listing_and_remove(board):
     assert out.exit_code == 0 and "pi" not in read_inventory()
     out = runner.invoke(cli, ["devices", "remove", "pi"])
     assert out.exit_code == 2 and "no device 'pi'" in out.output
+
+
+@pytest.mark.lab
+def test_add_without_a_terminal_points_at_trust_host_key(board):
+    out = _add(board, "quiet", PI5, "--no-check", known_hosts="kh-quiet")  # stdin ends: nobody to ask
+    assert out.exit_code == 2 and "interrupted" not in out.output, out.output
+    assert "no one answered whether to trust it (no terminal)" in out.output and "--trust-host-key" in out.output
+    assert not (board["root"] / "kh-quiet").exists() and "quiet" not in read_inventory()
+
+
+@pytest.mark.lab
+def test_add_shows_the_boards_strings_without_escape_sequences(board, tmp_path):
+    import shutil
+
+    evil = tmp_path / "evil-board"
+    shutil.copytree(PI5, evil, symlinks=True)
+    (evil / "proc" / "device-tree" / "model").write_bytes(b"Raspberry Pi 5\x1b]0;pwned\x07\x1b[2J Model B\x00")
+    os_release = (evil / "etc" / "os-release").read_text()
+    (evil / "etc" / "os-release").write_text(os_release.replace("Debian GNU/Linux 12", "Debian\x1b[2J 12"))
+    out = _add(board, "evil", evil, "--no-check", "--trust-host-key", board["fingerprint"], "--yes",
+               known_hosts="kh-evil")
+    assert out.exit_code == 0, out.output
+    assert "found: Raspberry Pi 5 Model B" in out.output and "Debian 12" in out.output  # the title and clear: gone
+    assert "\x1b" not in out.output and "\x07" not in out.output and "pwned" not in out.output

@@ -164,7 +164,11 @@ def test_killed_sweep_reads_stopped_and_resumes_into_a_fresh_attempt(tmp_path):
     os.killpg(proc.pid, signal.SIGKILL)  # the device rebooted, as far as the sweep can tell
     proc.communicate(timeout=30)
     state = sweeps_script.sweep_state(str(sweep))
-    assert state["state"] == "stopped" and state["why"] and state["runs"]["a"] == "stopped"
+    assert state["state"] == "stopped" and state["why"] and state["runs"]["a"] == "killed"
+    closed = json.loads((sweep / "runs" / "a" / "result.json").read_text())  # final: collect and the store read it
+    assert closed["status"] == "killed" and closed["cut_off"] and state["why"] in closed["detail"]
+    assert json.loads((sweep / "sweep.json").read_text())["state"] == "stopped"
+    assert sweeps_script.sweep_state(str(sweep)) == state  # read again: the same
     steps_before = sum(1 for e in read_trace(sweep / "runs" / "a" / "events.jsonl").records if e["event"] == "step_end")
     spec = RunSpec.load(sweep / "specs" / "00-a.json")
     spec.steps = 3
@@ -311,12 +315,17 @@ def test_debug_shows_the_traceback(tmp_path, inventory):
 
 
 def test_damaged_checkpoint_and_foreign_store_are_named(tmp_path, inventory):
+    from edgebench.model.config import get_config
+
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
-    (ckpt / "config.json").write_text("{}")
+    (ckpt / "config.json").write_text(json.dumps(get_config("tiny").to_nanovlm_dict()))
     (ckpt / "model.safetensors").write_bytes(b"\x00garbage")
     done = edgebench("models", "--load", str(ckpt), cwd=tmp_path)
-    assert done.returncode != 0 and "damaged" in done.stderr and "model.safetensors" in done.stderr
+    assert done.returncode == 2 and "damaged" in done.stderr and "model.safetensors" in done.stderr
+    (ckpt / "config.json").write_text("{}")
+    done = edgebench("models", "--load", str(ckpt), cwd=tmp_path)
+    assert done.returncode == 2 and "config.json: missing field(s) vit_hidden_dim" in done.stderr
     import duckdb
 
     duckdb.connect(str(tmp_path / "other.duckdb")).execute("CREATE TABLE x (a INT)").close()

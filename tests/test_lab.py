@@ -9,7 +9,6 @@ The big batch cannot fit in 600 MiB, so there it must end `oom` while the rest c
 from __future__ import annotations
 
 import json
-import os
 import platform
 import subprocess
 import time
@@ -63,7 +62,7 @@ def test_sweep_on_two_devices_at_once_oom_on_the_small_one(lab_env):
     runs_dir, store_path = lab_env / "runs", lab_env / "runs" / "edgebench.duckdb"
     runner = CliRunner()
     out = runner.invoke(cli, ["deploy", "--device", "lab-small", "--device", "lab-pi4", *spec_files,
-                              "--runs-dir", str(runs_dir), "--json"])
+                              "--runs-dir", str(runs_dir), "--json", "--force"])  # batch 96 is predicted not to fit
     assert out.exit_code == 0, out.output
     deployed = json.loads(out.output)
     assert set(deployed) == {"lab-small", "lab-pi4"} and all(len(d["run_ids"]) == 2 for d in deployed.values())
@@ -210,6 +209,43 @@ def test_down_leaves_no_process_cgroup_key_or_entry(tmp_path, monkeypatch):
     assert not any(d.exists() for d in cgroups) and not any(d.parent.exists() for d in cgroups)
     leftovers = [p.name for p in (tmp_path / "state").rglob("*") if "key" in p.name or p.name == "known_hosts"]
     assert leftovers == [] and read_inventory() == {} and lab.status() == []
+
+
+def test_down_mid_sweep_ends_every_run_and_purge_after_down_removes_its_work(tmp_path, monkeypatch):
+    """`lab down` during a sweep stops it as SIGTERM does (the running run ends `interrupted`); status,
+    collect and the store agree on that once the device is back; a later `down --purge` removes it."""
+    monkeypatch.setenv("EDGEBENCH_LAB_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("EDGEBENCH_INVENTORY", str(tmp_path / "inventory.yaml"))
+    device = lab.LabDevice("raspberry-pi-4-4gb", name="lab-mid", memory_bytes=2**30, cpus=1)
+    lab.up([device])
+    runs = tmp_path / "runs"
+    try:
+        deployed = deploy_one("lab-mid", [RunSpec(method="sgd", steps=100_000, text_length=16),
+                                          RunSpec(method="adamw", text_length=16)], runs)
+        first = Path(deployed.sweep_dir) / "runs" / deployed.run_ids[0]
+        deadline = time.monotonic() + 180
+        while '"step_end"' not in ((first / "events.jsonl").read_text() if (first / "events.jsonl").exists() else ""):
+            assert time.monotonic() < deadline, "no step within 180 s"
+            time.sleep(0.5)
+    finally:
+        lab.down()
+    ended = json.loads((first / "result.json").read_text())
+    sweep = json.loads((Path(deployed.sweep_dir) / "sweep.json").read_text())
+    assert ended["status"] == "interrupted" and sweep["state"] == "interrupted", (ended, sweep)
+    assert sweep["runs"] == {deployed.run_ids[0]: "interrupted", deployed.run_ids[1]: "not started"}
+    lab.up([device])  # the same work directory: its runs can be collected now
+    try:
+        shown = device_status("lab-mid")["sweeps"][deployed.sweep_id]
+        got = collect_device("lab-mid", local_root=runs, store_path=runs / "s.duckdb")
+    finally:
+        lab.down()
+    with Store(runs / "s.duckdb", read_only=True) as store:
+        stored = {r["run_id"]: r["status"] for r in store.runs(device="lab-mid")}
+    assert shown["runs"][deployed.run_ids[0]] == got.runs[deployed.run_ids[0]] == stored[deployed.run_ids[0]] \
+        == "interrupted"
+    home = tmp_path / "state" / "lab-mid"
+    assert (home / "work").is_dir()  # a plain down keeps the uncollected work
+    assert lab.down(purge=True) == [] and not home.exists()  # the lab is down: purge still removes it
 
 
 def test_missing_python_on_the_device_is_named(lab_env):

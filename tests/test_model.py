@@ -169,7 +169,7 @@ def test_renamed_key_is_refused_by_name(tiny, tmp_path):
     assert "missing keys: MP.proj.weight" in str(err.value)
     assert "unexpected keys: MP.projection.weight" in str(err.value)
     result = CliRunner().invoke(models_command, ["--load", str(tmp_path)])
-    assert result.exit_code == 1 and "MP.projection.weight" in result.output
+    assert result.exit_code == 2 and "MP.projection.weight" in result.output
 
 
 def test_hand_built_nanovlm_checkpoint_loads(tmp_path):

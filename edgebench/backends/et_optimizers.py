@@ -84,7 +84,6 @@ class PerParameterStep:
     def step(self, inputs: tuple[torch.Tensor, ...]) -> float:
         loss = self.program.forward_backward(inputs)
         params, grads = self.program.named_parameters(), self.program.grads
-        factor = optim.lr_factor(self.steps_done, self.total_steps)
         if not self.optimizers:
             self._build(params)
         optim.set_schedule(self.optimizers.values(), self.steps_done, self.total_steps)

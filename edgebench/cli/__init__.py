@@ -76,15 +76,19 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from edgebench.model.checkpoint import CheckpointError
     from edgebench.model.config import ConfigError
     from edgebench.results.store import StoreError
+    from edgebench.untrusted import UnsafeName
 
     return (click.ClickException, InventoryError, ProfileError, TransportError, MethodError, CheckpointError,
-            ConfigError, StoreError, DatasetError, LabError, CgroupError, PreflightError, duckdb.Error, FileNotFoundError, PermissionError, IsADirectoryError,
-            NotADirectoryError)
+            ConfigError, StoreError, DatasetError, LabError, CgroupError, PreflightError, UnsafeName, duckdb.Error,
+            FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
 
 
 def _one_line(exc: BaseException) -> str:
+    """The message on one line, without control characters (it may quote what a device said)."""
+    from edgebench.untrusted import printable
+
     text = exc.format_message() if isinstance(exc, click.ClickException) else str(exc)
-    return " ".join(text.split()) or type(exc).__name__
+    return " ".join(printable(text).split()) or type(exc).__name__
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -7,10 +7,8 @@ from pathlib import Path
 
 import click
 
+from edgebench.methods.fit import DEFAULT_HEADROOM, rank, usable_bytes
 from edgebench.methods.knobs import PRESETS, MethodError, parse_method
-
-# Room the runtime needs beyond the predicted peak (other processes, page cache, allocator).
-DEFAULT_HEADROOM = 0.15
 
 
 def _knob_text(knobs: dict) -> str:
@@ -50,10 +48,6 @@ def methods_command(as_json: bool) -> None:
         console.print(part)
 
 
-# Combinations `edgebench predict` ranks beside the presets when no --method is given.
-PREDICT_COMBINATIONS = ("lora+ckpt+frozen-int8", "mezo-lora+frozen-int8")
-
-
 def _ram_bytes(device: str | None, ram_bytes: int | None) -> tuple[int, str]:
     """The RAM budget: --ram-bytes, a lab device's memory limit, a profile's RAM, or an
     inventory device's profile RAM."""
@@ -79,30 +73,6 @@ def _ram_bytes(device: str | None, ram_bytes: int | None) -> tuple[int, str]:
                                      param_hint="--device") from None
 
 
-def _candidates() -> list[str]:
-    return [*PRESETS, *PREDICT_COMBINATIONS]
-
-
-def _rank(cfg, model_name: str, batch_size: int, text_length: int, image_size, usable: int) -> list[dict]:
-    """Every preset and combination with its predicted peak and relative step time (estimates):
-    the ones that fit first, fastest first; then the rest, smallest peak first."""
-    from edgebench.methods import memory
-    from edgebench.methods.steptime import relative_step_time
-
-    rows = []
-    for name in _candidates():
-        method = parse_method(name)
-        batch = max(batch_size, method.accumulation)
-        figures = memory.predict(cfg, method, batch, text_length, image_size=image_size)
-        rows.append({"method": name, "batch_size": batch, "peak_bytes_est": figures["peak_bytes"],
-                     "fits_est": figures["peak_bytes"] <= usable,
-                     "trainable_params": figures["trainable_params"],
-                     "step_time_vs_sgd_est": round(relative_step_time(cfg.with_image_size(image_size), method,
-                                                                      batch, text_length), 3)})
-    return sorted(rows, key=lambda r: (not r["fits_est"], r["step_time_vs_sgd_est"] if r["fits_est"]
-                                       else r["peak_bytes_est"]))
-
-
 @click.command("predict")
 @click.option("--device", help="Device profile name or YAML path, a lab device or an inventory device (its RAM is the budget).")
 @click.option("--ram-bytes", type=int, help="RAM budget in bytes, instead of --device.")
@@ -110,10 +80,10 @@ def _rank(cfg, model_name: str, batch_size: int, text_length: int, image_size, u
               help="Model config name, or a nanoVLM checkpoint folder (its config.json).")
 @click.option("--method", help="Preset or + combination (see `edgebench methods`); without it, every "
                                 "preset ranked: the ones that fit, fastest first.")
-@click.option("--batch-size", default=1, show_default=True, type=int)
-@click.option("--text-length", default=32, show_default=True, type=int)
-@click.option("--image-size", type=int, help="Square image side (default: the config's).")
-@click.option("--headroom", default=DEFAULT_HEADROOM, show_default=True, type=float,
+@click.option("--batch-size", default=1, show_default=True, type=click.IntRange(min=1))
+@click.option("--text-length", default=32, show_default=True, type=click.IntRange(min=2))
+@click.option("--image-size", type=click.IntRange(min=1), help="Square image side (default: the config's).")
+@click.option("--headroom", default=DEFAULT_HEADROOM, show_default=True, type=click.FloatRange(0, 1, max_open=True),
               help="Fraction of RAM kept free for the OS and runtime.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 def predict_command(device, ram_bytes, model_name, method, batch_size, text_length, image_size,
@@ -132,10 +102,10 @@ def predict_command(device, ram_bytes, model_name, method, batch_size, text_leng
     except (MethodError, ConfigError, ValueError) as exc:
         raise click.BadParameter(str(exc)) from exc
     budget, source = _ram_bytes(device, ram_bytes)
-    usable = int(budget * (1.0 - headroom))
+    usable = usable_bytes(budget, headroom)
     verdict = {"ram_bytes": budget, "ram_source": source, "headroom": headroom, "usable_bytes_est": usable}
     if parsed is None:
-        _print_ranking(_rank(cfg, model_name, batch_size, text_length, image_size, usable), model_name,
+        _print_ranking(rank(cfg, batch_size, text_length, image_size, usable), model_name,
                        batch_size, verdict, as_json)
         return
     figures = memory.predict(cfg, parsed, batch_size, text_length, image_size=image_size)

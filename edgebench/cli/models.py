@@ -80,7 +80,7 @@ def models_command(load_dir: str | None, as_json: bool) -> None:
     SigLIP-B/16-224 + SmolLM2-135M), nanovlm-460m (nanoVLM HEAD: SigLIP2-B/16-512 +
     SmolLM2-360M). Sizes are counted on the meta device: nothing is allocated.
     With --load DIR the folder's weights are loaded; any missing, unexpected or
-    mis-shaped key is listed and the exit status is 1.
+    mis-shaped key is listed and the exit status is 2, as for every user error.
     """
     import torch
 
@@ -96,9 +96,10 @@ def models_command(load_dir: str | None, as_json: bool) -> None:
         except (CheckpointError, ConfigError, FileNotFoundError) as exc:
             if as_json:
                 click.echo(json.dumps({"error": str(exc)}))
-            else:
-                click.echo(f"error: {exc}", err=True)
-            sys.exit(1)
+                sys.exit(2)
+            from edgebench.devices.commands import UserError
+
+            raise UserError(str(exc)) from None
     else:
         rows = []
         for name in CONFIG_NAMES:

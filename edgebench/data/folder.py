@@ -14,13 +14,18 @@ batched like the synthetic task, in the config's nanoVLM layout (edgebench.data.
 
 Labels cover the answer and what ends it. Pixels are [0, 1], as nanoVLM's ToTensor
 gives them. Every line is checked when the folder is opened, so a bad line stops a
-run before it starts, with the file and line named.
+run before it starts, with the file and line named: an image must be a path inside the
+folder (edgebench.untrusted: no absolute path, no '..', no symlink leading out).
+`check` reads every image's header before a run (a real image, at most `pixel_limit`
+pixels: the model's own need, so a huge image is refused before it is decoded).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -29,9 +34,15 @@ import numpy as np
 
 from edgebench.data.layout import IGNORE, Sample, assemble, image_ids, split_tiles
 from edgebench.data.layout import batches as layout_batches
+from edgebench.untrusted import UnsafeName, inside
 
 EOS_CANDIDATES = ("<eos>", "</s>", "<|endoftext|>", "<|im_end|>")
 PAD_CANDIDATES = ("<pad>", "<|pad|>", "[PAD]")
+# The largest image decoded: MODEL_PIXEL_FACTOR times the pixels the model sees of it (its
+# long side resized to max_img_size, or to vit_img_size in v0.1's layout), at least
+# MIN_PIXEL_LIMIT (a 16-megapixel photo, 48 MiB decoded).
+MODEL_PIXEL_FACTOR = 16
+MIN_PIXEL_LIMIT = 4096 * 4096
 
 
 class DatasetError(ValueError):
@@ -106,14 +117,18 @@ class FolderDataset:
             if not isinstance(record, dict):
                 raise DatasetError(f"{where}: expected an object with image, question, answer (or images, texts)")
             where = record.get("origin") or where
-            images, turns = _images_and_turns(record, where)
-            for name in images:
-                if not (self.folder / name).is_file():
-                    raise DatasetError(f"{where}: image {self.folder / name} not found")
+            names, turns = _images_and_turns(record, where)
+            try:
+                images = tuple(inside(self.folder, name, "image") for name in names)
+            except UnsafeName as exc:
+                raise DatasetError(f"{where}: {exc}") from None
+            for image in images:
+                if not image.is_file():
+                    raise DatasetError(f"{where}: image {image} not found")
             for _, answer in turns:
                 if not self._encode(answer):
                     raise DatasetError(f"{where}: the answer tokenises to nothing")
-            examples.append(Example(tuple(self.folder / name for name in images), turns, where))
+            examples.append(Example(images, turns, where))
         return examples
 
     def text(self, example: Example, cfg) -> tuple[list[int], list[int]]:
@@ -130,26 +145,42 @@ class FolderDataset:
                       (self._encode(f"{answer}<|im_end|>\n"), True)]
         return assemble(parts)
 
-    def _open(self, image: Path, where: str):
+    def _open(self, image: Path, where: str, cfg):
+        """The image decoded as RGB (see `_image`)."""
+        with _image(image, where, cfg) as img:
+            return img.convert("RGB")
+
+    def check(self, cfg, text_length: int, packing: bool = False) -> None:
+        """Before any run: the tokenizer fits the model, every sample's text fits text_length, and
+        every image is a readable image within the pixel limit (headers only: nothing is decoded)."""
+        self._check_vocabulary(cfg)
+        for example in self.examples:
+            ids, _ = self.text(example, cfg)
+            if len(ids) + packing > text_length:
+                raise DatasetError(f"{example.where}: needs {len(ids) + packing} text tokens but --text-length is "
+                                   f"{text_length}; raise --text-length or shorten the question and answer")
+            for image in example.images:
+                with _image(image, example.where, cfg):
+                    pass
+
+    def _check_vocabulary(self, cfg) -> None:
+        if self.vocab_size > cfg.image_token_id:
+            raise DatasetError(f"{self.jsonl}: the tokenizer has {self.vocab_size} tokens, more than the "
+                               f"model's base vocabulary {cfg.image_token_id} (lm_vocab_size - extra_token_amount)")
+
+    def load_image(self, example: Example, cfg) -> np.ndarray:
+        """v0.1: the first image, float32 [3, size, size] in [0, 1] (bilinear resize, then ToTensor),
+        size = cfg.vit_img_size."""
         from PIL import Image
 
-        try:
-            with Image.open(image) as img:
-                return img.convert("RGB")
-        except OSError as exc:
-            raise DatasetError(f"{where}: cannot read image {image} ({exc})") from exc
-
-    def load_image(self, example: Example, size: int) -> np.ndarray:
-        """v0.1: the first image, float32 [3, size, size] in [0, 1] (bilinear resize, then ToTensor)."""
-        from PIL import Image
-
-        return _to_array(self._open(example.images[0], example.where).resize((size, size), Image.BILINEAR))
+        size = cfg.vit_img_size
+        return _to_array(self._open(example.images[0], example.where, cfg).resize((size, size), Image.BILINEAR))
 
     def load_tiles(self, image: Path, where: str, cfg) -> tuple[np.ndarray, tuple[int, int]]:
         """main: [n, 3, S, S] in [0, 1] (global view first) and the tile grid, as nanoVLM splits."""
         from PIL import Image
 
-        img = self._open(image, where)
+        img = self._open(image, where, cfg)
         tile = cfg.vit_img_size
         width, height = img.size
         long, short = max(width, height), min(width, height)
@@ -167,7 +198,7 @@ class FolderDataset:
         if len(ids) + packing > text_length:  # packing adds a separator after each sample
             raise DatasetError(f"{example.where}: needs {len(ids) + packing} tokens but text_length is {text_length}")
         if not cfg.image_splitting:
-            return Sample(ids, labels, self.load_image(example, cfg.vit_img_size)[None])
+            return Sample(ids, labels, self.load_image(example, cfg)[None])
         loaded = [self.load_tiles(path, example.where, cfg) for path in example.images]
         image: list[int] = []
         for index, (_, grid) in enumerate(loaded):
@@ -183,9 +214,7 @@ class FolderDataset:
     def batches(self, cfg, batch_size: int, text_length: int, seed: int,
                 image_size: int | None = None, packing: bool = False) -> Iterator[dict[str, np.ndarray]]:
         """Endless shuffled batches, the same dicts as `synthetic_batches` (main: N varies with the images)."""
-        if self.vocab_size > cfg.image_token_id:
-            raise DatasetError(f"{self.jsonl}: the tokenizer has {self.vocab_size} tokens, more than the "
-                               f"model's base vocabulary {cfg.image_token_id} (lm_vocab_size - extra_token_amount)")
+        self._check_vocabulary(cfg)
         cfg = cfg.with_image_size(image_size)
         if packing and not cfg.image_splitting:
             raise DatasetError("packing needs image splitting (main's layout): v0.1 puts one image before each row")
@@ -219,6 +248,40 @@ def _images_and_turns(record: dict, where: str) -> tuple[list[str], tuple[tuple[
             if not isinstance(turn, dict) or not isinstance(turn.get(key), str) or not turn[key].strip():
                 raise DatasetError(f"{where}: texts[{number}] field {key!r} is missing or empty")
     return images, tuple((turn["user"], turn["assistant"]) for turn in texts)
+
+
+def pixel_limit(cfg) -> int:
+    """The most pixels an image may have to be decoded for this model (see MODEL_PIXEL_FACTOR)."""
+    side = cfg.max_img_size if cfg.image_splitting else cfg.vit_img_size
+    return max(MIN_PIXEL_LIMIT, MODEL_PIXEL_FACTOR * side * side)
+
+
+@contextlib.contextmanager
+def _image(path: Path, where: str, cfg) -> Iterator:
+    """The opened image (header read, nothing decoded yet), refused unless Pillow reads it and it
+    has at most pixel_limit(cfg) pixels; a decoding error inside names the file too."""
+    from PIL import Image
+
+    limit = pixel_limit(cfg)
+    Image.MAX_IMAGE_PIXELS = limit  # Pillow's decompression-bomb check, from the model's need
+
+    def too_large(size: str) -> DatasetError:
+        return DatasetError(f"{where}: image {path} has {size} pixels; this model decodes at most "
+                            f"{limit:,} ({MODEL_PIXEL_FACTOR}x its own input): make the image smaller")
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # refused below, with its size
+            with Image.open(path) as img:
+                width, height = img.size
+                if width * height > limit:
+                    raise too_large(f"{width}x{height} = {width * height:,}")
+                yield img
+    except Image.DecompressionBombError:  # past twice the limit: Pillow refuses it while opening
+        raise too_large(f"more than {2 * limit:,}") from None
+    except OSError as exc:
+        raise DatasetError(f"{where}: {path} is not an image Pillow reads ({exc}); use a JPEG, "
+                           "PNG or another image format") from None
 
 
 def _to_array(img) -> np.ndarray:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
 from edgebench.devices.inventory import (Device, InventoryError, add_entry, get_device, inventory_path, read_inventory,
                                          remove_entry, scan_devices)
+from edgebench.untrusted import UnsafeName, path_name, printable
 
 if TYPE_CHECKING:
     from edgebench.devices.readiness import Readiness
@@ -193,12 +194,28 @@ def devices_check(name: str, fix: bool, only: tuple[str, ...], as_json: bool) ->
         raise SystemExit(1)
 
 
+def _ask(question: Callable[[], Any], unanswered: str) -> Any:
+    """The answer to a prompt; without a terminal (input ended before an answer) a UserError
+    saying which option answers it instead. Ctrl-C at a terminal stays an interruption."""
+    import sys
+
+    try:
+        return question()
+    except click.Abort:
+        if sys.stdin is not None and sys.stdin.isatty():
+            raise
+        raise UserError(unanswered) from None
+
+
 def _choose_profile(candidates: list[str], proposed: list[str], ask: bool, name: str) -> str:
     """The candidate detection ranks first; asked for unless `ask` is off."""
     default = next((p for p in proposed if p in candidates), candidates[0])
     if not ask:
         return default
-    return click.prompt(f"{name}: which profile", type=click.Choice(candidates), default=default, err=True)
+    return _ask(lambda: click.prompt(f"{name}: which profile", type=click.Choice(candidates), default=default,
+                                     err=True),
+                f"{name}: no one answered which profile (no terminal) among {', '.join(candidates)}; pass "
+                f"--profile {default} (proposed) or --yes")
 
 
 @devices.command("add", short_help="Add a board: trust its host key, detect it, pick a profile, check.")
@@ -241,6 +258,10 @@ def devices_add(name: str, host: str | None, serial: str | None, user: str | Non
     from edgebench.devices.profiles import Transport as TransportSettings
     from edgebench.devices.transport import TransportError
 
+    try:
+        path_name(name, "device name")  # names runs/<device>/: checked before the board is contacted
+    except UnsafeName as exc:
+        raise UserError(f"{exc}; pick another name") from None
     if (host is None) == (serial is None):
         raise UserError("give the board's address: --host HOST (SSH) or --serial SERIAL (adb)")
     if name in read_inventory():
@@ -278,8 +299,12 @@ def devices_add(name: str, host: str | None, serial: str | None, user: str | Non
                 if not detect.same_fingerprint(fingerprint, offered):
                     raise UserError(f"{offered.host_spec} offers {offered.fingerprint}, not {fingerprint}: not trusted, "
                                     f"nothing written. Compare `{detect.keygen_hint(offered)}` on the board")
-            elif not click.confirm(f"Trust {offered.host_spec}'s {offered.algorithm} key {offered.fingerprint}? (compare "
-                                   f"`{detect.keygen_hint(offered)}` on the board)", default=False, err=True):
+            elif not _ask(lambda: click.confirm(
+                    f"Trust {offered.host_spec}'s {offered.algorithm} key {offered.fingerprint}? (compare "
+                    f"`{detect.keygen_hint(offered)}` on the board)", default=False, err=True),
+                    f"{offered.host_spec} offers {offered.algorithm} key {offered.fingerprint}, and no one answered "
+                    f"whether to trust it (no terminal): compare `{detect.keygen_hint(offered)}` on the board, then "
+                    "run again with --trust-host-key SHA256:...; nothing written"):
                 raise UserError("host key not trusted: nothing written (--trust-host-key SHA256:... for scripts)")
             detect.trust(kh_path, offered)
             say(f"trusted: added to {kh_path}")
@@ -290,10 +315,11 @@ def devices_add(name: str, host: str | None, serial: str | None, user: str | Non
     except TransportError as exc:
         extra = f". Note: {ADB_LIMITS}" if settings.kind == "adb" else ""
         raise UserError(f"{exc}{extra}") from None
-    say(f"found: {facts.board}, {facts.arch}, {_gib(facts.ram_bytes)} GiB RAM, {facts.cores} cores, "
-        f"{facts.os or (facts.android_model and 'Android ' + facts.android_release) or 'OS unknown'}"
-        + (f", {facts.l4t}" if facts.l4t else "")
-        + (f", python {facts.pythons[0][2]} ({facts.pythons[0][1]})" if facts.pythons else ", no python found"))
+    say(printable(f"found: {facts.board}, {facts.arch}, {_gib(facts.ram_bytes)} GiB RAM, {facts.cores} cores, "
+                  f"{facts.os or (facts.android_model and 'Android ' + facts.android_release) or 'OS unknown'}"
+                  + (f", {facts.l4t}" if facts.l4t else "")
+                  + (f", python {facts.pythons[0][2]} ({facts.pythons[0][1]})" if facts.pythons
+                     else ", no python found"), newlines=False))
     proposed = detect.propose_profiles(facts)
     if not candidates:
         candidates = proposed
@@ -311,7 +337,7 @@ def devices_add(name: str, host: str | None, serial: str | None, user: str | Non
     if facts.arch and facts.arch != chosen_profile.arch:
         raise UserError(f"{name}: {notes[0]}; pick a profile for {facts.arch} with --profile")
     for note in notes:
-        say(f"note: {note}")
+        say(printable(f"note: {note}", newlines=False))
     entry["profile"] = chosen
     if python is None and facts.python(chosen_profile.python) is None and facts.pythons:
         entry["python"] = facts.pythons[0][1]  # the profile's python does not run there; one that does
@@ -433,12 +459,13 @@ def _lab_up(lab_mod: Any, specs: list, arch: str, quiet: bool) -> list[dict[str,
 
 
 @lab.command("down")
-@click.option("--purge", is_flag=True, help="Also delete the devices' work directories (uncollected runs).")
+@click.option("--purge", is_flag=True, help="Also delete the devices' work directories (uncollected runs), also "
+                                           "those an earlier plain `lab down` left.")
 def lab_down(purge: bool) -> None:
     """Stop every emulated device: no process, cgroup, key or inventory entry is left."""
     from edgebench.devices import lab as lab_mod
 
-    stopped = lab_mod.down(purge=purge)
+    stopped = lab_mod.down(purge=purge, log=click.echo)
     click.echo(f"stopped {', '.join(stopped)}" if stopped else "the lab was not running")
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import platform
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -30,22 +29,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from edgebench.devices.profiles import Profile, ProfileError, Transport, load_profile
+from edgebench.untrusted import UnsafeName, path_name
 
 
 class InventoryError(ValueError):
     """An inventory file or entry that cannot be used; the message names it and the fix."""
-
-
-SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]{0,199}")
-
-
-def check_path_name(name: object, what: str) -> str:
-    """A name that becomes one host path component (a device name, a run id, a file name a
-    device lists): no `..`, no separator, not absolute, not hidden. Raises ValueError naming it."""
-    if not isinstance(name, str) or not SAFE_NAME.fullmatch(name):
-        raise ValueError(f"{what} {name!r} is not a safe file name: use letters, digits, '.', '_', '+' and '-' "
-                         "(no '..', '/', or leading '.')")
-    return name
 
 
 def inventory_path() -> Path:
@@ -159,8 +147,8 @@ def write_inventory(devices: dict[str, dict[str, Any]], path: Path | None = None
 def make_device(name: str, entry: dict[str, Any], source: str = "inventory") -> Device:
     """Validates one entry and merges it over its profile's transport defaults."""
     try:
-        check_path_name(name, "device name")  # runs/<device>/ on the host
-    except ValueError as exc:
+        path_name(name, "device name")  # runs/<device>/ on the host
+    except UnsafeName as exc:
         raise InventoryError(f"{source}: {exc}; rename the entry") from None
     try:
         parsed = InventoryEntry.model_validate(entry)

@@ -328,17 +328,54 @@ def _stop(dev: dict[str, Any]) -> None:
         (home / name).unlink(missing_ok=True)
 
 
-def down(purge: bool = False) -> list[str]:
-    """Stops every lab device: no process, cgroup, key or inventory entry is left.
+SWEEP_STOP_S = 60.0  # a sweep's running run gets this long to end `interrupted` before the cgroup is killed
 
-    The devices' work directories (runs not yet collected) stay unless `purge`.
+
+def _stop_gracefully(dev: dict[str, Any], log: Callable[[str], None]) -> None:
+    """Sweeps running in the device stop as on SIGTERM (the running run ends `interrupted`, result.json
+    written; the sweep `interrupted`), before the cgroup is killed; one that does not end in time is
+    killed with the rest, and its record closed (fleet.device_scripts.sweeps.finalize)."""
+    from edgebench.fleet.device_scripts import sweeps
+
+    limits = Limits([Path(d) for d in dev["cgroups"]], dev["cgroup_version"])
+    running = []
+    for pid in limits.pids() if Path(dev["cgroups"][0]).exists() else []:
+        try:
+            if b"edgebench.runner.sweep" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                os.kill(pid, signal.SIGTERM)
+                running.append(pid)
+        except OSError:
+            continue
+    if running:
+        log(f"{dev['name']}: stopping {len(running)} running sweep(s); their running runs end `interrupted`")
+    deadline = time.monotonic() + SWEEP_STOP_S
+    while any(_alive(pid) for pid in running) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    _stop(dev)
+    root = Path(dev["home"]) / "work" / "sweeps"
+    for sweep_dir in sorted(root.iterdir()) if root.is_dir() else []:
+        sweeps.sweep_state(str(sweep_dir))  # a sweep killed without ending gets its final record
+    if running:
+        log(f"{dev['name']}: its runs stay in {root}; `edgebench lab up` then `edgebench collect` brings them in")
+
+
+def down(purge: bool = False, log: Callable[[str], None] = lambda _: None) -> list[str]:
+    """Stops every lab device: no process, cgroup, key or inventory entry is left. A sweep still
+    running there is stopped first, so each of its runs ends with a final status.
+
+    The devices' work directories (runs not yet collected) stay unless `purge`, which also removes
+    those a plain `down` left before.
     """
     root = lab_dir()
     state = read_state(root)
     for dev in state.values():
-        _stop(dev)
-        if purge:
-            shutil.rmtree(dev["home"], ignore_errors=True)
+        _stop_gracefully(dev, log)
+    if purge:
+        homes = {Path(dev["home"]) for dev in state.values()}
+        homes |= {p.parent for p in root.glob("*/work") if p.is_dir()} if root.is_dir() else set()
+        for home in sorted(homes):
+            shutil.rmtree(home, ignore_errors=True)
+            log(f"purged {home}")
     inventory = read_inventory()
     kept = {name: entry for name, entry in inventory.items() if entry.get("lab") != str(root)}
     if kept != inventory:

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationError, fi
 
 from edgebench.backends import BACKENDS
 from edgebench.backends.support import device_reason
+from edgebench.methods.fit import DEFAULT_HEADROOM
 from edgebench.telemetry.rails import RAIL_TREES
 
 REPO_PROFILES_DIR = Path(__file__).resolve().parents[2] / "device_profiles"
@@ -110,6 +111,9 @@ class Profile(_Strict):
     alias: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")  # short name: lab devices are `lab-<alias>`
     arch: Literal["x86_64", "aarch64"]
     ram_bytes: ByteSize
+    # Share of RAM kept free for the OS and other programs: a run predicted to need more than the
+    # rest is refused before it starts (methods.fit; --force runs it anyway)
+    memory_headroom: float = Field(DEFAULT_HEADROOM, ge=0, lt=1)
     cores: int = Field(ge=1)
     accelerators: list[Literal["cuda"]] = Field(default_factory=list)
     backends: list[str]

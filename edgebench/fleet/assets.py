@@ -4,7 +4,9 @@ a device once; a Hugging Face dataset is first turned into the folder format, on
 Each folder is content-addressed: the sha256 of every file, and of that list. It lands
 in `<workdir>/cache/<digest>-<name>/`, is checked file by file on the device after
 unpacking (fleet/device_scripts/digests.py), and only then marked verified; a later
-sweep that needs the same content finds the mark and ships nothing.
+sweep that needs the same content finds the mark and ships nothing. A dataset folder
+ships only what its JSONL references (the JSONL, tokenizer.json, each image named), not
+whatever else lies in the folder; deploy's disk estimate counts what is to be shipped.
 """
 
 from __future__ import annotations
@@ -14,24 +16,34 @@ import json
 import os
 import re
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from edgebench.fleet.device_scripts import digests as digests_script
-from edgebench.fleet.device_scripts.digests import digests
+from edgebench.fleet.device_scripts.digests import digests, file_digest
 from edgebench.fleet.remote import run_program
 
 MARKER = ".edgebench-verified"
+ASSET_FIELDS = ("checkpoint", "data_dir", "native_worker", "native_plan")
 
 
 class AssetError(RuntimeError):
     """A folder arrived different from what was sent."""
 
 
-def folder_digest(folder: Path) -> tuple[str, dict[str, str]]:
-    """(digest of the whole folder, sha256 per file)."""
-    files = digests(str(folder))
-    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest(), files
+@dataclass
+class Asset:
+    """A host folder to ship: the files that go (relative paths), their sha256, the folder's digest."""
+
+    local: Path
+    files: dict[str, str]  # relative path -> sha256
+    digest: str
+    size_bytes: int
+    whole: bool  # every file of the folder (a checkpoint), else the subset a dataset uses
+
+    def remote(self, workdir: str) -> str:
+        return f"{workdir}/cache/{self.digest[:24]}-{re.sub(r'[^A-Za-z0-9._-]+', '_', self.local.name)}"
 
 
 def as_folder_dataset(folder: Path) -> Path:
@@ -51,39 +63,79 @@ def as_folder_dataset(folder: Path) -> Path:
     return out
 
 
-def ship_folder(transport: Any, device: Any, local: Path, workdir: str, staging: Path,
+def dataset_files(folder: Path) -> list[str] | None:
+    """What a dataset folder's runs read: its JSONL, tokenizer.json and every image a line names
+    (relative paths); None when the folder is not a dataset (then it ships whole)."""
+    from edgebench.data.folder import DatasetError, FolderDataset
+
+    try:
+        data = FolderDataset(folder)
+    except DatasetError:
+        return None
+    used = [data.jsonl, folder / "tokenizer.json", *(image for e in data.examples for image in e.images)]
+    return sorted({str(p.relative_to(folder)).replace("\\", "/") for p in used})
+
+
+def folder_digest(folder: Path, files: list[str] | None = None) -> tuple[str, dict[str, str]]:
+    """(digest of the whole folder, or of `files` in it; sha256 per file)."""
+    per_file = digests(str(folder)) if files is None else {rel: file_digest(folder / rel) for rel in files}
+    return hashlib.sha256(json.dumps(per_file, sort_keys=True).encode()).hexdigest(), per_file
+
+
+def plan_assets(specs: list[Any]) -> dict[str, Asset]:
+    """Every host folder the specs name (checkpoint: whole; dataset: what its JSONL uses), by path."""
+    out: dict[str, Asset] = {}
+    for attr in ASSET_FIELDS:
+        for local in dict.fromkeys(getattr(s, attr) for s in specs if getattr(s, attr)):
+            if local in out or not Path(local).is_dir():
+                continue  # already planned, or already a device path (a spec file written for that device)
+            folder = Path(local)
+            subset = dataset_files(folder) if attr == "data_dir" else None
+            digest, files = folder_digest(folder, subset)
+            out[local] = Asset(folder, files, digest, sum((folder / rel).stat().st_size for rel in files), subset is None)
+    return out
+
+
+def unshipped_bytes(transport: Any, workdir: str, assets: dict[str, Asset]) -> int:
+    """Bytes of the planned folders the device does not hold verified yet (deploy's disk estimate)."""
+    return sum(a.size_bytes for a in assets.values()
+               if transport.run(["test", "-f", f"{a.remote(workdir)}/{MARKER}"]).rc != 0)
+
+
+def ship_folder(transport: Any, device: Any, asset: Asset, workdir: str, staging: Path,
                 ship_tar: Callable[[Any, Path, str], None], tar_dir: Callable[..., Path],
                 log: Callable[[str], None] = lambda _: None) -> str:
-    """The device path of `local`'s content, shipped and verified unless already cached there."""
-    digest, files = folder_digest(local)
-    remote = f"{workdir}/cache/{digest[:24]}-{re.sub(r'[^A-Za-z0-9._-]+', '_', local.name)}"
+    """The device path of the asset's content, shipped and verified unless already cached there."""
+    local, remote = asset.local, asset.remote(workdir)
     if transport.run(["test", "-f", f"{remote}/{MARKER}"]).rc == 0:
         log(f"{device.name}: {local} already on the device ({remote}, sha256 verified before)")
         return remote
-    archive = tar_dir(local, ".", staging / f"asset-{digest[:12]}.tar", compress=False)
-    log(f"{device.name}: shipping {local} ({archive.stat().st_size / 2**20:.1f} MiB) to {remote}")
+    archive = tar_dir(local, ".", staging / f"asset-{asset.digest[:12]}.tar", compress=False,
+                      files=None if asset.whole else sorted(asset.files))
+    what = "" if asset.whole else f" ({len(asset.files)} files its JSONL uses)"
+    log(f"{device.name}: shipping {local}{what} ({archive.stat().st_size / 2**20:.1f} MiB) to {remote}")
     transport.check(["rm", "-rf", remote])
     ship_tar(transport, archive, remote)
     got = run_program(transport, device, digests_script, remote)
-    if got != files:
-        bad = sorted(k for k in set(files) | set(got) if files.get(k) != got.get(k))
+    if got != asset.files:
+        bad = sorted(k for k in set(asset.files) | set(got) if asset.files.get(k) != got.get(k))
         transport.check(["rm", "-rf", remote])
         raise AssetError(f"{device.name}: {local} arrived different from what was sent ({', '.join(bad[:5])}); "
                          "check the device's free disk space and run deploy again")
-    transport.check(["sh", "-c", f"echo {digest} > {shlex.quote(remote + '/' + MARKER)}"])
+    transport.check(["sh", "-c", f"echo {asset.digest} > {shlex.quote(remote + '/' + MARKER)}"])
     return remote
 
 
 def ship_assets(transport: Any, device: Any, specs: list[Any], workdir: str, staging: Path,
                 ship_tar: Callable[[Any, Path, str], None], tar_dir: Callable[..., Path],
-                log: Callable[[str], None] = lambda _: None) -> None:
-    """Ships every checkpoint and dataset folder, native worker bundle and native plan the
-    specs name (once each) and points the specs at the device's copies."""
-    for attr in ("checkpoint", "data_dir", "native_worker", "native_plan"):
-        for local in dict.fromkeys(getattr(s, attr) for s in specs if getattr(s, attr)):
-            if not Path(local).is_dir():
-                continue  # already a device path (e.g. a spec file written for that device)
-            remote = ship_folder(transport, device, Path(local), workdir, staging, ship_tar, tar_dir, log)
-            for spec in specs:
-                if getattr(spec, attr) == local:
-                    setattr(spec, attr, remote)
+                log: Callable[[str], None] = lambda _: None, assets: dict[str, Asset] | None = None) -> None:
+    """Ships every checkpoint and dataset folder, native worker bundle and native plan the specs
+    name (once each; `assets`: plan_assets of them, made beforehand) and points the specs at the
+    device's copies."""
+    assets = plan_assets(specs) if assets is None else assets
+    remotes = {local: ship_folder(transport, device, asset, workdir, staging, ship_tar, tar_dir, log)
+               for local, asset in assets.items()}
+    for spec in specs:
+        for attr in ASSET_FIELDS:
+            if getattr(spec, attr) in remotes:
+                setattr(spec, attr, remotes[getattr(spec, attr)])

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from edgebench.devices.inventory import Device, check_path_name, get_device
+from edgebench.devices.inventory import Device, get_device
 from edgebench.devices.labgrid import release_finished
 from edgebench.devices import connect
 from edgebench.devices.transport import Transport, TransportError
@@ -35,6 +35,7 @@ from edgebench.fleet.device_scripts import listing, sweeps as sweeps_script
 from edgebench.fleet import shell_sweep
 from edgebench.fleet.remote import run_program
 from edgebench.runner.spec import WEIGHTS_DIR
+from edgebench.untrusted import UnsafeName, inside, path_name
 
 APPEND_ONLY = (".jsonl", ".log")
 SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -53,8 +54,8 @@ def check_listing(name: str, manifest: Any) -> None:
 
     def plain(value: Any, what: str) -> None:
         try:
-            check_path_name(value, what)
-        except ValueError:
+            path_name(value, what)
+        except UnsafeName:
             raise refuse(f"{what} {value!r}, not a plain file name (no '..', '/', or leading '.')") from None
 
     if not isinstance(manifest, dict) or not isinstance(manifest.get("sweeps"), dict) \
@@ -97,6 +98,7 @@ class Collected:
     bytes_fetched: int = 0
     ingested: list[str] = field(default_factory=list)
     not_ingested: dict[str, str] = field(default_factory=dict)  # run_id -> why
+    refused: dict[str, str] = field(default_factory=dict)  # run_id -> why (a name that would leave its folder)
     probes: list[dict[str, Any]] = field(default_factory=list)
     released: str | None = None  # the sweep whose labgrid place was given back
 
@@ -156,8 +158,10 @@ def _collect_device(name: str, run_id: str | None, local_root: Path, store_path:
     device = get_device(name)
     out = Collected(name)
     with connect(device) as transport:
-        # Board farm: which sweeps had ended before fetching; their labgrid place goes back after it.
-        before = run_program(transport, device, sweeps_script, device.workdir) if device.place else {}
+        # Each sweep's state first: a sweep whose process is gone gets its final record there (its cut-off
+        # run a result.json), so what is fetched says what status says. Board farm: the sweeps that had
+        # ended before fetching give their labgrid place back after it.
+        before = run_program(transport, device, sweeps_script, device.workdir)
         manifest = run_program(transport, device, listing, device.workdir, timeout=600)
         check_listing(name, manifest)
         for sweep_id, sweep in sorted(manifest["sweeps"].items()):
@@ -165,13 +169,14 @@ def _collect_device(name: str, run_id: str | None, local_root: Path, store_path:
             for rid, files in sorted(sweep["runs"].items()):
                 if run_id and rid != run_id:
                     continue
-                local_dir = local_root / name / rid
+                local_dir = _local_path(name, local_root, f"{name}/{rid}")
                 local_dir.mkdir(parents=True, exist_ok=True)
                 if any(f.startswith(f"{WEIGHTS_DIR}/") for f in files):
                     (local_dir / WEIGHTS_DIR).mkdir(exist_ok=True)
                 for file_name, info in files.items():
                     remote = f"{manifest['root']}/{sweep_id}/runs/{rid}/{file_name}"
-                    got = fetch_file(transport, remote, local_dir / file_name, info["size"], info["sha256"])
+                    got = fetch_file(transport, remote, _local_path(name, local_root, f"{name}/{rid}/{file_name}"),
+                                     info["size"], info["sha256"])
                     if got:
                         out.files_fetched += 1
                         out.bytes_fetched += got
@@ -197,6 +202,14 @@ def _keep_weights(name: str, rid: str, run_dir: Path, local_root: Path, log: Cal
     if save_to and (weights / "model.safetensors").is_file():
         shutil.copytree(weights, Path(save_to) / rid, dirs_exist_ok=True)
         log(f"{name}: {rid}: trained weights saved to {Path(save_to) / rid}")
+
+
+def _local_path(name: str, local_root: Path, relative: str) -> Path:
+    """Where a listed run or file lands under the runs folder; refused when a symlink there leads out."""
+    try:
+        return inside(local_root, relative, "collected path")
+    except UnsafeName as exc:
+        raise HostileListing(f"{name}: refused: {exc}; nothing more was written. Remove that link") from None
 
 
 def _local_status(run_dir: Path) -> str | None:
@@ -226,7 +239,9 @@ def _ingest(out: Collected, local_root: Path, store_path: Path) -> None:
         store.add_clock_probes(out.device, _read_probes(local_root / out.device))
         for rid in out.runs:
             try:
-                store.ingest_run(local_root / out.device / rid, device=out.device)
+                store.ingest_run(local_root / out.device / rid, device=out.device, expect_run_id=rid)
                 out.ingested.append(rid)
+            except UnsafeName as exc:  # the device's meta.json names another run, or a path
+                out.refused[rid] = str(exc)
             except Exception as exc:  # a run that has not written meta.json yet is not an error
                 out.not_ingested[rid] = f"{type(exc).__name__}: {exc}"

@@ -6,8 +6,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 import signal
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -20,10 +22,16 @@ from edgebench.fleet.progress import plain_progress
 from edgebench.results import DEFAULT_STORE
 from edgebench.runner.native import machine_arch
 from edgebench.runner.spec import WEIGHTS_DIR, RunSpec
+from edgebench.untrusted import printable
 
 
 def _echo_err(message: str) -> None:
-    click.echo(message, err=True)
+    click.echo(printable(message), err=True)
+
+
+def _echo(message: str, err: bool = False, **style: Any) -> None:
+    """A line that may quote what a device said (a status, an error): printable only."""
+    click.secho(printable(message), err=err, **style)
 
 
 def _device_names(given: tuple[str, ...], with_local: bool) -> tuple[list[str], dict[str, dict[str, str]]]:
@@ -100,26 +108,53 @@ def _check_request(shape: dict[str, Any], methods: list[str]) -> None:
 
 def _model_and_data(shape: dict[str, Any]) -> None:
     """A checkpoint folder given as --model becomes `checkpoint` (absolute, with the folder's name
-    as the model label); --data is checked (every line, the tokenizer) before any run starts."""
+    as the model label), checked whole (config.json, model.safetensors) without loading it."""
     model = Path(shape["model"]).expanduser()
     if model.is_dir():
-        from edgebench.model.checkpoint import read_config
+        from edgebench.model.checkpoint import CheckpointError, check_checkpoint
+        from edgebench.model.config import ConfigError
 
         try:
-            read_config(str(model))
-        except (FileNotFoundError, ValueError) as exc:
+            check_checkpoint(str(model))
+        except (FileNotFoundError, CheckpointError, ConfigError) as exc:
             raise click.BadParameter(str(exc), param_hint="--model") from None
         shape["checkpoint"], shape["model"] = str(model.resolve()), model.resolve().name
     elif "/" in shape["model"] or shape["model"].startswith((".", "~")):
         raise click.BadParameter(f"{shape['model']}: no such checkpoint folder (a nanoVLM checkpoint folder holds "
                                  "config.json + model.safetensors)", param_hint="--model")
+
+
+def _config(shape: dict[str, Any]):
+    """The model config the runs train (checkpoint or named), with the image budget applied."""
+    from edgebench.model.checkpoint import read_config
+    from edgebench.model.config import ConfigError, get_config
+    from edgebench.runner.worker import image_budget
+
+    cfg = read_config(shape["checkpoint"]) if shape.get("checkpoint") else get_config(shape["model"])
+    try:
+        return image_budget(cfg, shape["max_image_size"])
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="--max-image-size") from None
+
+
+def _check_shape(shape: dict[str, Any]) -> None:
+    """The sequence fits the model's positions, and a --data folder fits the model: every line, its
+    text within --text-length, every image a readable image within the model's pixel limit."""
+    cfg = _config(shape)
+    positions = cfg.with_image_size(shape.get("image_size")).sequence_length(shape["text_length"])
+    if positions > cfg.lm_max_position_embeddings:
+        room = cfg.lm_max_position_embeddings - (positions - shape["text_length"])
+        raise click.BadParameter(f"{shape['text_length']} text tokens plus the image make {positions:,} positions, "
+                                 f"more than {shape['model']}'s lm_max_position_embeddings "
+                                 f"{cfg.lm_max_position_embeddings:,}; use at most {max(room, 0):,}",
+                                 param_hint="--text-length")
     if shape["data_dir"]:
         from edgebench.data.folder import DatasetError, FolderDataset
         from edgebench.fleet.assets import as_folder_dataset
 
         try:
             shape["data_dir"] = str(as_folder_dataset(Path(shape["data_dir"]).resolve()))
-            FolderDataset(shape["data_dir"])
+            FolderDataset(shape["data_dir"]).check(cfg, shape["text_length"], shape["packing"])
         except DatasetError as exc:
             raise click.BadParameter(str(exc), param_hint="--data") from None
 
@@ -129,17 +164,13 @@ def _check_image_budget(shape: dict[str, Any]) -> None:
     if shape["max_image_size"] is None:
         return
     from edgebench.model.checkpoint import read_config
-    from edgebench.model.config import ConfigError, get_config
-    from edgebench.runner.worker import image_budget
+    from edgebench.model.config import get_config
 
     cfg = read_config(shape["checkpoint"]) if shape.get("checkpoint") else get_config(shape["model"])
     if not cfg.image_splitting:
         raise click.BadParameter(f"{shape['model']} puts one {cfg.vit_img_size}-px image before the text (nanoVLM "
                                  "v0.1): it has no image budget; drop --max-image-size", param_hint="--max-image-size")
-    try:
-        image_budget(cfg, shape["max_image_size"])
-    except ConfigError as exc:
-        raise click.BadParameter(str(exc), param_hint="--max-image-size") from None
+    _config(shape)
 
 
 def _check_packing(shape: dict[str, Any]) -> None:
@@ -150,14 +181,22 @@ def _check_packing(shape: dict[str, Any]) -> None:
         raise click.BadParameter(f"a packed batch holds a varying number of images, and a {shape['backend']} "
                                  "program has fixed shapes: use --backend eager or drop --packing",
                                  param_hint="--packing")
-    from edgebench.model.checkpoint import read_config
-    from edgebench.model.config import get_config
-
-    cfg = read_config(shape["checkpoint"]) if shape.get("checkpoint") else get_config(shape["model"])
-    if not cfg.image_splitting:
+    if not _config(shape).image_splitting:
         raise click.BadParameter(f"{shape['model']} puts one image before each row (nanoVLM v0.1), so rows cannot "
                                  "hold several samples: drop --packing or use a main-layout model (nanovlm-460m)",
                                  param_hint="--packing")
+
+
+class FinitePositive(click.ParamType):
+    """A number more than 0 that is finite (FloatRange lets inf and nan through)."""
+
+    name = "float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        number = click.FLOAT.convert(value, param, ctx)
+        if not (math.isfinite(number) and number > 0):
+            self.fail(f"{value!r} is not a finite number more than 0 (e.g. 1e-4)", param, ctx)
+        return number
 
 
 # The user's own model, data and learning rate: one definition for every command that takes
@@ -170,7 +209,7 @@ DATA_OPTION = click.option("--data", "data_dir", default=None, type=click.Path(e
                                 "{image, question, answer} lines, or a Hugging Face dataset as nanoVLM reads it "
                                 "(save_to_disk folder or parquet files with the_cauldron's images/texts columns). "
                                 "Default: the synthetic task.")
-LR_OPTION = click.option("--lr", default=None, type=click.FloatRange(min=0, min_open=True),
+LR_OPTION = click.option("--lr", default=None, type=FinitePositive(),
                          help="Learning rate (default: the method's own).")
 
 
@@ -225,12 +264,15 @@ def run_options(command: Callable) -> Callable:
         click.option("--accelerator", default="cpu", show_default=True, type=click.Choice(["cpu", "cuda"])),
         click.option("--sample-hz", default=20.0, show_default=True, type=click.FloatRange(1, 100),
                      help="Telemetry sampling rate."),
-        click.option("--timeout", "timeout_s", default=None, type=click.FloatRange(min=0, min_open=True),
+        click.option("--timeout", "timeout_s", default=None, type=FinitePositive(),
                      help="Wall-clock limit per run, seconds."),
         click.option("--seed", default=0, show_default=True, help="Seed of the fresh weights and the data."),
         click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False),
                      help="Local folder for run directories, clock probes and deployment records."),
         click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts."),
+        click.option("--force", is_flag=True,
+                     help="Run even where the memory model predicts a run does not fit the device's RAM less "
+                          "its profile's headroom (meta.json records that it was forced)."),
     ]
     shape_fields = ("model", "data_dir", "lr", "backend", "runtime", "batch_size", "text_length", "max_image_size", "packing",
                     "threads", "accelerator", "sample_hz", "timeout_s", "seed")
@@ -249,6 +291,7 @@ def run_options(command: Callable) -> Callable:
         _model_and_data(shape)
         _check_image_budget(shape)
         _check_packing(shape)
+        _check_shape(shape)
         return command(shape=shape, methods=methods * kwargs.pop("repeats"), **kwargs)
 
     for option in reversed(options):
@@ -264,12 +307,14 @@ def run_options(command: Callable) -> Callable:
               help="Results store to ingest into (default: RUNS_DIR/edgebench.duckdb); see `edgebench report`.")
 @SAVE_OPTION
 def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str, as_json: bool,
-          store: str | None, save: str | None) -> None:
+          store: str | None, save: str | None, force: bool) -> None:
     """Benchmark fine-tuning methods on this host: `deploy` to the local device, in the foreground.
 
     Each method runs in a fresh process so its memory is its own, sampled while it runs;
     a run that OOMs, diverges or fails is recorded with its status and the sweep goes on;
-    a method the backend cannot run is recorded `unsupported` (exit 1 when none can run, as deploy).
+    a method the backend cannot run is recorded `unsupported`. Exit 1 when no run ended `ok`.
+    A run the memory model predicts does not fit this host's RAM (less the profile's headroom)
+    is refused before anything starts, with methods that fit; --force runs it anyway.
     Each run leaves a run directory under --runs-dir and is ingested into the store.
     With --repeats N the table gives each figure as the median of the N runs with
     [min-max] and n; a run that other processes disturbed (they took >10% of the CPU)
@@ -280,7 +325,7 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str,
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from edgebench.devices.profiles import load_profile
-    from edgebench.fleet.local import Interrupts, run_local
+    from edgebench.fleet.local import Interrupts, host_memory, run_local
     from edgebench.report.tables import render_bench_results
 
     if device != "local":
@@ -292,6 +337,7 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str,
     specs = for_device(device, profile, make_specs(methods, **shape))
     for spec in specs if save else []:
         spec.save_dir = str(Path(save).resolve() / spec.run_id)
+    _memory_preflight(specs, *host_memory(), profile.memory_headroom, "this host", force)
     results = []
     # Ctrl-C: the running run ends `interrupted` (result.json written), no further run starts,
     # what ran is ingested, exit code 130.
@@ -353,6 +399,27 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str,
         click.secho(f"{device}: no method can run there ({shape['backend']}): "
                     + "; ".join(f"{m}: {why}" for m, why in refused.items()), fg="red", err=True)
         raise SystemExit(1)
+    ended = Counter(str(r["status"]) for r in results)
+    if ended["ok"] < len(results):
+        click.secho(f"{device}: {ended['ok']} of {len(results)} runs ended ok ("
+                    + ", ".join(f"{n} {status}" for status, n in ended.items() if status != "ok")
+                    + "); the table and `edgebench report` give each run's detail",
+                    fg="red" if not ended["ok"] else "yellow", err=True)
+    if results and not ended["ok"]:
+        raise SystemExit(1)
+
+
+def _memory_preflight(specs: list[RunSpec], ram_bytes: int, cgroup_limit: int | None, headroom: float, where: str,
+                      force: bool) -> None:
+    """Refuses (exit 2, one line) runs predicted not to fit, unless --force, which records it."""
+    from edgebench.fleet.plan import force_memory, memory_budget, memory_refusals
+
+    refused, why = memory_refusals(specs, *memory_budget(ram_bytes, headroom, cgroup_limit, where))
+    if refused and not force:
+        raise click.ClickException(f"{why}; or --force to run anyway")
+    if refused:
+        force_memory(specs, refused, why)
+        _echo_err(f"forced (--force): {why}")
 
 
 @click.command()
@@ -366,7 +433,7 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str,
               help="RunSpec JSON file to run as is (repeatable); replaces --methods and the shape options.")
 @SAVE_OPTION
 def deploy(devices: tuple[str, ...], shape: dict[str, Any], methods: list[str], runs_dir: str, as_json: bool,
-           program: str | None, spec_files: tuple[str, ...], save: str | None) -> None:
+           program: str | None, spec_files: tuple[str, ...], save: str | None, force: bool) -> None:
     """Start a sweep of methods on one or more devices, detached; print the run ids.
 
     Takes the same run options as `bench`. Preflight checks the device (Python,
@@ -385,7 +452,7 @@ def deploy(devices: tuple[str, ...], shape: dict[str, Any], methods: list[str], 
 
     _device_names(devices, with_local=True)  # an unknown or unsafe name is refused before any work
     if spec_files:
-        specs = [RunSpec.load(path) for path in spec_files]
+        specs = [_checked_spec(path) for path in spec_files]
     else:
         specs = make_specs(methods, program=program, **shape)
     for spec in specs:
@@ -396,7 +463,7 @@ def deploy(devices: tuple[str, ...], shape: dict[str, Any], methods: list[str], 
         # Each stage is a line on stderr; off a terminal each carries the elapsed time too.
         log = (lambda _: None) if as_json else plain_progress(sys.stderr) or _echo_err
         results = deploy_many(list(devices), specs, Path(runs_dir), log=log,
-                              save_to=str(Path(save).resolve()) if save else None)
+                              save_to=str(Path(save).resolve()) if save else None, force=force)
     except KeyboardInterrupt:
         with _shielded(True):
             _stop_started(known, Path(runs_dir))
@@ -410,15 +477,60 @@ def deploy(devices: tuple[str, ...], shape: dict[str, Any], methods: list[str], 
     else:
         for name, r in results.items():
             if isinstance(r, Exception):
-                click.secho(f"{name}: FAILED: {r}", fg="red", err=True)
+                _echo(f"{name}: FAILED: {r}", fg="red", err=True)
                 continue
             click.echo(f"{name}: sweep {r.sweep_id}")
             for run_id in r.run_ids:
                 click.echo(f"  {run_id}")
             for method, why in r.refused.items():
-                click.secho(f"  {method}: unsupported: {why}", fg="yellow")
+                _echo(f"  {method}: unsupported: {why}", fg="yellow")
     if failed:
+        started = [r for r in results.values() if not isinstance(r, Exception)]
+        _echo_err(f"deploy: {len(started)} of {len(results)} device(s) started a sweep "
+                  f"({sum(len(r.run_ids) for r in started)} runs); {', '.join(failed)} failed")
         raise SystemExit(1)
+
+
+# A RunSpec file's fields checked as the options that set them are (deploy --spec).
+SPEC_FIELD_TYPES = {"backend": BACKEND_CHOICE, "batch_size": click.IntRange(min=1), "text_length": click.IntRange(min=2),
+                    "steps": click.IntRange(min=1), "warmup_steps": click.IntRange(min=0),
+                    "max_image_size": click.IntRange(min=1), "image_size": click.IntRange(min=1),
+                    "threads": click.IntRange(min=1), "lr": FinitePositive(), "timeout_s": FinitePositive(),
+                    "duration_s": FinitePositive(), "sample_hz": click.FloatRange(1, 100),
+                    "accelerator": click.Choice(["cpu", "cuda"]), "seed": click.INT}
+
+
+def _checked_spec(path: str) -> RunSpec:
+    """A --spec file checked on this host as the options are (model, method, every number, a
+    checkpoint or dataset folder on this host), so a typo is refused here, not on the device."""
+    try:
+        spec = RunSpec.load(path)
+        for name, kind in SPEC_FIELD_TYPES.items():
+            value = getattr(spec, name)
+            if value is not None:
+                try:
+                    setattr(spec, name, kind.convert(value, None, None))
+                except click.BadParameter as exc:
+                    raise ValueError(f"{name}: {exc.message}") from None
+    except (ValueError, TypeError) as exc:
+        raise click.BadParameter(f"{path}: {exc}", param_hint="--spec") from None
+    on_host = spec.checkpoint is not None and Path(spec.checkpoint).is_dir()
+    shape = {**spec.to_dict(), "model": spec.checkpoint if on_host else spec.model}
+    try:
+        if spec.checkpoint is None or on_host:  # a checkpoint already on the device is checked there
+            _check_request(shape, [spec.method])
+            _model_and_data(shape)
+            _check_image_budget(shape)
+            _check_packing(shape)
+            _check_shape(shape)
+        else:
+            _check_request({"model": "tiny"}, [spec.method])
+    except click.BadParameter as exc:  # named by the spec's field, not the option
+        field = {"--methods": "method", "--data": "data_dir"}.get(str(exc.param_hint),
+                                                                  str(exc.param_hint).lstrip("-").replace("-", "_"))
+        raise click.BadParameter(f"{path}: {field}: {exc.message}", param_hint="--spec") from None
+    spec.data_dir = shape["data_dir"]
+    return spec
 
 
 @click.command()
@@ -449,15 +561,18 @@ def collect(devices: tuple[str, ...], run_id: str | None, store: str, no_ingest:
             errors = True
             report[name] = {"error": str(exc)}
             if not as_json:
-                click.secho(f"{name}: FAILED: {exc}", fg="red", err=True)
+                _echo(f"{name}: FAILED: {exc}", fg="red", err=True)
             continue
         report[name] = {"runs": got.runs, "files_fetched": got.files_fetched, "bytes_fetched": got.bytes_fetched,
-                        "ingested": got.ingested, "not_ingested": got.not_ingested}
+                        "ingested": got.ingested, "not_ingested": got.not_ingested, "refused": got.refused}
+        errors = errors or bool(got.refused)
         if not as_json:
             click.echo(f"{name}: {len(got.runs)} runs, {got.files_fetched} files ({got.bytes_fetched / 1024:.0f} KiB) "
                        f"fetched, {len(got.ingested)} ingested into {store if not no_ingest else '(no store)'}")
             for rid, why in got.not_ingested.items():
-                click.echo(f"  not ingested {rid}: {why}")
+                _echo(f"  not ingested {rid}: {why}")
+            for rid, why in got.refused.items():
+                _echo(f"  refused {rid}: {why}", err=True, fg="red")
     if as_json:
         click.echo(json.dumps(report, indent=2))
     if errors:
@@ -482,9 +597,9 @@ def status(devices: tuple[str, ...], as_json: bool) -> None:
         if place:  # board farm: who holds the device's labgrid place
             sweep = f" for sweep {place['sweep']}" if place["sweep"] else ""
             held = f"held by {place['held_by']} since {place['since']}{sweep}" if place["held_by"] else "free"
-            click.echo(f"{row['device']}: labgrid place {place['name']}: {held}")
+            _echo(f"{row['device']}: labgrid place {place['name']}: {held}")
         if "error" in row:
-            click.secho(f"{row['device']}: {row['error']}", fg="red")
+            _echo(f"{row['device']}: {row['error']}", fg="red")
             continue
         if not row["sweeps"]:
             click.echo(f"{row['device']}: no sweeps")
@@ -492,10 +607,9 @@ def status(devices: tuple[str, ...], as_json: bool) -> None:
             done = sum(1 for rid, s in sweep["runs"].items()  # a kept partial attempt is not a spec of its own
                        if s not in ("running", "not started", "stopped") and ".attempt-" not in rid)
             why = f" ({sweep['why']})" if sweep.get("why") else ""
-            click.echo(f"{row['device']}: sweep {sweep_id}: {sweep['state']}{why}, "
-                       f"{done}/{len(sweep['specs'])} runs done")
+            _echo(f"{row['device']}: sweep {sweep_id}: {sweep['state']}{why}, {done}/{len(sweep['specs'])} runs done")
             for rid, run_status in sweep["runs"].items():
-                click.echo(f"  {rid}: {run_status}")
+                _echo(f"  {rid}: {run_status}")
     if unasked:  # a script must not read "nothing running" into a device that could not be asked
         raise SystemExit(1)
 

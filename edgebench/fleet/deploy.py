@@ -29,11 +29,12 @@ from edgebench.backends.support import device_reason
 from edgebench.devices import connect, readiness
 from edgebench.devices.transport import Transport, TransportError
 from edgebench.fleet import shell_sweep
-from edgebench.fleet.assets import ship_assets
+from edgebench.fleet.assets import plan_assets, ship_assets, unshipped_bytes
 from edgebench.fleet.clock import probe_clock
 from edgebench.fleet.device_scripts import facts as facts_script
 from edgebench.fleet.remote import run_program
-from edgebench.fleet.plan import attach_native, attach_program, for_device
+from edgebench.fleet.plan import (attach_native, attach_program, for_device, force_memory, memory_budget,
+                                  memory_refusals)
 from edgebench.runner.spec import RunSpec
 from edgebench.runner.sweep import disk_needed_est
 
@@ -57,14 +58,18 @@ class Deployment:
     save_to: str | None = None  # where collect copies each run's trained weights (deploy --save)
 
 
-def _tar_dir(directory: Path, arcname: str, dest: Path, compress: bool) -> Path:
-    """Writes a tar of a directory, without caches, to `dest` (on disk: programs can be GBs)."""
+def _tar_dir(directory: Path, arcname: str, dest: Path, compress: bool, files: list[str] | None = None) -> Path:
+    """Writes a tar of a directory (or of `files`, paths relative to it), without caches, to
+    `dest` (on disk: programs can be GBs)."""
 
     def skip_caches(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
         return None if "__pycache__" in info.name or info.name.endswith(".pyc") else info
 
     with tarfile.open(dest, mode="w:gz" if compress else "w") as tar:
-        tar.add(directory, arcname=arcname, filter=skip_caches)
+        if files is None:
+            tar.add(directory, arcname=arcname, filter=skip_caches)
+        for rel in files or []:
+            tar.add(directory / rel, arcname=f"{arcname}/{rel}", recursive=False)
     return dest
 
 
@@ -104,7 +109,8 @@ def preflight(device: Device, facts: dict[str, Any], specs: list[RunSpec], paylo
     if facts["disk_free_bytes"] < needed:
         problems.append(f"only {facts['disk_free_bytes'] / 2**20:.0f} MiB free on the disk of {facts['workdir']}; "
                         f"this sweep needs about {needed / 2**20:.0f} MiB (estimate: {payload_bytes * 2 / 2**20:.0f} "
-                        f"MiB of code and programs, {traces / 2**20:.0f} MiB of traces); free that much")
+                        f"MiB of code, programs, checkpoint and dataset, {traces / 2**20:.0f} MiB of traces); free "
+                        "that much")
     return problems
 
 
@@ -132,8 +138,10 @@ def _runnable(name: str, specs: list[RunSpec], refused: dict[str, str],
 
 
 def deploy_one(name: str, specs: list[RunSpec], local_root: Path = Path("runs"),
-               log: Callable[[str], None] = lambda _: None, save_to: str | None = None) -> Deployment:
-    """Preflight, ship and start one device's sweep; returns what was started."""
+               log: Callable[[str], None] = lambda _: None, save_to: str | None = None,
+               force: bool = False) -> Deployment:
+    """Preflight, ship and start one device's sweep; returns what was started. `force`: runs the
+    memory model predicts do not fit go ahead (their meta.json records it)."""
     device = get_device(name)
     specs = for_device(device.name, device.profile, specs)
     refused: dict[str, str] = {}
@@ -152,9 +160,19 @@ def deploy_one(name: str, specs: list[RunSpec], local_root: Path = Path("runs"),
         named = dict.fromkeys(s.program for s in specs if s.program and Path(s.program).is_dir())
         programs = {local: _tar_dir(Path(local), ".", Path(staging) / f"program{i}.tar", compress=False)
                     for i, local in enumerate(named)}
-        payload = package.stat().st_size + sum(p.stat().st_size for p in programs.values())
+        assets = plan_assets(specs)
+        payload = (package.stat().st_size + sum(p.stat().st_size for p in programs.values())
+                   + unshipped_bytes(transport, facts["workdir"], assets))
         ready = readiness.check(device, transport, backends={readiness.need(s) for s in specs})
         problems = ready.messages() + preflight(device, facts, specs, payload)
+        ram = min(v for v in (facts.get("mem_total_bytes"), int(device.profile.ram_bytes)) if v)
+        too_big, why = memory_refusals(specs, *memory_budget(ram, device.profile.memory_headroom,
+                                                             facts.get("cgroup_limit_bytes"), name))
+        if too_big and not force:
+            problems.append(f"{why}; or --force to run anyway")
+        elif too_big:
+            force_memory(specs, too_big, why)
+            log(f"{name}: forced (--force): {why}")
         log(f"{name}: disk: {facts['disk_free_bytes'] / 2**20:.0f} MiB free; this sweep needs about "
             f"{(payload * 2 + disk_needed_est(specs) + DISK_HEADROOM) / 2**20:.0f} MiB (estimate)")
         if problems:
@@ -171,7 +189,7 @@ def deploy_one(name: str, specs: list[RunSpec], local_root: Path = Path("runs"),
             for spec in specs:
                 if spec.program == local:
                     spec.program = remote
-        ship_assets(transport, device, specs, facts["workdir"], Path(staging), _ship_tar, _tar_dir, log)
+        ship_assets(transport, device, specs, facts["workdir"], Path(staging), _ship_tar, _tar_dir, log, assets)
         for index, spec in enumerate(specs):
             spec_file = Path(staging) / f"{index:03d}-{spec.run_id}.json"
             spec.save(spec_file)
@@ -237,13 +255,13 @@ def remote_run_dir(name: str, run_id: str, local_root: Path = Path("runs")) -> s
 
 
 def deploy_many(names: list[str], specs: list[RunSpec], local_root: Path = Path("runs"),
-                log: Callable[[str], None] = lambda _: None,
-                save_to: str | None = None) -> dict[str, Deployment | Exception]:
+                log: Callable[[str], None] = lambda _: None, save_to: str | None = None,
+                force: bool = False) -> dict[str, Deployment | Exception]:
     """Deploys to every device at once (one thread each); a failure stays that device's."""
 
     def one(name: str) -> Deployment | Exception:
         try:
-            return deploy_one(name, specs, local_root, log, save_to)
+            return deploy_one(name, specs, local_root, log, save_to, force)
         except (PreflightError, TransportError, ValueError, OSError) as exc:
             return exc
 

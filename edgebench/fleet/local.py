@@ -51,6 +51,13 @@ class Interrupts:
             signal.signal(signum, previous)
 
 
+def host_memory() -> tuple[int, int | None]:
+    """This host's RAM, and the limit of the memory cgroup this process runs in (None: none)."""
+    from edgebench.fleet.device_scripts.facts import cgroup_memory, meminfo
+
+    return meminfo()["MemTotal"], cgroup_memory()[0]
+
+
 def run_local(spec: RunSpec, run_dir: Path, on_progress: Callable[[int], None] | None = None,
               interrupts: Interrupts | None = None) -> dict[str, Any]:
     """Runs the spec under a fresh supervisor process and returns its result.json.

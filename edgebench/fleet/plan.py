@@ -57,6 +57,83 @@ def check_model(name: str) -> str:
                      "or a nanoVLM checkpoint folder")
 
 
+def spec_config(spec: RunSpec):
+    """The model config a spec trains: its checkpoint's (a folder on this host) or the named
+    config, with its image budget applied; None when the checkpoint is only on the device."""
+    from edgebench.model.config import get_config
+    from edgebench.runner.worker import image_budget
+
+    if spec.checkpoint:
+        if not Path(spec.checkpoint).is_dir():
+            return None
+        from edgebench.model.checkpoint import read_config
+
+        cfg = read_config(spec.checkpoint)
+    else:
+        cfg = get_config(spec.model)
+    return image_budget(cfg, spec.max_image_size)
+
+
+def size_text(n: float) -> str:
+    """Bytes as a person reads them (binary units)."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(n) < 1024 or unit == "PiB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return f"{n:,.1f} PiB"
+
+
+def memory_budget(ram_bytes: int, headroom: float, cgroup_limit: int | None, where: str) -> tuple[int, str]:
+    """What a run may take on a device: its RAM less the profile's headroom (the OS and other
+    programs share it), or a memory cgroup's limit where lower (the runs' own budget: the OS is
+    outside it). Returns the bytes and how to say them."""
+    from edgebench.methods.fit import usable_bytes
+
+    usable = usable_bytes(ram_bytes, headroom)
+    if cgroup_limit and cgroup_limit < usable:
+        return cgroup_limit, f"the {size_text(cgroup_limit)} memory cgroup limit of {where}"
+    return usable, f"the {size_text(usable)} usable on {where} ({size_text(ram_bytes)} RAM less {headroom:.0%} headroom)"
+
+
+def memory_refusals(specs: list[RunSpec], usable: int, budget: str) -> tuple[dict[str, int], str]:
+    """The methods whose runs' predicted peak (methods.memory: an estimate) exceeds `usable`
+    (memory_budget), with that peak, and one line saying so with the fix (methods that fit, else
+    a smaller shape). The one memory-fit preflight of bench and deploy; specs share one shape."""
+    from edgebench.methods import memory, parse_method
+    from edgebench.methods.fit import rank
+
+    refused: dict[str, int] = {}
+    fitting: list[str] | None = None
+    for spec in specs:
+        cfg = spec_config(spec)
+        # the model describes a torch process: not the native ExecuTorch worker (no Python, no torch)
+        native = spec.backend == "executorch" and spec.runtime != "python"
+        if cfg is None or native or spec.method in refused:
+            continue
+        peak = memory.predict(cfg, parse_method(spec.method), spec.batch_size, spec.text_length,
+                              image_size=spec.image_size)["peak_bytes"]
+        if peak > usable:
+            refused[spec.method] = peak
+            if fitting is None:
+                fitting = [r["method"] for r in rank(cfg, spec.batch_size, spec.text_length, spec.image_size, usable)
+                           if r["fits_est"]]
+    if not refused:
+        return {}, ""
+    spec = next(s for s in specs if s.method in refused)
+    fix = (f"methods that fit (fastest first): {', '.join(fitting[:4])}" if fitting else
+           f"no method fits batch {spec.batch_size} with text length {spec.text_length}: lower --batch-size or "
+           "--text-length")
+    peaks = ", ".join(f"{method} {size_text(peak)}" for method, peak in refused.items())
+    return refused, f"{spec.model}, batch {spec.batch_size}: predicted peak (estimate) {peaks}, more than {budget}; {fix}"
+
+
+def force_memory(specs: list[RunSpec], refused: dict[str, int], why: str) -> None:
+    """--force: the refused runs go ahead, and their meta.json (via the spec) says so."""
+    for spec in specs:
+        if spec.method in refused:
+            spec.extra["forced"] = {"memory": why, "peak_bytes_est": refused[spec.method]}
+
+
 def new_run_id(device: str, spec: RunSpec) -> str:
     """A sortable, unique, filesystem-safe run id."""
     stamp = time.strftime("%Y%m%d-%H%M%S")

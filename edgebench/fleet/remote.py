@@ -16,6 +16,7 @@ from typing import Any
 from edgebench.devices.inventory import Device
 from edgebench.devices.transport import Transport, TransportError
 
+
 def run_program(transport: Transport, device: Device, program: ModuleType, *args: str, timeout: float = 120) -> Any:
     """Runs a `device_scripts` module's source with the device's python (its shell twin on a
     device without one); returns its JSON."""
@@ -37,4 +38,12 @@ def run_program(transport: Transport, device: Device, program: ModuleType, *args
         )
     if result.rc != 0:
         raise TransportError(f"{device.name}: remote helper failed (exit {result.rc}): {result.stderr.strip()[-1500:]}")
-    return json.loads(result.stdout)
+    try:
+        return json.loads(result.stdout)
+    except json.JSONDecodeError as exc:
+        name = Path(program.__file__).stem
+        shown = " ".join(result.stdout.split())[:200] or "nothing"
+        raise TransportError(f"{device.name}: its {name} helper ({device.python} on the device) printed {shown!r}, not "
+                             f"the JSON expected ({exc.msg} at line {exc.lineno} column {exc.colno}); something on "
+                             "the device writes to stdout (a shell profile, a python wrapper): fix that, or set "
+                             "`python:` in the inventory entry to a plain Python") from None

@@ -13,6 +13,7 @@ from rich.text import Text
 
 from edgebench.live.state import LiveState
 from edgebench.runner.figures import WORKER_RSS
+from edgebench.untrusted import printable
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 MIB = 1 << 20
@@ -48,9 +49,10 @@ def header(state: LiveState, now: float) -> Text:
     spec = state.spec
     t = Text()
     t.append("edgebench live ", style="bold")
-    t.append(f"{state.device or 'local'} · {state.run_id} ", style="bold white")
-    t.append(f"· model {spec.get('model', '?')} · method {spec.get('method', '?')} · backend {spec.get('backend', '?')} ")
-    t.append(f"[{state.status}]", style=_status_style(state.status))
+    t.append(printable(f"{state.device or 'local'} · {state.run_id} ", newlines=False), style="bold white")
+    t.append(printable(f"· model {spec.get('model', '?')} · method {spec.get('method', '?')} · backend "
+                       f"{spec.get('backend', '?')} ", newlines=False))
+    t.append(printable(f"[{state.status}]", newlines=False), style=_status_style(state.status))
     t.append(f"  {time.strftime('%H:%M:%S', time.localtime(now))}.{int(now * 10) % 10}", style="dim")
     return t
 
@@ -132,7 +134,7 @@ def summary(result: dict[str, Any], meta: dict[str, Any] | None = None) -> Table
     t.add_column()
     step = result.get("step_time_s") or {}
     rows = [
-        ("status", Text(str(result.get("status")), style=_status_style(str(result.get("status"))))),
+        ("status", Text(printable(result.get("status"), newlines=False), style=_status_style(str(result.get("status"))))),
         ("detail", str(result.get("detail") or "")),
         ("steps done", str(result.get("steps_done", "-"))),
         ("device RAM peak", f"{result['device_ram_peak_bytes'] / MIB:,.1f} MiB of "
@@ -150,7 +152,7 @@ def summary(result: dict[str, Any], meta: dict[str, Any] | None = None) -> Table
     ]
     for k, v in rows:
         if v:
-            t.add_row(k, v)
+            t.add_row(k, Text(printable(v)) if isinstance(v, str) else v)
     return t
 
 
@@ -164,7 +166,7 @@ def render(state: LiveState, now: float | None = None) -> Group:
     if state.bad_lines:
         notes.append(f"{state.bad_lines} unreadable trace line(s) skipped")
     if notes:
-        parts.append(Text("\n".join(notes), style="yellow"))
+        parts.append(Text("\n".join(printable(note) for note in notes), style="yellow"))
     if state.finished:
         parts.append(Panel(summary(state.result, state.meta), title="finished: summary", title_align="left", border_style="green"))
     else:

@@ -84,6 +84,53 @@ def read_config(folder: str | Path) -> VLMConfig:
     return config_from_dict(data, source=str(path), edgebench=extra)
 
 
+def _check_keys(model: VisionLanguageModel, shapes: dict[str, list[int]], source: str) -> None:
+    """Refuse (naming the keys) unless the file's tensor names and shapes are exactly the model's
+    (the tied tensor under either name)."""
+    shapes = dict(shapes)
+    if model.cfg.lm_tie_weights and TIED_KEYS[1] in shapes:
+        shapes.setdefault(TIED_KEYS[0], shapes[TIED_KEYS[1]])
+        del shapes[TIED_KEYS[1]]
+    wanted = model.state_dict()
+    expected = expected_keys(model)
+    missing, unexpected = sorted(expected - set(shapes)), sorted(set(shapes) - expected)
+    wrong_shape = sorted(f"{k} {shapes[k]} (model {list(wanted[k].shape)})"
+                         for k in expected & set(shapes) if shapes[k] != list(wanted[k].shape))
+    if missing or unexpected or wrong_shape:
+        parts = [f"{label}: {', '.join(keys)}" for label, keys in
+                 (("missing keys", missing), ("unexpected keys", unexpected), ("shape mismatch", wrong_shape)) if keys]
+        raise CheckpointError(f"{source}: checkpoint does not match the model; " + "; ".join(parts))
+
+
+def check_checkpoint(folder: str | Path) -> VLMConfig:
+    """A checkpoint folder checked before any run, nothing loaded: config.json (every field, each
+    in range), and model.safetensors present, whole (its header and length agree) and holding
+    exactly the config's tensors (names and shapes, read from the header). Returns the config."""
+    import torch
+
+    from edgebench.model.vision_language_model import VisionLanguageModel
+
+    cfg = read_config(folder)
+    weights = Path(folder) / WEIGHTS_FILE
+    if not weights.is_file():
+        raise CheckpointError(f"{weights}: missing (a nanoVLM checkpoint folder holds {CONFIG_FILE} + {WEIGHTS_FILE}); "
+                              "save or download the weights into the folder")
+    if weights.stat().st_size == 0:
+        raise CheckpointError(f"{weights}: empty (0 bytes); download or save the checkpoint again")
+    _safetensors()
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(weights), framework="pt") as fh:
+            shapes = {k: list(fh.get_slice(k).get_shape()) for k in fh.keys()}
+    except Exception as exc:  # safetensors raises its own error type for a truncated or foreign file
+        raise CheckpointError(f"{weights}: damaged or not a safetensors file ({' '.join(str(exc).split())}); "
+                              "download or save the checkpoint again") from None
+    with torch.device("meta"):
+        _check_keys(VisionLanguageModel(cfg), shapes, str(weights))
+    return cfg
+
+
 def load_state_dict_strict(model: VisionLanguageModel, tensors: dict[str, torch.Tensor], source: str) -> None:
     """Put `tensors` into `model`; refuse (naming the keys) unless they match exactly."""
     import torch
@@ -96,17 +143,7 @@ def load_state_dict_strict(model: VisionLanguageModel, tensors: dict[str, torch.
             if head in tensors and not torch.equal(tensors[head], alias):
                 raise CheckpointError(f"{source}: {head} and {embedding} differ but the config ties them")
             tensors.setdefault(head, alias)
-    wanted = model.state_dict()
-    expected = expected_keys(model)
-    missing, unexpected = sorted(expected - set(tensors)), sorted(set(tensors) - expected)
-    wrong_shape = sorted(
-        f"{k} {list(tensors[k].shape)} (model {list(wanted[k].shape)})"
-        for k in expected & set(tensors) if tensors[k].shape != wanted[k].shape
-    )
-    if missing or unexpected or wrong_shape:
-        parts = [f"{label}: {', '.join(keys)}" for label, keys in
-                 (("missing keys", missing), ("unexpected keys", unexpected), ("shape mismatch", wrong_shape)) if keys]
-        raise CheckpointError(f"{source}: checkpoint does not match the model; " + "; ".join(parts))
+    _check_keys(model, {k: list(v.shape) for k, v in tensors.items()}, source)
     if model.cfg.lm_tie_weights:
         tensors[TIED_KEYS[1]] = tensors[TIED_KEYS[0]]
     model.load_state_dict(tensors, strict=True, assign=True)
@@ -131,10 +168,8 @@ def from_pretrained(name_or_dir: str | Path) -> VisionLanguageModel:
     load_file = _safetensors().load_file
 
     folder = _resolve(str(name_or_dir))
-    cfg = read_config(folder)
+    cfg = check_checkpoint(folder)  # refused whole before anything is read: a config or a file that does not fit
     weights = folder / WEIGHTS_FILE
-    if not weights.is_file():
-        raise FileNotFoundError(f"{weights}: missing (a nanoVLM checkpoint folder holds {CONFIG_FILE} + {WEIGHTS_FILE})")
     with torch.device("meta"):  # no throwaway random weights: the file's tensors are assigned
         model = VisionLanguageModel(cfg)
     try:

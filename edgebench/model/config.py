@@ -19,6 +19,7 @@ so a saved config says where the weights came from.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +53,30 @@ EXTRA_TOKENS = {"image_token": IMAGE_TOKEN, "global_image_token": GLOBAL_IMAGE_T
 CHATML_TEMPLATE = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
                    "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
                    "{{ '<|im_start|>assistant\n' }}{% endif %}")
+
+
+# Type and range of every field the model is built or trained from: (type, min, max or None).
+# The maxima are far past any nanoVLM (typo guards: such a model fits no edge device).
+_DIM, _COUNT = (int, 1, 1 << 16), (int, 1, 1 << 12)
+FIELD_RANGES: dict[str, tuple[type, float, float | None]] = {
+    "vit_hidden_dim": _DIM, "vit_inter_dim": _DIM, "vit_patch_size": (int, 1, 1 << 10), "vit_img_size": _DIM,
+    "vit_n_heads": _COUNT, "vit_dropout": (float, 0.0, 1.0), "vit_n_blocks": _COUNT, "vit_ln_eps": (float, 0.0, 1.0),
+    "vit_cls_flag": (bool, 0, None),
+    "lm_hidden_dim": _DIM, "lm_inter_dim": _DIM, "lm_rms_eps": (float, 0.0, 1.0), "lm_re_base": (float, 0.0, None),
+    "lm_max_position_embeddings": (int, 1, 1 << 24), "lm_vocab_size": (int, 1, 1 << 24),
+    "extra_token_amount": (int, 0, 1 << 24), "lm_n_heads": _COUNT, "lm_n_kv_heads": _COUNT,
+    "lm_dropout": (float, 0.0, 1.0), "lm_n_blocks": _COUNT, "lm_attn_scaling": (float, 0.0, None),
+    "lm_eos_token_id": (int, 0, 1 << 24), "lm_max_length": (int, 1, 1 << 24), "lm_use_tokens": (bool, 0, None),
+    "lm_tie_weights": (bool, 0, None), "mp_pixel_shuffle_factor": (int, 1, 1 << 8),
+    "mp_image_token_length": (int, 1, 1 << 20), "max_img_size": _DIM, "resize_to_max_side_len": (bool, 0, None),
+    "image_splitting": (bool, 0, None),
+}
+POSITIVE_FLOATS = frozenset({"vit_ln_eps", "lm_rms_eps", "lm_re_base", "lm_attn_scaling"})  # 0 is out too
+# config.json fields that only say where weights came from (names, paths, templates): the only ones
+# a file may leave out. Every other field of its revision must be there: none takes a default.
+INFORMATIONAL_FIELDS = frozenset({"vit_model_type", "lm_model_type", "lm_tokenizer", "lm_chat_template",
+                                  "vlm_extra_tokens", "vlm_load_backbone_weights", "vlm_checkpoint_path",
+                                  "hf_repo_name"})
 
 
 class ConfigError(ValueError):
@@ -149,8 +174,27 @@ class VLMConfig:
             return self.image_token_id + 1
         return self.image_token_id + 2 + (row - 1) * MAX_GRID_SIDE + (col - 1)
 
+    def check_ranges(self) -> "VLMConfig":
+        """Raise ConfigError naming the first field of the wrong type or out of its range."""
+        for name, (kind, low, high) in FIELD_RANGES.items():
+            value = getattr(self, name)
+            if kind is bool:
+                if not isinstance(value, bool):
+                    raise ConfigError(f"VLMConfig.{name}: {value!r} is not true or false")
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
+                raise ConfigError(f"VLMConfig.{name}: {value!r} is not {'a whole number' if kind is int else 'a number'}")
+            if not (math.isfinite(value) and low <= value and (high is None or value <= high)) \
+                    or (name in POSITIVE_FLOATS and value <= 0):
+                bound = f"more than 0 and at most {high:g}" if name in POSITIVE_FLOATS and high else \
+                    "more than 0" if name in POSITIVE_FLOATS else f"from {low:g} to {high:g}" if high is not None \
+                    else f"at least {low:g}"
+                raise ConfigError(f"VLMConfig.{name}: {value!r} is out of range; it must be {bound}")
+        return self
+
     def validate(self) -> "VLMConfig":
         """Raise ConfigError naming the first field that makes the model unbuildable."""
+        self.check_ranges()
         checks = [
             (not self.vit_cls_flag, "vit_cls_flag", "a CLS token is not supported (nanoVLM uses none)"),
             (self.vit_img_size % self.vit_patch_size == 0, "vit_img_size",
@@ -247,14 +291,25 @@ def config_from_dict(data: dict[str, Any], source: str = "config",
     ignoring it would load a different model than the checkpoint's.
     """
     known = {f.name for f in dataclasses.fields(VLMConfig)}
+    is_main = "mp_image_token_length" in data or "max_img_size" in data
+    given = set(data) | set(edgebench or {})
+    derived = {"lm_vocab_size"} if {"lm_base_vocab_size", "extra_token_amount"} <= given else set()
+    missing = [k for k in NANOVLM_FIELDS["main" if is_main else "v0.1"]
+               if k not in given and k not in INFORMATIONAL_FIELDS and k not in derived | DERIVED_NANOVLM_FIELDS]
+    if missing:
+        raise ConfigError(f"{source}: missing field(s) {', '.join(missing)} (nanoVLM "
+                          f"{'main' if is_main else 'v0.1'} writes every one); add them, e.g. from the config.json "
+                          "of the checkpoint these weights came from")
     fields = {k: v for k, v in (edgebench or {}).items() if k in known}
     fields.update((k, v) for k, v in data.items() if k in known and k not in EDGEBENCH_FIELDS)
-    is_main = "mp_image_token_length" in data or "max_img_size" in data
     fields["image_splitting"] = bool((edgebench or {}).get("image_splitting", is_main))
     if "lm_vocab_size" not in data and {"lm_base_vocab_size", "extra_token_amount"} <= set(data):
         fields["lm_vocab_size"] = data["lm_base_vocab_size"] + data["extra_token_amount"]
     if "mp_image_token_length" not in data:  # v0.1 has no such field: derive it
-        fields["mp_image_token_length"] = dataclasses.replace(VLMConfig(), **fields).n_image_tokens
+        try:
+            fields["mp_image_token_length"] = dataclasses.replace(VLMConfig(), **fields).check_ranges().n_image_tokens
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {exc}") from None
     unknown_numbers = sorted(
         k for k, v in data.items()
         if k not in known and k not in DERIVED_NANOVLM_FIELDS

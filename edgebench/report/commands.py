@@ -100,6 +100,10 @@ def report_command(store_path: Path, device: str | None, model: str | None, fmt:
         if out:
             out.write_text(text)
             click.echo(f"wrote {out} ({len(report.rows)} runs)", err=True)
+        elif sys.stdout.isatty():  # read on a terminal: what devices wrote stays text (edgebench.untrusted)
+            from edgebench.untrusted import printable
+
+            sys.stdout.write(printable(text))
         else:
             sys.stdout.write(text)
     elif fmt == "html":

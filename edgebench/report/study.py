@@ -15,6 +15,7 @@ from rich.text import Text
 from edgebench.report.tables import FRONTIER_LEGEND, MIB, loss_cell
 from edgebench.results.study import STUDY_COLUMNS
 from edgebench.terminal import Field, fitted
+from edgebench.untrusted import printable
 
 
 def ratio_cell(row: dict[str, Any], name: str) -> str:
@@ -67,7 +68,8 @@ def study_terminal(rows: list[dict[str, Any]], notes: list[str], width: int) -> 
         parts += fitted(setting_title(key, members), STUDY_IDENT, STUDY_FIELDS, members, width)
     parts.append(Text(STUDY_LEGEND, style="dim", overflow="fold"))
     if notes:
-        parts.append(Text("Not compared:\n  " + "\n  ".join(notes), style="yellow", overflow="fold"))
+        parts.append(Text("Not compared:\n  " + "\n  ".join(printable(n, newlines=False) for n in notes), style="yellow",
+                          overflow="fold"))
     return Group(*parts)
 
 

@@ -22,8 +22,15 @@ from edgebench.results.aggregate import config_label, group_runs
 from edgebench.results.pareto import loss_drop_pct
 from edgebench.runner.native import backend_label
 from edgebench.terminal import Field, fits, fitted
+from edgebench.untrusted import printable
 
 MIB = 1 << 20
+
+
+def shown(value: Any) -> Text:
+    """A cell whose text came from a device or a run directory: control characters and escape
+    sequences removed (edgebench.untrusted.printable), rich markup not interpreted."""
+    return Text(printable(value, newlines=False))
 
 
 def _num(fmt: str, scale: float = 1.0) -> Callable[[Any], str]:
@@ -241,14 +248,14 @@ def comparison_table(groups: list[dict[str, Any]]) -> Table | None:
     table = Table(title="Across devices: step s (median) / peak MiB (kernel)", header_style="bold",
                   title_justify="left")
     for name in ("model / method / backend", *devices):
-        table.add_column(name, overflow="fold")
+        table.add_column(shown(name), overflow="fold")
     for key in sorted(by):
         cells = []
         for dev in devices:
             g = by[key].get(dev)
             cells.append("-" if g is None or g["step_time_median_s"] is None else
                          f"{g['step_time_median_s']:.3g} / {(g['peak_mem_bytes'] or 0) / MIB:,.0f}")
-        table.add_row(key, *cells)
+        table.add_row(shown(key), *cells)
     return table
 
 
@@ -273,7 +280,8 @@ def emulated_notes(runs: list[dict[str, Any]]) -> list[str]:
 
 
 def _notes(title: str, lines: list[str]) -> Text:
-    return Text(title + "\n  " + "\n  ".join(lines), style="dim", overflow="fold")
+    return Text(title + "\n  " + "\n  ".join(printable(line, newlines=False) for line in lines), style="dim",
+                overflow="fold")
 
 
 def terminal_report(rows: list[dict[str, Any]], runs: list[dict[str, Any]], width: int = 120) -> Group:
@@ -346,8 +354,8 @@ def render_bench_results(results: list[dict[str, Any]], title: str, console: Con
         console.print(Text(f"emulated ({os.environ['EDGEBENCH_EMULATOR']}): step times not representative; memory "
                            "figures include the emulator's own", style="yellow", overflow="fold"))
     for line in disturbed_notes(groups):
-        console.print(Text(line, style="yellow", overflow="fold"))
+        console.print(Text(printable(line, newlines=False), style="yellow", overflow="fold"))
     for r in results:
         if r["status"] != "ok":
-            console.print(Text(f"{r.get('method')}: {r['status']}: {str(r.get('detail', ''))[:500]}", style="red",
-                               overflow="fold"))
+            console.print(Text(printable(f"{r.get('method')}: {r['status']}: {str(r.get('detail', ''))[:500]}"),
+                               style="red", overflow="fold"))

@@ -9,6 +9,19 @@ from pathlib import Path
 import click
 
 from edgebench.results import DEFAULT_STORE
+from edgebench.untrusted import UnsafeName, path_name
+
+
+def device_option(**kw):
+    """--device: a device name, which names a folder (raw/<device>/): the one rule of edgebench.untrusted."""
+
+    def check(ctx: click.Context, param: click.Parameter, value: str) -> str:
+        try:
+            return path_name(value, "device name")
+        except UnsafeName as exc:
+            raise click.BadParameter(str(exc)) from None
+
+    return click.option("--device", callback=check, **kw)
 
 store_option = click.option("--store", "store_path", type=click.Path(path_type=Path), default=DEFAULT_STORE,
                             show_default=True, help="The results store (DuckDB file; created if missing).")
@@ -16,7 +29,7 @@ store_option = click.option("--store", "store_path", type=click.Path(path_type=P
 
 @click.command("ingest")
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--device", default="local", show_default=True, help="Device the runs came from (profile name).")
+@device_option(default="local", show_default=True, help="Device the runs came from (its inventory name).")
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print what was ingested as JSON.")
 def ingest_command(run_dirs: tuple[Path, ...], device: str, store_path: Path, as_json: bool) -> None:
@@ -47,7 +60,7 @@ def ingest_command(run_dirs: tuple[Path, ...], device: str, store_path: Path, as
 
 @click.command("import-trace")
 @click.argument("csv_path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--device", required=True, help="Device the meter was measuring.")
+@device_option(required=True, help="Device the meter was measuring.")
 @store_option
 @click.option("--id", "trace_id", help="Name of this trace in the store (default DEVICE:FILE-STEM); re-import replaces.")
 @click.option("--time-col", default="time", show_default=True, help="Column holding the timestamp.")

@@ -55,18 +55,36 @@ def _parse_datetime_ns(text: str, fmt: str, tz: ZoneInfo) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
 
 
-def _time_ns(values: list[str], m: CsvMapping, where: str) -> np.ndarray:
+def _number(text: str, path: Path, line: int, column: str, parse=float):
+    """One cell as a number; else ValueError naming the file, line and column."""
+    try:
+        value = parse(text)
+    except ValueError:
+        raise ValueError(f"{path}:{line}: column {column!r} holds {text!r}, not a number; fix that line or name "
+                         "the right column") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"{path}:{line}: column {column!r} holds {text!r}, not a finite number; fix that line")
+    return value
+
+
+def _time_ns(rows: list[tuple[int, dict]], m: CsvMapping, path: Path) -> np.ndarray:
     tz = ZoneInfo(m.timezone)
     if m.time_format in EPOCH_UNITS_NS:
         origin = _parse_datetime_ns(m.time_origin, "iso", tz) if m.time_origin else 0
         scale = EPOCH_UNITS_NS[m.time_format]
         if m.time_format == "ns":
-            return np.array([origin + int(v) for v in values], dtype=np.int64)
-        return np.array([origin + round(float(v) * scale) for v in values], dtype=np.int64)
-    try:
-        return np.array([_parse_datetime_ns(v, m.time_format, tz) for v in values], dtype=np.int64)
-    except ValueError as exc:
-        raise ValueError(f"{where}: time column {m.time_col!r} does not match --time-format {m.time_format!r} ({exc})") from exc
+            return np.array([origin + _number(r[m.time_col].strip(), path, line, m.time_col, int) for line, r in rows],
+                            dtype=np.int64)
+        return np.array([origin + round(_number(r[m.time_col].strip(), path, line, m.time_col) * scale)
+                         for line, r in rows], dtype=np.int64)
+    times = []
+    for line, r in rows:
+        try:
+            times.append(_parse_datetime_ns(r[m.time_col].strip(), m.time_format, tz))
+        except ValueError as exc:
+            raise ValueError(f"{path}:{line}: time column {m.time_col!r} holds {r[m.time_col].strip()!r}, which does "
+                             f"not match --time-format {m.time_format!r} ({exc})") from None
+    return np.array(times, dtype=np.int64)
 
 
 def _unit(unit: str, option: str) -> float:
@@ -88,19 +106,23 @@ def read_power_csv(path: str | Path, mapping: CsvMapping) -> tuple[np.ndarray, n
         missing = [c for c in wanted if c not in header]
         if missing:
             raise ValueError(f"{path}: no column(s) {missing}; the header has {header}")
-        rows = [r for r in reader if all((r.get(c) or "").strip() for c in wanted)]
+        rows = []
+        for r in reader:  # (the line the row ends on, the row)
+            if all((r.get(c) or "").strip() for c in wanted):
+                rows.append((reader.line_num, r))
     if not rows:
         raise ValueError(f"{path}: no data rows with all of {wanted} filled")
-    t_ns = _time_ns([r[mapping.time_col].strip() for r in rows], mapping, str(path))
+    t_ns = _time_ns(rows, mapping, path)
     t_ns = t_ns - int(round(mapping.offset_s * 1e9))
-    try:
-        if mapping.power_col:
-            power = np.array([float(r[mapping.power_col]) for r in rows]) * _unit(mapping.power_unit, "--power-unit")
-        else:
-            volts = np.array([float(r[mapping.voltage_col]) for r in rows]) * _unit(mapping.voltage_unit, "--voltage-unit")
-            amps = np.array([float(r[mapping.current_col]) for r in rows]) * _unit(mapping.current_unit, "--current-unit")
-            power = volts * amps
-    except ValueError as exc:
-        raise ValueError(f"{path}: a power/voltage/current value is not a number ({exc})") from exc
+
+    def column(name: str, unit: str, option: str) -> np.ndarray:
+        scale = _unit(unit, option)
+        return np.array([_number(r[name], path, line, name) for line, r in rows]) * scale
+
+    if mapping.power_col:
+        power = column(mapping.power_col, mapping.power_unit, "--power-unit")
+    else:
+        power = (column(mapping.voltage_col, mapping.voltage_unit, "--voltage-unit")
+                 * column(mapping.current_col, mapping.current_unit, "--current-unit"))
     order = np.argsort(t_ns, kind="stable")
     return t_ns[order], power[order]

@@ -30,6 +30,7 @@ from edgebench.results.alignment import Alignment, align_run
 from edgebench.results.external import CsvMapping, read_power_csv
 from edgebench.results.runfiles import (INTEGER_SUFFIXES, RunFiles, SampleScan, read_events, read_run_dir,
                                          scan_samples)
+from edgebench.untrusted import UnsafeName, inside, path_name, printable
 
 UNLIMITED_BYTES = 1 << 60  # cgroup "max" reads as ~2^63: no limit
 NUMERIC_TYPES = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
@@ -168,11 +169,30 @@ class StoreError(ValueError):
 LOCK_WAIT_S = 60.0  # another edgebench writing (a collect, a bench ingest) holds DuckDB's file lock
 
 
+DUCKDB_MAGIC = (8, b"DUCK")  # offset and bytes of a DuckDB file's magic
+
+
+def _check_is_duckdb(path: Path) -> None:
+    """A file that exists must be a DuckDB database: DuckDB itself would try to download an
+    extension for another format (e.g. sqlite_scanner for a SQLite file) or read garbage."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(64)
+    except (FileNotFoundError, IsADirectoryError):
+        return  # a new store, or DuckDB's own error for a folder
+    offset, magic = DUCKDB_MAGIC
+    if head and head[offset:offset + len(magic)] != magic:
+        kind = "a SQLite database" if head.startswith(b"SQLite format 3") else "damaged or not a DuckDB file"
+        raise StoreError(f"{path}: {kind}, not an edgebench results store; pass the store `edgebench collect` or "
+                         "`ingest` wrote (--store), or move this file away to start a new store there")
+
+
 def _connect(path: Path, read_only: bool, wait_s: float = LOCK_WAIT_S) -> duckdb.DuckDBPyConnection:
     """Opens the file, waiting while another process holds its lock; a damaged or foreign
     file is named as such."""
     import time
 
+    _check_is_duckdb(path)
     deadline = time.monotonic() + wait_s
     while True:
         try:
@@ -229,11 +249,18 @@ class Store:
         self.close()
 
     # ---- ingest ---------------------------------------------------------------------
-    def ingest_run(self, run_dir: str | Path, device: str | None = None, keep_raw: bool = True) -> str:
-        """Loads a run directory; re-ingesting the same (device, run_id) replaces it."""
+    def ingest_run(self, run_dir: str | Path, device: str | None = None, keep_raw: bool = True,
+                   expect_run_id: str | None = None) -> str:
+        """Loads a run directory; re-ingesting the same (device, run_id) replaces it. The device
+        name and the run id (meta.json's, i.e. the device's) must be plain names
+        (edgebench.untrusted): the raw copy lands in raw/<device>/<run_id>/. `expect_run_id`: the
+        id the run was listed under (collect), which meta.json must agree with."""
         files = read_run_dir(run_dir)
-        device = device or "local"
-        run_id = files.run_id
+        device = path_name(device or "local", "device name")
+        run_id = path_name(files.run_id, f"{files.path / 'meta.json'}: run_id")
+        if expect_run_id is not None and run_id != expect_run_id:
+            raise UnsafeName(f"{files.path / 'meta.json'}: run_id {printable(repr(run_id))} is not the run "
+                             f"{expect_run_id!r} the device listed it as; not ingested (check the device's run)")
         raw_dir = self._keep_raw(files.path, device, run_id) if keep_raw else None
         # One DuckDB thread: parallel appends leave partial row groups that the commit or the next
         # checkpoint merges again (~25% more CPU for the same store); readers sort by t_ns.
@@ -273,7 +300,7 @@ class Store:
         root = self.path.parent.resolve()
         if run_dir.resolve().is_relative_to(root):
             return str(run_dir.resolve())
-        dest = self.raw_root / device / run_id
+        dest = inside(self.raw_root, f"{device}/{run_id}", "raw copy")
         dest.mkdir(parents=True, exist_ok=True)
         for name in ("meta.json", "samples.jsonl", "events.jsonl", "result.json"):
             if (run_dir / name).exists():
@@ -451,7 +478,8 @@ class Store:
         csv_path = Path(csv_path)
         t_ns, power = read_power_csv(csv_path, mapping)
         trace_id = trace_id or f"{device}:{csv_path.stem}"
-        raw = self.raw_root / "external" / f"{trace_id.replace('/', '_').replace(':', '_')}{csv_path.suffix}"
+        raw = inside(self.raw_root, f"external/{trace_id.replace('/', '_').replace(':', '_')}{csv_path.suffix}",
+                     "trace id")
         raw.parent.mkdir(parents=True, exist_ok=True)
         if csv_path.resolve() != raw.resolve():
             shutil.copy2(csv_path, raw)

@@ -26,6 +26,7 @@ from typing import Any
 from edgebench.runner.spec import RunSpec
 from edgebench.runner.supervisor import NO_SPACE, RESERVE_BYTES, RESERVE_FILE, Reserve, run_spec, step_statistics
 from edgebench.telemetry.trace import read_trace, write_json_atomic
+from edgebench.untrusted import UnsafeName, path_name
 
 # Bytes a run's traces take, per sample line and per step (two event lines); measured on
 # tiny runs here (~330 B per sample line with cgroup and CPU fields), rounded up.
@@ -54,7 +55,8 @@ def disk_needed_est(specs: list[RunSpec]) -> int:
 
 
 def keep_partial(run_dir: Path) -> Path:
-    """Moves a run directory without result.json aside as `<run_id>.attempt-N` and gives
+    """Moves a run directory without a result.json of its own (none, or one the status helper wrote
+    for a run cut off: `cut_off`) aside as `<run_id>.attempt-N` and gives
     it a result.json saying it was cut off, so nothing is written into it again."""
     n = 1
     while (kept := run_dir.with_name(f"{run_dir.name}.attempt-{n}")).exists():
@@ -135,12 +137,20 @@ def run_sweep(sweep_dir: str | Path) -> dict[str, Any]:
                 state.setdefault("errors", {})[path.stem] = f"{path.name}: unreadable spec ({exc})"
                 continue
             run_id = spec.run_id or path.stem
+            try:
+                path_name(run_id, f"{path.name}: run_id")  # runs/<run_id>/: never a path
+            except UnsafeName as exc:
+                state["runs"][path.stem] = "error"
+                state.setdefault("errors", {})[path.stem] = str(exc)
+                continue
             spec.run_id = run_id
             run_dir = sweep_dir / "runs" / run_id
             done = run_dir / "result.json"
             if done.exists():
-                state["runs"][run_id] = json.loads(done.read_text())["status"]
-                continue
+                ended = json.loads(done.read_text())
+                if not ended.get("cut_off"):  # cut_off: the status helper closed a run this sweep never ended
+                    state["runs"][run_id] = ended["status"]
+                    continue
             if stop["signal"] or state.get("why"):
                 state["runs"][run_id] = "not started"
                 continue

@@ -11,19 +11,22 @@ import sys
 SKIP = (".edgebench-verified",)
 
 
+def file_digest(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def digests(folder):
     out = {}
     for base, _dirs, files in os.walk(folder):
         for name in files:
             path = os.path.join(base, name)
             rel = os.path.relpath(path, folder).replace(os.sep, "/")
-            if rel in SKIP:
-                continue
-            h = hashlib.sha256()
-            with open(path, "rb") as fh:
-                while chunk := fh.read(1 << 20):
-                    h.update(chunk)
-            out[rel] = h.hexdigest()
+            if rel not in SKIP:
+                out[rel] = file_digest(path)
     return out
 
 

@@ -2,13 +2,17 @@
 
 A sweep whose process is gone but whose sweep.json still says `running` was stopped from
 outside (killed, its device rebooted, its disk filled up): it reads `stopped`, with why
-when sweep.log tells, and its unfinished runs read `stopped` too. Never `running` without
-a live sweep process.
+when sweep.log tells. Never `running` without a live sweep process. Its record is made
+final here (`finalize`, once no sweep process holds the directory's lock): the run it was
+running gets a result.json (`killed`, with why; marked `cut_off`, so a restarted sweep runs
+it again as a fresh attempt) and sweep.json says `stopped`, so status, collect and the store
+all read the same final status.
 
 Runs on the device with `python -c`: standard library only.
 Usage: sweeps.py WORKDIR (prints one JSON object).
 """
 
+import fcntl
 import json
 import os
 import sys
@@ -46,6 +50,51 @@ def why_stopped(sdir):
     return "the sweep process is gone before it finished (killed, or the device restarted)"
 
 
+def _write_json(path, data):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(data, fh)
+    os.replace(tmp, path)
+
+
+def finalize(sdir, why):
+    """A sweep whose process is gone: each run it had `running` without a result.json gets one
+    (`killed`, `cut_off`), and sweep.json becomes `stopped` with why. Nothing is done while a
+    sweep process holds the directory's lock. Returns the new sweep.json, or None."""
+    try:
+        lock = open(os.path.join(sdir, ".sweep.lock"), "a+")
+    except OSError:
+        return None
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return None  # a sweep process works there
+        try:
+            with open(os.path.join(sdir, "sweep.json")) as fh:
+                state = json.load(fh)
+        except (OSError, ValueError):
+            state = {"runs": {}}
+        if state.get("state") not in (None, "running"):
+            return state
+        for rid, status in list(state.get("runs", {}).items()):
+            run_dir = os.path.join(sdir, "runs", rid)
+            result = os.path.join(run_dir, "result.json")
+            if status != "running":
+                continue
+            if not os.path.exists(result) and os.path.isdir(run_dir):
+                _write_json(result, {"run_id": rid, "status": "killed", "cut_off": True,
+                                     "detail": "the run never ended: " + why + "; restart the sweep to run it again"})
+            try:
+                with open(result) as fh:
+                    state["runs"][rid] = json.load(fh).get("status", "killed")
+            except (OSError, ValueError):
+                state["runs"][rid] = "killed"
+        state.update({"state": "stopped", "why": state.get("why") or why})
+        _write_json(os.path.join(sdir, "sweep.json"), state)
+        return state
+
+
 def sweep_state(sdir):
     try:
         with open(os.path.join(sdir, "sweep.json")) as fh:
@@ -66,7 +115,9 @@ def sweep_state(sdir):
         shown = "stopped" if recorded or os.path.exists(os.path.join(sdir, "sweep.pid")) else "not started"
         if shown == "stopped":
             why = why or why_stopped(sdir)
-            runs = {rid: ("stopped" if s == "running" else s) for rid, s in runs.items()}
+            final = finalize(sdir, why)
+            runs = dict(final["runs"]) if final else {rid: ("stopped" if s == "running" else s)
+                                                      for rid, s in runs.items()}
     else:
         shown = recorded
     return {"alive": is_alive, "state": shown, "why": why, "runs": runs, "specs": specs}

@@ -1,0 +1,40 @@
+"""Which methods fit a memory budget, by the analytic memory model (estimates).
+
+`edgebench predict` ranks them for a device; `bench` and `deploy` refuse a run whose predicted
+peak exceeds the device's RAM less the profile's headroom, naming methods that fit instead.
+"""
+
+from __future__ import annotations
+
+from edgebench.methods.knobs import PRESETS, parse_method
+
+# Room the runtime needs beyond the predicted peak (other processes, page cache, allocator):
+# a profile's `memory_headroom` unless it sets its own.
+DEFAULT_HEADROOM = 0.15
+# Combinations ranked beside the presets.
+COMBINATIONS = ("lora+ckpt+frozen-int8", "mezo-lora+frozen-int8")
+
+
+def usable_bytes(ram_bytes: int, headroom: float) -> int:
+    """RAM a run may take: the device's less the headroom."""
+    return int(ram_bytes * (1.0 - headroom))
+
+
+def rank(cfg, batch_size: int, text_length: int, image_size: int | None, usable: int) -> list[dict]:
+    """Every preset and combination with its predicted peak and relative step time (estimates):
+    the ones that fit first, fastest first; then the rest, smallest peak first."""
+    from edgebench.methods import memory
+    from edgebench.methods.steptime import relative_step_time
+
+    rows = []
+    for name in [*PRESETS, *COMBINATIONS]:
+        method = parse_method(name)
+        batch = max(batch_size, method.accumulation)
+        figures = memory.predict(cfg, method, batch, text_length, image_size=image_size)
+        rows.append({"method": name, "batch_size": batch, "peak_bytes_est": figures["peak_bytes"],
+                     "fits_est": figures["peak_bytes"] <= usable,
+                     "trainable_params": figures["trainable_params"],
+                     "step_time_vs_sgd_est": round(relative_step_time(cfg.with_image_size(image_size), method,
+                                                                      batch, text_length), 3)})
+    return sorted(rows, key=lambda r: (not r["fits_est"], r["step_time_vs_sgd_est"] if r["fits_est"]
+                                       else r["peak_bytes_est"]))

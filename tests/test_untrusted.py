@@ -1,0 +1,431 @@
+"""What comes from outside (issue 28): names from a device, a file or the command line never choose
+where edgebench writes or reads (one rule: edgebench.untrusted), text from a device reaches the
+terminal without control characters, and bad input is refused before any run starts (exit 2, one
+line naming the file or field and the fix)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_data import GOOD, _folder
+
+from edgebench.untrusted import UnsafeName, inside, path_name, printable
+
+PY = sys.executable
+HOSTILE = "sgd\x1b]0;pwned\x07\x1b[2J\x1b[31m\x9b2J"  # title, clear screen, colour, C1 CSI
+
+
+def edgebench(*args: str, cwd: Path, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([PY, "-m", "edgebench.cli", *args], cwd=cwd, env={**os.environ, **(env or {})},
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def one_line_exit_2(done: subprocess.CompletedProcess, *words: str) -> str:
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and "Traceback" not in done.stderr, (done.stdout, done.stderr)
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+def files_under(root: Path) -> set[Path]:
+    return {p for p in root.rglob("*")} if root.exists() else set()
+
+
+# --- the rule itself --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["../x", "/abs", "a/b", ".hidden", "..", ".", "", "x\x00y", "a\\b", None, 5])
+def test_a_path_name_is_one_plain_component(name):
+    with pytest.raises(UnsafeName, match="not a safe file name"):
+        path_name(name, "run id")
+
+
+def test_inside_refuses_dotdot_absolute_and_symlinks_out(tmp_path):
+    (tmp_path / "data" / "sub").mkdir(parents=True)
+    (tmp_path / "outside.png").write_bytes(b"x")
+    os.symlink(tmp_path / "outside.png", tmp_path / "data" / "link.png")
+    os.symlink(tmp_path, tmp_path / "data" / "up")
+    assert inside(tmp_path / "data", "sub/a.png", "image") == tmp_path / "data" / "sub" / "a.png"
+    for bad in ("../outside.png", "/etc/passwd", "sub/../../outside.png", "./a.png", "sub//a.png", "link.png",
+                "up/outside.png", "..\\outside.png"):
+        with pytest.raises(UnsafeName):
+            inside(tmp_path / "data", bad, "image")
+
+
+def test_printable_removes_escape_sequences_and_control_characters():
+    text = printable(f"model {HOSTILE} ok\tdone \r\x00\u202eevil\nnext")
+    assert text == "model sgd ok done evil\nnext"
+    assert printable("a\nb", newlines=False) == "a b"
+    assert "\x1b" not in printable("\x1b[?25l\x1bP+q\x1b\\\x1b7x")
+
+
+# --- names from the command line: ingest, import-trace, devices add ------------------------
+
+@pytest.mark.parametrize("device", ["../../../evildev", "/tmp/edgebench-evil-abs", ".hidden"])
+def test_ingest_refuses_a_device_name_that_is_a_path(tmp_path, device):
+    from results_fixtures import FakeRun
+
+    run = FakeRun(run_id="r1").write(tmp_path / "src")
+    work = tmp_path / "w"
+    work.mkdir()
+    before = files_under(tmp_path)
+    done = edgebench("ingest", str(run), "--device", device, "--store", "s/store.duckdb", cwd=work)
+    one_line_exit_2(done, "device name", "not a safe file name")
+    assert files_under(tmp_path) == before and not Path("/tmp/edgebench-evil-abs").exists()
+    assert not (tmp_path.parent / "evildev").exists()
+    done = edgebench("import-trace", str(run / "samples.jsonl"), "--device", device, "--power-col", "power_w",
+                     "--store", "s/store.duckdb", cwd=work)
+    one_line_exit_2(done, "not a safe file name")
+
+
+def test_ingest_refuses_a_run_id_that_is_a_path_or_a_raw_folder_that_links_out(tmp_path):
+    from results_fixtures import FakeRun
+
+    run = FakeRun(run_id="r1").write(tmp_path / "src")
+    meta = json.loads((run / "meta.json").read_text())
+    for hostile in ("../../../../escape-meta", "/tmp/edgebench-escape-meta"):
+        (run / "meta.json").write_text(json.dumps({**meta, "run_id": hostile}))
+        done = edgebench("ingest", str(run), "--store", "s/store.duckdb", cwd=tmp_path)
+        one_line_exit_2(done, "meta.json: run_id", "not a safe file name")
+    assert not (tmp_path / "s" / "raw").exists() and not Path("/tmp/edgebench-escape-meta").exists()
+    (run / "meta.json").write_text(json.dumps(meta))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tmp_path / "s" / "raw").mkdir(parents=True)
+    os.symlink(outside, tmp_path / "s" / "raw" / "local")  # raw/<device> leads out of the store's folder
+    done = edgebench("ingest", str(run), "--store", "s/store.duckdb", cwd=tmp_path)
+    one_line_exit_2(done, "leads outside")
+    assert list(outside.iterdir()) == []
+
+
+def test_devices_add_checks_the_name_before_contacting_the_board(tmp_path):
+    done = edgebench("devices", "add", "../../evil", "--host", "203.0.113.1", cwd=tmp_path,
+                     env={"EDGEBENCH_INVENTORY": str(tmp_path / "inv.yaml")}, timeout=30)
+    one_line_exit_2(done, "not a safe file name")
+    assert not (tmp_path / "inv.yaml").exists()
+
+
+# --- names from a device: collect ------------------------------------------------------------
+
+def _device(tmp_path: Path, run_id: str = "r0", meta_run_id: str | None = None) -> Path:
+    """A local-transport device with one finished tiny run, its meta.json's run_id as given."""
+    from results_fixtures import FakeRun
+
+    work = tmp_path / "dev"
+    sweep = work / "sweeps" / "s1"
+    run = FakeRun(run_id=run_id, method=HOSTILE).write(sweep / "runs")
+    if meta_run_id is not None:
+        meta = json.loads((run / "meta.json").read_text())
+        (run / "meta.json").write_text(json.dumps({**meta, "run_id": meta_run_id}))
+    (sweep / "sweep.json").write_text(json.dumps({"state": "finished", "runs": {run_id: "ok"}}))
+    (tmp_path / "inv.yaml").write_text(json.dumps({"devices": {"box": {"profile": "local", "kind": "local",
+                                                                         "workdir": str(work)}}}))
+    return work
+
+
+@pytest.mark.parametrize("meta_run_id", ["../../../../escape-collect", "/tmp/edgebench-escape-collect", "other"])
+def test_collect_refuses_a_meta_run_id_that_is_not_the_listed_run(tmp_path, meta_run_id):
+    _device(tmp_path, meta_run_id=meta_run_id)
+    host = tmp_path / "host"
+    host.mkdir()
+    done = edgebench("collect", "--device", "box", "--runs-dir", "runs", "--store", "runs/s.duckdb", cwd=host,
+                     env={"EDGEBENCH_INVENTORY": str(tmp_path / "inv.yaml")})
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "refused r0" in done.stderr and "meta.json: run_id" in done.stderr
+    assert not (host / "runs" / "raw").exists() and not (tmp_path / "escape-collect").exists()
+    assert not Path("/tmp/edgebench-escape-collect").exists()
+    import duckdb
+
+    assert duckdb.connect(str(host / "runs" / "s.duckdb"), read_only=True).execute(
+        "SELECT count(*) FROM runs").fetchone() == (0,)
+
+
+def test_collect_refuses_a_run_folder_that_links_out(tmp_path):
+    _device(tmp_path)
+    host, outside = tmp_path / "host", tmp_path / "outside"
+    (host / "runs" / "box").mkdir(parents=True)
+    outside.mkdir()
+    os.symlink(outside, host / "runs" / "box" / "r0")
+    done = edgebench("collect", "--device", "box", "--runs-dir", "runs", cwd=host,
+                     env={"EDGEBENCH_INVENTORY": str(tmp_path / "inv.yaml")})
+    assert done.returncode == 1 and "leads outside" in done.stderr and "Traceback" not in done.stderr
+    assert list(outside.iterdir()) == []
+
+
+def test_a_non_json_listing_says_what_the_device_printed(tmp_path):
+    fake = tmp_path / "fake-python"
+    fake.write_text("#!/bin/sh\necho 'Welcome to the board!'\n")
+    fake.chmod(0o755)
+    (tmp_path / "inv.yaml").write_text(json.dumps({"devices": {"box": {
+        "profile": "local", "kind": "local", "python": str(fake), "workdir": str(tmp_path / "dev")}}}))
+    done = edgebench("collect", "--device", "box", "--runs-dir", "runs", cwd=tmp_path,
+                     env={"EDGEBENCH_INVENTORY": str(tmp_path / "inv.yaml")})
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "printed 'Welcome to the board!', not the JSON expected" in done.stderr and "line 1 column 1" in done.stderr
+
+
+# --- names from a file: a dataset's JSONL -----------------------------------------------------
+
+@pytest.mark.parametrize("image", ["../outside.png", "OUTSIDE_ABS", "link.png", "sub/../../outside.png"])
+def test_a_dataset_image_outside_the_folder_is_refused(tmp_path, image):
+    from PIL import Image
+
+    from edgebench.data.folder import DatasetError, FolderDataset
+
+    folder = tmp_path / "data"
+    folder.mkdir()
+    Image.new("RGB", (8, 8)).save(tmp_path / "outside.png")
+    os.symlink(tmp_path / "outside.png", folder / "link.png")
+    image = str(tmp_path / "outside.png") if image == "OUTSIDE_ABS" else image
+    _folder(folder, [GOOD[0], json.dumps({"image": image, "question": "what ?", "answer": "red"})])
+    with pytest.raises(DatasetError, match=r"data.jsonl:2: image .* (must be a path inside|leads outside)"):
+        FolderDataset(folder)
+    done = edgebench("bench", "--data", str(folder), "--methods", "sgd", cwd=tmp_path)
+    one_line_exit_2(done, "--data", "data.jsonl:2")
+    assert not (tmp_path / "runs").exists()
+
+
+# --- checks before any run ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    from edgebench.model import build_model
+    from edgebench.model.checkpoint import save_pretrained
+
+    return save_pretrained(build_model("tiny"), tmp_path_factory.mktemp("ckpt") / "good")
+
+
+def _broken_checkpoint(tmp_path: Path, good: Path, kind: str) -> Path:
+    import shutil
+
+    folder = tmp_path / kind
+    shutil.copytree(good, folder)
+    weights, config = folder / "model.safetensors", folder / "config.json"
+    data = json.loads(config.read_text())
+    if kind == "truncated":
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    elif kind == "empty":
+        weights.write_bytes(b"")
+    elif kind == "garbage":
+        weights.write_bytes(os.urandom(4096))
+    elif kind == "no-weights":
+        weights.unlink()
+    elif kind == "missing-key":
+        del data["vit_hidden_dim"]
+    elif kind == "negative-blocks":
+        data["lm_n_blocks"] = -3
+    elif kind == "other-shape":
+        data["lm_hidden_dim"] = 96
+        data["lm_n_heads"] = 4
+        data["lm_n_kv_heads"] = 2
+    config.write_text(json.dumps(data))
+    return folder
+
+
+@pytest.mark.parametrize("kind,words", [
+    ("truncated", ["model.safetensors: damaged"]), ("empty", ["model.safetensors: empty"]),
+    ("garbage", ["model.safetensors: damaged"]), ("no-weights", ["model.safetensors: missing"]),
+    ("missing-key", ["config.json: missing field(s) vit_hidden_dim"]),
+    ("negative-blocks", ["config.json: VLMConfig.lm_n_blocks: -3 is out of range"]),
+    ("other-shape", ["does not match the model", "shape mismatch"]),
+])
+def test_a_broken_checkpoint_is_refused_before_any_run(tmp_path, checkpoint, kind, words):
+    folder = _broken_checkpoint(tmp_path, checkpoint, kind)
+    done = edgebench("bench", "--model", str(folder), "--methods", "sgd", cwd=tmp_path)
+    one_line_exit_2(done, "--model", *words)
+    assert not (tmp_path / "runs").exists()
+    done = edgebench("models", "--load", str(folder), cwd=tmp_path)
+    one_line_exit_2(done, *words)
+
+
+def test_images_are_checked_by_type_and_size_before_any_run(tmp_path):
+    from PIL import Image
+
+    from edgebench.data.folder import DatasetError, FolderDataset, pixel_limit
+    from edgebench.model.config import get_config
+
+    folder = tmp_path / "data"
+    folder.mkdir()
+    _folder(folder, GOOD + [json.dumps({"image": "c.jpg", "question": "what ?", "answer": "red"})])
+    (folder / "c.jpg").write_text("not an image at all\n")
+    with pytest.raises(DatasetError, match=r"data.jsonl:3: .*c.jpg is not an image Pillow reads"):
+        FolderDataset(folder).check(get_config("tiny"), 32)
+    done = edgebench("bench", "--data", str(folder), "--methods", "sgd", cwd=tmp_path)
+    one_line_exit_2(done, "--data", "data.jsonl:3", "not an image")
+    limit = pixel_limit(get_config("tiny"))
+    assert limit == 4096 * 4096 and pixel_limit(get_config("nanovlm-460m")) == 16 * 2048 * 2048
+    Image.new("1", (5000, 4000)).save(folder / "c.jpg", format="PNG")  # 20 Mpx, a few KiB on disk
+    with pytest.raises(DatasetError, match=r"data.jsonl:3: image .*c.jpg has 5000x4000 = 20,000,000 pixels; this "
+                                           r"model decodes at most 16,777,216"):
+        FolderDataset(folder).check(get_config("tiny"), 32)
+    FolderDataset(folder).check(get_config("nanovlm-460m"), 64)  # within the 460M model's own need
+    Image.new("1", (9000, 9000)).save(folder / "c.jpg", format="PNG")  # past twice the limit: Pillow's own refusal
+    with pytest.raises(DatasetError, match=r"c.jpg has more than 33,554,432 pixels; this model decodes at most"):
+        FolderDataset(folder).check(get_config("tiny"), 32)
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--lr", "inf"], ["--lr", "not a finite number"]), (["--lr", "nan"], ["--lr", "not a finite number"]),
+    (["--timeout", "nan"], ["--timeout"]),
+    (["--text-length", "100000000"], ["--text-length", "lm_max_position_embeddings 1,024", "at most 1,008"]),
+    (["--batch-size", "100000000"], ["predicted peak", "614.2 TiB", "lower --batch-size", "--force"]),
+    (["--model", "nanovlm-222m", "--methods", "adamw", "--batch-size", "64"], ["adamw", "methods that fit"]),
+])
+def test_run_shape_is_checked_before_any_run(tmp_path, args, words):
+    done = edgebench("bench", *args, cwd=tmp_path)
+    one_line_exit_2(done, *words)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_memory_preflight_refuses_then_force_runs_and_records_it(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from edgebench.fleet import local
+    from edgebench.fleet.commands import bench
+
+    monkeypatch.setattr(local, "host_memory", lambda: (256 * 2**20, None))  # a 256 MiB board
+    args = ["--methods", "sgd", "--steps", "1", "--warmup", "0", "--text-length", "16", "--runs-dir",
+            str(tmp_path / "runs")]
+    out = CliRunner().invoke(bench, args)
+    assert out.exit_code == 1 and "predicted peak (estimate) sgd" in out.output  # ClickException: exit 2 via main
+    assert "217.6 MiB usable on this host (256.0 MiB RAM less 15% headroom)" in out.output
+    assert not (tmp_path / "runs").exists()
+    out = CliRunner().invoke(bench, args + ["--force"])
+    assert out.exit_code == 0, out.output
+    (meta,) = (tmp_path / "runs").glob("*/meta.json")
+    forced = json.loads(meta.read_text())["spec"]["extra"]["forced"]
+    assert "217.6 MiB usable" in forced["memory"] and forced["peak_bytes_est"] > 217 * 2**20
+
+
+def test_bench_exits_1_when_no_run_ended_ok_and_says_how_many_did(tmp_path):
+    done = edgebench("bench", "--methods", "sgd", "--timeout", "0.01", "--text-length", "16", cwd=tmp_path)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "local: 0 of 1 runs ended ok (1 timeout)" in done.stderr
+
+
+def test_deploy_spec_with_an_unknown_model_is_refused_on_the_host(tmp_path):
+    (tmp_path / "spec.json").write_text(json.dumps({"model": "tinyy", "method": "sgd"}))
+    done = edgebench("deploy", "--device", "local", "--spec", "spec.json", "--runs-dir", "runs", cwd=tmp_path)
+    one_line_exit_2(done, "--spec", "spec.json: model: unknown model 'tinyy'")
+    (tmp_path / "spec.json").write_text(json.dumps({"model": "tiny", "method": "sgd", "lr": "nan"}))
+    done = edgebench("deploy", "--device", "local", "--spec", "spec.json", "--runs-dir", "runs", cwd=tmp_path)
+    one_line_exit_2(done, "spec.json: lr: 'nan' is not a finite number")
+    assert not (tmp_path / "runs").exists()
+
+
+# --- text from devices reaches the terminal printable -----------------------------------------
+
+def test_report_and_live_show_device_strings_without_escapes(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from edgebench.live.state import LiveState
+    from edgebench.live.view import render
+    from results_fixtures import FakeRun
+
+    run = FakeRun(run_id="r1", method=HOSTILE, status="error").write(tmp_path / "src")
+    result = json.loads((run / "result.json").read_text())
+    (run / "result.json").write_text(json.dumps({**result, "detail": f"boom {HOSTILE}"}))
+    assert edgebench("ingest", str(run), "--store", "s.duckdb", cwd=tmp_path).returncode == 0
+    for args in ([], ["--format", "csv"]):
+        out = subprocess.run(["script", "-qec", " ".join([PY, "-m", "edgebench.cli", "report", "--store", "s.duckdb",
+                                                          *args]), "/dev/null"],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=120)  # a real terminal
+        assert "sgd" in out.stdout and "pwned" not in out.stdout  # the title sequence is gone whole
+        assert "\x1b]" not in out.stdout and "\x07" not in out.stdout and "[2J" not in out.stdout
+    meta = {**json.loads((run / "meta.json").read_text()), "run_id": HOSTILE}
+    state = LiveState(source=str(run), meta=meta, result={**result, "detail": HOSTILE, "status": HOSTILE},
+                      errors=[HOSTILE])
+    buffer = io.StringIO()
+    Console(file=buffer, force_terminal=True, width=120).print(render(state, now=0))
+    shown = buffer.getvalue()
+    assert "sgd" in shown and "pwned" not in shown
+    assert "\x1b]" not in shown and "\x07" not in shown and "[2J" not in shown
+
+
+def test_bench_results_table_and_one_line_errors_are_printable(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from edgebench.cli import _one_line
+    from edgebench.report.tables import render_bench_results
+
+    buffer = io.StringIO()
+    render_bench_results([{"method": HOSTILE, "status": "error", "detail": HOSTILE, "run_id": "r"}], HOSTILE,
+                         console=Console(file=buffer, force_terminal=True, width=100))
+    assert "\x1b]" not in buffer.getvalue() and "[2J" not in buffer.getvalue()
+    assert _one_line(RuntimeError(f"device said {HOSTILE}")) == "device said sgd"
+
+
+# --- smaller messages and leftovers -----------------------------------------------------------
+
+def test_import_trace_names_the_file_line_and_column_of_a_bad_number(tmp_path):
+    (tmp_path / "m.csv").write_text("time,watts\n1.0,2.5\n2.0,abc\n")
+    done = edgebench("import-trace", "m.csv", "--device", "pi", "--power-col", "watts", "--store", "s.duckdb",
+                     cwd=tmp_path)
+    one_line_exit_2(done, "m.csv:3: column 'watts' holds 'abc', not a number")
+    (tmp_path / "m.csv").write_text("time,watts\nsoon,2.5\n")
+    done = edgebench("import-trace", "m.csv", "--device", "pi", "--power-col", "watts", "--store", "s.duckdb",
+                     cwd=tmp_path)
+    one_line_exit_2(done, "m.csv:2: column 'time' holds 'soon'")
+
+
+def test_report_on_a_sqlite_file_is_refused_before_duckdb_opens_it(tmp_path):
+    import sqlite3
+
+    con = sqlite3.connect(tmp_path / "other.db")
+    con.execute("CREATE TABLE t (a INT)")
+    con.commit()
+    con.close()
+    done = edgebench("report", "--store", "other.db", cwd=tmp_path, timeout=60)
+    one_line_exit_2(done, "other.db: a SQLite database, not an edgebench results store")
+    assert "extension" not in done.stderr
+
+
+def test_staging_folders_of_killed_exports_are_removed(tmp_path):
+    import fcntl
+
+    from exporters.pipeline import _remove_stale_staging
+
+    for name in ("a" * 24, "b" * 24):
+        (tmp_path / f".{name}-k1ll3d00").mkdir()
+        (tmp_path / f".{name}-k1ll3d00" / "model.pte").write_bytes(b"half")
+        (tmp_path / f".{name}.lock").write_text("")
+    with open(tmp_path / f".{'b' * 24}.lock", "a") as held:  # an export building b right now
+        fcntl.flock(held, fcntl.LOCK_EX)
+        _remove_stale_staging(tmp_path)
+    assert not (tmp_path / f".{'a' * 24}-k1ll3d00").exists()
+    assert (tmp_path / f".{'b' * 24}-k1ll3d00").exists()
+
+
+def test_deploy_ships_only_what_the_datasets_jsonl_uses_and_counts_it(tmp_path):
+    from edgebench.devices.inventory import get_device
+    from edgebench.devices.transport import LocalTransport
+    from edgebench.fleet import assets
+    from edgebench.fleet.deploy import _ship_tar, _tar_dir
+    from edgebench.runner.spec import RunSpec
+
+    folder = tmp_path / "data"
+    (folder / "images").mkdir(parents=True)
+    _folder(folder, GOOD)
+    with open(folder / "unused.bin", "wb") as fh:  # a 1 GiB sparse file nothing references
+        fh.truncate(1 << 30)
+    (folder / "images" / "other.png").write_bytes(b"x" * 1000)
+    spec = RunSpec(data_dir=str(folder))
+    plan = assets.plan_assets([spec])[str(folder)]
+    assert sorted(plan.files) == ["a.png", "b.png", "data.jsonl", "tokenizer.json"] and not plan.whole
+    assert plan.size_bytes == sum((folder / f).stat().st_size for f in plan.files)
+    device, work = get_device("local"), tmp_path / "device-workdir"
+    with LocalTransport(device) as transport:
+        assert assets.unshipped_bytes(transport, str(work), {"d": plan}) == plan.size_bytes
+        assets.ship_assets(transport, device, [spec], str(work), tmp_path, _ship_tar, _tar_dir)
+        assert assets.unshipped_bytes(transport, str(work), {"d": plan}) == 0  # on the device now
+    shipped = {p.name for p in Path(spec.data_dir).rglob("*") if p.is_file()}
+    assert shipped == {"a.png", "b.png", "data.jsonl", "tokenizer.json", assets.MARKER}
