@@ -44,6 +44,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 // The wheel ships libexecutorch_threadpool.so but not its header: the two calls used here.
@@ -281,6 +282,7 @@ class Worker {
     schedule_ = {plan.integer("total_steps"), plan.num("warmup_fraction"), plan.num("min_lr_fraction")};
     clip_ = plan.num("clip");
     accumulation_ = std::max(1LL, plan.integer("accumulation"));
+    if (plan.integer("threads") > 0) threads_ = size_t(plan.integer("threads"));
     for (const auto& words : plan.all("input")) {
       if (words.size() < 2) fail("native plan: an `input` line needs a name and a dtype");
       Input in{words[0], dtype_of(words[1]), {}};
@@ -471,10 +473,11 @@ class Worker {
       auto& sum = sums_[i];
       sum.resize(params_[i].numel);
       const float* g = grads_[i];
+      float* out = sum.data();
       if (part == 0) {
-        for (size_t k = 0; k < sum.size(); ++k) sum[k] = g[k] * scale;
+        parallel_for(sum.size(), [=](size_t k) { out[k] = g[k] * scale; });
       } else {
-        for (size_t k = 0; k < sum.size(); ++k) sum[k] += g[k] * scale;
+        parallel_for(sum.size(), [=](size_t k) { out[k] += g[k] * scale; });
       }
     }
   }
@@ -484,63 +487,88 @@ class Worker {
   // The methods' update over the program's weights: clip the global norm, then the optimizer.
   void update(long long step_index) {
     double factor = schedule_.factor(step_index);
-    double coef = 1.0;
+    float c = 1.0f;  // the clip's coefficient, applied to each gradient as it is read
     if (clip_ > 0) {  // torch.nn.utils.clip_grad_norm_: max_norm / (norm + 1e-6), at most 1
       double total = 0.0;
       for (size_t i = 0; i < params_.size(); ++i) {
         const float* g = gradient(i);
-        double sq = 0.0;
-        for (size_t k = 0; k < params_[i].numel; ++k) sq += double(g[k]) * double(g[k]);
-        total += sq;
+        total += parallel_sum(params_[i].numel, [g](size_t k) { return double(g[k]) * double(g[k]); });
       }
       float norm = float(std::sqrt(total));
-      coef = std::min(1.0, double(float(clip_) / (norm + 1e-6f)));
+      c = float(std::min(1.0, double(float(clip_) / (norm + 1e-6f))));
     }
     long long t = ++updates_done_;
+    bool adam = optimizer_ == "adam" || optimizer_ == "adamw";
+    if (!adam && optimizer_ != "sgd" && optimizer_ != "sgd-momentum")
+      throw Failure(EXIT_UNSUPPORTED, "unsupported", "optimizer " + optimizer_ + " is not in the native worker; use --runtime python");
+    float mu = float(plan_.num("momentum"));
+    float b1 = float(plan_.num("betas", 0)), b2 = float(plan_.num("betas", 1)), eps = float(plan_.num("eps"));
+    float wd = float(plan_.num("weight_decay"));
     for (size_t i = 0; i < params_.size(); ++i) {
       Param& p = params_[i];
       float* w = p.data;
-      float* g = gradient(i);
+      const float* g = gradient(i);
       float lr = float(group_lr_[size_t(p.group)] * factor);
-      if (coef != 1.0) {
-        float c = float(coef);
-        for (size_t k = 0; k < p.numel; ++k) g[k] *= c;
-      }
       if (optimizer_ == "sgd") {
-        for (size_t k = 0; k < p.numel; ++k) w[k] -= lr * g[k];
+        parallel_for(p.numel, [=](size_t k) { w[k] -= lr * (g[k] * c); });
       } else if (optimizer_ == "sgd-momentum") {  // torch.optim.SGD(momentum=0.9, dampening 0)
-        float mu = float(plan_.num("momentum"));
-        if (p.m.empty()) {
-          p.m.assign(g, g + p.numel);
-        } else {
-          for (size_t k = 0; k < p.numel; ++k) p.m[k] = p.m[k] * mu + g[k];
-        }
-        for (size_t k = 0; k < p.numel; ++k) w[k] -= lr * p.m[k];
-      } else if (optimizer_ == "adam" || optimizer_ == "adamw") {  // torch's single-tensor Adam(W)
-        float b1 = float(plan_.num("betas", 0)), b2 = float(plan_.num("betas", 1)), eps = float(plan_.num("eps"));
-        float wd = float(plan_.num("weight_decay"));
+        bool first = p.m.empty();
+        if (first) p.m.resize(p.numel);
+        float* m = p.m.data();
+        parallel_for(p.numel, [=](size_t k) {
+          m[k] = first ? g[k] * c : m[k] * mu + g[k] * c;
+          w[k] -= lr * m[k];
+        });
+      } else {  // torch's single-tensor Adam(W)
         if (p.m.empty()) {
           p.m.assign(p.numel, 0.0f);
           p.v.assign(p.numel, 0.0f);
         }
-        double bc1 = 1.0 - std::pow(double(b1), double(t));
-        double bc2_sqrt = std::sqrt(1.0 - std::pow(double(b2), double(t)));
-        float step_size = float(double(lr) / bc1);
-        float bc2s = float(bc2_sqrt);
+        float step_size = float(double(lr) / (1.0 - std::pow(double(b1), double(t))));
+        float bc2s = float(std::sqrt(1.0 - std::pow(double(b2), double(t))));
         float decay = 1.0f - lr * wd;
         float one_minus_b1 = 1.0f - b1, one_minus_b2 = 1.0f - b2;
-        for (size_t k = 0; k < p.numel; ++k) {
+        float* m = p.m.data();
+        float* v = p.v.data();
+        parallel_for(p.numel, [=](size_t k) {
+          float gk = g[k] * c;
           if (wd != 0.0f) w[k] *= decay;
-          p.m[k] += one_minus_b1 * (g[k] - p.m[k]);  // lerp(grad, 1 - beta1)
-          p.v[k] = p.v[k] * b2 + one_minus_b2 * g[k] * g[k];
-          float denom = std::sqrt(p.v[k]) / bc2s + eps;
-          w[k] -= step_size * (p.m[k] / denom);
-        }
-      } else {
-        throw Failure(EXIT_UNSUPPORTED, "unsupported",
-                      "optimizer " + optimizer_ + " is not in the native worker; use --runtime python");
+          m[k] += one_minus_b1 * (gk - m[k]);  // lerp(grad, 1 - beta1)
+          v[k] = v[k] * b2 + one_minus_b2 * gk * gk;
+          float denom = std::sqrt(v[k]) / bc2s + eps;
+          w[k] -= step_size * (m[k] / denom);
+        });
       }
     }
+  }
+
+  // The update's element loops, split over the cores between program calls (the runtime's
+  // threads are idle then); small tensors stay on this thread.
+  size_t threads_ = std::max(1u, std::thread::hardware_concurrency());
+  static constexpr size_t kSerialBelow = 1 << 16;
+
+  template <typename F>
+  void parallel_for(size_t n, F f) const {
+    size_t parts = n < kSerialBelow ? 1 : threads_;
+    std::vector<std::thread> pool;
+    for (size_t t = 1; t < parts; ++t)
+      pool.emplace_back([=] { for (size_t k = n * t / parts; k < n * (t + 1) / parts; ++k) f(k); });
+    for (size_t k = 0; k < n / parts; ++k) f(k);
+    for (auto& th : pool) th.join();
+  }
+
+  template <typename F>
+  double parallel_sum(size_t n, F f) const {
+    size_t parts = n < kSerialBelow ? 1 : threads_;
+    std::vector<double> sums(parts, 0.0);
+    std::vector<std::thread> pool;
+    for (size_t t = 1; t < parts; ++t)
+      pool.emplace_back([&, t] { for (size_t k = n * t / parts; k < n * (t + 1) / parts; ++k) sums[t] += f(k); });
+    for (size_t k = 0; k < n / parts; ++k) sums[0] += f(k);
+    for (auto& th : pool) th.join();
+    double total = 0.0;
+    for (double v : sums) total += v;
+    return total;
   }
 
   // The program applies the update; this step's scalars are its last input (see
