@@ -361,11 +361,7 @@ def sweeps(c: Campaign) -> None:
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
-    term = dev / "sweeps" / "s3"
-    (term / "specs").mkdir(parents=True)
-    tiny(run_id="e", steps=100_000).save(term / "specs" / "00-e.json")
-    proc = c.start([PY, "-m", "edgebench.runner.sweep", str(term)])
-    wait_for(lambda: stepping(term))
+    proc, _ = stepping_sweep(c, dev / "sweeps" / "s3", "e")
     os.kill(proc.pid, signal.SIGTERM)
     out, _ = proc.communicate(timeout=60)
     c.record("sweep SIGTERM", proc.returncode, out)
@@ -384,13 +380,18 @@ def sweeps(c: Campaign) -> None:
     lab_down_mid_sweep(c)
 
 
-def killed_sweep_agrees(c: Campaign, dev: Path) -> None:
-    """A sweep killed with SIGKILL: status, collect and the store give its run one final status."""
-    sweep = dev / "sweeps" / "s4"
+def stepping_sweep(c: Campaign, sweep: Path, run_id: str):
+    """(process, folder) of a sweep of one long tiny run, started and taking steps."""
     (sweep / "specs").mkdir(parents=True)
-    tiny(run_id="f", steps=100_000).save(sweep / "specs" / "00-f.json")
+    tiny(run_id=run_id, steps=100_000).save(sweep / "specs" / f"00-{run_id}.json")
     proc = c.start([PY, "-m", "edgebench.runner.sweep", str(sweep)])
     wait_for(lambda: stepping(sweep))
+    return proc, sweep
+
+
+def killed_sweep_agrees(c: Campaign, dev: Path) -> None:
+    """A sweep killed with SIGKILL: status, collect and the store give its run one final status."""
+    proc, sweep = stepping_sweep(c, dev / "sweeps" / "s4", "f")
     os.killpg(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=30)
     done = subprocess.run([PY, "-m", "edgebench.cli", "status", "--device", "box", "--json"], cwd=c.home, env=c.env,
