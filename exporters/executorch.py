@@ -15,6 +15,7 @@ input, so trainable weights stay the program's own; the rest runs on the runtime
 from __future__ import annotations
 
 import contextlib
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -166,13 +167,13 @@ def _apply_rewrites(ep: ExportedProgram) -> dict[str, int]:
     return counts
 
 
-def lowering_record(delegate: str | None, rewrites: dict[str, int], update: str) -> dict:
-    """The exact lowering, as the manifest and every run record it."""
+def lowering_record(partitioner: str | None, rewrites: dict[str, int], update: str) -> dict:
+    """The exact lowering, as the manifest and every run record it. `partitioner`: how the
+    XNNPACK partitions were made, None without the delegate."""
     return {
-        "delegate": delegate or "none",
-        "kernels": ("XNNPACK for linear/mm/bmm/permute (weights as inputs, packed each call; partitioned "
-                    "by level in one pass, exporters/xnnpack_lowering.py); "
-                    if delegate else "") + "the runtime's registered CPU kernels for the rest",
+        "delegate": "xnnpack" if partitioner else "none",
+        "kernels": (f"XNNPACK for linear/mm/bmm/permute (weights as inputs, packed each call; partitioned "
+                    f"{partitioner}); " if partitioner else "") + "the runtime's registered CPU kernels for the rest",
         "matmuls": "aten.linear on stored weights, weight gradients as mm (no weight transposes)"
                    + ("; patch convolution as patches @ weight" if rewrites.get("patch_conv_as_linear") else ""),
         "weights": "inside the .pte (constant segment), updated in place by the runtime",
@@ -198,19 +199,41 @@ def _edge_config():
     return EdgeCompileConfig(_check_ir_validity=False, preserve_ops=[torch.ops.aten.linear.default])
 
 
-def _xnnpack_partitioner(dynamic_weights: bool = True):
+def _xnnpack_partitioner(dynamic_weights: bool = True, fast: bool = True):
     """XNNPACK for the matmuls only (linear, mm, bmm), every weight a runtime input
     (`force_non_static_weights_for_f32_linear`): XNNPACK would otherwise bake a GEMM's weight
     into the delegate as a constant, and a trainable weight baked in silently stops training
-    (it trained to NaN with the patch convolution inside). Partitioned in linear time
-    (exporters.xnnpack_lowering). `dynamic_weights=False`: tests only."""
+    (it trained to NaN with the patch convolution inside). `fast`: partitioned in linear time
+    (exporters.xnnpack_lowering), else by ExecuTorch's own XnnpackPartitioner.
+    `dynamic_weights=False`: tests only."""
     from executorch.backends.xnnpack.partition.config.gemm_configs import LinearConfig, MMConfig
     from executorch.backends.xnnpack.partition.config.generic_node_configs import BMMConfig, PermuteConfig
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
     from exporters.xnnpack_lowering import level_partitioner
 
-    return level_partitioner([LinearConfig, MMConfig, BMMConfig, PermuteConfig],
-                             force_non_static_weights_for_f32_linear=dynamic_weights)
+    make = level_partitioner if fast else (lambda configs, **kwargs: XnnpackPartitioner(configs=configs, **kwargs))
+    return make([LinearConfig, MMConfig, BMMConfig, PermuteConfig],
+                force_non_static_weights_for_f32_linear=dynamic_weights)
+
+
+def _lower_to_xnnpack(ep: ExportedProgram, config) -> tuple[Any, str]:
+    """`to_edge_transform_and_lower` with XNNPACK; edgebench's linear-time lowering where the
+    installed executorch is the one it was written for, else ExecuTorch's own (with a warning).
+    Returns the edge program and which partitioner made it."""
+    from executorch.exir import to_edge_transform_and_lower
+
+    from exporters.xnnpack_lowering import WRITTEN_FOR, fast_lowering_problem, fast_xnnpack_lowering
+
+    problem = fast_lowering_problem()
+    if problem:
+        warnings.warn(f"{problem}: lowering with ExecuTorch's own XNNPACK partitioner instead (slower, more "
+                      f"memory: minutes at nanoVLM-222M size); pin executorch=={WRITTEN_FOR} for the fast one")
+    with contextlib.nullcontext() if problem else fast_xnnpack_lowering():
+        edge = to_edge_transform_and_lower(ep, partitioner=[_xnnpack_partitioner(fast=not problem)],
+                                           compile_config=config)
+    return edge, ("by ExecuTorch's own XnnpackPartitioner (" + problem + ")" if problem
+                  else "by level in one pass, exporters/xnnpack_lowering.py")
 
 
 def _check_no_captured_weights(edge_ep: ExportedProgram, trainable: list[str]) -> None:
@@ -281,7 +304,7 @@ def lower_training_step(
     `strict`: False for what strict export cannot trace (et_methods: bf16 autocast over frozen
     bf16/int8 weights).
     """
-    from executorch.exir import to_edge, to_edge_transform_and_lower
+    from executorch.exir import to_edge
     from torch.export.experimental import _export_forward_backward
 
     if delegate not in (None, "xnnpack"):
@@ -304,13 +327,9 @@ def lower_training_step(
     rewrites = {"patch_conv_as_linear": patch_convs, **_apply_rewrites(ep)}
     on_stage("to_edge")
     config = _edge_config()
+    partitioner = None
     if delegate == "xnnpack":
-        from exporters.xnnpack_lowering import fast_xnnpack_lowering
-
-        with fast_xnnpack_lowering():
-            edge = to_edge_transform_and_lower(
-                _already_decomposed(ep), partitioner=[_xnnpack_partitioner()], compile_config=config
-            )
+        edge, partitioner = _lower_to_xnnpack(_already_decomposed(ep), config)
         _check_no_captured_weights(edge.exported_program(), trainable)
         _check_updates_follow_reads(edge.exported_program())
         rewrites["xnnpack_partitions"] = sum(
@@ -328,7 +347,7 @@ def lower_training_step(
         trainable_parameters=trainable,
         frozen_parameters=frozen,
         delegated=delegate is not None,
-        lowering=lowering_record(delegate, rewrites, "outside the program, over its parameters in place"),
+        lowering=lowering_record(partitioner, rewrites, "outside the program, over its parameters in place"),
     )
 
 

@@ -10,6 +10,7 @@ source of the code that shapes the program, so the same request is exported once
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from edgebench.backends.base import BACKENDS
+from exporters.import_closure import import_closure
 
 MANIFEST = "manifest.json"
 FORMAT = "edgebench-export/1"
@@ -28,14 +30,8 @@ FORMAT = "edgebench-export/1"
 EXPORT_BACKENDS = tuple(name for name in BACKENDS if name != "eager")
 DELEGATES = ("xnnpack",)
 _LIBRARIES = ("torch", "executorch", "onnx", "onnxruntime-training-cpu", "numpy", "edgebench")
-# Source files whose code shapes the exported program (a change there re-exports), and
-# per backend its own lowering code (editing one runtime's exporter keeps the other's cache).
-_SOURCES = ("edgebench/model/[!c]*.py", "edgebench/model/config.py", "edgebench/methods/knobs.py",
-            "edgebench/methods/subsets.py", "exporters/manifest.py", "exporters/pipeline.py")
-_CHECKPOINT_SOURCES = ("edgebench/model/checkpoint.py",)  # only when the model is a checkpoint folder
-_BACKEND_SOURCES = {"executorch": ("exporters/executorch.py", "exporters/xnnpack_lowering.py", "exporters/et_methods.py",
-                                   "edgebench/methods/int8.py"),
-                    "onnxruntime": ("exporters/onnxruntime.py",)}
+# Where every export starts: the cache key hashes these modules' import closure (computed).
+EXPORT_ENTRY = ("exporters.pipeline",)
 
 
 @dataclass(frozen=True)
@@ -84,7 +80,7 @@ class ExportRequest:
             "format": FORMAT,
             "request": self.to_dict(),
             "versions": library_versions(),
-            "source": source_fingerprint(self.backend, checkpoint=Path(self.model).expanduser().is_dir()),
+            "source": _running_source(),
             "checkpoint": checkpoint_fingerprint(self.model),
         }
         return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
@@ -104,15 +100,19 @@ def _repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
 
 
-def source_fingerprint(backend: str, checkpoint: bool = False) -> str:
-    """sha256 over the .py files that shape `backend`'s program (model, trainable subsets,
-    the pipeline and that backend's exporter; the checkpoint reader for checkpoint models)."""
+@functools.cache
+def _running_source() -> str:
+    """This checkout's fingerprint, read once: a process runs the code it started with."""
+    return source_fingerprint(_repo_root())
+
+
+def source_fingerprint(root: Path) -> str:
+    """sha256 over the project's .py files an export runs (the import closure of
+    EXPORT_ENTRY under `root`): editing any of them re-exports."""
     digest = hashlib.sha256()
-    root = _repo_root()
-    for pattern in _SOURCES + _BACKEND_SOURCES[backend] + (_CHECKPOINT_SOURCES if checkpoint else ()):
-        for path in sorted(root.glob(pattern)):
-            digest.update(str(path.relative_to(root)).encode())
-            digest.update(path.read_bytes())
+    for path in import_closure(root, EXPORT_ENTRY):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
     return digest.hexdigest()
 
 

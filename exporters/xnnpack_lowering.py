@@ -19,16 +19,29 @@ finishing (> 15 min, 6.6 GiB):
   `only_matmul_passes` runs the 6 that can act on linear/mm/bmm/permute_copy.
 
 None changes what a delegate computes (the same operators on the same tensors); the tests
-check the losses against ExecuTorch's own lowering bit for bit
+check the losses against ExecuTorch's own partitioner and lowering bit for bit
 (tests/test_export_executorch.py).
+
+The patches reach into ExecuTorch's private functions and pass names as of WRITTEN_FOR:
+`fast_lowering_problem` says why they cannot be used with the installed executorch, and the
+exporter then lowers with ExecuTorch's own partitioner (slow at 222M size, but right). They
+replace module attributes process-wide, so one lock serialises them: `deploy` exports for
+several devices in threads.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
+from importlib import metadata
 from typing import Iterator
 
 import torch
+
+# The executorch release whose private functions and pass names the patches replace.
+WRITTEN_FOR = "1.5.1"
+# Held while any patch is in place (re-entrant: the patches nest within one lowering).
+_PATCHING = threading.RLock()
 
 
 def sort_in_place(graph: torch.fx.Graph) -> None:
@@ -57,15 +70,17 @@ def sort_in_place(graph: torch.fx.Graph) -> None:
 
 @contextlib.contextmanager
 def _replaced(owner, **replacements) -> Iterator[None]:
-    """`owner`'s attributes replaced for the `with` only, restored afterwards."""
-    originals = {name: getattr(owner, name) for name in replacements}
-    for name, value in replacements.items():
-        setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        for name, value in originals.items():
+    """`owner`'s attributes replaced for the `with` only, restored afterwards; no other
+    thread patches or lowers with patches meanwhile."""
+    with _PATCHING:
+        originals = {name: getattr(owner, name) for name in replacements}
+        for name, value in replacements.items():
             setattr(owner, name, value)
+        try:
+            yield
+        finally:
+            for name, value in originals.items():
+                setattr(owner, name, value)
 
 
 def linear_time_partitioning():
@@ -181,6 +196,31 @@ def level_partitioner(configs: list, **kwargs):
             return partitions
 
     return LevelPartitioner(configs=configs, **kwargs)
+
+
+def fast_lowering_problem() -> str | None:
+    """Why the patches cannot be trusted with the installed executorch (another release than
+    WRITTEN_FOR, a patched function or a pass gone or renamed), or None."""
+    try:
+        installed = metadata.version("executorch")
+    except metadata.PackageNotFoundError:
+        return "executorch is not installed"
+    if installed != WRITTEN_FOR:
+        return f"edgebench's fast XNNPACK lowering was written for executorch {WRITTEN_FOR}, found {installed}"
+    from executorch.backends.xnnpack import xnnpack_preprocess
+    from executorch.backends.xnnpack.partition.config import gemm_configs
+    from executorch.exir.backend import backend_api
+
+    for owner, name in ((backend_api, "create_submodule_from_nodes"),
+                        (backend_api, "_create_partitions_in_graph_module"),
+                        (xnnpack_preprocess, "XNNPACKPassManager"), (gemm_configs, "get_source_partitions")):
+        if not hasattr(owner, name):
+            return f"executorch {installed} has no {owner.__name__}.{name}"
+    passes = {p.__name__ for p in xnnpack_preprocess.XNNPACKPassManager(None).passes}
+    missing = sorted(set(MATMUL_PASSES) - passes)
+    if missing:
+        return f"executorch {installed}'s XNNPACK passes lack {', '.join(missing)}"
+    return None
 
 
 @contextlib.contextmanager

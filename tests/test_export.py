@@ -324,3 +324,33 @@ def test_methods_matrix_follows_the_backends_support():
     assert "line search" in rows["cg"]["refused"]["executorch"]
     assert all(set(row["backends"]) | set(row["refused"]) == {"eager", "executorch", "onnxruntime"}
                for row in rows.values())
+
+
+def test_export_key_covers_every_module_the_export_imports(tmp_path):
+    """The key hashes the export's import closure, computed: editing a module the export runs
+    (here the LoRA writer and the optimizers, which a hand-kept list once left out) changes it;
+    editing a module it never imports (the report renderer) does not."""
+    import shutil
+    from pathlib import Path
+
+    from exporters.manifest import source_fingerprint
+
+    repo = Path(__file__).resolve().parent.parent
+    for package in ("edgebench", "exporters"):
+        shutil.copytree(repo / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+    original = source_fingerprint(tmp_path)
+    assert source_fingerprint(repo) == original  # a copy hashes as the checkout does
+
+    def edited(relative: str) -> str:
+        path = tmp_path / relative
+        before = path.read_text()
+        path.write_text(before + "\n# edited\n")
+        try:
+            return source_fingerprint(tmp_path)
+        finally:
+            path.write_text(before)
+
+    for module in ("exporters/lora.py", "edgebench/methods/optim.py", "edgebench/backends/et_optimizers.py",
+                   "edgebench/methods/trainer.py", "edgebench/model/language_model.py"):
+        assert edited(module) != original, module
+    assert edited("edgebench/report/__init__.py") == original

@@ -200,28 +200,78 @@ def _attention_program(path, **patches):
     return path.read_bytes(), losses
 
 
-def test_fast_xnnpack_lowering_trains_like_executorchs_own(tmp_path):
-    import contextlib
+def test_fast_xnnpack_lowering_trains_like_executorchs_own(tmp_path, monkeypatch):
+    import warnings
 
     from executorch.backends.xnnpack import xnnpack_preprocess
+    from executorch.backends.xnnpack.partition.config import gemm_configs
     from executorch.exir.backend import backend_api
 
     import exporters.xnnpack_lowering as xl
 
-    originals = (backend_api.create_submodule_from_nodes, backend_api._create_partitions_in_graph_module,
-                 xnnpack_preprocess.XNNPACKPassManager)
+    def patched():
+        return (backend_api.create_submodule_from_nodes, backend_api._create_partitions_in_graph_module,
+                xnnpack_preprocess.XNNPACKPassManager, gemm_configs.get_source_partitions)
+
+    originals = patched()
+    assert xl.fast_lowering_problem() is None  # the pinned executorch is the one it was written for
     fast, fast_losses = _attention_program(tmp_path / "fast.pte")
-    # Executorch's own lowering (both patches off), and the partitioning patch alone.
-    own, own_losses = _attention_program(tmp_path / "own.pte", fast_xnnpack_lowering=contextlib.nullcontext)
+    # The partitioning patch alone: the skipped passes change nothing in the program.
     unsorted, _ = _attention_program(tmp_path / "sorted_once.pte", fast_xnnpack_lowering=xl.linear_time_partitioning)
+    # Another executorch release: ExecuTorch's own XnnpackPartitioner and lowering, no patch, a warning.
+    monkeypatch.setattr(xl, "WRITTEN_FOR", "0.0.1")
+    assert "written for executorch 0.0.1" in xl.fast_lowering_problem()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        own, own_losses = _attention_program(tmp_path / "own.pte")
+    assert any("ExecuTorch's own XNNPACK partitioner" in str(w.message) for w in caught)
     assert fast_losses == own_losses  # same operators on the same tensors: bit for bit
+    assert _delegate_calls(own) == _delegate_calls(fast) > 2  # the same matmuls delegated
     assert fast_losses[-1] < fast_losses[0]
-    assert unsorted == fast  # the skipped passes change nothing in the program
-    assert _delegate_calls(fast) > 2
+    assert unsorted == fast
     assert not {"aten::linear", "aten::mm", "aten::bmm"} & set(_operator_counts(fast))
-    # The patches are undone after the call.
-    assert originals == (backend_api.create_submodule_from_nodes, backend_api._create_partitions_in_graph_module,
-                         xnnpack_preprocess.XNNPACKPassManager)
+    assert patched() == originals  # every patch is undone after the call
+
+
+def test_a_renamed_xnnpack_pass_turns_the_fast_lowering_off(monkeypatch):
+    import exporters.xnnpack_lowering as xl
+
+    monkeypatch.setattr(xl, "MATMUL_PASSES", (*xl.MATMUL_PASSES, "ConvertToLinearPassRenamed"))
+    assert "lack ConvertToLinearPassRenamed" in xl.fast_lowering_problem()
+
+
+def test_one_thread_lowers_with_the_patches_at_a_time():
+    """deploy exports for several devices in threads: a second lowering waits for the first's
+    patches to be undone instead of patching (and later restoring) over them."""
+    import threading
+
+    from executorch.exir.backend import backend_api
+
+    import exporters.xnnpack_lowering as xl
+
+    original = backend_api.create_submodule_from_nodes
+    inside, release, seen_by_second = threading.Event(), threading.Event(), []
+
+    def first():
+        with xl.fast_xnnpack_lowering():
+            inside.set()
+            release.wait(10)
+
+    def second():
+        with xl.fast_xnnpack_lowering():
+            seen_by_second.append(release.is_set())
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    threads[0].start()
+    assert inside.wait(10)
+    threads[1].start()
+    threads[1].join(0.5)
+    assert threads[1].is_alive()  # waiting for the first lowering
+    release.set()
+    for thread in threads:
+        thread.join(10)
+    assert seen_by_second == [True]
+    assert backend_api.create_submodule_from_nodes is original
 
 
 def test_sort_in_place_orders_inputs_first_and_keeps_the_nodes():
