@@ -304,7 +304,7 @@ def signals(c: Campaign) -> None:
         before = set((c.home / "runs").glob("*"))
         proc = c.start([PY, "-m", "edgebench.cli", "bench", "--methods", "sgd,adamw", "--steps", "100000",
                         "--text-length", "16"])
-        wait_for(lambda: stepping_new(c, before))
+        wait_for(lambda before=before: stepping_new(c, before))
         for _ in range(times):
             os.killpg(proc.pid, sig)
             time.sleep(0.3)
@@ -313,7 +313,7 @@ def signals(c: Campaign) -> None:
     for label, target in (("kill -9 worker", "worker"), ("kill -9 supervisor", "supervisor")):
         before = set((c.home / "runs").glob("*"))
         proc = c.start([PY, "-m", "edgebench.cli", "bench", "--methods", "sgd", "--steps", "100000", "--text-length", "16"])
-        wait_for(lambda: stepping_new(c, before))
+        wait_for(lambda before=before: stepping_new(c, before))
         supervisor = int(subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()[0])
         worker = int(subprocess.run(["pgrep", "-P", str(supervisor)], capture_output=True, text=True).stdout.split()[0])
         os.kill(worker if target == "worker" else supervisor, signal.SIGKILL)

@@ -13,9 +13,9 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from edgebench.model.config import get_config, parameter_count
 from edgebench.fleet.local import run_local
 from edgebench.fleet.plan import new_run_id
+from edgebench.model.config import get_config, parameter_count
 from edgebench.runner.spec import RunSpec
 
 STATE_TENSORS = {"adamw": 2, "sgd": 0}
@@ -44,7 +44,7 @@ def main() -> None:
                       f"peak RSS {result.get('peak_rss_bytes_kernel', 0) / 2**20:,.0f} MiB  "
                       f"weights+grads+state {implied / 2**20:,.0f} MiB ({n:,} params)", flush=True)
     print("\nmodel          method status median_s  peak_rss_MiB  implied_MiB  peak-implied_MiB")
-    for model, method, status, median, peak, implied, n in rows:
+    for model, method, status, median, peak, implied, _ in rows:
         med = "-" if median is None else f"{median:.4f}"
         print(f"{model:14s} {method:6s} {status:6s} {med:>8s}  {(peak or 0) / 2**20:12,.0f}  "
               f"{implied / 2**20:11,.0f}  {((peak or 0) - implied) / 2**20:16,.0f}")

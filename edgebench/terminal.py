@@ -7,8 +7,9 @@ rich markup."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from rich import box
 from rich.console import Console, Group, RenderableType
@@ -17,7 +18,6 @@ from rich.table import Table
 from rich.text import Text
 
 from edgebench.untrusted import printable
-
 
 EMPTY = ("", "-")  # a figure a row does not have
 

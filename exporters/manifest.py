@@ -71,7 +71,7 @@ class ExportRequest:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ExportRequest":
+    def from_dict(cls, data: dict[str, Any]) -> ExportRequest:
         return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
 
     def key(self) -> str:

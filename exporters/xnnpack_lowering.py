@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Iterator
 from importlib import metadata
-from typing import Iterator
 
 import torch
 

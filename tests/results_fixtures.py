@@ -4,9 +4,9 @@ report and live tests, with known step boundaries, power and clocks."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 

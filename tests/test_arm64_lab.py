@@ -17,24 +17,23 @@ import os
 import time
 
 import pytest
-from conftest import FULL
-from lab_fixtures import lab_in
 
-from edgebench.devices import arm64, connect, lab
+from conftest import FULL
+from edgebench.devices import arm64, connect, detect, lab
 from edgebench.devices.inventory import get_device, make_device
 from edgebench.devices.readiness import TORCH_CPU_INDEX, _Checker
-from edgebench.devices import detect
 from edgebench.fleet.collect import collect_device
 from edgebench.fleet.deploy import deploy_one
 from edgebench.fleet.device_scripts import facts as facts_script
 from edgebench.fleet.plan import attach_native, attach_program
-from edgebench.runner.native import machine_arch
 from edgebench.fleet.remote import run_program
 from edgebench.fleet.status import device_status
 from edgebench.report.tables import emulated_notes
 from edgebench.results.store import Store
+from edgebench.runner.native import machine_arch
 from edgebench.runner.spec import RunSpec
 from edgebench.runner.supervisor import run_spec
+from lab_fixtures import lab_in
 
 # The same versions built for another ISA: the tiny model's losses agree to 3e-7 relative (measured);
 # this leaves room for a reordered reduction without hiding a wrong program.

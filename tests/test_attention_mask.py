@@ -142,12 +142,11 @@ def test_executorch_program_masks_the_padding(export_cache, split_checkpoint):
         return
     # Reduced: the tiny SGD export the ExecuTorch tests share, on a padded batch with and
     # without its mask, against eager with the same mask.
-    from test_export import TEXT as SHARED_TEXT
-    from test_export import _export
-
     from edgebench.backends.executorch import TrainingProgram
     from exporters.manifest import ExportRequest
     from exporters.pipeline import build_training_model
+    from test_export import TEXT as SHARED_TEXT
+    from test_export import _export
 
     result = _export("sgd", "executorch")
     model, _, _ = build_training_model(ExportRequest.from_dict(result.manifest["request"]))

@@ -12,8 +12,20 @@ import numpy as np
 import pytest
 
 from edgebench.data.synthetic import (
-    COLOURS, COUNT_WORDS, EOS_ID, IM_END_ID, NL_ID, PAD_ID, QUADRANTS, QUESTION_TYPES, TOKEN_ID, WORDS, decode,
-    make_sample, synthetic_batches, to_torch,
+    COLOURS,
+    COUNT_WORDS,
+    EOS_ID,
+    IM_END_ID,
+    NL_ID,
+    PAD_ID,
+    QUADRANTS,
+    QUESTION_TYPES,
+    TOKEN_ID,
+    WORDS,
+    decode,
+    make_sample,
+    synthetic_batches,
+    to_torch,
 )
 from edgebench.model.config import get_config
 

@@ -11,9 +11,9 @@ import psutil
 import pytest
 import yaml
 
+from edgebench.devices import connect
 from edgebench.devices.inventory import InventoryError, get_device, list_devices, scan_devices
 from edgebench.devices.profiles import ProfileError, list_profiles, load_profile, parse_profile
-from edgebench.devices import connect
 from edgebench.devices.transport import TransportError
 
 REQUIRED = {"local", "raspberry-pi-5-8gb", "raspberry-pi-4-4gb", "raspberry-pi-zero-2w",

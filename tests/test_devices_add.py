@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
-from lab_fixtures import lab_in
 
 from edgebench.cli import cli
 from edgebench.devices import detect, lab
@@ -25,6 +24,7 @@ from edgebench.devices.inventory import get_device, make_device, read_inventory
 from edgebench.devices.profiles import ProfileError, load_profile, resolve_profile
 from edgebench.devices.readiness import ADB_LIMITS, TORCH_CPU_INDEX, _Checker, check
 from edgebench.devices.transport import LocalTransport
+from lab_fixtures import lab_in
 
 FIXTURES = Path(__file__).parent / "fixtures" / "devices"
 PI5, JETSON, ANDROID, X86 = (FIXTURES / d for d in ("raspberry-pi-5", "jetson-orin-nano", "android-phone", "x86-rapl"))

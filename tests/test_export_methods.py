@@ -14,12 +14,12 @@ import json
 import numpy as np
 import pytest
 
+from conftest import FULL
 from edgebench.backends import create
 from edgebench.data.synthetic import synthetic_batches
 from edgebench.runner.spec import RunSpec
 from exporters.manifest import ExportRequest
 from exporters.pipeline import build_training_model, export
-from conftest import FULL
 from test_export import TEXT
 
 STEPS = 10

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 import edgebench
-from edgebench.devices.inventory import get_device
 from edgebench.devices import connect
+from edgebench.devices.inventory import get_device
 from edgebench.devices.transport import TransportError
 from edgebench.fleet.clock import probe_clock
 from edgebench.fleet.collect import fetch_file

@@ -16,18 +16,17 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from lab_fixtures import lab_in
 
 from edgebench.cli import cli
-from edgebench.devices import lab
+from edgebench.devices import connect, lab
 from edgebench.devices.inventory import get_device, read_inventory, write_inventory
-from edgebench.devices import connect
 from edgebench.devices.transport import TransportError
 from edgebench.fleet.collect import collect_device
 from edgebench.fleet.deploy import PreflightError, deploy_one, remote_run_dir
 from edgebench.fleet.status import device_status
 from edgebench.results.store import Store
 from edgebench.runner.spec import RunSpec
+from lab_fixtures import lab_in
 
 pytestmark = pytest.mark.lab
 SMALL_MEMORY = 600 * 2**20

@@ -16,12 +16,12 @@ import time
 
 import pytest
 from click.testing import CliRunner
-from lab_fixtures import lab_in
 
 from edgebench.cli import cli
 from edgebench.devices import lab
 from edgebench.fleet.status import device_status
 from edgebench.runner.spec import RunSpec
+from lab_fixtures import lab_in
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 FULL = os.environ.get("EDGEBENCH_FULL") == "1"

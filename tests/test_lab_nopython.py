@@ -15,17 +15,16 @@ import time
 from pathlib import Path
 
 import pytest
-from lab_fixtures import lab_in
 
-from edgebench.devices import lab
+from edgebench.devices import connect, lab, readiness
 from edgebench.devices.cgroups import Limits
 from edgebench.devices.inventory import get_device
-from edgebench.devices import connect, readiness
 from edgebench.fleet.collect import collect_device
 from edgebench.fleet.deploy import PreflightError, deploy_one
 from edgebench.fleet.status import device_status
 from edgebench.results.store import Store
 from edgebench.runner.spec import RunSpec
+from lab_fixtures import lab_in
 from test_export import TEXT
 
 pytestmark = pytest.mark.lab

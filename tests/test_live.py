@@ -16,9 +16,9 @@ from rich.console import Console
 
 from edgebench.devices.transport import LocalTransport
 from edgebench.live.follow import LocalRun, RemoteRun, find_local_run
-from edgebench.telemetry.trace import TraceTail
 from edgebench.live.state import LiveState
 from edgebench.live.view import render, sparkline
+from edgebench.telemetry.trace import TraceTail
 from live_writer import write_run
 
 TESTS = Path(__file__).parent

@@ -9,9 +9,9 @@ import json
 import re
 from html.parser import HTMLParser
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
-import numpy as np
 from PIL import Image
 
 from edgebench.report import plots

@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_data import GOOD, _folder
 
 from edgebench.untrusted import UnsafeName, inside, path_name, printable
+from test_data import GOOD, _folder
 
 PY = sys.executable
 HOSTILE = "sgd\x1b]0;pwned\x07\x1b[2J\x1b[31m\x9b2J"  # title, clear screen, colour, C1 CSI

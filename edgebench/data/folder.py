@@ -26,9 +26,9 @@ import contextlib
 import json
 import math
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from edgebench.data.folder import DatasetError
 

@@ -12,8 +12,8 @@ ConstantLengthDataset), with every sample's tiles in row order.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Iterable, Iterator
 
 import numpy as np
 

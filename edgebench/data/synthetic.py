@@ -24,7 +24,8 @@ input ids there: the model shifts them itself (position t predicts token t+1).
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 

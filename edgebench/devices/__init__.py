@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from edgebench.devices.transport import Transport
 
 
-def connect(device: "str | Device") -> "Transport":
+def connect(device: str | Device) -> Transport:
     """A connected transport for a device name (from the inventory) or a Device."""
     from edgebench.devices.inventory import get_device
     from edgebench.devices.transport import LocalTransport, TransportError

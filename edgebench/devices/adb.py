@@ -9,12 +9,11 @@ from __future__ import annotations
 import shlex
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from edgebench.devices.inventory import Device
-from edgebench.devices.transport import (CommandResult, PipeSession, Session, Transport, TransportError,
-                                         stream_process)
+from edgebench.devices.transport import CommandResult, PipeSession, Session, Transport, TransportError, stream_process
 
 ANDROID_HOME = "/data/local/tmp"
 

@@ -32,9 +32,9 @@ import tarfile
 import tempfile
 import time
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 DEBIAN_KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"

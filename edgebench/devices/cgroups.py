@@ -52,7 +52,7 @@ class Limits:
     version: int
 
     @classmethod
-    def create(cls, name: str, memory_bytes: int, cpus: float, root: Path = ROOT) -> "Limits":
+    def create(cls, name: str, memory_bytes: int, cpus: float, root: Path = ROOT) -> Limits:
         version = cgroup_version(root)
         quota = max(1000, int(cpus * CFS_PERIOD_US))
         try:

@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from edgebench.devices.inventory import (Device, InventoryError, add_entry, get_device, inventory_path, read_inventory,
-                                         remove_entry, scan_devices)
+from edgebench.devices.inventory import (
+    Device,
+    InventoryError,
+    add_entry,
+    get_device,
+    inventory_path,
+    read_inventory,
+    remove_entry,
+    scan_devices,
+)
 from edgebench.untrusted import UnsafeName, path_name, printable
 
 if TYPE_CHECKING:
@@ -27,7 +36,7 @@ def _gib(value: Any) -> str:
     return "-" if value is None or value < 0 else f"{value / 2**30:.2f}"
 
 
-def _readiness(device: Device) -> "Readiness":
+def _readiness(device: Device) -> Readiness:
     from edgebench.devices.readiness import Finding, Readiness, check
 
     if device.place:  # a board farm's device: resolved again, which checks its host key tag
@@ -115,7 +124,7 @@ def _print_devices(rows: list[dict[str, Any]]) -> None:
         console.print(part)
 
 
-def _print_readiness(readiness: "Readiness") -> None:
+def _print_readiness(readiness: Readiness) -> None:
     """Each finding with the command that fixes it: a table that fits the terminal, else a card each."""
     from rich.console import Console
 
@@ -130,7 +139,7 @@ def _print_readiness(readiness: "Readiness") -> None:
         console.print(part)
 
 
-def _check_and_fix(name: str, fix: bool, only: tuple[str, ...], quiet: bool) -> tuple["Readiness", list[Any]]:
+def _check_and_fix(name: str, fix: bool, only: tuple[str, ...], quiet: bool) -> tuple[Readiness, list[Any]]:
     """Checks the device; with `fix`, runs the safe fixes under a progress bar and checks again."""
     from edgebench.devices import readiness as ready_mod
 
@@ -253,9 +262,9 @@ def devices_add(name: str, host: str | None, serial: str | None, user: str | Non
     from pathlib import Path
 
     from edgebench.devices import connect, detect
-    from edgebench.devices.readiness import ADB_LIMITS
     from edgebench.devices.profiles import ProfileError, list_profiles, load_profile, resolve_profile
     from edgebench.devices.profiles import Transport as TransportSettings
+    from edgebench.devices.readiness import ADB_LIMITS
     from edgebench.devices.transport import TransportError
 
     try:

@@ -24,13 +24,13 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from edgebench.devices import arm64
+from edgebench.devices import arm64, inventory
 from edgebench.devices.cgroups import Limits
-from edgebench.devices import inventory
 from edgebench.devices.inventory import read_inventory, write_inventory
 from edgebench.devices.profiles import load_profile
 
@@ -389,7 +389,7 @@ def down(purge: bool = False, log: Callable[[str], None] = lambda _: None) -> li
 def status() -> list[dict[str, Any]]:
     """Each lab device with whether its sshd runs and its cgroup memory figures."""
     rows = []
-    for name, dev in sorted(read_state().items()):
+    for _, dev in sorted(read_state().items()):
         limits = Limits([Path(d) for d in dev["cgroups"]], dev["cgroup_version"])
         row = {k: dev[k] for k in ("name", "profile", "port", "pid", "memory_bytes", "cpus")}
         row["running"] = _alive(dev["pid"])

@@ -30,11 +30,12 @@ import asyncio
 import logging
 import os
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -121,7 +122,7 @@ class Coordinator:
         self.address = address if ":" in address else f"{address}:{DEFAULT_PORT}"
         self.timeout_s = timeout_s
 
-    def __enter__(self) -> "Coordinator":
+    def __enter__(self) -> Coordinator:
         client = _labgrid_client()
         loop = _event_loop()
 

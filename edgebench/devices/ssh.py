@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import os
 import shlex
+from collections.abc import Awaitable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, Awaitable, Iterator, TypeVar
+from typing import Any, TypeVar
 
 import asyncssh
 
@@ -63,7 +64,7 @@ def host_key_error(device: Device) -> TransportError:
 
 
 class _SSHSession(Session):
-    def __init__(self, transport: "SSHTransport", command: str):
+    def __init__(self, transport: SSHTransport, command: str):
         self.name = transport.device.name
         self.process = _call(transport._conn.create_process(command))
 

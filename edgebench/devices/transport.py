@@ -10,9 +10,9 @@ import shutil
 import signal
 import subprocess
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from edgebench.devices.inventory import Device
 
@@ -98,7 +98,7 @@ class Transport(ABC):
     def interact(self, argv: list[str]) -> Session:
         """Starts argv with a line-by-line conversation on its stdin/stdout."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a transport without a connection has nothing to release
         """Releases the connection."""
 
     def check(self, argv: list[str], timeout: float | None = 60.0) -> str:
@@ -110,7 +110,7 @@ class Transport(ABC):
             raise TransportError(f"{self.device.name}: `{' '.join(argv)}` failed with exit code {result.rc}{died}: {detail}")
         return result.stdout
 
-    def __enter__(self) -> "Transport":
+    def __enter__(self) -> Transport:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -16,9 +16,10 @@ import json
 import os
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from edgebench.fleet.device_scripts import digests as digests_script
 from edgebench.fleet.device_scripts.digests import digests, file_digest

@@ -17,7 +17,6 @@ from typing import Any
 from edgebench.devices.inventory import Device
 from edgebench.devices.transport import Transport, TransportError
 
-
 ANSWER_EACH_LINE = (
     "import json, sys\n"
     "from edgebench.telemetry.clock import clock_pair\n"

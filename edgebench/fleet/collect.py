@@ -21,18 +21,20 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
+from edgebench.devices import connect
 from edgebench.devices.inventory import Device, get_device
 from edgebench.devices.labgrid import release_finished
-from edgebench.devices import connect
 from edgebench.devices.transport import Transport, TransportError
+from edgebench.fleet import shell_sweep
 from edgebench.fleet.clock import probe_clock
 from edgebench.fleet.deploy import deployments
-from edgebench.fleet.device_scripts import listing, sweeps as sweeps_script
-from edgebench.fleet import shell_sweep
+from edgebench.fleet.device_scripts import listing
+from edgebench.fleet.device_scripts import sweeps as sweeps_script
 from edgebench.fleet.remote import run_program
 from edgebench.runner.spec import WEIGHTS_DIR
 from edgebench.untrusted import UnsafeName, inside, path_name

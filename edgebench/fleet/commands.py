@@ -10,14 +10,24 @@ import math
 import signal
 import sys
 from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import click
 
 from edgebench.backends import BACKENDS
-from edgebench.fleet.plan import (attach_native, attach_program, check_method, check_model, for_device, ingest_runs, make_specs,
-                                  parse_duration, unsupported_result)
+from edgebench.fleet.plan import (
+    attach_native,
+    attach_program,
+    check_method,
+    check_model,
+    for_device,
+    ingest_runs,
+    make_specs,
+    parse_duration,
+    unsupported_result,
+)
 from edgebench.fleet.progress import plain_progress
 from edgebench.results import DEFAULT_STORE
 from edgebench.runner.native import machine_arch

@@ -17,24 +17,24 @@ import shlex
 import tarfile
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import edgebench
-from edgebench.devices.inventory import Device, get_device
-from edgebench.devices.labgrid import interrupt_reservations, reserve
 from edgebench.backends.support import device_reason
 from edgebench.devices import connect, readiness
+from edgebench.devices.inventory import Device, get_device
+from edgebench.devices.labgrid import interrupt_reservations, reserve
 from edgebench.devices.transport import Transport, TransportError
 from edgebench.fleet import shell_sweep
 from edgebench.fleet.assets import plan_assets, ship_assets, unshipped_bytes
 from edgebench.fleet.clock import probe_clock
 from edgebench.fleet.device_scripts import facts as facts_script
+from edgebench.fleet.plan import attach_native, attach_program, for_device, force_memory, memory_budget, memory_refusals
 from edgebench.fleet.remote import run_program
-from edgebench.fleet.plan import (attach_native, attach_program, for_device, force_memory, memory_budget,
-                                  memory_refusals)
 from edgebench.runner.spec import RunSpec
 from edgebench.runner.sweep import disk_needed_est
 

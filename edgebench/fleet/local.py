@@ -13,8 +13,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from edgebench.runner.spec import RunSpec
 from edgebench.telemetry.trace import TraceTail, write_json_atomic
@@ -41,7 +42,7 @@ class Interrupts:
             return  # already stopping: what is finishing is left to finish
         self.current.send_signal(signum)  # the supervisor stops the run; a second signal: at once
 
-    def __enter__(self) -> "Interrupts":
+    def __enter__(self) -> Interrupts:
         for signum in (signal.SIGINT, signal.SIGTERM):
             self._previous[signum] = signal.signal(signum, self._on_signal)
         return self

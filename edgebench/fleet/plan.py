@@ -12,8 +12,9 @@ import dataclasses
 import re
 import secrets
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from edgebench.runner.spec import RunSpec
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from edgebench.devices import connect
 from edgebench.devices.inventory import get_device
 from edgebench.devices.labgrid import place_status
-from edgebench.devices import connect
 from edgebench.devices.transport import TransportError
 from edgebench.fleet.device_scripts import sweeps
 from edgebench.fleet.remote import run_program

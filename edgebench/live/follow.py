@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import queue
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from edgebench.telemetry.trace import TraceTail, parse_line
 

@@ -82,7 +82,7 @@ class ConjugateGradientTrainer(Trainer):
         alpha, accepted_loss = self.alpha, None
         self.model.eval()
         with torch.no_grad():
-            for trial in range(1, MAX_TRIALS + 1):
+            for trial in range(1, MAX_TRIALS + 1):  # noqa: B007 - the count is recorded after the loop
                 record = self._move(direction, alpha)
                 trial_loss = self.loss(batch).item()
                 if trial_loss <= loss0 + ARMIJO_C * alpha * slope:

@@ -12,8 +12,8 @@ peft's PeftModel.from_pretrained puts it on the checkpoint the run started from.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 from torch import nn

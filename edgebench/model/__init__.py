@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 __all__ = ["CONFIG_NAMES", "VLMConfig", "build_model", "get_config"]
 
 
-def build_model(name_or_dir: str, image_size: int | None = None) -> "VisionLanguageModel":
+def build_model(name_or_dir: str, image_size: int | None = None) -> VisionLanguageModel:
     """A model by config name (fresh weights, torch's global RNG) or from a checkpoint.
 
     `name_or_dir`: one of CONFIG_NAMES, a nanoVLM folder (config.json +

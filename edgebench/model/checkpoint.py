@@ -14,8 +14,9 @@ where weights are touched, so `read_config` works in a torch-free device process
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from edgebench.model.config import VLMConfig, config_from_dict
 

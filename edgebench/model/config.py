@@ -174,7 +174,7 @@ class VLMConfig:
             return self.image_token_id + 1
         return self.image_token_id + 2 + (row - 1) * MAX_GRID_SIDE + (col - 1)
 
-    def check_ranges(self) -> "VLMConfig":
+    def check_ranges(self) -> VLMConfig:
         """Raise ConfigError naming the first field of the wrong type or out of its range."""
         for name, (kind, low, high) in FIELD_RANGES.items():
             value = getattr(self, name)
@@ -192,7 +192,7 @@ class VLMConfig:
                 raise ConfigError(f"VLMConfig.{name}: {value!r} is out of range; it must be {bound}")
         return self
 
-    def validate(self) -> "VLMConfig":
+    def validate(self) -> VLMConfig:
         """Raise ConfigError naming the first field that makes the model unbuildable."""
         self.check_ranges()
         checks = [
@@ -231,7 +231,7 @@ class VLMConfig:
                 raise ConfigError(f"VLMConfig.{field_name}: {why}")
         return self
 
-    def with_image_size(self, image_size: int | None) -> "VLMConfig":
+    def with_image_size(self, image_size: int | None) -> VLMConfig:
         """The same model for another square image size (None: unchanged).
 
         The position embeddings are sized by the image, so a checkpoint only loads at

@@ -9,7 +9,7 @@ row selection depends on the labels' values, so exported programs keep the plain
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F

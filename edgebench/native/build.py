@@ -15,9 +15,9 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import Callable
 
 from edgebench.runner.native import BUNDLE_FACTS, LAUNCHER, WORKER, machine_arch
 

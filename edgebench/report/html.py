@@ -9,8 +9,17 @@ from html import escape
 
 from edgebench.report.build import Figure, Report, safe_name
 from edgebench.report.study import STUDY_FIELDS, STUDY_IDENT, STUDY_LEGEND, setting_title, settings
-from edgebench.report.tables import FRONTIER_LEGEND, LEGEND, REPORT_FIGURES, REPORT_IDENT, alignment_notes, cell, \
-    emulated_notes, visible_columns, with_shape
+from edgebench.report.tables import (
+    FRONTIER_LEGEND,
+    LEGEND,
+    REPORT_FIGURES,
+    REPORT_IDENT,
+    alignment_notes,
+    cell,
+    emulated_notes,
+    visible_columns,
+    with_shape,
+)
 from edgebench.terminal import Field
 
 STYLE = """

@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import os
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from rich.console import Console, Group, RenderableType
 from rich.table import Table

@@ -11,8 +11,9 @@ which is only as good as the device's NTP; the alignment says which source it us
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 

@@ -13,7 +13,8 @@ result. Runs that did not finish (oom, error, ...) or lack either figure are not
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 X_KEY, Y_KEY = "peak_mem_bytes", "step_time_median_s"
 SHAPE_KEYS = ("batch_size", "steps", "text_length", "image_size", "data")  # runs that differ here stay apart

@@ -18,7 +18,6 @@ import pyarrow as pa
 
 from edgebench.runner.supervisor import finish_shell_result
 
-
 TAIL_BYTES = 1 << 16
 DETECT_LINES = 4096  # DuckDB's type detection reads this many lines (its default, 20480, costs 3x)
 INTEGER_SUFFIXES = ("_bytes", "_ns", "_us", "_kills", "_flags", "_count")  # the store keeps these as BIGINT

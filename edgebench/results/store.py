@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -28,8 +29,7 @@ import pyarrow as pa
 from edgebench.results import DEFAULT_STORE
 from edgebench.results.alignment import Alignment, align_run
 from edgebench.results.external import CsvMapping, read_power_csv
-from edgebench.results.runfiles import (INTEGER_SUFFIXES, RunFiles, SampleScan, read_events, read_run_dir,
-                                         scan_samples)
+from edgebench.results.runfiles import INTEGER_SUFFIXES, RunFiles, SampleScan, read_events, read_run_dir, scan_samples
 from edgebench.untrusted import UnsafeName, inside, path_name, printable
 
 UNLIMITED_BYTES = 1 << 60  # cgroup "max" reads as ~2^63: no limit
@@ -242,7 +242,7 @@ class Store:
     def close(self) -> None:
         self.con.close()
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -16,7 +16,8 @@ docs/figures.md explains each. Standard library only: it runs on the device.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 UNLIMITED_BYTES = 1 << 60  # a cgroup limit of "max" reads as ~2^63
 CGROUP_RAM = "device RAM (its cgroup, page cache included)"

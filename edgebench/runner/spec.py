@@ -66,7 +66,7 @@ class RunSpec:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RunSpec":
+    def from_dict(cls, data: dict[str, Any]) -> RunSpec:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -74,7 +74,7 @@ class RunSpec:
         return cls(**data)
 
     @classmethod
-    def load(cls, path: str | Path) -> "RunSpec":
+    def load(cls, path: str | Path) -> RunSpec:
         try:
             data = json.loads(Path(path).read_text())
         except json.JSONDecodeError as exc:

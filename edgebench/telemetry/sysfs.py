@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 # A command runner takes argv and returns its stdout; it raises OSError (not installed)
 # or subprocess.SubprocessError (failed, timed out) when the command cannot answer.

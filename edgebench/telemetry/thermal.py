@@ -14,8 +14,17 @@ import fnmatch
 import subprocess
 from pathlib import Path
 
-from edgebench.telemetry.sysfs import (PreadFile, ProfileMismatch, Runner, SourceUnavailable, hwmon_dirs, key_name,
-                                       read_text, under, unique_names)
+from edgebench.telemetry.sysfs import (
+    PreadFile,
+    ProfileMismatch,
+    Runner,
+    SourceUnavailable,
+    hwmon_dirs,
+    key_name,
+    read_text,
+    under,
+    unique_names,
+)
 
 OFFLINE_MILLI_C = -256000
 ZONE_DIRS = ("/sys/class/thermal", "/sys/devices/virtual/thermal")

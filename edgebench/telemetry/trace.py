@@ -37,7 +37,7 @@ class TraceWriter:
             if not self._file.closed:
                 self._file.close()
 
-    def __enter__(self) -> "TraceWriter":
+    def __enter__(self) -> TraceWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -28,9 +28,9 @@ def alive(pid_file):
     try:
         pid = int(open(pid_file).read())
         os.kill(pid, 0)
-        if open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()[0] == "Z":
+        if open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z":
             return False
-        return b"edgebench.runner.sweep" in open("/proc/%d/cmdline" % pid, "rb").read()
+        return b"edgebench.runner.sweep" in open(f"/proc/{pid}/cmdline", "rb").read()
     except (OSError, ValueError, IndexError):
         return False
 
