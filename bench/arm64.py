@@ -30,8 +30,12 @@ def sweep(python: str, specs: list[RunSpec], directory: Path) -> dict[str, dict]
     (directory / "specs").mkdir(parents=True)
     for i, spec in enumerate(specs):
         spec.save(directory / "specs" / f"{i:03d}-{spec.run_id}.json")
-    subprocess.run([python, "-m", "edgebench.runner.sweep", str(directory)], check=True, cwd=REPO,
-                   env={"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
+    subprocess.run(
+        [python, "-m", "edgebench.runner.sweep", str(directory)],
+        check=True,
+        cwd=REPO,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"},
+    )
     return {s.run_id: json.loads((directory / "runs" / s.run_id / "result.json").read_text()) for s in specs}
 
 
@@ -62,8 +66,11 @@ def main() -> None:
         hs, es = (h.get("step_time_s") or {}).get("median"), (e.get("step_time_s") or {}).get("median")
         hp, ep = h["peak_rss_bytes_kernel"] / 2**20, e["peak_rss_bytes_kernel"] / 2**20
         ratio = f"{es / hs:.0f}x" if hs and es else "-"
-        print(f"{spec.method:<8} {hs or 0:>12.3f} {es or 0:>11.3f} {ratio:>7} {hp:>14,.0f} {ep:>13,.0f} {ep - hp:>6,.0f}  "
-              f"{h['loss_last']:.6f} -> {e['loss_last']:.6f} ({h['status']}/{e['status']})")
+        print(
+            f"{spec.method:<8} {hs or 0:>12.3f} {es or 0:>11.3f} {ratio:>7} {hp:>14,.0f} {ep:>13,.0f} "
+            f"{ep - hp:>6,.0f}  "
+            f"{h['loss_last']:.6f} -> {e['loss_last']:.6f} ({h['status']}/{e['status']})"
+        )
 
 
 if __name__ == "__main__":

@@ -34,8 +34,12 @@ from edgebench.runner.spec import RunSpec  # noqa: E402
 from edgebench.telemetry.trace import read_trace  # noqa: E402
 
 PY = sys.executable
-ESCAPES = [Path("/tmp/edgebench-faults-escape"), Path("/tmp/edgebench-faults-abs"), Path("/tmp/edgebench-faults-evildev"),
-           Path("/tmp/edgebench-faults-meta")]
+ESCAPES = [
+    Path("/tmp/edgebench-faults-escape"),
+    Path("/tmp/edgebench-faults-abs"),
+    Path("/tmp/edgebench-faults-evildev"),
+    Path("/tmp/edgebench-faults-meta"),
+]
 HOSTILE_TEXT = "sgd\x1b]0;pwned\x07\x1b[2J"  # sets the terminal's title, clears the screen
 
 
@@ -115,10 +119,16 @@ def prepare_user_errors(c: Campaign) -> None:
 
     config = get_config("tiny").to_nanovlm_dict()  # whole and valid: each case breaks one thing
     ckpts = {}
-    for kind, data, changes in (("truncated", b"\x10\x00\x00\x00\x00\x00\x00\x00{\"a\":", {}), ("empty", b"", {}),
-                                ("garbage", os.urandom(512), {}), ("no-weights", None, {}),
-                                ("missing-key", b"", {"vit_hidden_dim": None}), ("negative-blocks", b"", {"lm_n_blocks": -3}),
-                                ("nan-eps", b"", {"lm_rms_eps": float("nan")}), ("empty-config", b"", None)):
+    for kind, data, changes in (
+        ("truncated", b'\x10\x00\x00\x00\x00\x00\x00\x00{"a":', {}),
+        ("empty", b"", {}),
+        ("garbage", os.urandom(512), {}),
+        ("no-weights", None, {}),
+        ("missing-key", b"", {"vit_hidden_dim": None}),
+        ("negative-blocks", b"", {"lm_n_blocks": -3}),
+        ("nan-eps", b"", {"lm_rms_eps": float("nan")}),
+        ("empty-config", b"", None),
+    ):
         d = c.work / f"ckpt-{kind}"
         d.mkdir()
         written = {} if changes is None else {k: v for k, v in {**config, **changes}.items() if v is not None}
@@ -181,23 +191,52 @@ def prepare_user_errors(c: Campaign) -> None:
         ("models load truncated", "models", "--load", str(ckpts["truncated"])),
         ("models load empty", "models", "--load", str(ckpts["empty"])),
         ("models load garbage", "models", "--load", str(ckpts["garbage"])),
-        *[(f"bench checkpoint {kind}", "bench", "--model", str(path), "--methods", "sgd") for kind, path in ckpts.items()],
-        *[(f"models load {kind}", "models", "--load", str(ckpts[kind]))
-          for kind in ("no-weights", "missing-key", "negative-blocks", "nan-eps", "empty-config")],
+        *[
+            (f"bench checkpoint {kind}", "bench", "--model", str(path), "--methods", "sgd")
+            for kind, path in ckpts.items()
+        ],
+        *[
+            (f"models load {kind}", "models", "--load", str(ckpts[kind]))
+            for kind in ("no-weights", "missing-key", "negative-blocks", "nan-eps", "empty-config")
+        ],
         ("bench lr inf", "bench", "--lr", "inf"),
         ("bench lr nan", "bench", "--lr", "nan"),
         ("bench timeout nan", "bench", "--timeout", "nan"),
         ("bench text length 1e8", "bench", "--text-length", "100000000"),
         ("bench batch 1e8 (memory preflight)", "bench", "--batch-size", "100000000"),
-        ("bench 222m adamw batch 64 (memory preflight)", "bench", "--model", "nanovlm-222m", "--methods", "adamw",
-         "--batch-size", "64"),
+        (
+            "bench 222m adamw batch 64 (memory preflight)",
+            "bench",
+            "--model",
+            "nanovlm-222m",
+            "--methods",
+            "adamw",
+            "--batch-size",
+            "64",
+        ),
         *[(f"bench data {label}", "bench", "--data", str(path), "--methods", "sgd") for label, path in data.items()],
         ("bench every run ends timeout", "bench", "--methods", "sgd", "--timeout", "0.01", "--text-length", "16"),
         ("ingest device ..", "ingest", str(c.work / "r-run"), "--device", "../../../" + str(ESCAPES[2]).lstrip("/")),
         ("ingest device absolute", "ingest", str(c.work / "r-run"), "--device", str(ESCAPES[2])),
         ("ingest meta run_id ..", "ingest", str(run)),
-        ("import-trace device ..", "import-trace", str(c.work / "meter.csv"), "--device", "../x", "--power-col", "watts"),
-        ("import-trace non-numeric", "import-trace", str(c.work / "meter.csv"), "--device", "pi", "--power-col", "watts"),
+        (
+            "import-trace device ..",
+            "import-trace",
+            str(c.work / "meter.csv"),
+            "--device",
+            "../x",
+            "--power-col",
+            "watts",
+        ),
+        (
+            "import-trace non-numeric",
+            "import-trace",
+            str(c.work / "meter.csv"),
+            "--device",
+            "pi",
+            "--power-col",
+            "watts",
+        ),
         ("report sqlite store", "report", "--store", str(c.work / "other.sqlite")),
         ("deploy spec unknown model", "deploy", "--device", "local", "--spec", str(c.work / "spec-unknown-model.json")),
         ("deploy spec nan lr", "deploy", "--device", "local", "--spec", str(c.work / "spec-nan-lr.json")),
@@ -234,7 +273,9 @@ def _hostile_datasets(c: Campaign) -> dict[str, Path]:
     Image.new("RGB", (8, 8)).save(c.work / "outside.png")
     tokenizer = Tokenizer(models.WordLevel(unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer.train_from_iterator(["what colour red"], trainers.WordLevelTrainer(special_tokens=["<pad>", "<unk>", "<eos>"]))
+    tokenizer.train_from_iterator(
+        ["what colour red"], trainers.WordLevelTrainer(special_tokens=["<pad>", "<unk>", "<eos>"])
+    )
     out = {}
     for label, image in (("image ..", "../outside.png"), ("image absolute", str(c.work / "outside.png")),
                          ("image symlink out", "link.png"), ("text file as .jpg", "text.jpg"),
@@ -262,11 +303,16 @@ def hostile_listings(c: Campaign) -> None:
               ("hidden run id", ".x", "f"),
               ("separator in run id", "a/b", "f")]
     for label, rid, fname in shapes:
-        listing = {"root": str(c.work / "dev"), "sweeps": {"s1": {"state": None, "runs": {rid: {fname: {"size": 1, "sha256": sha}}}}}}
+        listing = {
+            "root": str(c.work / "dev"),
+            "sweeps": {"s1": {"state": None, "runs": {rid: {fname: {"size": 1, "sha256": sha}}}}},
+        }
         fake = c.work / "fake-python"
         fake.write_text(f"#!/bin/sh\ncat <<'EOF'\n{json.dumps(listing)}\nEOF\n")
         fake.chmod(0o755)
-        c.inventory({"evil": {"profile": "local", "kind": "local", "python": str(fake), "workdir": str(c.work / "dev")}})
+        c.inventory(
+            {"evil": {"profile": "local", "kind": "local", "python": str(fake), "workdir": str(c.work / "dev")}}
+        )
         c.cli(f"collect hostile listing: {label}", "collect", "--device", "evil")
     listing = {"root": 5, "sweeps": []}
     (c.work / "fake-python").write_text(f"#!/bin/sh\necho '{json.dumps(listing)}'\n")
@@ -312,9 +358,13 @@ def signals(c: Campaign) -> None:
         c.record(f"bench {label}", proc.returncode, out)
     for label, target in (("kill -9 worker", "worker"), ("kill -9 supervisor", "supervisor")):
         before = set((c.home / "runs").glob("*"))
-        proc = c.start([PY, "-m", "edgebench.cli", "bench", "--methods", "sgd", "--steps", "100000", "--text-length", "16"])
+        proc = c.start(
+            [PY, "-m", "edgebench.cli", "bench", "--methods", "sgd", "--steps", "100000", "--text-length", "16"]
+        )
         wait_for(lambda before=before: stepping_new(c, before))
-        supervisor = int(subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()[0])
+        supervisor = int(
+            subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()[0]
+        )
         worker = int(subprocess.run(["pgrep", "-P", str(supervisor)], capture_output=True, text=True).stdout.split()[0])
         os.kill(worker if target == "worker" else supervisor, signal.SIGKILL)
         out, _ = proc.communicate(timeout=120)
@@ -352,7 +402,9 @@ def sweeps(c: Campaign) -> None:
         tiny(run_id="d").save(full / "specs" / "01-d.json")
         st = os.statvfs(mount)
         (mount / "filler").write_bytes(b"x" * (st.f_bavail * st.f_frsize - 500 * 1024))
-        done = subprocess.run([PY, "-m", "edgebench.runner.sweep", str(full)], env=c.env, capture_output=True, text=True)
+        done = subprocess.run(
+            [PY, "-m", "edgebench.runner.sweep", str(full)], env=c.env, capture_output=True, text=True
+        )
         c.record("sweep on a full disk", done.returncode, done.stdout + done.stderr)
         (mount / "filler").unlink()
         state = json.loads((full / "sweep.json").read_text())
@@ -417,7 +469,9 @@ def lab_down_mid_sweep(c: Campaign) -> None:
     c.record("lab up", up.returncode, up.stdout + up.stderr, error_expected=False)
     work = c.home / "runs" / "lab" / "lab-pi4" / "work"
     try:
-        done = run("deploy", "--device", "lab-pi4", "--methods", "sgd,adamw", "--steps", "100000", "--text-length", "16")
+        done = run(
+            "deploy", "--device", "lab-pi4", "--methods", "sgd,adamw", "--steps", "100000", "--text-length", "16"
+        )
         c.record("deploy to the lab", done.returncode, done.stdout + done.stderr, error_expected=False)
         wait_for(lambda: stepping(work))
     finally:

@@ -51,8 +51,18 @@ def write_run(root: Path, index: int, n_samples: int) -> Path:
         for i in range(n_samples):
             rss = 300_000_000 + (i % 4000) * 10_000 + index * 1_000_000
             fmt = FULL if i % 2 == 0 else SPARSE
-            chunk.append(fmt.format(t=mono0 + i * period, rss=rss, uss=rss - 50_000_000, pss=rss - 20_000_000,
-                                    cg=rss + 80_000_000, cpu=150 + i % 50, p=4 + (i % 40) / 10, temp=50 + (i % 600) / 60))
+            chunk.append(
+                fmt.format(
+                    t=mono0 + i * period,
+                    rss=rss,
+                    uss=rss - 50_000_000,
+                    pss=rss - 20_000_000,
+                    cg=rss + 80_000_000,
+                    cpu=150 + i % 50,
+                    p=4 + (i % 40) / 10,
+                    temp=50 + (i % 600) / 60,
+                )
+            )
             if len(chunk) == 100_000:
                 fh.write("".join(chunk))
                 chunk.clear()
@@ -122,11 +132,15 @@ def main() -> int:
             results.append(bench(total, a.runs, work))
             if not a.json:
                 r = results[-1]
-                print(f"{r['samples']:>10,} samples / {r['runs']} runs ({r['trace_mib']} MiB of JSONL): ingest "
-                      f"{r['ingest_s']} s ({r['ingest_samples_per_s']:,} samples/s; CPU {r['ingest_cpu_s']} s), "
-                      f"metrics {r['metrics_s']} s (CPU {r['metrics_cpu_s']} s), "
-                      f"re-ingest one run {r['reingest_one_run_s']} s, one truncated run {r['ingest_truncated_run_s']} s, "
-                      f"store {r['store_mib']} MiB", flush=True)
+                print(
+                    f"{r['samples']:>10,} samples / {r['runs']} runs ({r['trace_mib']} MiB of JSONL): ingest "
+                    f"{r['ingest_s']} s ({r['ingest_samples_per_s']:,} samples/s; CPU {r['ingest_cpu_s']} s), "
+                    f"metrics {r['metrics_s']} s (CPU {r['metrics_cpu_s']} s), "
+                    f"re-ingest one run {r['reingest_one_run_s']} s, "
+                    f"one truncated run {r['ingest_truncated_run_s']} s, "
+                    f"store {r['store_mib']} MiB",
+                    flush=True,
+                )
     finally:
         if a.dir is None:
             shutil.rmtree(work, ignore_errors=True)

@@ -95,11 +95,19 @@ def render_beside(rows: list[dict], model: str, backend: str) -> None:
             table.add_row(r["method"], "unsupported", *["-"] * 9)
             continue
         e = r["eager"]
-        table.add_row(r["method"], r["status"] if r["status"] == e["status"] else f"{r['status']} / eager {e['status']}",
-                      mib(r["peak_rss_bytes_kernel"]), mib(e["peak_rss_bytes_kernel"]),
-                      num(r["peak_rss_bytes_kernel_vs_eager"]), num(r["step_time_s_median"], 3),
-                      num(e["step_time_s_median"], 3), num(r["step_time_s_median_vs_eager"]),
-                      loss(r), loss(e), num(r["export_s"], 1))
+        table.add_row(
+            r["method"],
+            r["status"] if r["status"] == e["status"] else f"{r['status']} / eager {e['status']}",
+            mib(r["peak_rss_bytes_kernel"]),
+            mib(e["peak_rss_bytes_kernel"]),
+            num(r["peak_rss_bytes_kernel_vs_eager"]),
+            num(r["step_time_s_median"], 3),
+            num(e["step_time_s_median"], 3),
+            num(r["step_time_s_median_vs_eager"]),
+            loss(r),
+            loss(e),
+            num(r["export_s"], 1),
+        )
     Console().print(table)
     for r in rows:
         if r["status"] == "unsupported":
@@ -124,8 +132,11 @@ def render(rows: list[dict], model: str) -> None:
                       f"{pred / 2**20:,.0f}", error, step, loss)
     Console(width=None if sys.stdout.isatty() else 140).print(table)
     # Runs stopped early (timeout, interrupt) count too: their peak is the kernel's up to the stop.
-    errors = [(abs(r["predicted_peak_bytes_est"] - r["peak_rss_bytes_kernel"]) / r["peak_rss_bytes_kernel"], r["method"])
-              for r in rows if r["peak_rss_bytes_kernel"] and r["status"] != "unsupported"]
+    errors = [
+        (abs(r["predicted_peak_bytes_est"] - r["peak_rss_bytes_kernel"]) / r["peak_rss_bytes_kernel"], r["method"])
+        for r in rows
+        if r["peak_rss_bytes_kernel"] and r["status"] != "unsupported"
+    ]
     if errors:
         worst, name = max(errors)
         over = [n for e, n in sorted(errors, reverse=True) if e > 0.10]
@@ -185,7 +196,9 @@ def main() -> None:
     for name in names:
         rows.append(run_one(args.model, name, args.steps, out, timeout_s=args.timeout) if args.backend == "eager" else
                     run_beside_eager(args.model, name, args.steps, out, args.backend))
-        (out / ("methods.json" if args.backend == "eager" else f"methods-{args.backend}.json")).write_text(json.dumps(rows, indent=2))
+        (out / ("methods.json" if args.backend == "eager" else f"methods-{args.backend}.json")).write_text(
+            json.dumps(rows, indent=2)
+        )
         print(json.dumps(rows[-1]), flush=True)
     if args.backend == "eager":
         render(rows, args.model)

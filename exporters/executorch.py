@@ -228,8 +228,11 @@ def _lower_to_xnnpack(ep: ExportedProgram, config) -> tuple[Any, str]:
 
     problem = fast_lowering_problem()
     if problem:
-        warnings.warn(f"{problem}: lowering with ExecuTorch's own XNNPACK partitioner instead (slower, more "
-                      f"memory: minutes at nanoVLM-222M size); pin executorch=={WRITTEN_FOR} for the fast one", stacklevel=2)
+        warnings.warn(
+            f"{problem}: lowering with ExecuTorch's own XNNPACK partitioner instead (slower, more "
+            f"memory: minutes at nanoVLM-222M size); pin executorch=={WRITTEN_FOR} for the fast one",
+            stacklevel=2,
+        )
     with contextlib.nullcontext() if problem else fast_xnnpack_lowering():
         edge = to_edge_transform_and_lower(ep, partitioner=[_xnnpack_partitioner(fast=not problem)],
                                            compile_config=config)

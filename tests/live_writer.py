@@ -44,11 +44,21 @@ def write_run(run_dir: Path, steps: int, step_s: float, sample_s: float, status:
                       "duration_s": (end - begin) / 1e9})
     samples.close()
     events.close()
-    write_json_atomic(run_dir / "result.json", {
-        "status": status, "detail": "", "run_id": run_dir.name, "steps_done": steps,
-        "peak_rss_bytes_sampled": (100 << 20) + steps * (7 << 20), "peak_rss_bytes_kernel": (104 << 20) + steps * (7 << 20),
-        "step_time_s": {"median": step_s, "p90": step_s}, "samples_per_s": 2 / step_s, "loss_first": 5.0,
-        "loss_last": 5.0 - 0.3 * steps})
+    write_json_atomic(
+        run_dir / "result.json",
+        {
+            "status": status,
+            "detail": "",
+            "run_id": run_dir.name,
+            "steps_done": steps,
+            "peak_rss_bytes_sampled": (100 << 20) + steps * (7 << 20),
+            "peak_rss_bytes_kernel": (104 << 20) + steps * (7 << 20),
+            "step_time_s": {"median": step_s, "p90": step_s},
+            "samples_per_s": 2 / step_s,
+            "loss_first": 5.0,
+            "loss_last": 5.0 - 0.3 * steps,
+        },
+    )
 
 
 if __name__ == "__main__":

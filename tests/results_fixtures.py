@@ -88,12 +88,26 @@ class FakeRun:
     def meta(self) -> dict:
         return {
             "run_id": self.run_id,
-            "spec": {"model": self.model, "method": self.method, "backend": self.backend,
-                     "batch_size": self.batch_size, "text_length": self.text_length,
-                     "warmup_steps": self.warmup_steps, "steps": self.steps, "sample_hz": self.sample_hz},
-            "device": {"hostname": "fixture", "arch": "aarch64", "cpu_count": 4, "mem_total_bytes": self.mem_total_bytes},
-            "clock": {"start": {"mono_ns": self.mono0_ns, "wall_ns": self.mono0_ns + self.boot_wall_ns},
-                      "end": {"mono_ns": self.end_ns(), "wall_ns": self.end_ns() + self.boot_wall_ns}},
+            "spec": {
+                "model": self.model,
+                "method": self.method,
+                "backend": self.backend,
+                "batch_size": self.batch_size,
+                "text_length": self.text_length,
+                "warmup_steps": self.warmup_steps,
+                "steps": self.steps,
+                "sample_hz": self.sample_hz,
+            },
+            "device": {
+                "hostname": "fixture",
+                "arch": "aarch64",
+                "cpu_count": 4,
+                "mem_total_bytes": self.mem_total_bytes,
+            },
+            "clock": {
+                "start": {"mono_ns": self.mono0_ns, "wall_ns": self.mono0_ns + self.boot_wall_ns},
+                "end": {"mono_ns": self.end_ns(), "wall_ns": self.end_ns() + self.boot_wall_ns},
+            },
             "predicted": {"peak": self.rss_base},
         }
 
@@ -108,12 +122,21 @@ class FakeRun:
 
     def result(self) -> dict:
         durations = [self.step_s] * self.steps
-        return {"status": self.status, "detail": "", "run_id": self.run_id, "model": self.model, "method": self.method,
-                "backend": self.backend, "steps_done": self.steps, "last_step": self.steps - 1,
-                "peak_rss_bytes_sampled": self.rss_base + self.rss_per_step * (self.steps + self.warmup_steps),
-                "peak_rss_bytes_kernel": self.rss_base + self.rss_per_step * (self.steps + self.warmup_steps) + (4 << 20),
-                "step_time_s": {"median": float(np.median(durations)), "p90": float(np.percentile(durations, 90))},
-                "loss_first": self.loss(0), "loss_last": self.loss(self.steps + self.warmup_steps - 1)}
+        return {
+            "status": self.status,
+            "detail": "",
+            "run_id": self.run_id,
+            "model": self.model,
+            "method": self.method,
+            "backend": self.backend,
+            "steps_done": self.steps,
+            "last_step": self.steps - 1,
+            "peak_rss_bytes_sampled": self.rss_base + self.rss_per_step * (self.steps + self.warmup_steps),
+            "peak_rss_bytes_kernel": self.rss_base + self.rss_per_step * (self.steps + self.warmup_steps) + (4 << 20),
+            "step_time_s": {"median": float(np.median(durations)), "p90": float(np.percentile(durations, 90))},
+            "loss_first": self.loss(0),
+            "loss_last": self.loss(self.steps + self.warmup_steps - 1),
+        }
 
     def write(self, root: Path, garbage: bool = False) -> Path:
         """Writes the whole run at once; `garbage` adds a bad line and a truncated last line."""

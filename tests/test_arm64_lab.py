@@ -85,7 +85,9 @@ def test_cache_is_keyed_by_the_version_set_and_verified(tmp_path, monkeypatch):
     manifest = {"sha256": {"downloads/x.whl": arm64._sha256(wheel)}}
     arm64.verify(root, manifest)
     wheel.write_bytes(b"wheel, changed")
-    with pytest.raises(arm64.Arm64Error, match=r"x.whl is missing or changed .* remove .* run `edgebench lab up --arch arm64`"):
+    with pytest.raises(
+        arm64.Arm64Error, match=r"x.whl is missing or changed .* remove .* run `edgebench lab up --arch arm64`"
+    ):
         arm64.verify(root, manifest)
 
 
@@ -117,7 +119,9 @@ def test_sweep_on_an_emulated_arm64_device(emulation, tmp_path, export_cache):
     if isinstance(emulation, arm64.Arm64Error):
         message = str(emulation)
         assert os.environ.get("CI") is None, f"CI must build the arm64 root: {message}"
-        assert message.startswith("arm64 lab: ") and "\n" not in message and ("again" in message or "install" in message)
+        assert (
+            message.startswith("arm64 lab: ") and "\n" not in message and ("again" in message or "install" in message)
+        )
         return
     manifest = emulation.manifest
     assert manifest["torch"].startswith("2.13.0") and manifest["emulator"].startswith("qemu-user 10.")

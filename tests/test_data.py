@@ -149,7 +149,9 @@ def _folder(tmp_path: Path, lines: list[str]) -> Path:
     words = "what colour is the ball ? red blue how many two".split()
     tokenizer = Tokenizer(models.WordLevel(unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer.train_from_iterator([" ".join(words)], trainers.WordLevelTrainer(special_tokens=["<pad>", "<unk>", "<eos>"]))
+    tokenizer.train_from_iterator(
+        [" ".join(words)], trainers.WordLevelTrainer(special_tokens=["<pad>", "<unk>", "<eos>"])
+    )
     tokenizer.save(str(tmp_path / "tokenizer.json"))
     for name, colour in (("a.png", (255, 0, 0)), ("b.png", (0, 0, 255))):
         Image.new("RGB", (20, 10), colour).save(tmp_path / name)
@@ -290,7 +292,8 @@ def test_hf_rows_with_several_turns_and_images_train_every_answer(tmp_path):
 
 
 @pytest.mark.parametrize("change,message", [
-    (lambda rows: [{**rows[0], "texts": [{"user": "what ?", "assistant": ""}]}], r"row 0: texts\[0\] field 'assistant'"),
+    (lambda rows: [{**rows[0], "texts": [{"user": "what ?", "assistant": ""}]}],
+     r"row 0: texts\[0\] field 'assistant'"),
     (lambda rows: [{**rows[0], "colours": []}], r"row 0: field 'images' must be a non-empty list"),
 ])
 def test_hf_dataset_errors_name_the_file_and_row(tmp_path, change, message):
@@ -312,7 +315,9 @@ def test_hf_dataset_dict_and_damaged_files_are_refused_naming_the_fix(tmp_path):
     split = _hf_dataset(tmp_path, COLOUR_ROWS, "save_to_disk")
     datasets.DatasetDict({"train": datasets.load_from_disk(str(split))}).save_to_disk(str(tmp_path / "dict"))
     (tmp_path / "dict" / "tokenizer.json").write_bytes((split / "tokenizer.json").read_bytes())
-    with pytest.raises(DatasetError, match=r"a DatasetDict of splits train; pass one split's folder, e.g. .*dict/train"):
+    with pytest.raises(
+        DatasetError, match=r"a DatasetDict of splits train; pass one split's folder, e.g. .*dict/train"
+    ):
         convert(tmp_path / "dict", tmp_path / "out")
     parquet = _hf_dataset(tmp_path, COLOUR_ROWS, "parquet")
     (parquet / "train" / "train-00000-of-00001.parquet").write_bytes(b"not parquet")

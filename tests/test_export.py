@@ -180,8 +180,10 @@ def test_two_processes_asking_for_one_export_build_it_once(tmp_path):
     import subprocess
     import sys
 
-    code = ("from exporters.manifest import ExportRequest; from exporters.pipeline import export; "
-            f"print(export(ExportRequest(model='tiny', method='sgd', backend='onnxruntime', text_length={TEXT})).cached)")
+    code = (
+        "from exporters.manifest import ExportRequest; from exporters.pipeline import export; "
+        f"print(export(ExportRequest(model='tiny', method='sgd', backend='onnxruntime', text_length={TEXT})).cached)"
+    )
     env = {**os.environ, "EDGEBENCH_EXPORT_CACHE": str(tmp_path / "cache")}
     procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
              for _ in range(2)]

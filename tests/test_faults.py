@@ -175,7 +175,10 @@ def test_killed_sweep_reads_stopped_and_resumes_into_a_fresh_attempt(tmp_path):
     spec.save(sweep / "specs" / "00-a.json")
     handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     again = run_sweep(sweep)
-    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers  # an in-process sweep leaves none behind
+    assert (
+        signal.getsignal(signal.SIGINT),
+        signal.getsignal(signal.SIGTERM),
+    ) == handlers  # an in-process sweep leaves none behind
     assert again["state"] == "finished"
     assert again["runs"] == {"a.attempt-1": "interrupted", "a": "ok"}
     fresh = json.loads((sweep / "runs" / "a" / "result.json").read_text())
@@ -190,7 +193,9 @@ def small_tmpfs(tmp_path):
     """A 2 MiB tmpfs (real ENOSPC), unmounted afterwards."""
     mount = tmp_path / "tmpfs"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True, text=True
+    )
     if done.returncode != 0:
         pytest.fail(f"cannot mount a tmpfs (the fault tests need root): {done.stderr.strip()}")
     try:
@@ -202,7 +207,9 @@ def small_tmpfs(tmp_path):
 def test_full_disk_ends_the_run_as_error_and_the_sweep_as_stopped(small_tmpfs):
     sweep = _sweep_dir(small_tmpfs, [tiny(run_id="a", steps=1_000_000, sample_hz=100.0), tiny(run_id="b")])
     free = os.statvfs(small_tmpfs).f_bavail * os.statvfs(small_tmpfs).f_frsize
-    (small_tmpfs / "filler").write_bytes(b"x" * (free - 500 * 1024))  # the reserves (320 KiB), room to start (64 KiB) and a little
+    (small_tmpfs / "filler").write_bytes(
+        b"x" * (free - 500 * 1024)
+    )  # the reserves (320 KiB), room to start (64 KiB) and a little
     done = subprocess.run([PY, "-m", "edgebench.runner.sweep", str(sweep)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stderr
     result = json.loads((sweep / "runs" / "a" / "result.json").read_text())
@@ -267,7 +274,9 @@ def device_with_runs(tmp_path_factory):
 
 
 def test_two_collects_at_once_both_finish_and_agree(tmp_path, inventory, device_with_runs):
-    write_inventory(inventory, {"box": {"profile": "local", "kind": "local", "workdir": str(device_with_runs / "work")}})
+    write_inventory(
+        inventory, {"box": {"profile": "local", "kind": "local", "workdir": str(device_with_runs / "work")}}
+    )
     procs = [start([PY, "-m", "edgebench.cli", "collect", "--device", "box", "--runs-dir", "runs", "--store",
                     "runs/edgebench.duckdb"], cwd=tmp_path) for _ in range(2)]
     outs = [p.communicate(timeout=300) for p in procs]

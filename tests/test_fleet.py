@@ -109,7 +109,9 @@ def test_deploy_save_brings_the_trained_weights_back_with_collect(tmp_path):
     from edgebench.model.checkpoint import from_pretrained
 
     inventory = tmp_path / "inventory.yaml"
-    inventory.write_text(f"devices:\n  local: {{profile: local, python: {sys.executable}, workdir: {tmp_path / 'work'}}}\n")
+    inventory.write_text(
+        f"devices:\n  local: {{profile: local, python: {sys.executable}, workdir: {tmp_path / 'work'}}}\n"
+    )
     env = {**os.environ, "EDGEBENCH_INVENTORY": str(inventory)}
 
     def edgebench_cli(*args: str) -> subprocess.CompletedProcess:
@@ -122,7 +124,9 @@ def test_deploy_save_brings_the_trained_weights_back_with_collect(tmp_path):
                         "--save", "trained")
     # Piped, each stage of the deploy is a line with the elapsed time.
     assert re.search(r"^\[ +\d+\.\d s\] local: preflight$", out.stderr, re.M), out.stderr
-    (deployed,) = [json.loads(line) for line in (tmp_path / "runs" / "local" / "deployments.jsonl").read_text().splitlines()]
+    (deployed,) = [
+        json.loads(line) for line in (tmp_path / "runs" / "local" / "deployments.jsonl").read_text().splitlines()
+    ]
     (run_id,) = deployed["run_ids"]
     assert deployed["save_to"] == str(tmp_path / "trained") and f"  {run_id}" in out.stdout
     deadline = time.monotonic() + 240

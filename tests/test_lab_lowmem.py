@@ -51,7 +51,9 @@ def test_lowest_memory_methods_end_ok_inside_the_device_limit(tmp_path):
     runs_dir = tmp_path / "runs"
     with lab_in(tmp_path, [lab.LabDevice("raspberry-pi-4-4gb", name="lab-lowmem", memory_bytes=MEMORY, cpus=1)]):
         runner = CliRunner()
-        out = runner.invoke(cli, ["deploy", "--device", "lab-lowmem", *spec_args, "--runs-dir", str(runs_dir), "--json"])
+        out = runner.invoke(
+            cli, ["deploy", "--device", "lab-lowmem", *spec_args, "--runs-dir", str(runs_dir), "--json"]
+        )
         assert out.exit_code == 0, out.output
         deployed = json.loads(out.output)["lab-lowmem"]
         _wait_finished("lab-lowmem", deployed["sweep_id"])

@@ -54,7 +54,9 @@ def _pythons_in(device: str) -> set[str]:
 
 def test_the_device_has_no_python(nopy_lab):
     with connect(DEVICE) as transport:
-        assert transport.run(["sh", "-c", "command -v python3 || command -v python || echo none"]).stdout.strip() == "none"
+        assert (
+            transport.run(["sh", "-c", "command -v python3 || command -v python || echo none"]).stdout.strip() == "none"
+        )
     checked = readiness.check(get_device(DEVICE), backends={readiness.NATIVE})
     assert checked.ready, checked.messages()
     (python,) = [f for f in checked.findings if f.item == "python"]

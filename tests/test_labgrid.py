@@ -108,17 +108,27 @@ def farm(tmp_path_factory):
             exported["gone"] = {"NetworkService": {"address": "127.0.0.1", "username": "nobody", "port": _free_port()}}
             (root / "exporter.yaml").write_text(yaml.safe_dump(exported))
             log = root / "exporter.log"
-            procs.append(subprocess.Popen([str(BIN / "labgrid-exporter"), "-c", address, "--name", "rack1",
-                                           str(root / "exporter.yaml")], stdout=open(log, "wb"), stderr=subprocess.STDOUT))
+            procs.append(
+                subprocess.Popen(
+                    [str(BIN / "labgrid-exporter"), "-c", address, "--name", "rack1", str(root / "exporter.yaml")],
+                    stdout=open(log, "wb"),
+                    stderr=subprocess.STDOUT,
+                )
+            )
             farm = Farm(root, address, boards)
             deadline = time.monotonic() + 30
             while "rack1/gone" not in farm.client("resources"):
                 assert time.monotonic() < deadline and procs[-1].poll() is None, log.read_text()
                 time.sleep(0.2)
             key = {g: _fingerprint(Path(boards[f"lab-{g}"]["home"]) / "ssh_host_ed25519_key.pub") for g in ("a", "b")}
-            places = {"farm-a": ("a", {"edgebench-hostkey": key["a"]}), "farm-b": ("b", {"edgebench-hostkey": key["b"]}),
-                      "farm-nokey": ("b", {}), "farm-wrongkey": ("b", {"edgebench-hostkey": key["a"]}),
-                      "farm-gone": ("gone", {}), "farm-untagged": ("a", None)}
+            places = {
+                "farm-a": ("a", {"edgebench-hostkey": key["a"]}),
+                "farm-b": ("b", {"edgebench-hostkey": key["b"]}),
+                "farm-nokey": ("b", {}),
+                "farm-wrongkey": ("b", {"edgebench-hostkey": key["a"]}),
+                "farm-gone": ("gone", {}),
+                "farm-untagged": ("a", None),
+            }
             farm.client("-p", "farm-a", "create")  # the CLI for one, labgrid's Python API for the rest (faster)
             with Coordinator(address) as coordinator:
                 for name, (group, tags) in places.items():
@@ -276,7 +286,9 @@ def test_a_place_someone_else_holds_is_refused_and_left_to_them(farm):
 def test_place_released_after_an_error(farm):
     logged: list[str] = []
     with pytest.raises(PreflightError, match="program directory /nonexistent/program does not exist"):
-        deploy_one("farm-b", [RunSpec(method="sgd", program="/nonexistent/program")], farm.root / "runs-b", logged.append)
+        deploy_one(
+            "farm-b", [RunSpec(method="sgd", program="/nonexistent/program")], farm.root / "runs-b", logged.append
+        )
     assert "farm-b: acquired labgrid place farm-b" in logged and logged[-1] == "farm-b: released labgrid place farm-b"
     assert farm.place("farm-b").acquired is None
     with pytest.raises(TransportError, match="farm-gone .*unreachable"):  # the board cannot be reached

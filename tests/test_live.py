@@ -76,9 +76,24 @@ def test_device_ram_is_the_cgroup_its_limit_applies_to_not_the_workers_rss():
     """A 512 MiB lab device: the worker's RSS (shared library pages) reads above the limit, the
     cgroup (what the limit applies to) below it; the RAM bar is the cgroup's."""
     state = LiveState()
-    state.apply(SimpleNamespace(meta={"device": {"mem_total_bytes": 64 << 30}}, result=None, error=None, bad_lines=0,
-                                events=[], samples=[{"t_ns": 1, "rss_bytes": 578 << 20, "cgroup_usage_bytes": 500 << 20,
-                                                     "cgroup_limit_bytes": 512 << 20, "mem_available_bytes": 60 << 30}]))
+    state.apply(
+        SimpleNamespace(
+            meta={"device": {"mem_total_bytes": 64 << 30}},
+            result=None,
+            error=None,
+            bad_lines=0,
+            events=[],
+            samples=[
+                {
+                    "t_ns": 1,
+                    "rss_bytes": 578 << 20,
+                    "cgroup_usage_bytes": 500 << 20,
+                    "cgroup_limit_bytes": 512 << 20,
+                    "mem_available_bytes": 60 << 30,
+                }
+            ],
+        )
+    )
     text = _text(state, width=130)
     assert "500.0 MiB / 512 MiB (98%): device RAM (its cgroup, page cache included)" in text
     assert "578.0 MiB kernel RSS of the worker process" in text and "113%" not in text

@@ -92,7 +92,9 @@ def test_chunked_cross_entropy_equals_the_plain_loss_and_its_gradients():
     chunked = chunked_cross_entropy(hidden, head, labels, chunk_rows=7)
     plain = torch.nn.functional.cross_entropy(head(hidden).reshape(-1, 300), labels.reshape(-1))
     assert torch.allclose(chunked, plain, atol=1e-6)
-    for a, b in zip(torch.autograd.grad(chunked, [hidden, head.weight]), torch.autograd.grad(plain, [hidden, head.weight])):
+    for a, b in zip(
+        torch.autograd.grad(chunked, [hidden, head.weight]), torch.autograd.grad(plain, [hidden, head.weight])
+    ):
         assert torch.allclose(a, b, atol=1e-6)
 
 

@@ -116,11 +116,19 @@ def nanovlm_layout(cfg) -> dict[str, tuple[int, ...]]:
     for i in range(cfg.lm_n_blocks):
         p = f"decoder.blocks.{i}."
         kv = hd * cfg.lm_n_kv_heads
-        keys.update({p + "norm1.weight": (lh,), p + "norm2.weight": (lh,),
-                     p + "attn.q_proj.weight": (lh, lh), p + "attn.k_proj.weight": (kv, lh),
-                     p + "attn.v_proj.weight": (kv, lh), p + "attn.out_proj.weight": (lh, lh),
-                     p + "mlp.gate_proj.weight": (cfg.lm_inter_dim, lh), p + "mlp.up_proj.weight": (cfg.lm_inter_dim, lh),
-                     p + "mlp.down_proj.weight": (lh, cfg.lm_inter_dim)})
+        keys.update(
+            {
+                p + "norm1.weight": (lh,),
+                p + "norm2.weight": (lh,),
+                p + "attn.q_proj.weight": (lh, lh),
+                p + "attn.k_proj.weight": (kv, lh),
+                p + "attn.v_proj.weight": (kv, lh),
+                p + "attn.out_proj.weight": (lh, lh),
+                p + "mlp.gate_proj.weight": (cfg.lm_inter_dim, lh),
+                p + "mlp.up_proj.weight": (cfg.lm_inter_dim, lh),
+                p + "mlp.down_proj.weight": (lh, cfg.lm_inter_dim),
+            }
+        )
     return keys
 
 
@@ -152,7 +160,9 @@ def test_untied_head_is_stored_and_loaded_separately(tmp_path):
     torch.manual_seed(2)
     model = VisionLanguageModel(dataclasses.replace(get_config("tiny"), lm_tie_weights=False))
     save_pretrained(model, tmp_path)
-    assert {"decoder.head.weight", "decoder.token_embedding.weight"} <= set(load_file(str(tmp_path / "model.safetensors")))
+    assert {"decoder.head.weight", "decoder.token_embedding.weight"} <= set(
+        load_file(str(tmp_path / "model.safetensors"))
+    )
     loaded = from_pretrained(tmp_path)
     assert loaded.decoder.head.weight is not loaded.decoder.token_embedding.weight
     ids, images, labels = _inputs(model)
@@ -268,7 +278,9 @@ def _nanovlm_config_class(revision: str):
     fixture = json.loads((FIXTURES / f"vlmconfig-{NANOVLM_COMMITS[revision][:8]}.json").read_text())
     assert fixture["commit"] == NANOVLM_COMMITS[revision] and fixture["revision"] == revision
     return dataclasses.make_dataclass(
-        "VLMConfig", [(k, object, dataclasses.field(default_factory=lambda v=v: v)) for k, v in fixture["defaults"].items()])
+        "VLMConfig",
+        [(k, object, dataclasses.field(default_factory=lambda v=v: v)) for k, v in fixture["defaults"].items()],
+    )
 
 
 @pytest.mark.parametrize("cfg,revision", [

@@ -126,7 +126,9 @@ def test_native_mezo_learns_on_the_forward_only_program(export_cache, worker_bun
         result = run_spec(dataclasses.replace(spec, runtime="native", native_worker=str(worker_bundle),
                                               native_plan=str(plan)), tmp_path / out)
         assert result["status"] == "ok", result["detail"]
-        losses.append(_losses([json.loads(line) for line in (tmp_path / out / "events.jsonl").read_text().splitlines()]))
+        losses.append(
+            _losses([json.loads(line) for line in (tmp_path / out / "events.jsonl").read_text().splitlines()])
+        )
     assert losses[0] == losses[1]  # same seed, same bytes
     assert np.mean(losses[0][-5:]) < np.mean(losses[0][:5]) - 0.05, losses[0]
 

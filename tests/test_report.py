@@ -21,7 +21,11 @@ from layout_checks import names_beside_figures
 from results_fixtures import FakeRun, store_of
 
 RUNS = {  # device -> [(run_id, method, rss MiB, step s, status, power measured?)]
-    "pi": [("a", "adamw", 300, 0.2, "ok", True), ("b", "sgd", 200, 0.3, "ok", True), ("c", "mezo", 350, 0.4, "oom", True)],
+    "pi": [
+        ("a", "adamw", 300, 0.2, "ok", True),
+        ("b", "sgd", 200, 0.3, "ok", True),
+        ("c", "mezo", 350, 0.4, "oom", True),
+    ],
     "phone": [("a", "adamw", 320, 0.25, "ok", False), ("d", "lora", 220, 0.35, "ok", False)],
 }
 
@@ -102,7 +106,10 @@ def _store_truth(store_path):
         runs = {(d, r): s for d, r, s in q("SELECT device, run_id, status FROM runs").fetchall()}
         median = dict(((d, r), m) for d, r, m in q("""SELECT device, run_id, median(duration_s) FROM steps_host
             WHERE phase = 'measure' GROUP BY ALL""").fetchall())
-        rss = dict(((d, r), m) for d, r, m in q("SELECT device, run_id, max(rss_bytes) FROM samples_host GROUP BY ALL").fetchall())
+        rss = dict(
+            ((d, r), m)
+            for d, r, m in q("SELECT device, run_id, max(rss_bytes) FROM samples_host GROUP BY ALL").fetchall()
+        )
     return runs, median, rss
 
 
@@ -159,7 +166,9 @@ def test_report_on_a_missing_store_says_what_to_do(tmp_path, store_path):
     assert result.exit_code != 0 and "edgebench ingest" in result.output
     Store(tmp_path / "empty.duckdb").close()
     empty = CliRunner().invoke(report_command, ["--store", str(tmp_path / "empty.duckdb")])
-    assert empty.exit_code == 1 and "empty.duckdb: no runs yet; ingest some" in empty.output and "None" not in empty.output
+    assert (
+        empty.exit_code == 1 and "empty.duckdb: no runs yet; ingest some" in empty.output and "None" not in empty.output
+    )
     other = CliRunner().invoke(report_command, ["--store", str(store_path), "--device", "watch"])
     assert "no runs of device 'watch'; ingest" in other.output and "model" not in other.output
 
@@ -440,6 +449,8 @@ def test_study_puts_estimated_energy_in_est_columns_and_keeps_other_steps_apart(
     assert adamw["energy_ratio_est"] == pytest.approx(2.0, rel=1e-3) and adamw["energy_estimated"] is True
     assert pi_tiny[("sgd", 10)]["n"] == 1 and pi_tiny[("sgd", 5)]["n"] == 1  # 5 and 10 steps: not one n=2 row
     assert pi_tiny[("sgd", 10)]["step_time_ratio"] == pytest.approx(1.0)  # its own setting, its own baseline
-    csv_rows = list(csv.DictReader(io.StringIO(_invoke("--store", str(two_models_store), "--study", "--format", "csv"))))
+    csv_rows = list(
+        csv.DictReader(io.StringIO(_invoke("--store", str(two_models_store), "--study", "--format", "csv")))
+    )
     adamw_csv = next(r for r in csv_rows if (r["device"], r["model"], r["method"]) == ("pi", "tiny", "adamw"))
     assert adamw_csv["energy_ratio"] == "" and float(adamw_csv["energy_ratio_est"]) == pytest.approx(2.0, rel=1e-3)

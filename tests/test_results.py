@@ -75,7 +75,9 @@ def test_energy_per_step_from_the_device_trace_matches_the_analytic_integral(tmp
     with Store(tmp_path / "s.duckdb") as store:
         store.ingest_run(run.write(tmp_path / "src"), device="pi")
         m = all_metrics(store)[0]
-    windows = [((b - run.mono0_ns) / 1e9, (e - run.mono0_ns) / 1e9) for ph, _, b, e in run.step_windows_ns() if ph == "measure"]
+    windows = [
+        ((b - run.mono0_ns) / 1e9, (e - run.mono0_ns) / 1e9) for ph, _, b, e in run.step_windows_ns() if ph == "measure"
+    ]
     exact = np.mean([2.0 * (e - b) + 0.25 * (e * e - b * b) for b, e in windows])
     assert m["energy_per_step_j"] == pytest.approx(exact, rel=1e-9)
     assert m["energy_per_sample_j"] == pytest.approx(exact / run.batch_size, rel=1e-9)
@@ -344,7 +346,9 @@ def test_sample_rows_carry_only_a_run_key_and_older_stores_upgrade_in_place(tmp_
         store.ingest_run(src_a, device="pi")  # a re-ingest keeps the run's key
         assert {r["run_id"]: r["run_key"] for r in store.runs()} == {"run-a": 1, "run-b": 2}
         before = store.samples("pi", "run-b", ["rss_bytes"])
-        host = store.con.execute("SELECT device, run_id, count(*) FROM samples_host GROUP BY ALL ORDER BY run_id").fetchall()
+        host = store.con.execute(
+            "SELECT device, run_id, count(*) FROM samples_host GROUP BY ALL ORDER BY run_id"
+        ).fetchall()
         assert host == [("pi", "run-a", len(a.sample_times_ns())), ("pi", "run-b", len(b.sample_times_ns()))]
     _downgrade_to_text_keys(path)
     with Store(path, read_only=True) as store:  # an older store: upgraded on open, nothing lost

@@ -205,8 +205,10 @@ class FolderDataset:
             image += (self._encode(f"<image: {index}>") if len(loaded) > 1 else []) + image_ids(cfg, grid)
         width = cfg.sequence_length(text_length)  # room for the text and one image at most
         if len(ids) + len(image) + packing > width:
-            raise DatasetError(f"{example.where}: its {len(loaded)} images and text need {len(ids) + len(image) + packing} "
-                               f"positions but a row holds {width} (text_length + one image); raise --text-length")
+            raise DatasetError(
+                f"{example.where}: its {len(loaded)} images and text need {len(ids) + len(image) + packing} "
+                f"positions but a row holds {width} (text_length + one image); raise --text-length"
+            )
         prefix = len(self._encode("<|im_start|>user\n"))
         return Sample(ids[:prefix] + image + ids[prefix:], labels[:prefix] + [IGNORE] * len(image) + labels[prefix:],
                       np.concatenate([tiles for tiles, _ in loaded]))

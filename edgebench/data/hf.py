@@ -65,8 +65,10 @@ def _batches(path: Path) -> Iterator:
 def _check_columns(path: Path, names: list[str]) -> None:
     missing = [c for c in ("images", "texts") if c not in names]
     if missing:
-        raise DatasetError(f"{path}: no {' or '.join(missing)} column (found {', '.join(names)}); nanoVLM's datasets "
-                           "have images (a list of images) and texts (a list of {user, assistant} turns), as the_cauldron")
+        raise DatasetError(
+            f"{path}: no {' or '.join(missing)} column (found {', '.join(names)}); nanoVLM's datasets "
+            "have images (a list of images) and texts (a list of {user, assistant} turns), as the_cauldron"
+        )
 
 
 def rows(folder: Path) -> Iterator[tuple[str, list, list]]:

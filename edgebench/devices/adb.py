@@ -26,7 +26,9 @@ class AdbTransport(Transport):
         self.serial = device.transport.serial or ""
         self.adb = shutil.which("adb")
         if self.adb is None:
-            raise TransportError(f"{device.name}: the `adb` client is not installed; `apt-get install adb` (Debian/Ubuntu)")
+            raise TransportError(
+                f"{device.name}: the `adb` client is not installed; `apt-get install adb` (Debian/Ubuntu)"
+            )
         state = self._adb(["get-state"], timeout=device.transport.connect_timeout_s, check=False)
         if state.rc != 0 or state.stdout.strip() != "device":
             seen = (state.stderr or state.stdout).strip()
@@ -44,7 +46,9 @@ class AdbTransport(Transport):
             raise TransportError(f"{self.device.name}: `adb {' '.join(args)}` timed out after {timeout} s") from None
         result = CommandResult(proc.returncode, proc.stdout, proc.stderr)
         if check and result.rc != 0:
-            raise TransportError(f"{self.device.name}: `adb {' '.join(args)}` failed: {(proc.stderr or proc.stdout).strip()}")
+            raise TransportError(
+                f"{self.device.name}: `adb {' '.join(args)}` failed: {(proc.stderr or proc.stdout).strip()}"
+            )
         return result
 
     def _path(self, remote: str) -> str:

@@ -108,7 +108,10 @@ def status() -> dict:
         return {"state": "unavailable", "detail": f"{', '.join(missing)} not found: the arm64 lab builds its root "
                 "with Debian's apt (a Debian or Ubuntu host)"}
     if not Path(DEBIAN_KEYRING).exists():
-        return {"state": "unavailable", "detail": f"{DEBIAN_KEYRING} missing: `apt-get install -y debian-archive-keyring`"}
+        return {
+            "state": "unavailable",
+            "detail": f"{DEBIAN_KEYRING} missing: `apt-get install -y debian-archive-keyring`",
+        }
     return {"state": "buildable", "detail": f"first build: {FIRST_BUILD} into {root}"}
 
 
@@ -149,7 +152,9 @@ def _run(argv: list[str], what: str, fix: str, env: dict | None = None, cwd: Pat
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd)
     if proc.returncode != 0:
         lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip() and "WARNING" not in ln]
-        raise Arm64Error(f"arm64 lab: {what} failed ({(lines or [f'exit {proc.returncode}'])[-1].strip()[:300]}); {fix}")
+        raise Arm64Error(
+            f"arm64 lab: {what} failed ({(lines or [f'exit {proc.returncode}'])[-1].strip()[:300]}); {fix}"
+        )
     return proc.stdout
 
 
@@ -161,7 +166,9 @@ def _apt(work: Path, arch: str, suites: list[str]) -> dict:
         (base / sub).mkdir(parents=True, exist_ok=True)
     (base / "state/status").touch()
     mirror = os.environ.get("EDGEBENCH_DEBIAN_MIRROR", DEBIAN_MIRROR)
-    (base / "etc/sources.list").write_text("".join(f"deb [signed-by={DEBIAN_KEYRING}] {mirror} {s} main\n" for s in suites))
+    (base / "etc/sources.list").write_text(
+        "".join(f"deb [signed-by={DEBIAN_KEYRING}] {mirror} {s} main\n" for s in suites)
+    )
     conf = {"APT::Architecture": arch, "Dir::State": base / "state", "Dir::State::status": base / "state/status",
             "Dir::Cache": base / "cache", "Dir::Etc::SourceList": base / "etc/sources.list",
             "Dir::Etc::SourceParts": base / "etc/sources.list.d", "Dir::Etc::Preferences": base / "etc/preferences",
@@ -226,8 +233,10 @@ def aarch64_executorch() -> Path:
                 *[a for p in PLATFORMS for a in ("--platform", p)], wheel]
         proc = subprocess.run(argv, capture_output=True, text=True)
         if proc.returncode != 0:
-            raise Arm64Error(f"could not download the aarch64 wheel of {wheel} from PyPI ({proc.stderr.strip()[-300:]}); "
-                             "check access to pypi.org (or PIP_INDEX_URL), then run again")
+            raise Arm64Error(
+                f"could not download the aarch64 wheel of {wheel} from PyPI ({proc.stderr.strip()[-300:]}); "
+                "check access to pypi.org (or PIP_INDEX_URL), then run again"
+            )
         (downloaded,) = work.glob("*.whl")
         with zipfile.ZipFile(downloaded) as archive:
             for info in archive.infolist():

@@ -28,7 +28,9 @@ def cgroup_version(root: Path = ROOT) -> int:
         return 2
     if (root / "memory" / "memory.limit_in_bytes").exists():
         return 1
-    raise CgroupError(f"no memory cgroup controller under {root} (neither v1 memory/ nor v2 memory.max); the lab needs one")
+    raise CgroupError(
+        f"no memory cgroup controller under {root} (neither v1 memory/ nor v2 memory.max); the lab needs one"
+    )
 
 
 def own_group(controller: str, proc_cgroup: Path = Path("/proc/self/cgroup")) -> str:

@@ -182,7 +182,8 @@ def _check_and_fix(name: str, fix: bool, only: tuple[str, ...], quiet: bool) -> 
 
 @devices.command("check", short_help="What a device lacks, each piece with the command that fixes it.")
 @click.argument("name")
-@click.option("--fix", is_flag=True, help="Run the safe fixes: pip installs into a venv in the device's work directory.")
+@click.option("--fix", is_flag=True,
+              help="Run the safe fixes: pip installs into a venv in the device's work directory.")
 @click.option("--only", multiple=True, metavar="ITEM",
               help="With --fix: only these items (repeatable), e.g. --only executorch.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -300,14 +301,18 @@ def devices_add(name: str, host: str | None, serial: str | None, user: str | Non
         say(f"host key of {offered.host_spec}: {offered.algorithm} {offered.fingerprint}"
             + (f" (trusted in {kh_path})" if state == "trusted" else ""))
         if state == "changed":
-            raise UserError(f"{offered.host_spec}: HOST KEY CHANGED — {kh_path} lists another key for it, so this "
-                            f"may be an interception. If the board was reinstalled, compare `{detect.keygen_hint(offered)}`"
-                            f" on it, then `ssh-keygen -R '{offered.host_spec}' -f {kh_path}` and run this again")
+            raise UserError(
+                f"{offered.host_spec}: HOST KEY CHANGED — {kh_path} lists another key for it, so this "
+                f"may be an interception. If the board was reinstalled, compare `{detect.keygen_hint(offered)}`"
+                f" on it, then `ssh-keygen -R '{offered.host_spec}' -f {kh_path}` and run this again"
+            )
         if state == "unknown":
             if fingerprint is not None:
                 if not detect.same_fingerprint(fingerprint, offered):
-                    raise UserError(f"{offered.host_spec} offers {offered.fingerprint}, not {fingerprint}: not trusted, "
-                                    f"nothing written. Compare `{detect.keygen_hint(offered)}` on the board")
+                    raise UserError(
+                        f"{offered.host_spec} offers {offered.fingerprint}, not {fingerprint}: not trusted, "
+                        f"nothing written. Compare `{detect.keygen_hint(offered)}` on the board"
+                    )
             elif not _ask(lambda: click.confirm(
                     f"Trust {offered.host_spec}'s {offered.algorithm} key {offered.fingerprint}? (compare "
                     f"`{detect.keygen_hint(offered)}` on the board)", default=False, err=True),
@@ -462,7 +467,9 @@ def _lab_up(lab_mod: Any, specs: list, arch: str, quiet: bool) -> list[dict[str,
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   disable=quiet) as progress:
         task = progress.add_task("arm64 root", total=len(arm64.STEPS))
-        running = lab_mod.up(specs, step=lambda i, what: progress.update(task, completed=i, description=f"arm64: {what}"))
+        running = lab_mod.up(
+            specs, step=lambda i, what: progress.update(task, completed=i, description=f"arm64: {what}")
+        )
         progress.update(task, completed=len(arm64.STEPS), description="arm64 root built")
     return running
 

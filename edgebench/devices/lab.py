@@ -104,9 +104,40 @@ def _keygen(path: Path, comment: str) -> None:
 # What a phone's toybox (and a bare board's busybox) gives a shell: the only commands a lab
 # device without Python has on its PATH, so anything of edgebench that still needed Python
 # there would fail.
-NO_PYTHON_TOOLS = ("sh", "cat", "cp", "cut", "date", "df", "env", "find", "grep", "gzip", "head", "id", "kill", "ln", "ls",
-                   "mkdir", "mv", "nohup", "printf", "rm", "rmdir", "sed", "setsid", "sha256sum", "sleep", "sort",
-                   "tail", "tar", "test", "tr", "uname", "wc")
+NO_PYTHON_TOOLS = (
+    "sh",
+    "cat",
+    "cp",
+    "cut",
+    "date",
+    "df",
+    "env",
+    "find",
+    "grep",
+    "gzip",
+    "head",
+    "id",
+    "kill",
+    "ln",
+    "ls",
+    "mkdir",
+    "mv",
+    "nohup",
+    "printf",
+    "rm",
+    "rmdir",
+    "sed",
+    "setsid",
+    "sha256sum",
+    "sleep",
+    "sort",
+    "tail",
+    "tar",
+    "test",
+    "tr",
+    "uname",
+    "wc",
+)
 
 
 SFTP_SERVERS = ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server", "/usr/libexec/sftp-server")
@@ -283,7 +314,9 @@ def up(devices: list[LabDevice] | None = None,
         if name in state and _alive(state[name]["pid"]):
             continue
         if name in inventory and inventory[name].get("lab") != str(root):
-            raise LabError(f"inventory already has a device {name!r} that is not this lab's; remove it or pick another name")
+            raise LabError(
+                f"inventory already has a device {name!r} that is not this lab's; remove it or pick another name"
+            )
         if name in state:  # sshd is gone: restart it, but never kill what still runs in the device
             stale = state.pop(name)
             if Limits([Path(d) for d in stale["cgroups"]], stale["cgroup_version"]).pids():

@@ -239,9 +239,11 @@ def _entry(coordinator: Coordinator, place: Any, farm: FarmSettings) -> dict[str
         return None
     tags = place.tags
     if PROFILE_TAG not in tags:
-        raise FarmError(f"labgrid place {place.name} ({coordinator.address}): no {PROFILE_TAG} tag, so edgebench does "
-                        f"not know the board; `labgrid-client -p {place.name} set-tags {PROFILE_TAG}=raspberry-pi-5-8gb`"
-                        " (`ls device_profiles/` lists the ids)")
+        raise FarmError(
+            f"labgrid place {place.name} ({coordinator.address}): no {PROFILE_TAG} tag, so edgebench does "
+            f"not know the board; `labgrid-client -p {place.name} set-tags {PROFILE_TAG}=raspberry-pi-5-8gb`"
+            " (`ls device_profiles/` lists the ids)"
+        )
     entry = {"profile": tags[PROFILE_TAG], "kind": "ssh", "host": service["address"],
              "port": int(service.get("port") or 22), "user": service.get("username"), "key": farm.key,
              "known_hosts": farm.known_hosts, "python": tags.get(PYTHON_TAG), "workdir": tags.get(WORKDIR_TAG)}
@@ -420,7 +422,9 @@ def place_status(device: FarmDevice) -> dict[str, Any]:
                           "sweep": place.tags.get(SWEEP_TAG) if held else None}}
 
 
-def release_finished(device: FarmDevice, sweeps: dict[str, Any], log: Callable[[str], None] = lambda _: None) -> str | None:
+def release_finished(
+    device: FarmDevice, sweeps: dict[str, Any], log: Callable[[str], None] = lambda _: None
+) -> str | None:
     """Releases the device's place if this host holds it for a sweep whose process had ended
     (`sweeps`: the device's sweeps as `fleet.device_scripts.sweeps` lists them). Returns that
     sweep. A coordinator problem is logged, never fatal: the runs were fetched all the same."""

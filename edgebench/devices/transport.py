@@ -107,7 +107,9 @@ class Transport(ABC):
         if result.rc != 0:
             detail = (result.stderr or result.stdout).strip()[-2000:]
             died = f" (signal {result.exit_signal})" if result.exit_signal else ""
-            raise TransportError(f"{self.device.name}: `{' '.join(argv)}` failed with exit code {result.rc}{died}: {detail}")
+            raise TransportError(
+                f"{self.device.name}: `{' '.join(argv)}` failed with exit code {result.rc}{died}: {detail}"
+            )
         return result.stdout
 
     def __enter__(self) -> Transport:

@@ -93,7 +93,9 @@ def plan_assets(specs: list[Any]) -> dict[str, Asset]:
             folder = Path(local)
             subset = dataset_files(folder) if attr == "data_dir" else None
             digest, files = folder_digest(folder, subset)
-            out[local] = Asset(folder, files, digest, sum((folder / rel).stat().st_size for rel in files), subset is None)
+            out[local] = Asset(
+                folder, files, digest, sum((folder / rel).stat().st_size for rel in files), subset is None
+            )
     return out
 
 

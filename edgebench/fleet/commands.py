@@ -244,48 +244,103 @@ def run_options(command: Callable) -> Callable:
         MODEL_OPTION,
         DATA_OPTION,
         LR_OPTION,
-        click.option("--repeats", default=1, show_default=True, type=click.IntRange(min=1),
-                     help="Run each method N times (interleaved); reports give each figure's median, "
-                          "min-max and n."),
-        click.option("--methods", default="adamw,sgd", show_default=True,
-                     help="Comma-separated presets or combinations (see `edgebench methods`)."),
-        click.option("--backend", default="eager", show_default=True, type=BACKEND_CHOICE,
-                     help="eager runs torch; executorch and onnxruntime run a program exported for the "
-                          "device's profile first (cached)."),
-        click.option("--runtime", default="auto", show_default=True, type=click.Choice(("auto", "native", "python")),
-                     help="ExecuTorch only: which worker trains. native: the C++ worker built against ExecuTorch's "
-                          "runtime, with no Python or torch in the process (what an app on the device pays); "
-                          "python: ExecuTorch's Python runtime under torch; auto: native where it is built for the "
-                          "device's arch and runs the method, else python."),
+        click.option(
+            "--repeats",
+            default=1,
+            show_default=True,
+            type=click.IntRange(min=1),
+            help="Run each method N times (interleaved); reports give each figure's median, min-max and n.",
+        ),
+        click.option(
+            "--methods",
+            default="adamw,sgd",
+            show_default=True,
+            help="Comma-separated presets or combinations (see `edgebench methods`).",
+        ),
+        click.option(
+            "--backend",
+            default="eager",
+            show_default=True,
+            type=BACKEND_CHOICE,
+            help="eager runs torch; executorch and onnxruntime run a program exported for the "
+            "device's profile first (cached).",
+        ),
+        click.option(
+            "--runtime",
+            default="auto",
+            show_default=True,
+            type=click.Choice(("auto", "native", "python")),
+            help="ExecuTorch only: which worker trains. native: the C++ worker built against ExecuTorch's "
+            "runtime, with no Python or torch in the process (what an app on the device pays); "
+            "python: ExecuTorch's Python runtime under torch; auto: native where it is built for the "
+            "device's arch and runs the method, else python.",
+        ),
         click.option("--steps", default=5, show_default=True, type=click.IntRange(min=1), help="Measured steps."),
         click.option("--warmup", default=1, show_default=True, type=click.IntRange(min=0), help="Warmup steps."),
         click.option("--duration", default=None, help="Run for a time instead of --steps, e.g. 90s or 10m."),
         click.option("--batch-size", default=1, show_default=True, type=click.IntRange(min=1)),
         click.option("--text-length", default=32, show_default=True, type=click.IntRange(min=2)),
-        click.option("--max-image-size", default=None, type=click.IntRange(min=1),
-                     help="Image budget of models that tile images (nanovlm-460m): the long side images are "
-                          "resized to before tiling; 512 = one view of 64 tokens instead of 17 (default: the "
-                          "config's own, 2048)."),
-        click.option("--packing", is_flag=True,
-                     help="Pack several samples into each row, each after a masked separator, as the current "
-                          "nanoVLM trains (main-layout models, eager backend); default: one left-padded sample "
-                          "per row with its attention mask."),
-        click.option("--threads", default=None, type=click.IntRange(min=1), help="torch threads (default: torch's own)."),
+        click.option(
+            "--max-image-size",
+            default=None,
+            type=click.IntRange(min=1),
+            help="Image budget of models that tile images (nanovlm-460m): the long side images are "
+            "resized to before tiling; 512 = one view of 64 tokens instead of 17 (default: the "
+            "config's own, 2048).",
+        ),
+        click.option(
+            "--packing",
+            is_flag=True,
+            help="Pack several samples into each row, each after a masked separator, as the current "
+            "nanoVLM trains (main-layout models, eager backend); default: one left-padded sample "
+            "per row with its attention mask.",
+        ),
+        click.option(
+            "--threads", default=None, type=click.IntRange(min=1), help="torch threads (default: torch's own)."
+        ),
         click.option("--accelerator", default="cpu", show_default=True, type=click.Choice(["cpu", "cuda"])),
-        click.option("--sample-hz", default=20.0, show_default=True, type=click.FloatRange(1, 100),
-                     help="Telemetry sampling rate."),
-        click.option("--timeout", "timeout_s", default=None, type=FinitePositive(),
-                     help="Wall-clock limit per run, seconds."),
+        click.option(
+            "--sample-hz",
+            default=20.0,
+            show_default=True,
+            type=click.FloatRange(1, 100),
+            help="Telemetry sampling rate.",
+        ),
+        click.option(
+            "--timeout", "timeout_s", default=None, type=FinitePositive(), help="Wall-clock limit per run, seconds."
+        ),
         click.option("--seed", default=0, show_default=True, help="Seed of the fresh weights and the data."),
-        click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False),
-                     help="Local folder for run directories, clock probes and deployment records."),
+        click.option(
+            "--runs-dir",
+            default="runs",
+            show_default=True,
+            type=click.Path(file_okay=False),
+            help="Local folder for run directories, clock probes and deployment records.",
+        ),
         click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts."),
-        click.option("--force", is_flag=True,
-                     help="Run even where the memory model predicts a run does not fit the device's RAM less "
-                          "its profile's headroom (meta.json records that it was forced)."),
+        click.option(
+            "--force",
+            is_flag=True,
+            help="Run even where the memory model predicts a run does not fit the device's RAM less "
+            "its profile's headroom (meta.json records that it was forced).",
+        ),
     ]
-    shape_fields = ("model", "data_dir", "lr", "backend", "runtime", "batch_size", "text_length", "max_image_size", "packing",
-                    "threads", "accelerator", "sample_hz", "timeout_s", "seed")
+    shape_fields = (
+        "model",
+        "data_dir",
+        "lr",
+        "backend",
+        "runtime",
+        "batch_size",
+        "text_length",
+        "max_image_size",
+        "packing",
+        "threads",
+        "accelerator",
+        "sample_hz",
+        "timeout_s",
+        "seed",
+    )
 
     @functools.wraps(command)
     def wrapper(**kwargs: Any) -> Any:
@@ -354,8 +409,17 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str,
     interrupts = Interrupts()
     plain = None if as_json else plain_progress(sys.stdout)  # piped: one line per stage and step
     try:
-        with interrupts, Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                  TimeElapsedColumn(), disable=as_json or plain is not None, transient=False) as progress:
+        with (
+            interrupts,
+            Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                disable=as_json or plain is not None,
+                transient=False,
+            ) as progress,
+        ):
             for spec in specs:
                 label = f"{spec.method} ({spec.backend})"
                 total = None if spec.duration_s else spec.warmup_steps + spec.steps
@@ -453,7 +517,8 @@ def deploy(devices: tuple[str, ...], shape: dict[str, Any], methods: list[str], 
     method are shipped and the sweep starts with setsid/nohup, so it survives a dropped
     connection. A --model checkpoint folder and a --data dataset folder are shipped once:
     checked by sha256 on the device and cached there for later sweeps. With --save DIR each run keeps
-    its trained weights, which `collect` brings back into DIR/<run_id>/. Clock probes are recorded for alignment. Fetch results with
+    its trained weights, which `collect` brings back into DIR/<run_id>/. Clock probes are recorded
+    for alignment. Fetch results with
     `edgebench collect`; watch with `edgebench status`. A board farm's device (a labgrid
     place) is acquired for the sweep: refused while someone holds it, given back if the
     deploy fails or is interrupted, else by `collect` once the sweep has ended.
@@ -502,12 +567,22 @@ def deploy(devices: tuple[str, ...], shape: dict[str, Any], methods: list[str], 
 
 
 # A RunSpec file's fields checked as the options that set them are (deploy --spec).
-SPEC_FIELD_TYPES = {"backend": BACKEND_CHOICE, "batch_size": click.IntRange(min=1), "text_length": click.IntRange(min=2),
-                    "steps": click.IntRange(min=1), "warmup_steps": click.IntRange(min=0),
-                    "max_image_size": click.IntRange(min=1), "image_size": click.IntRange(min=1),
-                    "threads": click.IntRange(min=1), "lr": FinitePositive(), "timeout_s": FinitePositive(),
-                    "duration_s": FinitePositive(), "sample_hz": click.FloatRange(1, 100),
-                    "accelerator": click.Choice(["cpu", "cuda"]), "seed": click.INT}
+SPEC_FIELD_TYPES = {
+    "backend": BACKEND_CHOICE,
+    "batch_size": click.IntRange(min=1),
+    "text_length": click.IntRange(min=2),
+    "steps": click.IntRange(min=1),
+    "warmup_steps": click.IntRange(min=0),
+    "max_image_size": click.IntRange(min=1),
+    "image_size": click.IntRange(min=1),
+    "threads": click.IntRange(min=1),
+    "lr": FinitePositive(),
+    "timeout_s": FinitePositive(),
+    "duration_s": FinitePositive(),
+    "sample_hz": click.FloatRange(1, 100),
+    "accelerator": click.Choice(["cpu", "cuda"]),
+    "seed": click.INT,
+}
 
 
 def _checked_spec(path: str) -> RunSpec:

@@ -200,9 +200,11 @@ def deploy_one(name: str, specs: list[RunSpec], local_root: Path = Path("runs"),
                 transport.put(env, f"{sweep}/specs/{env.name}")
         if device.has_python:
             _check_shipped_copy(transport, device, sweep)
-            start = (f"cd {shlex.quote(sweep)} && S=$(command -v setsid || true); "
-                     f"PYTHONPATH={shlex.quote(sweep + '/pkg')} $S nohup {shlex.quote(device.python)} "
-                     f"-m edgebench.runner.sweep {shlex.quote(sweep)} > sweep.log 2>&1 < /dev/null & echo $! > sweep.pid")
+            start = (
+                f"cd {shlex.quote(sweep)} && S=$(command -v setsid || true); "
+                f"PYTHONPATH={shlex.quote(sweep + '/pkg')} $S nohup {shlex.quote(device.python)} "
+                f"-m edgebench.runner.sweep {shlex.quote(sweep)} > sweep.log 2>&1 < /dev/null & echo $! > sweep.pid"
+            )
         else:
             transport.check(["ln", "-s", str(specs[0].native_worker), f"{sweep}/{shell_sweep.WORKER_LINK}"])
             start = shell_sweep.start_command(sweep)

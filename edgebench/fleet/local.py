@@ -2,7 +2,8 @@
 
 Ctrl-C is this module's to pass on: each supervisor runs in its own process group, so the
 terminal's SIGINT reaches only the host command, which passes it on to the running
-supervisor (the run ends `interrupted`, result.json written; on a second Ctrl-C at once). A supervisor that dies without result.json gets one written here.
+supervisor (the run ends `interrupted`, result.json written; on a second Ctrl-C at once).
+A supervisor that dies without result.json gets one written here.
 """
 
 from __future__ import annotations

@@ -93,7 +93,10 @@ def memory_budget(ram_bytes: int, headroom: float, cgroup_limit: int | None, whe
     usable = usable_bytes(ram_bytes, headroom)
     if cgroup_limit and cgroup_limit < usable:
         return cgroup_limit, f"the {size_text(cgroup_limit)} memory cgroup limit of {where}"
-    return usable, f"the {size_text(usable)} usable on {where} ({size_text(ram_bytes)} RAM less {headroom:.0%} headroom)"
+    return (
+        usable,
+        f"the {size_text(usable)} usable on {where} ({size_text(ram_bytes)} RAM less {headroom:.0%} headroom)",
+    )
 
 
 def memory_refusals(specs: list[RunSpec], usable: int, budget: str) -> tuple[dict[str, int], str]:
@@ -125,7 +128,10 @@ def memory_refusals(specs: list[RunSpec], usable: int, budget: str) -> tuple[dic
            f"no method fits batch {spec.batch_size} with text length {spec.text_length}: lower --batch-size or "
            "--text-length")
     peaks = ", ".join(f"{method} {size_text(peak)}" for method, peak in refused.items())
-    return refused, f"{spec.model}, batch {spec.batch_size}: predicted peak (estimate) {peaks}, more than {budget}; {fix}"
+    return (
+        refused,
+        f"{spec.model}, batch {spec.batch_size}: predicted peak (estimate) {peaks}, more than {budget}; {fix}",
+    )
 
 
 def force_memory(specs: list[RunSpec], refused: dict[str, int], why: str) -> None:

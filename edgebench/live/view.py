@@ -34,7 +34,11 @@ def _fmt_s(seconds: float | None) -> str:
     if seconds is None:
         return "-"
     seconds = int(seconds)
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 else f"{seconds // 60}:{seconds % 60:02d}"
+    return (
+        f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+        if seconds >= 3600
+        else f"{seconds // 60}:{seconds % 60:02d}"
+    )
 
 
 def _bar(done: float, total: float | None, width: int = 30) -> ProgressBar:
@@ -135,21 +139,42 @@ def summary(result: dict[str, Any], meta: dict[str, Any] | None = None) -> Table
     t.add_column()
     step = result.get("step_time_s") or {}
     rows = [
-        ("status", Text(printable(result.get("status"), newlines=False), style=_status_style(str(result.get("status"))))),
+        (
+            "status",
+            Text(printable(result.get("status"), newlines=False), style=_status_style(str(result.get("status")))),
+        ),
         ("detail", str(result.get("detail") or "")),
         ("steps done", str(result.get("steps_done", "-"))),
-        ("device RAM peak", f"{result['device_ram_peak_bytes'] / MIB:,.1f} MiB of "
-         f"{result['device_ram_limit_bytes'] / MIB:,.0f} MiB: {result.get('device_ram_peak_what')}"
-         if result.get("device_ram_peak_bytes") else ""),
-        (f"peak {WORKER_RSS}", f"{result['peak_rss_bytes_kernel'] / MIB:,.1f} MiB"
-         if result.get("peak_rss_bytes_kernel") else "-"),
-        ("peak RSS (sampled)", f"{result['peak_rss_bytes_sampled'] / MIB:,.1f} MiB" if result.get("peak_rss_bytes_sampled") else "-"),
-        ("step time median/p90", f"{step.get('median', 0):.3f} / {step.get('p90', 0):.3f} s"
-         + (f" {NOT_REPRESENTATIVE} under {_emulator(meta)}" if _emulator(meta) else "") if step else "-"),
+        (
+            "device RAM peak",
+            f"{result['device_ram_peak_bytes'] / MIB:,.1f} MiB of "
+            f"{result['device_ram_limit_bytes'] / MIB:,.0f} MiB: {result.get('device_ram_peak_what')}"
+            if result.get("device_ram_peak_bytes")
+            else "",
+        ),
+        (
+            f"peak {WORKER_RSS}",
+            f"{result['peak_rss_bytes_kernel'] / MIB:,.1f} MiB" if result.get("peak_rss_bytes_kernel") else "-",
+        ),
+        (
+            "peak RSS (sampled)",
+            f"{result['peak_rss_bytes_sampled'] / MIB:,.1f} MiB" if result.get("peak_rss_bytes_sampled") else "-",
+        ),
+        (
+            "step time median/p90",
+            f"{step.get('median', 0):.3f} / {step.get('p90', 0):.3f} s"
+            + (f" {NOT_REPRESENTATIVE} under {_emulator(meta)}" if _emulator(meta) else "")
+            if step
+            else "-",
+        ),
         ("samples/s (batch / median step)", f"{result['samples_per_s']:.2f}" if result.get("samples_per_s") else "-"),
         ("CPU taken by others", _cpu_text(result.get("cpu") or {})),
-        ("loss first → last", f"{result['loss_first']:.4g} → {result['loss_last']:.4g}"
-         if isinstance(result.get("loss_first"), (int, float)) and isinstance(result.get("loss_last"), (int, float)) else "-"),
+        (
+            "loss first → last",
+            f"{result['loss_first']:.4g} → {result['loss_last']:.4g}"
+            if isinstance(result.get("loss_first"), (int, float)) and isinstance(result.get("loss_last"), (int, float))
+            else "-",
+        ),
     ]
     for k, v in rows:
         if v:
@@ -169,7 +194,11 @@ def render(state: LiveState, now: float | None = None) -> Group:
     if notes:
         parts.append(Text("\n".join(printable(note) for note in notes), style="yellow"))
     if state.finished:
-        parts.append(Panel(summary(state.result, state.meta), title="finished: summary", title_align="left", border_style="green"))
+        parts.append(
+            Panel(
+                summary(state.result, state.meta), title="finished: summary", title_align="left", border_style="green"
+            )
+        )
     else:
         parts.append(Text(f"following {state.source}  ·  Ctrl-C to leave", style="dim"))
     return Group(*parts)

@@ -70,8 +70,8 @@ def store_frozen(method: Method, model: nn.Module) -> None:
     int8 / int4 (edgebench.methods.int8, .int4).
 
     int8/int4: each frozen nn.Linear becomes int8 (per-channel) or int4 (group-wise) codes
-    dequantised in its forward and backward; the other frozen weights (embedding/tied head, norms, patch conv) go bf16. Every
-    kept tensor gets its own storage, so a memory-mapped checkpoint file is released.
+    dequantised in its forward and backward; the other frozen weights (embedding/tied head, norms,
+    patch conv) go bf16. Every kept tensor gets its own storage, so a memory-mapped checkpoint file is released.
     """
     trained = torch.bfloat16 if method.trained_dtype == "bf16" else torch.float32
     for param in model.parameters():  # trained weights in their own dtype (see build_model_for)

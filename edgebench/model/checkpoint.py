@@ -48,7 +48,9 @@ def _resolve(name_or_dir: str) -> Path:
     path = Path(name_or_dir).expanduser()
     if path.is_dir():
         return path
-    looks_like_hub_id = name_or_dir.count("/") == 1 and not path.exists() and not name_or_dir.startswith((".", "/", "~"))
+    looks_like_hub_id = (
+        name_or_dir.count("/") == 1 and not path.exists() and not name_or_dir.startswith((".", "/", "~"))
+    )
     if not looks_like_hub_id:
         raise FileNotFoundError(f"{name_or_dir}: no such checkpoint folder (expected {CONFIG_FILE} + {WEIGHTS_FILE})")
     manual = (

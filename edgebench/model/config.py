@@ -182,8 +182,14 @@ class VLMConfig:
                 if not isinstance(value, bool):
                     raise ConfigError(f"VLMConfig.{name}: {value!r} is not true or false")
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
-                raise ConfigError(f"VLMConfig.{name}: {value!r} is not {'a whole number' if kind is int else 'a number'}")
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or (kind is int and not isinstance(value, int))
+            ):
+                raise ConfigError(
+                    f"VLMConfig.{name}: {value!r} is not {'a whole number' if kind is int else 'a number'}"
+                )
             if not (math.isfinite(value) and low <= value and (high is None or value <= high)) \
                     or (name in POSITIVE_FLOATS and value <= 0):
                 bound = f"more than 0 and at most {high:g}" if name in POSITIVE_FLOATS and high else \

@@ -39,8 +39,11 @@ img { max-width: 100%; border: 1px solid #ddd; }
 
 
 def _img(fig: Figure) -> str:
-    return (f'<figure id="fig-{escape(fig.name)}"><img alt="{escape(fig.title)}" src="data:image/png;base64,{base64.b64encode(fig.png).decode()}">'
-            f"<figcaption>{escape(fig.title)}</figcaption></figure>")
+    png = base64.b64encode(fig.png).decode()
+    return (
+        f'<figure id="fig-{escape(fig.name)}"><img alt="{escape(fig.title)}" src="data:image/png;base64,{png}">'
+        f"<figcaption>{escape(fig.title)}</figcaption></figure>"
+    )
 
 
 def _fields_table(fields: list[Field], rows: list[dict]) -> str:
@@ -60,7 +63,10 @@ def _by_device(groups: list[dict]) -> dict[str, list[dict]]:
 def _study(report: Report) -> str:
     if report.study is None:
         return ""
-    parts = ['<h2 id="study">Study: each method against the baseline</h2>', f'<p class="note">{escape(STUDY_LEGEND)}</p>']
+    parts = [
+        '<h2 id="study">Study: each method against the baseline</h2>',
+        f'<p class="note">{escape(STUDY_LEGEND)}</p>',
+    ]
     pareto = {f.name: f for f in report.figures if f.name.startswith("pareto_")}
     for key, rows in settings(report.study).items():
         fig = pareto.get(safe_name("pareto", key[0], key[1]))

@@ -255,8 +255,11 @@ def compare_devices_figure(groups: list[dict[str, Any]]) -> bytes:
     finished = [g for m in by.values() for g in m.values()]
     energy_key = "energy_per_step_j" if any(g.get("energy_per_step_j") is not None for g in finished) \
         else "energy_per_step_j_est"
-    panels = [("step_time_median_s", "time per step, median (s)", 1), ("peak_mem_bytes", "peak memory, kernel (MiB)", MIB),
-              (energy_key, "energy per step (J)" + (", ESTIMATED" if energy_key.endswith("_est") else ""), 1)]
+    panels = [
+        ("step_time_median_s", "time per step, median (s)", 1),
+        ("peak_mem_bytes", "peak memory, kernel (MiB)", MIB),
+        (energy_key, "energy per step (J)" + (", ESTIMATED" if energy_key.endswith("_est") else ""), 1),
+    ]
     panels = [p for p in panels if any(g.get(p[0]) is not None for g in finished)]
     fig, axes = plt.subplots(1, max(1, len(panels)), figsize=COMPARE_SIZE, squeeze=False, layout="constrained")
     width = 0.8 / max(1, len(devices))

@@ -68,8 +68,13 @@ def study_terminal(rows: list[dict[str, Any]], notes: list[str], width: int) -> 
         parts += fitted(setting_title(key, members), STUDY_IDENT, STUDY_FIELDS, members, width)
     parts.append(Text(STUDY_LEGEND, style="dim", overflow="fold"))
     if notes:
-        parts.append(Text("Not compared:\n  " + "\n  ".join(printable(n, newlines=False) for n in notes), style="yellow",
-                          overflow="fold"))
+        parts.append(
+            Text(
+                "Not compared:\n  " + "\n  ".join(printable(n, newlines=False) for n in notes),
+                style="yellow",
+                overflow="fold",
+            )
+        )
     return Group(*parts)
 
 

@@ -327,11 +327,16 @@ def bench_rows(results: list[dict[str, Any]], device: str = "local") -> list[dic
     return rows
 
 
-BENCH_IDENT = [Field("method", "method",  # the native ExecuTorch worker said beside the method it ran
-                     lambda g: f"{g['method']} (native)" if g.get("backend") == "executorch-native" else str(g["method"]),
-                     True),
-               Field("status", "status", status_cell, True),
-               Field("n", "runs (n)", lambda g: str(g["n"]))]
+BENCH_IDENT = [
+    Field(
+        "method",
+        "method",  # the native ExecuTorch worker said beside the method it ran
+        lambda g: f"{g['method']} (native)" if g.get("backend") == "executorch-native" else str(g["method"]),
+        True,
+    ),
+    Field("status", "status", status_cell, True),
+    Field("n", "runs (n)", lambda g: str(g["n"])),
+]
 BENCH_FIGURES = [Field("peak MiB", "peak memory, kernel (MiB)", lambda g: figure(g, "peak_mem_bytes", ",.0f", MIB)),
                  Field("est. MiB", "predicted peak, an estimate (MiB)",
                        lambda g: figure(g, "predicted_peak_bytes_est", ",.0f", MIB)),

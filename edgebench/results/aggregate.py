@@ -18,11 +18,30 @@ from edgebench.runner.figures import spread
 
 GROUP_KEYS = ("device", "model", "method", "backend", *SHAPE_KEYS)
 SHAPE_NAMES = {"batch_size": "batch", "steps": "steps", "text_length": "text", "image_size": "image", "data": "data"}
-FIGURE_KEYS = ("peak_mem_bytes", "device_ram_peak_bytes", "peak_rss_bytes_kernel", "peak_rss_bytes_sampled",
-               "step_time_median_s", "step_time_p90_s", "samples_per_s", "tokens_per_s", "energy_per_step_j", "energy_per_step_j_est",
-               "energy_per_sample_j", "energy_per_sample_j_est", "power_mean_w", "power_mean_w_est", "power_peak_w",
-               "power_peak_w_est", "temp_peak_c",
-               "time_throttled_s", "loss_first", "loss_last", "cpu_others_pct", "predicted_peak_bytes_est")
+FIGURE_KEYS = (
+    "peak_mem_bytes",
+    "device_ram_peak_bytes",
+    "peak_rss_bytes_kernel",
+    "peak_rss_bytes_sampled",
+    "step_time_median_s",
+    "step_time_p90_s",
+    "samples_per_s",
+    "tokens_per_s",
+    "energy_per_step_j",
+    "energy_per_step_j_est",
+    "energy_per_sample_j",
+    "energy_per_sample_j_est",
+    "power_mean_w",
+    "power_mean_w_est",
+    "power_peak_w",
+    "power_peak_w_est",
+    "temp_peak_c",
+    "time_throttled_s",
+    "loss_first",
+    "loss_last",
+    "cpu_others_pct",
+    "predicted_peak_bytes_est",
+)
 
 
 def _status(statuses: Counter) -> str:

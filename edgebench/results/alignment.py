@@ -41,7 +41,9 @@ class Alignment:
     def to_mono_ns(self, host_ns: np.ndarray | int) -> np.ndarray | int:
         """The inverse: host wall-clock ns -> device monotonic ns."""
         host = np.asarray(host_ns, dtype=np.int64)
-        mono = self.ref_mono_ns + np.rint((host - self.offset_ns - self.ref_mono_ns) / (1.0 + self.drift)).astype(np.int64)
+        mono = self.ref_mono_ns + np.rint((host - self.offset_ns - self.ref_mono_ns) / (1.0 + self.drift)).astype(
+            np.int64
+        )
         return mono if mono.ndim else int(mono)
 
 

@@ -62,7 +62,8 @@ def ingest_command(run_dirs: tuple[Path, ...], device: str, store_path: Path, as
 @click.argument("csv_path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @device_option(required=True, help="Device the meter was measuring.")
 @store_option
-@click.option("--id", "trace_id", help="Name of this trace in the store (default DEVICE:FILE-STEM); re-import replaces.")
+@click.option("--id", "trace_id",
+              help="Name of this trace in the store (default DEVICE:FILE-STEM); re-import replaces.")
 @click.option("--time-col", default="time", show_default=True, help="Column holding the timestamp.")
 @click.option("--time-format", default="s", show_default=True,
               help="s|ms|us|ns (epoch numbers, or since --time-origin), iso (ISO 8601), or a strptime "

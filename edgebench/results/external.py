@@ -99,7 +99,9 @@ def read_power_csv(path: str | Path, mapping: CsvMapping) -> tuple[np.ndarray, n
     with open(path, newline="", encoding="utf-8-sig") as fh:
         reader = csv.DictReader(fh, delimiter=mapping.delimiter)
         header = reader.fieldnames or []
-        wanted = [mapping.time_col] + ([mapping.power_col] if mapping.power_col else [mapping.voltage_col, mapping.current_col])
+        wanted = [mapping.time_col] + (
+            [mapping.power_col] if mapping.power_col else [mapping.voltage_col, mapping.current_col]
+        )
         if not mapping.power_col and not (mapping.voltage_col and mapping.current_col):
             raise ValueError(f"{path}: say which column holds power (--power-col) or voltage and current "
                              "(--voltage-col and --current-col)")

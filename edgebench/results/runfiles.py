@@ -51,7 +51,9 @@ class RunFiles:
 def _read_json_file(path: Path, required: bool) -> dict[str, Any] | None:
     if not path.exists():
         if required:
-            raise FileNotFoundError(f"{path}: missing; a run directory needs meta.json (written by the runner at start)")
+            raise FileNotFoundError(
+                f"{path}: missing; a run directory needs meta.json (written by the runner at start)"
+            )
         return None
     try:
         data = json.loads(path.read_text())
@@ -191,7 +193,8 @@ def _events_sql(path: Path) -> str:
         SELECT coalesce(json_type(json) = 'OBJECT', false) AS obj,
                TRY_CAST(f[1] ->> '$' AS BIGINT) AS t_ns, f[2] ->> '$' AS event,
                TRY_CAST(f[3] ->> '$' AS BIGINT) AS step, coalesce(f[4] ->> '$', 'measure') AS phase,
-               CASE WHEN json_type(f[5]) IN ('DOUBLE', 'BIGINT', 'UBIGINT') THEN TRY_CAST(f[5] ->> '$' AS DOUBLE) END AS loss,
+               CASE WHEN json_type(f[5]) IN ('DOUBLE', 'BIGINT', 'UBIGINT')
+                    THEN TRY_CAST(f[5] ->> '$' AS DOUBLE) END AS loss,
                TRY_CAST(f[6] ->> '$' AS DOUBLE) AS duration_s, f[7] AS detail
         FROM (SELECT json, json_extract(json, [{paths}]) AS f
               FROM read_ndjson_objects({_literal(str(path))}, ignore_errors=true))"""
@@ -250,7 +253,9 @@ def read_run_dir(run_dir: str | Path, con: Any = None) -> RunFiles:
     result.json and, given a DuckDB connection `con`, events.jsonl."""
     path = Path(run_dir)
     if not path.is_dir():
-        raise FileNotFoundError(f"{path}: not a directory; pass a run directory (meta.json, samples.jsonl, events.jsonl)")
+        raise FileNotFoundError(
+            f"{path}: not a directory; pass a run directory (meta.json, samples.jsonl, events.jsonl)"
+        )
     meta = _read_json_file(path / "meta.json", required=True) or {}
     result = _read_json_file(path / "result.json", required=False)
     if result is not None:

@@ -149,7 +149,8 @@ def _upgrade(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("""UPDATE runs SET run_key = k.key FROM (SELECT device, run_id, row_number() OVER (
                        ORDER BY ingested_at, device, run_id) AS key FROM runs) k
                    WHERE runs.run_key IS NULL AND runs.device = k.device AND runs.run_id = k.run_id""")
-    con.execute("""UPDATE runs SET packing = coalesce(TRY_CAST(json_extract(meta_json, '$.spec.packing') AS BOOLEAN), false)
+    con.execute("""UPDATE runs
+                   SET packing = coalesce(TRY_CAST(json_extract(meta_json, '$.spec.packing') AS BOOLEAN), false)
                    WHERE packing IS NULL""")
     con.execute("""UPDATE runs SET runtime = json_extract_string(meta_json, '$.runtime')
                    WHERE runtime IS NULL AND backend = 'executorch'""")
@@ -203,8 +204,10 @@ def _connect(path: Path, read_only: bool, wait_s: float = LOCK_WAIT_S) -> duckdb
                 time.sleep(0.2)
                 continue
             if "lock" in text.lower():
-                raise StoreError(f"{path}: another process has held the store for {wait_s:.0f} s ({text.splitlines()[0]}); "
-                                 "wait for it (a collect or bench still ingesting) and retry") from None
+                raise StoreError(
+                    f"{path}: another process has held the store for {wait_s:.0f} s ({text.splitlines()[0]}); "
+                    "wait for it (a collect or bench still ingesting) and retry"
+                ) from None
             if "not a valid DuckDB database" in text or "database file" in text.lower():
                 raise StoreError(f"{path}: damaged or not a DuckDB results store ({text.splitlines()[0]}); "
                                  "pass another --store, or move this file away to start a new store") from None
@@ -230,10 +233,14 @@ class Store:
             _upgrade(self.con)
             self.con.execute(SCHEMA)
             self.con.execute(VIEWS)
-        elif not self.con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'runs'").fetchone()[0]:
+        elif not self.con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'runs'"
+        ).fetchone()[0]:
             self.con.close()
-            raise StoreError(f"{self.path}: a DuckDB file but not an edgebench results store (no `runs` table); "
-                             "pass the store `edgebench collect` or `ingest` wrote (--store)")
+            raise StoreError(
+                f"{self.path}: a DuckDB file but not an edgebench results store (no `runs` table); "
+                "pass the store `edgebench collect` or `ingest` wrote (--store)"
+            )
 
     @property
     def raw_root(self) -> Path:
@@ -387,21 +394,36 @@ class Store:
         limit = samples.cgroup_limit_bytes
         mem_total = _int_or_none(facts.get("mem_total_bytes"))
         ram = min([v for v in (limit, mem_total, _profile_ram_bytes(device)) if v], default=None)
-        detail = result.get("detail") or "; ".join(str(e.get("detail", e.get("event"))) for e in files.error_events) or None
+        detail = (
+            result.get("detail") or "; ".join(str(e.get("detail", e.get("event"))) for e in files.error_events) or None
+        )
         row = {
-            "device": device, "run_id": run_id, "run_key": run_key, "packing": bool(spec.get("packing")),
-            "model": spec.get("model") if spec.get("checkpoint") else (result.get("model") or spec.get("model")), "method": result.get("method") or spec.get("method"),
+            "device": device,
+            "run_id": run_id,
+            "run_key": run_key,
+            "packing": bool(spec.get("packing")),
+            "model": spec.get("model") if spec.get("checkpoint") else (result.get("model") or spec.get("model")),
+            "method": result.get("method") or spec.get("method"),
             "backend": result.get("backend") or spec.get("backend"),
             "runtime": meta.get("runtime"),  # executorch: native or python worker
-            "status": result.get("status") or "incomplete", "detail": detail,
-            "batch_size": _int_or_none(spec.get("batch_size")), "text_length": _int_or_none(spec.get("text_length")),
-            "image_size": _int_or_none(spec.get("image_size")), "steps_done": _int_or_none(result.get("steps_done")),
-            "run_dir": str(files.path.resolve()), "raw_dir": raw_dir,
-            "meta_json": json.dumps(meta, default=str), "result_json": json.dumps(result, default=str) if files.result else None,
-            "mem_total_bytes": mem_total, "cgroup_limit_bytes": limit, "device_ram_bytes": ram,
+            "status": result.get("status") or "incomplete",
+            "detail": detail,
+            "batch_size": _int_or_none(spec.get("batch_size")),
+            "text_length": _int_or_none(spec.get("text_length")),
+            "image_size": _int_or_none(spec.get("image_size")),
+            "steps_done": _int_or_none(result.get("steps_done")),
+            "run_dir": str(files.path.resolve()),
+            "raw_dir": raw_dir,
+            "meta_json": json.dumps(meta, default=str),
+            "result_json": json.dumps(result, default=str) if files.result else None,
+            "mem_total_bytes": mem_total,
+            "cgroup_limit_bytes": limit,
+            "device_ram_bytes": ram,
             "samples_count": samples.count,
-            "samples_bad_lines": samples.bad_lines, "samples_truncated": samples.truncated_last_line,
-            "events_bad_lines": files.events_counts.bad_lines, "events_truncated": files.events_counts.truncated_last_line,
+            "samples_bad_lines": samples.bad_lines,
+            "samples_truncated": samples.truncated_last_line,
+            "events_bad_lines": files.events_counts.bad_lines,
+            "events_truncated": files.events_counts.truncated_last_line,
         }
         names = ", ".join(row)
         self.con.execute(f"INSERT INTO runs ({names}) VALUES ({', '.join('?' * len(row))})", list(row.values()))
@@ -419,7 +441,9 @@ class Store:
                            for n in data.column_names if n != "run_key")
         self.con.register("_incoming", data)
         try:
-            self.con.execute(f"INSERT INTO {table} BY NAME SELECT {int(run_key)}::INTEGER AS run_key, {select} FROM _incoming")
+            self.con.execute(
+                f"INSERT INTO {table} BY NAME SELECT {int(run_key)}::INTEGER AS run_key, {select} FROM _incoming"
+            )
         finally:
             self.con.unregister("_incoming")
 
@@ -442,7 +466,9 @@ class Store:
                 ON c.device = p.device AND c.host_send_ns = p.host_send_ns AND c.device_mono_ns = p.device_mono_ns""")
             self.con.unregister("_probes")
         self.realign(device)
-        return self.con.execute("SELECT count(*) FROM clock_probes WHERE device = ?", [device]).fetchall()[0][0] - before
+        return (
+            self.con.execute("SELECT count(*) FROM clock_probes WHERE device = ?", [device]).fetchall()[0][0] - before
+        )
 
     def probes(self, device: str) -> list[dict[str, Any]]:
         cur = self.con.execute("""SELECT host_send_ns, device_mono_ns, device_wall_ns, host_recv_ns
@@ -453,20 +479,36 @@ class Store:
     def realign(self, device: str) -> None:
         """Recomputes the alignment of every run of `device` from its current probes."""
         probes = self.probes(device)
-        for run_id, meta_json in self.con.execute("SELECT run_id, meta_json FROM runs WHERE device = ?", [device]).fetchall():
+        for run_id, meta_json in self.con.execute(
+            "SELECT run_id, meta_json FROM runs WHERE device = ?", [device]
+        ).fetchall():
             self._store_alignment(device, run_id, align_run(probes, json.loads(meta_json)))
 
     def _store_alignment(self, device: str, run_id: str, a: Alignment) -> None:
-        self.con.execute("""UPDATE runs SET align_source = ?, align_offset_ns = ?, align_drift = ?, align_ref_mono_ns = ?,
+        self.con.execute(
+            """UPDATE runs SET align_source = ?, align_offset_ns = ?, align_drift = ?, align_ref_mono_ns = ?,
             align_probes_used = ?, align_probes_discarded = ?, align_max_error_ns = ?, align_note = ?
             WHERE device = ? AND run_id = ?""",
-                         [a.source, a.offset_ns, a.drift, a.ref_mono_ns, a.probes_used, a.probes_discarded,
-                          a.max_error_ns, a.note, device, run_id])
+            [
+                a.source,
+                a.offset_ns,
+                a.drift,
+                a.ref_mono_ns,
+                a.probes_used,
+                a.probes_discarded,
+                a.max_error_ns,
+                a.note,
+                device,
+                run_id,
+            ],
+        )
 
     def alignment(self, device: str, run_id: str) -> Alignment:
-        row = self.con.execute("""SELECT align_source, align_offset_ns, align_drift, align_ref_mono_ns, align_probes_used,
+        row = self.con.execute(
+            """SELECT align_source, align_offset_ns, align_drift, align_ref_mono_ns, align_probes_used,
             align_probes_discarded, align_max_error_ns, align_note FROM runs WHERE device = ? AND run_id = ?""",
-                               [device, run_id]).fetchall()
+            [device, run_id],
+        ).fetchall()
         if not row:
             raise KeyError(f"no run {run_id!r} on device {device!r} in {self.path}")
         return Alignment(*row[0])
@@ -487,10 +529,20 @@ class Store:
         try:
             self.con.execute("DELETE FROM external_sources WHERE trace_id = ?", [trace_id])
             self.con.execute("DELETE FROM external_traces WHERE trace_id = ?", [trace_id])
-            self.con.execute("INSERT INTO external_sources BY NAME SELECT ? AS trace_id, ? AS device, ? AS source_path, "
-                             "? AS raw_path, ? AS mapping_json, ? AS rows, ? AS first_host_ns, ? AS last_host_ns",
-                             [trace_id, device, str(csv_path.resolve()), str(raw), json.dumps(mapping.to_dict()),
-                              len(t_ns), int(t_ns[0]), int(t_ns[-1])])
+            self.con.execute(
+                "INSERT INTO external_sources BY NAME SELECT ? AS trace_id, ? AS device, ? AS source_path, "
+                "? AS raw_path, ? AS mapping_json, ? AS rows, ? AS first_host_ns, ? AS last_host_ns",
+                [
+                    trace_id,
+                    device,
+                    str(csv_path.resolve()),
+                    str(raw),
+                    json.dumps(mapping.to_dict()),
+                    len(t_ns),
+                    int(t_ns[0]),
+                    int(t_ns[-1]),
+                ],
+            )
             self.con.register("_ext", pa.table({"trace_id": [trace_id] * len(t_ns), "device": [device] * len(t_ns),
                                                 "host_t_ns": t_ns, "power_w": power}))
             self.con.execute("INSERT INTO external_traces BY NAME SELECT * FROM _ext")
@@ -503,8 +555,11 @@ class Store:
 
     def external_covering(self, device: str, first_host_ns: int, last_host_ns: int) -> str | None:
         """The trace_id of an external trace on `device` spanning the whole host-time window."""
-        row = self.con.execute("""SELECT trace_id FROM external_sources WHERE device = ? AND first_host_ns <= ?
-            AND last_host_ns >= ? ORDER BY imported_at DESC LIMIT 1""", [device, first_host_ns, last_host_ns]).fetchall()
+        row = self.con.execute(
+            """SELECT trace_id FROM external_sources WHERE device = ? AND first_host_ns <= ?
+            AND last_host_ns >= ? ORDER BY imported_at DESC LIMIT 1""",
+            [device, first_host_ns, last_host_ns],
+        ).fetchall()
         return row[0][0] if row else None
 
     def external_arrays(self, trace_id: str) -> tuple[np.ndarray, np.ndarray]:
@@ -513,28 +568,41 @@ class Store:
         return np.asarray(got["host_t_ns"], dtype=np.int64), np.asarray(got["power_w"], dtype=np.float64)
 
     # ---- reading ------------------------------------------------------------------------
-    def runs(self, device: str | None = None, model: str | None = None, run_id: str | None = None) -> list[dict[str, Any]]:
+    def runs(
+        self, device: str | None = None, model: str | None = None, run_id: str | None = None
+    ) -> list[dict[str, Any]]:
         """Run rows (the `runs` table) matching the filters, oldest first."""
         where, args = [], []
         for column, value in (("device", device), ("model", model), ("run_id", run_id)):
             if value:
                 where.append(f"{column} = ?")
                 args.append(value)
-        sql = "SELECT * FROM runs" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY ingested_at, device, run_id"
+        sql = (
+            "SELECT * FROM runs"
+            + (" WHERE " + " AND ".join(where) if where else "")
+            + " ORDER BY ingested_at, device, run_id"
+        )
         cur = self.con.execute(sql, args)
         cols = [d[0] for d in cur.description]
         return [dict(zip(cols, row)) for row in cur.fetchall()]
 
     def sample_columns(self) -> list[str]:
-        return [r[0] for r in self.con.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_name = 'samples' ORDER BY ordinal_position").fetchall()]
+        return [
+            r[0]
+            for r in self.con.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = 'samples' "
+                "ORDER BY ordinal_position"
+            ).fetchall()
+        ]
 
     def samples(self, device: str, run_id: str, columns: Iterable[str]) -> dict[str, np.ndarray]:
         """Sample columns of one run in time order (a column the store lacks reads as all-NaN)."""
         have = set(self.sample_columns())
         wanted = ["t_ns"] + [c for c in columns if c != "t_ns"]
-        select = ", ".join(f"TRY_CAST({_quote(c)} AS DOUBLE) AS {_quote(c)}" if c in have else f"NULL::DOUBLE AS {_quote(c)}"
-                           for c in wanted[1:])
+        select = ", ".join(
+            f"TRY_CAST({_quote(c)} AS DOUBLE) AS {_quote(c)}" if c in have else f"NULL::DOUBLE AS {_quote(c)}"
+            for c in wanted[1:]
+        )
         got = self.con.execute(f"SELECT t_ns, {select} FROM samples WHERE run_key = ? ORDER BY t_ns"
                                if select else "SELECT t_ns FROM samples WHERE run_key = ? ORDER BY t_ns",
                                [self._run_key(device, run_id)]).fetchnumpy()

@@ -26,7 +26,9 @@ STUDY_COLUMNS = [
 ]
 
 
-def _ratio(method: dict[str, Any] | None, base: dict[str, Any] | None) -> tuple[float | None, float | None, float | None]:
+def _ratio(
+    method: dict[str, Any] | None, base: dict[str, Any] | None
+) -> tuple[float | None, float | None, float | None]:
     if not method or not base or not base["median"] or not base["min"]:
         return None, None, None
     return method["median"] / base["median"], method["min"] / base["max"], method["max"] / base["min"]
@@ -47,8 +49,10 @@ def study_rows(groups: list[dict[str, Any]], baseline: str = "sgd") -> tuple[lis
         base = next((g for g in members if g["method"] == baseline and _finished(g)), None)
         if base is None:
             shape = f" ({members[0]['shape']})" if members[0].get("shape") else ""
-            notes.append(f"{device} / {model} / {backend}{shape}: no finished {baseline} run to compare against "
-                         f"(run it, or pass --baseline with one of: {', '.join(sorted({g['method'] for g in members}))})")
+            notes.append(
+                f"{device} / {model} / {backend}{shape}: no finished {baseline} run to compare against "
+                f"(run it, or pass --baseline with one of: {', '.join(sorted({g['method'] for g in members}))})"
+            )
         for g in members:
             row: dict[str, Any] = {"device": device, "model": model, "backend": backend, "method": g["method"],
                                    **{k: g.get(k) for k in SHAPE_KEYS}, "shape": g.get("shape"),

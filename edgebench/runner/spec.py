@@ -17,7 +17,8 @@ class RunSpec:
 
     `model` is a config name (`tiny`, `nanovlm-222m`, ...) unless `checkpoint` names a
     nanoVLM folder (then `model` is just its label). Batches come from `data_dir` (a
-    folder dataset) when set, else from the synthetic task. `method` is a preset or a `+` combination (`lora+ckpt+bf16`).
+    folder dataset) when set, else from the synthetic task. `method` is a preset or a `+`
+    combination (`lora+ckpt+bf16`).
     A run stops after `steps` measured steps, or after `duration_s` if that is set.
     """
 

@@ -123,7 +123,9 @@ def run_sweep(sweep_dir: str | Path) -> dict[str, Any]:
             write_json_atomic(sweep_dir / "sweep.json", state)
 
     def on_signal(signum: int, frame: object) -> None:
-        stop["signal"] = stop["signal"] or ("Ctrl-C (SIGINT)" if signum == signal.SIGINT else signal.Signals(signum).name)
+        stop["signal"] = stop["signal"] or (
+            "Ctrl-C (SIGINT)" if signum == signal.SIGINT else signal.Signals(signum).name
+        )
 
     # Restored on the way out: a sweep run in-process (tests, bench) must not leave its handlers behind.
     previous = {signum: signal.signal(signum, on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}

@@ -101,7 +101,10 @@ def _quota_cores(version: str, directory: Path) -> float | None:
         parts = (read_text(directory / "cpu.max") or "max").split()
         quota, period = parts[0], parts[1] if len(parts) > 1 else "100000"
     else:
-        quota, period = read_text(directory / "cpu.cfs_quota_us") or "-1", read_text(directory / "cpu.cfs_period_us") or "0"
+        quota, period = (
+            read_text(directory / "cpu.cfs_quota_us") or "-1",
+            read_text(directory / "cpu.cfs_period_us") or "0",
+        )
     try:
         cores = int(quota) / int(period)
     except (ValueError, ZeroDivisionError):  # "max" or -1: no quota
