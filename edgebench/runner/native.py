@@ -40,9 +40,10 @@ def machine_arch(machine: str | None = None) -> str:
 def bundle_facts(bundle: str | Path) -> dict[str, Any]:
     """bundle.json of a worker bundle ({} when unreadable: `start_problem` says why)."""
     try:
-        return json.loads((Path(bundle) / BUNDLE_FACTS).read_text())
+        facts = json.loads((Path(bundle) / BUNDLE_FACTS).read_text())
     except (OSError, ValueError):
         return {}
+    return facts if isinstance(facts, dict) else {}
 
 
 def start_problem(spec: Any) -> str | None:

@@ -16,10 +16,18 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from edgebench.runner.spec import RunSpec
 from edgebench.telemetry.gpu import cuda_memory_sample
 from edgebench.telemetry.trace import TraceWriter
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    import numpy as np
+
+    from edgebench.model.config import VLMConfig
 
 # Exit codes the supervisor understands.
 EXIT_OK = 0
@@ -59,7 +67,7 @@ def die_with_parent(sig: int, env: str) -> None:
         sys.exit(EXIT_INTERRUPTED)
 
 
-def batches_for(spec: RunSpec):
+def batches_for(spec: RunSpec) -> Iterator[dict[str, np.ndarray]]:
     """The run's batches: its folder dataset, else the synthetic task (numpy, no torch)."""
     from edgebench.data.synthetic import synthetic_batches
 
@@ -73,7 +81,7 @@ def batches_for(spec: RunSpec):
                              packing=spec.packing)
 
 
-def image_budget(cfg, max_image_size: int | None):
+def image_budget(cfg: VLMConfig, max_image_size: int | None) -> VLMConfig:
     """The config with images resized to `max_image_size` before tiling (None: unchanged);
     the model's weights do not depend on it, only the number of views per image does."""
     import dataclasses
@@ -83,7 +91,7 @@ def image_budget(cfg, max_image_size: int | None):
     return dataclasses.replace(cfg, max_img_size=max_image_size).validate()
 
 
-def run_config(spec: RunSpec):
+def run_config(spec: RunSpec) -> VLMConfig:
     """The config the run trains: the named one or the checkpoint's own, with its image budget."""
     from edgebench.model.checkpoint import read_config
     from edgebench.model.config import get_config
@@ -92,7 +100,7 @@ def run_config(spec: RunSpec):
     return image_budget(cfg, spec.max_image_size)
 
 
-def predicted_memory(spec: RunSpec) -> dict | None:
+def predicted_memory(spec: RunSpec) -> dict[str, Any] | None:
     """The method's memory prediction (an estimate), or None where it cannot be made."""
     from edgebench.backends import BACKENDS
 
@@ -152,7 +160,7 @@ def train(spec: RunSpec, events: TraceWriter, out: str = ".") -> int:
     if spec.save_dir:
         folder = Path(out) / spec.save_dir  # an absolute save_dir stays as it is
         events.write({"t_ns": time.monotonic_ns(), "event": "save_begin", "path": str(folder)})
-        backend.save(folder)
+        backend.save(folder)  # type: ignore[attr-defined]  # eager's; other backends refuse --save earlier
         events.write({"t_ns": time.monotonic_ns(), "event": "save_end", "path": str(folder)})
     backend.close()
     return EXIT_OK

@@ -125,9 +125,10 @@ class CgroupCpu:
         if found is None or is_hierarchy_root(found[1]):
             raise SourceUnavailable(f"pid {pid} is in no (non-root) cpu cgroup")
         self.version, directory, self.path = found
-        self.cores = _quota_cores(self.version, directory)
-        if self.cores is None:
+        cores = _quota_cores(self.version, directory)
+        if cores is None:
             raise SourceUnavailable(f"{directory} has no CPU quota: the cgroup is not a device of its own")
+        self.cores = cores
         if self.version == "v2":
             self._usage = directory / "cpu.stat"
         else:  # cpuacct: mounted with cpu ("cpu,cpuacct") or apart, where the lab makes the device a group too
