@@ -169,13 +169,14 @@ class SharedProgram:
 
 
 def _program_key(request: ExportRequest, method, example, delegate: str | None) -> str:
-    """What shapes the .pte: the request but its method and batch size, the delegate it is
-    lowered with, the method's program knobs (exporters.et_methods.program_knobs) and the
-    traced inputs' shapes (an accumN program takes one micro-batch: adamw-accum4 at batch 4
-    is sgd's program at batch 1)."""
+    """What shapes the .pte: the request but its method, batch size and device profile (a
+    profile shapes the program only through its delegate and dtype, both in the request), the
+    delegate it is lowered with, the method's program knobs (exporters.et_methods.program_knobs)
+    and the traced inputs' shapes (an accumN program takes one micro-batch: adamw-accum4 at
+    batch 4 is sgd's program at batch 1). Two devices with one delegate share the program."""
     from exporters.et_methods import program_knobs
 
-    request = dataclasses.replace(request, method="", batch_size=1, delegate=delegate)
+    request = dataclasses.replace(request, method="", batch_size=1, delegate=delegate, profile=None)
     content = {"request": request.key(),
                "knobs": program_knobs(method), "inputs": [list(t.shape) for t in example]}
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()

@@ -56,3 +56,13 @@ def test_bench_and_deploy_share_every_run_option():
     for name in ("model", "methods", "backend", "steps", "warmup", "duration", "batch_size", "text_length",
                  "threads", "accelerator", "sample_hz", "timeout_s", "seed", "runs_dir", "as_json", "save"):
         assert name in shared, f"--{name.replace('_', '-')} is missing from bench or deploy"
+
+
+def test_ruff_finds_nothing_in_the_repository():
+    """The lint rules of pyproject.toml ([tool.ruff]) hold everywhere (a second or so)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise", "."],
+                          cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-1000:]

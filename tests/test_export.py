@@ -173,6 +173,11 @@ def test_methods_updating_between_calls_share_one_program(et_sgd):
     assert adafactor.manifest["planned_memory_bytes"] == et_sgd.manifest["planned_memory_bytes"]
     lomo = export(ExportRequest.from_dict({**et_sgd.manifest["request"], "method": "lomo"}))
     assert lomo.manifest["program_key"] != et_sgd.manifest["program_key"]
+    # Another device profile with the same delegate: its own export, the same program.
+    other_device = {**et_sgd.manifest["request"], "method": "adamw", "profile": "some-other-board"}
+    stages = []
+    adamw = export(ExportRequest.from_dict(other_device), on_stage=stages.append)
+    assert adamw.manifest["program_key"] == et_sgd.manifest["program_key"] and "to_edge" not in stages
 
 
 def test_two_processes_asking_for_one_export_build_it_once(tmp_path):

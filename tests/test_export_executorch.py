@@ -150,7 +150,7 @@ def test_xnnpack_guard_refuses_a_delegate_that_captures_a_trainable_weight(monke
     import exporters.executorch as et
 
     partitioner = et._xnnpack_partitioner
-    monkeypatch.setattr(et, "_xnnpack_partitioner", lambda: partitioner(dynamic_weights=False))
+    monkeypatch.setattr(et, "_xnnpack_partitioner", lambda **kwargs: partitioner(dynamic_weights=False, **kwargs))
     with pytest.raises(RuntimeError, match="captured trainable parameter"):
         et.lower_training_step(MLP(), (torch.randn(6, 16), torch.tensor([0, 1, 2, 3, 4, 5])), delegate="xnnpack")
 
