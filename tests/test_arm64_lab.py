@@ -114,6 +114,7 @@ def _wait_finished(name: str, sweep_id: str, timeout_s: float) -> dict:
 
 @pytest.mark.lab
 @pytest.mark.slow
+@pytest.mark.arm64
 @pytest.mark.timeout(2400)
 def test_sweep_on_an_emulated_arm64_device(emulation, tmp_path, export_cache):
     if isinstance(emulation, arm64.Arm64Error):
