@@ -168,7 +168,7 @@ def _status(exit_code: int | None, exit_signal: int | None, timed_out: bool, int
         return "interrupted", str((last or {}).get("detail") or "stopped by a signal to the worker")
     by_code = {worker.EXIT_OK: "ok", worker.EXIT_DIVERGED: "diverged", worker.EXIT_OOM: "oom",
                worker.EXIT_UNSUPPORTED: "unsupported"}
-    status = by_code.get(exit_code, "error")
+    status = "error" if exit_code is None else by_code.get(exit_code, "error")
     if status == "ok":
         return "ok", ""
     if last is not None:
@@ -184,7 +184,7 @@ class Supervisor:
         self.out = Path(out)
         self.root = root
         self.interrupted: str | None = None  # the signal that stopped the run, named
-        self.child: subprocess.Popen | None = None
+        self.child: subprocess.Popen[bytes] | None = None
         self._kill_at: float | None = None
         self._started_ns = 0  # the worker's start, monotonic: kernel OOM records before it are not its
         self._previous: dict[int, Any] = {}
@@ -206,7 +206,8 @@ class Supervisor:
             self._facts = {"device": device_facts(), "versions": library_versions(),
                            "runtime": self.runtime}
             if self.native:
-                self._facts["native_worker"] = native.bundle_facts(self.spec.native_worker)
+                worker_dir = self.spec.native_worker
+                self._facts["native_worker"] = native.bundle_facts(worker_dir) if worker_dir else {}
         write_json_atomic(self.out / "meta.json", {
             "run_id": self.spec.run_id,
             "spec": self.spec.to_dict(),
@@ -282,12 +283,13 @@ class Supervisor:
                 reserve.release()
             return self._finish(clock_start, exit_code, exit_signal, maxrss, timed_out, sampler_summary, failure)
         finally:
-            for signum, previous in self._previous.items():
-                signal.signal(signum, previous)
+            for number, previous in self._previous.items():
+                signal.signal(number, previous)
 
     def _kill(self, sig: int) -> None:
         """Signals the worker by pid: until _wait reaps it, the pid is still ours (a zombie at
         worst). Popen.send_signal would poll, and could reap it before wait4 reads its usage."""
+        assert self.child is not None, "no worker started"
         try:
             os.kill(self.child.pid, sig)
         except ProcessLookupError:
@@ -296,6 +298,7 @@ class Supervisor:
     def _wait(self) -> tuple[int | None, int | None, int, bool]:
         """Waits for the worker (wait4 gives its ru_maxrss); kills it past timeout_s, or
         past the grace period after an interrupt."""
+        assert self.child is not None, "no worker started"
         deadline = None if self.spec.timeout_s is None else time.monotonic() + self.spec.timeout_s
         timed_out = False
         while True:
