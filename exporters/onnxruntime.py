@@ -1,6 +1,6 @@
 """Lowers the training step to ONNX Runtime training artifacts.
 
-FIELD-NOTES.md, "ONNX Runtime training": the TorchScript exporter (dynamo=False) in
+What ONNX Runtime training 1.19 needs (each found the hard way): the TorchScript exporter (dynamo=False) in
 TRAINING mode at opset 17, LayerNormalization nodes given their optional Mean/InvStdDev
 outputs (the gradient builder needs them), and onnxblock's CrossEntropyLoss with
 ignore_index=-100 on flattened logits [N, vocab] and labels [N] (the LossType enum

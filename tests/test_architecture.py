@@ -66,3 +66,16 @@ def test_ruff_finds_nothing_in_the_repository():
     done = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise", "."],
                           cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-1000:]
+
+
+def test_nothing_points_outside_the_repository():
+    """A user's clone has only this repository: no file may send its reader to notes kept
+    beside it (the team's shared folder)."""
+    import re
+
+    root = Path(__file__).resolve().parent.parent
+    outside = re.compile(r"FIELD-NOTES|STYLE-EXAMPLES|ARCHITECTURE\.md|\.\./shared")
+    found = [f"{path.relative_to(root)}:{n}" for pattern in ("*.py", "*.md", "*.toml", "*.sh", "*.yaml", "*.cpp")
+             for path in root.rglob(pattern) if ".venv" not in path.parts and path.name != "test_architecture.py"
+             for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1) if outside.search(line)]
+    assert not found, found

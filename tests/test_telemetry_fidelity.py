@@ -2,7 +2,7 @@
 bytes in steps (touching every page) and holds them; the sampled peak RSS must match the
 kernel's ru_maxrss (wait4), and, in a real memory cgroup made for the test, the cgroup's
 high-water mark. The cgroup counts page cache too, so its anonymous share (total_rss /
-anon) is compared as well (FIELD-NOTES.md)."""
+anon) is compared as well."""
 
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ class Transport(_Strict):
 
 
 class Power(_Strict):
-    """Where measured power comes from (FIELD-NOTES.md lists each source's format)."""
+    """Where measured power comes from (edgebench/telemetry/power.py says what each source reads)."""
 
     source: Literal["none", "ina3221", "pmic", "battery", "rapl"] = "none"
     rails: list[str] = Field(default_factory=list)  # ["*"]: every rail found
