@@ -153,8 +153,9 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
             f"{path}: no export manifest here; make one with `edgebench export --device ... --out {directory}`"
         )
     manifest = json.loads(path.read_text())
-    if manifest.get("format") != FORMAT:
-        raise ValueError(f"{path}: format {manifest.get('format')!r}, this edgebench reads {FORMAT!r}")
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
+        raise ValueError(f"{path}: format {found!r}, this edgebench reads {FORMAT!r}")
     return manifest
 
 

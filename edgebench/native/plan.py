@@ -119,6 +119,8 @@ def write_plan(spec: RunSpec, cache: Path, predicted: Any = None) -> Path:
     reason = native_reason(method)
     if reason:
         raise UnsupportedBackend(f"method {spec.method!r} on the native ExecuTorch worker: {reason}")
+    if spec.program is None:
+        raise UnsupportedBackend(f"run {spec.run_id}: no exported program to plan for (spec.program is unset)")
     program = Path(spec.program)
     manifest = json.loads((program / "manifest.json").read_text())
     steps = spec.warmup_steps + spec.steps
