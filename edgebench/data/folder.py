@@ -29,12 +29,19 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from edgebench.data.layout import IGNORE, Sample, assemble, image_ids, split_tiles
 from edgebench.data.layout import batches as layout_batches
 from edgebench.untrusted import UnsafeName, inside
+
+if TYPE_CHECKING:
+    from PIL.Image import Image as PILImage
+    from tokenizers import Tokenizer
+
+    from edgebench.model.config import VLMConfig
 
 EOS_CANDIDATES = ("<eos>", "</s>", "<|endoftext|>", "<|im_end|>")
 PAD_CANDIDATES = ("<pad>", "<|pad|>", "[PAD]")
@@ -67,9 +74,9 @@ def _find_jsonl(folder: Path) -> Path:
     return found[0]
 
 
-def _special_id(tokenizer, candidates: tuple[str, ...]) -> int | None:
+def _special_id(tokenizer: Tokenizer, candidates: tuple[str, ...]) -> int | None:
     for token in candidates:
-        token_id = tokenizer.token_to_id(token)
+        token_id: int | None = tokenizer.token_to_id(token)
         if token_id is not None:
             return token_id
     return None
@@ -131,7 +138,7 @@ class FolderDataset:
             examples.append(Example(images, turns, where))
         return examples
 
-    def text(self, example: Example, cfg) -> tuple[list[int], list[int]]:
+    def text(self, example: Example, cfg: VLMConfig) -> tuple[list[int], list[int]]:
         """The sample's text (ids, labels) in the config's layout, without the image string."""
         if not cfg.image_splitting:
             (question, answer), *_ = example.turns
@@ -145,12 +152,12 @@ class FolderDataset:
                       (self._encode(f"{answer}<|im_end|>\n"), True)]
         return assemble(parts)
 
-    def _open(self, image: Path, where: str, cfg):
+    def _open(self, image: Path, where: str, cfg: VLMConfig) -> PILImage:
         """The image decoded as RGB (see `_image`)."""
         with _image(image, where, cfg) as img:
             return img.convert("RGB")
 
-    def check(self, cfg, text_length: int, packing: bool = False) -> None:
+    def check(self, cfg: VLMConfig, text_length: int, packing: bool = False) -> None:
         """Before any run: the tokenizer fits the model, every sample's text fits text_length, and
         every image is a readable image within the pixel limit (headers only: nothing is decoded)."""
         self._check_vocabulary(cfg)
@@ -163,20 +170,21 @@ class FolderDataset:
                 with _image(image, example.where, cfg):
                     pass
 
-    def _check_vocabulary(self, cfg) -> None:
+    def _check_vocabulary(self, cfg: VLMConfig) -> None:
         if self.vocab_size > cfg.image_token_id:
             raise DatasetError(f"{self.jsonl}: the tokenizer has {self.vocab_size} tokens, more than the "
                                f"model's base vocabulary {cfg.image_token_id} (lm_vocab_size - extra_token_amount)")
 
-    def load_image(self, example: Example, cfg) -> np.ndarray:
+    def load_image(self, example: Example, cfg: VLMConfig) -> np.ndarray:
         """v0.1: the first image, float32 [3, size, size] in [0, 1] (bilinear resize, then ToTensor),
         size = cfg.vit_img_size."""
         from PIL import Image
 
         size = cfg.vit_img_size
-        return _to_array(self._open(example.images[0], example.where, cfg).resize((size, size), Image.BILINEAR))
+        image = self._open(example.images[0], example.where, cfg)
+        return _to_array(image.resize((size, size), Image.Resampling.BILINEAR))
 
-    def load_tiles(self, image: Path, where: str, cfg) -> tuple[np.ndarray, tuple[int, int]]:
+    def load_tiles(self, image: Path, where: str, cfg: VLMConfig) -> tuple[np.ndarray, tuple[int, int]]:
         """main: [n, 3, S, S] in [0, 1] (global view first) and the tile grid, as nanoVLM splits."""
         from PIL import Image
 
@@ -188,12 +196,12 @@ class FolderDataset:
                                                                               math.ceil(long / tile) * tile)
         target_short = max(tile, math.ceil(short * target_long / long / tile) * tile)
         size = (target_long, target_short) if width >= height else (target_short, target_long)
-        resized = img.resize(size, Image.BICUBIC)
+        resized = img.resize(size, Image.Resampling.BICUBIC)
         pixels = _to_array(resized)
         grid = (pixels.shape[1] // tile, pixels.shape[2] // tile)
-        return split_tiles(pixels, tile, _to_array(resized.resize((tile, tile), Image.BILINEAR))), grid
+        return split_tiles(pixels, tile, _to_array(resized.resize((tile, tile), Image.Resampling.BILINEAR))), grid
 
-    def sample(self, example: Example, cfg, text_length: int, packing: bool = False) -> Sample:
+    def sample(self, example: Example, cfg: VLMConfig, text_length: int, packing: bool = False) -> Sample:
         ids, labels = self.text(example, cfg)
         if len(ids) + packing > text_length:  # packing adds a separator after each sample
             raise DatasetError(f"{example.where}: needs {len(ids) + packing} tokens but text_length is {text_length}")
@@ -213,7 +221,7 @@ class FolderDataset:
         return Sample(ids[:prefix] + image + ids[prefix:], labels[:prefix] + [IGNORE] * len(image) + labels[prefix:],
                       np.concatenate([tiles for tiles, _ in loaded]))
 
-    def batches(self, cfg, batch_size: int, text_length: int, seed: int,
+    def batches(self, cfg: VLMConfig, batch_size: int, text_length: int, seed: int,
                 image_size: int | None = None, packing: bool = False) -> Iterator[dict[str, np.ndarray]]:
         """Endless shuffled batches, the same dicts as `synthetic_batches` (main: N varies with the images)."""
         self._check_vocabulary(cfg)
@@ -233,7 +241,7 @@ class FolderDataset:
         return layout_batches(samples(), batch_size, width, self.pad_id, packing)
 
 
-def _images_and_turns(record: dict, where: str) -> tuple[list[str], tuple[tuple[str, str], ...]]:
+def _images_and_turns(record: dict[str, Any], where: str) -> tuple[list[str], tuple[tuple[str, str], ...]]:
     """A line's image paths and (user, assistant) turns, in either of the two shapes."""
     if "images" not in record and "texts" not in record:
         for key in ("image", "question", "answer"):
@@ -252,14 +260,14 @@ def _images_and_turns(record: dict, where: str) -> tuple[list[str], tuple[tuple[
     return images, tuple((turn["user"], turn["assistant"]) for turn in texts)
 
 
-def pixel_limit(cfg) -> int:
+def pixel_limit(cfg: VLMConfig) -> int:
     """The most pixels an image may have to be decoded for this model (see MODEL_PIXEL_FACTOR)."""
     side = cfg.max_img_size if cfg.image_splitting else cfg.vit_img_size
     return max(MIN_PIXEL_LIMIT, MODEL_PIXEL_FACTOR * side * side)
 
 
 @contextlib.contextmanager
-def _image(path: Path, where: str, cfg) -> Iterator:
+def _image(path: Path, where: str, cfg: VLMConfig) -> Iterator[PILImage]:
     """The opened image (header read, nothing decoded yet), refused unless Pillow reads it and it
     has at most pixel_limit(cfg) pixels; a decoding error inside names the file too."""
     from PIL import Image
@@ -286,12 +294,12 @@ def _image(path: Path, where: str, cfg) -> Iterator:
                            "PNG or another image format") from None
 
 
-def _to_array(img) -> np.ndarray:
+def _to_array(img: PILImage) -> np.ndarray:
     """ToTensor: uint8 HWC -> float32 CHW in [0, 1]."""
     return np.asarray(img, dtype=np.float32).transpose(2, 0, 1) * np.float32(1 / 255)
 
 
-def folder_batches(folder: str | Path, cfg, batch_size: int, text_length: int, seed: int,
+def folder_batches(folder: str | Path, cfg: VLMConfig, batch_size: int, text_length: int, seed: int,
                    image_size: int | None = None, tokenizer_path: str | Path | None = None,
                    packing: bool = False) -> Iterator[dict[str, np.ndarray]]:
     """`synthetic_batches`' counterpart for a folder dataset."""

@@ -15,8 +15,12 @@ import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from edgebench.data.folder import DatasetError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 STATE_FILE = "state.json"  # what datasets' save_to_disk writes beside its Arrow files
 SPLITS_FILE = "dataset_dict.json"  # ... and above one folder per split, for a DatasetDict
@@ -43,7 +47,7 @@ def _files(folder: Path) -> list[Path]:
     return sorted(folder.rglob("*.parquet"))
 
 
-def _batches(path: Path) -> Iterator:
+def _batches(path: Path) -> Iterator[pa.RecordBatch]:
     """The file's images/texts record batches, read a few rows at a time (images can be GBs)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -71,7 +75,7 @@ def _check_columns(path: Path, names: list[str]) -> None:
         )
 
 
-def rows(folder: Path) -> Iterator[tuple[str, list, list]]:
+def rows(folder: Path) -> Iterator[tuple[str, list[Any], list[Any]]]:
     """(where, images, texts) for each row, where = "file row N"; the columns are checked first."""
     for path in _files(folder):
         number = 0
@@ -81,10 +85,11 @@ def rows(folder: Path) -> Iterator[tuple[str, list, list]]:
                 number += 1
 
 
-def _image_bytes(image, where: str, folder: Path) -> bytes:
+def _image_bytes(image: Any, where: str, folder: Path) -> bytes:
     """One stored image: its bytes, or the file its path names (absolute, or in the dataset folder)."""
-    if isinstance(image, dict) and image.get("bytes"):
-        return image["bytes"]
+    stored = image.get("bytes") if isinstance(image, dict) else None
+    if isinstance(stored, bytes) and stored:
+        return stored
     path = Path(image["path"]) if isinstance(image, dict) and image.get("path") else None
     if path is not None and not path.is_absolute():
         path = folder / path

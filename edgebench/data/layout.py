@@ -14,8 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from edgebench.model.config import VLMConfig
 
 IGNORE = -100
 
@@ -37,7 +41,7 @@ def assemble(parts: Iterable[tuple[list[int], bool]]) -> tuple[list[int], list[i
     return ids, labels
 
 
-def image_ids(cfg, grid: tuple[int, int]) -> list[int]:
+def image_ids(cfg: VLMConfig, grid: tuple[int, int]) -> list[int]:
     """main's image string: the global marker and view, then each tile's marker and tokens."""
     tokens = [cfg.image_token_id] * cfg.n_image_tokens
     ids = [cfg.marker_token_id(0, 0), *tokens]

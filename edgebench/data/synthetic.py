@@ -24,13 +24,16 @@ input ids there: the model shifts them itself (position t predicts token t+1).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from edgebench.data.layout import Sample, assemble, image_ids, split_tiles
 from edgebench.data.layout import batches as layout_batches
+
+if TYPE_CHECKING:
+    from edgebench.model.config import VLMConfig
 
 COLOURS = {
     "red": (220, 40, 40), "green": (40, 180, 60), "blue": (50, 80, 230),
@@ -62,23 +65,24 @@ def encode(words: list[str]) -> list[int]:
     return [TOKEN_ID[w] for w in words]
 
 
-def decode(ids) -> list[str]:
+def decode(ids: Iterable[int]) -> list[str]:
     return [WORDS[int(i)] for i in ids]
 
 
 def _shape_mask(shape: str, dy: np.ndarray, dx: np.ndarray, r: float) -> np.ndarray:
     """Pixels of `shape` (radius r) given offsets from its centre."""
     if shape == "circle":
-        return dx * dx + dy * dy <= r * r
-    if shape == "square":
-        return (np.abs(dx) <= r * 0.85) & (np.abs(dy) <= r * 0.85)
-    if shape == "diamond":
-        return np.abs(dx) + np.abs(dy) <= r
-    # triangle, apex up: the half-width grows linearly from the apex to the base
-    return (dy >= -r) & (dy <= r) & (np.abs(dx) <= (dy + r) / 2)
+        mask = dx * dx + dy * dy <= r * r
+    elif shape == "square":
+        mask = (np.abs(dx) <= r * 0.85) & (np.abs(dy) <= r * 0.85)
+    elif shape == "diamond":
+        mask = np.abs(dx) + np.abs(dy) <= r
+    else:  # triangle, apex up: the half-width grows linearly from the apex to the base
+        mask = (dy >= -r) & (dy <= r) & (np.abs(dx) <= (dy + r) / 2)
+    return np.asarray(mask)
 
 
-def draw_scene(rng: np.random.Generator, size: int, objects: list[dict]) -> np.ndarray:
+def draw_scene(rng: np.random.Generator, size: int, objects: list[dict[str, Any]]) -> np.ndarray:
     """float32 [3, size, size] in [0, 1]: each object in its quadrant, jittered."""
     image = np.empty((3, size, size), dtype=np.float32)
     image[:] = (np.array(_BACKGROUND, dtype=np.float32) + rng.integers(-8, 9, 3)).reshape(3, 1, 1)
@@ -122,7 +126,7 @@ def make_sample(rng: np.random.Generator, index: int, size: int) -> dict[str, An
             "image": draw_scene(rng, size, objects)}
 
 
-def _samples(cfg, seed: int, size: int) -> Iterator[Sample]:
+def _samples(cfg: VLMConfig, seed: int, size: int) -> Iterator[Sample]:
     """Endless samples in the config's layout; `size` is the drawn image's side."""
     rng = np.random.default_rng(seed)
     index = 0
@@ -142,7 +146,7 @@ def _samples(cfg, seed: int, size: int) -> Iterator[Sample]:
         yield Sample(ids, labels, split_tiles(s["image"], tile, global_view))
 
 
-def synthetic_batches(cfg, batch_size: int, text_length: int, seed: int,
+def synthetic_batches(cfg: VLMConfig, batch_size: int, text_length: int, seed: int,
                       image_size: int | None = None, packing: bool = False) -> Iterator[dict[str, np.ndarray]]:
     """Endless batches {"input_ids", "labels", "attention_mask"} int64 [B, W], "images" float32 [N, 3, S, S].
 
