@@ -14,6 +14,7 @@ where weights are touched, so `read_config` works in a torch-free device process
 from __future__ import annotations
 
 import json
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -153,7 +154,7 @@ def load_state_dict_strict(model: VisionLanguageModel, tensors: dict[str, torch.
     model.decoder.tie_weights()  # assign=True gave the two names separate Parameters
 
 
-def _safetensors():
+def _safetensors() -> types.ModuleType:
     try:
         import safetensors.torch
     except ImportError:
@@ -210,7 +211,11 @@ def save_tensors(cfg: VLMConfig, tensors: dict[str, torch.Tensor | Callable[[], 
     folder.mkdir(parents=True, exist_ok=True)
     (folder / CONFIG_FILE).write_text(json.dumps(cfg.to_nanovlm_dict(), indent=4) + "\n")
     (folder / EDGEBENCH_FILE).write_text(json.dumps(cfg.edgebench_dict(), indent=4) + "\n")
-    write_safetensors(folder / WEIGHTS_FILE, layout, lambda k: tensors[k]() if callable(tensors[k]) else tensors[k])
+    def tensor(key: str) -> torch.Tensor:
+        value = tensors[key]
+        return value() if callable(value) else value
+
+    write_safetensors(folder / WEIGHTS_FILE, layout, tensor)
     return folder
 
 

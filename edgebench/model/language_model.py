@@ -40,6 +40,7 @@ class RotaryEmbedding(nn.Module):
     def __init__(self, cfg: VLMConfig):
         super().__init__()
         dim = cfg.lm_hidden_dim // cfg.lm_n_heads
+        self.inv_freq: torch.Tensor
         self.register_buffer("inv_freq", 1.0 / (cfg.lm_re_base ** (torch.arange(0, dim, 2).float() / dim)))
         self.attention_scaling = cfg.lm_attn_scaling
 
