@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Iterator
 
 from edgebench.devices.inventory import Device
+from edgebench.errors import EdgebenchError
 
 
-class TransportError(RuntimeError):
+class TransportError(EdgebenchError, RuntimeError):
     """A device that cannot be reached or used; the message names the device and the fix."""
 
 

@@ -17,6 +17,7 @@ import time
 import traceback
 from pathlib import Path
 
+from edgebench.errors import EdgebenchError
 from edgebench.runner.spec import RunSpec
 from edgebench.telemetry.gpu import cuda_memory_sample
 from edgebench.telemetry.trace import TraceWriter
@@ -34,7 +35,7 @@ SUPERVISOR_PID_ENV = "EDGEBENCH_SUPERVISOR_PID"
 PR_SET_PDEATHSIG = 1
 
 
-class Interrupted(Exception):
+class Interrupted(EdgebenchError):
     """Raised in the main thread when SIGTERM or SIGINT arrives, so the step loop stops cleanly."""
 
 
