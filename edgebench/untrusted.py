@@ -26,11 +26,13 @@ import os
 import re
 from pathlib import Path
 
+from edgebench.errors import EdgebenchError
+
 SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]{0,199}")
 NAME_RULE = "use letters, digits, '.', '_', '+' and '-' (no '..', '/', or leading '.')"
 
 
-class UnsafeName(ValueError):
+class UnsafeName(EdgebenchError, ValueError):
     """A name from outside that would leave its folder; the message names it and the rule."""
 
 

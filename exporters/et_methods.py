@@ -18,6 +18,7 @@ from torch.export.graph_signature import InputKind, InputSpec, OutputKind, Outpu
 
 from edgebench.backends import et_optimizers
 from edgebench.methods import optim
+from edgebench.methods.optimizers import optimizer as descriptor
 
 
 def example_batch(method: Any, batch: dict[str, Any]) -> dict[str, Any]:
@@ -93,7 +94,8 @@ class JointRewrite:
             rule = {"lomo": "LOMO (lomo-optim's fp32 Lomo: p += step * grad, one lr for all parameters)",
                     "sgd": "SGD (torch's single-tensor step)",
                     "adam": "Adam (torch's single-tensor step; moments are program state)",
-                    "adamw": "AdamW (torch's single-tensor step, weight decay 0.01; moments are program state)",
+                    "adamw": (f"AdamW (torch's single-tensor step, weight decay {descriptor('adamw').weight_decay:g}; "
+                              "moments are program state)"),
                     }[self.method.optimizer]
             out["optimizer" if self.method.optimizer == "lomo" else "fused_update"] = (
                 f"{rule}, written into the program (exporters.et_methods.write_update): each weight is "
@@ -276,7 +278,7 @@ def write_update(ep, optimizer: str) -> dict[str, int]:
     placeholders = {n.name: n for n in graph.nodes if n.op == "placeholder"}
     weights = {fqn: placeholders[name] for name, fqn in sig.inputs_to_parameters.items() if fqn in grads}
     user_inputs = [placeholders[name] for name in sig.user_inputs]
-    adam = optimizer in ("adam", "adamw")
+    adam = descriptor(optimizer).program_update == "adam"
     with graph.inserting_after(user_inputs[-1]):
         hyper = graph.placeholder("hyper")
     fake = next(iter(weights.values())).meta["val"]
@@ -341,9 +343,10 @@ def _update_ops(op, optimizer: str, weight, grad, hyper, group: int, state) -> N
     if state is None:  # p += step * g (torch's p.add_(g, alpha=-lr))
         op(aten.copy_.default, weight, op(aten.add.Tensor, weight, op(aten.mul.Tensor, grad, step)))
         return
-    beta1, beta2 = et_optimizers.ADAM_BETAS
+    opt = descriptor(optimizer)
+    beta1, beta2 = opt.betas
     m, v = state
-    base = op(aten.mul.Tensor, weight, scalar("decay")) if optimizer == "adamw" else weight
+    base = op(aten.mul.Tensor, weight, scalar("decay")) if opt.weight_decay else weight
     # m.lerp_(g, 1 - beta1); v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
     m_new = op(aten.add.Tensor, m, op(aten.mul.Scalar, op(aten.sub.Tensor, grad, m), 1 - beta1))
     op(aten.copy_.default, m, m_new)
@@ -352,6 +355,6 @@ def _update_ops(op, optimizer: str, weight, grad, hyper, group: int, state) -> N
     op(aten.copy_.default, v, v_new)
     # p.addcdiv_(m, sqrt(v) / sqrt(1 - beta2^t) + eps, value=-lr / (1 - beta1^t))
     denom = op(aten.add.Scalar, op(aten.div.Tensor, op(aten.sqrt.default, v_new),
-                                   scalar("bias_correction2_sqrt")), et_optimizers.ADAM_EPS)
+                                   scalar("bias_correction2_sqrt")), opt.eps)
     update = op(aten.mul.Tensor, op(aten.div.Tensor, m_new, denom), step)
     op(aten.copy_.default, weight, op(aten.add.Tensor, base, update))

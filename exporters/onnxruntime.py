@@ -27,12 +27,13 @@ from typing import Callable
 
 import torch
 
+from edgebench.methods.optimizers import optimizer as method_optimizer
 
 OPSET = 17
 MAX_IR_VERSION = 10  # what onnxruntime 1.19 accepts
 OPTIMIZERS = ("sgd", "adamw", None)  # None: no update (MeZO's forward-only use)
-ADAMW_BETAS = (0.9, 0.999)  # torch.optim.AdamW's defaults
-ADAMW_EPS = 1e-8
+ADAMW_BETAS = method_optimizer("adamw").betas  # the methods' AdamW (torch.optim.AdamW's defaults)
+ADAMW_EPS = method_optimizer("adamw").eps
 TORCH_ADAM_MODE = 0  # ORT's AdamWOptimizer: 0 = torch.optim.AdamW, 1 = Hugging Face's AdamW
 TRAINING_FILES = ("training_model.onnx", "checkpoint")
 FORWARD_FILES = ("eval_model.onnx", "checkpoint")

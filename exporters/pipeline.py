@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from edgebench.errors import EdgebenchError
 from exporters.manifest import (
     FORMAT,
     ExportRequest,
@@ -35,7 +36,7 @@ TRAINABLE_INIT = "trainable_init.pt"  # MeZO: the starting values of the program
 TRAINABLE_INIT_RAW = "trainable_init.bin"  # the same, raw float32 in order, for the native worker
 
 
-class ExportRefused(Exception):
+class ExportRefused(EdgebenchError):
     """The request cannot be exported for its device or runtime; the message says what to do."""
 
 
@@ -210,6 +211,7 @@ def _export_onnxruntime(request: ExportRequest, directory: Path, on_stage) -> di
     from edgebench.backends.onnxruntime import MMAP_THRESHOLD, SESSION_OPTIONS, shifted_labels
     from edgebench.data.synthetic import to_torch
     from edgebench.methods import optim
+    from edgebench.methods.optimizers import optimizer as optimizer_descriptor
     from edgebench.methods.subsets import LORA_ALPHA, LORA_RANK
     from exporters.lora import write_lora_into_model
     from exporters.onnxruntime import TORCH_ADAM_MODE, export_artifacts
@@ -219,8 +221,9 @@ def _export_onnxruntime(request: ExportRequest, directory: Path, on_stage) -> di
     lora_layers = write_lora_into_model(model) if method.trainable == "lora" else 0
     tensors = to_torch(batch)
     forward_only = method.grad_mode == "zeroth-order"
-    optimizer = None if forward_only else {"adam": "adamw"}.get(method.optimizer, method.optimizer)
-    weight_decay = 0.01 if method.optimizer == "adamw" else 0.0  # the methods' AdamW recipe; Adam: none
+    descriptor = optimizer_descriptor(method.optimizer)  # Adam runs as ORT's AdamW without decay
+    optimizer = None if forward_only else descriptor.onnxruntime
+    weight_decay = descriptor.weight_decay
     info = export_artifacts(model, tensors["input_ids"], tensors["images"], tensors["attention_mask"], directory,
                             optimizer=optimizer, weight_decay=weight_decay,
                             max_grad_norm=optim.MAX_GRAD_NORM, on_stage=on_stage)

@@ -6,8 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from edgebench.errors import EdgebenchError
 
-class UnsupportedBackend(Exception):
+
+class UnsupportedBackend(EdgebenchError):
     """This backend cannot run this method (or on this device); the message says why and what to do."""
 
 

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from edgebench.methods import optim
+from edgebench.methods.optimizers import OPTIMIZERS, optimizer
 
 
 def batch_rows(t, size: int, i: int, parts: int):
@@ -97,19 +98,18 @@ class PerParameterStep:
 
 
 # The update written into the program (exporters.et_methods.write_update): torch's single-
-# tensor SGD / Adam / AdamW and lomo-optim's fp32 Lomo, with these constants.
-IN_PROGRAM = ("sgd", "adam", "adamw")  # with `fused`; lomo always
-ADAM_BETAS = (0.9, 0.999)
-ADAM_EPS = 1e-8
-WEIGHT_DECAY = {"adamw": 0.01}  # optim.build_optimizer's AdamW; Adam and SGD none
+# tensor SGD / Adam / AdamW and lomo-optim's fp32 Lomo, with their descriptors' constants (betas,
+# eps, weight_decay: methods/optimizers.py), where the descriptor names a `program_update`.
 # The program's last input, `hyper`: per lr group (backbones 0, projector 1) the factor
 # weights are decayed by and the step the update is scaled by, then Adam's sqrt(1 - beta2^t).
 HYPER_SIZE = 5
 
 
 def update_in_program(method: Any) -> bool:
-    """Whether the export writes the method's update into the program."""
-    return method.optimizer == "lomo" or (method.fused_update and method.optimizer in IN_PROGRAM)
+    """Whether the export writes the method's update into the program: with `fused`, and always
+    for an optimizer that updates inside backward (LOMO), where the descriptor has a rule for it."""
+    opt = optimizer(method.optimizer)
+    return bool(opt.program_update) and (opt.update_in_backward or method.fused_update)
 
 
 def hyper_index(group: int, what: str) -> int:
@@ -122,8 +122,9 @@ class UpdatingProgram:
 
     def __init__(self, module: Any, method: Any, names: list[str], lr: float, total_steps: int) -> None:
         self.module, self.method, self.names = module, method, names
+        self.opt = optimizer(method.optimizer)
         # lomo-optim has one lr; the fused trainer nanoVLM's two groups
-        self.lrs = (lr, lr if method.optimizer == "lomo" else max(lr, optim.NANOVLM_LR_MP))
+        self.lrs = (lr, lr if self.opt.update_in_backward else max(lr, optim.NANOVLM_LR_MP))
         self.total_steps = max(1, total_steps)
         self.steps_done = 0
         self.params: dict[str, torch.Tensor] | None = None
@@ -131,14 +132,15 @@ class UpdatingProgram:
     def hyper(self) -> torch.Tensor:
         """This step's scalars, computed as torch.optim computes them (Python floats)."""
         factor = optim.lr_factor(self.steps_done, self.total_steps)
-        adam = self.method.optimizer in ("adam", "adamw")
+        adam = self.opt.program_update == "adam"
+        betas = self.opt.betas
         t = self.steps_done + 1
         values = []
         for peak in self.lrs:
             lr = peak * factor
-            decay = 1 - lr * WEIGHT_DECAY.get(self.method.optimizer, 0.0)
-            values += [decay, -lr / (1 - ADAM_BETAS[0] ** t) if adam else -lr]
-        values.append((1 - ADAM_BETAS[1] ** t) ** 0.5 if adam else 1.0)
+            decay = 1 - lr * self.opt.weight_decay
+            values += [decay, -lr / (1 - betas[0] ** t) if adam else -lr]
+        values.append((1 - betas[1] ** t) ** 0.5 if adam else 1.0)
         return torch.tensor(values, dtype=torch.float32)
 
     def step(self, inputs: tuple[torch.Tensor, ...]) -> float:
@@ -165,14 +167,10 @@ def program_stepper(method: Any, program: Any, update: Any, lr: float, total_ste
 
 
 # Optimizers whose state and step stay in the runtime process (torch.optim's API over the
-# program's weights and the gradients it returns), with what they keep there.
-BETWEEN_CALLS = {
-    "adafactor": "torch.optim.Adafactor (factored second moments)",
-    "adamw-8bit": "torchao's AdamW8bit (moments as 8-bit block-quantised torchao tensors)",
-    "adamw-4bit": "torchao's AdamW4bit (moments as 4-bit block-quantised torchao tensors)",
-    "galore": ("galore-torch's GaLoreAdamW (each block matrix's gradient projected to rank <= 64, "
-               "the projector an SVD of the gradient every 200 steps)"),
-}
+# program's weights and the gradients it returns), with what they keep there (descriptors'
+# `between_calls`).
+BETWEEN_CALLS = {name: f"{o.between_calls[0]} ({o.between_calls[1]})"
+                 for name, o in OPTIMIZERS.items() if o.between_calls}
 
 
 def lowering(method: Any) -> dict[str, str]:

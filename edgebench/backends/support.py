@@ -11,17 +11,16 @@ import platform
 from typing import Any
 
 from edgebench.backends.base import BACKENDS
+from edgebench.methods.optimizers import OPTIMIZERS, optimizer
 
 BACKEND_NAMES = tuple(BACKENDS)
 
-# Optimizers each exported backend applies (ExecuTorch: SGD in the runtime, the others
-# with torch.optim over the program's parameters; ONNX Runtime: SGD in place on its
-# parameter buffers, Adam/AdamW as its AdamW optimizer graph, Adam = AdamW without decay).
-EXPORT_OPTIMIZERS = {
-    "executorch": ("sgd", "sgd-momentum", "adam", "adamw", "adafactor", "lomo", "adamw-8bit", "adamw-4bit",
-                   "galore"),
-    "onnxruntime": ("sgd", "adam", "adamw"),
-}
+# Optimizers each exported backend applies, from their descriptors (methods/optimizers.py).
+# ExecuTorch: SGD in the runtime, the update written into the program (LOMO, fused), the others
+# over the program's parameters between its calls; ONNX Runtime: SGD in place on its parameter
+# buffers, Adam/AdamW as its AdamW optimizer graph, Adam = AdamW without decay.
+EXPORT_OPTIMIZERS = {backend: tuple(name for name, o in OPTIMIZERS.items() if backend in o.exported_backends)
+                     for backend in BACKEND_NAMES if backend != "eager"}
 
 
 def _knob(method: Any, name: str, default: Any) -> Any:
@@ -42,50 +41,14 @@ def _eager_only_knobs(method: Any) -> str | None:
 
 def unsupported_reason(method: Any, backend: str) -> str | None:
     """Why `method` (a methods.Method) cannot run on `backend`, with what to do; None if it can."""
-    if backend == "eager":
-        return None
     if backend not in BACKEND_NAMES:
         return f"unknown backend {backend!r}; choose one of {', '.join(BACKEND_NAMES)}"
+    if backend == "eager":
+        return None
     eager_only = _eager_only_knobs(method)
     if eager_only:
         return f"{eager_only} runs in eager torch only (not lowered to {backend} programs); use --backend eager"
-    if backend == "onnxruntime":
-        return _onnxruntime_reason(method)
-    if backend == "executorch":
-        return _executorch_reason(method)
-    other = "onnxruntime" if backend == "executorch" else "executorch"
-    grad_mode = _knob(method, "grad_mode", "backprop")
-    if grad_mode == "zeroth-order":
-        return None  # a forward-only program plus in-place perturbation
-    if grad_mode != "backprop":
-        return f"{grad_mode} gradients need torch.func (jvp) at run time; use --backend eager"
-    optimizer = _knob(method, "optimizer", "adamw")
-    if optimizer not in EXPORT_OPTIMIZERS[backend]:
-        alternatives = [b for b, opts in EXPORT_OPTIMIZERS.items() if optimizer in opts]
-        where = f"--backend {alternatives[0]} or eager" if alternatives else "--backend eager"
-        return (f"optimizer {optimizer} is not available on {backend} "
-                f"(it has {', '.join(EXPORT_OPTIMIZERS[backend])}); use {where}")
-    if _knob(method, "checkpointing", False):
-        return (f"activation checkpointing has no meaning in a lowered {backend} program (its memory "
-                "is planned at export); use --backend eager")
-    if _knob(method, "accumulation", 1) != 1:
-        return f"gradient accumulation is not built for {backend}; use --backend eager"
-    if _knob(method, "precision", "fp32") != "fp32" or _knob(method, "frozen_dtype", "fp32") != "fp32":
-        return f"{backend} programs are exported in float32 only; use --backend eager for bf16 / int8"
-    if _knob(method, "fused_update", False):
-        return f"fused update-in-backward needs torch's autograd hooks; use --backend eager (or {other} without it)"
-    return None
-
-
-# Optimizers ExecuTorch refuses, with why. The others run in the program (LOMO, fused) or
-# between its calls in the runtime process over the gradients it returns (adafactor, torchao's
-# low-bit AdamW, GaLore: edgebench.backends.executorch.ProgramUpdate).
-_EXECUTORCH_REFUSED = {
-    "adalomo": ("lomo-optim's AdaLomo allocates its state with .cuda() (eager refuses it on CPU too); "
-                "use lomo or adafactor"),
-    "cg": ("conjugate gradient's Armijo line search evaluates the loss a data-dependent number of times "
-           "per step at trial points; use --backend eager"),
-}
+    return _METHOD_REASONS[backend](method)
 
 
 def _executorch_reason(method: Any) -> str | None:
@@ -97,10 +60,7 @@ def _executorch_reason(method: Any) -> str | None:
                 "(\"Unsupported functorch tracing attempt\"); the non-strict export fails its retrace "
                 "(run_decompositions, which to_edge needs: \"Cannot access storage of TensorWrapper\" "
                 "on the lifted rotary constants); use --backend eager")
-    optimizer = _knob(method, "optimizer", "adamw")
-    if optimizer in _EXECUTORCH_REFUSED:
-        return _EXECUTORCH_REFUSED[optimizer]
-    return None
+    return optimizer(_knob(method, "optimizer", "adamw")).executorch_refusal or None
 
 
 def _onnxruntime_reason(method: Any) -> str | None:
@@ -110,10 +70,10 @@ def _onnxruntime_reason(method: Any) -> str | None:
     grad_mode = _knob(method, "grad_mode", "backprop")
     if grad_mode == "forward-mode":
         return "forward-mode gradients need torch.func (jvp) at run time; use --backend eager"
-    optimizer = _knob(method, "optimizer", "adamw")
-    if optimizer not in EXPORT_OPTIMIZERS["onnxruntime"]:
-        where = "--backend executorch or eager" if optimizer in EXPORT_OPTIMIZERS["executorch"] else "--backend eager"
-        return (f"optimizer {optimizer} is not available on onnxruntime (its training API has SGD and "
+    name = _knob(method, "optimizer", "adamw")
+    if not optimizer(name).onnxruntime:
+        where = "--backend executorch or eager" if name in EXPORT_OPTIMIZERS["executorch"] else "--backend eager"
+        return (f"optimizer {name} is not available on onnxruntime (its training API has SGD and "
                 f"AdamW: {', '.join(EXPORT_OPTIMIZERS['onnxruntime'])}); use {where}")
     if _knob(method, "checkpointing", False):
         return ("ONNX Runtime 1.19's recompute (MemoryOptimizer, session option "
@@ -130,6 +90,10 @@ def _onnxruntime_reason(method: Any) -> str | None:
         return ("a fused update-in-backward has no place in ORT's training API (gradients land in "
                 "buffers the optimizer graph reads afterwards); use --backend eager")
     return None
+
+
+# Each exported backend's reason a method cannot run on it (every backend of BACKENDS but eager).
+_METHOD_REASONS = {"executorch": _executorch_reason, "onnxruntime": _onnxruntime_reason}
 
 
 def device_reason(backend: str, arch: str | None = None, backends: list[str] | None = None,

@@ -5,8 +5,8 @@ device-side rooms (models, methods, sensors) live here in `cli/`, so the device 
 imports click. Every command is imported and registered below, in the order `--help` lists them.
 
 `main` is the one place errors reach the user: a user error (a bad name, a damaged file,
-an unreachable device) is one line and exit code 2, Ctrl-C is exit code 130, anything else
-one line and exit code 1; `edgebench --debug ...` (or EDGEBENCH_DEBUG=1) shows the traceback.
+an unreachable device: any EdgebenchError) is one line and exit code 2, Ctrl-C is exit code
+130, anything else one line and exit code 1; `edgebench --debug ...` (or EDGEBENCH_DEBUG=1) shows the traceback.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from edgebench.cli.methods import methods_command, predict_command
 from edgebench.cli.models import models_command
 from edgebench.cli.sensors import sensors_command
 from edgebench.devices.commands import devices, lab
+from edgebench.errors import EdgebenchError
 from edgebench.fleet.commands import bench, collect, deploy, status
 from edgebench.live.commands import live_command
 from edgebench.report.commands import report_command
@@ -62,24 +63,12 @@ ENVIRONMENT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES)  # 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Exceptions that mean the input or the environment is wrong, not edgebench: their
-    message names the thing and the fix, so the user sees it alone."""
+    message names the thing and the fix, so the user sees it alone. edgebench's own all
+    subclass EdgebenchError (edgebench/errors.py); the rest are click's, DuckDB's and the
+    file system's."""
     import duckdb
 
-    from edgebench.data.folder import DatasetError
-    from edgebench.devices.cgroups import CgroupError
-    from edgebench.devices.inventory import InventoryError
-    from edgebench.devices.lab import LabError
-    from edgebench.devices.profiles import ProfileError
-    from edgebench.devices.transport import TransportError
-    from edgebench.fleet.deploy import PreflightError
-    from edgebench.methods.knobs import MethodError
-    from edgebench.model.checkpoint import CheckpointError
-    from edgebench.model.config import ConfigError
-    from edgebench.results.store import StoreError
-    from edgebench.untrusted import UnsafeName
-
-    return (click.ClickException, InventoryError, ProfileError, TransportError, MethodError, CheckpointError,
-            ConfigError, StoreError, DatasetError, LabError, CgroupError, PreflightError, UnsafeName, duckdb.Error,
+    return (EdgebenchError, click.ClickException, duckdb.Error,
             FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
 
 

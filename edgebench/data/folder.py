@@ -35,6 +35,7 @@ import numpy as np
 
 from edgebench.data.layout import IGNORE, Sample, assemble, image_ids, split_tiles
 from edgebench.data.layout import batches as layout_batches
+from edgebench.errors import EdgebenchError
 from edgebench.untrusted import UnsafeName, inside
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ MODEL_PIXEL_FACTOR = 16
 MIN_PIXEL_LIMIT = 4096 * 4096
 
 
-class DatasetError(ValueError):
+class DatasetError(EdgebenchError, ValueError):
     """Bad dataset input; the message names the file (and line)."""
 
 

@@ -36,6 +36,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgebench.errors import EdgebenchError
+
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 DEBIAN_KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 SUITE = "bookworm"  # glibc 2.36 and Python 3.11, as on Raspberry Pi OS bookworm
@@ -65,7 +67,7 @@ STEPS = ("Debian index (amd64)", "qemu-user and aarch64 binutils", "Debian index
          "compiling .pyc", "checking `import torch` under emulation")
 
 
-class Arm64Error(RuntimeError):
+class Arm64Error(EdgebenchError, RuntimeError):
     """The emulation root cannot be built or used; the message says what to do."""
 
 

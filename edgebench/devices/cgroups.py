@@ -13,11 +13,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgebench.errors import EdgebenchError
+
 ROOT = Path("/sys/fs/cgroup")
 CFS_PERIOD_US = 100_000
 
 
-class CgroupError(RuntimeError):
+class CgroupError(EdgebenchError, RuntimeError):
     """The limits cannot be set up here; the message says why and what to do."""
 
 

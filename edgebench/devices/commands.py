@@ -20,13 +20,14 @@ from edgebench.devices.inventory import (
     remove_entry,
     scan_devices,
 )
+from edgebench.errors import EdgebenchError
 from edgebench.untrusted import UnsafeName, path_name, printable
 
 if TYPE_CHECKING:
     from edgebench.devices.readiness import Readiness
 
 
-class UserError(click.ClickException):
+class UserError(EdgebenchError, click.ClickException):
     """A mistake the user can fix: one line, exit code 2."""
 
     exit_code = 2

@@ -2,7 +2,8 @@
 
 One POSIX shell probe (it works before Python is installed, and in adb's shell) prints
 `key=value` lines: the device-tree model, arch, RAM, cores, OS, Pythons, free disk,
-readable sensors and the clock. Board files are read under a root directory (`/` on a
+readable sensors (each power source's lines come from its descriptor, telemetry/power.py
+POWER_SOURCES) and the clock. Board files are read under a root directory (`/` on a
 device; a fixture tree or an emulated board's files in tests), so tests take the same path.
 """
 
@@ -19,6 +20,7 @@ from typing import Any
 from edgebench.devices.inventory import Device
 from edgebench.devices.profiles import ProfileError, Transport as TransportSettings, load_profile, resolve_profile
 from edgebench.devices.transport import Transport, TransportError
+from edgebench.telemetry.power import POWER_SOURCES
 
 # Pythons tried when the device's own is not known yet (the last one is Termux's).
 PYTHONS = ("python3", "python", "/data/data/com.termux/files/usr/bin/python")
@@ -55,25 +57,11 @@ kv disk_free_kib "$(df -Pk "$W" 2>/dev/null | sed -n '2p' | tr -s ' ' | cut -d '
 for z in "$R"/sys/class/thermal/thermal_zone*; do
   [ -r "$z/type" ] && kv thermal "$(cat "$z/type")	$(cat "$z/temp" 2>/dev/null)"
 done
-for h in "$R"/sys/bus/i2c/devices/*/hwmon/hwmon* "$R"/sys/class/hwmon/hwmon*; do
-  [ "$(cat "$h/name" 2>/dev/null)" = ina3221 ] || continue
-  for l in "$h"/in*_label; do
-    [ -r "$l" ] && kv rail "$(cat "$l")	$(cat "${l%_label}_input" 2>/dev/null)"
-  done
-done
-b="$R/sys/class/power_supply/battery"
-[ -e "$b" ] && kv battery "$(cat "$b/current_now" 2>/dev/null)	$(cat "$b/voltage_now" 2>/dev/null)"
-for z in "$R"/sys/class/powercap/intel-rapl:*; do
-  [ -e "$z/energy_uj" ] && kv rapl "$(cat "$z/name" 2>/dev/null)	$(cat "$z/energy_uj" 2>/dev/null)"
-done
-if command -v vcgencmd >/dev/null 2>&1; then
-  kv vcgencmd "$(vcgencmd get_throttled 2>&1 | head -n 1)"
-  kv pmic_lines "$(vcgencmd pmic_read_adc 2>/dev/null | grep -c current)"
-fi
+command -v vcgencmd >/dev/null 2>&1 && kv vcgencmd "$(vcgencmd get_throttled 2>&1 | head -n 1)"
 command -v systemctl >/dev/null 2>&1 && kv jtop "$(systemctl is-active jtop 2>/dev/null)"
 [ -S "$R/run/jtop.sock" ] && kv jtop_socket yes
 command -v timedatectl >/dev/null 2>&1 && kv ntp "$(timedatectl show -p NTPSynchronized --value 2>/dev/null)"
-exit 0
+""" + "".join(source.probe for source in POWER_SOURCES.values()) + """exit 0
 """
 
 
@@ -94,11 +82,9 @@ class BoardFacts:
     workdir: str = ""  # absolute
     disk_free_bytes: int | None = None
     thermal: list[tuple[str, str]] = field(default_factory=list)  # (zone type, m°C)
-    rails: list[tuple[str, str]] = field(default_factory=list)  # (ina3221 label, mV)
-    battery: tuple[str, str] | None = None  # (current_now µA, voltage_now µV)
-    rapl: list[tuple[str, str]] = field(default_factory=list)  # (zone name, energy_uj)
+    # each power source's probe lines, by source name (telemetry.power.POWER_SOURCES), in order
+    power: dict[str, list[str]] = field(default_factory=dict)
     vcgencmd: str | None = None  # `vcgencmd get_throttled` (None: not installed)
-    pmic_lines: int = 0
     jtop: str = ""  # `systemctl is-active jtop`
     jtop_socket: bool = False
     ntp: str = ""  # timedatectl NTPSynchronized: yes | no | "" (not reported)
@@ -142,14 +128,12 @@ def parse_probe(text: str) -> BoardFacts:
         elif key == "python" and value.count("\t") == 2:
             asked, path, version = value.split("\t")
             facts.pythons.append((asked, path, version))
-        elif key in ("thermal", "rail", "rapl"):
-            getattr(facts, {"rail": "rails"}.get(key, key)).append(pair)
-        elif key == "battery":
-            facts.battery = pair  # type: ignore[assignment]
+        elif key == "thermal":
+            facts.thermal.append(pair)
+        elif key in POWER_SOURCES:
+            facts.power.setdefault(key, []).append(value)
         elif key == "vcgencmd":
             facts.vcgencmd = value
-        elif key == "pmic_lines":
-            facts.pmic_lines = _int(value) or 0
         elif key in ("termux", "jtop_socket"):
             setattr(facts, key, value == "yes")
     return facts

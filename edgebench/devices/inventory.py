@@ -29,10 +29,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from edgebench.devices.profiles import Profile, ProfileError, Transport, load_profile
+from edgebench.errors import EdgebenchError
 from edgebench.untrusted import UnsafeName, path_name
 
 
-class InventoryError(ValueError):
+class InventoryError(EdgebenchError, ValueError):
     """An inventory file or entry that cannot be used; the message names it and the fix."""
 
 

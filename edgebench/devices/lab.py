@@ -33,6 +33,7 @@ from edgebench.devices import arm64, inventory
 from edgebench.devices.cgroups import Limits
 from edgebench.devices.inventory import read_inventory, write_inventory
 from edgebench.devices.profiles import load_profile
+from edgebench.errors import EdgebenchError
 
 DEFAULT_PROFILES = ("raspberry-pi-4-4gb", "raspberry-pi-zero-2w")
 DEFAULT_ARM64_PROFILES = ("raspberry-pi-4-4gb",)  # emulated torch alone takes ~400 MB: not a 512 MiB Zero
@@ -40,7 +41,7 @@ ARCHES = {"host": None, "arm64": "aarch64", "aarch64": "aarch64"}
 SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/bin/sshd")
 
 
-class LabError(RuntimeError):
+class LabError(EdgebenchError, RuntimeError):
     """The lab cannot do what was asked; the message says what to do."""
 
 

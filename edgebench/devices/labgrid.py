@@ -40,6 +40,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from edgebench.devices.background_loop import background_loop
+from edgebench.errors import EdgebenchError
 
 PROFILE_TAG = "edgebench-profile"
 HOSTKEY_TAG = "edgebench-hostkey"
@@ -51,7 +52,7 @@ TIMEOUT_S = 15.0
 INSTALL_HINT = "pip install 'edgebench[farm]' (labgrid==26.0.1)"
 
 
-class FarmError(ValueError):
+class FarmError(EdgebenchError, ValueError):
     """A coordinator, place or tag that cannot be used; the message names it and the fix."""
 
 

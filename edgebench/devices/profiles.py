@@ -18,13 +18,15 @@ from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationError, fi
 
 from edgebench.backends import BACKENDS
 from edgebench.backends.support import device_reason
+from edgebench.errors import EdgebenchError
 from edgebench.methods.fit import DEFAULT_HEADROOM
+from edgebench.telemetry.power import POWER_SOURCES
 from edgebench.telemetry.rails import RAIL_TREES
 
 REPO_PROFILES_DIR = Path(__file__).resolve().parents[2] / "device_profiles"
 
 
-class ProfileError(ValueError):
+class ProfileError(EdgebenchError, ValueError):
     """A profile that cannot be found or does not validate; the message names the fix."""
 
 
@@ -48,11 +50,18 @@ class Transport(_Strict):
 class Power(_Strict):
     """Where measured power comes from (edgebench/telemetry/power.py says what each source reads)."""
 
-    source: Literal["none", "ina3221", "pmic", "battery", "rapl"] = "none"
+    source: str = "none"  # none, or a measured source of telemetry.power.POWER_SOURCES
     rails: list[str] = Field(default_factory=list)  # ["*"]: every rail found
     total_rail: str | None = None  # one rail metering the whole input (VDD_IN); None: see rail_tree
     rail_tree: str | None = None  # the module's rail tree (telemetry/rails.py): power_w sums its roots
     battery_current_sign: Literal[-1, 1, "auto"] = "auto"  # auto: determined on the device (telemetry/battery.py)
+
+    @field_validator("source")
+    @classmethod
+    def _known_source(cls, value: str) -> str:
+        if value != "none" and value not in POWER_SOURCES:
+            raise ValueError(f"unknown power source {value!r}; use none or one of {', '.join(POWER_SOURCES)}")
+        return value
 
     @field_validator("rail_tree")
     @classmethod

@@ -19,6 +19,7 @@ from typing import Callable, Iterable
 from edgebench.devices import detect, pylibs
 from edgebench.devices.inventory import Device, read_inventory, write_inventory
 from edgebench.devices.transport import Transport, TransportError
+from edgebench.telemetry.power import POWER_SOURCES
 
 MIN_PYTHON = (3, 10)
 TORCH = "2.13.0"
@@ -255,33 +256,10 @@ class _Checker:
         source = sensors.power.source
         if source == "none":
             self.add("power", "n/a", "no power sensor on this board: power is estimated (power_w_est)")
-        elif source == "ina3221":
-            readable = sorted({label for label, value in f.rails if value.strip() and label not in ("NC",)
-                               and "sum of shunt" not in label})
-            wanted = [r for r in sensors.power.rails if r != "*"]
-            lost = [r for r in wanted if r not in readable]
-            if readable and not lost:
-                self.add("power", "ok", f"INA3221 rails {', '.join(readable)}")
-            elif readable:
-                self.add("power", "warn", f"rails {', '.join(lost)} not found (found {', '.join(readable)}); fix "
-                         "`sensors.power.rails` in a copy of the profile")
-            else:
-                self.add("power", "warn", "no readable INA3221 rail under /sys/bus/i2c/devices/*/hwmon: power "
-                         "falls back to jtop, else estimates", "jtop")
-        elif source == "pmic":
-            ok = f.vcgencmd is not None and f.pmic_lines > 0
-            self.add("power", "ok" if ok else "warn", f"vcgencmd pmic_read_adc: {f.pmic_lines} rails" if ok else
-                     "vcgencmd pmic_read_adc does not answer: power is estimated", "vcgencmd")
-        elif source == "battery":
-            current, voltage = f.battery or ("", "")
-            ok = bool(current.strip() and voltage.strip())
-            self.add("power", "ok" if ok else "warn", "battery current_now and voltage_now readable" if ok else
-                     "/sys/class/power_supply/battery/current_now not readable (SELinux on some phones): power "
-                     "is estimated")
-        elif source == "rapl":
-            ok = any(value.strip() for _, value in f.rapl)
-            self.add("power", "ok" if ok else "warn", f"RAPL {', '.join(n for n, _ in f.rapl)}" if ok else
-                     "RAPL energy counters not readable: power is estimated", "rapl")
+        else:  # what the probe found for the source, read by its descriptor (telemetry/power.py)
+            described = POWER_SOURCES[source]
+            status, detail, needs_fix = described.ready(f.power.get(source, []), sensors.power.model_dump())
+            self.add("power", status, detail, described.fix if needs_fix else None)
         zones = sorted({name for name, temp in f.thermal if temp.strip() and temp.strip() != "-256000"})
         patterns = sensors.thermal_zones  # names or case-insensitive patterns; "*": all
         matched = [z for z in zones if any(fnmatch.fnmatch(z.lower(), p.lower()) for p in patterns)]

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgebench.devices.inventory import Device
+from edgebench.errors import EdgebenchError
 
 
-class TransportError(RuntimeError):
+class TransportError(EdgebenchError, RuntimeError):
     """A device that cannot be reached or used; the message names the device and the fix."""
 
 

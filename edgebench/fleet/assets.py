@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from edgebench.errors import EdgebenchError
 from edgebench.fleet.device_scripts import digests as digests_script
 from edgebench.fleet.device_scripts.digests import digests, file_digest
 from edgebench.fleet.remote import run_program
@@ -29,7 +30,7 @@ MARKER = ".edgebench-verified"
 ASSET_FIELDS = ("checkpoint", "data_dir", "native_worker", "native_plan")
 
 
-class AssetError(RuntimeError):
+class AssetError(EdgebenchError, RuntimeError):
     """A folder arrived different from what was sent."""
 
 

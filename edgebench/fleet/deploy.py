@@ -29,6 +29,7 @@ from edgebench.devices import connect, readiness
 from edgebench.devices.inventory import Device, get_device
 from edgebench.devices.labgrid import interrupt_reservations, reserve
 from edgebench.devices.transport import Transport, TransportError
+from edgebench.errors import EdgebenchError
 from edgebench.fleet import shell_sweep
 from edgebench.fleet.assets import plan_assets, ship_assets, unshipped_bytes
 from edgebench.fleet.clock import probe_clock
@@ -42,7 +43,7 @@ MIN_FREE_RAM = 200 * 2**20  # below this even importing torch fails
 DISK_HEADROOM = 100 * 2**20  # traces of a long sweep
 
 
-class PreflightError(RuntimeError):
+class PreflightError(EdgebenchError, RuntimeError):
     """The device cannot run the sweep; the message lists every problem with its fix."""
 
 

@@ -28,6 +28,7 @@ def make_trainer(method: Method | str, model: "nn.Module", *, lr: float | None =
     lives here, not beside the base class, so trainer modules never import each other in a circle.
     """
     from edgebench.methods import optim
+    from edgebench.methods.optimizers import optimizer
     from edgebench.methods.subsets import trainable_parameters
     from edgebench.methods.trainer import BackpropTrainer, FusedTrainer, LomoTrainer, prepare_model
 
@@ -43,9 +44,9 @@ def make_trainer(method: Method | str, model: "nn.Module", *, lr: float | None =
         from edgebench.methods.mezo import MeZOTrainer as cls
     elif method.grad_mode == "forward-mode":
         from edgebench.methods.forward_grad import ForwardGradTrainer as cls
-    elif method.optimizer == "cg":
+    elif optimizer(method.optimizer).trainer == "line-search":  # cg
         from edgebench.methods.cg import ConjugateGradientTrainer as cls
-    elif method.optimizer in ("lomo", "adalomo"):
+    elif optimizer(method.optimizer).trainer == "in-backward":  # lomo-optim's
         cls = LomoTrainer
     elif method.trained_dtype == "bf16":
         from edgebench.methods.bf16 import Bf16SgdTrainer as cls

@@ -14,10 +14,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-OPTIMIZERS = (
-    "sgd", "sgd-momentum", "adam", "adamw", "adafactor", "adamw-8bit", "adamw-4bit",
-    "galore", "lomo", "adalomo", "cg",
-)
+from edgebench.errors import EdgebenchError
+from edgebench.methods import optimizers
+
+OPTIMIZERS = tuple(optimizers.OPTIMIZERS)  # each one's descriptor: methods/optimizers.py
 GRAD_MODES = ("backprop", "zeroth-order", "forward-mode")
 PRECISIONS = ("fp32", "bf16")
 TRAINABLE = ("all", "freeze-vision", "lora", "bitfit")
@@ -25,18 +25,15 @@ FROZEN_DTYPES = ("fp32", "bf16", "int8", "int4")
 TRAINED_DTYPES = ("fp32", "bf16")
 ROUNDINGS = ("nearest", "stochastic")
 
-# Optimizers that update inside backward themselves (lomo-optim) or need the whole-batch
-# loss several times (cg's line search): they cannot accumulate micro-batches.
-_UPDATE_IN_BACKWARD = ("lomo", "adalomo")
 # Optimizers the fused (post-accumulate-grad hook) update can run per parameter.
-_FUSABLE = ("sgd", "sgd-momentum", "adam", "adamw", "adafactor")
+_FUSABLE = tuple(name for name, o in optimizers.OPTIMIZERS.items() if o.fusable)
 
 
-class MethodError(ValueError):
+class MethodError(EdgebenchError, ValueError):
     """A method text that names an unknown knob or an impossible combination."""
 
 
-class MethodUnavailable(RuntimeError):
+class MethodUnavailable(EdgebenchError, RuntimeError):
     """A valid method that cannot run here (e.g. a library that needs CUDA); says what to do."""
 
 
@@ -180,20 +177,21 @@ def _refusal(m: Method) -> str | None:
             return f"{kind} has no backward pass to fuse the update into"
         if m.optimizer != "sgd":
             return f"{kind} steps with SGD on its gradient estimate; drop {m.optimizer!r}"
-    if m.optimizer in _UPDATE_IN_BACKWARD:
+    opt = optimizers.optimizer(m.optimizer)
+    if opt.update_in_backward:
         if m.accumulation > 1:
             return f"{m.optimizer} updates each weight inside backward, so gradients cannot accumulate over micro-batches"
         if m.fused_update:
             return f"{m.optimizer} already updates inside backward; drop `fused`"
-    if m.optimizer == "cg" and (m.accumulation > 1 or m.fused_update):
-        return "cg needs the whole gradient before its line search: no accumN or fused"
+    if opt.whole_gradient and (m.accumulation > 1 or m.fused_update):
+        return f"{m.optimizer} {opt.whole_gradient}: no accumN or fused"
     if m.fused_update:
         if m.optimizer not in _FUSABLE:
             return f"fused update runs one torch optimizer per parameter: {', '.join(_FUSABLE)}; not {m.optimizer!r}"
         if m.accumulation > 1:
             return "fused update frees each gradient as soon as it is applied, so micro-batches cannot accumulate"
-    if m.optimizer == "galore" and m.trainable == "lora":
-        return "GaLore projects full weight gradients; LoRA already makes them low-rank"
+    if opt.refuses_lora and m.trainable == "lora":
+        return opt.refuses_lora
     if m.frozen_dtype != "fp32" and m.trainable == "all":
         return f"frozen-{m.frozen_dtype} stores frozen weights, but nothing is frozen; combine with lora or freeze-vision"
     if m.frozen_dtype != "fp32" and m.trainable == "bitfit":

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from edgebench.methods.knobs import Method, parse_method
-from edgebench.methods.optim import galore_rank, is_galore_matrix
+from edgebench.methods.optimizers import optimizer
 from edgebench.methods.subsets import apply_trainable
 
 MiB = 1 << 20
@@ -44,8 +44,8 @@ MEZO_CHUNK_ELEMENTS = 1 << 20
 # the largest parameter (the 108 MiB embedding), freed memory kept included, match.
 # adamw-8bit's update makes fewer (no nibble unpacking): nanovlm-222m measured 3,651 MiB
 # (bench/methods.py --methods adamw-8bit --steps 1), which 5 copies match (8 gave +10.8%).
+# (Each optimizer's descriptor, methods/optimizers.py, holds its copies: `update_copies`.)
 TORCH_COMPILE_WORKSET_BYTES_EST = 70 * MiB
-TORCHAO_UPDATE_COPIES = {"adamw-8bit": 5, "adamw-4bit": 8}
 # Freed activations and temporaries the process keeps resident: glibc serves tensors under its
 # (dynamic, up to 32 MiB) mmap threshold from heaps it rarely gives back, and the next step
 # reuses the holes imperfectly. Fitted once: 0.25 of the bytes a step makes and frees
@@ -124,35 +124,9 @@ def _weights(params, method: Method) -> int:
 
 
 def _optimizer_state(method: Method, trainable: list[_Param]) -> int:
-    opt = method.optimizer
-    total = 0
-    for p in trainable:
-        n = p.numel
-        if opt in ("sgd", "lomo"):
-            continue
-        if opt in ("sgd-momentum", "cg"):  # momentum buffer / CG direction
-            total += 4 * n
-        elif opt in ("adam", "adamw"):
-            total += 8 * n
-        elif opt in ("adafactor", "adalomo"):  # factored second moment for matrices
-            total += 4 * (p.shape[0] + p.numel // p.shape[0]) if len(p.shape) >= 2 else 4 * n
-        elif opt in ("adamw-8bit", "adamw-4bit"):
-            block, per = (256, 1.0) if opt == "adamw-8bit" else (128, 0.5)
-            if n >= 4096 and n % block == 0:  # torchao quantises only these
-                total += 2 * int(n * per + 4 * n // block)
-            else:
-                total += 8 * n
-        elif opt == "galore":
-            if is_galore_matrix(p.name, p.shape):
-                r = galore_rank(p.shape)
-                rows, cols = p.shape
-                # projector (small side x r) and Adam's two states of the projected gradient
-                total += 4 * min(rows, cols) * r + 8 * r * max(rows, cols)
-            else:
-                total += 8 * n
-        else:
-            raise ValueError(f"memory model: no state formula for optimizer {opt!r}")
-    return total
+    """The optimizer's state over the trained parameters (its descriptor's `state_bytes`)."""
+    state_bytes = optimizer(method.optimizer).state_bytes
+    return sum(state_bytes(p.name, p.shape) for p in trainable)
 
 
 def _block_activation_elements(cfg, batch: int, text_length: int) -> dict[str, int]:
@@ -236,12 +210,9 @@ def _libraries(method: Method) -> list[str]:
     libs = []
     if method.trainable == "lora" and not _streamed(method):
         libs.append("peft")
-    if method.optimizer in ("adamw-8bit", "adamw-4bit") and "peft" not in libs:
-        libs.append("torchao")
-    if method.optimizer == "galore":
-        libs.append("galore_torch")
-    if method.optimizer in ("lomo", "adalomo"):
-        libs.append("lomo_optim")
+    library = optimizer(method.optimizer).library
+    if library and not (library == "torchao" and "peft" in libs):  # peft's figure includes torchao
+        libs.append(library)
     return libs
 
 
@@ -252,19 +223,18 @@ def _update_transient(method: Method, trainable: list[_Param]) -> int:
     last (the lookup is the forward's first op), after every activation is freed."""
     during = [p for p in trainable if not (method.fused_update and "token_embedding" in p.name)]
     largest = 4 * max(p.numel for p in (during or trainable))
-    if method.grad_mode != "backprop" or method.optimizer in ("sgd", "sgd-momentum", "lomo", "cg"):
+    opt = optimizer(method.optimizer)
+    if method.grad_mode != "backprop" or not opt.update_copies:
         if method.trained_dtype == "bf16":  # fp32 copies of one chunk: weight, gradient, noise
             from edgebench.methods.bf16 import CHUNK
 
             return 4 * 4 * CHUNK
         return 0
-    if method.optimizer in ("adam", "adamw"):
-        return 2 * largest  # denom = exp_avg_sq.sqrt() / bias_correction2_sqrt: two at once
-    if method.optimizer == "galore":  # the projected-back update beside galore's AdamW denom
-        return 2 * largest
-    if method.optimizer in ("adamw-8bit", "adamw-4bit"):
-        return TORCH_COMPILE_WORKSET_BYTES_EST + TORCHAO_UPDATE_COPIES[method.optimizer] * largest
-    return largest  # adafactor / adalomo: one full-size temporary
+    # Adam's denom = exp_avg_sq.sqrt() / bias_correction2_sqrt (two at once), GaLore's projected-back
+    # update beside its AdamW denom, one full-size temporary for Adafactor's and AdaLomo's, the
+    # torchao update's fp32 copies of a parameter (see TORCH_COMPILE_WORKSET_BYTES_EST)
+    workset = TORCH_COMPILE_WORKSET_BYTES_EST if opt.compiled_update else 0
+    return workset + int(opt.update_copies * largest)
 
 
 def _load_peak(params, method: Method, weights: int, cfg) -> int:
@@ -298,6 +268,7 @@ def predict(cfg, method: Method | str, batch_size: int, text_length: int,
         cfg = get_config(cfg)
     if isinstance(method, str):
         method = parse_method(method)
+    opt = optimizer(method.optimizer)
     cfg = cfg.with_image_size(image_size)
     params = _params(tuple(sorted(cfg.to_dict().items())), method.trainable, method.frozen_dtype)
     trainable = [p for p in params if p.trainable]
@@ -312,12 +283,10 @@ def predict(cfg, method: Method | str, batch_size: int, text_length: int,
         gradients = 4 * n_trainable  # one tangent per trainable weight
     elif method.fused_update and method.trained_dtype == "bf16":
         gradients = largest  # one at a time; the embedding's lookup gradient is sparse (methods.bf16)
-    elif method.fused_update or method.optimizer in ("lomo", "adalomo"):
+    elif method.fused_update or opt.update_in_backward:
         gradients = 2 * largest  # at most a couple of gradients alive at once
-    elif method.optimizer == "cg":
-        gradients = 8 * n_trainable  # this step's gradient and the previous one
     else:
-        gradients = grad_elem * n_trainable
+        gradients = opt.gradient_copies * grad_elem * n_trainable  # cg: this step's and the previous one
     state = 0 if method.grad_mode != "backprop" else _optimizer_state(method, trainable)
     activations, temporaries = _activations(cfg, method, batch_size, text_length)
     temporaries += _update_transient(method, trainable)
@@ -325,11 +294,11 @@ def predict(cfg, method: Method | str, batch_size: int, text_length: int,
         temporaries += int(RESTORE_RECORD_BYTES_PER_WEIGHT_EST * n_trainable)
     if method.grad_mode == "forward-mode":
         temporaries *= 2  # every forward temporary carries its tangent
-    if method.optimizer == "cg":
-        temporaries += 4 * n_trainable  # the new direction while the old one is alive
+    if method.uses_backward:
+        temporaries += opt.step_copies * 4 * n_trainable  # cg: the new direction while the old one is alive
     records = int(RESTORE_RECORD_BYTES_PER_WEIGHT_EST * n_trainable) if method.grad_mode == "zeroth-order" else 0
     churned = activations + temporaries - records
-    if method.uses_backward and (method.fused_update or method.optimizer in ("lomo", "adalomo")):
+    if method.uses_backward and (method.fused_update or opt.update_in_backward):
         churned += grad_elem * n_trainable  # each gradient made and freed inside backward
     allocator = max(int(ALLOCATOR_RETAINED_FRACTION_EST * churned), _dequantised_block(params, method))
     baseline = RUNTIME_BASELINE_BYTES_EST + sum(LIBRARY_BASELINE_BYTES_EST[lib] for lib in _libraries(method))

@@ -15,22 +15,16 @@ import torch
 from torch import nn
 
 from edgebench.methods.knobs import Method
+from edgebench.methods.optimizers import (GALORE_SCALE, GALORE_UPDATE_PROJ_GAP, galore_rank, is_galore_matrix,
+                                          optimizer)
 
-# nanoVLM TrainConfig: lr_mp = 0.00512, lr_vision_backbone = lr_language_backbone = 5e-5.
+# nanoVLM TrainConfig: lr_mp = 0.00512 (the backbones' 5e-5 is the adaptive optimizers' default
+# lr in their descriptors, methods/optimizers.py).
 NANOVLM_LR_MP = 5.12e-3
-NANOVLM_LR_BACKBONE = 5e-5
 MAX_GRAD_NORM = 1.0
 WARMUP_FRACTION = 0.03  # nanoVLM: warmup over 3% of the steps
 MIN_LR_FRACTION = 0.1  # nanoVLM: cosine decays to 10% of the peak
 
-# Backbone lr per optimizer when the caller gives none. Adaptive optimizers use nanoVLM's;
-# plain gradient steps need a larger one to move in the few steps a benchmark runs.
-DEFAULT_LR = {
-    "sgd": 5e-2, "sgd-momentum": 1e-2, "lomo": 1e-2, "cg": 5e-2,
-    "adam": NANOVLM_LR_BACKBONE, "adamw": NANOVLM_LR_BACKBONE,
-    "adamw-8bit": NANOVLM_LR_BACKBONE, "adamw-4bit": NANOVLM_LR_BACKBONE,
-    "galore": NANOVLM_LR_BACKBONE, "adafactor": 1e-3, "adalomo": 1e-3,
-}
 # Adapters (LoRA) and BitFit's biases train few weights, at a larger lr (peft's usual 1e-4..1e-3).
 ADAPTER_LR = 1e-3
 
@@ -43,13 +37,15 @@ REFERENCE_PARAMS = 4_000_000
 
 
 def default_lr(method: Method, n_trainable: int = 0) -> float:
+    """The backbone lr when the caller gives none: the optimizer's own (its descriptor: adaptive
+    ones use nanoVLM's, plain gradient steps a larger one to move in the few steps a benchmark
+    runs), the adapter lr for the subsets it names, a size-scaled one for estimated gradients."""
     if method.grad_mode in GRAD_MODE_LR:
         return GRAD_MODE_LR[method.grad_mode] * min(1.0, REFERENCE_PARAMS / max(1, n_trainable))
-    if method.trainable == "bitfit" and method.optimizer in ("adam", "adamw"):
-        return ADAPTER_LR  # BitFit's paper: 1e-4..1e-3 for the few bias terms
-    if method.trainable == "lora" and method.optimizer in ("adam", "adamw", "adamw-8bit", "adamw-4bit"):
-        return ADAPTER_LR
-    return DEFAULT_LR[method.optimizer]
+    opt = optimizer(method.optimizer)
+    if method.trainable in opt.adapter_lr_for:
+        return ADAPTER_LR  # peft's usual lr; BitFit's paper: 1e-4..1e-3 for the few bias terms
+    return opt.default_lr
 
 
 def is_projector(name: str) -> bool:
@@ -89,42 +85,26 @@ def set_schedule(optimizers: Iterable[torch.optim.Optimizer], step: int, total_s
             group["lr"] = group["peak_lr"] * factor
 
 
-def build_optimizer(optimizer: str, groups: list[dict]) -> torch.optim.Optimizer:
-    """The library optimizer behind a knob value (the per-step ones; lomo/cg live elsewhere)."""
-    if optimizer == "sgd":
-        return torch.optim.SGD(groups)
-    if optimizer == "sgd-momentum":
-        return torch.optim.SGD(groups, momentum=0.9)
-    if optimizer == "adam":
-        return torch.optim.Adam(groups)
-    if optimizer == "adamw":
-        return torch.optim.AdamW(groups, weight_decay=0.01)
-    if optimizer == "adafactor":
-        return torch.optim.Adafactor(groups)
-    if optimizer in ("adamw-8bit", "adamw-4bit"):
-        from torchao.optim import AdamW4bit, AdamW8bit  # heavy import: only when used
+def build_optimizer(name: str, groups: list[dict]) -> torch.optim.Optimizer:
+    """The library optimizer behind a knob value (the per-step ones; lomo/cg have their own
+    trainers), with its descriptor's constants; its module is imported only now."""
+    import importlib
 
-        return (AdamW8bit if optimizer == "adamw-8bit" else AdamW4bit)(groups)
-    if optimizer == "galore":
-        from galore_torch import GaLoreAdamW
-
-        return GaLoreAdamW(groups, no_deprecation_warning=True)  # groups from galore_groups()
-    raise ValueError(f"no per-step optimizer for {optimizer!r}")
-
-
-GALORE_RANK_MAX = 64
-GALORE_UPDATE_PROJ_GAP = 200
-GALORE_SCALE = 0.25
-
-
-def is_galore_matrix(name: str, shape: tuple[int, ...]) -> bool:
-    """GaLore projects the transformer blocks' weight matrices (as in its paper), nothing else."""
-    return len(shape) == 2 and ".blocks." in name and min(shape) >= 8
-
-
-def galore_rank(shape: tuple[int, ...]) -> int:
-    """Rank of the projection: GALORE_RANK_MAX, or a quarter of a small matrix's short side."""
-    return max(2, min(GALORE_RANK_MAX, min(shape) // 4))
+    opt = optimizer(name)
+    if opt.trainer != "step":
+        raise ValueError(f"no per-step optimizer for {name!r}: its trainer ({opt.trainer}) owns the update")
+    module, _, cls = opt.build.partition(":")
+    options: dict = {}
+    if opt.momentum:
+        options["momentum"] = opt.momentum
+    if opt.betas is not None:
+        options["betas"] = opt.betas
+    if opt.eps is not None:
+        options["eps"] = opt.eps
+    if opt.weight_decay:
+        options["weight_decay"] = opt.weight_decay
+    options.update(opt.build_options)
+    return getattr(importlib.import_module(module), cls)(groups, **options)
 
 
 def galore_options(name: str, shape: tuple[int, ...]) -> dict:

@@ -13,13 +13,14 @@ device, it does not time them.
 from __future__ import annotations
 
 from edgebench.methods.knobs import Method, parse_method
+from edgebench.methods.optimizers import optimizer
 
 # FLOPs a CPU core does in the time it moves one byte to or from DRAM (edge Arm and x86
 # cores: ~10-50 GFLOP/s fp32 against ~5-10 GB/s per core); an assumption, the same for every device.
 MACHINE_BALANCE = 4.0
-# Bytes read and written per trained weight by one update (fp32 weight, gradient, states).
-UPDATE_BYTES = {"sgd": 12, "lomo": 12, "sgd-momentum": 20, "cg": 28, "adam": 28, "adamw": 28,
-                "adafactor": 20, "adalomo": 20, "adamw-8bit": 18, "adamw-4bit": 16, "galore": 16}
+# Bytes read and written per trained weight by one update (fp32 weight, gradient, states) and
+# the forwards a step adds: each optimizer's descriptor (methods/optimizers.py, `update_bytes`,
+# `extra_forwards`).
 # MeZO: each of the five passes (perturb +, undo, perturb -, undo, update) draws z again;
 # drawing a normal sample costs about as much as moving 16 bytes (Box-Muller on CPU).
 MEZO_PASSES = 5
@@ -66,10 +67,9 @@ def step_cost(cfg, method: Method | str, batch_size: int, text_length: int) -> f
         if vision_backward:
             backward += fwd["vit"] * (2 if method.trainable == "all" else 1)
         recompute = (fwd["lm"] + (fwd["vit"] if vision_backward else 0)) if method.checkpointing else 0
-        flops = forward + backward + recompute
-        if method.optimizer == "cg":
-            flops += 1.5 * forward  # Armijo backtracking: ~1.5 extra forwards a step (measured on tiny)
-        moved = UPDATE_BYTES.get(method.optimizer, 28) * n_trained
+        opt = optimizer(method.optimizer)
+        flops = forward + backward + recompute + opt.extra_forwards * forward  # cg's line search
+        moved = opt.update_bytes * n_trained
     frozen = sum(p.numel for p in params if p.packed)
     if frozen:  # dequantised in forward, again in backward (and recompute)
         passes = 1 if method.grad_mode != "backprop" else (3 if method.checkpointing else 2)

@@ -126,15 +126,18 @@ class LomoTrainer(Trainer):
 
     def __init__(self, method: Method, model: nn.Module, lr: float, total_steps: int):
         super().__init__(method, model, lr, total_steps)
-        from lomo_optim import AdaLomo, Lomo
+        import importlib
 
+        from edgebench.methods.optimizers import optimizer
+
+        module, _, cls = optimizer(method.optimizer).build.partition(":")  # lomo_optim's Lomo / AdaLomo
         if method.optimizer == "adalomo" and not torch.cuda.is_available():
             raise MethodUnavailable(
                 "adalomo: lomo-optim's AdaLomo allocates its state with .cuda(), so it needs a CUDA "
                 "device (torch sees none); on CPU use lomo or adafactor"
             )
 
-        self.optimizer = (Lomo if method.optimizer == "lomo" else AdaLomo)(model, lr=lr)
+        self.optimizer = getattr(importlib.import_module(module), cls)(model, lr=lr)
 
     def step(self, batch: Batch) -> float:
         self.model.train()

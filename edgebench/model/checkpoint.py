@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from edgebench.errors import EdgebenchError
 from edgebench.model.config import VLMConfig, config_from_dict
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ EDGEBENCH_FILE = "edgebench.json"
 TIED_KEYS = ("decoder.head.weight", "decoder.token_embedding.weight")  # stored name first
 
 
-class CheckpointError(ValueError):
+class CheckpointError(EdgebenchError, ValueError):
     """A checkpoint that does not match the model (the message lists the keys)."""
 
 

@@ -23,6 +23,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from edgebench.errors import EdgebenchError
+
 # The nanoVLM revisions a config.json is written for: commit and VLMConfig's fields, in order.
 NANOVLM_COMMITS = {"v0.1": "6ba9082e16f1fc8c21a1f8d0c54b26c9233c8771",
                    "main": "4e0c0961846135c2217f95e54cb4c2d66eb55e42"}
@@ -79,7 +81,7 @@ INFORMATIONAL_FIELDS = frozenset({"vit_model_type", "lm_model_type", "lm_tokeniz
                                   "hf_repo_name"})
 
 
-class ConfigError(ValueError):
+class ConfigError(EdgebenchError, ValueError):
     """A configuration that edgebench cannot build (the message names the field)."""
 
 

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
+from edgebench.errors import EdgebenchError
 from edgebench.runner.native import BUNDLE_FACTS, LAUNCHER, WORKER, machine_arch
 
 SOURCES = Path(__file__).resolve().parent
@@ -35,7 +36,7 @@ CROSS_RUNTIME = {"aarch64": ("/usr/aarch64-linux-gnu/lib", ("ld-linux-aarch64.so
                                                            "libstdc++.so.6"))}
 
 
-class NativeBuildError(RuntimeError):
+class NativeBuildError(EdgebenchError, RuntimeError):
     """The worker cannot be built here; the message names what is missing and how to get it."""
 
 

@@ -22,21 +22,19 @@ from edgebench.backends.program import BATCH_INPUTS, check_batch
 from edgebench.runner.native import BATCHES, PLAN, PLAN_FORMAT
 from edgebench.runner.spec import RunSpec
 
-# Optimizers whose update lives in a Python library: the native worker has none of them.
-PYTHON_ONLY = {
-    "adafactor": "torch.optim.Adafactor",
-    "adamw-8bit": "torchao's AdamW8bit",
-    "adamw-4bit": "torchao's AdamW4bit",
-    "galore": "galore-torch's GaLoreAdamW",
-}
-
 
 def native_reason(method: Any) -> str | None:
-    """Why the native worker cannot run `method` (a methods.Method); None if it can."""
-    if method.optimizer in PYTHON_ONLY:
-        return (f"{method.optimizer}'s update is {PYTHON_ONLY[method.optimizer]}, a Python library the native "
+    """Why the native worker cannot run `method` (a methods.Method); None if it can (the
+    optimizer's descriptor says whether worker.cpp has its update: methods/optimizers.py)."""
+    from edgebench.methods.optimizers import optimizer
+
+    opt = optimizer(method.optimizer)
+    if opt.native:
+        return None
+    if opt.between_calls:  # its update lives in a Python library
+        return (f"{method.optimizer}'s update is {opt.between_calls[0]}, a Python library the native "
                 "worker does not have; use --runtime python")
-    return None
+    return f"the native worker (edgebench/native/worker.cpp) has no {method.optimizer} update; use --runtime python"
 
 
 def _kind(method: Any) -> str:
@@ -49,12 +47,13 @@ def _kind(method: Any) -> str:
 
 def _lines(spec: RunSpec, method: Any, manifest: dict[str, Any], batch_count: int,
            predicted: Any) -> list[str]:
-    from edgebench.backends import et_optimizers
     from edgebench.methods import optim
+    from edgebench.methods.optimizers import optimizer
 
+    opt = optimizer(method.optimizer)
     lr = optim.default_lr(method) if spec.lr is None else spec.lr
     # nanoVLM's groups: the projector at max(lr, lr_mp); lomo-optim and MeZO have one lr
-    one_lr = method.optimizer == "lomo" or method.grad_mode == "zeroth-order"
+    one_lr = opt.update_in_backward or method.grad_mode == "zeroth-order"
     projector_lr = lr if one_lr else max(lr, optim.NANOVLM_LR_MP)
     kind = _kind(method)
     clip = 0.0 if (method.fused_update or kind != "joint") else optim.MAX_GRAD_NORM
@@ -71,10 +70,11 @@ def _lines(spec: RunSpec, method: Any, manifest: dict[str, Any], batch_count: in
         f"warmup_fraction {optim.WARMUP_FRACTION!r}",
         f"min_lr_fraction {optim.MIN_LR_FRACTION!r}",
         f"clip {clip!r}",
-        "momentum 0.9",  # methods.optim.build_optimizer's SGD-momentum
-        f"betas {et_optimizers.ADAM_BETAS[0]!r} {et_optimizers.ADAM_BETAS[1]!r}",
-        f"eps {et_optimizers.ADAM_EPS!r}",
-        f"weight_decay {et_optimizers.WEIGHT_DECAY.get(method.optimizer, 0.0)!r}",
+        # the optimizer's constants, as methods.optim.build_optimizer passes them (0: it has none)
+        f"momentum {opt.momentum!r}",
+        f"betas {(opt.betas or (0.0, 0.0))[0]!r} {(opt.betas or (0.0, 0.0))[1]!r}",
+        f"eps {opt.eps or 0.0!r}",
+        f"weight_decay {opt.weight_decay!r}",
         f"accumulation {method.accumulation}",
         f"threads {spec.threads or 0}",
         f"seed {spec.seed}",

@@ -26,6 +26,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from edgebench.errors import EdgebenchError
 from edgebench.results import DEFAULT_STORE
 from edgebench.results.alignment import Alignment, align_run
 from edgebench.results.external import CsvMapping, read_power_csv
@@ -163,7 +164,7 @@ def _upgrade(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("COMMIT")
 
 
-class StoreError(ValueError):
+class StoreError(EdgebenchError, ValueError):
     """The store file cannot be used: damaged, foreign, or held by another writer too long."""
 
 

@@ -237,8 +237,6 @@ class Supervisor:
             previous(signum, frame)
 
     def run(self) -> dict[str, Any]:
-        from edgebench.telemetry.sampler import Sampler
-
         self.out.mkdir(parents=True, exist_ok=True)
         reserve = Reserve(self.out / RESERVE_FILE)
         clock_start = clock_pair()
@@ -269,11 +267,12 @@ class Supervisor:
                             self.start_problem = f"the worker could not be started: {exc}; deploy again"
                 if self.child is not None:
                     self._started_ns = time.monotonic_ns()
-                    sampler = Sampler(self.out / "samples.jsonl", self.child.pid, rate_hz=self.spec.sample_hz,
-                                      root=self.root, sensors=self.spec.sensors, power_model=self.spec.power_model)
-                    sampler.start()
+                    sampler = self._start_sampler()
+                    if sampler is None:  # the run is not measured: the worker goes, the reason is recorded
+                        self._kill(signal.SIGKILL)
                     exit_code, exit_signal, maxrss, timed_out = self._wait()
-                    sampler_summary = sampler.stop()
+                    if sampler is not None:
+                        sampler_summary = sampler.stop()
             except OSError as exc:  # the disk filled up before or around the worker
                 failure = exc
                 if self.child is not None and self.child.returncode is None:
@@ -285,6 +284,22 @@ class Supervisor:
         finally:
             for number, previous in self._previous.items():
                 signal.signal(number, previous)
+
+    def _start_sampler(self) -> Any:
+        """The worker's sampler, started; None when it cannot start for any reason but a full
+        disk (an OSError, the caller's): `start_problem` then says why, and the run ends as an
+        error with that reason in result.json."""
+        from edgebench.telemetry.sampler import Sampler
+
+        try:
+            sampler = Sampler(self.out / "samples.jsonl", self.child.pid, rate_hz=self.spec.sample_hz,
+                              root=self.root, sensors=self.spec.sensors, power_model=self.spec.power_model)
+            return sampler.start()
+        except OSError:
+            raise
+        except Exception as exc:
+            self.start_problem = f"sampling could not start: {type(exc).__name__}: {exc}"
+            return None
 
     def _kill(self, sig: int) -> None:
         """Signals the worker by pid: until _wait reaps it, the pid is still ours (a zombie at

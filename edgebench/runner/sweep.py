@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from edgebench.errors import EdgebenchError
 from edgebench.runner.spec import RunSpec
 from edgebench.runner.supervisor import NO_SPACE, RESERVE_BYTES, RESERVE_FILE, Reserve, run_spec, step_statistics
 from edgebench.telemetry.trace import read_trace, write_json_atomic
@@ -79,7 +80,7 @@ def keep_partial(run_dir: Path) -> Path:
     return kept
 
 
-class AlreadyRunning(RuntimeError):
+class AlreadyRunning(EdgebenchError, RuntimeError):
     """Another sweep process works in this directory."""
 
 

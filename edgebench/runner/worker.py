@@ -18,6 +18,7 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgebench.errors import EdgebenchError
 from edgebench.runner.spec import RunSpec
 from edgebench.telemetry.gpu import cuda_memory_sample
 from edgebench.telemetry.trace import TraceWriter
@@ -42,7 +43,7 @@ SUPERVISOR_PID_ENV = "EDGEBENCH_SUPERVISOR_PID"
 PR_SET_PDEATHSIG = 1
 
 
-class Interrupted(Exception):
+class Interrupted(EdgebenchError):
     """Raised in the main thread when SIGTERM or SIGINT arrives, so the step loop stops cleanly."""
 
 

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from edgebench.errors import EdgebenchError
 from edgebench.telemetry.sysfs import read_int, read_text, under
 
 # A discharging phone draws tens to hundreds of mA; below 10 mA the sign could be noise.
@@ -25,7 +26,7 @@ EXTERNAL_SUPPLY_TYPES = ("USB", "Mains", "Wireless")  # power_supply `type`s (US
 CALIBRATE_HINT = "run `edgebench sensors --calibrate` once with the phone unplugged"
 
 
-class CalibrationError(Exception):
+class CalibrationError(EdgebenchError):
     """The battery sign cannot be calibrated now; the message says what to change."""
 
 

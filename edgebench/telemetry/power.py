@@ -1,6 +1,7 @@
 """Power and energy, measured where the device has a meter, estimated where it has none.
 
-Measured sources (the first present wins, unless the profile's `sensors.power.source` names one):
+Measured sources (the first present wins, unless the profile's `sensors.power.source` names one;
+each is one `PowerSource` descriptor in `POWER_SOURCES`, at the end of this module):
 - `ina3221`: Jetson INA3221 rails in hwmon (JetPack 5+: in{k}_input mV x curr{k}_input mA) or
   NVIDIA's ina3221x IIO driver (JetPack 4: in_power{k}_input mW); the total sums the roots of
   the module's rail tree (`rails` module), so no rail is counted twice. Where the sysfs files cannot
@@ -24,8 +25,9 @@ from __future__ import annotations
 
 import re
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from edgebench.telemetry import battery
 from edgebench.telemetry.battery import battery_dir
@@ -415,21 +417,128 @@ def measured_power_source(root: str | Path, runner: Runner,
     why each one tried before it is unavailable."""
     power = power_settings(sensors)
     wanted = power["source"]
-    makers = {
-        "ina3221": lambda: jetson_power(root, power["rails"], power.get("total_rail"), power.get("rail_tree")),
-        "rapl": lambda: RaplPower(root),
-        "pmic": lambda: PiPmicPower(runner),
-        "battery": lambda: BatteryPower(root, power["battery_current_sign"]),
-    }
-    if wanted not in ("auto", "none", *makers):
-        raise ValueError(f"sensors.power.source is {wanted!r}; use auto, none or one of {sorted(makers)}")
+    if wanted not in ("auto", "none", *POWER_SOURCES):
+        raise ValueError(f"sensors.power.source is {wanted!r}; use auto, none or one of {sorted(POWER_SOURCES)}")
     if wanted == "none":
         return None, {"power": "the profile says this device has no power monitor (sensors.power.source: none)"}
     reasons: dict[str, str] = {}
-    for name, make in makers.items():
+    for name, source in POWER_SOURCES.items():
         if wanted in ("auto", name):
             try:
-                return make(), reasons
+                return source.make(root, runner, power), reasons
             except SourceUnavailable as exc:
                 reasons[name] = str(exc)
     return None, reasons
+
+
+# --- the power sources: one descriptor each --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PowerSource:
+    """A measured power source a profile can name (`sensors.power.source`), with everything
+    edgebench derives from it: the reader, the sampling intervals, the board probe's lines and
+    the readiness check. Adding a source = one descriptor here + its reader class above.
+
+    make(root, runner, power): the reader (`.name`, `.read(now_s)`, `.describe()`, `.close()`);
+      raises SourceUnavailable when the board has none. `power`: power_settings' block.
+    intervals_s: seconds between reads (telemetry.sampler.INTERVALS_S), by the name of each reader
+      `make` can return (ina3221 falls back to its jtop reader, which refreshes once a second).
+    probe: POSIX shell lines of the board probe (devices.detect.PROBE: `$R` is the board's root,
+      `kv KEY VALUE` prints a fact), each fact under the source's name; no Python needed.
+    ready(found, power): what the probe's values for it (`found`, in order) say, against the
+      profile's power block: (status "ok" | "warn", detail, whether `fix` applies).
+    fix: the devices.readiness.FIXES piece that makes it readable (None: no command does).
+    """
+
+    name: str
+    make: Callable[[str | Path, Runner, dict[str, Any]], Any]
+    intervals_s: dict[str, float]
+    probe: str
+    ready: Callable[[list[str], dict[str, Any]], tuple[str, str, bool]]
+    fix: str | None = None
+
+
+def _pairs(found: list[str]) -> list[tuple[str, str]]:
+    return [(a, b) for a, _, b in (value.partition("\t") for value in found)]
+
+
+def _ina3221_ready(found: list[str], power: dict[str, Any]) -> tuple[str, str, bool]:
+    readable = sorted({label for label, value in _pairs(found) if value.strip() and label not in ("NC",)
+                       and "sum of shunt" not in label})
+    lost = [r for r in power.get("rails") or [] if r != "*" and r not in readable]
+    if readable and not lost:
+        return "ok", f"INA3221 rails {', '.join(readable)}", False
+    if readable:
+        return "warn", (f"rails {', '.join(lost)} not found (found {', '.join(readable)}); fix `sensors.power.rails` "
+                        "in a copy of the profile"), False
+    return "warn", ("no readable INA3221 rail under /sys/bus/i2c/devices/*/hwmon: power falls back to jtop, else "
+                    "estimates"), True
+
+
+def _pmic_ready(found: list[str], power: dict[str, Any]) -> tuple[str, str, bool]:
+    rails = int(found[0]) if found and found[0].strip().isdigit() else 0
+    if rails:
+        return "ok", f"vcgencmd pmic_read_adc: {rails} rails", False
+    return "warn", "vcgencmd pmic_read_adc does not answer: power is estimated", True
+
+
+def _battery_ready(found: list[str], power: dict[str, Any]) -> tuple[str, str, bool]:
+    current, voltage = (_pairs(found) or [("", "")])[0]
+    if current.strip() and voltage.strip():
+        return "ok", "battery current_now and voltage_now readable", False
+    return "warn", ("/sys/class/power_supply/battery/current_now not readable (SELinux on some phones): power is "
+                    "estimated"), True
+
+
+def _rapl_ready(found: list[str], power: dict[str, Any]) -> tuple[str, str, bool]:
+    zones = _pairs(found)
+    if any(value.strip() for _, value in zones):
+        return "ok", f"RAPL {', '.join(name for name, _ in zones)}", False
+    return "warn", "RAPL energy counters not readable: power is estimated", True
+
+
+POWER_SOURCES: dict[str, PowerSource] = {s.name: s for s in (
+    PowerSource(
+        "ina3221",
+        make=lambda root, runner, power: jetson_power(root, power["rails"], power.get("total_rail"),
+                                                      power.get("rail_tree")),
+        intervals_s={"ina3221": 0.1, "jtop": 0.5},  # INA3221 reads go over I2C
+        probe=r"""for h in "$R"/sys/bus/i2c/devices/*/hwmon/hwmon* "$R"/sys/class/hwmon/hwmon*; do
+  [ "$(cat "$h/name" 2>/dev/null)" = ina3221 ] || continue
+  for l in "$h"/in*_label; do
+    [ -r "$l" ] && kv ina3221 "$(cat "$l")	$(cat "${l%_label}_input" 2>/dev/null)"
+  done
+done
+""",
+        ready=_ina3221_ready, fix="jtop"),
+    PowerSource(
+        "rapl",
+        make=lambda root, runner, power: RaplPower(root),
+        intervals_s={"rapl": 0.1},
+        probe=r"""for z in "$R"/sys/class/powercap/intel-rapl:*; do
+  [ -e "$z/energy_uj" ] && kv rapl "$(cat "$z/name" 2>/dev/null)	$(cat "$z/energy_uj" 2>/dev/null)"
+done
+""",
+        ready=_rapl_ready, fix="rapl"),
+    PowerSource(
+        "pmic",
+        make=lambda root, runner, power: PiPmicPower(runner),
+        intervals_s={"pmic": 0.5},  # vcgencmd is a process spawn
+        probe=r"""command -v vcgencmd >/dev/null 2>&1 && kv pmic "$(vcgencmd pmic_read_adc 2>/dev/null | grep -c current)"
+""",
+        ready=_pmic_ready, fix="vcgencmd"),
+    PowerSource(
+        "battery",
+        make=lambda root, runner, power: BatteryPower(root, power["battery_current_sign"]),
+        intervals_s={"battery": 0.1},
+        probe=r"""b="$R/sys/class/power_supply/battery"
+[ -e "$b" ] && kv battery "$(cat "$b/current_now" 2>/dev/null)	$(cat "$b/voltage_now" 2>/dev/null)"
+""",
+        ready=_battery_ready),
+)}
+
+
+def reader_intervals() -> dict[str, float]:
+    """Seconds between reads of every reader a power source can return (sampler.INTERVALS_S)."""
+    return {reader: s for source in POWER_SOURCES.values() for reader, s in source.intervals_s.items()}

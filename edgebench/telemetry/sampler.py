@@ -24,7 +24,8 @@ MAX_RATE_HZ = 100.0
 
 # Seconds between reads of each source (0: every tick). The per-pid /proc reads are the
 # cheap ones; smaps_rollup walks page tables under the worker's mmap lock (~10 ms for a
-# torch process here), INA3221 reads go over I2C, vcgencmd is a process spawn.
+# torch process here), vcgencmd is a process spawn. Power sources' readers: their descriptors'
+# (telemetry.power.POWER_SOURCES).
 INTERVALS_S = {
     "process_rss": 0.0,
     "cgroup_memory": 0.0,
@@ -32,9 +33,6 @@ INTERVALS_S = {
     "process_cpu": 0.1,
     "system_cpu": 0.1,
     "cgroup_cpu": 0.1,
-    "ina3221": 0.1,
-    "rapl": 0.1,
-    "battery": 0.1,
     "jetson_gpu_load": 0.1,
     "nvml_gpu": 0.1,
     "cgroup_memory_counters": 0.5,
@@ -42,10 +40,9 @@ INTERVALS_S = {
     "cgroup_cpu_throttle": 0.5,
     "thermal_zones": 0.5,
     "hwmon_temps": 0.5,
-    "pmic": 0.5,
-    "jtop": 0.5,
     "process_uss_pss": 1.0,
     "pi_throttled": 1.0,
+    **power.reader_intervals(),
 }
 
 # A slow source (interval >= SLOW_S) is read at most every CORE_SHARE_DIVISOR x its own
@@ -167,16 +164,24 @@ class Sampler:
         return None
 
     def _try(self, name: str, make: Callable[[], Any]) -> Any:
-        """Builds a source and schedules its reads."""
+        """Builds a source and schedules its reads; None if it cannot be built or scheduled."""
         source = self._make(name, make)
         if source is not None:
-            self._add(name, source.read)
             self._closers.append(source.close)
+            if not self._add(name, source.read):
+                return None
         return source
 
-    def _add(self, name: str, read: Callable[[float], dict[str, Any]]) -> None:
-        self._schedule.append(_Scheduled(name, INTERVALS_S[name], read))
+    def _add(self, name: str, read: Callable[[float], dict[str, Any]]) -> bool:
+        """Schedules a source's reads at its interval. Never raises (it runs outside `_make`'s
+        guard): a source with no interval is reported as failed and not read, the run goes on."""
+        interval = INTERVALS_S.get(name)
+        if interval is None:
+            self._failed[name] = f"no sampling interval for source {name!r} (telemetry.sampler.INTERVALS_S)"
+            return False
+        self._schedule.append(_Scheduled(name, interval, read))
         self._active.append(name)
+        return True
 
     def _detect(self) -> None:
         root, sensors = self.root, self.sensors
@@ -229,7 +234,16 @@ class Sampler:
         if self._thread is not None:
             raise RuntimeError("Sampler.start() called twice")
         self._writer = TraceWriter(self.out_path)
-        self._detect()
+        try:
+            self._detect()
+        except BaseException:  # nothing stays open behind a sampler that did not start
+            self._writer.close()
+            for close in self._closers:
+                try:
+                    close()
+                except Exception:
+                    pass
+            raise
         self._started_ns = time.monotonic_ns()
         for item in self._schedule:  # detection read every source once: the next reads wait their turn
             item.due_s = self._started_ns / 1e9 + item.interval_s

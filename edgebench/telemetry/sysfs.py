@@ -12,6 +12,8 @@ import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from edgebench.errors import EdgebenchError
+
 # A command runner takes argv and returns its stdout; it raises OSError (not installed)
 # or subprocess.SubprocessError (failed, timed out) when the command cannot answer.
 Runner = Callable[[Sequence[str]], str]
@@ -22,11 +24,11 @@ HWMON_DIRS = ("/sys/class/hwmon/hwmon*", "/sys/bus/i2c/devices/*/hwmon/hwmon*")
 IIO_DIRS = ("/sys/bus/i2c/drivers/ina3221x/*/iio:device*", "/sys/bus/i2c/devices/*/iio:device*")
 
 
-class SourceUnavailable(Exception):
+class SourceUnavailable(EdgebenchError):
     """A sensor source that this host does not have; the message says why."""
 
 
-class ProfileMismatch(ValueError):
+class ProfileMismatch(EdgebenchError, ValueError):
     """The profile names sensors this board does not report; the message lists what it does
     report, so the profile can be fixed."""
 

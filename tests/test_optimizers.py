@@ -1,0 +1,145 @@
+"""One descriptor per optimizer (edgebench/methods/optimizers.py): every term each table derives
+from it exists and agrees, for every optimizer; a name without a descriptor is an error
+everywhere a prediction or a schedule is made, never a silent default."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from edgebench.backends import et_optimizers
+from edgebench.backends.support import EXPORT_OPTIMIZERS, unsupported_reason
+from edgebench.errors import EdgebenchError
+from edgebench.methods import knobs, memory, optim, steptime
+from edgebench.methods.knobs import Method, parse_method
+from edgebench.methods.optimizers import OPTIMIZERS, PROGRAM_UPDATES, TRAINERS, UnknownOptimizer, optimizer
+from edgebench.model.config import get_config
+from edgebench.native.plan import native_reason
+
+REPO = Path(__file__).resolve().parents[1]
+NAMES = list(OPTIMIZERS)
+SHAPES = [("decoder.blocks.0.attn.q.weight", (64, 64)), ("decoder.blocks.0.norm.weight", (64,)),
+          ("decoder.token_embedding.weight", (4096, 64)), ("MP.proj.weight", (64, 48))]
+
+
+def test_the_parser_offers_exactly_the_described_optimizers():
+    assert knobs.OPTIMIZERS == tuple(OPTIMIZERS)
+    assert all(o.name == name for name, o in OPTIMIZERS.items())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_term_of_an_optimizer_exists_and_agrees(name):
+    o = optimizer(name)
+    assert parse_method(name).optimizer == name  # a token of its own
+    # building and training
+    assert o.trainer in TRAINERS
+    assert math.isfinite(o.default_lr) and o.default_lr > 0
+    assert set(o.adapter_lr_for) <= set(knobs.TRAINABLE)
+    if o.trainer in ("step", "in-backward"):
+        module, _, cls = o.build.partition(":")
+        assert module and cls, f"{name}: build must name module:Class"
+        assert callable(getattr(importlib.import_module(module), cls))
+    else:
+        assert not o.build and not o.fusable
+    # memory model: its state for any parameter, its library's baseline
+    for param, shape in SHAPES:
+        state = o.state_bytes(param, shape)
+        assert isinstance(state, int) and state >= 0
+    assert o.library == "" or o.library in memory.LIBRARY_BASELINE_BYTES_EST
+    assert o.update_copies >= 0 and o.gradient_copies >= 1 and o.step_copies >= 0
+    # step-time model
+    assert o.update_bytes > 0 and o.extra_forwards >= 0
+    # exported backends and their update rules
+    assert o.program_update in ("", *PROGRAM_UPDATES)
+    if o.program_update == "adam":
+        assert o.betas is not None and o.eps is not None
+    assert o.onnxruntime in ("", "sgd", "adamw")
+    assert (name in EXPORT_OPTIMIZERS["executorch"]) == (not o.executorch_refusal)
+    assert (name in EXPORT_OPTIMIZERS["onnxruntime"]) == bool(o.onnxruntime)
+    if o.between_calls:
+        assert o.trainer == "step" and not o.executorch_refusal and not o.native
+        assert et_optimizers.BETWEEN_CALLS[name].startswith(o.between_calls[0])
+    if o.native:
+        assert not o.executorch_refusal and not o.between_calls
+    method = parse_method(name)
+    assert unsupported_reason(method, "executorch") == (o.executorch_refusal or None)
+    assert (native_reason(method) is None) == o.native
+    # the whole method through every model that uses it
+    cfg = get_config("tiny")
+    predicted = memory.predict(cfg, method, 2, 16)
+    assert predicted["peak_bytes"] > 0 and predicted["optimizer_state_bytes"] >= 0
+    assert steptime.relative_step_time(cfg, method, 2, 16) > 0
+    assert optim.default_lr(method, 1000) > 0
+
+
+@pytest.mark.parametrize("name", [n for n, o in OPTIMIZERS.items() if o.native and not o.update_in_backward])
+def test_the_native_worker_has_the_update_of_each_optimizer_said_to_be_native(name):
+    """An optimizer updated between program calls must be a branch of worker.cpp's update."""
+    assert f'"{name}"' in (REPO / "edgebench/native/worker.cpp").read_text()
+
+
+def test_every_exported_backend_has_its_method_reasons_and_optimizers():
+    from edgebench.backends.base import BACKENDS
+    from edgebench.backends.support import _METHOD_REASONS
+
+    exported = set(BACKENDS) - {"eager"}
+    assert set(_METHOD_REASONS) == set(EXPORT_OPTIMIZERS) == exported
+    assert {b for o in OPTIMIZERS.values() for b in o.exported_backends} == exported
+
+
+def test_build_optimizer_passes_the_descriptors_constants():
+    def built(name):
+        return optim.build_optimizer(name, [{"params": [torch.zeros(4, requires_grad=True)], "lr": 0.1}]).defaults
+
+    assert built("sgd-momentum")["momentum"] == optimizer("sgd-momentum").momentum == 0.9
+    assert built("sgd")["momentum"] == 0
+    adamw = built("adamw")
+    assert adamw["weight_decay"] == optimizer("adamw").weight_decay == 0.01
+    assert adamw["betas"] == optimizer("adamw").betas and adamw["eps"] == optimizer("adamw").eps
+    assert built("adam")["weight_decay"] == 0
+
+
+def test_the_native_plan_carries_the_methods_own_constants():
+    from edgebench.backends.program import BATCH_INPUTS
+    from edgebench.native.plan import _lines
+    from edgebench.runner.spec import RunSpec
+
+    manifest = {"inputs": [{"name": n, "dtype": "int64", "shape": [1, 4]} for n in BATCH_INPUTS],
+                "trainable_parameters": []}
+
+    def plan(method: str) -> dict[str, str]:
+        spec = RunSpec(model="tiny", method=method, backend="executorch", run_id="x")
+        return dict(line.split(" ", 1) for line in _lines(spec, parse_method(method), manifest, 1, None))
+
+    assert float(plan("sgd-momentum")["momentum"]) == optimizer("sgd-momentum").momentum
+    adamw = plan("adamw")
+    assert tuple(map(float, adamw["betas"].split())) == optimizer("adamw").betas
+    assert float(adamw["eps"]) == optimizer("adamw").eps
+    assert float(adamw["weight_decay"]) == optimizer("adamw").weight_decay
+    assert float(plan("adam")["weight_decay"]) == 0.0
+
+
+def test_a_descriptor_without_a_cost_or_a_learning_rate_cannot_be_written():
+    required = {f.name for f in dataclasses.fields(type(optimizer("sgd")))
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+    assert {"name", "default_lr", "state_bytes", "update_bytes"} <= required
+
+
+def test_an_unknown_optimizer_is_an_error_everywhere_not_a_default():
+    with pytest.raises(UnknownOptimizer, match="unknown optimizer 'rmsprop'; choose one of sgd"):
+        optimizer("rmsprop")
+    assert issubclass(UnknownOptimizer, EdgebenchError)
+    stranger = Method(optimizer="rmsprop")  # a Method built around the parser
+    cfg = get_config("tiny")
+    for predict in (lambda: memory.predict(cfg, stranger, 1, 16), lambda: steptime.step_cost(cfg, stranger, 1, 16),
+                    lambda: optim.default_lr(stranger), lambda: optim.build_optimizer("rmsprop", []),
+                    lambda: unsupported_reason(stranger, "onnxruntime"), lambda: native_reason(stranger)):
+        with pytest.raises(UnknownOptimizer):
+            predict()
+    with pytest.raises(knobs.MethodError, match="unknown method part 'rmsprop'"):
+        parse_method("rmsprop")
