@@ -104,8 +104,16 @@ def export_command(device: str, model: str, data_dir: str | None, lr: float | No
     if profile_steps:
         stages += ["profile executorch", "profile eager"]
     plain = None if as_json else plain_progress(sys.stderr)  # piped: one line per stage
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=console, disable=as_json or plain is not None, transient=False) as progress:
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=console,
+        disable=as_json or plain is not None,
+        transient=False,
+    ) as progress:
         task = progress.add_task(f"export {request.backend} for {profile.id}", total=len(stages))
 
         def on_stage(stage: str) -> None:
@@ -123,8 +131,11 @@ def export_command(device: str, model: str, data_dir: str | None, lr: float | No
             from exporters.profile import profile_export
 
             report = profile_export(result.directory, steps=profile_steps, threads=threads, on_stage=on_stage)
-        progress.update(task, completed=len(stages),
-                        description=f"export {request.backend}: {'cached' if result.cached else 'done'}")
+        progress.update(
+            task,
+            completed=len(stages),
+            description=f"export {request.backend}: {'cached' if result.cached else 'done'}",
+        )
         if plain:
             plain(f"export {request.backend} for {profile.id}: {'cached' if result.cached else 'done'}")
     manifest = result.manifest

@@ -38,7 +38,9 @@ def test_every_exception_class_of_the_package_subclasses_edgebench_error():
     classes = _exception_classes()
     assert len(classes) >= 25  # the walk found them (every module imports here)
     strays = sorted(name for name, cls in classes.items() if not issubclass(cls, EdgebenchError))
-    assert strays == [], f"subclass edgebench.errors.EdgebenchError (keeping a second base if callers need it): {strays}"
+    assert strays == [], (
+        f"subclass edgebench.errors.EdgebenchError (keeping a second base if callers need it): {strays}"
+    )
 
 
 def test_the_second_bases_callers_catch_are_kept():

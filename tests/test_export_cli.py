@@ -48,9 +48,13 @@ def test_export_refuses_data_longer_than_the_program_before_lowering(tmp_path, m
 
 def test_export_piped_prints_a_line_per_stage_with_the_elapsed_time(tmp_path):
     """Off a terminal rich's bar draws nothing: each stage is a plain line instead, then the summary."""
-    out = subprocess.run([sys.executable, "-m", "edgebench.cli", "export", "--backend", "onnxruntime", "--model", "tiny"],
-                         capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "EDGEBENCH_EXPORT_CACHE": str(tmp_path)})
+    out = subprocess.run(
+        [sys.executable, "-m", "edgebench.cli", "export", "--backend", "onnxruntime", "--model", "tiny"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "EDGEBENCH_EXPORT_CACHE": str(tmp_path)},
+    )
     assert out.returncode == 0, out.stderr
     lines = out.stderr.splitlines()
     assert re.fullmatch(r"\[ +\d+\.\d s\] export onnxruntime for local: build model \(1/\d\)", lines[0]), lines

@@ -50,7 +50,9 @@ def test_ok_run_writes_the_whole_run_directory(tmp_path):
     # The kernel's peak for the worker is at least what was sampled of it.
     assert result["peak_rss_bytes_kernel"] >= 0.98 * result["peak_rss_bytes_sampled"]
     if result["device_ram_peak_what"].startswith("device RAM (MemTotal"):  # this host is the device
-        assert 0 < result["device_ram_peak_bytes"] <= result["device_ram_limit_bytes"] == meta["device"]["mem_total_bytes"]
+        assert (
+            0 < result["device_ram_peak_bytes"] <= result["device_ram_limit_bytes"] == meta["device"]["mem_total_bytes"]
+        )
 
 
 def test_duration_bounds_the_run(tmp_path):

@@ -228,7 +228,9 @@ def test_android_battery_sign_and_unreadable_zone(tmp_path, monkeypatch):
     # Discharging at start, current_now < 0 (the kernel's convention): the sign is -1 whatever the profile says.
     source = power.BatteryPower(ANDROID, current_sign=1)
     assert source.read(0.0)["power_w"] == pytest.approx(0.412 * 3.987, abs=1e-4)
-    assert source.sign == -1 and "Discharging" in source.sign_origin and "differs from the profile" in source.sign_origin
+    assert (
+        source.sign == -1 and "Discharging" in source.sign_origin and "differs from the profile" in source.sign_origin
+    )
     assert source.describe()["power_flags"] == []
     source, _ = power.measured_power_source(ANDROID, recorded_runner(ANDROID), {"battery_current_sign": -1})
     assert source.name == "battery" and source.sign == -1

@@ -21,8 +21,8 @@ def _knob_text(knobs: dict) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 def methods_command(as_json: bool) -> None:
     """List the fine-tuning methods: presets, the knobs behind each, and the backends that can
-    run it (with --json: why each other backend refuses it). Combine presets and modifiers with `+` (e.g. `lora+ckpt+bf16`, `bitfit+frozen-int8`,
-    `adamw+accum4`); impossible combinations are refused with the reason."""
+    run it (with --json: why each other backend refuses it). Combine presets and modifiers with
+    `+` (e.g. `lora+ckpt+bf16`, `bitfit+frozen-int8`, `adamw+accum4`); impossible combinations are refused with the reason."""
     from edgebench.backends.support import support_matrix
 
     matrix = support_matrix({name: parse_method(name) for name in PRESETS})
@@ -74,7 +74,8 @@ def _ram_bytes(device: str | None, ram_bytes: int | None) -> tuple[int, str]:
 
 
 @click.command("predict")
-@click.option("--device", help="Device profile name or YAML path, a lab device or an inventory device (its RAM is the budget).")
+@click.option("--device",
+              help="Device profile name or YAML path, a lab device or an inventory device (its RAM is the budget).")
 @click.option("--ram-bytes", type=int, help="RAM budget in bytes, instead of --device.")
 @click.option("--model", "model_name", default="tiny", show_default=True,
               help="Model config name, or a nanoVLM checkpoint folder (its config.json).")

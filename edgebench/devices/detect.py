@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from edgebench.devices.inventory import Device
-from edgebench.devices.profiles import ProfileError, Transport as TransportSettings, load_profile, resolve_profile
+from edgebench.devices.profiles import ProfileError, load_profile, resolve_profile
+from edgebench.devices.profiles import Transport as TransportSettings
 from edgebench.devices.transport import Transport, TransportError
 from edgebench.telemetry.power import POWER_SOURCES
 
@@ -147,7 +148,9 @@ def probe(transport: Transport, device: Device, pythons: list[str] | None = None
     result = transport.run(argv, timeout=60)
     received = time.time()
     if result.rc != 0:
-        raise TransportError(f"{device.name}: the board probe failed (exit {result.rc}): {result.stderr.strip()[-500:]}")
+        raise TransportError(
+            f"{device.name}: the board probe failed (exit {result.rc}): {result.stderr.strip()[-500:]}"
+        )
     facts = parse_probe(result.stdout)
     epoch = re.search(r"^epoch=(\d+)(\.\d+)?", result.stdout, re.M)
     if epoch:  # a date without %N (busybox) gives whole seconds: one more second of doubt
@@ -240,8 +243,10 @@ def server_host_key(host: str, port: int, timeout_s: float) -> HostKey:
     try:
         key = asyncio.run(fetch())
     except (OSError, asyncio.TimeoutError, asyncssh.Error) as exc:
-        raise TransportError(f"{host}:{port}: cannot reach an SSH server ({str(exc) or type(exc).__name__}); check "
-                             "that the board is on, sshd runs (`sudo systemctl enable --now ssh`) and the address") from None
+        raise TransportError(
+            f"{host}:{port}: cannot reach an SSH server ({str(exc) or type(exc).__name__}); check "
+            "that the board is on, sshd runs (`sudo systemctl enable --now ssh`) and the address"
+        ) from None
     if key is None:
         raise TransportError(f"{host}:{port}: the server offered no host key to check")
     return HostKey(host, port, key.get_algorithm(), key.get_fingerprint("sha256"), key)

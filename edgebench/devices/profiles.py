@@ -72,7 +72,7 @@ class Power(_Strict):
         return value
 
     @model_validator(mode="after")
-    def _total_is_the_root(self) -> "Power":
+    def _total_is_the_root(self) -> Power:
         if self.rail_tree and self.total_rail and RAIL_TREES[self.rail_tree].roots != [self.total_rail]:
             raise ValueError(f"total_rail {self.total_rail!r} is not the only root of rail_tree {self.rail_tree!r} "
                              f"({RAIL_TREES[self.rail_tree].roots}); remove total_rail")
@@ -94,7 +94,7 @@ class PowerModel(_Strict):
     max_w: float = Field(gt=0)
 
     @model_validator(mode="after")
-    def _ordered(self) -> "PowerModel":
+    def _ordered(self) -> PowerModel:
         if self.max_w < self.idle_w:
             raise ValueError(f"max_w ({self.max_w}) is below idle_w ({self.idle_w}); swap them")
         return self
@@ -146,7 +146,7 @@ class Profile(_Strict):
         return list(dict.fromkeys(value))
 
     @model_validator(mode="after")
-    def _backends_fit_arch(self) -> "Profile":
+    def _backends_fit_arch(self) -> Profile:
         for backend in self.backends:
             reason = device_reason(backend, self.arch, device=f"a {self.arch} device")
             if reason:
@@ -190,7 +190,9 @@ def _format_errors(source: str, exc: ValidationError) -> str:
             msg = "required field is missing; add it"
         elif err["type"] in ("byte_size", "byte_size_unit"):
             msg += "; write bytes or a size like 8GiB, 512MiB"
-        lines.append(f"  {field}: {msg} (got {err.get('input')!r})" if err["type"] != "missing" else f"  {field}: {msg}")
+        lines.append(
+            f"  {field}: {msg} (got {err.get('input')!r})" if err["type"] != "missing" else f"  {field}: {msg}"
+        )
     return "\n".join(lines)
 
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import fnmatch
 import json
 import shlex
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
 
 from edgebench.devices import detect, pylibs
 from edgebench.devices.inventory import Device, read_inventory, write_inventory
@@ -235,11 +235,24 @@ class _Checker:
             self.add("venv", "missing", f"{self.device.python} has no venv module, so --fix cannot make "
                      f"{self.venv_python}", "venv-module")
             return
-        self.findings.append(Finding(
-            "venv", "n/a", f"--fix first makes this venv; pip installs go there and the inventory's python then "
-            f"points at {self.venv_python}",
-            shlex.join([self.device.python, "-m", "venv", "--system-site-packages", self.venv_python[:-len("/bin/python")]]),
-            pip=[]))
+        self.findings.append(
+            Finding(
+                "venv",
+                "n/a",
+                f"--fix first makes this venv; pip installs go there and the inventory's python then "
+                f"points at {self.venv_python}",
+                shlex.join(
+                    [
+                        self.device.python,
+                        "-m",
+                        "venv",
+                        "--system-site-packages",
+                        self.venv_python[: -len("/bin/python")],
+                    ]
+                ),
+                pip=[],
+            )
+        )
 
     def disk(self) -> None:
         free = self.facts.disk_free_bytes

@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 __all__ = ["PRESETS", "Method", "MethodError", "MethodUnavailable", "make_trainer", "parse_method"]
 
 
-def make_trainer(method: Method | str, model: "nn.Module", *, lr: float | None = None,
-                 total_steps: int = 1000) -> "Trainer":
+def make_trainer(method: Method | str, model: nn.Module, *, lr: float | None = None,
+                 total_steps: int = 1000) -> Trainer:
     """The trainer for `method` (a Method or its text) on `model` (changed in place).
 
     `lr` is the backbone peak lr (None: the method's default); nanoVLM's projector lr applies

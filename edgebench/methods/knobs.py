@@ -180,7 +180,9 @@ def _refusal(m: Method) -> str | None:
     opt = optimizers.optimizer(m.optimizer)
     if opt.update_in_backward:
         if m.accumulation > 1:
-            return f"{m.optimizer} updates each weight inside backward, so gradients cannot accumulate over micro-batches"
+            return (
+                f"{m.optimizer} updates each weight inside backward, so gradients cannot accumulate over micro-batches"
+            )
         if m.fused_update:
             return f"{m.optimizer} already updates inside backward; drop `fused`"
     if opt.whole_gradient and (m.accumulation > 1 or m.fused_update):
@@ -193,7 +195,9 @@ def _refusal(m: Method) -> str | None:
     if opt.refuses_lora and m.trainable == "lora":
         return opt.refuses_lora
     if m.frozen_dtype != "fp32" and m.trainable == "all":
-        return f"frozen-{m.frozen_dtype} stores frozen weights, but nothing is frozen; combine with lora or freeze-vision"
+        return (
+            f"frozen-{m.frozen_dtype} stores frozen weights, but nothing is frozen; combine with lora or freeze-vision"
+        )
     if m.frozen_dtype != "fp32" and m.trainable == "bitfit":
         return ("frozen low-precision weights with bitfit: the trained fp32 norm gains would meet bf16 "
                 "inputs (not supported yet); use lora or freeze-vision")

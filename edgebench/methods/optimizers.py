@@ -19,8 +19,8 @@ the library classes are named by "module:Class" and imported only when built.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from edgebench.errors import EdgebenchError
 

@@ -150,7 +150,9 @@ def _status(exit_code: int | None, exit_signal: int | None, timed_out: bool, int
     if interrupted:
         return "interrupted", f"stopped by {interrupted}"
     if exit_code == worker.EXIT_NO_SPACE:
-        return "error", f"{NO_SPACE}: the worker could not write its trace ({(last or {}).get('detail', '')})".rstrip(" ()")
+        return "error", f"{NO_SPACE}: the worker could not write its trace ({(last or {}).get('detail', '')})".rstrip(
+            " ()"
+        )
     if exit_signal is not None:
         name = signal.Signals(exit_signal).name
         if oom_kills:
@@ -291,6 +293,7 @@ class Supervisor:
         error with that reason in result.json."""
         from edgebench.telemetry.sampler import Sampler
 
+        assert self.child is not None, "the sampler follows a started worker"
         try:
             sampler = Sampler(self.out / "samples.jsonl", self.child.pid, rate_hz=self.spec.sample_hz,
                               root=self.root, sensors=self.spec.sensors, power_model=self.spec.power_model)
@@ -342,8 +345,16 @@ class Supervisor:
         except OSError:
             return ""
 
-    def _finish(self, clock_start: dict[str, int], exit_code: int | None, exit_signal: int | None,
-                maxrss: int, timed_out: bool, sampler: dict[str, Any], failure: OSError | None = None) -> dict[str, Any]:
+    def _finish(
+        self,
+        clock_start: dict[str, int],
+        exit_code: int | None,
+        exit_signal: int | None,
+        maxrss: int,
+        timed_out: bool,
+        sampler: dict[str, Any],
+        failure: OSError | None = None,
+    ) -> dict[str, Any]:
         trace = read_trace(self.out / "events.jsonl")
         events = trace.records
         predicted = next((e.get("memory") for e in events if e.get("event") == "predicted"), None)
@@ -354,8 +365,15 @@ class Supervisor:
         kernel_oom = None
         if exit_signal is not None and not sampler.get("cgroup_oom_kills_during_run") and self.child is not None:
             kernel_oom = kernel_oom_record(self.child.pid, self._started_ns)
-        status, detail = _status(exit_code, exit_signal, timed_out, self.interrupted, events,
-                                 sampler.get("cgroup_oom_kills_during_run") or 0, kernel_oom)
+        status, detail = _status(
+            exit_code,
+            exit_signal,
+            timed_out,
+            self.interrupted,
+            events,
+            sampler.get("cgroup_oom_kills_during_run") or 0,
+            kernel_oom,
+        )
         if self.start_problem and status != "interrupted":
             status, detail = "error", self.start_problem
         elif self.native and status == "error" and not events:  # it never wrote a line: ask the loader
@@ -363,7 +381,10 @@ class Supervisor:
         if status in ("error", "killed") and disk_full(self.out, failure) and NO_SPACE not in detail:
             status, detail = "error", f"{NO_SPACE} in {self.out} ({detail or failure})"
         elif failure is not None and status != "interrupted":
-            status, detail = "error", f"{NO_SPACE if disk_full(self.out, failure) else 'cannot write'} in {self.out}: {failure}"
+            status, detail = (
+                "error",
+                f"{NO_SPACE if disk_full(self.out, failure) else 'cannot write'} in {self.out}: {failure}",
+            )
         stats = step_statistics(events)
         median = (stats["step_time_s"] or {}).get("median")
         own_peak = next((e.get("vm_hwm_bytes") for e in events if e.get("event") == "memory"), None)

@@ -25,15 +25,26 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from edgebench.telemetry import battery
 from edgebench.telemetry.battery import battery_dir
 from edgebench.telemetry.rails import RAIL_TREES, SUM_OF_RAILS, RailTotal
-from edgebench.telemetry.sysfs import (PreadFile, Runner, SourceUnavailable, hwmon_dirs, iio_dirs, key_name, read_int,
-                                       read_text, under, unique_names)
+from edgebench.telemetry.sysfs import (
+    PreadFile,
+    Runner,
+    SourceUnavailable,
+    hwmon_dirs,
+    iio_dirs,
+    key_name,
+    read_int,
+    read_text,
+    under,
+    unique_names,
+)
 
 
 class Integrator:
@@ -184,7 +195,7 @@ class JtopPower(_Rails):
                  client: Any = None):
         if client is None:
             try:
-                from jtop import jtop, JtopException
+                from jtop import JtopException, jtop
             except ImportError:
                 raise SourceUnavailable("jetson-stats (jtop) is not installed") from None
             client = jtop()
@@ -243,7 +254,8 @@ class RaplPower:
 
     def read(self, now_s: float) -> dict[str, float]:
         out: dict[str, float] = {}
-        package_joules = package_dt = None
+        package_joules: float | None = None
+        package_dt = 0.0
         for key, is_package, fh, max_range in self._zones:
             text = fh.read()
             if not text:
@@ -498,45 +510,57 @@ def _rapl_ready(found: list[str], power: dict[str, Any]) -> tuple[str, str, bool
     return "warn", "RAPL energy counters not readable: power is estimated", True
 
 
-POWER_SOURCES: dict[str, PowerSource] = {s.name: s for s in (
-    PowerSource(
-        "ina3221",
-        make=lambda root, runner, power: jetson_power(root, power["rails"], power.get("total_rail"),
-                                                      power.get("rail_tree")),
-        intervals_s={"ina3221": 0.1, "jtop": 0.5},  # INA3221 reads go over I2C
-        probe=r"""for h in "$R"/sys/bus/i2c/devices/*/hwmon/hwmon* "$R"/sys/class/hwmon/hwmon*; do
+POWER_SOURCES: dict[str, PowerSource] = {
+    s.name: s
+    for s in (
+        PowerSource(
+            "ina3221",
+            make=lambda root, runner, power: jetson_power(
+                root, power["rails"], power.get("total_rail"), power.get("rail_tree")
+            ),
+            intervals_s={"ina3221": 0.1, "jtop": 0.5},  # INA3221 reads go over I2C
+            probe=r"""for h in "$R"/sys/bus/i2c/devices/*/hwmon/hwmon* "$R"/sys/class/hwmon/hwmon*; do
   [ "$(cat "$h/name" 2>/dev/null)" = ina3221 ] || continue
   for l in "$h"/in*_label; do
     [ -r "$l" ] && kv ina3221 "$(cat "$l")	$(cat "${l%_label}_input" 2>/dev/null)"
   done
 done
 """,
-        ready=_ina3221_ready, fix="jtop"),
-    PowerSource(
-        "rapl",
-        make=lambda root, runner, power: RaplPower(root),
-        intervals_s={"rapl": 0.1},
-        probe=r"""for z in "$R"/sys/class/powercap/intel-rapl:*; do
+            ready=_ina3221_ready,
+            fix="jtop",
+        ),
+        PowerSource(
+            "rapl",
+            make=lambda root, runner, power: RaplPower(root),
+            intervals_s={"rapl": 0.1},
+            probe=r"""for z in "$R"/sys/class/powercap/intel-rapl:*; do
   [ -e "$z/energy_uj" ] && kv rapl "$(cat "$z/name" 2>/dev/null)	$(cat "$z/energy_uj" 2>/dev/null)"
 done
 """,
-        ready=_rapl_ready, fix="rapl"),
-    PowerSource(
-        "pmic",
-        make=lambda root, runner, power: PiPmicPower(runner),
-        intervals_s={"pmic": 0.5},  # vcgencmd is a process spawn
-        probe=r"""command -v vcgencmd >/dev/null 2>&1 && kv pmic "$(vcgencmd pmic_read_adc 2>/dev/null | grep -c current)"
+            ready=_rapl_ready,
+            fix="rapl",
+        ),
+        PowerSource(
+            "pmic",
+            make=lambda root, runner, power: PiPmicPower(runner),
+            intervals_s={"pmic": 0.5},  # vcgencmd is a process spawn
+            probe=r"""command -v vcgencmd >/dev/null 2>&1 \
+    && kv pmic "$(vcgencmd pmic_read_adc 2>/dev/null | grep -c current)"
 """,
-        ready=_pmic_ready, fix="vcgencmd"),
-    PowerSource(
-        "battery",
-        make=lambda root, runner, power: BatteryPower(root, power["battery_current_sign"]),
-        intervals_s={"battery": 0.1},
-        probe=r"""b="$R/sys/class/power_supply/battery"
+            ready=_pmic_ready,
+            fix="vcgencmd",
+        ),
+        PowerSource(
+            "battery",
+            make=lambda root, runner, power: BatteryPower(root, power["battery_current_sign"]),
+            intervals_s={"battery": 0.1},
+            probe=r"""b="$R/sys/class/power_supply/battery"
 [ -e "$b" ] && kv battery "$(cat "$b/current_now" 2>/dev/null)	$(cat "$b/voltage_now" 2>/dev/null)"
 """,
-        ready=_battery_ready),
-)}
+            ready=_battery_ready,
+        ),
+    )
+}
 
 
 def reader_intervals() -> dict[str, float]:

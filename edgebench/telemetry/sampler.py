@@ -12,9 +12,10 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from edgebench.telemetry import cpu, gpu, memory, power, thermal
 from edgebench.telemetry.sysfs import Runner, SourceUnavailable, run_command
@@ -117,7 +118,8 @@ class Sampler:
     `power.battery_current_sign`, `thermal_zones`, `throttle`); empty means detect all.
     `power_model` {"idle_w", "max_w"}: only used for `power_w_est` where no power is
     measured, scaled by the device's own CPU use: its cgroup's on a lab device (a
-    CPU-limited cgroup), else the whole system's (a board is the device). `runner`: runs device commands (vcgencmd), argv -> stdout.
+    CPU-limited cgroup), else the whole system's (a board is the device). `runner`: runs device
+    commands (vcgencmd), argv -> stdout.
     """
 
     def __init__(self, out_path: str | Path, pid: int, rate_hz: float = 20.0, root: str | Path = "/",
@@ -212,7 +214,8 @@ class Sampler:
             elif "system_cpu" in self._active:
                 self._estimate_cpu = ("cpu_sys_pct", "the whole system's CPU use (/proc/stat)")
             if self._estimate_cpu:
-                self._estimate = self._make("power_estimate", lambda: power.PowerEstimate(self.power_model))
+                power_model = self.power_model
+                self._estimate = self._make("power_estimate", lambda: power.PowerEstimate(power_model))
             else:
                 self._unavailable["power_estimate"] = "needs the device's CPU use (/proc/stat, or its cgroup's), " \
                                                       "which is unreadable"
@@ -230,7 +233,7 @@ class Sampler:
 
     # -- the thread -----------------------------------------------------------------------
 
-    def start(self) -> "Sampler":
+    def start(self) -> Sampler:
         if self._thread is not None:
             raise RuntimeError("Sampler.start() called twice")
         self._writer = TraceWriter(self.out_path)
@@ -288,7 +291,7 @@ class Sampler:
             if interval >= SLOW_S:
                 interval = max(interval, CORE_SHARE_DIVISOR * (time.perf_counter() - read_started))
             item.due_s = now_s + interval
-        if self._estimate is not None and self._estimate_cpu[0] in rec:
+        if self._estimate is not None and self._estimate_cpu is not None and self._estimate_cpu[0] in rec:
             rec.update(self._estimate.estimate(now_s, rec[self._estimate_cpu[0]]))
         temps = [v for k, v in rec.items() if k.startswith("temp_") and k.endswith("_c")]
         if temps:
@@ -368,5 +371,5 @@ class Sampler:
         elif self._estimate is not None:
             out["power_source"] = "estimate"
             out["power_model"] = {"idle_w": self._estimate.idle_w, "max_w": self._estimate.max_w}
-            out["power_est_basis"] = self._estimate_cpu[1]
+            out["power_est_basis"] = self._estimate_cpu[1] if self._estimate_cpu else None
         return out
