@@ -99,9 +99,9 @@ class PerParameterStep:
 # The update written into the program (exporters.et_methods.write_update): torch's single-
 # tensor SGD / Adam / AdamW and lomo-optim's fp32 Lomo, with these constants.
 IN_PROGRAM = ("sgd", "adam", "adamw")  # with `fused`; lomo always
-ADAM_BETAS = (0.9, 0.999)
-ADAM_EPS = 1e-8
-WEIGHT_DECAY = {"adamw": 0.01}  # optim.build_optimizer's AdamW; Adam and SGD none
+ADAM_BETAS = optim.ADAM_BETAS
+ADAM_EPS = optim.ADAM_EPS
+WEIGHT_DECAY = {"adamw": optim.ADAMW_WEIGHT_DECAY}  # optim.build_optimizer's AdamW; Adam and SGD none
 # The program's last input, `hyper`: per lr group (backbones 0, projector 1) the factor
 # weights are decayed by and the step the update is scaled by, then Adam's sqrt(1 - beta2^t).
 HYPER_SIZE = 5

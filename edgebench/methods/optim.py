@@ -4,17 +4,22 @@ nanoVLM (train.py) trains with AdamW, a separate higher lr for the modality proj
 than for the two backbones, a cosine schedule with linear warmup to 10% of the peak lr, and
 gradient clipping at 1.0. Every backprop method here keeps that recipe and changes only the
 knob it is about.
+
+Importing this module does not import torch (only `build_optimizer` does): the ONNX Runtime
+device process, which has no torch, applies the same recipe with these functions and constants
+(edgebench.backends.numpy_updates).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Iterable
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Iterable
 
 from edgebench.methods.knobs import Method
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 # nanoVLM TrainConfig: lr_mp = 0.00512, lr_vision_backbone = lr_language_backbone = 5e-5.
 NANOVLM_LR_MP = 5.12e-3
@@ -22,6 +27,11 @@ NANOVLM_LR_BACKBONE = 5e-5
 MAX_GRAD_NORM = 1.0
 WARMUP_FRACTION = 0.03  # nanoVLM: warmup over 3% of the steps
 MIN_LR_FRACTION = 0.1  # nanoVLM: cosine decays to 10% of the peak
+# Adam's and AdamW's hyperparameters (torch.optim's defaults) and AdamW's decoupled weight decay
+# (Adam has none), written out for the optimizers that are not torch.optim (numpy_updates).
+ADAM_BETAS = (0.9, 0.999)
+ADAM_EPS = 1e-8
+ADAMW_WEIGHT_DECAY = 0.01
 
 # Backbone lr per optimizer when the caller gives none. Adaptive optimizers use nanoVLM's;
 # plain gradient steps need a larger one to move in the few steps a benchmark runs.
@@ -57,16 +67,20 @@ def is_projector(name: str) -> bool:
     return name.startswith("MP.") or ".MP." in name
 
 
+def lr_groups(names: Iterable[str], lr: float) -> list[tuple[str, float, list[str]]]:
+    """nanoVLM's lr groups over trainable parameter names, as (group, peak lr, names): the
+    backbones at lr, the projector at max(lr, lr_mp); empty groups left out."""
+    names = list(names)
+    groups = [("backbones", lr, [n for n in names if not is_projector(n)]),
+              ("MP", max(lr, NANOVLM_LR_MP), [n for n in names if is_projector(n)])]
+    return [g for g in groups if g[2]]
+
+
 def param_groups(model: nn.Module, lr: float) -> list[dict]:
-    """Trainable parameters split as nanoVLM does: projector at max(lr, lr_mp), backbones at lr."""
-    projector, backbone = [], []
-    for name, param in model.named_parameters():
-        if param.requires_grad:
-            (projector if is_projector(name) else backbone).append(param)
-    groups = [{"params": backbone, "lr": lr, "name": "backbones"}]
-    if projector:
-        groups.append({"params": projector, "lr": max(lr, NANOVLM_LR_MP), "name": "MP"})
-    return [g for g in groups if g["params"]]
+    """Trainable parameters split as nanoVLM does (`lr_groups`), as torch.optim param groups."""
+    params = {name: param for name, param in model.named_parameters() if param.requires_grad}
+    return [{"params": [params[n] for n in names], "lr": peak, "name": group}
+            for group, peak, names in lr_groups(params, lr)]
 
 
 def lr_factor(step: int, total_steps: int) -> float:
@@ -91,14 +105,16 @@ def set_schedule(optimizers: Iterable[torch.optim.Optimizer], step: int, total_s
 
 def build_optimizer(optimizer: str, groups: list[dict]) -> torch.optim.Optimizer:
     """The library optimizer behind a knob value (the per-step ones; lomo/cg live elsewhere)."""
+    import torch
+
     if optimizer == "sgd":
         return torch.optim.SGD(groups)
     if optimizer == "sgd-momentum":
         return torch.optim.SGD(groups, momentum=0.9)
     if optimizer == "adam":
-        return torch.optim.Adam(groups)
+        return torch.optim.Adam(groups, betas=ADAM_BETAS, eps=ADAM_EPS)
     if optimizer == "adamw":
-        return torch.optim.AdamW(groups, weight_decay=0.01)
+        return torch.optim.AdamW(groups, betas=ADAM_BETAS, eps=ADAM_EPS, weight_decay=ADAMW_WEIGHT_DECAY)
     if optimizer == "adafactor":
         return torch.optim.Adafactor(groups)
     if optimizer in ("adamw-8bit", "adamw-4bit"):
