@@ -2,9 +2,9 @@
 
 The ONNX Runtime backend is set up the way a run sets it up, and the process's RSS (VmRSS,
 and the kernel's peak VmHWM) is read after each phase: the runtime imported, the checkpoint
-loaded (the weights), the training session created (gradient buffers + session), the
-optimizer created (its state), then the peak over the steps (activations and gradient
-temporaries on top). Each phase's growth is its share.
+loaded (the weights), the training session created (gradient buffers + session), then the
+first step (Adam's moments, numpy arrays written from the first update on, with the step's
+activations and temporaries), then the peak over all steps. Each phase's growth is its share.
 
     .venv/bin/python bench/ort_memory.py [--model nanovlm-222m] [--method sgd] [--steps 2]
 """
@@ -21,7 +21,7 @@ CHILD = r"""
 import json, sys, types
 import numpy as np
 from edgebench.backends import onnxruntime as ort_backend
-from edgebench.backends.numpy_updates import InPlaceSGD, NumpyMeZO
+from edgebench.backends.numpy_updates import NumpyMeZO, RecipeUpdate
 from edgebench.data.synthetic import synthetic_batches
 
 def rss():
@@ -41,20 +41,16 @@ phases.append(("checkpoint: weights", rss()))
 lr = manifest["default_lr"]
 if manifest["program"] == "forward-only":
     forward = ort_backend.ForwardLoss(f"{directory}/eval_model.onnx", state, options)
-    mezo = NumpyMeZO([p.data for _, p in state.parameters if p.requires_grad], lr)
+    mezo = NumpyMeZO([p.data for _, p in state.parameters if p.requires_grad], lr, 0, steps)
     phases.append(("eval session (no gradients)", rss()))
     step = lambda feeds: mezo.step(lambda: forward(feeds))
 else:
     module = api.Module(f"{directory}/training_model.onnx", state, None, session_options=options)
     module.train()
     phases.append(("training session + gradient buffers", rss()))
-    if manifest["optimizer"] == "adamw":
-        update = api.Optimizer(f"{directory}/optimizer_model.onnx", module)
-        update.set_learning_rate(lr)
-    else:
-        params = state.parameters
-        update = InPlaceSGD(lambda: [(p.data, p.grad) for _, p in params if p.requires_grad], lr, 1.0)
-    phases.append(("optimizer state", rss()))
+    params = state.parameters
+    update = RecipeUpdate(manifest["optimizer"], lambda: [(n, p.data, p.grad) for n, p in params if p.requires_grad],
+                          lr, steps)
     def step(feeds):
         loss = module(*feeds)
         update.step()
@@ -62,7 +58,9 @@ else:
         return float(loss)
 cfg = types.SimpleNamespace(**{k: manifest["model"][k] for k in ("lm_vocab_size", "vit_img_size")})
 batches = synthetic_batches(cfg, 1, text, 0)
-losses = [step(ort_backend._feeds(next(batches))) for _ in range(steps)]
+losses = [step(ort_backend._feeds(next(batches)))]
+phases.append(("first step: optimizer state", rss()))
+losses += [step(ort_backend._feeds(next(batches))) for _ in range(steps - 1)]
 phases.append(("step peak: activations + temporaries", rss()))
 print(json.dumps({"phases": phases, "losses": losses, "torch": "torch" in sys.modules}))
 """

@@ -54,8 +54,8 @@ def export_command(device: str, model: str, data_dir: str | None, lr: float | No
     \b
     executorch: a .pte joint forward-backward program (torch.export -> to_edge ->
                 optional XNNPACK -> to_executorch); MeZO gets a forward-only program.
-    onnxruntime: ONNX Runtime training artifacts (training/eval/optimizer graphs and
-                checkpoint) for SGD or AdamW.
+    onnxruntime: ONNX Runtime training artifacts (training and eval graphs and
+                checkpoint; SGD, Adam and AdamW update between calls and share them).
 
     Shapes are fixed at export (batch size, text length, image size); with --data the
     dataset is checked against them first (every example must fit --text-length). The

@@ -6,12 +6,14 @@ outputs (the gradient builder needs them), and onnxblock's CrossEntropyLoss with
 ignore_index=-100 on flattened logits [N, vocab] and labels [N] (the LossType enum
 reads -100 out of bounds, silently). ORT 1.19 reads IR version 10 at most.
 
-Files written: training_model.onnx, eval_model.onnx, checkpoint, and optimizer_model.onnx
-for AdamW only. SGD has no optimizer graph on purpose: ORT 1.19's Optimizer allocates a
-zero `first_order_moments` tensor per trained weight for SGDOptimizerV2, which never reads
-it (888 MiB on nanovlm-222m, measured), so the backend applies SGD itself, in place on
-ORT's parameter buffers. The AdamW graph is switched to adam_mode 0 (torch.optim.AdamW's
-update; onnxblock writes 1, Hugging Face's). The ONNX graph's inputs are `input_ids`,
+Files written: training_model.onnx, eval_model.onnx and checkpoint; no optimizer graph, on
+purpose. The backend applies the methods' recipe itself, in numpy between training-graph
+calls (edgebench.backends.numpy_updates.RecipeUpdate): an onnxblock optimizer graph takes one
+learning rate for every parameter, where nanoVLM's projector trains at its own (100x the
+backbones' under Adam: ORT's AdamW losses left eager's at the second step on nanovlm-222m,
+issue 29), and ORT 1.19's SGD optimizer allocates a zero `first_order_moments` tensor per
+trained weight that SGDOptimizerV2 never reads (888 MiB on nanovlm-222m, measured). So SGD,
+Adam and AdamW share one set of artifacts. The ONNX graph's inputs are `input_ids`,
 `images`, `attention_mask` (padded keys masked, as nanoVLM trains) and `labels` (already
 shifted and flattened: `edgebench.backends.onnxruntime.shifted_labels`), so the device needs
 only numpy to feed it.
@@ -22,22 +24,15 @@ from __future__ import annotations
 import contextlib
 import io
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 
-from edgebench.methods.optimizers import optimizer as method_optimizer
-
 OPSET = 17
 MAX_IR_VERSION = 10  # what onnxruntime 1.19 accepts
-OPTIMIZERS = ("sgd", "adamw", None)  # None: no update (MeZO's forward-only use)
-ADAMW_BETAS = method_optimizer("adamw").betas  # the methods' AdamW (torch.optim.AdamW's defaults)
-ADAMW_EPS = method_optimizer("adamw").eps
-TORCH_ADAM_MODE = 0  # ORT's AdamWOptimizer: 0 = torch.optim.AdamW, 1 = Hugging Face's AdamW
 TRAINING_FILES = ("training_model.onnx", "checkpoint")
 FORWARD_FILES = ("eval_model.onnx", "checkpoint")
-OPTIMIZER_FILE = "optimizer_model.onnx"
 STAGES = ("torch.onnx.export", "LayerNorm outputs", "training artifacts")
 GRAPH_INPUTS = ("input_ids", "images", "attention_mask")  # then the loss block's labels
 
@@ -104,15 +99,11 @@ def export_artifacts(
     attention_mask: torch.Tensor,
     out_dir: str | Path,
     *,
-    optimizer: str,
-    weight_decay: float = 0.0,
-    max_grad_norm: float | None = None,
+    training: bool = True,
     on_stage: Callable[[str], None] = lambda stage: None,
 ) -> dict:
-    """Writes the artifacts for `model` (trainable = requires_grad) into `out_dir`.
-
-    `optimizer`: "adamw" writes an optimizer graph that clips the global gradient norm at
-    `max_grad_norm` (None: no clip); "sgd" and None write none (see the module docstring).
+    """Writes the artifacts for `model` (trainable = requires_grad) into `out_dir`: the
+    training graph for an update between calls, or (`training` False: MeZO) the eval graph.
 
     Returns {"trainable_parameters", "frozen_parameters"} in ONNX (= checkpoint) names, the
     files the backend needs, and how many summed gradients accumulate part by part.
@@ -123,8 +114,6 @@ def export_artifacts(
 
     onnxruntime.set_default_logger_severity(3)
 
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"ONNX Runtime training has optimizers {OPTIMIZERS}, not {optimizer!r}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     model.eval()  # no dropout: the graph must equal eager's
@@ -146,26 +135,17 @@ def export_artifacts(
         raise RuntimeError(f"tied parameters {sorted(set(trainable) & set(frozen))} are both trained and frozen")
 
     on_stage("training artifacts")
-    optim_block = None
-    if optimizer == "adamw":
-        clip = onnxblock.optim.ClipGradNorm(max_grad_norm) if max_grad_norm else None
-        optim_block = onnxblock.optim.AdamW(betas=ADAMW_BETAS, eps=ADAMW_EPS, weight_decay=weight_decay,
-                                            clip_grad=clip)
     with _quiet_graph_optimizer():
         artifacts.generate_artifacts(
             onnx_model,
             requires_grad=trainable,
             frozen_params=frozen,
             loss=onnxblock.loss.CrossEntropyLoss(ignore_index=-100),
-            optimizer=optim_block,
             artifact_directory=out_dir,
         )
     unfolded = _rewrite(out_dir / "training_model.onnx", accumulate_sums_in_place)
-    files = list(FORWARD_FILES if optimizer is None else TRAINING_FILES)
-    if optim_block is not None:
-        files.append(OPTIMIZER_FILE)
-        _set_adam_mode(out_dir / OPTIMIZER_FILE, TORCH_ADAM_MODE)
-    for name in ("training_model.onnx", "eval_model.onnx", OPTIMIZER_FILE):
+    files = list(TRAINING_FILES if training else FORWARD_FILES)
+    for name in ("training_model.onnx", "eval_model.onnx"):
         if (out_dir / name).exists():
             _cap_ir_version(out_dir / name)
     return {"trainable_parameters": trainable, "frozen_parameters": frozen, "files": files,
@@ -215,21 +195,6 @@ def _rewrite(path: Path, transform: Callable) -> int:
     if changed:
         onnx.save(model, path)
     return changed
-
-
-def _set_adam_mode(path: Path, mode: int) -> None:
-    """onnxblock's AdamW hard-codes adam_mode=1 (Hugging Face: bias correction folded into
-    the lr, decay after the step); ORT's kernel also has torch.optim.AdamW's update (0)."""
-    import onnx
-
-    model = onnx.load(path)
-    nodes = [n for n in model.graph.node if n.op_type == "AdamWOptimizer"]
-    if len(nodes) != 1:
-        raise RuntimeError(f"{path}: expected one AdamWOptimizer node, found {len(nodes)}")
-    for attribute in nodes[0].attribute:
-        if attribute.name == "adam_mode":
-            attribute.i = mode
-    onnx.save(model, path)
 
 
 @contextlib.contextmanager

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from edgebench.backends import et_optimizers
+from edgebench.backends.numpy_updates import UPDATES as ORT_UPDATES
 from edgebench.backends.support import EXPORT_OPTIMIZERS, unsupported_reason
 from edgebench.errors import EdgebenchError
 from edgebench.methods import knobs, memory, optim, steptime
@@ -20,7 +21,6 @@ from edgebench.methods.knobs import Method, parse_method
 from edgebench.methods.optimizers import OPTIMIZERS, PROGRAM_UPDATES, TRAINERS, UnknownOptimizer, optimizer
 from edgebench.model.config import get_config
 from edgebench.native.plan import native_reason
-from exporters.onnxruntime import OPTIMIZERS as ORT_UPDATES
 
 REPO = Path(__file__).resolve().parents[1]
 NAMES = list(OPTIMIZERS)
@@ -59,7 +59,7 @@ def test_every_term_of_an_optimizer_exists_and_agrees(name):
     assert o.program_update in ("", *PROGRAM_UPDATES)
     if o.program_update == "adam":
         assert o.betas is not None and o.eps is not None
-    assert o.onnxruntime == "" or o.onnxruntime in ORT_UPDATES  # the ORT exporter writes it
+    assert o.onnxruntime == "" or o.onnxruntime in ORT_UPDATES  # the ORT backend applies it
     assert (name in EXPORT_OPTIMIZERS["executorch"]) == (not o.executorch_refusal)
     assert (name in EXPORT_OPTIMIZERS["onnxruntime"]) == bool(o.onnxruntime)
     if o.between_calls:

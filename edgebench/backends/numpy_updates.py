@@ -3,44 +3,120 @@
 The ONNX Runtime backend hands these numpy views of the parameters and gradients its
 CheckpointState holds, so an update writes ORT's weights directly, with no copy of them:
 
-- `InPlaceSGD`: SGD with torch's global-norm gradient clip (clip_grad_norm_), which ORT
-  1.19's own SGD optimizer cannot do without a dead momentum buffer per weight.
+- `RecipeUpdate`: the methods' backprop update (edgebench.methods.trainer.BackpropTrainer):
+  torch.nn.utils.clip_grad_norm_ over all trained gradients at optim.MAX_GRAD_NORM, nanoVLM's
+  lr groups (optim.lr_groups), the warmup + cosine schedule (optim.lr_factor), then
+  torch.optim.SGD's, Adam's or AdamW's update (bias correction, AdamW's decoupled decay),
+  element for element as torch's single-tensor CPU path computes it. The recipe's functions
+  and constants are edgebench.methods.optim's own (it imports no torch).
 - `NumpyMeZO`: MeZO (Malladi et al. 2023, "Fine-Tuning Language Models with Just Forward
-  Passes", arXiv:2305.17333, Algorithm 1), the same SPSA step and bitwise weight restore as
-  edgebench.methods.mezo, with z drawn by numpy (`z_chunks`) and the loss from a callable
-  (the runtime's forward at the weights as they are now).
+  Passes", arXiv:2305.17333, Algorithm 1), the same SPSA step, schedule and bitwise weight
+  restore as edgebench.methods.mezo, with z drawn by numpy (`z_chunks`) and the loss from a
+  callable (the runtime's forward at the weights as they are now).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from edgebench.methods import optim
+from edgebench.methods import optimizers as optimizer_constants
+
 EPS = 1e-3  # MeZO's perturbation scale (edgebench.methods.mezo.EPS)
 CHUNK = 1 << 20  # elements of z drawn at once: bounds the temporary memory
+UPDATE_CHUNK = 1 << 16  # elements Adam updates at once: its temporaries stay in the cache
 CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_'s
+UPDATES = ("sgd", "adam", "adamw")  # optim.build_optimizer's, as RecipeUpdate applies them
+
+# (name, parameter, gradient): numpy views of the runtime's buffers, read again each step.
+Named = Callable[[], list[tuple[str, np.ndarray, np.ndarray]]]
 
 
-class InPlaceSGD:
-    """p -= lr * clip(g) over (parameter, gradient) numpy views."""
+def clip_coefficient(grads: list[np.ndarray], max_norm: float) -> float | None:
+    """torch.nn.utils.clip_grad_norm_'s factor: max_norm / (global L2 norm + 1e-6), or None
+    where it is >= 1 (torch multiplies by 1.0 there). The norm is summed in float64 over
+    float32 pieces."""
+    total = 0.0
+    for grad in grads:
+        flat = grad.reshape(-1)
+        for start in range(0, flat.size, CHUNK):
+            part = flat[start:start + CHUNK]
+            total += float(np.dot(part, part))
+    coef = max_norm / (math.sqrt(total) + CLIP_EPS)
+    return coef if coef < 1.0 else None
 
-    def __init__(self, pairs: Callable[[], list[tuple[np.ndarray, np.ndarray]]], lr: float,
-                 max_grad_norm: float | None) -> None:
-        self.pairs = pairs  # read each step: the runtime owns the buffers
+
+class RecipeUpdate:
+    """One step of the methods' recipe (module docstring) over a runtime's named (parameter,
+    gradient) buffers: the gradients are clipped in place, the parameters updated in place.
+    Adam's moments are numpy arrays here, allocated at the first step as torch.optim does."""
+
+    def __init__(self, optimizer: str, named: Named, lr: float, total_steps: int) -> None:
+        if optimizer not in UPDATES:
+            raise ValueError(f"RecipeUpdate applies {', '.join(UPDATES)}, not {optimizer!r}")
+        self.optimizer = optimizer
+        self.named = named
         self.lr = lr
-        self.max_grad_norm = max_grad_norm
+        self.total_steps = max(1, total_steps)  # as methods.trainer.Trainer
+        self.steps_done = 0
+        self.peak_lr: dict[str, float] = {}
+        self.moments: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.scratch = np.empty(UPDATE_CHUNK, dtype=np.float32)
 
     def step(self) -> None:
-        pairs = self.pairs()
-        scale = self.lr
-        if self.max_grad_norm:
-            total = math.sqrt(sum(float(np.dot(g.reshape(-1), g.reshape(-1))) for _, g in pairs))
-            scale *= min(1.0, self.max_grad_norm / (total + CLIP_EPS))
-        for param, grad in pairs:
-            np.multiply(grad, np.float32(-scale), out=grad)
-            np.add(param, grad, out=param)
+        named = self.named()
+        if not self.peak_lr:
+            self.peak_lr = {n: peak for _, peak, names in optim.lr_groups([n for n, _, _ in named], self.lr)
+                            for n in names}
+        coef = clip_coefficient([g for _, _, g in named], optim.MAX_GRAD_NORM)
+        factor = optim.lr_factor(self.steps_done, self.total_steps)
+        self.steps_done += 1
+        for name, param, grad in named:
+            lr = self.peak_lr[name] * factor
+            if self.optimizer == "sgd":
+                # g *= coef; p.add_(g, alpha=-lr), the two scalars folded into one pass
+                np.multiply(grad, np.float32(-lr * (1.0 if coef is None else coef)), out=grad)
+                np.add(param, grad, out=param)
+            else:
+                self._adam(name, param, grad, lr, coef)
+
+    def _adam(self, name: str, param: np.ndarray, grad: np.ndarray, lr: float, coef: float | None) -> None:
+        """torch.optim.Adam / AdamW's _single_tensor_adam (no amsgrad, not maximize), after
+        clip_grad_norm_'s `g *= coef`, over UPDATE_CHUNK elements at a time."""
+        if name not in self.moments:
+            self.moments[name] = (np.zeros(param.size, np.float32), np.zeros(param.size, np.float32))
+        exp_avg, exp_avg_sq = self.moments[name]
+        beta1, beta2 = optimizer_constants.ADAM_BETAS
+        t = self.steps_done  # torch's state step, already counted for this update
+        step_size = lr / (1 - beta1 ** t)
+        bias_correction2_sqrt = (1 - beta2 ** t) ** 0.5
+        decay = 1 - lr * optimizer_constants.ADAMW_WEIGHT_DECAY if self.optimizer == "adamw" else None
+        coef32 = None if coef is None else np.float32(coef)
+        p_flat, g_flat = param.reshape(-1), grad.reshape(-1)
+        for start in range(0, p_flat.size, UPDATE_CHUNK):
+            stop = min(p_flat.size, start + UPDATE_CHUNK)
+            p, g, m, v = p_flat[start:stop], g_flat[start:stop], exp_avg[start:stop], exp_avg_sq[start:stop]
+            s = self.scratch[:stop - start]
+            if coef32 is not None:
+                g *= coef32
+            if decay is not None:
+                p *= decay  # param.mul_(1 - lr * weight_decay)
+            np.subtract(g, m, out=s)  # exp_avg.lerp_(grad, 1 - beta1)
+            s *= 1 - beta1
+            m += s
+            v *= beta2  # exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+            np.multiply(g, 1 - beta2, out=s)
+            s *= g
+            v += s
+            np.sqrt(v, out=s)  # denom = exp_avg_sq.sqrt() / bias_correction2_sqrt + eps
+            s /= bias_correction2_sqrt
+            s += optimizer_constants.ADAM_EPS
+            np.divide(m, s, out=s)  # param.addcdiv_(exp_avg, denom, value=-step_size)
+            s *= -step_size
+            p += s
 
 
 def z_chunks(seed: int, index: int, n: int) -> Iterator[tuple[slice, np.ndarray]]:
@@ -61,11 +137,13 @@ class NumpyMeZO:
     bitwise without a copy of it.
     """
 
-    def __init__(self, params: list[np.ndarray], lr: float, seed: int = 0) -> None:
+    def __init__(self, params: list[np.ndarray], lr: float, seed: int = 0, total_steps: int = 1) -> None:
         self.params = [p.reshape(-1) for p in params]
         if any(not np.shares_memory(flat, p) for flat, p in zip(self.params, params)):
             raise ValueError("NumpyMeZO needs contiguous parameter buffers (it updates them in place)")
         self.lr = lr
+        self.total_steps = max(1, total_steps)  # the schedule's length, as methods.trainer.Trainer
+        self.steps_done = 0
         self.eps = EPS
         self.seeds = np.random.default_rng(seed)
         self.projected_grad = 0.0
@@ -107,9 +185,11 @@ class NumpyMeZO:
         return int(self.seeds.integers(0, 2**31 - 1))
 
     def step(self, loss: Callable[[], float]) -> float:
-        """One SPSA step, `loss` being the batch's loss at the current weights; returns
-        MeZO's logged loss (the mean of the two)."""
+        """One SPSA step, `loss` being the batch's loss at the current weights, at the lr's
+        place on the schedule (optim.lr_factor); returns MeZO's logged loss (the mean of the two)."""
         seed = self.next_seed()
         self.projected_grad, mean = self.estimate(loss, seed)
-        self._add(seed, -self.lr * self.projected_grad)
+        lr = self.lr * optim.lr_factor(self.steps_done, self.total_steps)
+        self._add(seed, -lr * self.projected_grad)
+        self.steps_done += 1
         return mean

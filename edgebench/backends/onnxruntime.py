@@ -8,12 +8,17 @@ package and ORTModule marked absent.
 Memory (nanovlm-222m, SGD, batch 1; `bench/ort_memory.py` prints it phase by phase): only
 the training graph is loaded (no eval graph when nothing evaluates); ORT's CPU arena and
 memory pattern are off (with them the step peaked ~60 MiB higher: 2,428 vs 2,366 MiB) and
-malloc's mmap threshold is pinned (`return_freed_blocks`, -94 MiB); SGD runs in numpy in
-place on ORT's parameter and gradient buffers (ORT's SGD optimizer would add a moment per
-weight it never reads: +881 MiB). AdamW is the artifacts' optimizer graph. MeZO runs the
-eval graph in an InferenceSession fed ORT's own parameter buffers, perturbed in numpy.
-The learning rate is constant per run (spec.lr or the method's default recorded at export)
-for all parameters: one optimizer graph has one lr, and the schedule lives in torch code.
+malloc's mmap threshold is pinned (`return_freed_blocks`, -94 MiB). MeZO runs the eval
+graph in an InferenceSession fed ORT's own parameter buffers, perturbed in numpy.
+
+The update is the methods' recipe, as eager's BackpropTrainer applies it (issue 29): after
+each training-graph call, `numpy_updates.RecipeUpdate` clips ORT's gradient buffers at the
+global norm, takes each parameter's lr from nanoVLM's groups and the warmup + cosine schedule
+(edgebench.methods.optim's own functions) and writes SGD's, Adam's or AdamW's update in
+place into ORT's parameter buffers (Adam's moments are numpy arrays). There is no optimizer
+graph: ORT's has one lr for every parameter (nanoVLM's projector trains at 100x the
+backbones' lr under Adam), and its SGD optimizer would add a moment per weight it never
+reads (+881 MiB on nanovlm-222m). MeZO's lr follows the same schedule.
 """
 
 from __future__ import annotations
@@ -28,9 +33,10 @@ from typing import Any
 import numpy as np
 
 from edgebench.backends.base import UnsupportedBackend
-from edgebench.backends.numpy_updates import InPlaceSGD, NumpyMeZO
+from edgebench.backends.numpy_updates import NumpyMeZO, RecipeUpdate
 from edgebench.backends.program import check_batch, open_program
 from edgebench.backends.support import device_reason
+from edgebench.methods import parse_method
 
 # SessionOptions the backend sets (recorded in each export's manifest as the lowering).
 SESSION_OPTIONS = {"enable_cpu_mem_arena": False, "enable_mem_pattern": False}
@@ -112,7 +118,7 @@ class OnnxRuntimeBackend:
     name = "onnxruntime"
 
     def __init__(self) -> None:
-        self.state = self.module = self.optimizer = self.sgd = self.mezo = self.forward = None
+        self.state = self.module = self.update = self.mezo = self.forward = None
 
     def setup(self, spec: Any, example_batch: dict[str, Any]) -> None:
         reason = device_reason(self.name, platform.machine())
@@ -126,29 +132,27 @@ class OnnxRuntimeBackend:
         onnxruntime.set_default_logger_severity(3)
         return_freed_blocks()
         options = session_options(spec.threads)
-        lr = manifest["default_lr"] if spec.lr is None else spec.lr
+        lr = manifest["default_lr"] if spec.lr is None else spec.lr  # optim.default_lr, as eager's
+        total = spec.warmup_steps + spec.steps  # the schedule's length, as eager's
         self.state = api.CheckpointState.load_checkpoint(str(directory / "checkpoint"))
         if manifest["program"] == "forward-only":
             self.forward = ForwardLoss(directory / "eval_model.onnx", self.state, options)
-            self.mezo = NumpyMeZO([p.data for _, p in self.state.parameters if p.requires_grad], lr, spec.seed)
+            self.mezo = NumpyMeZO([p.data for _, p in self.state.parameters if p.requires_grad], lr, spec.seed,
+                                  total)
             return
         self.module = api.Module(str(directory / "training_model.onnx"), self.state, None,
                                  device="cpu", session_options=options)
         self.module.train()
-        if manifest["optimizer"] == "adamw":
-            self.optimizer = api.Optimizer(str(directory / "optimizer_model.onnx"), self.module)
-            self.optimizer.set_learning_rate(lr)
-        else:
-            params = self.state.parameters
-            self.sgd = InPlaceSGD(lambda: [(p.data, p.grad) for _, p in params if p.requires_grad],
-                                  lr, manifest["max_grad_norm"])
+        params = self.state.parameters
+        self.update = RecipeUpdate(parse_method(spec.method).optimizer,
+                                   lambda: [(n, p.data, p.grad) for n, p in params if p.requires_grad], lr, total)
 
     def step(self, batch: dict[str, Any]) -> float:
         if self.mezo is not None:
             feeds = _feeds(batch)
             return self.mezo.step(lambda: self.forward(feeds))
         loss = float(self.module(*_feeds(batch)))
-        (self.optimizer or self.sgd).step()
+        self.update.step()
         self.module.lazy_reset_grad()
         return loss
 
@@ -157,7 +161,7 @@ class OnnxRuntimeBackend:
         return {name: param.data for name, param in self.state.parameters if param.requires_grad}
 
     def close(self) -> None:
-        self.state = self.module = self.optimizer = self.sgd = self.mezo = self.forward = None
+        self.state = self.module = self.update = self.mezo = self.forward = None
 
 
 class ForwardLoss:

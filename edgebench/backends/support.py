@@ -17,8 +17,8 @@ BACKEND_NAMES = tuple(BACKENDS)
 
 # Optimizers each exported backend applies, from their descriptors (methods/optimizers.py).
 # ExecuTorch: SGD in the runtime, the update written into the program (LOMO, fused), the others
-# over the program's parameters between its calls; ONNX Runtime: SGD in place on its parameter
-# buffers, Adam/AdamW as its AdamW optimizer graph, Adam = AdamW without decay.
+# over the program's parameters between its calls; ONNX Runtime: SGD, Adam and AdamW in numpy
+# between training-graph calls, in place on its parameter buffers (backends.numpy_updates).
 EXPORT_OPTIMIZERS = {backend: tuple(name for name, o in OPTIMIZERS.items() if backend in o.exported_backends)
                      for backend in BACKEND_NAMES if backend != "eager"}
 
@@ -65,7 +65,7 @@ def _executorch_reason(method: Any) -> str | None:
 
 def _onnxruntime_reason(method: Any) -> str | None:
     """ONNX Runtime 1.19's training API: artifacts from generate_artifacts (training graph,
-    eval graph, checkpoint, AdamW optimizer graph), any trainable subset (LoRA written into
+    eval graph, checkpoint; the update in numpy between calls), any trainable subset (LoRA written into
     the graph by exporters.lora), MeZO on the eval graph. Everything else is refused here."""
     grad_mode = _knob(method, "grad_mode", "backprop")
     if grad_mode == "forward-mode":
@@ -88,7 +88,7 @@ def _onnxruntime_reason(method: Any) -> str | None:
                 "are fp32); use --backend eager for bf16 / int8")
     if _knob(method, "fused_update", False):
         return ("a fused update-in-backward has no place in ORT's training API (gradients land in "
-                "buffers the optimizer graph reads afterwards); use --backend eager")
+                "buffers the update reads after the call); use --backend eager")
     return None
 
 

@@ -22,7 +22,8 @@ def _knob_text(knobs: dict) -> str:
 def methods_command(as_json: bool) -> None:
     """List the fine-tuning methods: presets, the knobs behind each, and the backends that can
     run it (with --json: why each other backend refuses it). Combine presets and modifiers with
-    `+` (e.g. `lora+ckpt+bf16`, `bitfit+frozen-int8`, `adamw+accum4`); impossible combinations are refused with the reason."""
+    `+` (e.g. `lora+ckpt+bf16`, `bitfit+frozen-int8`, `adamw+accum4`); impossible combinations
+    are refused with the reason."""
     from edgebench.backends.support import support_matrix
 
     matrix = support_matrix({name: parse_method(name) for name in PRESETS})

@@ -4,19 +4,24 @@ nanoVLM (train.py) trains with AdamW, a separate higher lr for the modality proj
 than for the two backbones, a cosine schedule with linear warmup to 10% of the peak lr, and
 gradient clipping at 1.0. Every backprop method here keeps that recipe and changes only the
 knob it is about.
+
+Importing this module does not import torch (only `build_optimizer` does): the ONNX Runtime
+device process, which has no torch, applies the same recipe with these functions and constants
+(edgebench.backends.numpy_updates).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Iterable
-
-import torch
-from torch import nn
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from edgebench.methods.knobs import Method
-from edgebench.methods.optimizers import (GALORE_SCALE, GALORE_UPDATE_PROJ_GAP, galore_rank, is_galore_matrix,
-                                          optimizer)
+from edgebench.methods.optimizers import GALORE_SCALE, GALORE_UPDATE_PROJ_GAP, galore_rank, is_galore_matrix, optimizer
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 # nanoVLM TrainConfig: lr_mp = 0.00512 (the backbones' 5e-5 is the adaptive optimizers' default
 # lr in their descriptors, methods/optimizers.py).
@@ -53,16 +58,20 @@ def is_projector(name: str) -> bool:
     return name.startswith("MP.") or ".MP." in name
 
 
+def lr_groups(names: Iterable[str], lr: float) -> list[tuple[str, float, list[str]]]:
+    """nanoVLM's lr groups over trainable parameter names, as (group, peak lr, names): the
+    backbones at lr, the projector at max(lr, lr_mp); empty groups left out."""
+    names = list(names)
+    groups = [("backbones", lr, [n for n in names if not is_projector(n)]),
+              ("MP", max(lr, NANOVLM_LR_MP), [n for n in names if is_projector(n)])]
+    return [g for g in groups if g[2]]
+
+
 def param_groups(model: nn.Module, lr: float) -> list[dict]:
-    """Trainable parameters split as nanoVLM does: projector at max(lr, lr_mp), backbones at lr."""
-    projector, backbone = [], []
-    for name, param in model.named_parameters():
-        if param.requires_grad:
-            (projector if is_projector(name) else backbone).append(param)
-    groups = [{"params": backbone, "lr": lr, "name": "backbones"}]
-    if projector:
-        groups.append({"params": projector, "lr": max(lr, NANOVLM_LR_MP), "name": "MP"})
-    return [g for g in groups if g["params"]]
+    """Trainable parameters split as nanoVLM does (`lr_groups`), as torch.optim param groups."""
+    params = {name: param for name, param in model.named_parameters() if param.requires_grad}
+    return [{"params": [params[n] for n in names], "lr": peak, "name": group}
+            for group, peak, names in lr_groups(params, lr)]
 
 
 def lr_factor(step: int, total_steps: int) -> float:

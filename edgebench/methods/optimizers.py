@@ -133,7 +133,8 @@ class Optimizer:
       extra_forwards: forward passes a step adds beyond backprop's (cg's line search).
     Exported backends (backends.support):
       executorch_refusal: why ExecuTorch cannot run it ("" if it can).
-      onnxruntime: the ONNX Runtime update it runs as ("sgd" or "adamw"; "" if none).
+      onnxruntime: the update the ONNX Runtime backend applies in numpy between training-graph
+        calls (backends.numpy_updates.UPDATES: "sgd", "adam" or "adamw"; "" if none).
       program_update: the update rule the ExecuTorch exporter can write into the program
         (exporters.et_methods.write_update: "sgd" or "adam"; "" if none), with `fused`, and
         always for an update in backward.
@@ -188,7 +189,7 @@ OPTIMIZERS: dict[str, Optimizer] = {o.name: o for o in (
               momentum=SGD_MOMENTUM, fusable=True, native=True),
     Optimizer("adam", default_lr=NANOVLM_LR_BACKBONE, state_bytes=two_states, update_bytes=28,
               build="torch.optim:Adam", adapter_lr_for=("lora", "bitfit"), betas=ADAM_BETAS, eps=ADAM_EPS,
-              fusable=True, update_copies=2, onnxruntime="adamw", program_update="adam", native=True),
+              fusable=True, update_copies=2, onnxruntime="adam", program_update="adam", native=True),
     Optimizer("adamw", default_lr=NANOVLM_LR_BACKBONE, state_bytes=two_states, update_bytes=28,
               build="torch.optim:AdamW", adapter_lr_for=("lora", "bitfit"), betas=ADAM_BETAS, eps=ADAM_EPS,
               weight_decay=ADAMW_WEIGHT_DECAY, fusable=True, update_copies=2, onnxruntime="adamw",
