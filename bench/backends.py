@@ -188,18 +188,23 @@ def render(results: dict) -> None:
         Console(width=None if sys.stdout.isatty() else 160).print(table)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="tiny")
-    parser.add_argument("--methods", default="sgd,adamw", help="Comma-separated: sgd, adamw.")
-    parser.add_argument("--variants", default=",".join(VARIANTS))
-    parser.add_argument("--rounds", type=int, default=3)
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """The options every interleaved-runs benchmark takes (this one and bench/exported.py)."""
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--text-length", type=int, default=16)
     parser.add_argument("--threads", type=int, default=None,
                         help="Threads for every runtime (default: each one's own); 1 is fairer on a busy host.")
     parser.add_argument("--json", dest="json_out", default=None, help="Also write the figures to this file.")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="tiny")
+    parser.add_argument("--methods", default="sgd,adamw", help="Comma-separated: sgd, adamw.")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--rounds", type=int, default=3)
+    add_run_options(parser)
     args = parser.parse_args()
     variants = [v for v in args.variants.split(",") if v]
     unknown = set(variants) - set(VARIANTS)

@@ -25,7 +25,8 @@ import json
 import sys
 from pathlib import Path
 
-from backends import VARIANTS, bench_model  # bench/backends.py: the interleaved runs, exports and ratios
+# bench/backends.py: the interleaved runs, exports and ratios
+from backends import VARIANTS, add_run_options, bench_model
 
 from edgebench.backends.support import BACKEND_NAMES, unsupported_reason
 from edgebench.methods import PRESETS, parse_method
@@ -117,12 +118,7 @@ def main() -> None:
     parser.add_argument("--delegate", default="xnnpack", choices=("xnnpack", "none"),
                         help="ExecuTorch's lowering (default: the device profiles' XNNPACK).")
     parser.add_argument("--rounds", type=int, default=1, help="Interleaved rounds per preset (default 1).")
-    parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--text-length", type=int, default=16)
-    parser.add_argument("--threads", type=int, default=None,
-                        help="Threads for every runtime (default: each one's own); 1 is fairer on a busy host.")
-    parser.add_argument("--json", dest="json_out", default=None, help="Also write the rows to this file.")
+    add_run_options(parser)
     args = parser.parse_args()
     runtimes = [r for r in args.runtimes.split(",") if r]
     unknown = set(runtimes) - set(RUNTIMES)
