@@ -25,6 +25,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 VARIANTS = {  # name -> (runtime backend, export backend, delegate)
@@ -198,6 +199,15 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", dest="json_out", default=None, help="Also write the figures to this file.")
 
 
+def chosen(parser: argparse.ArgumentParser, text: str, known: Sequence[str], what: str) -> list[str]:
+    """The comma-separated names in `text`, each one of `known` (else the usage error naming them)."""
+    names = [n for n in text.split(",") if n]
+    unknown = set(names) - set(known)
+    if unknown:
+        parser.error(f"unknown {what} {sorted(unknown)}; choose from {', '.join(known)}")
+    return names
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="tiny")
@@ -206,10 +216,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     add_run_options(parser)
     args = parser.parse_args()
-    variants = [v for v in args.variants.split(",") if v]
-    unknown = set(variants) - set(VARIANTS)
-    if unknown:
-        parser.error(f"unknown variant(s) {sorted(unknown)}; choose from {', '.join(VARIANTS)}")
+    variants = chosen(parser, args.variants, VARIANTS, "variant(s)")
     results = {f"{m} {method}": bench_model(m, method, variants, args.rounds, args.steps, args.warmup,
                                             args.text_length, args.threads)
                for m in args.models.split(",") for method in args.methods.split(",")}

@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 # bench/backends.py: the interleaved runs, exports and ratios
-from backends import VARIANTS, add_run_options, bench_model
+from backends import VARIANTS, add_run_options, bench_model, chosen
 
 from edgebench.backends.support import BACKEND_NAMES, unsupported_reason
 from edgebench.methods import PRESETS, parse_method
@@ -120,14 +120,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="Interleaved rounds per preset (default 1).")
     add_run_options(parser)
     args = parser.parse_args()
-    runtimes = [r for r in args.runtimes.split(",") if r]
-    unknown = set(runtimes) - set(RUNTIMES)
-    if unknown:
-        parser.error(f"unknown runtime(s) {sorted(unknown)}; choose from {', '.join(RUNTIMES)}")
-    presets = args.presets.split(",") if args.presets else list(PRESETS)
-    unknown = set(presets) - set(PRESETS)
-    if unknown:
-        parser.error(f"unknown preset(s) {sorted(unknown)}; `edgebench methods` lists them")
+    runtimes = chosen(parser, args.runtimes, RUNTIMES, "runtime(s)")
+    presets = chosen(parser, args.presets, list(PRESETS), "preset(s)") if args.presets else list(PRESETS)
     planned = plan(presets, runtimes)
     skipped = sorted(set(presets) - set(planned))
     if skipped:
