@@ -130,6 +130,7 @@ def test_bench_fine_tunes_my_checkpoint_on_my_data_with_repeats(tmp_path):
     (["--data", "DATA_WITHOUT_TOKENIZER"], "tokenizer.json"),
     (["--data", "PARQUET_WITHOUT_TEXTS"], "captions.parquet: no texts column (found images, caption)"),
     (["--backend", "onnxruntime", "--save", "trained"], "use --backend eager with --save"),
+    (["--methods", "sgd,adamw-accum4", "--batch-size", "2"], "a multiple of 4 (got 2)"),
 ])
 def test_bench_refuses_a_bad_model_or_dataset_folder_in_one_line(tmp_path, args, names, monkeypatch):
     import pyarrow as pa

@@ -205,3 +205,20 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_a_profiles_speed_reaches_the_step_time_estimate():
+    """`speed` figures are the device's rates (bf16 optional); unset, the reference host's stand in
+    and say so; a bad figure names its field."""
+    from edgebench.methods.device_speed import REFERENCE
+    from edgebench.methods.fit import device_speed
+
+    data = _pi4()
+    assert device_speed(parse_profile(data, "pi.yaml")) == REFERENCE
+    data["speed"] = {"matmul_gflops": 20, "pass_ns": 2.5, "normal_ns": 30}
+    speed = device_speed(parse_profile(data, "pi.yaml"))
+    assert (speed.matmul_gflops, speed.bf16_matmul_cost, speed.pass_ns) == (20, None, 2.5)
+    assert speed.source == "profile raspberry-pi-4-4gb"
+    data["speed"]["pass_ns"] = -1
+    with pytest.raises(ProfileError, match="speed.*pass_ns"):
+        parse_profile(data, "pi.yaml")

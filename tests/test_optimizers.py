@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from edgebench.backends.numpy_updates import UPDATES as ORT_UPDATES
 from edgebench.backends.support import EXPORT_OPTIMIZERS, unsupported_reason
 from edgebench.errors import EdgebenchError
 from edgebench.methods import knobs, memory, optim, steptime
+from edgebench.methods.device_speed import REFERENCE
 from edgebench.methods.knobs import Method, parse_method
 from edgebench.methods.optimizers import OPTIMIZERS, PROGRAM_UPDATES, TRAINERS, UnknownOptimizer, optimizer
 from edgebench.model.config import get_config
@@ -54,7 +56,7 @@ def test_every_term_of_an_optimizer_exists_and_agrees(name):
     assert o.library == "" or o.library in memory.LIBRARY_BASELINE_BYTES_EST
     assert o.update_copies >= 0 and o.gradient_copies >= 1 and o.step_copies >= 0
     # step-time model
-    assert o.update_bytes > 0 and o.extra_forwards >= 0
+    assert o.update_passes > 0 and o.extra_forwards >= 0
     # exported backends and their update rules
     assert o.program_update in ("", *PROGRAM_UPDATES)
     if o.program_update == "adam":
@@ -74,7 +76,7 @@ def test_every_term_of_an_optimizer_exists_and_agrees(name):
     cfg = get_config("tiny")
     predicted = memory.predict(cfg, method, 2, 16)
     assert predicted["peak_bytes"] > 0 and predicted["optimizer_state_bytes"] >= 0
-    assert steptime.relative_step_time(cfg, method, 2, 16) > 0
+    assert steptime.relative_step_time(cfg, method, 2, 16, replace(REFERENCE, bf16_matmul_cost=1.0)) > 0
     assert optim.default_lr(method, 1000) > 0
 
 
@@ -128,7 +130,7 @@ def test_the_native_plan_carries_the_methods_own_constants():
 def test_a_descriptor_without_a_cost_or_a_learning_rate_cannot_be_written():
     required = {f.name for f in dataclasses.fields(type(optimizer("sgd")))
                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
-    assert {"name", "default_lr", "state_bytes", "update_bytes"} <= required
+    assert {"name", "default_lr", "state_bytes", "update_passes"} <= required
 
 
 def test_an_unknown_optimizer_is_an_error_everywhere_not_a_default():
@@ -137,7 +139,8 @@ def test_an_unknown_optimizer_is_an_error_everywhere_not_a_default():
     assert issubclass(UnknownOptimizer, EdgebenchError)
     stranger = Method(optimizer="rmsprop")  # a Method built around the parser
     cfg = get_config("tiny")
-    for predict in (lambda: memory.predict(cfg, stranger, 1, 16), lambda: steptime.step_cost(cfg, stranger, 1, 16),
+    for predict in (lambda: memory.predict(cfg, stranger, 1, 16),
+                    lambda: steptime.step_seconds(cfg, stranger, 1, 16, REFERENCE),
                     lambda: optim.default_lr(stranger), lambda: optim.build_optimizer("rmsprop", []),
                     lambda: unsupported_reason(stranger, "onnxruntime"), lambda: native_reason(stranger)):
         with pytest.raises(UnknownOptimizer):

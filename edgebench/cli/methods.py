@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import click
 
+from edgebench.methods.device_speed import DeviceSpeed
 from edgebench.methods.fit import DEFAULT_HEADROOM, rank, usable_bytes
 from edgebench.methods.knobs import PRESETS, MethodError, parse_method
 
@@ -49,11 +51,15 @@ def methods_command(as_json: bool) -> None:
         console.print(part)
 
 
-def _ram_bytes(device: str | None, ram_bytes: int | None) -> tuple[int, str]:
-    """The RAM budget: --ram-bytes, a lab device's memory limit, a profile's RAM, or an
-    inventory device's profile RAM."""
+def _device(device: str | None, ram_bytes: int | None) -> tuple[int, str, DeviceSpeed]:
+    """The RAM budget and the rates of the step-time estimate (methods.fit.device_speed):
+    --ram-bytes (no device: a reference host's rates), a lab device's memory limit (this host's
+    CPU), a profile's, or an inventory device's profile's."""
+    from edgebench.methods.device_speed import REFERENCE
+    from edgebench.methods.fit import device_speed
+
     if ram_bytes is not None:
-        return ram_bytes, "--ram-bytes"
+        return ram_bytes, "--ram-bytes", REFERENCE
     if device is None:
         raise click.UsageError("give --device PROFILE (see device_profiles/) or --ram-bytes N")
     from edgebench.devices.lab import read_state
@@ -61,17 +67,21 @@ def _ram_bytes(device: str | None, ram_bytes: int | None) -> tuple[int, str]:
 
     lab = read_state().get(device)
     if lab and lab.get("memory_bytes"):
-        return int(lab["memory_bytes"]), f"lab device {device}"
+        from edgebench.methods.device_speed import host_speed
+
+        return int(lab["memory_bytes"]), f"lab device {device}", host_speed()
     try:
-        return int(load_profile(device).ram_bytes), device
+        profile = load_profile(device)
+        return int(profile.ram_bytes), device, device_speed(profile)
     except ProfileError as exc:
         from edgebench.devices.inventory import InventoryError, get_device
 
         try:
-            return int(get_device(device).profile.ram_bytes), f"inventory device {device}"
+            profile = get_device(device).profile
         except (InventoryError, ProfileError):
             raise click.BadParameter(f"{exc} (nor is {device!r} a lab or inventory device)",
                                      param_hint="--device") from None
+        return int(profile.ram_bytes), f"inventory device {device}", device_speed(profile)
 
 
 @click.command("predict")
@@ -103,11 +113,12 @@ def predict_command(device, ram_bytes, model_name, method, batch_size, text_leng
         cfg = read_config(model_name) if Path(model_name).is_dir() else get_config(model_name)
     except (MethodError, ConfigError, ValueError) as exc:
         raise click.BadParameter(str(exc)) from exc
-    budget, source = _ram_bytes(device, ram_bytes)
+    budget, source, speed = _device(device, ram_bytes)
     usable = usable_bytes(budget, headroom)
-    verdict = {"ram_bytes": budget, "ram_source": source, "headroom": headroom, "usable_bytes_est": usable}
+    verdict = {"ram_bytes": budget, "ram_source": source, "headroom": headroom, "usable_bytes_est": usable,
+               "speed": asdict(speed)}
     if parsed is None:
-        _print_ranking(rank(cfg, batch_size, text_length, image_size, usable), model_name,
+        _print_ranking(rank(cfg, batch_size, text_length, image_size, usable, speed), model_name,
                        batch_size, verdict, as_json)
         return
     figures = memory.predict(cfg, parsed, batch_size, text_length, image_size=image_size)
@@ -144,17 +155,22 @@ def _print_ranking(rows: list[dict], model_name: str, batch_size: int, verdict: 
     from rich.console import Console
     from rich.table import Table
 
+    speed = verdict["speed"]
+    cost = speed["bf16_matmul_cost"]
+    bf16_note = (f"; bf16 matmuls {cost:.2f}x fp32's time" if cost else
+                 "; -: a bf16 method, this device's bf16 matmul speed unknown (profile field `speed`)")
     table = Table(title=f"methods for {model_name} in {verdict['usable_bytes_est'] / 2**20:,.0f} MiB usable "
                         f"({verdict['ram_bytes'] / 2**20:,.0f} MiB RAM from {verdict['ram_source']}, "
                         f"{verdict['headroom']:.0%} headroom), batch {batch_size}: estimates",
-                  caption="step time (est.): FLOP and memory-traffic model relative to sgd on the same device; "
-                          "it ranks, it does not time")
+                  caption="step time (est.): the step's work at the device's rates, relative to sgd on it; "
+                          f"it ranks, it does not time. Rates: {speed['source']}{bf16_note}")
     for column in ("method", "fits (est.)", "peak MiB (est.)", "step time x sgd (est.)", "trained params"):
         table.add_column(column, justify="left" if column == "method" else "right",
                          no_wrap=column == "method")  # a name must stay whole and typeable
     for r in rows:
         table.add_row(r["method"], "yes" if r["fits_est"] else "no", f"{r['peak_bytes_est'] / 2**20:,.0f}",
-                      f"{r['step_time_vs_sgd_est']:.2f}", f"{r['trainable_params'] / 1e6:,.1f} M")
+                      "-" if r["step_time_vs_sgd_est"] is None else f"{r['step_time_vs_sgd_est']:.2f}",
+                      f"{r['trainable_params'] / 1e6:,.1f} M")
     Console().print(table)
     best = fitting[0]["method"] if fitting else None
     click.echo(f"best that fits (est.): {best}" if best else

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgebench.cache import cache_dir as edgebench_cache
 from edgebench.errors import EdgebenchError
 
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
@@ -79,8 +80,7 @@ def key() -> str:
 
 
 def cache_dir() -> Path:
-    base = Path(os.environ.get("EDGEBENCH_CACHE") or "~/.cache/edgebench").expanduser()
-    return (base / "arm64" / key()).resolve()
+    return edgebench_cache("arm64", key()).resolve()
 
 
 @dataclass

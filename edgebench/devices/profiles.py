@@ -107,6 +107,16 @@ class Emulation(_Strict):
     cpus: float = Field(gt=0)
 
 
+class Speed(_Strict):
+    """The device's rates the step-time estimate weighs its terms by (methods.device_speed:
+    `edgebench.methods.device_speed.measure()` prints them on the device)."""
+
+    matmul_gflops: float = Field(gt=0)
+    bf16_matmul_cost: float | None = Field(None, gt=0)
+    pass_ns: float = Field(gt=0)
+    normal_ns: float = Field(gt=0)
+
+
 class Export(_Strict):
     """Settings for the exporters (ExecuTorch / ONNX Runtime lowering)."""
 
@@ -133,6 +143,10 @@ class Profile(_Strict):
     power_model: PowerModel | None = None
     emulation: Emulation
     export: Export = Field(default_factory=Export)
+    # The rates the step-time estimate weighs its terms by: `measure` takes them on this host
+    # when needed (the local profile); unset, a reference x86 host's rates stand in and the bf16
+    # methods' estimate is unknown (their speed differs most between CPUs).
+    speed: Speed | Literal["measure"] | None = None
     source: str | None = Field(None, exclude=True)  # the file it came from
 
     @field_validator("backends")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shlex
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from edgebench.cache import cache_dir
 from edgebench.errors import EdgebenchError
 from edgebench.fleet.device_scripts import digests as digests_script
 from edgebench.fleet.device_scripts.digests import digests, file_digest
@@ -57,8 +57,7 @@ def as_folder_dataset(folder: Path) -> Path:
     if not hf.is_hf_dataset(folder):
         return folder
     digest, _ = folder_digest(folder)
-    cache = Path(os.environ.get("EDGEBENCH_CACHE") or "~/.cache/edgebench").expanduser()
-    out = cache / "datasets" / digest[:24] / folder.name
+    out = cache_dir("datasets", digest[:24], folder.name)
     if not (out / "data.jsonl").is_file():
         out.parent.mkdir(parents=True, exist_ok=True)
         hf.convert(folder, out)

@@ -100,7 +100,7 @@ def _stop_started(known: dict[str, int], runs_dir: Path) -> None:
 
 def _check_request(shape: dict[str, Any], methods: list[str]) -> None:
     """Refuses a typo before any work starts (one line naming the option and the fix, exit 2)."""
-    from edgebench.methods.knobs import MethodError
+    from edgebench.methods.knobs import MethodError, parse_method
 
     if not methods:
         raise click.BadParameter("no method given; e.g. --methods adamw,sgd (`edgebench methods`)",
@@ -114,6 +114,11 @@ def _check_request(shape: dict[str, Any], methods: list[str]) -> None:
             check_method(method)
         except MethodError as exc:
             raise click.BadParameter(str(exc), param_hint="--methods") from None
+        parts = parse_method(method).accumulation
+        if shape["batch_size"] % parts:
+            raise click.BadParameter(f"{method} splits each batch into {parts} micro-batches: give a --batch-size "
+                                     f"that is a multiple of {parts} (got {shape['batch_size']}), or run it alone",
+                                     param_hint="--batch-size")
 
 
 def _model_and_data(shape: dict[str, Any]) -> None:
@@ -402,7 +407,7 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str,
     specs = for_device(device, profile, make_specs(methods, **shape))
     for spec in specs if save else []:
         spec.save_dir = str(Path(save).resolve() / spec.run_id)
-    _memory_preflight(specs, *host_memory(), profile.memory_headroom, "this host", force)
+    _memory_preflight(specs, *host_memory(), profile, "this host", force)
     results = []
     # Ctrl-C: the running run ends `interrupted` (result.json written), no further run starts,
     # what ran is ingested, exit code 130.
@@ -483,12 +488,13 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str,
         raise SystemExit(1)
 
 
-def _memory_preflight(specs: list[RunSpec], ram_bytes: int, cgroup_limit: int | None, headroom: float, where: str,
+def _memory_preflight(specs: list[RunSpec], ram_bytes: int, cgroup_limit: int | None, profile: Any, where: str,
                       force: bool) -> None:
     """Refuses (exit 2, one line) runs predicted not to fit, unless --force, which records it."""
     from edgebench.fleet.plan import force_memory, memory_budget, memory_refusals
 
-    refused, why = memory_refusals(specs, *memory_budget(ram_bytes, headroom, cgroup_limit, where))
+    refused, why = memory_refusals(specs, *memory_budget(ram_bytes, profile.memory_headroom, cgroup_limit, where),
+                                   profile)
     if refused and not force:
         raise click.ClickException(f"{why}; or --force to run anyway")
     if refused:
@@ -609,7 +615,7 @@ def _checked_spec(path: str) -> RunSpec:
             _check_packing(shape)
             _check_shape(shape)
         else:
-            _check_request({"model": "tiny"}, [spec.method])
+            _check_request({"model": "tiny", "batch_size": spec.batch_size}, [spec.method])
     except click.BadParameter as exc:  # named by the spec's field, not the option
         field = {"--methods": "method", "--data": "data_dir"}.get(str(exc.param_hint),
                                                                   str(exc.param_hint).lstrip("-").replace("-", "_"))

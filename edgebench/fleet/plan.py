@@ -99,12 +99,13 @@ def memory_budget(ram_bytes: int, headroom: float, cgroup_limit: int | None, whe
     )
 
 
-def memory_refusals(specs: list[RunSpec], usable: int, budget: str) -> tuple[dict[str, int], str]:
+def memory_refusals(specs: list[RunSpec], usable: int, budget: str, profile: Any) -> tuple[dict[str, int], str]:
     """The methods whose runs' predicted peak (methods.memory: an estimate) exceeds `usable`
-    (memory_budget), with that peak, and one line saying so with the fix (methods that fit, else
-    a smaller shape). The one memory-fit preflight of bench and deploy; specs share one shape."""
+    (memory_budget), with that peak, and one line saying so with the fix (methods that fit on the
+    profile's device, else a smaller shape). The one memory-fit preflight of bench and deploy;
+    specs share one shape."""
     from edgebench.methods import memory, parse_method
-    from edgebench.methods.fit import rank
+    from edgebench.methods.fit import device_speed, rank
 
     refused: dict[str, int] = {}
     fitting: list[str] | None = None
@@ -119,8 +120,8 @@ def memory_refusals(specs: list[RunSpec], usable: int, budget: str) -> tuple[dic
         if peak > usable:
             refused[spec.method] = peak
             if fitting is None:
-                fitting = [r["method"] for r in rank(cfg, spec.batch_size, spec.text_length, spec.image_size, usable)
-                           if r["fits_est"]]
+                fitting = [r["method"] for r in rank(cfg, spec.batch_size, spec.text_length, spec.image_size, usable,
+                                                     device_speed(profile)) if r["fits_est"]]
     if not refused:
         return {}, ""
     spec = next(s for s in specs if s.method in refused)

@@ -6,6 +6,7 @@ peak exceeds the device's RAM less the profile's headroom, naming methods that f
 
 from __future__ import annotations
 
+from edgebench.methods.device_speed import DeviceSpeed
 from edgebench.methods.knobs import PRESETS, parse_method
 
 # Room the runtime needs beyond the predicted peak (other processes, page cache, allocator):
@@ -20,9 +21,24 @@ def usable_bytes(ram_bytes: int, headroom: float) -> int:
     return int(ram_bytes * (1.0 - headroom))
 
 
-def rank(cfg, batch_size: int, text_length: int, image_size: int | None, usable: int) -> list[dict]:
-    """Every preset and combination with its predicted peak and relative step time (estimates):
-    the ones that fit first, fastest first; then the rest, smallest peak first."""
+def device_speed(profile) -> DeviceSpeed:
+    """The rates the step-time estimate uses for a profile's device: this host's, measured, for
+    `measure`; the profile's own; else a reference host's, bf16 unknown (methods.device_speed)."""
+    from edgebench.methods.device_speed import REFERENCE, host_speed
+
+    if profile.speed == "measure":
+        return host_speed()
+    if profile.speed is None:
+        return REFERENCE
+    return DeviceSpeed(**profile.speed.model_dump(), source=f"profile {profile.id}")
+
+
+def rank(cfg, batch_size: int, text_length: int, image_size: int | None, usable: int,
+         speed: DeviceSpeed) -> list[dict]:
+    """Every preset and combination with its predicted peak and relative step time (estimates;
+    at the device's rates, None for a bf16 method where its bf16 matmul cost is unknown:
+    methods.steptime):
+    the ones that fit first, fastest first (unknown last); then the rest, smallest peak first."""
     from edgebench.methods import memory
     from edgebench.methods.steptime import relative_step_time
 
@@ -31,10 +47,11 @@ def rank(cfg, batch_size: int, text_length: int, image_size: int | None, usable:
         method = parse_method(name)
         batch = max(batch_size, method.accumulation)
         figures = memory.predict(cfg, method, batch, text_length, image_size=image_size)
+        relative = relative_step_time(cfg.with_image_size(image_size), method, batch, text_length, speed)
         rows.append({"method": name, "batch_size": batch, "peak_bytes_est": figures["peak_bytes"],
                      "fits_est": figures["peak_bytes"] <= usable,
                      "trainable_params": figures["trainable_params"],
-                     "step_time_vs_sgd_est": round(relative_step_time(cfg.with_image_size(image_size), method,
-                                                                      batch, text_length), 3)})
-    return sorted(rows, key=lambda r: (not r["fits_est"], r["step_time_vs_sgd_est"] if r["fits_est"]
-                                       else r["peak_bytes_est"]))
+                     "step_time_vs_sgd_est": None if relative is None else round(relative, 3)})
+    return sorted(rows, key=lambda r: (not r["fits_est"], (r["step_time_vs_sgd_est"] is None,
+                                                           r["step_time_vs_sgd_est"] or 0) if r["fits_est"]
+                                       else (False, r["peak_bytes_est"])))

@@ -129,7 +129,10 @@ class Optimizer:
       compiled_update: the update compiles per parameter shape (torch.compile's working set).
       library: the Python package it imports (its baseline RSS counts), "" for torch's own.
     Step-time model (methods.steptime; estimates):
-      update_bytes: bytes read and written per trained weight by one update.
+      update_passes: one update's time per trained weight, in elementwise passes over an fp32
+        weight (the device's time per pass: methods.device_speed); measured on nanovlm-222m's
+        weights by `bench/step_model.py --updates` (torch's foreach kernels allocate between
+        their ops; torchao's low-bit updates dequantise and requantise every block).
       extra_forwards: forward passes a step adds beyond backprop's (cg's line search).
     Exported backends (backends.support):
       executorch_refusal: why ExecuTorch cannot run it ("" if it can).
@@ -146,7 +149,7 @@ class Optimizer:
     name: str
     default_lr: float
     state_bytes: Callable[[str, tuple[int, ...]], int]
-    update_bytes: int
+    update_passes: float
     build: str = ""
     build_options: tuple[tuple[str, object], ...] = ()
     trainer: str = "step"
@@ -183,44 +186,46 @@ class Optimizer:
 
 
 OPTIMIZERS: dict[str, Optimizer] = {o.name: o for o in (
-    Optimizer("sgd", default_lr=5e-2, state_bytes=no_state, update_bytes=12, build="torch.optim:SGD",
+    Optimizer("sgd", default_lr=5e-2, state_bytes=no_state, update_passes=0.9, build="torch.optim:SGD",
               fusable=True, onnxruntime="sgd", program_update="sgd", native=True),
-    Optimizer("sgd-momentum", default_lr=1e-2, state_bytes=one_state, update_bytes=20, build="torch.optim:SGD",
+    Optimizer("sgd-momentum", default_lr=1e-2, state_bytes=one_state, update_passes=1.8, build="torch.optim:SGD",
               momentum=SGD_MOMENTUM, fusable=True, native=True),
-    Optimizer("adam", default_lr=NANOVLM_LR_BACKBONE, state_bytes=two_states, update_bytes=28,
+    Optimizer("adam", default_lr=NANOVLM_LR_BACKBONE, state_bytes=two_states, update_passes=5.7,
               build="torch.optim:Adam", adapter_lr_for=("lora", "bitfit"), betas=ADAM_BETAS, eps=ADAM_EPS,
               fusable=True, update_copies=2, onnxruntime="adam", program_update="adam", native=True),
-    Optimizer("adamw", default_lr=NANOVLM_LR_BACKBONE, state_bytes=two_states, update_bytes=28,
+    Optimizer("adamw", default_lr=NANOVLM_LR_BACKBONE, state_bytes=two_states, update_passes=6.2,
               build="torch.optim:AdamW", adapter_lr_for=("lora", "bitfit"), betas=ADAM_BETAS, eps=ADAM_EPS,
               weight_decay=ADAMW_WEIGHT_DECAY, fusable=True, update_copies=2, onnxruntime="adamw",
               program_update="adam", native=True),
-    Optimizer("adafactor", default_lr=1e-3, state_bytes=factored_state, update_bytes=20,
+    Optimizer("adafactor", default_lr=1e-3, state_bytes=factored_state, update_passes=11.1,
               build="torch.optim:Adafactor", fusable=True, update_copies=1,
               between_calls=("torch.optim.Adafactor", "factored second moments")),
     Optimizer("adamw-8bit", default_lr=NANOVLM_LR_BACKBONE, state_bytes=block_quantised_state(256, 1.0),
-              update_bytes=18, build="torchao.optim:AdamW8bit", adapter_lr_for=("lora",),
+              update_passes=65, build="torchao.optim:AdamW8bit", adapter_lr_for=("lora",),
               update_copies=5, compiled_update=True, library="torchao",
               between_calls=("torchao's AdamW8bit", "moments as 8-bit block-quantised torchao tensors")),
     Optimizer("adamw-4bit", default_lr=NANOVLM_LR_BACKBONE, state_bytes=block_quantised_state(128, 0.5),
-              update_bytes=16, build="torchao.optim:AdamW4bit", adapter_lr_for=("lora",),
+              update_passes=77, build="torchao.optim:AdamW4bit", adapter_lr_for=("lora",),
               update_copies=8, compiled_update=True, library="torchao",
               between_calls=("torchao's AdamW4bit", "moments as 4-bit block-quantised torchao tensors")),
-    Optimizer("galore", default_lr=NANOVLM_LR_BACKBONE, state_bytes=galore_state, update_bytes=16,
+    Optimizer("galore", default_lr=NANOVLM_LR_BACKBONE, state_bytes=galore_state, update_passes=6.4,
               build="galore_torch:GaLoreAdamW",
               build_options=(("no_deprecation_warning", True),), update_copies=2, library="galore_torch",
               refuses_lora="GaLore projects full weight gradients; LoRA already makes them low-rank",
               between_calls=("galore-torch's GaLoreAdamW",
                              f"each block matrix's gradient projected to rank <= {GALORE_RANK_MAX}, "
                              f"the projector an SVD of the gradient every {GALORE_UPDATE_PROJ_GAP} steps")),
-    Optimizer("lomo", default_lr=1e-2, state_bytes=no_state, update_bytes=12, build="lomo_optim:Lomo",
+    Optimizer("lomo", default_lr=1e-2, state_bytes=no_state, update_passes=0.9, build="lomo_optim:Lomo",
               trainer="in-backward", library="lomo_optim", program_update="sgd", native=True),
-    Optimizer("adalomo", default_lr=1e-3, state_bytes=factored_state, update_bytes=20, build="lomo_optim:AdaLomo",
+    Optimizer("adalomo", default_lr=1e-3, state_bytes=factored_state, update_passes=11.1, build="lomo_optim:AdaLomo",
               trainer="in-backward", update_copies=1, library="lomo_optim",
               executorch_refusal=("lomo-optim's AdaLomo allocates its state with .cuda() (eager refuses it on CPU "
                                   "too); use lomo or adafactor")),
-    Optimizer("cg", default_lr=5e-2, state_bytes=one_state, update_bytes=28, trainer="line-search",
+    Optimizer("cg", default_lr=5e-2, state_bytes=one_state, update_passes=50, trainer="line-search",
               whole_gradient="needs the whole gradient before its line search", gradient_copies=2, step_copies=1,
-              extra_forwards=1.5,  # Armijo backtracking: ~1.5 extra forwards a step (measured on tiny)
+              # Armijo backtracking (data-dependent): 1.8 trial forwards a step over nanovlm-222m's first
+              # five; each trial moves every weight recording what rounding loses, a rejected one undoes it
+              extra_forwards=1.8,
               executorch_refusal=("conjugate gradient's Armijo line search evaluates the loss a data-dependent "
                                   "number of times per step at trial points; use --backend eager")),
 )}

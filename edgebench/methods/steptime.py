@@ -1,30 +1,51 @@
-"""A method's step time relative to plain SGD, estimated from a FLOP and memory-traffic model.
+"""A method's step time relative to plain SGD, estimated from the work a step does and the
+device's own rates (methods.device_speed).
 
-An estimate, never a measurement: a step costs its matrix-multiply FLOPs (forward 2 per weight
-and token, attention's score and mix products, backward for input and weight gradients where
-they are needed, the recomputed forward of checkpointing, MeZO's two forwards) plus the bytes
-its elementwise passes move (the optimizer update over the trained weights, MeZO's five
-regenerated perturbations, dequantising frozen int8/int4 weights in forward and backward),
-weighed at MACHINE_BALANCE FLOPs per byte. Divided by the same figure for `sgd` on the same
-model and shape, so the device's absolute speed cancels; the ratio ranks methods for one
-device, it does not time them.
+An estimate, never a measurement. A step costs
+- its matrix-multiply FLOPs (forward 2 per weight and token, attention's score and mix
+  products, backward for input and weight gradients where they are needed, checkpointing's
+  recomputed forward, MeZO's two forwards, cg's trial forwards) at the device's fp32 matmul
+  rate, or at its bf16 rate for a method that computes in bf16;
+- the elementwise work around those matmuls (norms, activations, softmax, residual adds), a
+  share of the fp32 matmul time (ACTIVATION_SHARE: it does not speed up with bf16 matmuls);
+- elementwise passes over weights at the device's time per pass: each matmul streaming its
+  weight, the clip and each optimizer's update over the trained ones (its descriptor's
+  `update_passes`), bf16 autocast's casts, dequantising frozen int8/int4 weights;
+- normal samples drawn per trained weight (MeZO's five regenerated perturbations, the forward
+  gradient's tangent) at the device's time per sample.
+Divided by the same sum for `sgd` on the same model, shape and device, so the ratio ranks
+methods for that device; it does not time them. `bench/step_model.py` checks the ratios against
+measured ones.
 """
 
 from __future__ import annotations
 
+from edgebench.methods.device_speed import DeviceSpeed
 from edgebench.methods.knobs import Method, parse_method
 from edgebench.methods.optimizers import optimizer
 
-# FLOPs a CPU core does in the time it moves one byte to or from DRAM (edge Arm and x86
-# cores: ~10-50 GFLOP/s fp32 against ~5-10 GB/s per core); an assumption, the same for every device.
-MACHINE_BALANCE = 4.0
-# Bytes read and written per trained weight by one update (fp32 weight, gradient, states) and
-# the forwards a step adds: each optimizer's descriptor (methods/optimizers.py, `update_bytes`,
-# `extra_forwards`).
-# MeZO: each of the five passes (perturb +, undo, perturb -, undo, update) draws z again;
-# drawing a normal sample costs about as much as moving 16 bytes (Box-Muller on CPU).
+# The terms below were fitted together, on nanovlm-222m on a 2-core x86 host (AVX-512, AMX), to
+# two runs of `bench/step_model.py --steps 4` (each preset within 24 % in both); a third checks
+# them (README).
+# Elementwise work of forward and backward (norms, activations, softmax, residual adds) as a
+# share of their fp32 matmul time (torch's profiler: 0.4-0.5 of aten::mm's time in SGD and LoRA
+# steps, some of which the weight streaming below stands for).
+ACTIVATION_SHARE = 0.3
+# A matmul over few rows streams its weight matrix from memory each time it runs: passes over a
+# weight per forward or backward of its layer (why batch 4 costs 2.4x batch 1, not 4x).
+WEIGHT_STREAM_PASSES = 2.0
+# Passes over each trained weight a backprop step makes besides the update: the global-norm
+# clip (its norm and its scale: 1.1-1.4 passes timed alone), and one more for each further
+# micro-batch, whose gradient is added to the last.
+GRADIENT_PASSES = 1.0
+# bf16 autocast: every weight a forward uses cast to bf16, each trained weight's bf16 gradient
+# cast back, and the activations autocast converts at each op's boundary.
+CAST_PASSES = 6.0
+# Passes over a frozen packed weight per dequantisation (int4: two codes a byte, group scales).
+DEQUANT_PASSES = {"int8": 3.0, "int4": 6.0}
+# MeZO: each of the five passes (perturb +, undo, perturb -, undo, update) draws z again and
+# adds it to every trained weight.
 MEZO_PASSES = 5
-MEZO_BYTES_PER_WEIGHT_PASS = 28
 
 
 def _forward_flops(cfg, batch: int, text_length: int, params) -> dict[str, float]:
@@ -42,41 +63,80 @@ def _forward_flops(cfg, batch: int, text_length: int, params) -> dict[str, float
     return {"vit": vit + 2 * mp_weights * images * patches, "lm": lm, "head": head}
 
 
-def step_cost(cfg, method: Method | str, batch_size: int, text_length: int) -> float:
-    """The step's cost in FLOP-equivalents (FLOPs + MACHINE_BALANCE x bytes moved); an estimate."""
+def _weights(cfg, params) -> dict[str, float]:
+    """The matrices' weights of each part _forward_flops counts (the head's: the embedding's when tied)."""
+    head = "decoder.token_embedding." if cfg.lm_tie_weights else "decoder.head."
+    parts = {"vit": ("vision_encoder.", "MP."), "lm": ("decoder.blocks.",), "head": (head,)}
+    return {part: sum(p.numel for p in params if p.name.startswith(prefixes) and len(p.shape) >= 2)
+            for part, prefixes in parts.items()}
+
+
+def _runs(method: Method, opt) -> dict[str, float]:
+    """How many times a step runs each part: forwards, backwards (2: input and weight
+    gradients, 1: input gradients only) and recomputed forwards, by grad mode."""
+    if method.grad_mode == "zeroth-order":
+        return {"vit": 2, "lm": 2, "head": 2}
+    if method.grad_mode == "forward-mode":
+        return {"vit": 3, "lm": 3, "head": 3}  # the primal and its tangent through every layer
+    # Input gradients flow wherever something below trains; weight gradients only for the
+    # trained matrices (LoRA's and BitFit's are negligible).
+    full = method.trainable in ("all", "freeze-vision")
+    vision_backward = method.trainable != "freeze-vision"
+    forwards = 1 + opt.extra_forwards  # cg's trial forwards
+    lm = forwards + (2 if full else 1) + (1 if method.checkpointing else 0)
+    vit = forwards + ((2 if method.trainable == "all" else 1) + (1 if method.checkpointing else 0)
+                      if vision_backward else 0)
+    return {"vit": vit, "lm": lm, "head": forwards + (2 if full else 1)}
+
+
+def _work(cfg, method: Method, batch_size: int, text_length: int) -> tuple[float, float, float]:
+    """(matmul FLOPs, elementwise passes over one weight, normal samples) of one step."""
     from edgebench.methods.memory import _params
 
-    if isinstance(method, str):
-        method = parse_method(method)
     params = _params(tuple(sorted(cfg.to_dict().items())), method.trainable, method.frozen_dtype)
     n_trained = sum(p.numel for p in params if p.trainable)
-    fwd = _forward_flops(cfg, batch_size, text_length, params)
-    forward = sum(fwd.values())
+    opt = optimizer(method.optimizer)
+    runs = _runs(method, opt)
+    flops = sum(runs[part] * f for part, f in _forward_flops(cfg, batch_size, text_length, params).items())
+    streamed = sum(runs[part] * w for part, w in _weights(cfg, params).items())
+    passes = method.accumulation * WEIGHT_STREAM_PASSES * streamed  # again for each micro-batch
+    normals = 0.0
     if method.grad_mode == "zeroth-order":
-        flops = 2 * forward
-        moved = MEZO_PASSES * MEZO_BYTES_PER_WEIGHT_PASS * n_trained
+        passes += MEZO_PASSES * n_trained
+        normals = MEZO_PASSES * n_trained
     elif method.grad_mode == "forward-mode":
-        flops = 3 * forward  # the primal and its tangent through every layer
-        moved = 12 * n_trained
+        passes += opt.update_passes * n_trained
+        normals = n_trained
     else:
-        # Input gradients flow wherever something below trains; weight gradients only for the
-        # trained matrices (LoRA's and BitFit's are negligible).
-        full = method.trainable in ("all", "freeze-vision")
-        vision_backward = method.trainable != "freeze-vision"
-        backward = (fwd["lm"] + fwd["head"]) * (2 if full else 1)
-        if vision_backward:
-            backward += fwd["vit"] * (2 if method.trainable == "all" else 1)
-        recompute = (fwd["lm"] + (fwd["vit"] if vision_backward else 0)) if method.checkpointing else 0
-        opt = optimizer(method.optimizer)
-        flops = forward + backward + recompute + opt.extra_forwards * forward  # cg's line search
-        moved = opt.update_bytes * n_trained
+        passes += (GRADIENT_PASSES + (method.accumulation - 1) + opt.update_passes) * n_trained
+    if method.precision == "bf16":
+        casts = 2 if method.checkpointing else 1
+        passes += CAST_PASSES * casts * method.accumulation * sum(p.numel for p in params if not p.packed)
     frozen = sum(p.numel for p in params if p.packed)
     if frozen:  # dequantised in forward, again in backward (and recompute)
-        passes = 1 if method.grad_mode != "backprop" else (3 if method.checkpointing else 2)
-        moved += passes * 3 * frozen  # read the codes, write and read the bf16 copy
-    return flops + MACHINE_BALANCE * moved
+        dequantisations = 1 if method.grad_mode != "backprop" else (3 if method.checkpointing else 2)
+        passes += method.accumulation * dequantisations * DEQUANT_PASSES[method.frozen_dtype] * frozen
+    return flops, passes, normals
 
 
-def relative_step_time(cfg, method: Method | str, batch_size: int, text_length: int) -> float:
-    """The step time relative to `sgd` on the same model and shape; an estimate."""
-    return step_cost(cfg, method, batch_size, text_length) / step_cost(cfg, "sgd", batch_size, text_length)
+def step_seconds(cfg, method: Method | str, batch_size: int, text_length: int, speed: DeviceSpeed) -> float | None:
+    """The modelled step time at `speed`'s rates (an estimate; its ratio to sgd's is what ranks).
+    None for a method that computes in bf16 where the device's bf16 matmul cost is unknown."""
+    if isinstance(method, str):
+        method = parse_method(method)
+    flops, passes, normals = _work(cfg, method, batch_size, text_length)
+    if method.precision == "bf16" and speed.bf16_matmul_cost is None:
+        return None
+    matmul_cost = speed.bf16_matmul_cost if method.precision == "bf16" else 1.0
+    return (flops * (matmul_cost + ACTIVATION_SHARE) / (speed.matmul_gflops * 1e9)
+            + (passes * speed.pass_ns + normals * speed.normal_ns) * 1e-9)
+
+
+def relative_step_time(cfg, method: Method | str, batch_size: int, text_length: int,
+                       speed: DeviceSpeed) -> float | None:
+    """The step time relative to `sgd` on the same model, shape and device; an estimate. None
+    for a bf16 method where the device's bf16 matmul cost is unknown."""
+    seconds = step_seconds(cfg, method, batch_size, text_length, speed)
+    sgd = step_seconds(cfg, "sgd", batch_size, text_length, speed)
+    assert sgd is not None  # sgd computes in fp32
+    return None if seconds is None else seconds / sgd

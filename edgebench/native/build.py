@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
+from edgebench.cache import cache_dir
 from edgebench.errors import EdgebenchError
 from edgebench.runner.native import BUNDLE_FACTS, LAUNCHER, WORKER, machine_arch
 
@@ -41,7 +41,7 @@ class NativeBuildError(EdgebenchError, RuntimeError):
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("EDGEBENCH_CACHE") or "~/.cache/edgebench").expanduser() / "native"
+    return cache_dir("native")
 
 
 def executorch_package(arch: str) -> Path:

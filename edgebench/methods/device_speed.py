@@ -1,0 +1,108 @@
+"""The device's own rates that the step-time model (methods.steptime) weighs its terms by,
+measured, not assumed: how fast it multiplies matrices in fp32 and in bf16, how long one
+elementwise pass over a weight takes, and how long drawing one normal sample takes.
+
+They differ between CPUs by more than the methods differ from each other: bf16 matmuls run
+five times faster than fp32 on a core with AMX and many times slower on one without bf16
+instructions; a matmul-rich core with narrow memory makes optimizer updates weigh more. So
+the ranking of methods holds for the device the rates were taken on. Measured once per CPU
+model, torch version and thread count, and cached.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from edgebench.cache import cache_dir
+
+# (rows, inner, columns) of nanovlm-222m's matmuls for one sample: the decoder's MLP over
+# 96 positions and the vision encoder's over 196 patches; each timed as a linear layer's
+# forward and its two backward products.
+SHAPES = ((96, 576, 1536), (196, 768, 3072))
+PASS_ELEMENTS = 32 * 2**20  # large enough that three fp32 tensors of it stream from DRAM
+NORMAL_ELEMENTS = 8 * 2**20
+REPEATS = 3  # the fastest of these, after one warm-up call
+
+
+@dataclass(frozen=True)
+class DeviceSpeed:
+    """matmul_gflops: fp32 matmul rate; bf16_matmul_cost: bf16 matmul time over fp32's (None:
+    unknown); pass_ns: one elementwise pass (read two fp32 values, write one) per element;
+    normal_ns: drawing one standard normal sample; source: where the figures come from."""
+
+    matmul_gflops: float
+    bf16_matmul_cost: float | None
+    pass_ns: float
+    normal_ns: float
+    source: str
+
+
+# Measured on a 2-core x86 host with AVX-512 and AMX (torch 2.13, 2 threads): the rates used for
+# a device whose own are unknown, with its bf16 matmul cost left unknown (it is the rate that
+# differs most between CPUs).
+REFERENCE = DeviceSpeed(matmul_gflops=230.0, bf16_matmul_cost=None, pass_ns=0.44, normal_ns=4.8,
+                        source="a reference x86 host's rates (this device's own are unknown)")
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith(("model name", "hardware", "cpu part")):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _fastest(call: Callable[[], object]) -> float:
+    call()
+    times = []
+    for _ in range(REPEATS):
+        started = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
+def measure() -> DeviceSpeed:
+    """This process's rates (its torch threads), taken now: about two seconds."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    flops = fp32 = bf16 = 0.0
+    for rows, inner, columns in SHAPES:
+        x, w, g = (torch.randn(*shape, generator=generator)
+                   for shape in ((rows, inner), (inner, columns), (rows, columns)))
+        flops += 3 * 2 * rows * inner * columns
+        fp32 += _fastest(lambda x=x, w=w, g=g: (x @ w, g @ w.t(), x.t() @ g))
+        x, w, g = x.bfloat16(), w.bfloat16(), g.bfloat16()
+        bf16 += _fastest(lambda x=x, w=w, g=g: (x @ w, g @ w.t(), x.t() @ g))
+    a, b, out = (torch.randn(PASS_ELEMENTS, generator=generator) for _ in range(3))
+    pass_s = _fastest(lambda a=a, b=b, out=out: torch.add(a, b, out=out))
+    samples = torch.empty(NORMAL_ELEMENTS)
+    normal_s = _fastest(lambda: samples.normal_(generator=generator))
+    return DeviceSpeed(matmul_gflops=flops / fp32 / 1e9, bf16_matmul_cost=bf16 / fp32,
+                       pass_ns=pass_s / PASS_ELEMENTS * 1e9, normal_ns=normal_s / NORMAL_ELEMENTS * 1e9,
+                       source="measured on this host")
+
+
+def host_speed() -> DeviceSpeed:
+    """This host's measure(), from the cache when it was taken for this CPU, torch and thread count."""
+    import torch
+
+    key = json.dumps([_cpu_model(), torch.__version__, torch.get_num_threads(), SHAPES, PASS_ELEMENTS])
+    path = cache_dir("host") / f"speed-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+    try:
+        return DeviceSpeed(**json.loads(path.read_text())["speed"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    speed = measure()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"key": json.loads(key), "speed": asdict(speed)}))
+    return speed
