@@ -15,6 +15,8 @@ gradient + direction (like Adam's two states).
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import torch
 from torch import nn
 
@@ -39,13 +41,13 @@ class ConjugateGradientTrainer(Trainer):
         self.alpha = lr
         self.grad_prev: list[torch.Tensor] | None = None
         self.direction: list[torch.Tensor] | None = None
-        self.last_search: dict = {}
+        self.last_search: dict[str, Any] = {}
 
     def _gradient(self, batch: Batch) -> tuple[float, list[torch.Tensor]]:
         self.model.train()
         loss = self.loss(batch)
-        loss.backward()
-        grads = [p.grad for p in self.params]
+        loss.backward()  # type: ignore[no-untyped-call]  # torch's Tensor.backward is unannotated
+        grads = cast(list[torch.Tensor], [p.grad for p in self.params])  # backward gave every weight one
         for p in self.params:
             p.grad = None
         return loss.item(), grads
@@ -53,11 +55,13 @@ class ConjugateGradientTrainer(Trainer):
     def _new_direction(self, grad: list[torch.Tensor]) -> list[torch.Tensor]:
         restart = self.direction is None or self.steps_done % RESTART_EVERY == 0
         if not restart:
+            assert self.grad_prev is not None  # set by every step, before any direction
             beta = _dot(grad, [g - gp for g, gp in zip(grad, self.grad_prev)]) / max(
                 _dot(self.grad_prev, self.grad_prev), 1e-30)
             restart = beta <= 0
         if restart:
             return [-g for g in grad]
+        assert self.direction is not None  # restart covers None
         direction = [-g + beta * d for g, d in zip(grad, self.direction)]
         if _dot(grad, direction) >= 0:  # not a descent direction
             return [-g for g in grad]

@@ -9,6 +9,8 @@ forward's dual temporaries; nothing is kept for a backward pass.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import nn
 from torch.func import functional_call, jvp
@@ -34,9 +36,11 @@ class ForwardGradTrainer(Trainer):
 
         def loss_of(*weights: torch.Tensor) -> torch.Tensor:
             with self.autocast():
-                return functional_call(self.model, dict(zip(self.names, weights)), inputs, strict=False)
+                loss: torch.Tensor = functional_call(self.model, dict(zip(self.names, weights)), inputs, strict=False)
+                return loss
 
-        loss, derivative = jvp(loss_of, primals, tangents)
+        # without has_aux, jvp returns (output, directional derivative)
+        loss, derivative = cast(tuple[torch.Tensor, torch.Tensor], jvp(loss_of, primals, tangents))
         self.directional_derivative = derivative.item()
         lr = self.lr * optim.lr_factor(self.steps_done, self.total_steps)
         for param, tangent in zip(self.params, tangents):

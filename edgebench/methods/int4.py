@@ -42,6 +42,9 @@ def unpack(codes: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torc
 class Int4Linear(nn.Module):
     """A frozen nn.Linear stored as packed int4 codes + bf16 group scales (buffers, never trained)."""
 
+    codes: torch.Tensor
+    scale: torch.Tensor
+
     def __init__(self, linear: nn.Linear, group: int = GROUP):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
@@ -52,7 +55,8 @@ class Int4Linear(nn.Module):
             linear.bias.detach().to(torch.bfloat16, copy=True), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = DequantizedMatmul.apply(x, self.codes, self.scale, unpack)
+        y: torch.Tensor = DequantizedMatmul.apply(  # type: ignore[no-untyped-call]  # torch's Function.apply
+            x, self.codes, self.scale, unpack)
         return y if self.bias is None else y + self.bias.to(y.dtype)
 
 

@@ -8,9 +8,14 @@ so only the int8 codes and one scale per row stay resident.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+Dequantize = Callable[[torch.Tensor, torch.Tensor, torch.dtype], torch.Tensor]  # (codes, scale, dtype) -> weight
 
 
 def _dequantize(codes: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -22,14 +27,15 @@ class DequantizedMatmul(torch.autograd.Function):
     nothing of size activations x weights stays alive for backward (which dequantises again)."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, dequantize) -> torch.Tensor:
+    def forward(ctx: Any, x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor,
+                dequantize: Dequantize) -> torch.Tensor:
         dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else x.dtype
         ctx.save_for_backward(codes, scale)
         ctx.x_dtype, ctx.compute_dtype, ctx.dequantize = x.dtype, dtype, dequantize
         return F.linear(x.to(dtype), dequantize(codes, scale, dtype))
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor):
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
         codes, scale = ctx.saved_tensors
         weight = ctx.dequantize(codes, scale, ctx.compute_dtype)
         return (grad.to(ctx.compute_dtype) @ weight).to(ctx.x_dtype), None, None, None
@@ -37,6 +43,9 @@ class DequantizedMatmul(torch.autograd.Function):
 
 class Int8Linear(nn.Module):
     """A frozen nn.Linear stored as int8 codes + fp32 per-row scales (buffers, never trained)."""
+
+    codes: torch.Tensor
+    scale: torch.Tensor
 
     def __init__(self, linear: nn.Linear):
         super().__init__()
@@ -48,11 +57,13 @@ class Int8Linear(nn.Module):
         self.in_features, self.out_features = linear.in_features, linear.out_features
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = DequantizedMatmul.apply(x, self.codes, self.scale, _dequantize)
+        y: torch.Tensor = DequantizedMatmul.apply(  # type: ignore[no-untyped-call]  # torch's Function.apply
+            x, self.codes, self.scale, _dequantize)
         return y if self.bias is None else y + self.bias.to(y.dtype)
 
 
-def quantize_frozen_linears(model: nn.Module, skip: set[int], after_each=lambda: None, cls=Int8Linear) -> int:
+def quantize_frozen_linears(model: nn.Module, skip: set[int], after_each: Callable[[], object] = lambda: None,
+                            cls: Callable[[nn.Linear], nn.Module] = Int8Linear) -> int:
     """Replace every frozen nn.Linear (weight id not in `skip`) by `cls` (Int8Linear, or
     edgebench.methods.int4.Int4Linear); returns how many.
 
@@ -63,7 +74,8 @@ def quantize_frozen_linears(model: nn.Module, skip: set[int], after_each=lambda:
     for name, module in targets:
         parent_name, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent_name) if parent_name else model, child, cls(module))
-        module.weight = None  # the old weight may be shared with nothing else: drop it now
+        # the old weight may be shared with nothing else: drop it now (torch accepts None for a parameter)
+        module.weight = None  # type: ignore[assignment]
         del module
         after_each()
     return len(targets)

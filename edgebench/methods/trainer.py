@@ -7,6 +7,8 @@ LOMO/AdaLomo); zeroth-order, forward-mode and conjugate gradient have their own 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -19,6 +21,9 @@ from edgebench.methods.subsets import (
     store_frozen,
     trainable_parameters,
 )
+
+if TYPE_CHECKING:
+    from edgebench.model.config import VLMConfig
 
 Batch = dict[str, torch.Tensor]
 
@@ -37,7 +42,7 @@ class Trainer:
         if not self.params:
             raise ValueError(f"method {method.name!r}: no trainable parameters in the model")
 
-    def autocast(self):
+    def autocast(self) -> contextlib.AbstractContextManager[object]:
         """bf16 autocast of the compute when the method asks for it."""
         if self.method.precision == "bf16":
             return torch.autocast("cpu", dtype=torch.bfloat16)
@@ -46,7 +51,8 @@ class Trainer:
     def loss(self, batch: Batch) -> torch.Tensor:
         """The batch's loss; padded keys are masked by its `attention_mask` (as nanoVLM trains)."""
         with self.autocast():
-            return self.model(*model_inputs(batch))
+            loss: torch.Tensor = self.model(*model_inputs(batch))
+            return loss
 
     def step(self, batch: Batch) -> float:
         raise NotImplementedError
@@ -66,7 +72,7 @@ class BackpropTrainer(Trainer):
         total = 0.0
         for micro in split_batch(batch, self.method.accumulation, getattr(self.model, "cfg", None)):
             loss = self.loss(micro) / self.method.accumulation
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]  # torch's Tensor.backward is unannotated
             total += loss.item()
         torch.nn.utils.clip_grad_norm_(self.params, optim.MAX_GRAD_NORM)
         optim.set_schedule([self.optimizer], self.steps_done, self.total_steps)
@@ -87,12 +93,12 @@ class FusedTrainer(Trainer):
 
     def __init__(self, method: Method, model: nn.Module, lr: float, total_steps: int):
         super().__init__(method, model, lr, total_steps)
-        self.optimizers = []
+        self.optimizers: list[torch.optim.Optimizer] = []
         for group in optim.param_groups(model, lr):
             for param in group["params"]:
                 param.register_post_accumulate_grad_hook(_then_free_grad(self._update(group, param)))
 
-    def _update(self, group: dict, param: nn.Parameter):
+    def _update(self, group: dict[str, Any], param: nn.Parameter) -> Callable[[torch.Tensor], object]:
         """What runs on `param` once its gradient is complete: its own optimizer's step."""
         opt = optim.build_optimizer(self.method.optimizer, [{**group, "params": [param]}])
         self.optimizers.append(opt)
@@ -105,12 +111,12 @@ class FusedTrainer(Trainer):
         self.model.train()
         self._schedule()
         loss = self.loss(batch)
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]  # torch's Tensor.backward is unannotated
         self.steps_done += 1
         return loss.item()
 
 
-def _then_free_grad(update):
+def _then_free_grad(update: Callable[[torch.Tensor], object]) -> Callable[[torch.Tensor], None]:
     def hook(param: torch.Tensor) -> None:
         with torch.no_grad():
             update(param)
@@ -147,13 +153,13 @@ class LomoTrainer(Trainer):
         return loss.item()
 
 
-def model_inputs(batch: Batch) -> tuple:
+def model_inputs(batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The model's positional inputs (input_ids, images, labels, attention_mask); a batch
     without a mask (hand-made) attends to every token."""
     return batch["input_ids"], batch["images"], batch["labels"], batch.get("attention_mask")
 
 
-def split_batch(batch: Batch, parts: int, cfg=None) -> list[Batch]:
+def split_batch(batch: Batch, parts: int, cfg: VLMConfig | None = None) -> list[Batch]:
     """`parts` equal micro-batches of one batch (the same effective batch): rows i, i+parts, ...
 
     Each row keeps its own images: in main's layout (`cfg.image_splitting`) a row holds
@@ -170,6 +176,7 @@ def split_batch(batch: Batch, parts: int, cfg=None) -> list[Batch]:
     images = batch["images"]
     if images.shape[0] == size:  # one image per row
         return [{k: v[i::parts] for k, v in batch.items()} for i in range(parts)]
+    assert cfg is not None, "several views per row: split_batch needs the model's cfg"
     views = ((batch["input_ids"] == cfg.image_token_id).sum(dim=1) // cfg.n_image_tokens).tolist()
     starts = [sum(views[:b]) for b in range(size)]
     return [{**{k: v[i::parts] for k, v in batch.items() if k != "images"},
