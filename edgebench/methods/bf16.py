@@ -13,6 +13,9 @@ survives in expectation. `rounding="nearest"` is the plain bf16 update, for comp
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -61,11 +64,13 @@ class Bf16SgdTrainer(FusedTrainer):
             embedding.sparse = True
         super().__init__(method, model, lr, total_steps)
 
-    def _update(self, group: dict, param: nn.Parameter):
+    def _update(self, group: dict[str, Any], param: nn.Parameter) -> Callable[[torch.Tensor], None]:
         peak_lr = group["lr"]
 
         def update(param: torch.Tensor) -> None:
-            grad = param.grad.to_dense() if param.grad.is_sparse else param.grad  # an untied embedding
+            grad = param.grad
+            assert grad is not None  # the hook runs once the gradient is accumulated
+            grad = grad.to_dense() if grad.is_sparse else grad  # an untied embedding
             sgd_update_(param.data, grad, peak_lr * self.factor, self.generator)
 
         return update

@@ -26,7 +26,7 @@ def add_recorded(flat: torch.Tensor, delta: torch.Tensor, record: Record) -> Non
 def merged(flat: torch.Tensor, parts: Record) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The records of views into `flat` (1-D, contiguous) as one record of `flat`."""
     base = flat.storage_offset()
-    indices = torch.cat([i + (view.storage_offset() - base) for view, i, _ in parts])
+    indices = torch.cat([i + int(view.storage_offset() - base) for view, i, _ in parts])
     return flat, indices, torch.cat([values for _, _, values in parts])
 
 

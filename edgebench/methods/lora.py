@@ -10,7 +10,9 @@ tensors are named as in every other LoRA run; the other LoRA methods keep peft.
 from __future__ import annotations
 
 import re
+from typing import cast
 
+import torch
 from torch import nn
 
 ADAPTER = "default"  # peft's adapter name
@@ -19,7 +21,7 @@ ADAPTER = "default"  # peft's adapter name
 class LoraLinear(nn.Module):
     """y = base_layer(x) + scaling * lora_B(lora_A(x)); A kaiming-uniform, B zero (peft's init)."""
 
-    def __init__(self, base_layer: nn.Module, rank: int, alpha: int):
+    def __init__(self, base_layer: nn.Linear, rank: int, alpha: int):
         super().__init__()
         self.base_layer = base_layer
         weight = base_layer.weight
@@ -27,9 +29,10 @@ class LoraLinear(nn.Module):
         self.lora_B = nn.ModuleDict({ADAPTER: nn.Linear(rank, weight.shape[0], bias=False, device=weight.device)})
         self.scaling = alpha / rank
 
-    def forward(self, x):
-        a, b = self.lora_A[ADAPTER], self.lora_B[ADAPTER]
-        return self.base_layer(x) + b(a(x.to(a.weight.dtype))) * self.scaling
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = cast(nn.Linear, self.lora_A[ADAPTER]), self.lora_B[ADAPTER]
+        y: torch.Tensor = self.base_layer(x) + b(a(x.to(a.weight.dtype))) * self.scaling
+        return y
 
 
 def inject_lora(model: nn.Module, targets: str, rank: int, alpha: int) -> int:

@@ -14,6 +14,8 @@ elements whose rounding would not come back are recorded and written back
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 from torch import nn
 
@@ -33,7 +35,7 @@ class MeZOTrainer(Trainer):
         self.seeds = torch.Generator().manual_seed(seed)
         self.projected_grad = 0.0
 
-    def _z_chunks(self, seed: int, index: int, param: torch.Tensor):
+    def _z_chunks(self, seed: int, index: int, param: torch.Tensor) -> Iterator[tuple[slice, torch.Tensor]]:
         """(slice, z) over the flattened parameter; the same seed gives the same z."""
         gen = torch.Generator().manual_seed(seed * 1_000_003 + index)
         n = param.numel()
@@ -56,7 +58,7 @@ class MeZOTrainer(Trainer):
                     flat[part] += delta
                 else:
                     add_recorded(flat[part], delta, parts)
-            if parts:
+            if record is not None and parts:  # parts fill only with a record
                 record.append(merged(flat, parts))
 
     def _undo(self, seed: int, scale: float, record: Record) -> None:

@@ -15,6 +15,7 @@ peak is the packed model plus one layer; large blocks are mapped one by one from
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 from torch import nn
@@ -37,7 +38,8 @@ def build_streamed(method: Method, cfg: VLMConfig) -> nn.Module:
     packed = {"int4": Int4Linear, "int8": Int8Linear}.get(method.frozen_dtype)
     frozen = torch.bfloat16 if method.frozen_dtype != "fp32" else torch.float32
     trained = torch.bfloat16 if method.trained_dtype == "bf16" else torch.float32
-    made: dict[int, tuple] = {}  # meta tensor id -> (it, its storage): the tied head is made once
+    # meta tensor id -> (it, its storage): the tied head is made once
+    made: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
     for name, module in list(model.named_modules()):
         fresh = _materialise(module, made, trained, frozen)
         if not fresh:
@@ -48,18 +50,22 @@ def build_streamed(method: Method, cfg: VLMConfig) -> nn.Module:
             setattr(model.get_submodule(parent), child, packed(module))
             for key in fresh:  # the unpacked weight goes now, back to the OS, not at the end
                 del made[key]
-            module.weight = module.bias = None  # the module list above still holds the module
+            # the module list above still holds the module (torch accepts None for a parameter)
+            module.weight = module.bias = None  # type: ignore[assignment]
             release_freed_memory()
     release_freed_memory()
-    model.streamed = True  # store_frozen has nothing left to convert or copy
+    # store_frozen has nothing left to convert or copy
+    model.streamed = True  # type: ignore[assignment]  # torch types Module attributes as tensors/modules only
     return model
 
 
-def _materialise(module: nn.Module, made: dict[int, tuple], trained: torch.dtype, frozen: torch.dtype) -> list[int]:
+def _materialise(module: nn.Module, made: dict[int, tuple[torch.Tensor, torch.Tensor]], trained: torch.dtype,
+                 frozen: torch.dtype) -> list[int]:
     """Give the module's own meta parameters (in the trained or frozen dtype) and buffers CPU
     storage (a tensor made before for another module is shared); returns the keys made now."""
-    fresh = []
-    for table in (module._parameters, module._buffers):
+    fresh: list[int] = []
+    # a Parameter goes back only into _parameters (made as one for a Parameter)
+    for table in (cast(dict[str, torch.Tensor | None], module._parameters), module._buffers):
         for key, tensor in table.items():
             if tensor is None or not tensor.is_meta:
                 continue
@@ -80,17 +86,17 @@ def _initialise(name: str, module: nn.Module, cfg: VLMConfig) -> None:
     from edgebench.model.vision_transformer import ViTPatchEmbeddings
 
     if ".lora_A." in f".{name}.":
-        nn.init.kaiming_uniform_(module.weight, a=math.sqrt(5))
+        nn.init.kaiming_uniform_(cast(torch.Tensor, module.weight), a=math.sqrt(5))
     elif ".lora_B." in f".{name}.":
-        nn.init.zeros_(module.weight)
+        nn.init.zeros_(cast(torch.Tensor, module.weight))
     elif isinstance(module, (nn.Linear, nn.Conv2d, nn.Embedding)):
         nn.init.normal_(module.weight, mean=0.0, std=0.02)
         if getattr(module, "bias", None) is not None:
-            nn.init.zeros_(module.bias)
+            nn.init.zeros_(cast(torch.Tensor, module.bias))
     elif isinstance(module, (nn.LayerNorm, RMSNorm)):
         nn.init.ones_(module.weight)
         if getattr(module, "bias", None) is not None:
-            nn.init.zeros_(module.bias)
+            nn.init.zeros_(cast(torch.Tensor, module.bias))
     elif isinstance(module, ViTPatchEmbeddings):
         module.position_embedding.uniform_()
     elif isinstance(module, RotaryEmbedding):
