@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -22,6 +24,9 @@ from torch import nn
 from edgebench.methods.knobs import Method, parse_method
 from edgebench.methods.optimizers import optimizer
 from edgebench.methods.subsets import apply_trainable
+
+if TYPE_CHECKING:
+    from edgebench.model.config import VLMConfig
 
 MiB = 1 << 20
 # Measured once: the runner worker's RSS before it builds the model (torch, numpy,
@@ -89,15 +94,16 @@ class _Param:
 
 
 @functools.lru_cache(maxsize=64)
-def _params(cfg_items: tuple, trainable: str, frozen_dtype: str) -> tuple[_Param, ...]:
+def _params(cfg_items: tuple[tuple[str, Any], ...], trainable: str, frozen_dtype: str) -> tuple[_Param, ...]:
     from edgebench.model.config import VLMConfig
     from edgebench.model.vision_language_model import VisionLanguageModel
 
     cfg = VLMConfig(**dict(cfg_items))
     with torch.device("meta"):
         model = apply_trainable(Method(trainable=trainable), VisionLanguageModel(cfg))
-    tied = {id(model.decoder.token_embedding.weight)}
-    packed = set()
+    # on the meta device apply_trainable adapts the model in place (no peft wrapper)
+    tied = {id(cast(VisionLanguageModel, model).decoder.token_embedding.weight)}
+    packed: set[int] = set()
     if frozen_dtype in ("int8", "int4"):  # the layers edgebench.methods.int8 / .int4 quantise
         packed = {id(m.weight) for m in model.modules() if type(m) is nn.Linear
                   and not m.weight.requires_grad and id(m.weight) not in tied}
@@ -105,7 +111,7 @@ def _params(cfg_items: tuple, trainable: str, frozen_dtype: str) -> tuple[_Param
                  for n, p in model.named_parameters())
 
 
-def _weights(params, method: Method) -> int:
+def _weights(params: Iterable[_Param], method: Method) -> int:
     from edgebench.methods.int4 import group_size
 
     total = 0
@@ -129,7 +135,7 @@ def _optimizer_state(method: Method, trainable: list[_Param]) -> int:
     return sum(state_bytes(p.name, p.shape) for p in trainable)
 
 
-def _block_activation_elements(cfg, batch: int, text_length: int) -> dict[str, int]:
+def _block_activation_elements(cfg: VLMConfig, batch: int, text_length: int) -> dict[str, int]:
     """Elements autograd keeps per transformer block (fp32 model), by vision / decoder.
 
     The vision encoder sees every tile of every sample (cfg.n_tiles); the decoder sees the
@@ -147,7 +153,7 @@ def _block_activation_elements(cfg, batch: int, text_length: int) -> dict[str, i
             "lm_input": batch * seq * cfg.lm_hidden_dim}
 
 
-def _activations(cfg, method: Method, batch: int, text_length: int) -> tuple[int, int]:
+def _activations(cfg: VLMConfig, method: Method, batch: int, text_length: int) -> tuple[int, int]:
     """(bytes kept for backward, bytes of the largest transient), for one micro-batch."""
     elem = 2 if method.precision == "bf16" else 4
     micro = max(1, batch // method.accumulation)
@@ -187,7 +193,7 @@ def _activations(cfg, method: Method, batch: int, text_length: int) -> tuple[int
     return vit + lm + images + extras, transient
 
 
-def _dequantised_block(params, method: Method) -> int:
+def _dequantised_block(params: Iterable[_Param], method: Method) -> int:
     """Bytes the dequantisation of one block's frozen int8/int4 linears makes and frees (the
     largest block's)."""
     per_weight = DEQUANT_TEMPORARY_BYTES_PER_WEIGHT_EST.get(method.frozen_dtype, 0)
@@ -207,7 +213,7 @@ def _streamed(method: Method) -> bool:
 
 
 def _libraries(method: Method) -> list[str]:
-    libs = []
+    libs: list[str] = []
     if method.trainable == "lora" and not _streamed(method):
         libs.append("peft")
     library = optimizer(method.optimizer).library
@@ -237,7 +243,7 @@ def _update_transient(method: Method, trainable: list[_Param]) -> int:
     return workset + int(opt.update_copies * largest)
 
 
-def _load_peak(params, method: Method, weights: int, cfg) -> int:
+def _load_peak(params: tuple[_Param, ...], method: Method, weights: int, cfg: VLMConfig) -> int:
     """Bytes above the bare runtime while edgebench.methods.trainer.build_model_for builds the
     model and make_trainer converts it (the libraries a method imports load in between)."""
     total = sum(p.numel for p in params)
@@ -250,8 +256,8 @@ def _load_peak(params, method: Method, weights: int, cfg) -> int:
     return max(build * (total + head), libraries + build * total + 4 * largest_frozen)  # int8: one fp32 copy
 
 
-def predict(cfg, method: Method | str, batch_size: int, text_length: int,
-            image_size: int | None = None) -> dict:
+def predict(cfg: VLMConfig | str, method: Method | str, batch_size: int, text_length: int,
+            image_size: int | None = None) -> dict[str, int]:
     """Predicted memory of one training step (bytes, estimates) and its peak.
 
     Keys: weights, gradients (tangents for forward-mode; gradient + previous gradient for cg),

@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from edgebench.methods.knobs import Method
+
+if TYPE_CHECKING:
+    import ctypes
 
 LORA_RANK = 8
 LORA_ALPHA = 16
@@ -95,7 +100,7 @@ def store_frozen(method: Method, model: nn.Module) -> None:
 
 
 @functools.cache
-def _libc():
+def _libc() -> ctypes.CDLL | None:
     """glibc, or None elsewhere (found once: find_library runs a subprocess)."""
     import ctypes
     import ctypes.util
@@ -108,8 +113,9 @@ def _libc():
 def release_freed_memory() -> None:
     """Hand the heap pages freed by the conversion back to the OS (glibc's malloc_trim), so
     the high-precision weights just dropped do not stay in the process's RSS. No-op elsewhere."""
-    if _libc() is not None:
-        _libc().malloc_trim(0)
+    libc = _libc()
+    if libc is not None:
+        libc.malloc_trim(0)
 
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
@@ -121,8 +127,9 @@ def map_large_allocations() -> None:
     so a freed activation goes back to the OS at once instead of staying in a fragmented heap
     (glibc's default threshold climbs to 32 MB as large blocks are freed). Process-wide: for
     the lowest-memory methods' worker processes. No-op elsewhere."""
-    if _libc() is not None:
-        _libc().mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+    libc = _libc()
+    if libc is not None:
+        libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
 
 
 def _tied_ids(model: nn.Module) -> set[int]:
@@ -146,7 +153,7 @@ def checkpoint_blocks(model: nn.Module) -> int:
     for block in blocks:
         inner = block.forward
 
-        def forward(*args, _inner=inner, **kwargs):
+        def forward(*args: Any, _inner: Callable[..., Any] = inner, **kwargs: Any) -> Any:
             return checkpoint(_inner, *args, use_reentrant=False, **kwargs)
 
         block.forward = forward
