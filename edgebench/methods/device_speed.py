@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import cast
 
 from edgebench.cache import cache_dir
 
@@ -60,9 +61,13 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _fastest(call: Callable[[], object]) -> float:
+# what _fastest times (mypy infers no type for a lambda with defaults against it: a cast each time)
+Timed = Callable[[], object]
+
+
+def _fastest(call: Timed) -> float:
     call()
-    times = []
+    times: list[float] = []
     for _ in range(REPEATS):
         started = time.perf_counter()
         call()
@@ -80,11 +85,11 @@ def measure() -> DeviceSpeed:
         x, w, g = (torch.randn(*shape, generator=generator)
                    for shape in ((rows, inner), (inner, columns), (rows, columns)))
         flops += 3 * 2 * rows * inner * columns
-        fp32 += _fastest(lambda x=x, w=w, g=g: (x @ w, g @ w.t(), x.t() @ g))
+        fp32 += _fastest(cast(Timed, lambda x=x, w=w, g=g: (x @ w, g @ w.t(), x.t() @ g)))
         x, w, g = x.bfloat16(), w.bfloat16(), g.bfloat16()
-        bf16 += _fastest(lambda x=x, w=w, g=g: (x @ w, g @ w.t(), x.t() @ g))
+        bf16 += _fastest(cast(Timed, lambda x=x, w=w, g=g: (x @ w, g @ w.t(), x.t() @ g)))
     a, b, out = (torch.randn(PASS_ELEMENTS, generator=generator) for _ in range(3))
-    pass_s = _fastest(lambda a=a, b=b, out=out: torch.add(a, b, out=out))
+    pass_s = _fastest(cast(Timed, lambda a=a, b=b, out=out: torch.add(a, b, out=out)))
     samples = torch.empty(NORMAL_ELEMENTS)
     normal_s = _fastest(lambda: samples.normal_(generator=generator))
     return DeviceSpeed(matmul_gflops=flops / fp32 / 1e9, bf16_matmul_cost=bf16 / fp32,

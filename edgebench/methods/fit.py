@@ -6,8 +6,14 @@ peak exceeds the device's RAM less the profile's headroom, naming methods that f
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from edgebench.methods.device_speed import DeviceSpeed
 from edgebench.methods.knobs import PRESETS, parse_method
+
+if TYPE_CHECKING:
+    from edgebench.devices.profiles import Profile
+    from edgebench.model.config import VLMConfig
 
 # Room the runtime needs beyond the predicted peak (other processes, page cache, allocator):
 # a profile's `memory_headroom` unless it sets its own.
@@ -21,7 +27,7 @@ def usable_bytes(ram_bytes: int, headroom: float) -> int:
     return int(ram_bytes * (1.0 - headroom))
 
 
-def device_speed(profile) -> DeviceSpeed:
+def device_speed(profile: Profile) -> DeviceSpeed:
     """The rates the step-time estimate uses for a profile's device: this host's, measured, for
     `measure`; the profile's own; else a reference host's, bf16 unknown (methods.device_speed)."""
     from edgebench.methods.device_speed import REFERENCE, host_speed
@@ -33,8 +39,8 @@ def device_speed(profile) -> DeviceSpeed:
     return DeviceSpeed(**profile.speed.model_dump(), source=f"profile {profile.id}")
 
 
-def rank(cfg, batch_size: int, text_length: int, image_size: int | None, usable: int,
-         speed: DeviceSpeed) -> list[dict]:
+def rank(cfg: VLMConfig, batch_size: int, text_length: int, image_size: int | None, usable: int,
+         speed: DeviceSpeed) -> list[dict[str, Any]]:
     """Every preset and combination with its predicted peak and relative step time (estimates;
     at the device's rates, None for a bf16 method where its bf16 matmul cost is unknown:
     methods.steptime):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from edgebench.methods.knobs import Method
 from edgebench.methods.optimizers import GALORE_SCALE, GALORE_UPDATE_PROJ_GAP, galore_rank, is_galore_matrix, optimizer
@@ -67,7 +67,7 @@ def lr_groups(names: Iterable[str], lr: float) -> list[tuple[str, float, list[st
     return [g for g in groups if g[2]]
 
 
-def param_groups(model: nn.Module, lr: float) -> list[dict]:
+def param_groups(model: nn.Module, lr: float) -> list[dict[str, Any]]:
     """Trainable parameters split as nanoVLM does (`lr_groups`), as torch.optim param groups."""
     params = {name: param for name, param in model.named_parameters() if param.requires_grad}
     return [{"params": [params[n] for n in names], "lr": peak, "name": group}
@@ -94,7 +94,7 @@ def set_schedule(optimizers: Iterable[torch.optim.Optimizer], step: int, total_s
             group["lr"] = group["peak_lr"] * factor
 
 
-def build_optimizer(name: str, groups: list[dict]) -> torch.optim.Optimizer:
+def build_optimizer(name: str, groups: list[dict[str, Any]]) -> torch.optim.Optimizer:
     """The library optimizer behind a knob value (the per-step ones; lomo/cg have their own
     trainers), with its descriptor's constants; its module is imported only now."""
     import importlib
@@ -103,7 +103,7 @@ def build_optimizer(name: str, groups: list[dict]) -> torch.optim.Optimizer:
     if opt.trainer != "step":
         raise ValueError(f"no per-step optimizer for {name!r}: its trainer ({opt.trainer}) owns the update")
     module, _, cls = opt.build.partition(":")
-    options: dict = {}
+    options: dict[str, Any] = {}
     if opt.momentum:
         options["momentum"] = opt.momentum
     if opt.betas is not None:
@@ -113,10 +113,11 @@ def build_optimizer(name: str, groups: list[dict]) -> torch.optim.Optimizer:
     if opt.weight_decay:
         options["weight_decay"] = opt.weight_decay
     options.update(opt.build_options)
-    return getattr(importlib.import_module(module), cls)(groups, **options)
+    built: torch.optim.Optimizer = getattr(importlib.import_module(module), cls)(groups, **options)
+    return built
 
 
-def galore_options(name: str, shape: tuple[int, ...]) -> dict:
+def galore_options(name: str, shape: tuple[int, ...]) -> dict[str, Any]:
     """GaLoreAdamW's group options for one parameter: its projection for a block matrix, else none."""
     if not is_galore_matrix(name, shape):
         return {}
@@ -124,7 +125,7 @@ def galore_options(name: str, shape: tuple[int, ...]) -> dict:
             "scale": GALORE_SCALE, "proj_type": "std"}
 
 
-def galore_groups(model: nn.Module, lr: float) -> list[dict]:
+def galore_groups(model: nn.Module, lr: float) -> list[dict[str, Any]]:
     """nanoVLM's groups, with each block matrix in a GaLore group of its rank."""
     return [{"params": [param], "lr": max(lr, NANOVLM_LR_MP) if is_projector(name) else lr,
              **galore_options(name, tuple(param.shape))}

@@ -20,9 +20,16 @@ measured ones.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
 from edgebench.methods.device_speed import DeviceSpeed
 from edgebench.methods.knobs import Method, parse_method
-from edgebench.methods.optimizers import optimizer
+from edgebench.methods.optimizers import Optimizer, optimizer
+
+if TYPE_CHECKING:
+    from edgebench.methods.memory import _Param
+    from edgebench.model.config import VLMConfig
 
 # The terms below were fitted together, on nanovlm-222m on a 2-core x86 host (AVX-512, AMX), to
 # two runs of `bench/step_model.py --steps 4` (each preset within 24 % in both); a third checks
@@ -48,7 +55,7 @@ DEQUANT_PASSES = {"int8": 3.0, "int4": 6.0}
 MEZO_PASSES = 5
 
 
-def _forward_flops(cfg, batch: int, text_length: int, params) -> dict[str, float]:
+def _forward_flops(cfg: VLMConfig, batch: int, text_length: int, params: Iterable[_Param]) -> dict[str, float]:
     """Forward FLOPs of the vision encoder, the decoder and the LM head, for one step's batch."""
     patches = (cfg.vit_img_size // cfg.vit_patch_size) ** 2
     images = batch * cfg.n_tiles
@@ -63,7 +70,7 @@ def _forward_flops(cfg, batch: int, text_length: int, params) -> dict[str, float
     return {"vit": vit + 2 * mp_weights * images * patches, "lm": lm, "head": head}
 
 
-def _weights(cfg, params) -> dict[str, float]:
+def _weights(cfg: VLMConfig, params: Iterable[_Param]) -> dict[str, float]:
     """The matrices' weights of each part _forward_flops counts (the head's: the embedding's when tied)."""
     head = "decoder.token_embedding." if cfg.lm_tie_weights else "decoder.head."
     parts = {"vit": ("vision_encoder.", "MP."), "lm": ("decoder.blocks.",), "head": (head,)}
@@ -71,7 +78,7 @@ def _weights(cfg, params) -> dict[str, float]:
             for part, prefixes in parts.items()}
 
 
-def _runs(method: Method, opt) -> dict[str, float]:
+def _runs(method: Method, opt: Optimizer) -> dict[str, float]:
     """How many times a step runs each part: forwards, backwards (2: input and weight
     gradients, 1: input gradients only) and recomputed forwards, by grad mode."""
     if method.grad_mode == "zeroth-order":
@@ -89,7 +96,7 @@ def _runs(method: Method, opt) -> dict[str, float]:
     return {"vit": vit, "lm": lm, "head": forwards + (2 if full else 1)}
 
 
-def _work(cfg, method: Method, batch_size: int, text_length: int) -> tuple[float, float, float]:
+def _work(cfg: VLMConfig, method: Method, batch_size: int, text_length: int) -> tuple[float, float, float]:
     """(matmul FLOPs, elementwise passes over one weight, normal samples) of one step."""
     from edgebench.methods.memory import _params
 
@@ -119,20 +126,21 @@ def _work(cfg, method: Method, batch_size: int, text_length: int) -> tuple[float
     return flops, passes, normals
 
 
-def step_seconds(cfg, method: Method | str, batch_size: int, text_length: int, speed: DeviceSpeed) -> float | None:
+def step_seconds(cfg: VLMConfig, method: Method | str, batch_size: int, text_length: int,
+                 speed: DeviceSpeed) -> float | None:
     """The modelled step time at `speed`'s rates (an estimate; its ratio to sgd's is what ranks).
     None for a method that computes in bf16 where the device's bf16 matmul cost is unknown."""
     if isinstance(method, str):
         method = parse_method(method)
     flops, passes, normals = _work(cfg, method, batch_size, text_length)
-    if method.precision == "bf16" and speed.bf16_matmul_cost is None:
-        return None
     matmul_cost = speed.bf16_matmul_cost if method.precision == "bf16" else 1.0
+    if matmul_cost is None:  # bf16, its cost on this device unknown
+        return None
     return (flops * (matmul_cost + ACTIVATION_SHARE) / (speed.matmul_gflops * 1e9)
             + (passes * speed.pass_ns + normals * speed.normal_ns) * 1e-9)
 
 
-def relative_step_time(cfg, method: Method | str, batch_size: int, text_length: int,
+def relative_step_time(cfg: VLMConfig, method: Method | str, batch_size: int, text_length: int,
                        speed: DeviceSpeed) -> float | None:
     """The step time relative to `sgd` on the same model, shape and device; an estimate. None
     for a bf16 method where the device's bf16 matmul cost is unknown."""
