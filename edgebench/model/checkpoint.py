@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -191,7 +191,7 @@ def save_pretrained(model: VisionLanguageModel, folder: str | Path) -> Path:
     return save_tensors(model.cfg, model.state_dict(), folder)
 
 
-def save_tensors(cfg: VLMConfig, tensors: dict[str, torch.Tensor | Callable[[], torch.Tensor]],
+def save_tensors(cfg: VLMConfig, tensors: Mapping[str, torch.Tensor | Callable[[], torch.Tensor]],
                  folder: str | Path) -> Path:
     """`save_pretrained` for tensors under the model's names, each given as a tensor or as a
     function that makes it (a trained model's merged weights: made one at a time, so the save
