@@ -16,6 +16,7 @@ __all__ = ["BACKENDS", "Backend", "BackendInfo", "UnsupportedBackend", "create"]
 
 def create(spec: Any) -> Backend:
     """Returns the backend for `spec.backend`, not yet set up."""
+    cls: type[Backend]
     if spec.backend == "eager":
         from edgebench.backends.eager import EagerBackend as cls
     elif spec.backend == "executorch":

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -11,12 +12,15 @@ from edgebench.data.synthetic import to_torch
 from edgebench.methods import MethodUnavailable, make_trainer, parse_method
 from edgebench.methods.trainer import build_model_for
 
+if TYPE_CHECKING:
+    from edgebench.methods.trainer import Trainer
+
 
 class EagerBackend:
     name = "eager"
 
     def __init__(self) -> None:
-        self.trainer = None
+        self.trainer: Trainer | None = None
         self.device = "cpu"
 
     def setup(self, spec: Any, example_batch: dict[str, Any]) -> None:
@@ -38,12 +42,14 @@ class EagerBackend:
             raise UnsupportedBackend(str(exc)) from exc
 
     def step(self, batch: dict[str, Any]) -> float:
+        assert self.trainer is not None, "setup() first"
         return self.trainer.step(to_torch(batch, device=self.device))
 
-    def save(self, folder) -> None:
+    def save(self, folder: str | Path) -> None:
         """The trained weights as a nanoVLM checkpoint (and peft adapter), edgebench.methods.saving."""
         from edgebench.methods.saving import save_trained
 
+        assert self.trainer is not None, "setup() first"
         save_trained(self.trainer.model, folder)
 
     def close(self) -> None:

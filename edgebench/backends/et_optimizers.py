@@ -19,15 +19,19 @@ decide what happens between program calls, the way the eager trainers do:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar, cast
 
+import numpy as np
 import torch
 
 from edgebench.methods import optim
 from edgebench.methods.optimizers import OPTIMIZERS, optimizer
 
+# a batch tensor: torch's (program inputs) or numpy's (the example batch)
+Array = TypeVar("Array", torch.Tensor, np.ndarray)
 
-def batch_rows(t, size: int, i: int, parts: int):
+
+def batch_rows(t: Array, size: int, i: int, parts: int) -> Array:
     """Rows i, i+parts, ... of a batch tensor; `images` ([size * views, ...]: a fixed-shape
     program's rows hold the same number of views each) by its rows' views."""
     if t.shape[0] == size:
@@ -83,7 +87,7 @@ class PerParameterStep:
             self.optimizers[name] = optim.build_optimizer(self.optimizer, [{"params": [tensor], "lr": lr}])
 
     def step(self, inputs: tuple[torch.Tensor, ...]) -> float:
-        loss = self.program.forward_backward(inputs)
+        loss: float = self.program.forward_backward(inputs)
         params, grads = self.program.named_parameters(), self.program.grads
         if not self.optimizers:
             self._build(params)
@@ -133,9 +137,9 @@ class UpdatingProgram:
         """This step's scalars, computed as torch.optim computes them (Python floats)."""
         factor = optim.lr_factor(self.steps_done, self.total_steps)
         adam = self.opt.program_update == "adam"
-        betas = self.opt.betas
+        betas = cast(tuple[float, float], self.opt.betas)  # read only for adam, whose descriptors set them
         t = self.steps_done + 1
-        values = []
+        values: list[float] = []
         for peak in self.lrs:
             lr = peak * factor
             decay = 1 - lr * self.opt.weight_decay
@@ -156,7 +160,8 @@ class UpdatingProgram:
         return self.params
 
 
-def program_stepper(method: Any, program: Any, update: Any, lr: float, total_steps: int):
+def program_stepper(method: Any, program: Any, update: Any, lr: float,
+                    total_steps: int) -> PerParameterStep | AccumulatingStep | None:
     """The stepper for `method`'s knobs, or None where the plain program step + update applies
     (an UpdatingProgram steps itself)."""
     if method.fused_update:
@@ -175,7 +180,7 @@ BETWEEN_CALLS = {name: f"{o.between_calls[0]} ({o.between_calls[1]})"
 
 def lowering(method: Any) -> dict[str, str]:
     """What the manifest records for the knobs applied here."""
-    out = {}
+    out: dict[str, str] = {}
     if method.optimizer in BETWEEN_CALLS and not method.fused_update:
         out["optimizer"] = (f"{BETWEEN_CALLS[method.optimizer]} between program calls, in the runtime "
                             "process (torch, not the .pte), over the program's weights in place and the "

@@ -14,7 +14,7 @@ trainable weights are inputs, perturbed in place by the methods' MeZO trainer.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -24,6 +24,15 @@ from edgebench.methods import optim, parse_method
 
 PTE = "model.pte"
 TRAINABLE_INIT = "trainable_init.pt"
+
+
+class ProgramMeZOTrainer(Protocol):
+    """What `_program_mezo` returns: the methods' MeZO trainer over the forward-only program."""
+
+    program: Any  # the loaded ExecuTorch module (pybind)
+    params: list[torch.nn.Parameter]
+
+    def step(self, batch: dict[str, torch.Tensor]) -> float: ...
 
 
 def _as_inputs(batch: dict[str, Any]) -> tuple[torch.Tensor, ...]:
@@ -67,7 +76,7 @@ class ProgramUpdate:
             self._torch_step(params, grads)
         self.steps_done += 1
 
-    def _runtime_sgd(self, params, grads) -> None:
+    def _runtime_sgd(self, params: dict[str, torch.Tensor], grads: dict[str, torch.Tensor]) -> None:
         from executorch.extension.training import get_sgd_optimizer
 
         if self.runtime_sgd is None:
@@ -76,9 +85,10 @@ class ProgramUpdate:
         for sgd, names in self.runtime_sgd:
             sgd.step({n: grads[n] for n in names})
 
-    def _torch_step(self, params, grads) -> None:
+    def _torch_step(self, params: dict[str, torch.Tensor], grads: dict[str, torch.Tensor]) -> None:
         if self.torch_optimizer is None:
-            groups = [{"params": [params[n] for n in names], "lr": lr} for lr, names in self._groups(params)]
+            groups: list[dict[str, Any]] = [{"params": [params[n] for n in names], "lr": lr}
+                                            for lr, names in self._groups(params)]
             if self.optimizer == "galore":  # optim.galore_groups over the program's tensors
                 groups = [{"params": [t], "lr": lr, **optim.galore_options(n, tuple(t.shape))}
                           for lr, names in self._groups(params) for n in names for t in [params[n]]]
@@ -130,22 +140,27 @@ class ExecutorchBackend:
     name = "executorch"
 
     def __init__(self, etdump: bool = False) -> None:
-        self.module = None
+        self.module: TrainingProgram | et_optimizers.UpdatingProgram | None = None
         self.update: ProgramUpdate | None = None
-        self.stepper = None
-        self.mezo = None
+        self.stepper: (et_optimizers.PerParameterStep | et_optimizers.AccumulatingStep
+                       | et_optimizers.UpdatingProgram | None) = None
+        self.mezo: ProgramMeZOTrainer | None = None
         self.manifest: dict[str, Any] = {}
         self.etdump = etdump  # ExecuTorch's per-operator profile (`edgebench export --profile`)
 
     @property
     def lowering(self) -> dict[str, Any]:
         """How the program was lowered (delegate, kernels, where weights live): from its manifest."""
-        return self.manifest.get("lowering", {})
+        lowering: dict[str, Any] = self.manifest.get("lowering", {})
+        return lowering
 
     @property
-    def runtime_module(self):
+    def runtime_module(self) -> Any:
         """The loaded ExecuTorch module (pybind), e.g. to write its ETDump."""
-        return self.mezo.program if self.mezo is not None else self.module.module
+        if self.mezo is not None:
+            return self.mezo.program
+        assert self.module is not None, "setup() first"
+        return self.module.module
 
     def setup(self, spec: Any, example_batch: dict[str, Any]) -> None:
         try:
@@ -185,6 +200,7 @@ class ExecutorchBackend:
             return self.mezo.step(dict(zip(BATCH_INPUTS, _as_inputs(batch))))
         if self.stepper is not None:  # accumN, fused update, LOMO (edgebench.backends.et_optimizers)
             return self.stepper.step(_as_inputs(batch))
+        assert isinstance(self.module, TrainingProgram) and self.update is not None  # the plain program step
         loss = self.module.forward_backward(_as_inputs(batch))
         self.update.step(self.module.named_parameters(), self.module.grads)
         return loss
@@ -193,6 +209,7 @@ class ExecutorchBackend:
         """The program's trainable weights (for tests and checkpoints)."""
         if self.mezo is not None:
             return dict(zip(self.manifest["trainable_parameters"], self.mezo.params))
+        assert self.module is not None, "setup() first"
         return self.module.named_parameters()
 
     def close(self) -> None:
@@ -200,11 +217,12 @@ class ExecutorchBackend:
 
 
 def _program_mezo(directory: Path, manifest: dict[str, Any], method: Any, lr: float, total: int,
-                  etdump: bool = False):
+                  etdump: bool = False) -> ProgramMeZOTrainer:
     """The methods' MeZO trainer, its loss computed by the forward-only program."""
     from executorch.extension.pybindings.portable_lib import _load_for_executorch
 
     from edgebench.methods.mezo import MeZOTrainer
+    from edgebench.methods.trainer import Batch
 
     if manifest.get("program") != "forward-only":
         raise ValueError(f"{directory}: MeZO needs the forward-only export (made for zeroth-order methods)")
@@ -215,10 +233,13 @@ def _program_mezo(directory: Path, manifest: dict[str, Any], method: Any, lr: fl
     )
 
     class ProgramMeZO(MeZOTrainer):
-        def loss(self, batch):
+        program: Any
+
+        def loss(self, batch: Batch) -> torch.Tensor:
             weights = [p.data for p in self.params]  # plain tensors (pybind refuses Parameter)
             inputs = (*(batch[k] for k in BATCH_INPUTS), *weights)
-            return program.run_method("forward", inputs)[0]
+            loss: torch.Tensor = program.run_method("forward", inputs)[0]
+            return loss
 
     trainer = ProgramMeZO(method, holder, lr, total)
     trainer.program = program

@@ -25,6 +25,8 @@ import numpy as np
 from edgebench.methods import optim
 from edgebench.methods import optimizers as optimizer_constants
 
+# (a view of a parameter, the indices whose value would not come back, their values)
+NumpyRecord = list[tuple[np.ndarray, np.ndarray, np.ndarray]]
 EPS = 1e-3  # MeZO's perturbation scale (edgebench.methods.mezo.EPS)
 CHUNK = 1 << 20  # elements of z drawn at once: bounds the temporary memory
 UPDATE_CHUNK = 1 << 16  # elements Adam updates at once: its temporaries stay in the cache
@@ -148,7 +150,7 @@ class NumpyMeZO:
         self.seeds = np.random.default_rng(seed)
         self.projected_grad = 0.0
 
-    def _add(self, seed: int, scale: float, record: list | None = None) -> None:
+    def _add(self, seed: int, scale: float, record: NumpyRecord | None = None) -> None:
         for index, flat in enumerate(self.params):
             for part, z in z_chunks(seed, index, flat.size):
                 delta = z * np.float32(scale)
@@ -162,7 +164,7 @@ class NumpyMeZO:
                 else:
                     view += delta
 
-    def _undo(self, seed: int, scale: float, record: list) -> None:
+    def _undo(self, seed: int, scale: float, record: NumpyRecord) -> None:
         for index, flat in enumerate(self.params):
             for part, z in z_chunks(seed, index, flat.size):
                 flat[part] -= z * np.float32(scale)
@@ -170,7 +172,7 @@ class NumpyMeZO:
             view[indices] = values
 
     def _loss_at(self, loss: Callable[[], float], seed: int, scale: float) -> float:
-        record: list = []
+        record: NumpyRecord = []
         self._add(seed, scale, record)
         value = float(loss())
         self._undo(seed, scale, record)

@@ -28,6 +28,7 @@ import importlib.util
 import platform
 import sys
 import types
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -45,7 +46,7 @@ MMAP_THRESHOLD = 64 << 10
 M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
 
 
-def training_api():
+def training_api() -> types.ModuleType:
     """`onnxruntime.training.api` without running `onnxruntime/training/__init__.py`."""
     if "onnxruntime.training.api" in sys.modules:
         return sys.modules["onnxruntime.training.api"]
@@ -65,7 +66,7 @@ def training_api():
         stand_in = types.ModuleType("onnxruntime.training")
         stand_in.__path__ = [f"{package_dir}/training"]
         sys.modules["onnxruntime.training"] = stand_in
-        sys.modules.setdefault("onnxruntime.training.ortmodule", None)
+        sys.modules.setdefault("onnxruntime.training.ortmodule", None)  # type: ignore[arg-type]  # typeshed: no None
     try:
         return importlib.import_module("onnxruntime.training.api")
     except ImportError as exc:
@@ -93,7 +94,7 @@ def return_freed_blocks() -> bool:
     return bool(mallopt and mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
 
 
-def session_options(threads: int | None = None):
+def session_options(threads: int | None = None) -> Any:
     """The SessionOptions every ORT session here gets (SESSION_OPTIONS, quiet logs, threads)."""
     import onnxruntime
 
@@ -118,7 +119,11 @@ class OnnxRuntimeBackend:
     name = "onnxruntime"
 
     def __init__(self) -> None:
-        self.state = self.module = self.update = self.mezo = self.forward = None
+        self.state: Any = None  # ORT's CheckpointState
+        self.module: Any = None  # ORT's training api.Module
+        self.update: RecipeUpdate | None = None
+        self.mezo: NumpyMeZO | None = None
+        self.forward: ForwardLoss | None = None
 
     def setup(self, spec: Any, example_batch: dict[str, Any]) -> None:
         reason = device_reason(self.name, platform.machine())
@@ -149,9 +154,11 @@ class OnnxRuntimeBackend:
 
     def step(self, batch: dict[str, Any]) -> float:
         if self.mezo is not None:
-            feeds = _feeds(batch)
-            return self.mezo.step(lambda: self.forward(feeds))
+            feeds, forward = _feeds(batch), self.forward
+            assert forward is not None  # set up with the MeZO program
+            return self.mezo.step(lambda: forward(feeds))
         loss = float(self.module(*_feeds(batch)))
+        assert self.update is not None, "setup() first"
         self.update.step()
         self.module.lazy_reset_grad()
         return loss
@@ -168,7 +175,7 @@ class ForwardLoss:
     """The eval graph (loss; weights as inputs) in an InferenceSession fed the checkpoint
     state's own parameter buffers: no training session, no gradient buffers (MeZO)."""
 
-    def __init__(self, path, state, options) -> None:
+    def __init__(self, path: str | Path, state: Any, options: Any) -> None:
         import onnxruntime
         from onnxruntime.capi.onnxruntime_inference_collection import OrtValue
 
