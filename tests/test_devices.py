@@ -211,12 +211,11 @@ def test_a_profiles_speed_reaches_the_step_time_estimate():
     """`speed` figures are the device's rates (bf16 optional); unset, the reference host's stand in
     and say so; a bad figure names its field."""
     from edgebench.methods.device_speed import REFERENCE
-    from edgebench.methods.fit import device_speed
 
     data = _pi4()
-    assert device_speed(parse_profile(data, "pi.yaml")) == REFERENCE
+    assert parse_profile(data, "pi.yaml").device_speed() == REFERENCE
     data["speed"] = {"matmul_gflops": 20, "pass_ns": 2.5, "normal_ns": 30}
-    speed = device_speed(parse_profile(data, "pi.yaml"))
+    speed = parse_profile(data, "pi.yaml").device_speed()
     assert (speed.matmul_gflops, speed.bf16_matmul_cost, speed.pass_ns) == (20, None, 2.5)
     assert speed.source == "profile raspberry-pi-4-4gb"
     data["speed"]["pass_ns"] = -1

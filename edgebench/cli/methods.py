@@ -56,7 +56,6 @@ def _device(device: str | None, ram_bytes: int | None) -> tuple[int, str, Device
     --ram-bytes (no device: a reference host's rates), a lab device's memory limit (this host's
     CPU), a profile's, or an inventory device's profile's."""
     from edgebench.methods.device_speed import REFERENCE
-    from edgebench.methods.fit import device_speed
 
     if ram_bytes is not None:
         return ram_bytes, "--ram-bytes", REFERENCE
@@ -72,7 +71,7 @@ def _device(device: str | None, ram_bytes: int | None) -> tuple[int, str, Device
         return int(lab["memory_bytes"]), f"lab device {device}", host_speed()
     try:
         profile = load_profile(device)
-        return int(profile.ram_bytes), device, device_speed(profile)
+        return int(profile.ram_bytes), device, profile.device_speed()
     except ProfileError as exc:
         from edgebench.devices.inventory import InventoryError, get_device
 
@@ -81,7 +80,7 @@ def _device(device: str | None, ram_bytes: int | None) -> tuple[int, str, Device
         except (InventoryError, ProfileError):
             raise click.BadParameter(f"{exc} (nor is {device!r} a lab or inventory device)",
                                      param_hint="--device") from None
-        return int(profile.ram_bytes), f"inventory device {device}", device_speed(profile)
+        return int(profile.ram_bytes), f"inventory device {device}", profile.device_speed()
 
 
 @click.command("predict")

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationError, fi
 from edgebench.backends import BACKENDS
 from edgebench.backends.support import device_reason
 from edgebench.errors import EdgebenchError
+from edgebench.methods.device_speed import DeviceSpeed
 from edgebench.methods.fit import DEFAULT_HEADROOM
 from edgebench.telemetry.power import POWER_SOURCES
 from edgebench.telemetry.rails import RAIL_TREES
@@ -148,6 +149,17 @@ class Profile(_Strict):
     # methods' estimate is unknown (their speed differs most between CPUs).
     speed: Speed | Literal["measure"] | None = None
     source: str | None = Field(None, exclude=True)  # the file it came from
+
+    def device_speed(self) -> DeviceSpeed:
+        """The rates the step-time estimate uses for this device: this host's, measured, for
+        `measure`; the profile's own; else a reference host's, bf16 unknown (methods.device_speed)."""
+        from edgebench.methods.device_speed import REFERENCE, host_speed
+
+        if self.speed == "measure":
+            return host_speed()
+        if self.speed is None:
+            return REFERENCE
+        return DeviceSpeed(**self.speed.model_dump(), source=f"profile {self.id}")
 
     @field_validator("backends")
     @classmethod

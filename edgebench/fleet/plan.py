@@ -105,7 +105,7 @@ def memory_refusals(specs: list[RunSpec], usable: int, budget: str, profile: Any
     profile's device, else a smaller shape). The one memory-fit preflight of bench and deploy;
     specs share one shape."""
     from edgebench.methods import memory, parse_method
-    from edgebench.methods.fit import device_speed, rank
+    from edgebench.methods.fit import rank
 
     refused: dict[str, int] = {}
     fitting: list[str] | None = None
@@ -121,7 +121,7 @@ def memory_refusals(specs: list[RunSpec], usable: int, budget: str, profile: Any
             refused[spec.method] = peak
             if fitting is None:
                 fitting = [r["method"] for r in rank(cfg, spec.batch_size, spec.text_length, spec.image_size, usable,
-                                                     device_speed(profile)) if r["fits_est"]]
+                                                     profile.device_speed()) if r["fits_est"]]
     if not refused:
         return {}, ""
     spec = next(s for s in specs if s.method in refused)

@@ -6,7 +6,7 @@ peak exceeds the device's RAM less the profile's headroom, naming methods that f
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any
 
 from edgebench.methods.device_speed import DeviceSpeed
 from edgebench.methods.knobs import PRESETS, parse_method
@@ -21,38 +21,9 @@ DEFAULT_HEADROOM = 0.15
 COMBINATIONS = ("lora+ckpt+frozen-int8", "mezo-lora+frozen-int8")
 
 
-class SpeedFigures(Protocol):
-    """A profile's `speed` figures (edgebench.devices.profiles.Speed): DeviceSpeed's fields."""
-
-    def model_dump(self) -> dict[str, Any]: ...
-
-
-class DeviceProfile(Protocol):
-    """What `device_speed` reads of a device profile (edgebench.devices.profiles.Profile: host side,
-    so not imported here)."""
-
-    @property
-    def id(self) -> str: ...
-
-    @property
-    def speed(self) -> SpeedFigures | Literal["measure"] | None: ...
-
-
 def usable_bytes(ram_bytes: int, headroom: float) -> int:
     """RAM a run may take: the device's less the headroom."""
     return int(ram_bytes * (1.0 - headroom))
-
-
-def device_speed(profile: DeviceProfile) -> DeviceSpeed:
-    """The rates the step-time estimate uses for a profile's device: this host's, measured, for
-    `measure`; the profile's own; else a reference host's, bf16 unknown (methods.device_speed)."""
-    from edgebench.methods.device_speed import REFERENCE, host_speed
-
-    if profile.speed == "measure":
-        return host_speed()
-    if profile.speed is None:
-        return REFERENCE
-    return DeviceSpeed(**profile.speed.model_dump(), source=f"profile {profile.id}")
 
 
 def rank(cfg: VLMConfig, batch_size: int, text_length: int, image_size: int | None, usable: int,
