@@ -45,20 +45,39 @@ def memory_cgroup():
                 time.sleep(0.1)
 
 
-# Module-scoped fixtures that take a minute or more: xdist would build one on each worker that
-# runs one of its tests, so their tests share a worker (tiny_runs: eight fresh runner processes).
-SHARED_FIXTURES = ("tiny_runs",)
-
-
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (`-n 2 --dist loadgroup`), tests of the emulated lab (real sshds on
-    loopback ports, cgroups, the lab state) run one after another on one worker, as do the
-    tests of each SHARED_FIXTURES fixture; the rest spread over both."""
+    loopback ports, cgroups, the lab state) run one after another on one worker; the rest
+    spread over both."""
     for item in items:
         if item.get_closest_marker("lab") or item.get_closest_marker("serial"):
             item.add_marker(pytest.mark.xdist_group("lab"))
-        elif shared := next((f for f in SHARED_FIXTURES if f in getattr(item, "fixturenames", ())), None):
-            item.add_marker(pytest.mark.xdist_group(shared))
+
+
+def session_shared_root(tmp_path_factory) -> Path:
+    """A folder every xdist worker of this test session sees (the session's temporary root)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = tmp_path_factory.getbasetemp().parent
+    else:
+        root = tmp_path_factory.getbasetemp()
+    return root
+
+
+def built_once(tmp_path_factory, name: str, build):
+    """`build(folder)`'s JSON-able result, built by the first worker that asks and read by the
+    rest (a lock file beside it): a module fixture that takes a minute is then paid once a
+    session, not once per worker that runs one of its tests."""
+    import fcntl
+    import json
+
+    folder = session_shared_root(tmp_path_factory) / name
+    folder.mkdir(exist_ok=True)
+    with open(folder / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = folder / "result.json"
+        if not done.exists():
+            done.write_text(json.dumps(build(folder)))
+        return json.loads(done.read_text())
 
 
 @pytest.fixture(scope="session")
@@ -67,11 +86,8 @@ def export_cache(tmp_path_factory):
     xdist workers (they share the session's temporary root; the exporter locks each entry while
     it builds, so the second asker waits and reuses it: ExecuTorch exports of the tiny model take
     20-60 s each)."""
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        cache = tmp_path_factory.getbasetemp().parent / "export-cache"
-        cache.mkdir(exist_ok=True)
-    else:
-        cache = tmp_path_factory.mktemp("export-cache")
+    cache = session_shared_root(tmp_path_factory) / "export-cache"
+    cache.mkdir(exist_ok=True)
     patch = pytest.MonkeyPatch()
     patch.setenv("EDGEBENCH_EXPORT_CACHE", str(cache))
     yield cache

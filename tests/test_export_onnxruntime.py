@@ -126,7 +126,7 @@ def test_backprop_method_follows_eagers_recipe(export_cache, monkeypatch, method
 RTOL_222M = 5e-5
 
 
-@pytest.mark.slow
+@pytest.mark.large
 @pytest.mark.parametrize("method", ["sgd", "adamw"])
 def test_nanovlm_222m_follows_eagers_recipe(export_cache, monkeypatch, method):
     """Issue 29's drifts, where they were seen: on nanovlm-222m (random init) ORT's AdamW

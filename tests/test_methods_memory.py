@@ -39,17 +39,13 @@ def run_spec(out: Path, **fields) -> dict:
 
 @pytest.fixture(scope="module")
 def tiny_runs(tmp_path_factory) -> dict[str, dict]:
-    root = tmp_path_factory.mktemp("methods-memory")
-    return {
-        key: run_spec(
-            root / key.replace("@", "-b").replace("+", "_"),
-            model="tiny",
-            method=method,
-            batch_size=batch,
-            text_length=TINY_SHAPE["text_length"],
-        )
-        for key, (method, batch) in RUNS.items()
-    }
+    """The RUNS' results, run once a test session (eight fresh runner processes, about a minute)."""
+    from conftest import built_once
+
+    return built_once(tmp_path_factory, "methods-memory", lambda root: {
+        key: run_spec(root / key.replace("@", "-b").replace("+", "_"), model="tiny", method=method,
+                      batch_size=batch, text_length=TINY_SHAPE["text_length"])
+        for key, (method, batch) in RUNS.items()})
 
 
 def test_checkpointing_lowers_peak(tiny_runs):

@@ -52,7 +52,7 @@ def methods_command(as_json: bool) -> None:
 
 
 def _device(device: str | None, ram_bytes: int | None) -> tuple[int, str, DeviceSpeed]:
-    """The RAM budget and the rates of the step-time estimate (methods.fit.device_speed):
+    """The RAM budget and the rates of the step-time estimate (Profile.device_speed):
     --ram-bytes (no device: a reference host's rates), a lab device's memory limit (this host's
     CPU), a profile's, or an inventory device's profile's."""
     from edgebench.methods.device_speed import REFERENCE
