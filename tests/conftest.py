@@ -56,11 +56,8 @@ def pytest_collection_modifyitems(config, items):
 
 def session_shared_root(tmp_path_factory) -> Path:
     """A folder every xdist worker of this test session sees (the session's temporary root)."""
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = tmp_path_factory.getbasetemp().parent
-    else:
-        root = tmp_path_factory.getbasetemp()
-    return root
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
 def built_once(tmp_path_factory, name: str, build):

@@ -12,7 +12,7 @@ import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -33,6 +33,9 @@ from edgebench.results import DEFAULT_STORE
 from edgebench.runner.native import machine_arch
 from edgebench.runner.spec import WEIGHTS_DIR, RunSpec
 from edgebench.untrusted import printable
+
+if TYPE_CHECKING:
+    from edgebench.devices.profiles import Profile
 
 
 def _echo_err(message: str) -> None:
@@ -488,8 +491,8 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str,
         raise SystemExit(1)
 
 
-def _memory_preflight(specs: list[RunSpec], ram_bytes: int, cgroup_limit: int | None, profile: Any, where: str,
-                      force: bool) -> None:
+def _memory_preflight(specs: list[RunSpec], ram_bytes: int, cgroup_limit: int | None, profile: Profile,
+                      where: str, force: bool) -> None:
     """Refuses (exit 2, one line) runs predicted not to fit, unless --force, which records it."""
     from edgebench.fleet.plan import force_memory, memory_budget, memory_refusals
 

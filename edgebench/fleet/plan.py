@@ -14,9 +14,12 @@ import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgebench.runner.spec import RunSpec
+
+if TYPE_CHECKING:
+    from edgebench.devices.profiles import Profile
 
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600}
 MAX_DURATION_S = 7 * 24 * 3600
@@ -99,7 +102,7 @@ def memory_budget(ram_bytes: int, headroom: float, cgroup_limit: int | None, whe
     )
 
 
-def memory_refusals(specs: list[RunSpec], usable: int, budget: str, profile: Any) -> tuple[dict[str, int], str]:
+def memory_refusals(specs: list[RunSpec], usable: int, budget: str, profile: Profile) -> tuple[dict[str, int], str]:
     """The methods whose runs' predicted peak (methods.memory: an estimate) exceeds `usable`
     (memory_budget), with that peak, and one line saying so with the fix (methods that fit on the
     profile's device, else a smaller shape). The one memory-fit preflight of bench and deploy;

@@ -28,10 +28,10 @@ def usable_bytes(ram_bytes: int, headroom: float) -> int:
 
 def rank(cfg: VLMConfig, batch_size: int, text_length: int, image_size: int | None, usable: int,
          speed: DeviceSpeed) -> list[dict[str, Any]]:
-    """Every preset and combination with its predicted peak and relative step time (estimates;
-    at the device's rates, None for a bf16 method where its bf16 matmul cost is unknown:
-    methods.steptime):
-    the ones that fit first, fastest first (unknown last); then the rest, smallest peak first."""
+    """Every preset and combination with its predicted peak and its step time relative to sgd at
+    the device's rates (estimates; methods.steptime, None for a bf16 method where the device's
+    bf16 matmul cost is unknown): the ones that fit first, fastest first (unknown last); then the
+    rest, smallest peak first."""
     from edgebench.methods import memory
     from edgebench.methods.steptime import relative_step_time
 
