@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 
 FULL = os.environ.get("EDGEBENCH_FULL") == "1"
+# The model the tests of exported programs lower: tiny at half its depth, so each
+# ExecuTorch export takes half tiny's time (edgebench.model.config `micro`).
+EXPORTED_MODEL = "micro"
 CGROUP_V1_MEMORY = Path("/sys/fs/cgroup/memory")
 
 # Under pytest-xdist two workers share the cores; torch's default of one OpenMP thread per
@@ -45,10 +48,11 @@ def memory_cgroup():
                 time.sleep(0.1)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (`-n 2 --dist loadgroup`), tests of the emulated lab (real sshds on
     loopback ports, cgroups, the lab state) run one after another on one worker; the rest
-    spread over both."""
+    spread over both. First among the hooks: xdist's own reads the group into each test's id."""
     for item in items:
         if item.get_closest_marker("lab") or item.get_closest_marker("serial"):
             item.add_marker(pytest.mark.xdist_group("lab"))
@@ -58,23 +62,6 @@ def session_shared_root(tmp_path_factory) -> Path:
     """A folder every xdist worker of this test session sees (the session's temporary root)."""
     base = tmp_path_factory.getbasetemp()
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-
-
-def built_once(tmp_path_factory, name: str, build):
-    """`build(folder)`'s JSON-able result, built by the first worker that asks and read by the
-    rest (a lock file beside it): a module fixture that takes a minute is then paid once a
-    session, not once per worker that runs one of its tests."""
-    import fcntl
-    import json
-
-    folder = session_shared_root(tmp_path_factory) / name
-    folder.mkdir(exist_ok=True)
-    with open(folder / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        done = folder / "result.json"
-        if not done.exists():
-            done.write_text(json.dumps(build(folder)))
-        return json.loads(done.read_text())
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,9 @@ for each backend: the summary a person reads must not crash where the JSON for s
 its summary read ExecuTorch's manifest keys).
 
 Each command runs in-process through click; exports share the session's cache (conftest
-`export_cache`), with the requests the other tests export too, so a backend costs one export."""
+`export_cache`) and the exported tests' model and text length, so their programs are the ones
+tests/test_export_methods.py lowers (ExecuTorch's program key leaves out the method and the
+device profile)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,11 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from conftest import EXPORTED_MODEL
 from edgebench.cli import cli
+from test_export import TEXT
+
+EXPORTED = ("--model", EXPORTED_MODEL, "--text-length", str(TEXT))
 
 
 def run(*args: str) -> str:
@@ -27,7 +33,7 @@ def run(*args: str) -> str:
 
 @pytest.mark.parametrize("backend, method", [("executorch", "sgd"), ("onnxruntime", "adamw")])
 def test_export_prints_its_summary_for_each_backend(backend, method, tmp_path, export_cache):
-    out = run("export", "--device", "local", "--model", "tiny", "--method", method, "--backend", backend,
+    out = run("export", "--device", "local", *EXPORTED, "--method", method, "--backend", backend,
               "--out", str(tmp_path / "out"))
     text = " ".join(out.split())
     assert str(tmp_path / "out") in text and "trainable parameters" in text and "lr " in text
@@ -57,9 +63,9 @@ def test_methods_predict_models_and_sensors_print_their_tables():
 def test_bench_and_report_print_their_tables_for_each_backend(backend, tmp_path, export_cache):
     runs = tmp_path / "runs"
     runtime = ["--runtime", "python"] if backend == "executorch" else []  # the native worker: test_native
-    out = run("bench", "--model", "tiny", "--methods", "sgd", "--backend", backend, *runtime, "--steps", "1",
+    out = run("bench", *EXPORTED, "--methods", "sgd", "--backend", backend, *runtime, "--steps", "1",
               "--warmup", "0", "--runs-dir", str(runs))
-    assert f"tiny on local, batch 1, {backend}" in " ".join(out.split()) and "sgd" in out
+    assert f"{EXPORTED_MODEL} on local, batch 1, {backend}" in " ".join(out.split()) and "sgd" in out
     assert f"edgebench report --store {runs / 'edgebench.duckdb'}" in " ".join(out.split())
     report = run("report", "--store", str(runs / "edgebench.duckdb"))
     assert "sgd" in report and "local" in report

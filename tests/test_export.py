@@ -1,7 +1,8 @@
-"""Exporters and the ExecuTorch / ONNX Runtime backends, proven equal to eager on the tiny model.
+"""Exporters and the ExecuTorch / ONNX Runtime backends, proven equal to eager on the micro model
+(conftest EXPORTED_MODEL; the ONNX Runtime details on tiny: tests/test_export_onnxruntime.py).
 
 Exports are made once per session (a session-scoped cache directory) and shared.
-The XNNPACK form runs on a small conv+linear stand-in by default (EDGEBENCH_FULL=1: the tiny VLM).
+The XNNPACK form runs on a small conv+linear stand-in by default (EDGEBENCH_FULL=1: the micro VLM).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import EXPORTED_MODEL, FULL
 from edgebench.backends import UnsupportedBackend, create
 from edgebench.backends.program import BATCH_INPUTS
 from edgebench.data.synthetic import synthetic_batches, to_torch
@@ -23,14 +25,12 @@ from exporters.manifest import ExportRequest, read_manifest
 from exporters.pipeline import ExportRefused, build_training_model, export
 from test_export_executorch import PatchEmbed  # the trainable patch-embed conv XNNPACK used to train wrong
 
-FULL = os.environ.get("EDGEBENCH_FULL") == "1"
-
 TEXT = 12  # short text keeps every export small (the synthetic task needs 11 tokens)
 STEPS = 10
 
 
 def _export(method: str, backend: str):
-    return export(ExportRequest(model="tiny", method=method, backend=backend, text_length=TEXT))
+    return export(ExportRequest(model=EXPORTED_MODEL, method=method, backend=backend, text_length=TEXT))
 
 
 @pytest.fixture(scope="session")
@@ -101,7 +101,7 @@ def _losses_by_backend(spec, cfg):
 
 def test_executorch_backend_matches_eager_backend(et_sgd):
     """The whole backend (runtime SGD, clip, lr groups, schedule) against the eager trainer."""
-    spec = RunSpec(model="tiny", method="sgd", backend="executorch", text_length=TEXT,
+    spec = RunSpec(model=EXPORTED_MODEL, method="sgd", backend="executorch", text_length=TEXT,
                    warmup_steps=0, steps=4, program=str(et_sgd.directory))
     losses = _losses_by_backend(spec, _eager(et_sgd)[0].cfg)
     np.testing.assert_allclose(losses["executorch"], losses["eager"], rtol=1e-4)
@@ -244,7 +244,7 @@ def test_executorch_mezo_forward_program_matches_eager_mezo(export_cache):
     result = _export("mezo", "executorch")
     assert result.manifest["program"] == "forward-only"
     assert "planned_memory_bytes" in result.manifest and result.manifest["planned_memory_bytes"] > 0
-    spec = RunSpec(model="tiny", method="mezo", backend="executorch", text_length=TEXT,
+    spec = RunSpec(model=EXPORTED_MODEL, method="mezo", backend="executorch", text_length=TEXT,
                    warmup_steps=0, steps=3, program=str(result.directory))
     losses = _losses_by_backend(spec, _eager(result)[0].cfg)
     np.testing.assert_allclose(losses["executorch"], losses["eager"], rtol=1e-4)
@@ -252,7 +252,7 @@ def test_executorch_mezo_forward_program_matches_eager_mezo(export_cache):
 
 def _xnnpack_model():
     if FULL:
-        model, _, batch = build_training_model(ExportRequest(model="tiny", method="sgd", text_length=TEXT))
+        model, _, batch = build_training_model(ExportRequest(model=EXPORTED_MODEL, method="sgd", text_length=TEXT))
         return model, tuple(to_torch(batch)[k] for k in BATCH_INPUTS)
 
     torch.manual_seed(0)

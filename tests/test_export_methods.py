@@ -1,4 +1,4 @@
-"""The study's methods on ExecuTorch, each against eager on the tiny model (10 steps).
+"""The study's methods on ExecuTorch, each against eager on the micro model (10 steps).
 
 Both backends start from the same weights (same seed and build) and see the same batches;
 the ExecuTorch program computes the loss and gradients and either applies the update itself
@@ -14,7 +14,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import FULL
+from conftest import EXPORTED_MODEL, FULL
 from edgebench.backends import create
 from edgebench.data.synthetic import synthetic_batches
 from edgebench.runner.spec import RunSpec
@@ -24,9 +24,9 @@ from test_export import TEXT
 
 STEPS = 10
 
-# Largest relative loss difference over 10 steps, measured: adafactor 1.8e-7, adamw-accum4
-# 8.6e-8, fused-adamw 1.7e-7, lomo 2.1e-7 (ExecuTorch's kernels sum in another order than
-# eager's). 1e-5 leaves 50x room for that; a real difference in the update (clip, schedule,
+# Largest relative loss difference over 10 steps, measured (micro): adafactor 8.5e-8, adamw-accum4
+# 9.3e-8, fused-adamw 0, lomo 2.0e-7, lora-ckpt 1.8e-7 (ExecuTorch's kernels sum in another order
+# than eager's). 1e-5 leaves 50x room for that; a real difference in the update (clip, schedule,
 # lr group, 1/N scale) moves the loss by far more (the losses fall ~5% a step).
 TOLERANCE = {
     "adafactor": 1e-5,
@@ -35,19 +35,19 @@ TOLERANCE = {
     "lomo": 1e-5,
     "adamw-ckpt": 1e-5,  # recomputation repeats the same kernels: first-step gradients identical
     "lora-ckpt": 1e-5,
-    "adamw-bf16": 5e-3,  # measured 8.9e-4: bf16 matmuls round differently in the two kernel sets
-    "qlora": 5e-3,  # measured 1.6e-3 (bf16 compute over int8-dequantised weights)
+    "adamw-bf16": 5e-3,  # measured 7.8e-4: bf16 matmuls round differently in the two kernel sets
+    "qlora": 5e-3,  # measured 2.0e-3 (bf16 compute over int8-dequantised weights)
     # torchao's low-bit moments and GaLore's projection run between calls on the program's
-    # gradients, as adafactor does; measured: adamw-8bit 2.6e-7, adamw-4bit 4.5e-7.
+    # gradients, as adafactor does; measured: adamw-8bit 1.9e-7 (tiny: adamw-4bit 4.5e-7).
     "adamw-8bit": 1e-5,
     "adamw-4bit": 1e-5,
-    "galore": 5e-4,  # measured 8.0e-5: the SVD's projector amplifies the kernels' gradient differences
+    "galore": 5e-4,  # measured 1.5e-4: the SVD's projector amplifies the kernels' gradient differences
 }
 
 
 def _export(method: str, batch_size: int = 1, delegate: str | None = "xnnpack"):
     """The default lowering (XNNPACK, as every device profile's export section says)."""
-    return export(ExportRequest(model="tiny", method=method, backend="executorch", delegate=delegate,
+    return export(ExportRequest(model=EXPORTED_MODEL, method=method, backend="executorch", delegate=delegate,
                                 text_length=TEXT, batch_size=batch_size))
 
 
@@ -57,7 +57,7 @@ def _losses(method: str, batch_size: int = 1) -> dict[str, list[float]]:
     batches = [b for b, _ in zip(synthetic_batches(cfg, batch_size, TEXT, 0), range(STEPS))]
     losses = {}
     for backend in ("executorch", "eager"):
-        spec = RunSpec(model="tiny", method=method, backend=backend, text_length=TEXT,
+        spec = RunSpec(model=EXPORTED_MODEL, method=method, backend=backend, text_length=TEXT,
                        batch_size=batch_size, warmup_steps=0, steps=STEPS,
                        program=str(result.directory) if backend == "executorch" else None)
         instance = create(spec)
@@ -68,7 +68,7 @@ def _losses(method: str, batch_size: int = 1) -> dict[str, list[float]]:
     return losses
 
 
-# Each lowering once by default (every ExecuTorch export of tiny takes 20-60 s); EDGEBENCH_FULL=1
+# Each lowering once by default (every ExecuTorch export of micro takes 10-20 s); EDGEBENCH_FULL=1
 # adds the second of a kind: adamw-ckpt (recomputation, as lora-ckpt) and adamw-4bit (torchao's
 # low-bit state between calls, as adamw-8bit).
 PARITY = [("adafactor", 1), ("adamw-accum4", 4), ("fused-adamw", 1), ("lomo", 1), ("lora-ckpt", 1),
@@ -113,10 +113,11 @@ def test_int8_frozen_weights_shrink_the_pte(export_cache):
 def test_update_in_the_program_frees_the_gradients(export_cache):
     """LOMO's program updates each weight as its gradient is computed: no gradient is an output,
     so the plan is smaller than the gradient-returning program's (the same joint graph as SGD's:
-    weights + every gradient + activations) by most of the gradients' size (measured on tiny:
-    17.2 -> 12.3 MB with 8.0 MB of gradients; the rest are gradients still to be consumed and
-    the update's temporaries)."""
+    weights + every gradient + activations) by a good part of the gradients' size. How much
+    depends on where the plan peaks: the gradient-returning plan at the backward's end (every
+    gradient alive), LOMO's earlier (activations still alive, few gradients). Measured: micro
+    9.71 -> 8.02 MB with 4.38 MB of gradients; tiny 17.2 -> 12.3 MB with 8.0 MB."""
     plans = {m: _export(m).manifest for m in ("sgd", "lomo")}
     gradients = 4 * plans["lomo"]["model"]["trainable_elements"]
     assert plans["lomo"]["lowering"]["update"] == "inside the program, in place on its weights"
-    assert plans["lomo"]["planned_memory_bytes"] < plans["sgd"]["planned_memory_bytes"] - 0.5 * gradients, plans
+    assert plans["lomo"]["planned_memory_bytes"] < plans["sgd"]["planned_memory_bytes"] - 0.25 * gradients, plans

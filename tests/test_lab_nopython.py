@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import EXPORTED_MODEL
 from edgebench.devices import connect, lab, readiness
 from edgebench.devices.cgroups import Limits
 from edgebench.devices.inventory import get_device
@@ -66,7 +67,7 @@ def test_the_device_has_no_python(nopy_lab):
 
 def test_native_sweep_without_python_end_to_end(nopy_lab, export_cache):
     runs_dir, store_path = nopy_lab / "runs", nopy_lab / "runs" / "edgebench.duckdb"
-    spec = RunSpec(model="tiny", method="sgd", backend="executorch", runtime="native", text_length=TEXT,
+    spec = RunSpec(model=EXPORTED_MODEL, method="sgd", backend="executorch", runtime="native", text_length=TEXT,
                    warmup_steps=1, steps=4, sample_hz=20)
     deployment = deploy_one(DEVICE, [spec], runs_dir)
     (run_id,) = deployment.run_ids

@@ -89,7 +89,18 @@ def test_tiny_is_small_and_untied_heads_count_twice():
     n = sum(p.numel() for p in model.parameters())
     assert n == parameter_count(model.cfg) < 5_000_000
     assert sum(p.numel() for p in untied.parameters()) == parameter_count(untied.cfg) == n + 512 * 192
-    assert set(CONFIG_NAMES) == {"tiny", "nanovlm-222m", "nanovlm-460m"}
+    assert set(CONFIG_NAMES) == {"tiny", "micro", "nanovlm-222m", "nanovlm-460m"}
+
+
+def test_micro_is_tiny_at_half_its_depth():
+    """What the exported-program tests lower: tiny's every part and width, fewer blocks."""
+    tiny, micro = get_config("tiny").to_dict(), get_config("micro").to_dict()
+    differ = {k for k in tiny if tiny[k] != micro[k]}
+    assert differ == {"vit_n_blocks", "lm_n_blocks", "vit_model_type", "lm_model_type"}
+    assert (micro["vit_n_blocks"] + micro["lm_n_blocks"]) * 2 == tiny["vit_n_blocks"] + tiny["lm_n_blocks"]
+    with torch.device("meta"):
+        model = VisionLanguageModel(get_config("micro"))
+    assert sum(p.numel() for p in model.parameters()) == parameter_count(model.cfg)
 
 
 def nanovlm_layout(cfg) -> dict[str, tuple[int, ...]]:
