@@ -70,7 +70,8 @@ print(json.dumps({"setup_s": setup_s, "step_s": times, "losses": losses,
 """
 
 
-def export_variants(model: str, method: str, text_length: int, variants: list[str]) -> dict[str, dict]:
+def export_variants(model: str, method: str, text_length: int, variants: list[str],
+                    batch_size: int = 1) -> dict[str, dict]:
     from exporters.manifest import ExportRequest
     from exporters.pipeline import export
 
@@ -80,7 +81,7 @@ def export_variants(model: str, method: str, text_length: int, variants: list[st
         if backend is None:
             continue
         request = ExportRequest(model=model, method=method, backend=backend, delegate=delegate,
-                                text_length=text_length)
+                                text_length=text_length, batch_size=batch_size)
         started = time.perf_counter()
         result = export(request, on_stage=lambda s, n=name: print(f"  [{model} {method} {n}] {s}", file=sys.stderr))
         out[name] = {"directory": str(result.directory), "manifest": result.manifest, "cached": result.cached,
@@ -122,17 +123,18 @@ def run_child(spec: dict, facts: dict) -> dict:
 
 
 def bench_model(model: str, method: str, variants: list[str], rounds: int, steps: int, warmup: int,
-                text_length: int, threads: int | None = None) -> dict:
+                text_length: int, threads: int | None = None, batch_size: int = 1) -> dict:
     from edgebench.model.config import get_config
 
     cfg = get_config(model)
     facts = {"lm_vocab_size": cfg.lm_vocab_size, "vit_img_size": cfg.vit_img_size}
-    exports = export_variants(model, method, text_length, variants)
+    exports = export_variants(model, method, text_length, variants, batch_size)
     runs: dict[str, list[dict]] = {v: [] for v in variants}
     for round_index in range(rounds):
         for name in variants:  # interleaved: one process per variant per round
             runtime = VARIANTS[name][0]
             spec = {"model": model, "method": method, "backend": runtime, "text_length": text_length,
+                    "batch_size": batch_size,
                     "warmup_steps": warmup, "steps": steps, "threads": threads,
                     "program": exports.get(name, {}).get("directory")}
             print(f"  [{model} {method}] round {round_index + 1}/{rounds}: {name}", file=sys.stderr)

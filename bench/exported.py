@@ -58,8 +58,10 @@ def measure(model: str, presets: dict[str, list[str]], delegate: str | None, rou
     rows = []
     for preset, runtimes in presets.items():
         variants = {variant_for(r, delegate): r for r in runtimes}
+        batch = parse_method(preset).accumulation  # 1, or accumN's N micro-batches of one
         try:
-            measured = bench_model(model, preset, ["eager", *variants], rounds, steps, warmup, text_length, threads)
+            measured = bench_model(model, preset, ["eager", *variants], rounds, steps, warmup, text_length, threads,
+                                   batch)
         except Exception as exc:  # an export that fails: the other presets still run
             rows += [{"preset": preset, "runtime": r, "error": f"{type(exc).__name__}: {exc}"} for r in runtimes]
             continue
@@ -70,7 +72,7 @@ def measure(model: str, presets: dict[str, list[str]], delegate: str | None, rou
             diff = (max(abs(x - y) / abs(y) for x, y in zip(mine[warmup:], base[warmup:]))
                     if mine and base else None)
             rows.append({
-                "preset": preset, "runtime": runtime, "variant": name,
+                "preset": preset, "runtime": runtime, "variant": name, "batch_size": batch,
                 "error": row["error"] or eager["error"],
                 "step_s": row["median_step_s"], "eager_step_s": eager["median_step_s"],
                 "step_time_vs_eager": row["median_step_s_vs_eager"],
@@ -129,7 +131,7 @@ def main() -> None:
     delegate = None if args.delegate == "none" else args.delegate
     rows = measure(args.model, planned, delegate, args.rounds, args.steps, args.warmup, args.text_length,
                    args.threads)
-    render(rows, f"{args.model}, batch 1, text {args.text_length}: exported runtimes vs eager "
+    render(rows, f"{args.model}, batch 1 (accumN: N), text {args.text_length}: exported runtimes vs eager "
                  f"({args.rounds} interleaved round(s), {args.steps} measured steps)")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({"model": args.model, "steps": args.steps, "warmup": args.warmup,
