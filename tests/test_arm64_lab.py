@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 import pytest
 
@@ -27,13 +26,12 @@ from edgebench.fleet.deploy import deploy_one
 from edgebench.fleet.device_scripts import facts as facts_script
 from edgebench.fleet.plan import attach_native, attach_program
 from edgebench.fleet.remote import run_program
-from edgebench.fleet.status import device_status
 from edgebench.report.tables import emulated_notes
 from edgebench.results.store import Store
 from edgebench.runner.native import machine_arch
 from edgebench.runner.spec import RunSpec
 from edgebench.runner.supervisor import run_spec
-from lab_fixtures import lab_in
+from lab_fixtures import lab_in, wait_for_sweep
 
 # The same versions built for another ISA: the tiny model's losses agree to 3e-7 relative (measured);
 # this leaves room for a reordered reduction without hiding a wrong program.
@@ -100,18 +98,6 @@ def emulation():
         return exc
 
 
-def _wait_finished(name: str, sweep_id: str, timeout_s: float) -> dict:
-    """Polls every 10 s (each poll starts an emulated python); an unanswered poll is retried."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        row = device_status(name)
-        sweep = (row.get("sweeps") or {}).get(sweep_id)
-        if sweep and not sweep["alive"] and sweep["state"] in ("finished", "interrupted"):
-            return sweep
-        time.sleep(10)
-    raise AssertionError(f"sweep {sweep_id} on {name} did not finish in {timeout_s} s: {row}")
-
-
 @pytest.mark.lab
 @pytest.mark.slow
 @pytest.mark.arm64
@@ -157,8 +143,8 @@ def test_sweep_on_an_emulated_arm64_device(emulation, tmp_path, export_cache):
             assert attach_program(spec, device.profile) is None  # the program deploy exported (cached)
             assert attach_native(spec, machine_arch()) is None
             host.append(run_spec(spec, tmp_path / "host" / str(i)))
-        _wait_finished("lab-arm64-small", small.sweep_id, 900)
-        _wait_finished("lab-arm64", big.sweep_id, 1800)
+        wait_for_sweep("lab-arm64-small", small.sweep_id, 900, poll_s=10)  # each poll starts an emulated python
+        wait_for_sweep("lab-arm64", big.sweep_id, 1800, poll_s=10)
         store_path = tmp_path / "edgebench.duckdb"
         for name in ("lab-arm64", "lab-arm64-small"):
             collect_device(name, local_root=runs, store_path=store_path)

@@ -26,7 +26,7 @@ from edgebench.fleet.deploy import PreflightError, deploy_one, remote_run_dir
 from edgebench.fleet.status import device_status
 from edgebench.results.store import Store
 from edgebench.runner.spec import RunSpec
-from lab_fixtures import lab_in
+from lab_fixtures import lab_in, wait_for_sweep
 
 pytestmark = pytest.mark.lab
 SMALL_MEMORY = 600 * 2**20
@@ -39,16 +39,6 @@ def lab_env(tmp_path_factory):
     with lab_in(root, [lab.LabDevice("raspberry-pi-zero-2w", name="lab-small", memory_bytes=SMALL_MEMORY, cpus=1),
                        lab.LabDevice("raspberry-pi-4-4gb")]):
         yield root
-
-
-def _wait_finished(name: str, sweep_id: str, timeout_s: float = 150) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        sweep = device_status(name)["sweeps"][sweep_id]
-        if not sweep["alive"] and sweep["state"] in ("finished", "interrupted"):
-            return sweep
-        time.sleep(1)
-    raise AssertionError(f"sweep {sweep_id} on {name} did not finish in {timeout_s} s: {sweep}")
 
 
 def test_sweep_on_two_devices_at_once_oom_on_the_small_one(lab_env):
@@ -66,7 +56,7 @@ def test_sweep_on_two_devices_at_once_oom_on_the_small_one(lab_env):
     deployed = json.loads(out.output)
     assert set(deployed) == {"lab-small", "lab-pi4"} and all(len(d["run_ids"]) == 2 for d in deployed.values())
     for name, d in deployed.items():
-        _wait_finished(name, d["sweep_id"])
+        wait_for_sweep(name, d["sweep_id"])
     out = runner.invoke(cli, ["collect", "--store", str(store_path), "--runs-dir", str(runs_dir), "--json"])
     assert out.exit_code == 0, out.output
     collected = json.loads(out.output)
@@ -123,7 +113,7 @@ def test_cut_connection_sweep_carries_on_and_collect_gets_everything(lab_env):
     with pytest.raises(TransportError, match="lab-pi4"):
         watcher.run(["true"])
     watcher.close()
-    sweep = _wait_finished("lab-pi4", deployment.sweep_id)
+    sweep = wait_for_sweep("lab-pi4", deployment.sweep_id)
     assert sweep["runs"] == {run_id: "ok"}
     final = collect_device("lab-pi4", run_id, runs_dir, store_path)
     assert final.runs == {run_id: "ok"} and final.ingested == [run_id]

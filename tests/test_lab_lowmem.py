@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 import pytest
 from click.testing import CliRunner
 
 from edgebench.cli import cli
 from edgebench.devices import lab
-from edgebench.fleet.status import device_status
 from edgebench.runner.spec import RunSpec
-from lab_fixtures import lab_in
+from lab_fixtures import lab_in, wait_for_sweep
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 FULL = os.environ.get("EDGEBENCH_FULL") == "1"
@@ -31,16 +29,6 @@ SPECS = ([RunSpec(model="nanovlm-460m", method="qlora4", max_image_size=512, ste
          [RunSpec(method="qlora4", batch_size=4, steps=4, warmup_steps=0),
           RunSpec(method="lomo-sr", batch_size=4, steps=4, warmup_steps=0, lr=1e-2)])
 TIMEOUT_S = 4 * 3600 if FULL else 600
-
-
-def _wait_finished(name: str, sweep_id: str) -> None:
-    deadline = time.monotonic() + TIMEOUT_S
-    while time.monotonic() < deadline:
-        sweep = device_status(name)["sweeps"][sweep_id]
-        if not sweep["alive"] and sweep["state"] in ("finished", "interrupted"):
-            return
-        time.sleep(2)
-    raise AssertionError(f"sweep {sweep_id} on {name} did not finish in {TIMEOUT_S} s")
 
 
 def test_lowest_memory_methods_end_ok_inside_the_device_limit(tmp_path):
@@ -56,7 +44,7 @@ def test_lowest_memory_methods_end_ok_inside_the_device_limit(tmp_path):
         )
         assert out.exit_code == 0, out.output
         deployed = json.loads(out.output)["lab-lowmem"]
-        _wait_finished("lab-lowmem", deployed["sweep_id"])
+        wait_for_sweep("lab-lowmem", deployed["sweep_id"], TIMEOUT_S, poll_s=2)
         out = runner.invoke(cli, ["collect", "--store", str(runs_dir / "edgebench.duckdb"), "--runs-dir",
                                   str(runs_dir), "--json"])
         assert out.exit_code == 0, out.output

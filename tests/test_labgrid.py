@@ -32,10 +32,9 @@ from edgebench.devices.labgrid import Coordinator, PlaceHeld, place_status
 from edgebench.devices.transport import TransportError
 from edgebench.fleet.collect import collect_device
 from edgebench.fleet.deploy import PreflightError, deploy_one
-from edgebench.fleet.status import device_status
 from edgebench.results.store import Store
 from edgebench.runner.spec import RunSpec
-from lab_fixtures import lab_in
+from lab_fixtures import lab_in, wait_for_sweep
 
 pytestmark = pytest.mark.lab
 BIN = Path(sys.executable).parent
@@ -150,16 +149,6 @@ def farm(tmp_path_factory):
                 proc.wait(10)
 
 
-def _wait_ended(name: str, sweep_id: str, timeout_s: float = 150) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        sweep = device_status(name)["sweeps"][sweep_id]
-        if not sweep["alive"] and sweep["state"] not in (None, "running"):
-            return sweep
-        time.sleep(1)
-    raise AssertionError(f"sweep {sweep_id} on {name} did not end in {timeout_s} s")
-
-
 def test_places_with_a_network_service_are_devices(farm, monkeypatch):
     out = CliRunner().invoke(cli, ["devices", "--json", "--no-check"])
     assert out.exit_code == 0, out.output
@@ -232,8 +221,8 @@ def test_sweep_holds_its_place_until_collect_sees_it_ended(farm):
            f"{sweep_id}: not deployed; `edgebench collect` releases it" in again.output
     status = runner.invoke(cli, ["status", "--device", "farm-a"])
     assert f"farm-a: labgrid place farm-a: held by {held['held_by']} since" in status.output, status.output
-    _wait_ended("farm-a", sweep_id)
-    _wait_ended("farm-b", sweep_b)
+    wait_for_sweep("farm-a", sweep_id)
+    wait_for_sweep("farm-b", sweep_b)
     assert farm.place("farm-a").acquired == held["held_by"]  # ended, but collect has not seen it yet
     out = runner.invoke(cli, ["collect", "--device", "farm-a", "--device", "farm-b", "--store", str(store),
                               "--runs-dir", str(runs_dir), "--json"])
@@ -260,7 +249,7 @@ def test_place_outlives_the_host_connection_and_goes_back_after_an_interrupted_s
     collected = collect_device("farm-a", local_root=runs_dir)
     assert collected.released is None and farm.place("farm-a").tags["edgebench-sweep"] == deployment.sweep_id
     os.killpg(int((sweep / "sweep.pid").read_text()), signal.SIGTERM)  # someone stops the sweep on the board
-    assert _wait_ended("farm-a", deployment.sweep_id)["state"] == "interrupted"
+    assert wait_for_sweep("farm-a", deployment.sweep_id)["state"] == "interrupted"
     assert farm.place("farm-a").acquired is not None  # held until collect sees the sweep ended
     logged: list[str] = []
     collected = collect_device("farm-a", local_root=runs_dir, log=logged.append)

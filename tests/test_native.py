@@ -99,14 +99,17 @@ def test_native_worker_trains_as_the_python_executorch_path(export_cache, worker
 
 
 def test_native_run_is_small_and_torch_free(export_cache, worker_bundle, tmp_path):
-    """SGD in the native worker: its sampled peak RSS is the worker's alone (no Python, no torch
-    mapped), well under the Python ExecuTorch worker's ~340 MB, and holds at least the program
-    (its weights live in the .pte)."""
+    """SGD in the native worker: its peak RSS is the worker's alone (no Python, no torch mapped),
+    well under the Python ExecuTorch worker's ~340 MB. The kernel's figure (the worker's own
+    VmHWM) holds at least the program, whose weights it updates in place; the sampler, whose
+    first samples may come before the program is loaded (a run of micro takes a few tens of
+    ms), stays under it too."""
     program = _program("sgd")
     result, _ = _native(_spec("sgd", program, steps=3), worker_bundle, tmp_path / "run", tmp_path / "plans")
     assert result["status"] == "ok", result["detail"]
     pte_bytes = (Path(program) / "model.pte").stat().st_size
-    assert pte_bytes < result["peak_rss_bytes_sampled"] < 64 * 2**20, (pte_bytes, result["peak_rss_bytes_sampled"])
+    assert pte_bytes < result["peak_rss_bytes_kernel"] < 64 * 2**20, (pte_bytes, result)
+    assert 0 < result["peak_rss_bytes_sampled"] < 64 * 2**20, result
 
 
 def _one_batch(plan: Path, to: Path, steps: int) -> Path:
