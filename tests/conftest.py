@@ -48,14 +48,22 @@ def memory_cgroup():
                 time.sleep(0.1)
 
 
+# Module-scoped fixtures that take a minute or more: xdist would build one on each worker that
+# runs one of its tests, so their tests share a worker (tiny_runs: eight fresh runner processes).
+SHARED_FIXTURES = ("tiny_runs",)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (`-n 2 --dist loadgroup`), tests of the emulated lab (real sshds on
-    loopback ports, cgroups, the lab state) run one after another on one worker; the rest
-    spread over both. First among the hooks: xdist's own reads the group into each test's id."""
+    loopback ports, cgroups, the lab state) run one after another on one worker, as do the
+    tests of each SHARED_FIXTURES fixture; the rest spread over both. First among the hooks:
+    xdist's own reads the group into each test's id."""
     for item in items:
         if item.get_closest_marker("lab") or item.get_closest_marker("serial"):
             item.add_marker(pytest.mark.xdist_group("lab"))
+        elif shared := next((f for f in SHARED_FIXTURES if f in getattr(item, "fixturenames", ())), None):
+            item.add_marker(pytest.mark.xdist_group(shared))
 
 
 def session_shared_root(tmp_path_factory) -> Path:

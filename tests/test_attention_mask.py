@@ -146,9 +146,9 @@ def test_executorch_program_masks_the_padding(export_cache, split_checkpoint):
     from exporters.manifest import ExportRequest
     from exporters.pipeline import build_training_model
     from test_export import TEXT as SHARED_TEXT
-    from test_export import _export
+    from test_export import export_program
 
-    result = _export("sgd", "executorch", "xnnpack")  # et_sgd's program
+    result = export_program("sgd", "executorch", "xnnpack")  # et_sgd's program
     model, _, _ = build_training_model(ExportRequest.from_dict(result.manifest["request"]))
     batch = next(b for b, _ in zip(synthetic_batches(model.cfg, 1, SHARED_TEXT, 0), range(20))
                  if not b["attention_mask"].all())

@@ -29,16 +29,17 @@ TEXT = 12  # short text keeps every export small (the synthetic task needs 11 to
 STEPS = 10
 
 
-def _export(method: str, backend: str, delegate: str | None = None):
+def export_program(method: str, backend: str, delegate: str | None = None, batch_size: int = 1):
+    """The exported-program tests' export (micro, text TEXT), shared through the session's cache."""
     return export(ExportRequest(model=EXPORTED_MODEL, method=method, backend=backend, delegate=delegate,
-                                text_length=TEXT))
+                                text_length=TEXT, batch_size=batch_size))
 
 
 @pytest.fixture(scope="session")
 def et_sgd(export_cache):
     """SGD's program as every device profile lowers it (XNNPACK): the program
     tests/test_export_methods.py and the CLI tests use too, lowered once."""
-    return _export("sgd", "executorch", "xnnpack")
+    return export_program("sgd", "executorch", "xnnpack")
 
 
 def _eager(result):
@@ -226,7 +227,7 @@ def _gradients(result, batch) -> dict[str, np.ndarray]:
 
 @pytest.mark.parametrize("method,backend", SUBSETS)
 def test_trainable_subset_gets_exactly_its_gradients(export_cache, method, backend):
-    result = _export(method, backend)
+    result = export_program(method, backend)
     model, batch = _eager(result)
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
@@ -245,7 +246,7 @@ def test_trainable_subset_gets_exactly_its_gradients(export_cache, method, backe
 
 def test_executorch_mezo_forward_program_matches_eager_mezo(export_cache):
     """MeZO: forward-only program, weights as inputs, perturbed in place by the methods' trainer."""
-    result = _export("mezo", "executorch")
+    result = export_program("mezo", "executorch")
     assert result.manifest["program"] == "forward-only"
     assert "planned_memory_bytes" in result.manifest and result.manifest["planned_memory_bytes"] > 0
     spec = RunSpec(model=EXPORTED_MODEL, method="mezo", backend="executorch", text_length=TEXT,

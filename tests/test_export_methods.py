@@ -19,8 +19,8 @@ from edgebench.backends import create
 from edgebench.data.synthetic import synthetic_batches
 from edgebench.runner.spec import RunSpec
 from exporters.manifest import ExportRequest
-from exporters.pipeline import build_training_model, export
-from test_export import TEXT
+from exporters.pipeline import build_training_model
+from test_export import TEXT, export_program
 
 STEPS = 10
 
@@ -47,8 +47,7 @@ TOLERANCE = {
 
 def _export(method: str, batch_size: int = 1, delegate: str | None = "xnnpack"):
     """The default lowering (XNNPACK, as every device profile's export section says)."""
-    return export(ExportRequest(model=EXPORTED_MODEL, method=method, backend="executorch", delegate=delegate,
-                                text_length=TEXT, batch_size=batch_size))
+    return export_program(method, "executorch", delegate, batch_size)
 
 
 def _losses(method: str, batch_size: int = 1) -> dict[str, list[float]]:

@@ -40,28 +40,22 @@ def run_spec(out: Path, **fields) -> dict:
 @pytest.fixture(scope="module")
 def tiny_runs(tmp_path_factory) -> dict[str, dict]:
     """The RUNS' results (eight fresh runner processes, about 40 s): its tests share one xdist
-    group, so one worker runs them all after building this once."""
+    group (conftest SHARED_FIXTURES), so one worker runs them all after building this once."""
     root = tmp_path_factory.mktemp("methods-memory")
     return {key: run_spec(root / key.replace("@", "-b").replace("+", "_"), model="tiny", method=method,
                           batch_size=batch, text_length=TINY_SHAPE["text_length"])
             for key, (method, batch) in RUNS.items()}
 
 
-uses_tiny_runs = pytest.mark.xdist_group("tiny-runs")
-
-
-@uses_tiny_runs
 def test_checkpointing_lowers_peak(tiny_runs):
     assert tiny_runs["adamw-ckpt@16"]["peak_rss_bytes_kernel"] < tiny_runs["adamw@16"]["peak_rss_bytes_kernel"]
 
 
-@uses_tiny_runs
 @pytest.mark.parametrize("method", ["fused-adamw", "lomo"])
 def test_update_in_backward_peaks_below_adamw(tiny_runs, method):
     assert tiny_runs[f"{method}@1"]["peak_rss_bytes_kernel"] < tiny_runs["adamw@1"]["peak_rss_bytes_kernel"]
 
 
-@uses_tiny_runs
 @pytest.mark.parametrize("method", list(RUNS))
 def test_predicted_peak_within_10_percent_on_tiny(tiny_runs, method):
     result = tiny_runs[method]

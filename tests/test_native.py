@@ -26,9 +26,7 @@ from edgebench.native.plan import write_plan
 from edgebench.runner.spec import RunSpec
 from edgebench.runner.supervisor import run_spec
 from edgebench.runner.worker import batches_for
-from exporters.manifest import ExportRequest
-from exporters.pipeline import export
-from test_export import TEXT
+from test_export import TEXT, export_program
 
 STEPS = 10
 # Largest relative loss difference from the Python ExecuTorch path over 10 steps, measured
@@ -45,8 +43,7 @@ def worker_bundle():
 
 
 def _program(method: str, batch_size: int = 1, delegate: str | None = "xnnpack") -> str:
-    return str(export(ExportRequest(model=EXPORTED_MODEL, method=method, backend="executorch", delegate=delegate,
-                                    text_length=TEXT, batch_size=batch_size)).directory)
+    return str(export_program(method, "executorch", delegate, batch_size).directory)
 
 
 def _spec(method: str, program: str, **fields) -> RunSpec:
