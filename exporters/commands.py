@@ -201,10 +201,9 @@ def _check_data(data_dir: str, model: str, text_length: int) -> dict:
 
 def _run_lr(lr: float | None, method, manifest: dict) -> dict:
     """The learning rate runs of this program use and where it is applied (no program holds one)."""
-    from edgebench.methods import optim
+    from edgebench.backends.program import program_lr
 
-    default = manifest.get("default_lr") or optim.default_lr(method)  # ONNX Runtime records its own
-    return {"value": lr if lr is not None else default,
+    return {"value": program_lr(lr, method, manifest),
             "source": "--lr" if lr is not None else "the method's default",
             "where": "applied at run time by the update after each program call, not part of the exported "
                      "files (pass it to bench/deploy --lr)"}

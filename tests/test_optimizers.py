@@ -113,7 +113,7 @@ def test_the_native_plan_carries_the_methods_own_constants():
     from edgebench.runner.spec import RunSpec
 
     manifest = {"inputs": [{"name": n, "dtype": "int64", "shape": [1, 4]} for n in BATCH_INPUTS],
-                "trainable_parameters": []}
+                "trainable_parameters": [], "model": {"trainable_elements": 222_081_600}}  # nanovlm-222m's
 
     def plan(method: str) -> dict[str, str]:
         spec = RunSpec(model="tiny", method=method, backend="executorch", run_id="x")
@@ -125,6 +125,7 @@ def test_the_native_plan_carries_the_methods_own_constants():
     assert float(adamw["eps"]) == optimizer("adamw").eps
     assert float(adamw["weight_decay"]) == optimizer("adamw").weight_decay
     assert float(plan("adam")["weight_decay"]) == 0.0
+    assert float(plan("mezo")["group_lr"].split()[0]) == optim.default_lr(parse_method("mezo"), 222_081_600)  # eager's
 
 
 def test_a_descriptor_without_a_cost_or_a_learning_rate_cannot_be_written():
@@ -141,9 +142,28 @@ def test_an_unknown_optimizer_is_an_error_everywhere_not_a_default():
     cfg = get_config("tiny")
     for predict in (lambda: memory.predict(cfg, stranger, 1, 16),
                     lambda: steptime.step_seconds(cfg, stranger, 1, 16, REFERENCE),
-                    lambda: optim.default_lr(stranger), lambda: optim.build_optimizer("rmsprop", []),
+                    lambda: optim.default_lr(stranger, 1), lambda: optim.build_optimizer("rmsprop", []),
                     lambda: unsupported_reason(stranger, "onnxruntime"), lambda: native_reason(stranger)):
         with pytest.raises(UnknownOptimizer):
             predict()
     with pytest.raises(knobs.MethodError, match="unknown method part 'rmsprop'"):
         parse_method("rmsprop")
+
+
+@pytest.mark.parametrize("preset", ["mezo", "mezo-lora", "lomo-sr", "adamw", "bitfit", "sgd"])
+def test_the_exported_runtimes_take_eagers_default_lr_at_nanovlm_222m_size(preset):
+    """ExecuTorch (pybind and native) and ONNX Runtime resolve the default lr from the program's
+    trained-weight count as eager does: MeZO's shrinks for 222m's 222M weights. Unscaled, an
+    ExecuTorch MeZO run took 222m's loss 10.84 -> 81.8 in three steps while eager's stayed ~11."""
+    from edgebench.backends.program import program_lr
+    from edgebench.methods import make_trainer
+    from edgebench.methods.trainer import build_model_for
+
+    method = parse_method(preset)
+    with torch.device("meta"):  # shapes only: no 222m weights in memory
+        trainer = make_trainer(method, build_model_for(method, "nanovlm-222m"), total_steps=4)
+    trained = sum(p.numel() for p in trainer.params)
+    assert program_lr(None, method, {"model": {"trainable_elements": trained}}) == trainer.lr
+    assert program_lr(3e-4, method, {"model": {"trainable_elements": trained}}) == 3e-4
+    if preset == "mezo":
+        assert trainer.lr < optim.GRAD_MODE_LR["zeroth-order"] / 50  # 222M weights: ~1/55 of the base lr

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import torch
 
 from edgebench.backends import et_optimizers
-from edgebench.backends.program import BATCH_INPUTS, check_batch, open_program
+from edgebench.backends.program import BATCH_INPUTS, check_batch, open_program, program_lr
 from edgebench.methods import optim, parse_method
 
 PTE = "model.pte"
@@ -179,7 +179,7 @@ class ExecutorchBackend:
         method = parse_method(spec.method)
         directory, self.manifest = open_program(spec, self.name, method.knobs())
         check_batch(self.manifest, et_optimizers.first_micro_batch(example_batch, method.accumulation), directory)
-        lr = optim.default_lr(method) if spec.lr is None else spec.lr
+        lr = program_lr(spec.lr, method, self.manifest)
         total = spec.warmup_steps + spec.steps
         if method.grad_mode == "zeroth-order":
             self.mezo = _program_mezo(directory, self.manifest, method, lr, total, self.etdump)

@@ -19,6 +19,16 @@ MANIFEST = "manifest.json"
 BATCH_INPUTS = ("input_ids", "images", "labels", "attention_mask")
 
 
+def program_lr(spec_lr: float | None, method: Any, manifest: dict[str, Any]) -> float:
+    """The run's backbone lr: the spec's, else eager's default for the method and the number of
+    weights this program trains (MeZO's and forward gradients' lr shrinks with it)."""
+    if spec_lr is not None:
+        return spec_lr
+    from edgebench.methods import optim  # imports no torch
+
+    return optim.default_lr(method, manifest["model"]["trainable_elements"])
+
+
 def open_program(spec: Any, backend: str, knobs: dict[str, Any] | None) -> tuple[Path, dict[str, Any]]:
     """(directory, manifest) of `spec.program`, after refusing an unsupported method.
 

@@ -36,8 +36,6 @@ def make_trainer(method: Method | str, model: nn.Module, *, lr: float | None = N
         method = parse_method(method)
     model = prepare_model(method, model)
     model.chunked_loss = method.chunked_loss  # type: ignore[assignment]  # torch types Module attributes as tensors/modules only
-    if lr is None and method.trained_dtype == "bf16":
-        from edgebench.methods.bf16 import DEFAULT_LR as lr
     if lr is None:
         lr = optim.default_lr(method, sum(p.numel() for p in trainable_parameters(model)))
     cls: type[Trainer]

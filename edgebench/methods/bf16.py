@@ -23,9 +23,6 @@ from edgebench.methods import optim
 from edgebench.methods.knobs import Method
 from edgebench.methods.trainer import FusedTrainer
 
-# LOMO's SGD lr. Plain SGD's default (5e-2) moved nanovlm-222m's full-parameter loss
-# 10.84 -> 9.78 -> 12.51 over three steps (no clipping in backward): too large here.
-DEFAULT_LR = 1e-2
 CHUNK = 1 << 20  # elements updated at once: bounds the fp32 temporaries to a few MiB per weight
 _LOW_BITS = 0xFFFF  # fp32 bits below bf16's mantissa
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from edgebench.backends.program import BATCH_INPUTS, check_batch
+from edgebench.backends.program import BATCH_INPUTS, check_batch, program_lr
 from edgebench.runner.native import BATCHES, PLAN, PLAN_FORMAT
 from edgebench.runner.spec import RunSpec
 
@@ -51,7 +51,7 @@ def _lines(spec: RunSpec, method: Any, manifest: dict[str, Any], batch_count: in
     from edgebench.methods.optimizers import optimizer
 
     opt = optimizer(method.optimizer)
-    lr = optim.default_lr(method) if spec.lr is None else spec.lr
+    lr = program_lr(spec.lr, method, manifest)
     # nanoVLM's groups: the projector at max(lr, lr_mp); lomo-optim and MeZO have one lr
     one_lr = opt.update_in_backward or method.grad_mode == "zeroth-order"
     projector_lr = lr if one_lr else max(lr, optim.NANOVLM_LR_MP)
