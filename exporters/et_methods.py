@@ -53,16 +53,6 @@ class JointRewrite:
         non-strict export traces autocast as eager runs it."""
         return self.method.frozen_dtype == "fp32"
 
-    @property
-    def recomputes(self) -> bool:
-        return self.method.checkpointing or self.method.frozen_dtype == "int8"
-
-    def delegate(self, requested: str | None) -> str | None:
-        """XNNPACK's partitions put a recomputed matmul with the forward's (measured on tiny:
-        lora-ckpt's plan 4.96 MB with XNNPACK vs lora's 4.16 MB; 0.83x without it): a method
-        that recomputes is lowered on the runtime's own kernels, and the manifest says why."""
-        return None if self.recomputes else requested
-
     def prepare_model(self, model) -> None:
         """The eager trainer's model-side knobs, so the program computes what eager does:
         frozen weights stored bf16 / frozen linears int8 (edgebench.methods.int8, dequantised
@@ -107,15 +97,13 @@ class JointRewrite:
             out["update"] = "inside the program, in place on its weights"
             out["gradients"] = "intermediate values of the program (none returned)"
             out["outputs"] = "loss, the trained weights (manifest trainable_parameters order), optimizer state"
-        if self.recomputes:
-            out["delegate_note"] = ("no XNNPACK for a program that recomputes: its partitions would run "
-                                    "recomputed matmuls with the forward's and keep what recomputation frees")
         if self.method.checkpointing:
             out["checkpointing"] = (
                 "recomputation written into the joint graph (exporters.et_methods.recompute_blocks): "
                 "backward reads each transformer block's values from copies of its forward nodes, "
                 f"kept values are the blocks' outputs only ({self.counts.get('recomputed_blocks', 0)} blocks, "
-                f"{self.counts.get('recomputed_nodes', 0)} nodes recomputed)")
+                f"{self.counts.get('recomputed_nodes', 0)} nodes recomputed); with XNNPACK, a block's recomputed "
+                "matmuls are partitioned apart from every other node (exporters.xnnpack_lowering.partition_by_level)")
         if self.method.precision == "bf16":
             out["precision"] = ("forward traced under torch.autocast(cpu, bfloat16): the program's "
                                 "matmuls run in bf16 with the runtime's bf16 kernels, weights and "
@@ -156,6 +144,17 @@ def _block_labels(ep, forward: list) -> dict:
     return {n: order[b] for n, b in label.items() if n.op == "call_function"}
 
 
+# node.meta["custom"] key of a recomputed copy's group (torch.fx copies meta["custom"] through
+# every retrace, so it reaches the XNNPACK partitioner).
+RECOMPUTED = "edgebench_recomputed"
+
+
+def recomputation_group(node) -> str | None:
+    """The recomputation a node was copied for (a block, a dequantised weight), or None."""
+    group: str | None = node.meta.get("custom", {}).get(RECOMPUTED)
+    return group
+
+
 def recompute_blocks(ep) -> dict[str, int]:
     """Activation checkpointing inside the joint graph: backward recomputes each transformer
     block's forward from the block's input instead of reading values kept since the forward.
@@ -185,16 +184,18 @@ def recompute_blocks(ep) -> dict[str, int]:
 
     read = {block[a] for n in nodes if n not in forward and n.op == "call_function"
             for a in n.all_input_nodes if recomputable(a)}
-    count = _copy_into_backward(graph, forward, recomputable)
+    count = _copy_into_backward(graph, forward, recomputable, lambda n: f"block {block[n]}")
     graph.eliminate_dead_code()
     graph.lint()
     gm.recompile()
     return {"recomputed_blocks": len(read), "recomputed_nodes": count}
 
 
-def _copy_into_backward(graph, forward: set, recomputable) -> int:
+def _copy_into_backward(graph, forward: set, recomputable, group) -> int:
     """Each backward read of a `recomputable` forward node becomes a read of a copy of it
-    (and of its recomputable ancestors) made right before that read's first user.
+    (and of its recomputable ancestors) made right before that read's first user. Each copy
+    carries `group(original)` as its recomputation group (`recomputation_group`), which meta
+    keeps through to_edge, so XNNPACK's partitions never join it to other nodes.
     Returns how many nodes were copied."""
     copies: dict = {}
 
@@ -206,7 +207,7 @@ def _copy_into_backward(graph, forward: set, recomputable) -> int:
             kwargs = torch.fx.node.map_arg(node.kwargs, lambda a: copy(a, before))
             with graph.inserting_before(before):
                 new = graph.call_function(node.target, args, kwargs)
-            new.meta = dict(node.meta)
+            new.meta = {**node.meta, "custom": {**node.meta.get("custom", {}), RECOMPUTED: group(node)}}
             copies[node] = new
         return copies[node]
 
@@ -235,7 +236,8 @@ def recompute_dequantized(ep) -> dict[str, int]:
         if node in forward and node.op == "call_function" and node.all_input_nodes and \
                 all(a in derived for a in node.all_input_nodes):
             derived.add(node)
-    count = _copy_into_backward(graph, forward, lambda n: n in derived and n.op == "call_function")
+    count = _copy_into_backward(graph, forward, lambda n: n in derived and n.op == "call_function",
+                                lambda n: f"dequantized {n.name}")
     graph.eliminate_dead_code()
     graph.lint()
     gm.recompile()

@@ -359,15 +359,20 @@ def lower_forward(
     model: torch.nn.Module,
     example_inputs: tuple[torch.Tensor, ...],
     *,
+    delegate: str | None = None,
     on_stage: Callable[[str], None] = lambda stage: None,
     strict: bool = True,
 ) -> LoweredProgram:
     """Lowers a forward-only loss program whose trainable parameters are extra inputs
     (after the batch, in `named_parameters` order), so a zeroth-order method (MeZO) can
-    perturb and update them in place between calls without any backward pass."""
+    perturb and update them in place between calls without any backward pass.
+    `delegate` "xnnpack": its matmuls run in XNNPACK, weights passed in as the training
+    program's are (a trained weight is a runtime input, so no delegate can keep a stale copy)."""
     from executorch.exir import ExecutorchBackendConfig, to_edge
     from executorch.exir.passes import MemoryPlanningPass
 
+    if delegate not in (None, "xnnpack"):
+        raise ValueError(f"unknown ExecuTorch delegate {delegate!r}; use 'xnnpack' or none")
     named = dict(model.named_parameters())
     trainable = [n for n, p in named.items() if p.requires_grad]
     frozen = [n for n, p in named.items() if not p.requires_grad]
@@ -390,7 +395,11 @@ def lower_forward(
     on_stage("rewrites")
     rewrites = {"patch_conv_as_linear": patch_convs, **_apply_rewrites(ep)}
     on_stage("to_edge")
-    edge = to_edge(ep, compile_config=_edge_config())
+    partitioner = None
+    if delegate == "xnnpack":
+        edge, partitioner = _lower_to_xnnpack(ep, _edge_config())
+    else:
+        edge = to_edge(ep, compile_config=_edge_config())
     on_stage("to_executorch")
     # Inputs are used in place (not copied into the arena): the weights stay in Python.
     et = edge.to_executorch(
@@ -401,8 +410,8 @@ def lower_forward(
         planned_memory_bytes=planned_memory_bytes(et.executorch_program),
         trainable_parameters=trainable,
         frozen_parameters=frozen,
-        delegated=False,
-        lowering={**lowering_record(None, rewrites, "MeZO outside the program, on the weight inputs"),
+        delegated=partitioner is not None,
+        lowering={**lowering_record(partitioner, rewrites, "MeZO outside the program, on the weight inputs"),
                   "weights": "program inputs (trainable_init.pt), frozen ones inside the .pte"},
     )
 

@@ -123,8 +123,9 @@ def _export_executorch(request: ExportRequest, directory: Path, on_stage) -> dic
     tensors = to_torch(batch)
     example = tuple(tensors[k] for k in BATCH_INPUTS)  # model(input_ids, images, labels, attention_mask)
     files = [PTE]
+    delegate = request.delegate
     if method.grad_mode == "zeroth-order":
-        lowered = lower_forward(model, example, on_stage=on_stage, strict=rewrite.strict)
+        lowered = lower_forward(model, example, delegate=delegate, on_stage=on_stage, strict=rewrite.strict)
         named = dict(model.named_parameters())
         torch.save({n: named[n].detach().clone() for n in lowered.trainable_parameters},
                    directory / TRAINABLE_INIT)
@@ -134,7 +135,6 @@ def _export_executorch(request: ExportRequest, directory: Path, on_stage) -> dic
         files += [TRAINABLE_INIT, TRAINABLE_INIT_RAW]
         program = "forward-only"
     else:
-        delegate = rewrite.delegate(request.delegate)  # what the program is lowered with
         lowered = _lowered_once(
             _program_key(request, method, example, delegate), directory, rewrite,
             lambda: lower_training_step(model, example, delegate=delegate, on_stage=on_stage,

@@ -139,20 +139,23 @@ def only_matmul_passes():
     return _replaced(xnnpack_preprocess, XNNPACKPassManager=manager)
 
 
-def partition_by_level(graph: torch.fx.Graph, matched: set) -> list[list]:
+def partition_by_level(graph: torch.fx.Graph, matched: set, group=lambda node: None) -> list[list]:
     """Groups the `matched` nodes (those XNNPACK takes) into cycle-free partitions in one
     pass: a matched node's level is the highest among its inputs, plus one for an input
-    outside `matched`; other nodes carry the highest level of their inputs (0 for none).
-    Each level is one partition. Along every edge the level never drops and it rises on
-    entering a partition from outside, so no path leaves a partition and comes back.
-    `graph` must be in topological order."""
+    outside `matched` or in another `group`; other nodes carry the highest level of their
+    inputs (0 for none). Each (level, group) is one partition. Along every edge the level
+    never drops and it rises on entering a partition from outside, so no path leaves a
+    partition and comes back. `group`: a recomputation's nodes must stay apart from the
+    forward's, or their delegate call would run with the forward and keep what the
+    recomputation frees. `graph` must be in topological order."""
     level: dict = {}
-    groups: dict[int, list] = {}
+    groups: dict[tuple, list] = {}
     for node in graph.nodes:
         inputs = node.all_input_nodes
         if node in matched:
-            level[node] = max((level[i] + (i not in matched) for i in inputs), default=1)
-            groups.setdefault(level[node], []).append(node)
+            mine = group(node)
+            level[node] = max((level[i] + (i not in matched or group(i) != mine) for i in inputs), default=1)
+            groups.setdefault((level[node], str(mine)), []).append(node)
         else:
             level[node] = max((level[i] for i in inputs), default=0)
     return [groups[k] for k in sorted(groups)]
@@ -182,6 +185,8 @@ def level_partitioner(configs: list, **kwargs):
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from torch.fx.passes.infra.partitioner import Partition
 
+    from exporters.et_methods import recomputation_group
+
     class LevelPartitioner(XnnpackPartitioner):
         def generate_partitions(self, ep):
             with _source_partitions_once():
@@ -190,7 +195,8 @@ def level_partitioner(configs: list, **kwargs):
                 return super().generate_partitions(ep)
             owner = {n: match for match in matches for n in match if n.op == "call_function"}
             partitions = []
-            for i, nodes in enumerate(partition_by_level(ep.graph_module.graph, set(owner))):
+            graph = ep.graph_module.graph
+            for i, nodes in enumerate(partition_by_level(graph, set(owner), recomputation_group)):
                 members = {m: None for n in nodes for m in owner[n]}  # + a match's constants
                 partitions.append(Partition(id=i, nodes=members))
             return partitions

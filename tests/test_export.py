@@ -245,9 +245,11 @@ def test_trainable_subset_gets_exactly_its_gradients(export_cache, method, backe
 
 
 def test_executorch_mezo_forward_program_matches_eager_mezo(export_cache):
-    """MeZO: forward-only program, weights as inputs, perturbed in place by the methods' trainer."""
-    result = export_program("mezo", "executorch")
+    """MeZO: forward-only program, weights as inputs, perturbed in place by the methods' trainer;
+    its matmuls in XNNPACK (the default lowering), which reads the weights as the inputs they are."""
+    result = export_program("mezo", "executorch", "xnnpack")
     assert result.manifest["program"] == "forward-only"
+    assert result.manifest["lowering"]["delegate"] == "xnnpack"
     assert "planned_memory_bytes" in result.manifest and result.manifest["planned_memory_bytes"] > 0
     spec = RunSpec(model=EXPORTED_MODEL, method="mezo", backend="executorch", text_length=TEXT,
                    warmup_steps=0, steps=3, program=str(result.directory))

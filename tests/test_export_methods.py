@@ -94,18 +94,19 @@ def test_method_on_executorch_matches_eager(export_cache, method, batch_size):
 
 
 def test_recomputation_shrinks_the_programs_memory_plan(export_cache):
-    """lora-ckpt's plan holds the blocks' outputs, not their insides: smaller than lora's."""
-    plans = {m: _export(m, delegate=None).manifest for m in ("lora", "lora-ckpt")}  # both portable
+    """lora-ckpt's plan holds the blocks' outputs, not their insides: smaller than lora's, with
+    XNNPACK too, whose partitions keep a block's recomputed matmuls apart from the forward's
+    (joined, they ran with the forward: tiny's lora-ckpt planned 4.96 MB against lora's 4.16 MB).
+    Measured (tiny): 3.36 MB against 4.47 MB with XNNPACK, 2.12 against 3.96 MB without."""
+    plans = {m: _export(m).manifest for m in ("lora", "lora-ckpt")}  # the parity tests' programs
     assert "recomputed" in plans["lora-ckpt"]["lowering"]["checkpointing"]
-    assert plans["lora-ckpt"]["lowering"]["delegate"] == "none"  # XNNPACK would undo it
-    # ...so the default lowering's lora-ckpt (parity above) is this very program
-    assert _export("lora-ckpt").manifest["program_key"] == plans["lora-ckpt"]["program_key"]
-    assert plans["lora-ckpt"]["planned_memory_bytes"] < 0.9 * plans["lora"]["planned_memory_bytes"]
+    assert plans["lora-ckpt"]["lowering"]["delegate"] == "xnnpack"
+    assert plans["lora-ckpt"]["planned_memory_bytes"] < 0.9 * plans["lora"]["planned_memory_bytes"], plans
 
 
 def test_int8_frozen_weights_shrink_the_pte(export_cache):
     """qlora's frozen linears are int8 codes in the .pte (a quarter of fp32), the rest bf16."""
-    files = {m: _export(m, delegate=None).manifest["files"]["model.pte"]["bytes"] for m in ("lora", "qlora")}
+    files = {m: _export(m).manifest["files"]["model.pte"]["bytes"] for m in ("lora", "qlora")}
     assert files["qlora"] < 0.5 * files["lora"], files
 
 

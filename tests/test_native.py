@@ -123,7 +123,7 @@ def test_native_mezo_learns_on_the_forward_only_program(export_cache, worker_bun
     """MeZO's perturbations come from the worker's own generator (splitmix64 + Box-Muller),
     not torch's, so its trajectory is its own: checked for learning and for repeatability.
     (Full MeZO at its default lr, 1e-3, does not fall on tiny in 20 steps in either worker.)"""
-    spec = _spec(method, _program(method, delegate=None), steps=20, lr=lr)
+    spec = _spec(method, _program(method), steps=20, lr=lr)
     plan = _one_batch(write_plan(spec, tmp_path / "plans"), tmp_path / "fixed", 20)
     losses = []
     for out in ("a", "b"):
@@ -156,7 +156,7 @@ def test_a_program_that_is_not_a_training_program_is_an_error(export_cache, work
     """The joint program's plan given MeZO's forward-only .pte: refused with the cause and fix."""
     spec = _spec("sgd", _program("sgd"))
     plan = write_plan(spec, tmp_path / "plans")
-    result = _bad_run(tmp_path, worker_bundle, dataclasses.replace(spec, program=_program("mezo", delegate=None)), plan)
+    result = _bad_run(tmp_path, worker_bundle, dataclasses.replace(spec, program=_program("mezo")), plan)
     assert result["status"] == "error"
     assert "export" in result["detail"] and "\n" not in result["detail"], result["detail"]
 
