@@ -158,10 +158,47 @@ def use_linear(gm: torch.fx.GraphModule) -> int:
     return count
 
 
-def _apply_rewrites(ep: ExportedProgram) -> dict[str, int]:
+_MATMULS = (torch.ops.aten.linear.default, torch.ops.aten.mm.default, torch.ops.aten.bmm.default,
+            torch.ops.aten.addmm.default)
+
+
+def bf16_matmuls_in_fp32(gm: torch.fx.GraphModule) -> int:
+    """Each bf16 matmul becomes `bf16(fp32(a) @ fp32(b))`: the rounding of eager's bf16 GEMM
+    (bf16 operands, fp32 accumulation, a bf16 result), computed by XNNPACK's fp32 kernel.
+    XNNPACK takes no bf16 matmul, and the pip runtime's own bf16 kernel is ~20x slower than its
+    fp32 one (a 1x96x576 @ 576x1536 linear: 369 ms against 17 ms; eager's bf16 1.25 ms).
+    The casts are exact (bf16 -> fp32) or eager's own rounding (the result). Returns the count."""
+    graph, count = gm.graph, 0
+
+    def cast(arg, dtype, before):
+        with graph.inserting_before(before):
+            new = graph.call_function(torch.ops.aten._to_copy.default, (arg,), {"dtype": dtype})
+        new.meta = {"val": arg.meta["val"].to(dtype)}
+        return new
+
+    for node in list(graph.nodes):
+        val = node.meta.get("val")
+        if node.target not in _MATMULS or getattr(val, "dtype", None) != torch.bfloat16:
+            continue
+        args = tuple(cast(a, torch.float32, node) if isinstance(a, torch.fx.Node) else a for a in node.args)
+        with graph.inserting_before(node):
+            wide = graph.call_function(node.target, args, dict(node.kwargs))
+        wide.meta = {**node.meta, "val": val.to(torch.float32)}
+        with graph.inserting_after(wide):
+            narrow = graph.call_function(torch.ops.aten._to_copy.default, (wide,), {"dtype": torch.bfloat16})
+        narrow.meta = dict(node.meta)
+        node.replace_all_uses_with(narrow)
+        graph.erase_node(node)
+        count += 1
+    return count
+
+
+def _apply_rewrites(ep: ExportedProgram, delegate: str | None) -> dict[str, int]:
     """The joint graph's rewrites; returns how many nodes each one changed."""
     gm = ep.graph_module
     counts = {"empty_permuted": rewrite_empty_permuted(gm), "use_linear": use_linear(gm)}
+    if delegate == "xnnpack":
+        counts["bf16_matmuls_in_fp32"] = bf16_matmuls_in_fp32(gm)
     if any(counts.values()):
         gm.graph.lint()
         gm.recompile()
@@ -176,7 +213,10 @@ def lowering_record(partitioner: str | None, rewrites: dict[str, int], update: s
         "kernels": (f"XNNPACK for linear/mm/bmm/permute (weights as inputs, packed each call; partitioned "
                     f"{partitioner}); " if partitioner else "") + "the runtime's registered CPU kernels for the rest",
         "matmuls": "aten.linear on stored weights, weight gradients as mm (no weight transposes)"
-                   + ("; patch convolution as patches @ weight" if rewrites.get("patch_conv_as_linear") else ""),
+                   + ("; patch convolution as patches @ weight" if rewrites.get("patch_conv_as_linear") else "")
+                   + ("; bf16 matmuls as bf16(fp32(a) @ fp32(b)) in XNNPACK's fp32 kernel (eager's bf16 "
+                      "GEMM rounding; the runtime's bf16 kernel is ~20x slower)"
+                      if rewrites.get("bf16_matmuls_in_fp32") else ""),
         "weights": "inside the .pte (constant segment), updated in place by the runtime",
         "gradients": "program outputs in the static memory plan",
         "update": update,
@@ -328,7 +368,7 @@ def lower_training_step(
     on_stage("rewrites")
     if joint_rewrite is not None:
         joint_rewrite(ep)
-    rewrites = {"patch_conv_as_linear": patch_convs, **_apply_rewrites(ep)}
+    rewrites = {"patch_conv_as_linear": patch_convs, **_apply_rewrites(ep, delegate)}
     on_stage("to_edge")
     config = _edge_config()
     partitioner = None
@@ -357,8 +397,9 @@ def lower_training_step(
 
 # The forward-only program (MeZO) lowers with XNNPACK only while its input weights are at most
 # this share of the model's. nanovlm-222m, bench/exported.py, quiet host: full MeZO (every weight
-# an input) 1.06x eager's step and 1.42x its peak RSS with XNNPACK, 1.37x and 1.08x without;
-# MeZO-LoRA (adapters as inputs) 1.53x and 1.00x with it, 4.07x and 0.92x without.
+# an input) 1.06x eager's step and 1.42x its peak RSS with XNNPACK (+345 MB over the runtime's
+# kernels), 1.37-1.52x and 1.08-1.11x without (two runs); MeZO-LoRA (adapters as inputs) 1.53x
+# and 1.00x with it, 4.07x and 0.92x without.
 DELEGATED_INPUT_SHARE = 0.5
 
 
@@ -389,7 +430,7 @@ def lower_forward(
     if delegate and share > DELEGATED_INPUT_SHARE:
         delegate = None
         note = {"delegate_note": f"no XNNPACK: {share:.0%} of the weights are program inputs, and XNNPACK "
-                                 "on input weights raised nanovlm-222m's peak RSS 1.42x eager's (1.08x without)"}
+                                 "on input weights raised nanovlm-222m's peak RSS to 1.42x eager's (1.11x without)"}
     model.eval()
 
     class LossOfParameters(torch.nn.Module):
@@ -407,7 +448,7 @@ def lower_forward(
         values = tuple(named[n].detach() for n in trainable)
         ep = torch.export.export(LossOfParameters(), example_inputs + values, strict=strict)
     on_stage("rewrites")
-    rewrites = {"patch_conv_as_linear": patch_convs, **_apply_rewrites(ep)}
+    rewrites = {"patch_conv_as_linear": patch_convs, **_apply_rewrites(ep, delegate)}
     on_stage("to_edge")
     partitioner = None
     if delegate == "xnnpack":
