@@ -227,7 +227,7 @@ def _gradients(result, batch) -> dict[str, np.ndarray]:
 
 @pytest.mark.parametrize("method,backend", SUBSETS)
 def test_trainable_subset_gets_exactly_its_gradients(export_cache, method, backend):
-    result = export_program(method, backend)
+    result = export_program(method, backend, "xnnpack")  # the default lowering, shared with the method tests
     model, batch = _eager(result)
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     frozen = {n for n, p in model.named_parameters() if not p.requires_grad}

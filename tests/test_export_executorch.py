@@ -291,6 +291,30 @@ def test_sort_in_place_orders_inputs_first_and_keeps_the_nodes():
     graph.lint()
 
 
+def test_a_recomputation_is_never_partitioned_with_the_forward():
+    """A forward matmul and the copy of it a recomputation reads share a level (both read the
+    same kept input); the group keeps them in separate partitions, and what the copy feeds
+    (matched, same group) stays with it, so no partition waits on another one's output."""
+    from exporters.et_methods import RECOMPUTED, recomputation_group
+    from exporters.xnnpack_lowering import partition_by_level
+
+    graph = torch.fx.Graph()
+    x, w = graph.placeholder("x"), graph.placeholder("w")
+    forward = graph.call_function(torch.mm, (x, w))
+    kept = graph.call_function(torch.relu, (forward,))
+    copy = graph.call_function(torch.mm, (x, w))  # recomputed for the backward
+    copy.meta["custom"] = {RECOMPUTED: "block 0"}
+    copied_next = graph.call_function(torch.mm, (copy, w))
+    copied_next.meta["custom"] = {RECOMPUTED: "block 0"}
+    backward = graph.call_function(torch.mm, (kept, copied_next))
+    graph.output(backward)
+    matched = {forward, copy, copied_next, backward}
+    assert partition_by_level(graph, matched) == [[forward, copy, copied_next], [backward]]  # joined
+    parts = partition_by_level(graph, matched, recomputation_group)
+    assert sorted(map(len, parts)) == [1, 1, 2] and [copy, copied_next] in parts
+    assert [forward] in parts and [backward] in parts
+
+
 def test_a_read_placed_after_an_in_program_update_is_found():
     """A delegate call that reads a weight after its copy_ would train on the updated weight:
     the lowering refuses such a program (exporters.executorch.updates_before_reads)."""
