@@ -447,6 +447,8 @@ def lower_forward(
     with torch.no_grad(), patch_convs_as_linear(model) as patch_convs:
         values = tuple(named[n].detach() for n in trainable)
         ep = torch.export.export(LossOfParameters(), example_inputs + values, strict=strict)
+    if not strict:  # autocast (bf16) regions stay higher-order-op submodules until inlined:
+        ep = ep.run_decompositions({})  # inline them so the rewrites see their matmuls
     on_stage("rewrites")
     rewrites = {"patch_conv_as_linear": patch_convs, **_apply_rewrites(ep, delegate)}
     on_stage("to_edge")
