@@ -225,6 +225,11 @@ def lowering_record(partitioner: str | None, rewrites: dict[str, int], update: s
     }
 
 
+def _check_delegate(delegate: str | None) -> None:
+    if delegate not in (None, "xnnpack"):
+        raise ValueError(f"unknown ExecuTorch delegate {delegate!r}; use 'xnnpack' or none")
+
+
 def _already_decomposed(ep: ExportedProgram) -> ExportedProgram:
     """The joint graph is core ATen already (`_export_forward_backward` decomposed it), so
     to_edge's own `run_decompositions` would retrace the whole graph to change nothing:
@@ -351,8 +356,7 @@ def lower_training_step(
     from executorch.exir import to_edge
     from torch.export.experimental import _export_forward_backward
 
-    if delegate not in (None, "xnnpack"):
-        raise ValueError(f"unknown ExecuTorch delegate {delegate!r}; use 'xnnpack' or none")
+    _check_delegate(delegate)
     named = dict(model.named_parameters())
     trainable = [n for n, p in named.items() if p.requires_grad]
     frozen = [n for n, p in named.items() if not p.requires_grad]
@@ -420,8 +424,7 @@ def lower_forward(
     from executorch.exir import ExecutorchBackendConfig, to_edge
     from executorch.exir.passes import MemoryPlanningPass
 
-    if delegate not in (None, "xnnpack"):
-        raise ValueError(f"unknown ExecuTorch delegate {delegate!r}; use 'xnnpack' or none")
+    _check_delegate(delegate)
     named = dict(model.named_parameters())
     trainable = [n for n, p in named.items() if p.requires_grad]
     frozen = [n for n, p in named.items() if not p.requires_grad]

@@ -35,7 +35,7 @@ import numpy as np
 
 from edgebench.backends.base import UnsupportedBackend
 from edgebench.backends.numpy_updates import NumpyMeZO, RecipeUpdate
-from edgebench.backends.program import check_batch, open_program
+from edgebench.backends.program import check_batch, open_program, program_lr
 from edgebench.backends.support import device_reason
 from edgebench.methods import parse_method
 
@@ -137,7 +137,7 @@ class OnnxRuntimeBackend:
         onnxruntime.set_default_logger_severity(3)
         return_freed_blocks()
         options = session_options(spec.threads)
-        lr = manifest["default_lr"] if spec.lr is None else spec.lr  # optim.default_lr, as eager's
+        lr = program_lr(spec.lr, parse_method(spec.method), manifest)  # eager's default, as every runtime's
         total = spec.warmup_steps + spec.steps  # the schedule's length, as eager's
         self.state = api.CheckpointState.load_checkpoint(str(directory / "checkpoint"))
         if manifest["program"] == "forward-only":
