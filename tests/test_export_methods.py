@@ -107,6 +107,14 @@ def test_recomputation_shrinks_the_programs_memory_plan(export_cache):
     assert plans["lora-ckpt"]["planned_memory_bytes"] < 0.9 * plans["lora"]["planned_memory_bytes"], plans
 
 
+def test_bf16_matmuls_run_in_xnnpacks_fp32_kernel(export_cache):
+    """With XNNPACK, adamw-bf16's bf16 matmuls become bf16(fp32(a) @ fp32(b)) (the parity test
+    above checks the losses); the manifest counts them and names the recipe."""
+    lowering = _export("adamw-bf16").manifest["lowering"]
+    assert lowering["rewrites"]["bf16_matmuls_in_fp32"] > 0
+    assert "bf16(fp32(a) @ fp32(b))" in lowering["matmuls"]
+
+
 def test_int8_frozen_weights_shrink_the_pte(export_cache):
     """qlora's frozen linears are int8 codes in the .pte (a quarter of fp32), the rest bf16."""
     files = {m: _export(m).manifest["files"]["model.pte"]["bytes"] for m in ("lora", "qlora")}
