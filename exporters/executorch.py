@@ -230,10 +230,20 @@ def _check_delegate(delegate: str | None) -> None:
         raise ValueError(f"unknown ExecuTorch delegate {delegate!r}; use 'xnnpack' or none")
 
 
+def _decompositions_keeping_linear():
+    """to_edge's own decomposition table (executorch 1.5.1), less linear's."""
+    from executorch.exir.tracer import _default_decomposition_table
+
+    table = _default_decomposition_table()
+    del table[torch.ops.aten.linear.default]
+    return table
+
+
 def _already_decomposed(ep: ExportedProgram) -> ExportedProgram:
-    """The joint graph is core ATen already (`_export_forward_backward` decomposed it), so
-    to_edge's own `run_decompositions` would retrace the whole graph to change nothing:
-    minutes and a copy of the graph at nanoVLM-222M size. Skip it for this program."""
+    """The program is core ATen already (the joint graph by `_export_forward_backward`, the
+    forward-only one by `lower_forward`), so to_edge's own `run_decompositions` would retrace
+    the whole graph to change nothing (minutes and a copy of the graph at nanoVLM-222M size)
+    or decompose a linear XNNPACK refused. Skip it for this program."""
     ep.run_decompositions = lambda *args, **kwargs: ep
     return ep
 
@@ -243,6 +253,29 @@ def _edge_config():
     from executorch.exir import EdgeCompileConfig
 
     return EdgeCompileConfig(_check_ir_validity=False, preserve_ops=[torch.ops.aten.linear.default])
+
+
+# XNNPACK packs each runtime-input weight into its workspace before the GEMM, and the workspace
+# keeps the size of the largest it ever packed: nanoVLM-222M's lm_head (49,152 x 576 fp32) alone
+# adds 112 MiB of RSS (one linear, 1x16x576 input: XNNPACK 30.5 ms and +112 MiB, the runtime's
+# kernel 48.5 ms and +5 MiB). Matmuls whose weight is larger than this run on the runtime's kernel.
+XNNPACK_WEIGHT_LIMIT_BYTES = 16 << 20
+
+
+def _up_to_weight_limit(config):
+    """`config` (a GEMM config of XNNPACK's) refusing a matmul whose weight operand is over
+    XNNPACK_WEIGHT_LIMIT_BYTES."""
+    from executorch.backends.xnnpack.utils.utils import get_input_node
+
+    class UpToWeightLimit(config):
+        def check_constraints(self, node, ep) -> bool:
+            weight = get_input_node(node, self.weight_idx).meta.get("val")
+            if weight is not None and weight.numel() * weight.element_size() > XNNPACK_WEIGHT_LIMIT_BYTES:
+                return False
+            return super().check_constraints(node, ep)
+
+    UpToWeightLimit.__name__ = config.__name__
+    return UpToWeightLimit
 
 
 def _xnnpack_partitioner(dynamic_weights: bool = True, fast: bool = True):
@@ -259,7 +292,7 @@ def _xnnpack_partitioner(dynamic_weights: bool = True, fast: bool = True):
     from exporters.xnnpack_lowering import level_partitioner
 
     make = level_partitioner if fast else (lambda configs, **kwargs: XnnpackPartitioner(configs=configs, **kwargs))
-    return make([LinearConfig, MMConfig, BMMConfig, PermuteConfig],
+    return make([_up_to_weight_limit(LinearConfig), _up_to_weight_limit(MMConfig), BMMConfig, PermuteConfig],
                 force_non_static_weights_for_f32_linear=dynamic_weights)
 
 
@@ -399,14 +432,6 @@ def lower_training_step(
     )
 
 
-# The forward-only program (MeZO) lowers with XNNPACK only while its input weights are at most
-# this share of the model's. nanovlm-222m, bench/exported.py, quiet host: full MeZO (every weight
-# an input) 1.06x eager's step and 1.42x its peak RSS with XNNPACK (+345 MB over the runtime's
-# kernels), 1.37-1.52x and 1.08-1.11x without (two runs); MeZO-LoRA (adapters as inputs) 1.53x
-# and 1.00x with it, 4.07x and 0.92x without.
-DELEGATED_INPUT_SHARE = 0.5
-
-
 def lower_forward(
     model: torch.nn.Module,
     example_inputs: tuple[torch.Tensor, ...],
@@ -419,8 +444,7 @@ def lower_forward(
     (after the batch, in `named_parameters` order), so a zeroth-order method (MeZO) can
     perturb and update them in place between calls without any backward pass.
     `delegate` "xnnpack": its matmuls run in XNNPACK, weights passed in as the training
-    program's are (a trained weight is a runtime input, so no delegate can keep a stale copy),
-    unless the trained weights are most of the model (`DELEGATED_INPUT_SHARE`)."""
+    program's are (a trained weight is a runtime input, so no delegate can keep a stale copy)."""
     from executorch.exir import ExecutorchBackendConfig, to_edge
     from executorch.exir.passes import MemoryPlanningPass
 
@@ -428,12 +452,6 @@ def lower_forward(
     named = dict(model.named_parameters())
     trainable = [n for n, p in named.items() if p.requires_grad]
     frozen = [n for n, p in named.items() if not p.requires_grad]
-    share = sum(named[n].numel() for n in trainable) / sum(p.numel() for p in named.values())
-    note = {}
-    if delegate and share > DELEGATED_INPUT_SHARE:
-        delegate = None
-        note = {"delegate_note": f"no XNNPACK: {share:.0%} of the weights are program inputs, and XNNPACK "
-                                 "on input weights raised nanovlm-222m's peak RSS to 1.42x eager's (1.11x without)"}
     model.eval()
 
     class LossOfParameters(torch.nn.Module):
@@ -450,8 +468,9 @@ def lower_forward(
     with torch.no_grad(), patch_convs_as_linear(model) as patch_convs:
         values = tuple(named[n].detach() for n in trainable)
         ep = torch.export.export(LossOfParameters(), example_inputs + values, strict=strict)
-    if not strict:  # autocast (bf16) regions stay higher-order-op submodules until inlined:
-        ep = ep.run_decompositions({})  # inline them so the rewrites see their matmuls
+    # Core ATen, linear kept whole, before the rewrites: they see every matmul (autocast regions
+    # of a non-strict export are inlined here), and a linear XNNPACK refuses stays one linear.
+    ep = _already_decomposed(ep.run_decompositions(_decompositions_keeping_linear()))
     on_stage("rewrites")
     rewrites = {"patch_conv_as_linear": patch_convs, **_apply_rewrites(ep, delegate)}
     on_stage("to_edge")
@@ -472,7 +491,7 @@ def lower_forward(
         frozen_parameters=frozen,
         delegated=partitioner is not None,
         lowering={**lowering_record(partitioner, rewrites, "MeZO outside the program, on the weight inputs"),
-                  "weights": "program inputs (trainable_init.pt), frozen ones inside the .pte", **note},
+                  "weights": "program inputs (trainable_init.pt), frozen ones inside the .pte"},
     )
 
 

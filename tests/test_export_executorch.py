@@ -146,6 +146,38 @@ def test_xnnpack_runs_the_matmuls_on_weights_given_as_inputs(tmp_path):
     _side_by_side(tmp_path / "model.pte", reference, inputs)
 
 
+def test_a_matmul_over_xnnpacks_weight_limit_runs_on_the_runtimes_kernel(tmp_path, monkeypatch):
+    """XNNPACK packs each input weight into a workspace that keeps the largest one's size: a
+    weight over the limit stays on the runtime's linear and mm, in the training program (forward
+    and input gradient) and the forward-only one alike."""
+    from executorch.extension.pybindings.portable_lib import _load_for_executorch
+
+    import exporters.executorch as et
+
+    # Both weights are over it (2,048 and 1,024 bytes); the weight gradients' mm read activations (<= 768).
+    monkeypatch.setattr(et, "XNNPACK_WEIGHT_LIMIT_BYTES", 1000)
+    torch.manual_seed(0)
+    model = MLP()
+    reference = copy.deepcopy(model)
+    inputs = (torch.randn(6, 16), torch.tensor([0, 1, 2, 3, 4, 5]))
+    lowered = et.lower_training_step(model, inputs, delegate="xnnpack")
+    lowered.write(tmp_path / "model.pte")
+    counts = _operator_counts((tmp_path / "model.pte").read_bytes())
+    assert counts["aten::linear"] == 2 and counts["aten::mm"] == 1  # + down's input gradient
+    partitions = lowered.lowering["rewrites"]["xnnpack_partitions"]
+    assert _delegate_calls((tmp_path / "model.pte").read_bytes()) == partitions > 0
+    _side_by_side(tmp_path / "model.pte", reference, inputs)
+
+    # The forward-only program keeps the refused linear whole (not decomposed to permute + mm).
+    forward = et.lower_forward(copy.deepcopy(reference), inputs, delegate="xnnpack")
+    forward.write(tmp_path / "forward.pte")
+    counts = _operator_counts((tmp_path / "forward.pte").read_bytes())
+    assert counts["aten::linear"] == 2 and not {"aten::mm", "aten::permute_copy"} & set(counts)
+    weights = tuple(p.detach() for p in reference.parameters())
+    loss = _load_for_executorch(str(tmp_path / "forward.pte")).run_method("forward", inputs + weights)[0]
+    assert loss.item() == pytest.approx(reference(*inputs).item(), rel=1e-6)
+
+
 def test_xnnpack_guard_refuses_a_delegate_that_captures_a_trainable_weight(monkeypatch):
     import exporters.executorch as et
 
