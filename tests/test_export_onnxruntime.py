@@ -209,6 +209,23 @@ def test_numpy_mezo_restores_weights_bitwise():
     assert not np.array_equal(seen[0], before[0]) and not np.array_equal(seen[0], seen[1])  # it perturbed
 
 
+def test_numpy_mezo_steps_alike_on_one_thread_and_two():
+    """Each chunk of z has its own stream, so the threads' order changes nothing: bitwise."""
+    from edgebench.backends.numpy_updates import CHUNK, NumpyMeZO
+
+    rng = np.random.default_rng(2)
+    start = [rng.normal(0, 0.02, size=CHUNK + 4099).astype(np.float32), rng.normal(size=7).astype(np.float32)]
+    after = []
+    for threads in (1, 2):
+        weights = [w.copy() for w in start]
+        mezo = NumpyMeZO(weights, lr=0.1, threads=threads)
+        losses = [mezo.step(lambda w=weights: float(w[0][::997].sum() + w[1].sum())) for _ in range(2)]
+        after.append((weights, losses))
+    assert after[0][1] == after[1][1]
+    assert all(np.array_equal(a, b) for a, b in zip(after[0][0], after[1][0]))
+    assert not np.array_equal(after[0][0][0], start[0])  # it trained
+
+
 def test_no_optimizer_graph_and_one_set_of_artifacts_for_every_update(export_cache):
     """SGD, Adam and AdamW: no optimizer graph (its one lr cannot give nanoVLM's projector its
     own; ORT's SGD would hold a dead moment per weight), so their artifacts are one set, exported

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import platform
 import sys
 import types
@@ -143,7 +144,7 @@ class OnnxRuntimeBackend:
         if manifest["program"] == "forward-only":
             self.forward = ForwardLoss(directory / "eval_model.onnx", self.state, options)
             self.mezo = NumpyMeZO([p.data for _, p in self.state.parameters if p.requires_grad], lr, spec.seed,
-                                  total)
+                                  total, threads=spec.threads or os.cpu_count() or 1)
             return
         self.module = api.Module(str(directory / "training_model.onnx"), self.state, None,
                                  device="cpu", session_options=options)
