@@ -106,7 +106,8 @@ def linear_time_partitioning():
                      _create_partitions_in_graph_module=partitions_then_sort)
 
 
-# The partitions `exporters.executorch._xnnpack_partitioner` makes hold only these operators.
+# The matmul operators `exporters.executorch._xnnpack_partitioner` partitions (its other
+# partitions also hold a tanh GELU's elementwise ops, and get all of XNNPACK's passes).
 MATMUL_PARTITION_OPS = frozenset({"linear.default", "mm.default", "bmm.default", "permute_copy.default"})
 
 # XNNPACK's passes (executorch 1.5.1 XNNPACKPassManager, in its order) that can change a
