@@ -247,8 +247,10 @@ def lowering_record(partitioner: str | None, rewrites: dict[str, int], update: s
     XNNPACK partitions were made, None without the delegate."""
     return {
         "delegate": "xnnpack" if partitioner else "none",
-        "kernels": (f"XNNPACK for linear/mm/bmm/permute (weights as inputs, packed each call; partitioned "
-                    f"{partitioner}); " if partitioner else "") + "the runtime's registered CPU kernels for the rest",
+        "kernels": (f"XNNPACK for linear/mm/bmm/permute (weights as inputs, packed each call; a weight over "
+                    f"{XNNPACK_WEIGHT_LIMIT_BYTES >> 20} MiB on the runtime's kernel) and for tanh GELU as "
+                    f"mul/add/tanh (partitioned {partitioner}); " if partitioner else "")
+                   + "the runtime's registered CPU kernels for the rest",
         "matmuls": "aten.linear on stored weights, weight gradients as mm (no weight transposes)"
                    + ("; patch convolution as patches @ weight" if rewrites.get("patch_conv_as_linear") else "")
                    + ("; bf16 matmuls as bf16(fp32(a) @ fp32(b)) in XNNPACK's fp32 kernel (eager's bf16 "
@@ -328,7 +330,8 @@ def _gelu_parts(config):
 
 
 def _xnnpack_partitioner(dynamic_weights: bool = True, fast: bool = True):
-    """XNNPACK for the matmuls only (linear, mm, bmm), every weight a runtime input
+    """XNNPACK for the matmuls (linear, mm, bmm; weights up to XNNPACK_WEIGHT_LIMIT_BYTES) and
+    a tanh GELU's parts, every weight a runtime input
     (`force_non_static_weights_for_f32_linear`): XNNPACK would otherwise bake a GEMM's weight
     into the delegate as a constant, and a trainable weight baked in silently stops training
     (it trained to NaN with the patch convolution inside). `fast`: partitioned in linear time
