@@ -159,6 +159,9 @@ def test_live_view_in_tmux_follows_a_run_being_written(tmp_path):
     session = f"ebtest{int(time.time() * 1000) % 10**8}"
     writer = subprocess.Popen([sys.executable, str(TESTS / "live_writer.py"), str(run_dir), "--steps", "16",
                                "--step-s", "0.3", "--sample-s", "0.05"])
+    deadline = time.monotonic() + 30  # the view follows a run that has begun (the writer's imports take a while)
+    while not (run_dir / "meta.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
     command = f"{sys.executable} -m edgebench.live --dir {run_dir}; echo LIVE-EXIT=$?; sleep 60"
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "130", "-y", "45", command], check=True)
     try:
