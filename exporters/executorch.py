@@ -301,32 +301,28 @@ def _edge_config():
 XNNPACK_WEIGHT_LIMIT_BYTES = 16 << 20
 
 
-def _up_to_weight_limit(config):
-    """`config` (a GEMM config of XNNPACK's) refusing a matmul whose weight operand is over
-    XNNPACK_WEIGHT_LIMIT_BYTES."""
+def _narrowed(config, accepts: Callable[[Any, torch.fx.Node], bool]):
+    """`config` (a partitioner config of XNNPACK's) that also requires `accepts(config, node)`."""
+
+    class Narrowed(config):
+        def check_constraints(self, node, ep) -> bool:
+            return accepts(self, node) and super().check_constraints(node, ep)
+
+    Narrowed.__name__ = config.__name__
+    return Narrowed
+
+
+def _within_weight_limit(config, node: torch.fx.Node) -> bool:
+    """A GEMM whose weight operand is at most XNNPACK_WEIGHT_LIMIT_BYTES."""
     from executorch.backends.xnnpack.utils.utils import get_input_node
 
-    class UpToWeightLimit(config):
-        def check_constraints(self, node, ep) -> bool:
-            weight = get_input_node(node, self.weight_idx).meta.get("val")
-            if weight is not None and weight.numel() * weight.element_size() > XNNPACK_WEIGHT_LIMIT_BYTES:
-                return False
-            return super().check_constraints(node, ep)
-
-    UpToWeightLimit.__name__ = config.__name__
-    return UpToWeightLimit
+    weight = get_input_node(node, config.weight_idx).meta.get("val")
+    return weight is None or weight.numel() * weight.element_size() <= XNNPACK_WEIGHT_LIMIT_BYTES
 
 
-def _gelu_parts(config):
-    """`config` (an elementwise config of XNNPACK's) taking only the nodes of a GELU that
-    `tanh_gelu_as_elementwise` wrote."""
-
-    class GeluParts(config):
-        def check_constraints(self, node, ep) -> bool:
-            return bool(node.meta.get("custom", {}).get(GELU_PART)) and super().check_constraints(node, ep)
-
-    GeluParts.__name__ = config.__name__
-    return GeluParts
+def _is_gelu_part(config, node: torch.fx.Node) -> bool:
+    """A node `tanh_gelu_as_elementwise` wrote (XNNPACK takes no other elementwise node)."""
+    return bool(node.meta.get("custom", {}).get(GELU_PART))
 
 
 def _xnnpack_partitioner(dynamic_weights: bool = True, fast: bool = True):
@@ -350,8 +346,8 @@ def _xnnpack_partitioner(dynamic_weights: bool = True, fast: bool = True):
     from exporters.xnnpack_lowering import level_partitioner
 
     make = level_partitioner if fast else (lambda configs, **kwargs: XnnpackPartitioner(configs=configs, **kwargs))
-    return make([_up_to_weight_limit(LinearConfig), _up_to_weight_limit(MMConfig), BMMConfig, PermuteConfig,
-                 *map(_gelu_parts, (MulConfig, AddConfig, TanhConfig))],
+    return make([*(_narrowed(c, _within_weight_limit) for c in (LinearConfig, MMConfig)), BMMConfig, PermuteConfig,
+                 *(_narrowed(c, _is_gelu_part) for c in (MulConfig, AddConfig, TanhConfig))],
                 force_non_static_weights_for_f32_linear=dynamic_weights)
 
 

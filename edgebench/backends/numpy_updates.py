@@ -164,7 +164,7 @@ class NumpyMeZO:
         self.chunks = [(index, part) for index, flat in enumerate(self.params) for part in chunk_slices(flat.size)]
         # numpy's generator and ufuncs release the GIL: chunks are drawn and applied in parallel
         # (numpy's standard_normal takes ~10 ns a value on one thread, torch's randn ~5).
-        self.pool = ThreadPoolExecutor(max(1, threads)) if threads > 1 else None
+        self.pool = ThreadPoolExecutor(threads) if threads > 1 else None
 
     def _each_chunk(self, work: Callable[[int, slice], NumpyRecord]) -> NumpyRecord:
         results = (self.pool.map(lambda chunk: work(*chunk), self.chunks) if self.pool
