@@ -174,7 +174,7 @@ def bf16_matmuls_in_fp32(gm: torch.fx.GraphModule) -> int:
     def cast(arg, dtype, before):
         with graph.inserting_before(before):
             new = graph.call_function(torch.ops.aten._to_copy.default, (arg,), {"dtype": dtype})
-        new.meta = {"val": arg.meta["val"].to(dtype)}
+        new.meta = {"val": arg.meta["val"].to(dtype), "custom": before.meta.get("custom", {})}  # + its group
         return new
 
     for node in list(graph.nodes):
@@ -194,9 +194,15 @@ def bf16_matmuls_in_fp32(gm: torch.fx.GraphModule) -> int:
     return count
 
 
-# node.meta["custom"] key of the nodes `tanh_gelu_as_elementwise` writes: XNNPACK takes those
-# (and no other) mul, add and tanh (torch.fx copies meta["custom"] through every retrace).
-GELU_PART = "edgebench_gelu"
+# node.meta["custom"] key of the elementwise nodes this module's rewrites write for XNNPACK
+# (`tanh_gelu_as_elementwise`, `bf16_round_trips_as_rounding`): XNNPACK takes those, and no other,
+# mul, add, sub and tanh (torch.fx copies meta["custom"] through every retrace). Its value names
+# the rewrite.
+XNNPACK_PART = "edgebench_xnnpack"
+
+
+def _tagged(meta: dict, rewrite: str) -> dict:
+    return {**meta, "custom": {**meta.get("custom", {}), XNNPACK_PART: rewrite}}
 
 
 def tanh_gelu_as_elementwise(gm: torch.fx.GraphModule) -> int:
@@ -211,7 +217,7 @@ def tanh_gelu_as_elementwise(gm: torch.fx.GraphModule) -> int:
         if node.target != aten.gelu.default or node.kwargs.get("approximate", "none") != "tanh":
             continue
         x = node.args[0]
-        meta = {**node.meta, "custom": {**node.meta.get("custom", {}), GELU_PART: True}}  # every part: x's shape
+        meta = _tagged(node.meta, "tanh_gelu")  # every part: x's shape
 
         def op(target, *args, meta=meta):
             new = graph.call_function(target, args)
@@ -229,6 +235,90 @@ def tanh_gelu_as_elementwise(gm: torch.fx.GraphModule) -> int:
     return count
 
 
+# Veltkamp's splitting constant for fp32's 24-bit significand and bf16's 8: 2**16 + 1.
+_BF16_SPLIT = 65537.0
+# Nodes at most this far apart count as neighbours for `bf16_round_trips_as_rounding`.
+_NEIGHBOURS = 4
+# What `bf16_round_trips_as_rounding` erases once nothing reads it.
+_PURE = (torch.ops.aten._to_copy.default, torch.ops.aten.mul.Tensor, torch.ops.aten.unsqueeze.default,
+         torch.ops.aten.view.default)
+
+
+def bf16_round_trips_as_rounding(gm: torch.fx.GraphModule) -> int:
+    """Each fp32 value that goes through bf16 and back becomes that value rounded to bf16's
+    precision in fp32 arithmetic XNNPACK runs, `t = v * 65537`, `t - (t - v)` (Veltkamp's
+    splitting), bit for bit the casts' round-to-nearest-even for every normal |v| below 5.19e33
+    (checked on all fp32 values; subnormals keep fp32's precision, larger values overflow to NaN,
+    as a diverged run):
+
+    - `fp32(bf16(x))` of an fp32 `x`: autocast's cast of a weight, then `bf16_matmuls_in_fp32`'s
+      widening; a gradient's narrowing, then autocast's widening. The weight's bf16 copy no
+      longer lives from the forward to the backward: the backward rounds the weight again.
+    - `fp32(a * b)` of a bf16 product (a frozen int8 weight's dequantisation, codes times
+      scales): the product of two bf16 values is exact in fp32, so it is `fp32(a) * fp32(b)`
+      rounded, the int8 codes widened straight to fp32 (exact) instead of the runtime's bf16 mul.
+
+    The runtime's casts and bf16 kernels are one single-threaded pass each (a 576x1536 round
+    trip: 3.8 ms, these ops in XNNPACK 1.3 ms). Rewritten only where no value lives longer: `x` a
+    placeholder (a weight, alive throughout), or the bf16 value used once, by a neighbour (within
+    _NEIGHBOURS nodes). Left to the casts: a tensor over XNNPACK_WEIGHT_LIMIT_BYTES (XNNPACK
+    keeps the rounding's temporaries in its workspace, which keeps the size of the largest).
+    Returns the count."""
+    graph, count = gm.graph, 0
+    aten = torch.ops.aten
+    order = {node: i for i, node in enumerate(graph.nodes)}
+
+    def cast_to(node, dtype) -> bool:
+        return (isinstance(node, torch.fx.Node) and node.op == "call_function"
+                and node.target == aten._to_copy.default and node.kwargs.get("dtype") == dtype
+                and set(node.kwargs) <= {"dtype", "device", "layout"}
+                and node.kwargs.get("layout", torch.strided) == torch.strided)
+
+    def dtype(node) -> torch.dtype | None:
+        return getattr(node.meta.get("val"), "dtype", None) if isinstance(node, torch.fx.Node) else None
+
+    def tagged(target, *args):
+        new = graph.call_function(target, args)
+        new.meta = _tagged({"val": up.meta["val"], "custom": up.meta.get("custom", {})}, "bf16_rounding")  # + its group
+        return new
+
+    def widened(value):
+        """fp32 of a bf16 `value`, from its int8 source where it is a cast of one (exact)."""
+        source = value.args[0] if cast_to(value, torch.bfloat16) and dtype(value.args[0]) == torch.int8 else value
+        new = graph.call_function(aten._to_copy.default, (source,), {"dtype": torch.float32})
+        new.meta = {"val": source.meta["val"].to(torch.float32)}
+        return new
+
+    for up in list(graph.nodes):
+        if not cast_to(up, torch.float32) or up.meta["val"].numel() * 4 > XNNPACK_WEIGHT_LIMIT_BYTES:
+            continue
+        bf16 = up.args[0]
+        if cast_to(bf16, torch.bfloat16) and dtype(bf16.args[0]) == torch.float32:
+            source = bf16.args[0]
+        elif bf16.target == aten.mul.Tensor and dtype(bf16) == torch.bfloat16 and \
+                all(dtype(a) == torch.bfloat16 for a in bf16.args):
+            source = None
+        else:
+            continue
+        if (source is None or source.op != "placeholder") and \
+                (len(bf16.users) > 1 or order[up] - order[bf16] > _NEIGHBOURS):
+            continue
+        with graph.inserting_before(up):
+            if source is None:
+                source = tagged(aten.mul.Tensor, *map(widened, bf16.args))
+            scaled = tagged(aten.mul.Tensor, source, _BF16_SPLIT)
+            rounded = tagged(aten.sub.Tensor, scaled, tagged(aten.sub.Tensor, scaled, source))
+        up.replace_all_uses_with(rounded)
+        unread = [up]  # and what only it read: the bf16 value, the codes' bf16 cast
+        while unread:
+            node = unread.pop()
+            if node.op == "call_function" and not node.users and node.target in _PURE:
+                unread.extend(node.all_input_nodes)
+                graph.erase_node(node)
+        count += 1
+    return count
+
+
 def _apply_rewrites(ep: ExportedProgram, delegate: str | None) -> dict[str, int]:
     """The joint graph's rewrites; returns how many nodes each one changed."""
     gm = ep.graph_module
@@ -236,6 +326,7 @@ def _apply_rewrites(ep: ExportedProgram, delegate: str | None) -> dict[str, int]
     if delegate == "xnnpack":
         counts["bf16_matmuls_in_fp32"] = bf16_matmuls_in_fp32(gm)
         counts["tanh_gelu_as_elementwise"] = tanh_gelu_as_elementwise(gm)
+        counts["bf16_round_trips_as_rounding"] = bf16_round_trips_as_rounding(gm)
     if any(counts.values()):
         gm.graph.lint()
         gm.recompile()
@@ -248,14 +339,18 @@ def lowering_record(partitioner: str | None, rewrites: dict[str, int], update: s
     return {
         "delegate": "xnnpack" if partitioner else "none",
         "kernels": (f"XNNPACK for linear/mm/bmm/permute (weights as inputs, packed each call; a weight over "
-                    f"{XNNPACK_WEIGHT_LIMIT_BYTES >> 20} MiB on the runtime's kernel) and for tanh GELU as "
-                    f"mul/add/tanh (partitioned {partitioner}); " if partitioner else "")
+                    f"{XNNPACK_WEIGHT_LIMIT_BYTES >> 20} MiB on the runtime's kernel), for tanh GELU as "
+                    f"mul/add/tanh and for bf16 rounding as mul/sub (partitioned {partitioner}); "
+                    if partitioner else "")
                    + "the runtime's registered CPU kernels for the rest",
         "matmuls": "aten.linear on stored weights, weight gradients as mm (no weight transposes)"
                    + ("; patch convolution as patches @ weight" if rewrites.get("patch_conv_as_linear") else "")
                    + ("; bf16 matmuls as bf16(fp32(a) @ fp32(b)) in XNNPACK's fp32 kernel (eager's bf16 "
                       "GEMM rounding; the runtime's bf16 kernel is ~20x slower)"
-                      if rewrites.get("bf16_matmuls_in_fp32") else ""),
+                      if rewrites.get("bf16_matmuls_in_fp32") else "")
+                   + ("; fp32 -> bf16 -> fp32 round trips and bf16 products (int8 dequantisation) as bf16 "
+                      "rounding in fp32 arithmetic, bit for bit the casts'"
+                      if rewrites.get("bf16_round_trips_as_rounding") else ""),
         "weights": "inside the .pte (constant segment), updated in place by the runtime",
         "gradients": "program outputs in the static memory plan",
         "update": update,
@@ -320,9 +415,9 @@ def _within_weight_limit(config, node: torch.fx.Node) -> bool:
     return weight is None or weight.numel() * weight.element_size() <= XNNPACK_WEIGHT_LIMIT_BYTES
 
 
-def _is_gelu_part(config, node: torch.fx.Node) -> bool:
-    """A node `tanh_gelu_as_elementwise` wrote (XNNPACK takes no other elementwise node)."""
-    return bool(node.meta.get("custom", {}).get(GELU_PART))
+def _is_tagged(config, node: torch.fx.Node) -> bool:
+    """A node this module's rewrites wrote for XNNPACK (it takes no other elementwise node)."""
+    return bool(node.meta.get("custom", {}).get(XNNPACK_PART))
 
 
 def _xnnpack_partitioner(dynamic_weights: bool = True, fast: bool = True):
@@ -339,6 +434,7 @@ def _xnnpack_partitioner(dynamic_weights: bool = True, fast: bool = True):
         BMMConfig,
         MulConfig,
         PermuteConfig,
+        SubConfig,
         TanhConfig,
     )
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
@@ -347,7 +443,7 @@ def _xnnpack_partitioner(dynamic_weights: bool = True, fast: bool = True):
 
     make = level_partitioner if fast else (lambda configs, **kwargs: XnnpackPartitioner(configs=configs, **kwargs))
     return make([*(_narrowed(c, _within_weight_limit) for c in (LinearConfig, MMConfig)), BMMConfig, PermuteConfig,
-                 *(_narrowed(c, _is_gelu_part) for c in (MulConfig, AddConfig, TanhConfig))],
+                 *(_narrowed(c, _is_tagged) for c in (MulConfig, AddConfig, SubConfig, TanhConfig))],
                 force_non_static_weights_for_f32_linear=dynamic_weights)
 
 

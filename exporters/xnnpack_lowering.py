@@ -15,8 +15,9 @@ finishing (> 15 min, 6.6 GiB):
   them all out unsorted and sorts once, in place.
 - XNNPACK's preprocess runs all its 17 graph passes on every partition (each retraces it;
   ~0.2 s a partition whatever its size). Most rewrite operators our partitions never hold
-  (convolution, batch norm, upsampling, SDPA, concatenation, PReLU, quantisation).
-  `only_matmul_passes` runs the 6 that can act on linear/mm/bmm/permute_copy.
+  (convolution, batch norm, upsampling, SDPA, concatenation, PReLU, quantisation, the
+  activations an add or mul could absorb). `only_partition_passes` runs the 6 that can act on
+  the operators our partitioner takes (matmuls, transposes, tagged mul/add/sub/tanh).
 
 None changes what a delegate computes (the same operators on the same tensors); the tests
 check the losses against ExecuTorch's own partitioner and lowering bit for bit
@@ -106,26 +107,28 @@ def linear_time_partitioning():
                      _create_partitions_in_graph_module=partitions_then_sort)
 
 
-# The matmul operators `exporters.executorch._xnnpack_partitioner` partitions (its other
-# partitions also hold a tanh GELU's elementwise ops, and get all of XNNPACK's passes).
-MATMUL_PARTITION_OPS = frozenset({"linear.default", "mm.default", "bmm.default", "permute_copy.default"})
+# The operators `exporters.executorch._xnnpack_partitioner` partitions: matmuls, transposes and
+# the elementwise nodes its rewrites tag (a tanh GELU's parts, bf16 rounding).
+PARTITION_OPS = frozenset({"linear.default", "mm.default", "bmm.default", "permute_copy.default",
+                           "mul.Tensor", "add.Tensor", "sub.Tensor", "tanh.default"})
 
 # XNNPACK's passes (executorch 1.5.1 XNNPACKPassManager, in its order) that can change a
-# partition made of MATMUL_PARTITION_OPS; the others match only operators it cannot hold.
-MATMUL_PASSES = ("XNNPACKRemoveCloneOpsTransform", "DimOrderOpsRevertPass", "ConvertToLinearPass",
+# partition made of PARTITION_OPS; the others match only operators it cannot hold (and
+# FuseActivationPass fuses only a ReLU, hardtanh or clamp, none of which it holds).
+PARTITION_PASSES = ("XNNPACKRemoveCloneOpsTransform", "DimOrderOpsRevertPass", "ConvertToLinearPass",
                  "ConstPropPass", "ChannelsLastTaggedReshapePass", "RemoveRedundantCopyPass")
 
 
-def _holds_only_matmuls(ep) -> bool:
+def _holds_only_partition_ops(ep) -> bool:
     from executorch.exir.backend.canonical_partitioners.config_partitioner import format_target_name
 
-    return all(format_target_name(getattr(n.target, "__name__", "")) in MATMUL_PARTITION_OPS
+    return all(format_target_name(getattr(n.target, "__name__", "")) in PARTITION_OPS
                for n in ep.graph_module.graph.nodes if n.op == "call_function")
 
 
-def only_matmul_passes():
-    """While lowering: XNNPACK's preprocess runs only MATMUL_PASSES on partitions that hold
-    only MATMUL_PARTITION_OPS (all its passes on any other). Patches
+def only_partition_passes():
+    """While lowering: XNNPACK's preprocess runs only PARTITION_PASSES on partitions that hold
+    only PARTITION_OPS (all its passes on any other). Patches
     executorch.backends.xnnpack.xnnpack_preprocess (pinned 1.5.1) for the `with` only."""
     from executorch.backends.xnnpack import xnnpack_preprocess
 
@@ -133,14 +136,15 @@ def only_matmul_passes():
 
     def manager(ep, passes=None):
         chosen = original(ep, passes)
-        if passes is None and _holds_only_matmuls(ep):
-            chosen.passes = [p for p in chosen.passes if p.__name__ in MATMUL_PASSES]
+        if passes is None and _holds_only_partition_ops(ep):
+            chosen.passes = [p for p in chosen.passes if p.__name__ in PARTITION_PASSES]
         return chosen
 
     return _replaced(xnnpack_preprocess, XNNPACKPassManager=manager)
 
 
-def partition_by_level(graph: torch.fx.Graph, matched: set, group=lambda node: None) -> list[list]:
+def partition_by_level(graph: torch.fx.Graph, matched: set, group=lambda node: None,
+                       weights: frozenset = frozenset()) -> list[list]:
     """Groups the `matched` nodes (those XNNPACK takes) into cycle-free partitions in one
     pass: a matched node's level is the highest among its inputs, plus one for an input
     outside `matched` or in another `group`; other nodes carry the highest level of their
@@ -148,17 +152,35 @@ def partition_by_level(graph: torch.fx.Graph, matched: set, group=lambda node: N
     never drops and it rises on entering a partition from outside, so no path leaves a
     partition and comes back. `group`: a recomputation's nodes must stay apart from the
     forward's, or their delegate call would run with the forward and keep what the
-    recomputation frees. `graph` must be in topological order."""
+    recomputation frees. `graph` must be in topological order.
+
+    Then, last node first, a matched node computed from `weights` alone (the names of the
+    placeholders that hold parameters and buffers; a weight's bf16 rounding or dequantisation,
+    exporters.executorch.bf16_round_trips_as_rounding) whose users are all matched and of its
+    group takes the lowest of their levels: it joins the matmul that reads it, instead of every
+    weight's rounding running in one delegate call near the start with all its results alive.
+    No level drops along an edge."""
     level: dict = {}
-    groups: dict[tuple, list] = {}
     for node in graph.nodes:
         inputs = node.all_input_nodes
         if node in matched:
             mine = group(node)
             level[node] = max((level[i] + (i not in matched or group(i) != mine) for i in inputs), default=1)
-            groups.setdefault((level[node], str(mine)), []).append(node)
         else:
             level[node] = max((level[i] for i in inputs), default=0)
+    from_weights = set()
+    for node in graph.nodes:
+        if node.op == "call_function" and all(i.name in weights if i.op == "placeholder" else i in from_weights
+                                               for i in node.all_input_nodes):
+            from_weights.add(node)
+    for node in reversed(graph.nodes):
+        users = node.users
+        if node in from_weights and users and all(u in matched and group(u) == group(node) for u in users):
+            level[node] = min(level[u] for u in users)
+    groups: dict[tuple, list] = {}
+    for node in graph.nodes:
+        if node in matched:
+            groups.setdefault((level[node], str(group(node))), []).append(node)
     return [groups[k] for k in sorted(groups)]
 
 
@@ -197,7 +219,9 @@ def level_partitioner(configs: list, **kwargs):
             owner = {n: match for match in matches for n in match if n.op == "call_function"}
             partitions = []
             graph = ep.graph_module.graph
-            for i, nodes in enumerate(partition_by_level(graph, set(owner), recomputation_group)):
+            signature = ep.graph_signature
+            weights = frozenset(signature.inputs_to_parameters) | frozenset(signature.inputs_to_buffers)
+            for i, nodes in enumerate(partition_by_level(graph, set(owner), recomputation_group, weights)):
                 members = {m: None for n in nodes for m in owner[n]}  # + a match's constants
                 partitions.append(Partition(id=i, nodes=members))
             return partitions
@@ -224,7 +248,7 @@ def fast_lowering_problem() -> str | None:
         if not hasattr(owner, name):
             return f"executorch {installed} has no {owner.__name__}.{name}"
     passes = {p.__name__ for p in xnnpack_preprocess.XNNPACKPassManager(None).passes}
-    missing = sorted(set(MATMUL_PASSES) - passes)
+    missing = sorted(set(PARTITION_PASSES) - passes)
     if missing:
         return f"executorch {installed}'s XNNPACK passes lack {', '.join(missing)}"
     return None
@@ -234,5 +258,5 @@ def fast_lowering_problem() -> str | None:
 def fast_xnnpack_lowering() -> Iterator[None]:
     """Both lowering patches, for one `to_edge_transform_and_lower` call (the partitioner
     of `level_partitioner` brings the third, `_source_partitions_once`)."""
-    with linear_time_partitioning(), only_matmul_passes():
+    with linear_time_partitioning(), only_partition_passes():
         yield

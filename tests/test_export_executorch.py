@@ -207,6 +207,78 @@ def test_a_tanh_gelu_runs_in_xnnpack_as_eagers_formula(tmp_path, approximate):
     _side_by_side(tmp_path / "model.pte", reference, inputs)
 
 
+class AutocastMLP(MLP):
+    def forward(self, x, labels):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return super().forward(x, labels)
+
+
+class Int8AutocastMLP(AutocastMLP):
+    """up frozen as int8 codes and scales (edgebench.methods.int8), dequantised to bf16 in forward."""
+
+    def __init__(self):
+        from edgebench.methods.int8 import Int8Linear
+
+        super().__init__()
+        self.up = Int8Linear(self.up)
+
+
+def _rounding_and_casts(tmp_path, monkeypatch, model, inputs, strict=True):
+    """The program lowered with `bf16_round_trips_as_rounding` and without (the runtime's casts):
+    for each, its lowering, operator counts, and the losses and gradients of 3 SGD steps."""
+    import exporters.executorch as et
+
+    runs = {}
+    for variant in ("rounding", "casts"):
+        if variant == "casts":
+            monkeypatch.setattr(et, "bf16_round_trips_as_rounding", lambda gm: 0)
+        lowered = et.lower_training_step(copy.deepcopy(model), inputs, delegate="xnnpack", strict=strict)
+        path = tmp_path / f"{variant}.pte"
+        lowered.write(path)
+        program = TrainingProgram(str(path))
+        losses, grads = [], []
+        for _ in range(3):
+            losses.append(program.forward_backward(inputs))
+            grads.append({n: g.clone() for n, g in program.grads.items()})
+            with torch.no_grad():
+                for name, param in program.named_parameters().items():
+                    param.sub_(0.5 * program.grads[name])
+        runs[variant] = lowered, _operator_counts(path.read_bytes()), losses, grads
+    rounding, casts = runs["rounding"], runs["casts"]
+    assert rounding[2] == casts[2] and rounding[2][2] < rounding[2][0]  # bit for bit, and it trains
+    for mine, theirs in zip(rounding[3], casts[3]):
+        assert all(torch.equal(mine[n], theirs[n]) for n in theirs)
+    return rounding, casts
+
+
+CAST = "dim_order_ops::_to_dim_order_copy"
+
+
+def test_bf16_round_trips_run_in_xnnpack_bit_for_bit_as_the_casts(tmp_path, monkeypatch):
+    """Autocast's fp32 -> bf16 -> fp32 round trips (weights into the matmuls, forward and backward;
+    weight gradients out of them) become XNNPACK's rounding arithmetic: the program trains bit for
+    bit as the one that keeps the runtime's casts, with fewer casts."""
+    torch.manual_seed(0)
+    inputs = (torch.randn(6, 16), torch.tensor([0, 1, 2, 3, 4, 5]))
+    rounding, casts = _rounding_and_casts(tmp_path, monkeypatch, AutocastMLP(), inputs)
+    # The input (into up, and into up's weight gradient), up's weight and bias and down's weight
+    # into the forward, down's weight into its input gradient, the logits into log_softmax (fp32
+    # under autocast), both weight gradients (the bias gradient is a bf16 sum, widened).
+    assert rounding[0].lowering["rewrites"]["bf16_round_trips_as_rounding"] == 9
+    assert rounding[1][CAST] == casts[1][CAST] - 16  # the 9 widenings and the 7 narrowings left unread
+    assert rounding[1]["aten::mul"] == casts[1]["aten::mul"] and rounding[1]["aten::sub"] == casts[1]["aten::sub"]
+
+
+def test_an_int8_weights_dequantisation_runs_in_xnnpack_bit_for_bit(tmp_path, monkeypatch):
+    """codes -> bf16, times the bf16 scales, -> fp32 for the matmul: the bf16 product is exact in
+    fp32, so the codes are widened straight to fp32 and XNNPACK multiplies and rounds."""
+    torch.manual_seed(0)
+    inputs = (torch.randn(6, 16), torch.tensor([0, 1, 2, 3, 4, 5]))
+    rounding, casts = _rounding_and_casts(tmp_path, monkeypatch, Int8AutocastMLP(), inputs, strict=False)
+    assert rounding[1]["aten::mul"] == casts[1]["aten::mul"] - 1  # the dequantisation's bf16 mul
+    assert rounding[1][CAST] < casts[1][CAST]
+
+
 def test_xnnpack_guard_refuses_a_delegate_that_captures_a_trainable_weight(monkeypatch):
     import exporters.executorch as et
 
@@ -218,10 +290,12 @@ def test_xnnpack_guard_refuses_a_delegate_that_captures_a_trainable_weight(monke
 
 class Attention(torch.nn.Module):
     """Two pre-norm attention + MLP blocks: enough XNNPACK partitions (linear, bmm, permute,
-    forward and backward) that cutting them out leaves the graph out of order."""
+    forward and backward) that cutting them out leaves the graph out of order. `autocast`: under
+    bf16 autocast, with a tanh GELU (partitions of tagged elementwise nodes too)."""
 
-    def __init__(self, width=16, blocks=2):
+    def __init__(self, width=16, blocks=2, autocast=False):
         super().__init__()
+        self.autocast = autocast
         self.blocks = torch.nn.ModuleList(torch.nn.ModuleDict({
             "norm": torch.nn.LayerNorm(width), "qkv": torch.nn.Linear(width, 3 * width),
             "out": torch.nn.Linear(width, width), "up": torch.nn.Linear(width, 2 * width),
@@ -229,15 +303,19 @@ class Attention(torch.nn.Module):
         self.head = torch.nn.Linear(width, 10)
 
     def forward(self, x, labels):
-        for block in self.blocks:
-            q, k, v = block["qkv"](block["norm"](x)).chunk(3, dim=-1)
-            attention = torch.softmax(q @ k.transpose(1, 2) / 4.0, dim=-1)
-            x = x + block["out"](attention @ v)
-            x = x + block["down"](torch.nn.functional.silu(block["up"](x)))
-        return torch.nn.functional.cross_entropy(self.head(x).flatten(0, 1), labels)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.autocast):
+            for block in self.blocks:
+                q, k, v = block["qkv"](block["norm"](x)).chunk(3, dim=-1)
+                attention = torch.softmax(q @ k.transpose(1, 2) / 4.0, dim=-1)
+                x = x + block["out"](attention @ v)
+                hidden = block["up"](x)
+                hidden = (torch.nn.functional.gelu(hidden, approximate="tanh") if self.autocast
+                          else torch.nn.functional.silu(hidden))
+                x = x + block["down"](hidden)
+            return torch.nn.functional.cross_entropy(self.head(x).flatten(0, 1), labels)
 
 
-def _attention_program(path, **patches):
+def _attention_program(path, autocast=False, **patches):
     """Lowers Attention to XNNPACK (optionally with exporters.xnnpack_lowering's patches
     replaced) and returns its `.pte` bytes and 3 SGD losses."""
     import contextlib
@@ -251,7 +329,7 @@ def _attention_program(path, **patches):
             original = getattr(xl, name)
             setattr(xl, name, replacement)
             stack.callback(setattr, xl, name, original)
-        lower_training_step(Attention(), inputs, delegate="xnnpack").write(path)
+        lower_training_step(Attention(autocast=autocast), inputs, delegate="xnnpack").write(path)
     program, losses = TrainingProgram(str(path)), []
     for _ in range(3):
         losses.append(program.forward_backward(inputs))
@@ -290,6 +368,11 @@ def test_fast_xnnpack_lowering_trains_like_executorchs_own(tmp_path, monkeypatch
     assert _delegate_calls(own) == _delegate_calls(fast) > 2  # the same matmuls delegated
     assert fast_losses[-1] < fast_losses[0]
     assert unsorted == fast
+    # Partitions of tagged elementwise nodes too (a tanh GELU's, bf16 rounding): same bytes.
+    fast_bf16, _ = _attention_program(tmp_path / "fast_bf16.pte", autocast=True)
+    all_passes_bf16, _ = _attention_program(tmp_path / "bf16.pte", autocast=True,
+                                            fast_xnnpack_lowering=xl.linear_time_partitioning)
+    assert fast_bf16 == all_passes_bf16
     assert not {"aten::linear", "aten::mm", "aten::bmm"} & set(_operator_counts(fast))
     assert patched() == originals  # every patch is undone after the call
 
@@ -297,7 +380,7 @@ def test_fast_xnnpack_lowering_trains_like_executorchs_own(tmp_path, monkeypatch
 def test_a_renamed_xnnpack_pass_turns_the_fast_lowering_off(monkeypatch):
     import exporters.xnnpack_lowering as xl
 
-    monkeypatch.setattr(xl, "MATMUL_PASSES", (*xl.MATMUL_PASSES, "ConvertToLinearPassRenamed"))
+    monkeypatch.setattr(xl, "PARTITION_PASSES", (*xl.PARTITION_PASSES, "ConvertToLinearPassRenamed"))
     assert "lack ConvertToLinearPassRenamed" in xl.fast_lowering_problem()
 
 
@@ -360,7 +443,7 @@ def test_a_recomputation_is_never_partitioned_with_the_forward():
     from exporters.xnnpack_lowering import partition_by_level
 
     graph = torch.fx.Graph()
-    x, w = graph.placeholder("x"), graph.placeholder("w")
+    x, w = graph.call_function(torch.relu, (graph.placeholder("x"),)), graph.placeholder("w")
     forward = graph.call_function(torch.mm, (x, w))
     kept = graph.call_function(torch.relu, (forward,))
     copy = graph.call_function(torch.mm, (x, w))  # recomputed for the backward
@@ -374,6 +457,25 @@ def test_a_recomputation_is_never_partitioned_with_the_forward():
     parts = partition_by_level(graph, matched, recomputation_group)
     assert sorted(map(len, parts)) == [1, 1, 2] and [copy, copied_next] in parts
     assert [forward] in parts and [backward] in parts
+
+
+def test_a_weights_rounding_joins_the_matmul_that_reads_it():
+    """A bf16 rounding computed from a weight alone (level 1) is partitioned with its matmul, not
+    with every other weight's in one delegate call at the start that keeps all of them alive."""
+    from exporters.xnnpack_lowering import partition_by_level
+
+    graph = torch.fx.Graph()
+    x = graph.call_function(torch.relu, (graph.placeholder("x"),))
+    w1, w2 = graph.placeholder("w1"), graph.placeholder("w2")
+    rounded1 = graph.call_function(torch.mul, (w1, 65537.0))
+    first = graph.call_function(torch.mm, (x, rounded1))
+    hidden = graph.call_function(torch.relu, (first,))
+    rounded2 = graph.call_function(torch.mul, (w2, 65537.0))
+    other = graph.call_function(torch.neg, (rounded2,))  # rounded2 also read outside XNNPACK
+    second = graph.call_function(torch.mm, (hidden, rounded2))
+    graph.output((second, other))
+    parts = partition_by_level(graph, {rounded1, first, rounded2, second}, weights=frozenset({"w1", "w2"}))
+    assert parts == [[rounded1, first, rounded2], [second]]  # rounded2 stays at level 1: neg reads it
 
 
 def test_a_read_placed_after_an_in_program_update_is_found():
