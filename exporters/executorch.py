@@ -15,6 +15,7 @@ input, so trainable weights stay the program's own; the rest runs on the runtime
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import warnings
 from collections.abc import Callable, Iterator
@@ -205,6 +206,13 @@ def _tagged(meta: dict, rewrite: str) -> dict:
     return {**meta, "custom": {**meta.get("custom", {}), XNNPACK_PART: rewrite}}
 
 
+def _node(graph: torch.fx.Graph, meta: dict, target, *args) -> torch.fx.Node:
+    """A new `target(*args)` node carrying (a copy of) `meta`."""
+    new = graph.call_function(target, args)
+    new.meta = dict(meta)
+    return new
+
+
 def tanh_gelu_as_elementwise(gm: torch.fx.GraphModule) -> int:
     """Each tanh-approximated GELU becomes eager's formula for it,
     `x * 0.5 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))`, as mul/add/tanh nodes XNNPACK
@@ -217,13 +225,7 @@ def tanh_gelu_as_elementwise(gm: torch.fx.GraphModule) -> int:
         if node.target != aten.gelu.default or node.kwargs.get("approximate", "none") != "tanh":
             continue
         x = node.args[0]
-        meta = _tagged(node.meta, "tanh_gelu")  # every part: x's shape
-
-        def op(target, *args, meta=meta):
-            new = graph.call_function(target, args)
-            new.meta = dict(meta)
-            return new
-
+        op = functools.partial(_node, graph, _tagged(node.meta, "tanh_gelu"))  # every part: x's shape
         with graph.inserting_before(node):
             cube = op(aten.mul.Tensor, op(aten.mul.Tensor, x, x), x)
             inner = op(aten.mul.Tensor, op(aten.add.Tensor, x, op(aten.mul.Tensor, cube, 0.044715)),
@@ -277,11 +279,6 @@ def bf16_round_trips_as_rounding(gm: torch.fx.GraphModule) -> int:
     def dtype(node) -> torch.dtype | None:
         return getattr(node.meta.get("val"), "dtype", None) if isinstance(node, torch.fx.Node) else None
 
-    def tagged(target, *args):
-        new = graph.call_function(target, args)
-        new.meta = _tagged({"val": up.meta["val"], "custom": up.meta.get("custom", {})}, "bf16_rounding")  # + its group
-        return new
-
     def widened(value):
         """fp32 of a bf16 `value`, from its int8 source where it is a cast of one (exact)."""
         source = value.args[0] if cast_to(value, torch.bfloat16) and dtype(value.args[0]) == torch.int8 else value
@@ -303,6 +300,9 @@ def bf16_round_trips_as_rounding(gm: torch.fx.GraphModule) -> int:
         if (source is None or source.op != "placeholder") and \
                 (len(bf16.users) > 1 or order[up] - order[bf16] > _NEIGHBOURS):
             continue
+        # Every part has up's shape and group (a recomputation's, exporters.et_methods).
+        tagged = functools.partial(_node, graph, _tagged({"val": up.meta["val"], "custom": up.meta.get("custom", {})},
+                                                         "bf16_rounding"))
         with graph.inserting_before(up):
             if source is None:
                 source = tagged(aten.mul.Tensor, *map(widened, bf16.args))
@@ -422,7 +422,7 @@ def _is_tagged(config, node: torch.fx.Node) -> bool:
 
 def _xnnpack_partitioner(dynamic_weights: bool = True, fast: bool = True):
     """XNNPACK for the matmuls (linear, mm, bmm; weights up to XNNPACK_WEIGHT_LIMIT_BYTES) and
-    a tanh GELU's parts, every weight a runtime input
+    the elementwise nodes the rewrites tag (XNNPACK_PART), every weight a runtime input
     (`force_non_static_weights_for_f32_linear`): XNNPACK would otherwise bake a GEMM's weight
     into the delegate as a constant, and a trainable weight baked in silently stops training
     (it trained to NaN with the patch convolution inside). `fast`: partitioned in linear time

@@ -116,7 +116,7 @@ PARTITION_OPS = frozenset({"linear.default", "mm.default", "bmm.default", "permu
 # partition made of PARTITION_OPS; the others match only operators it cannot hold (and
 # FuseActivationPass fuses only a ReLU, hardtanh or clamp, none of which it holds).
 PARTITION_PASSES = ("XNNPACKRemoveCloneOpsTransform", "DimOrderOpsRevertPass", "ConvertToLinearPass",
-                 "ConstPropPass", "ChannelsLastTaggedReshapePass", "RemoveRedundantCopyPass")
+                    "ConstPropPass", "ChannelsLastTaggedReshapePass", "RemoveRedundantCopyPass")
 
 
 def _holds_only_partition_ops(ep) -> bool:
@@ -161,6 +161,7 @@ def partition_by_level(graph: torch.fx.Graph, matched: set, group=lambda node: N
     weight's rounding running in one delegate call near the start with all its results alive.
     No level drops along an edge."""
     level: dict = {}
+    from_weights = set()
     for node in graph.nodes:
         inputs = node.all_input_nodes
         if node in matched:
@@ -168,10 +169,8 @@ def partition_by_level(graph: torch.fx.Graph, matched: set, group=lambda node: N
             level[node] = max((level[i] + (i not in matched or group(i) != mine) for i in inputs), default=1)
         else:
             level[node] = max((level[i] for i in inputs), default=0)
-    from_weights = set()
-    for node in graph.nodes:
         if node.op == "call_function" and all(i.name in weights if i.op == "placeholder" else i in from_weights
-                                               for i in node.all_input_nodes):
+                                               for i in inputs):
             from_weights.add(node)
     for node in reversed(graph.nodes):
         users = node.users
