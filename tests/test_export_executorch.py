@@ -466,16 +466,20 @@ def test_a_weights_rounding_joins_the_matmul_that_reads_it():
 
     graph = torch.fx.Graph()
     x = graph.call_function(torch.relu, (graph.placeholder("x"),))
-    w1, w2 = graph.placeholder("w1"), graph.placeholder("w2")
-    rounded1 = graph.call_function(torch.mul, (w1, 65537.0))
-    first = graph.call_function(torch.mm, (x, rounded1))
+    w0, w1, w2 = graph.placeholder("w0"), graph.placeholder("w1"), graph.placeholder("w2")
+    earlier = graph.call_function(torch.mm, (x, w0))  # level 1
+    between = graph.call_function(torch.relu, (earlier,))
+    rounded1 = graph.call_function(torch.mul, (w1, 65537.0))  # level 1 by its inputs
+    first = graph.call_function(torch.mm, (between, rounded1))  # level 2
     hidden = graph.call_function(torch.relu, (first,))
     rounded2 = graph.call_function(torch.mul, (w2, 65537.0))
     other = graph.call_function(torch.neg, (rounded2,))  # rounded2 also read outside XNNPACK
-    second = graph.call_function(torch.mm, (hidden, rounded2))
+    second = graph.call_function(torch.mm, (hidden, rounded2))  # level 3
     graph.output((second, other))
-    parts = partition_by_level(graph, {rounded1, first, rounded2, second}, weights=frozenset({"w1", "w2"}))
-    assert parts == [[rounded1, first, rounded2], [second]]  # rounded2 stays at level 1: neg reads it
+    parts = partition_by_level(graph, {earlier, rounded1, first, rounded2, second},
+                               weights=frozenset({"w0", "w1", "w2"}))
+    # rounded1 joins first; rounded2 stays at level 1 (neg reads it), with the earlier matmul.
+    assert parts == [[earlier, rounded2], [rounded1, first], [second]]
 
 
 def test_a_read_placed_after_an_in_program_update_is_found():
