@@ -195,22 +195,37 @@ def bf16_matmuls_in_fp32(gm: torch.fx.GraphModule) -> int:
     return count
 
 
-# node.meta["custom"] key of the elementwise nodes this module's rewrites write for XNNPACK
-# (`tanh_gelu_as_elementwise`, `bf16_round_trips_as_rounding`): XNNPACK takes those, and no other,
-# mul, add, sub and tanh (torch.fx copies meta["custom"] through every retrace). Its value names
-# the rewrite.
-XNNPACK_PART = "edgebench_xnnpack"
-
-
-def _tagged(meta: dict, rewrite: str) -> dict:
-    return {**meta, "custom": {**meta.get("custom", {}), XNNPACK_PART: rewrite}}
-
-
 def _node(graph: torch.fx.Graph, meta: dict, target, *args) -> torch.fx.Node:
     """A new `target(*args)` node carrying (a copy of) `meta`."""
     new = graph.call_function(target, args)
     new.meta = dict(meta)
     return new
+
+
+def _scalar_forms() -> dict:
+    aten = torch.ops.aten
+    return {aten.mul.Scalar: aten.mul.Tensor, aten.add.Scalar: aten.add.Tensor, aten.sub.Scalar: aten.sub.Tensor,
+            aten.div.Scalar: aten.div.Tensor}
+
+
+def scalar_ops_as_tensor_ops(gm: torch.fx.GraphModule) -> int:
+    """`mul/add/sub/div.Scalar(x, c)` of an fp32 `x` become their `.Tensor` forms with the same
+    scalar, which XNNPACK's partitioner takes (it takes no `.Scalar` op): the same one rounding
+    per element. A SiLU's backward, `s * (1 + x * (1 - s))`, otherwise keeps an `add.Scalar` on
+    the runtime's kernels, and the rest of its chain, computed from the forward's values alone,
+    would run in the forward's delegate call and live until the backward. Returns the count."""
+    graph, count, forms = gm.graph, 0, _scalar_forms()
+    for node in list(graph.nodes):
+        val = node.meta.get("val")
+        if (node.target not in forms or getattr(val, "dtype", None) != torch.float32
+                or node.kwargs.get("alpha", 1) != 1 or len(node.args) != 2):
+            continue
+        with graph.inserting_before(node):
+            new = _node(graph, node.meta, forms[node.target], *node.args)
+        node.replace_all_uses_with(new)
+        graph.erase_node(node)
+        count += 1
+    return count
 
 
 def tanh_gelu_as_elementwise(gm: torch.fx.GraphModule) -> int:
@@ -225,7 +240,7 @@ def tanh_gelu_as_elementwise(gm: torch.fx.GraphModule) -> int:
         if node.target != aten.gelu.default or node.kwargs.get("approximate", "none") != "tanh":
             continue
         x = node.args[0]
-        op = functools.partial(_node, graph, _tagged(node.meta, "tanh_gelu"))  # every part: x's shape
+        op = functools.partial(_node, graph, node.meta)  # every part: x's shape
         with graph.inserting_before(node):
             cube = op(aten.mul.Tensor, op(aten.mul.Tensor, x, x), x)
             inner = op(aten.mul.Tensor, op(aten.add.Tensor, x, op(aten.mul.Tensor, cube, 0.044715)),
@@ -301,13 +316,12 @@ def bf16_round_trips_as_rounding(gm: torch.fx.GraphModule) -> int:
                 (len(bf16.users) > 1 or order[up] - order[bf16] > _NEIGHBOURS):
             continue
         # Every part has up's shape and group (a recomputation's, exporters.et_methods).
-        tagged = functools.partial(_node, graph, _tagged({"val": up.meta["val"], "custom": up.meta.get("custom", {})},
-                                                         "bf16_rounding"))
+        part = functools.partial(_node, graph, {"val": up.meta["val"], "custom": up.meta.get("custom", {})})
         with graph.inserting_before(up):
             if source is None:
-                source = tagged(aten.mul.Tensor, *map(widened, bf16.args))
-            scaled = tagged(aten.mul.Tensor, source, _BF16_SPLIT)
-            rounded = tagged(aten.sub.Tensor, scaled, tagged(aten.sub.Tensor, scaled, source))
+                source = part(aten.mul.Tensor, *map(widened, bf16.args))
+            scaled = part(aten.mul.Tensor, source, _BF16_SPLIT)
+            rounded = part(aten.sub.Tensor, scaled, part(aten.sub.Tensor, scaled, source))
         up.replace_all_uses_with(rounded)
         unread = [up]  # and what only it read: the bf16 value, the codes' bf16 cast
         while unread:
@@ -326,6 +340,7 @@ def _apply_rewrites(ep: ExportedProgram, delegate: str | None) -> dict[str, int]
     if delegate == "xnnpack":
         counts["bf16_matmuls_in_fp32"] = bf16_matmuls_in_fp32(gm)
         counts["tanh_gelu_as_elementwise"] = tanh_gelu_as_elementwise(gm)
+        counts["scalar_ops_as_tensor_ops"] = scalar_ops_as_tensor_ops(gm)
         counts["bf16_round_trips_as_rounding"] = bf16_round_trips_as_rounding(gm)
     if any(counts.values()):
         gm.graph.lint()
@@ -339,8 +354,9 @@ def lowering_record(partitioner: str | None, rewrites: dict[str, int], update: s
     return {
         "delegate": "xnnpack" if partitioner else "none",
         "kernels": (f"XNNPACK for linear/mm/bmm/permute (weights as inputs, packed each call; a weight over "
-                    f"{XNNPACK_WEIGHT_LIMIT_BYTES >> 20} MiB on the runtime's kernel), for tanh GELU as "
-                    f"mul/add/tanh and for bf16 rounding as mul/sub (partitioned {partitioner}); "
+                    f"{XNNPACK_WEIGHT_LIMIT_BYTES >> 20} MiB on the runtime's kernel) and for fp32 "
+                    f"mul/add/sub/div/neg/tanh/sigmoid/square up to that size, tanh GELU and bf16 rounding "
+                    f"written in them (partitioned {partitioner}); "
                     if partitioner else "")
                    + "the runtime's registered CPU kernels for the rest",
         "matmuls": "aten.linear on stored weights, weight gradients as mm (no weight transposes)"
@@ -415,14 +431,19 @@ def _within_weight_limit(config, node: torch.fx.Node) -> bool:
     return weight is None or weight.numel() * weight.element_size() <= XNNPACK_WEIGHT_LIMIT_BYTES
 
 
-def _is_tagged(config, node: torch.fx.Node) -> bool:
-    """A node this module's rewrites wrote for XNNPACK (it takes no other elementwise node)."""
-    return bool(node.meta.get("custom", {}).get(XNNPACK_PART))
+def _fp32_within_weight_limit(config, node: torch.fx.Node) -> bool:
+    """An elementwise node over fp32 tensors of at most XNNPACK_WEIGHT_LIMIT_BYTES each
+    (XNNPACK keeps a partition's temporaries in its workspace, which keeps the largest size)."""
+    values = [node.meta.get("val"), *(i.meta.get("val") for i in node.all_input_nodes)]
+    return all(isinstance(v, torch.Tensor) and v.dtype == torch.float32
+               and v.numel() * 4 <= XNNPACK_WEIGHT_LIMIT_BYTES for v in values)
 
 
 def _xnnpack_partitioner(dynamic_weights: bool = True, fast: bool = True):
     """XNNPACK for the matmuls (linear, mm, bmm; weights up to XNNPACK_WEIGHT_LIMIT_BYTES) and
-    the elementwise nodes the rewrites tag (XNNPACK_PART), every weight a runtime input
+    fp32 elementwise mul/add/sub/div/neg/tanh/sigmoid/square on tensors up to that size (the
+    runtime's kernels run one single-threaded pass each; its sigmoid took 0.42 s of nanoVLM-222M
+    BitFit's 2.4 s step), every weight a runtime input
     (`force_non_static_weights_for_f32_linear`): XNNPACK would otherwise bake a GEMM's weight
     into the delegate as a constant, and a trainable weight baked in silently stops training
     (it trained to NaN with the patch convolution inside). `fast`: partitioned in linear time
@@ -432,8 +453,12 @@ def _xnnpack_partitioner(dynamic_weights: bool = True, fast: bool = True):
     from executorch.backends.xnnpack.partition.config.generic_node_configs import (
         AddConfig,
         BMMConfig,
+        DivConfig,
         MulConfig,
+        NegConfig,
         PermuteConfig,
+        PowConfig,
+        SigmoidConfig,
         SubConfig,
         TanhConfig,
     )
@@ -443,7 +468,8 @@ def _xnnpack_partitioner(dynamic_weights: bool = True, fast: bool = True):
 
     make = level_partitioner if fast else (lambda configs, **kwargs: XnnpackPartitioner(configs=configs, **kwargs))
     return make([*(_narrowed(c, _within_weight_limit) for c in (LinearConfig, MMConfig)), BMMConfig, PermuteConfig,
-                 *(_narrowed(c, _is_tagged) for c in (MulConfig, AddConfig, SubConfig, TanhConfig))],
+                 *(_narrowed(c, _fp32_within_weight_limit) for c in (
+                     MulConfig, AddConfig, SubConfig, DivConfig, NegConfig, TanhConfig, SigmoidConfig, PowConfig))],
                 force_non_static_weights_for_f32_linear=dynamic_weights)
 
 

@@ -17,7 +17,7 @@ finishing (> 15 min, 6.6 GiB):
   ~0.2 s a partition whatever its size). Most rewrite operators our partitions never hold
   (convolution, batch norm, upsampling, SDPA, concatenation, PReLU, quantisation, the
   activations an add or mul could absorb). `only_partition_passes` runs the 6 that can act on
-  the operators our partitioner takes (matmuls, transposes, tagged mul/add/sub/tanh).
+  the operators our partitioner takes (matmuls, transposes, fp32 elementwise ELEMENTWISE_OPS).
 
 None changes what a delegate computes (the same operators on the same tensors); the tests
 check the losses against ExecuTorch's own partitioner and lowering bit for bit
@@ -108,43 +108,50 @@ def linear_time_partitioning():
 
 
 # The operators `exporters.executorch._xnnpack_partitioner` partitions: matmuls, transposes and
-# the elementwise nodes its rewrites tag (a tanh GELU's parts, bf16 rounding).
-PARTITION_OPS = frozenset({"linear.default", "mm.default", "bmm.default", "permute_copy.default",
-                           "mul.Tensor", "add.Tensor", "sub.Tensor", "tanh.default"})
+# fp32 elementwise nodes (pow: squares only, PowConfig's own rule).
+ELEMENTWISE_OPS = frozenset({"mul.Tensor", "add.Tensor", "sub.Tensor", "div.Tensor", "neg.default", "tanh.default",
+                             "sigmoid.default", "pow.Tensor_Scalar"})
+PARTITION_OPS = frozenset({"linear.default", "mm.default", "bmm.default", "permute_copy.default"}) | ELEMENTWISE_OPS
 
 # XNNPACK's passes (executorch 1.5.1 XNNPACKPassManager, in its order) that can change a
 # partition made of PARTITION_OPS; the others match only operators it cannot hold (and
 # FuseActivationPass fuses only a ReLU, hardtanh or clamp, none of which it holds).
 PARTITION_PASSES = ("XNNPACKRemoveCloneOpsTransform", "DimOrderOpsRevertPass", "ConvertToLinearPass",
                     "ConstPropPass", "ChannelsLastTaggedReshapePass", "RemoveRedundantCopyPass")
+# Of those, the one that can change a partition of ELEMENTWISE_OPS alone (no clone, dim-order op,
+# matmul, copy or layout-bound operator for the others to act on): half the partitions at
+# nanoVLM-222M size.
+ELEMENTWISE_PASSES = ("ConstPropPass",)
 
 
-def _holds_only_partition_ops(ep) -> bool:
+def _holds_only(ep, ops: frozenset) -> bool:
     from executorch.exir.backend.canonical_partitioners.config_partitioner import format_target_name
 
-    return all(format_target_name(getattr(n.target, "__name__", "")) in PARTITION_OPS
+    return all(format_target_name(getattr(n.target, "__name__", "")) in ops
                for n in ep.graph_module.graph.nodes if n.op == "call_function")
 
 
 def only_partition_passes():
     """While lowering: XNNPACK's preprocess runs only PARTITION_PASSES on partitions that hold
-    only PARTITION_OPS (all its passes on any other). Patches
-    executorch.backends.xnnpack.xnnpack_preprocess (pinned 1.5.1) for the `with` only."""
+    only PARTITION_OPS, only ELEMENTWISE_PASSES on those of ELEMENTWISE_OPS alone (all its passes
+    on any other). Patches executorch.backends.xnnpack.xnnpack_preprocess (pinned 1.5.1) for the
+    `with` only."""
     from executorch.backends.xnnpack import xnnpack_preprocess
 
     original = xnnpack_preprocess.XNNPACKPassManager
 
     def manager(ep, passes=None):
         chosen = original(ep, passes)
-        if passes is None and _holds_only_partition_ops(ep):
-            chosen.passes = [p for p in chosen.passes if p.__name__ in PARTITION_PASSES]
+        if passes is None and _holds_only(ep, PARTITION_OPS):
+            kept = ELEMENTWISE_PASSES if _holds_only(ep, ELEMENTWISE_OPS) else PARTITION_PASSES
+            chosen.passes = [p for p in chosen.passes if p.__name__ in kept]
         return chosen
 
     return _replaced(xnnpack_preprocess, XNNPACKPassManager=manager)
 
 
 def partition_by_level(graph: torch.fx.Graph, matched: set, group=lambda node: None,
-                       weights: frozenset = frozenset()) -> list[list]:
+                       weights: frozenset = frozenset(), elementwise=lambda node: False) -> list[list]:
     """Groups the `matched` nodes (those XNNPACK takes) into cycle-free partitions in one
     pass: a matched node's level is the highest among its inputs, plus one for an input
     outside `matched` or in another `group`; other nodes carry the highest level of their
@@ -154,12 +161,16 @@ def partition_by_level(graph: torch.fx.Graph, matched: set, group=lambda node: N
     forward's, or their delegate call would run with the forward and keep what the
     recomputation frees. `graph` must be in topological order.
 
-    Then, last node first, a matched node computed from `weights` alone (the names of the
-    placeholders that hold parameters and buffers; a weight's bf16 rounding or dequantisation,
-    exporters.executorch.bf16_round_trips_as_rounding) whose users are all matched and of its
-    group takes the lowest of their levels: it joins the matmul that reads it, instead of every
-    weight's rounding running in one delegate call near the start with all its results alive.
-    No level drops along an edge."""
+    Then, last node first, a node computed from `weights` alone (the names of the placeholders
+    that hold parameters and buffers; a weight's bf16 rounding or dequantisation,
+    exporters.executorch.bf16_round_trips_as_rounding), or a matched node that is
+    `elementwise`, whose users are all matched and of its group takes the lowest of their
+    levels: it runs as late as its readers. A weight's rounding joins the matmul that reads it,
+    instead of every weight's rounding running in one delegate call near the start with all its
+    results alive; a backward's elementwise chain over the forward's values alone (a SiLU's or
+    GELU's gradient, `s * (1 + x * (1 - s))`) joins the backward call that reads it, instead of
+    the forward's, where its results would live until the backward. No level drops along an
+    edge."""
     level: dict = {}
     from_weights = set()
     for node in graph.nodes:
@@ -174,7 +185,8 @@ def partition_by_level(graph: torch.fx.Graph, matched: set, group=lambda node: N
             from_weights.add(node)
     for node in reversed(graph.nodes):
         users = node.users
-        if node in from_weights and users and all(u in matched and group(u) == group(node) for u in users):
+        sinks = node in from_weights or (node in matched and elementwise(node))
+        if sinks and users and all(u in matched and group(u) == group(node) for u in users):
             level[node] = min(level[u] for u in users)
     groups: dict[tuple, list] = {}
     for node in graph.nodes:
@@ -205,6 +217,7 @@ def level_partitioner(configs: list, **kwargs):
     `partition_by_level`. Falls back to XNNPACK's own partitioning when a config matches
     more than one operator together (a pattern to keep whole: not our matmul configs)."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir.backend.canonical_partitioners.config_partitioner import format_target_name
     from torch.fx.passes.infra.partitioner import Partition
 
     from exporters.et_methods import recomputation_group
@@ -220,7 +233,9 @@ def level_partitioner(configs: list, **kwargs):
             graph = ep.graph_module.graph
             signature = ep.graph_signature
             weights = frozenset(signature.inputs_to_parameters) | frozenset(signature.inputs_to_buffers)
-            for i, nodes in enumerate(partition_by_level(graph, set(owner), recomputation_group, weights)):
+            elementwise = {n for n in owner if format_target_name(n.target.__name__) in ELEMENTWISE_OPS}
+            for i, nodes in enumerate(partition_by_level(graph, set(owner), recomputation_group, weights,
+                                                         elementwise.__contains__)):
                 members = {m: None for n in nodes for m in owner[n]}  # + a match's constants
                 partitions.append(Partition(id=i, nodes=members))
             return partitions
