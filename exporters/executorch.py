@@ -25,6 +25,8 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
+from exporters.idle_passes import skipping_idle_passes
+
 # The pipeline stages, in order, for progress displays.
 STAGES = ("torch.export", "joint graph", "rewrites", "to_edge", "to_executorch")
 
@@ -586,19 +588,20 @@ def lower_training_step(
     on_stage("to_edge")
     config = _edge_config()
     partitioner = None
-    if delegate == "xnnpack":
-        edge, partitioner = _lower_to_xnnpack(_already_decomposed(ep), config)
-        _check_no_captured_weights(edge.exported_program(), trainable)
-        _check_updates_follow_reads(edge.exported_program())
-        rewrites["xnnpack_partitions"] = sum(
-            1 for n in edge.exported_program().graph.nodes if n.op == "call_function"
-            and getattr(n.target, "__name__", "") == "executorch_call_delegate")
-    else:
-        edge = to_edge(_already_decomposed(ep), compile_config=config)
-    del ep
-    on_stage("to_executorch")
-    et = edge.to_executorch()
-    del edge
+    with skipping_idle_passes():
+        if delegate == "xnnpack":
+            edge, partitioner = _lower_to_xnnpack(_already_decomposed(ep), config)
+            _check_no_captured_weights(edge.exported_program(), trainable)
+            _check_updates_follow_reads(edge.exported_program())
+            rewrites["xnnpack_partitions"] = sum(
+                1 for n in edge.exported_program().graph.nodes if n.op == "call_function"
+                and getattr(n.target, "__name__", "") == "executorch_call_delegate")
+        else:
+            edge = to_edge(_already_decomposed(ep), compile_config=config)
+        del ep
+        on_stage("to_executorch")
+        et = edge.to_executorch()
+        del edge
     return LoweredProgram(
         program=et,
         planned_memory_bytes=planned_memory_bytes(et.executorch_program),
@@ -652,15 +655,16 @@ def lower_forward(
     rewrites = {"patch_conv_as_linear": patch_convs, **_apply_rewrites(ep, delegate)}
     on_stage("to_edge")
     partitioner = None
-    if delegate == "xnnpack":
-        edge, partitioner = _lower_to_xnnpack(ep, _edge_config())
-    else:
-        edge = to_edge(ep, compile_config=_edge_config())
-    on_stage("to_executorch")
-    # Inputs are used in place (not copied into the arena): the weights stay in Python.
-    et = edge.to_executorch(
-        ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False))
-    )
+    with skipping_idle_passes():
+        if delegate == "xnnpack":
+            edge, partitioner = _lower_to_xnnpack(ep, _edge_config())
+        else:
+            edge = to_edge(ep, compile_config=_edge_config())
+        on_stage("to_executorch")
+        # Inputs are used in place (not copied into the arena): the weights stay in Python.
+        et = edge.to_executorch(
+            ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False))
+        )
     return LoweredProgram(
         program=et,
         planned_memory_bytes=planned_memory_bytes(et.executorch_program),

@@ -12,12 +12,18 @@ finishing (> 15 min, 6.6 GiB):
   partitions once and makes cycle-free partitions in one pass (`partition_by_level`).
 - `create_submodule_from_nodes` re-sorts the whole graph (`legalize_graph`: a copy plus its
   Python code regenerated) after EACH partition is cut out. `linear_time_partitioning` cuts
-  them all out unsorted and sorts once, in place.
+  them all out unsorted and sorts once, in place. Per partition, ExecuTorch also scans every
+  node for the partition's tag, prints the whole graph module (with every submodule cut out
+  so far) into a debug line that is built even when not logged, and counts lowered-module
+  names up from 0; at nanoVLM-222M size (1,577 partitions) these took about 18 s of a 236 s
+  export. `linear_time_partitioning` indexes the tags once, prints a node count and names
+  on from the last.
 - XNNPACK's preprocess runs all its 17 graph passes on every partition (each retraces it;
   ~0.2 s a partition whatever its size). Most rewrite operators our partitions never hold
   (convolution, batch norm, upsampling, SDPA, concatenation, PReLU, quantisation, the
-  activations an add or mul could absorb). `only_partition_passes` runs the 6 that can act on
-  the operators our partitioner takes (matmuls, transposes, fp32 elementwise ELEMENTWISE_OPS).
+  activations an add or mul could absorb). `only_partition_passes` runs on each partition only
+  those of the 4 that can act on the operators our partitioner takes (matmuls, transposes,
+  fp32 elementwise ELEMENTWISE_OPS) that find something to act on in it: most get none.
 
 None changes what a delegate computes (the same operators on the same tensors); the tests
 check the losses against ExecuTorch's own partitioner and lowering bit for bit
@@ -43,6 +49,7 @@ import torch
 WRITTEN_FOR = "1.5.1"
 # Held while any patch is in place (re-entrant: the patches nest within one lowering).
 _PATCHING = threading.RLock()
+_INHERITED = object()  # `_replaced`: the attribute was its class's base's
 
 
 def sort_in_place(graph: torch.fx.Graph) -> None:
@@ -74,37 +81,75 @@ def _replaced(owner, **replacements) -> Iterator[None]:
     """`owner`'s attributes replaced for the `with` only, restored afterwards; no other
     thread patches or lowers with patches meanwhile."""
     with _PATCHING:
-        originals = {name: getattr(owner, name) for name in replacements}
+        own = vars(owner)
+        originals = {name: own.get(name, _INHERITED) for name in replacements}
         for name, value in replacements.items():
             setattr(owner, name, value)
         try:
             yield
         finally:
             for name, value in originals.items():
-                setattr(owner, name, value)
+                if value is _INHERITED:
+                    delattr(owner, name)  # a class's override gone, its base's again
+                else:
+                    setattr(owner, name, value)
 
 
 def linear_time_partitioning():
     """While lowering: cut partitions out without re-sorting the whole graph each time, then
-    sort it once. Patches executorch.exir.backend.backend_api (pinned 1.5.1) for the duration
-    of the `with` only, and restores it."""
+    sort it once. Three more whole-graph walks per partition become one per graph: the nodes of
+    a partition's tag are looked up in an index of the graph's tags (ExecuTorch scans every node
+    for each tag, then checks the tag's nodes: its checks still run), the debug line that prints
+    the whole graph module per partition prints its node count, and a lowered module's name is
+    the next free `lowered_module_{i}` counted on from the last (ExecuTorch counts up from 0
+    each time). Patches executorch.exir.backend.backend_api (pinned 1.5.1) for the duration of
+    the `with` only, and restores it."""
+    from types import SimpleNamespace
+
     from executorch.exir.backend import backend_api
 
     original_create = backend_api.create_submodule_from_nodes
     original_partitions = backend_api._create_partitions_in_graph_module
+    original_same_tag = backend_api._get_node_list_with_same_tag
+    tag_index: dict = {}  # graph -> {tag: its nodes in graph order}, while its partitions are cut out
+    next_name: dict = {}  # root module -> the first `lowered_module_{i}` index not yet tried
 
     def create_unsorted(gm, node_list, tag, skip_legalize_graph=False):
         return original_create(gm, node_list, tag, skip_legalize_graph=True)
 
     def partitions_then_sort(gm, *args, **kwargs):
-        created = original_partitions(gm, *args, **kwargs)
+        index: dict = {}
+        for node in gm.graph.nodes:
+            index.setdefault(node.meta.get("delegation_tag", ""), []).append(node)
+        tag_index[gm.graph] = index
+        try:
+            with _replaced(type(gm), __str__=lambda self: f"<GraphModule of {len(self.graph.nodes)} nodes>"):
+                created = original_partitions(gm, *args, **kwargs)
+        finally:
+            del tag_index[gm.graph]
         sort_in_place(gm.graph)
         gm.graph.lint()
         gm.recompile()
         return created
 
+    def same_tag_indexed(gm, tag, owning_program):
+        index = tag_index.get(gm.graph)
+        if index is None:
+            return original_same_tag(gm, tag, owning_program)
+        nodes = [n for n in index.get(tag, ()) if not n._erased]
+        return original_same_tag(SimpleNamespace(graph=SimpleNamespace(nodes=nodes)), tag, owning_program)
+
+    def next_lowered_name(root, lowered_module):
+        i = next_name.get(root, 0)
+        while hasattr(root, f"lowered_module_{i}"):
+            i += 1
+        next_name[root] = i + 1
+        root.add_module(f"lowered_module_{i}", lowered_module)
+        return f"lowered_module_{i}"
+
     return _replaced(backend_api, create_submodule_from_nodes=create_unsorted,
-                     _create_partitions_in_graph_module=partitions_then_sort)
+                     _create_partitions_in_graph_module=partitions_then_sort,
+                     _get_node_list_with_same_tag=same_tag_indexed, get_lowered_module_name=next_lowered_name)
 
 
 # The operators `exporters.executorch._xnnpack_partitioner` partitions: matmuls, transposes and
@@ -113,37 +158,58 @@ ELEMENTWISE_OPS = frozenset({"mul.Tensor", "add.Tensor", "sub.Tensor", "div.Tens
                              "sigmoid.default", "pow.Tensor_Scalar"})
 PARTITION_OPS = frozenset({"linear.default", "mm.default", "bmm.default", "permute_copy.default"}) | ELEMENTWISE_OPS
 
-# XNNPACK's passes (executorch 1.5.1 XNNPACKPassManager, in its order) that can change a
-# partition made of PARTITION_OPS; the others match only operators it cannot hold (and
-# FuseActivationPass fuses only a ReLU, hardtanh or clamp, none of which it holds).
-PARTITION_PASSES = ("XNNPACKRemoveCloneOpsTransform", "DimOrderOpsRevertPass", "ConvertToLinearPass",
-                    "ConstPropPass", "ChannelsLastTaggedReshapePass", "RemoveRedundantCopyPass")
-# Of those, the one that can change a partition of ELEMENTWISE_OPS alone (no clone, dim-order op,
-# matmul, copy or layout-bound operator for the others to act on): half the partitions at
-# nanoVLM-222M size.
-ELEMENTWISE_PASSES = ("ConstPropPass",)
+# XNNPACK's passes (executorch 1.5.1 XNNPACKPassManager) that can change a partition made of
+# PARTITION_OPS. The others match only operators it cannot hold: the clone, dim-order and copy
+# passes act on clone/dim-order/`_to_copy` nodes alone, FuseActivationPass fuses only a ReLU,
+# hardtanh or clamp. Each pass re-traces the whole partition through fake tensors even where it
+# changes nothing (most of a partition's lowering time), so a partition gets only those with
+# something to act on (`_passes_with_work`).
+PARTITION_PASSES = ("ConvertToLinearPass", "ConstPropPass", "ChannelsLastTaggedReshapePass",
+                    "RemoveRedundantCopyPass")
 
 
-def _holds_only(ep, ops: frozenset) -> bool:
+def _passes_with_work(ep) -> tuple | None:
+    """The PARTITION_PASSES with something to act on in this partition, or None (all of
+    XNNPACK's passes) where it holds an operator outside PARTITION_OPS. ConstPropPass where an
+    operator's inputs are all constants (`get_attr` tensors or other such operators: the
+    retrace gives every placeholder, lifted weights and constants included, a fake value it
+    never folds); ConvertToLinearPass where an mm may be a linear's; the layout pass, and the
+    copy pass that folds the copies it inserts, only where a 4-D value is channels-last (none
+    of PARTITION_OPS needs NHWC, so on row-major values the layout pass only tags them
+    row-major, which the serializer assumes untagged). Most partitions get none."""
+    from executorch.backends.xnnpack._passes.channels_last_tagged_reshape_pass import ChannelsLastTaggedReshapePass
     from executorch.exir.backend.canonical_partitioners.config_partitioner import format_target_name
 
-    return all(format_target_name(getattr(n.target, "__name__", "")) in ops
-               for n in ep.graph_module.graph.nodes if n.op == "call_function")
+    nodes = ep.graph_module.graph.nodes
+    ops = {format_target_name(getattr(n.target, "__name__", "")) for n in nodes if n.op == "call_function"}
+    if not ops <= PARTITION_OPS:
+        return None
+    constant: set = set()
+    for n in nodes:
+        if n.op == "get_attr" or (n.op == "call_function" and all(i in constant for i in n.all_input_nodes)):
+            constant.add(n)
+    kept = ["ConstPropPass"] if any(n.op == "call_function" for n in constant) else []
+    if "mm.default" in ops:
+        kept.append("ConvertToLinearPass")
+    values = (n.meta.get("val") for n in nodes)
+    if any(isinstance(v, torch.Tensor) and v.dim() == 4 and ChannelsLastTaggedReshapePass._is_nhwc_tensor(v)
+           for v in values):
+        kept += ["ChannelsLastTaggedReshapePass", "RemoveRedundantCopyPass"]
+    return tuple(kept)
 
 
 def only_partition_passes():
-    """While lowering: XNNPACK's preprocess runs only PARTITION_PASSES on partitions that hold
-    only PARTITION_OPS, only ELEMENTWISE_PASSES on those of ELEMENTWISE_OPS alone (all its passes
-    on any other). Patches executorch.backends.xnnpack.xnnpack_preprocess (pinned 1.5.1) for the
-    `with` only."""
+    """While lowering: XNNPACK's preprocess runs on a partition of PARTITION_OPS only the passes
+    `_passes_with_work` keeps (all of them on any other). Patches
+    executorch.backends.xnnpack.xnnpack_preprocess (pinned 1.5.1) for the `with` only."""
     from executorch.backends.xnnpack import xnnpack_preprocess
 
     original = xnnpack_preprocess.XNNPACKPassManager
 
     def manager(ep, passes=None):
         chosen = original(ep, passes)
-        if passes is None and _holds_only(ep, PARTITION_OPS):
-            kept = ELEMENTWISE_PASSES if _holds_only(ep, ELEMENTWISE_OPS) else PARTITION_PASSES
+        kept = _passes_with_work(ep) if passes is None else None
+        if kept is not None:
             chosen.passes = [p for p in chosen.passes if p.__name__ in kept]
         return chosen
 
@@ -258,6 +324,7 @@ def fast_lowering_problem() -> str | None:
 
     for owner, name in ((backend_api, "create_submodule_from_nodes"),
                         (backend_api, "_create_partitions_in_graph_module"),
+                        (backend_api, "_get_node_list_with_same_tag"), (backend_api, "get_lowered_module_name"),
                         (xnnpack_preprocess, "XNNPACKPassManager"), (gemm_configs, "get_source_partitions")):
         if not hasattr(owner, name):
             return f"executorch {installed} has no {owner.__name__}.{name}"

@@ -366,6 +366,7 @@ def test_fast_xnnpack_lowering_trains_like_executorchs_own(tmp_path, monkeypatch
 
     def patched():
         return (backend_api.create_submodule_from_nodes, backend_api._create_partitions_in_graph_module,
+                backend_api._get_node_list_with_same_tag, backend_api.get_lowered_module_name,
                 xnnpack_preprocess.XNNPACKPassManager, gemm_configs.get_source_partitions)
 
     originals = patched()
@@ -383,7 +384,7 @@ def test_fast_xnnpack_lowering_trains_like_executorchs_own(tmp_path, monkeypatch
     assert fast_losses == own_losses  # same operators on the same tensors: bit for bit
     assert _delegate_calls(own) == _delegate_calls(fast) > 2  # the same matmuls delegated
     assert fast_losses[-1] < fast_losses[0]
-    assert unsorted == fast  # + its 24 partitions of elementwise nodes alone (ELEMENTWISE_PASSES only)
+    assert unsorted == fast  # its partitions got only the passes with work (`_passes_with_work`)
     # Partitions of elementwise nodes too (a tanh GELU's, bf16 rounding): same bytes.
     fast_bf16, _ = _attention_program(tmp_path / "fast_bf16.pte", autocast=True)
     all_passes_bf16, _ = _attention_program(tmp_path / "bf16.pte", autocast=True,
@@ -432,6 +433,71 @@ def test_one_thread_lowers_with_the_patches_at_a_time():
         thread.join(10)
     assert seen_by_second == [True]
     assert backend_api.create_submodule_from_nodes is original
+
+
+@pytest.mark.parametrize("delegate, autocast", [("xnnpack", False), ("xnnpack", True), (None, False)])
+def test_skipping_executorchs_idle_passes_leaves_the_program_byte_for_byte(monkeypatch, delegate, autocast):
+    """exporters.idle_passes: the passes skipped on graphs with nothing for them to act on
+    change not one byte of the program (fp32 and bf16, XNNPACK and the runtime's kernels)."""
+    import contextlib
+
+    import exporters.executorch as et
+
+    torch.manual_seed(0)
+    inputs = (torch.randn(2, 8, 16), torch.randint(0, 10, (16,)))
+    model = Attention(autocast=autocast)
+    skipped = et.lower_training_step(model, inputs, delegate=delegate).buffer
+    monkeypatch.setattr(et, "skipping_idle_passes", contextlib.nullcontext)
+    assert et.lower_training_step(model, inputs, delegate=delegate).buffer == skipped
+
+
+def test_idle_pass_rules_see_the_work_their_passes_do():
+    """Each skipped pass still runs where its own rule finds work: `aten.t`, a view operator,
+    a symbolic size, a reduction whose input is not in the default dim order."""
+    from executorch.exir.dialects._ops import ops as exir_ops
+    from executorch.exir.passes.legalize_portable_dim_order_pass import LegalizePortableDimOrderPass
+    from executorch.exir.passes.normalize_transpose_pass import NormalizeTransposePass
+    from executorch.exir.passes.replace_broken_ops_with_function_ops_pass import (
+        ReplaceBrokenOpsWithFunctionalOpsPass,
+    )
+    from executorch.exir.passes.sym_to_tensor_pass import SymToTensorPass
+
+    from exporters import idle_passes
+
+    rules = idle_passes._idle_pass_rules()
+
+    def graph_of(target, value):
+        graph = torch.fx.Graph()
+        x = graph.placeholder("x")
+        x.meta["val"] = value
+        y = graph.call_function(target, (x, [1]) if "dim" in str(target) else (x,))
+        y.meta["val"] = value
+        graph.output(y)
+        return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+    square, aten = torch.zeros(2, 2), torch.ops.aten
+    assert rules[NormalizeTransposePass](graph_of(aten.t.default, square))
+    assert not rules[NormalizeTransposePass](graph_of(aten.permute_copy.default, square))
+    assert rules[ReplaceBrokenOpsWithFunctionalOpsPass](graph_of(aten.alias.default, square))
+    assert not rules[ReplaceBrokenOpsWithFunctionalOpsPass](graph_of(aten.alias_copy.default, square))
+    channels_last = torch.zeros(1, 2, 3, 3).to(memory_format=torch.channels_last)
+    legalize = rules[LegalizePortableDimOrderPass]
+    assert legalize(graph_of(exir_ops.edge.aten.sum.dim_IntList, channels_last))
+    assert not legalize(graph_of(exir_ops.edge.aten.sum.dim_IntList, channels_last.contiguous()))
+    assert not legalize(graph_of(exir_ops.edge.aten.relu.default, channels_last))  # not one of its operators
+
+    class Double(torch.nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    x = torch.zeros(4, 3)
+    static = torch.export.export(Double(), (x,)).graph_module
+    dynamic = torch.export.export(Double(), (x,), dynamic_shapes=({0: torch.export.Dim("n")},)).graph_module
+    assert not rules[SymToTensorPass](static)
+    assert rules[SymToTensorPass](dynamic)
+    with idle_passes.skipping_idle_passes():
+        assert "call" in vars(NormalizeTransposePass)
+    assert "call" not in vars(NormalizeTransposePass)  # ExportPass's own again
 
 
 def test_sort_in_place_orders_inputs_first_and_keeps_the_nodes():
