@@ -26,6 +26,7 @@ import torch
 from torch.export import ExportedProgram
 
 from exporters.idle_passes import skipping_idle_passes
+from exporters.signature_lookups import signature_mappings_once_per_phase
 
 # The pipeline stages, in order, for progress displays.
 STAGES = ("torch.export", "joint graph", "rewrites", "to_edge", "to_executorch")
@@ -588,7 +589,7 @@ def lower_training_step(
     on_stage("to_edge")
     config = _edge_config()
     partitioner = None
-    with skipping_idle_passes():
+    with skipping_idle_passes(), signature_mappings_once_per_phase():
         if delegate == "xnnpack":
             edge, partitioner = _lower_to_xnnpack(_already_decomposed(ep), config)
             _check_no_captured_weights(edge.exported_program(), trainable)
@@ -655,7 +656,7 @@ def lower_forward(
     rewrites = {"patch_conv_as_linear": patch_convs, **_apply_rewrites(ep, delegate)}
     on_stage("to_edge")
     partitioner = None
-    with skipping_idle_passes():
+    with skipping_idle_passes(), signature_mappings_once_per_phase():
         if delegate == "xnnpack":
             edge, partitioner = _lower_to_xnnpack(ep, _edge_config())
         else:

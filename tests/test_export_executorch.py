@@ -435,20 +435,51 @@ def test_one_thread_lowers_with_the_patches_at_a_time():
     assert backend_api.create_submodule_from_nodes is original
 
 
-@pytest.mark.parametrize("delegate, autocast", [("xnnpack", False), ("xnnpack", True), (None, False)])
-def test_skipping_executorchs_idle_passes_leaves_the_program_byte_for_byte(monkeypatch, delegate, autocast):
-    """exporters.idle_passes: the passes skipped on graphs with nothing for them to act on
-    change not one byte of the program (fp32 and bf16, XNNPACK and the runtime's kernels)."""
+@pytest.mark.parametrize("delegate, autocast, update", [("xnnpack", False, None), ("xnnpack", True, None),
+                                                       (None, False, None), ("xnnpack", False, "adamw")])
+def test_lowering_speedups_leave_the_program_byte_for_byte(monkeypatch, delegate, autocast, update):
+    """exporters.idle_passes (passes skipped where idle, to_edge's re-traces as one) and
+    exporters.signature_lookups (signature mappings built once per phase) change not one byte
+    of the program: fp32 and bf16, XNNPACK and the runtime's kernels, and an AdamW written into
+    the program (its moments are mutable buffers, which memory planning and emission look up)."""
     import contextlib
 
     import exporters.executorch as et
+    from exporters.et_methods import write_update
 
     torch.manual_seed(0)
     inputs = (torch.randn(2, 8, 16), torch.randint(0, 10, (16,)))
     model = Attention(autocast=autocast)
-    skipped = et.lower_training_step(model, inputs, delegate=delegate).buffer
+    rewrite = (lambda ep: write_update(ep, update)) if update else None
+    fast = et.lower_training_step(model, inputs, delegate=delegate, joint_rewrite=rewrite).buffer
     monkeypatch.setattr(et, "skipping_idle_passes", contextlib.nullcontext)
-    assert et.lower_training_step(model, inputs, delegate=delegate).buffer == skipped
+    monkeypatch.setattr(et, "signature_mappings_once_per_phase", contextlib.nullcontext)
+    assert et.lower_training_step(model, inputs, delegate=delegate, joint_rewrite=rewrite).buffer == fast
+
+
+def test_signature_mappings_are_built_once_inside_a_phase_only(monkeypatch):
+    """exporters.signature_lookups: inside a read-only phase a mapping is built once and served
+    again; outside one torch builds it at each access; afterwards torch's property is back."""
+    from types import SimpleNamespace
+
+    from torch.export.graph_signature import ExportGraphSignature
+
+    from exporters import signature_lookups
+
+    signature = torch.export.export(MLP(), (torch.randn(6, 16), torch.tensor([0, 1, 2, 3, 4, 5]))).graph_signature
+    original = vars(ExportGraphSignature)["inputs_to_buffers"]
+
+    def read_twice():
+        return [(getattr(signature, name), getattr(signature, name)) for name in signature_lookups.MAPPINGS]
+
+    phase = SimpleNamespace(read_twice=read_twice)
+    monkeypatch.setattr(signature_lookups, "_phases", lambda: [(phase, "read_twice")])
+    with signature_lookups.signature_mappings_once_per_phase():
+        inside, outside = phase.read_twice(), read_twice()
+    assert all(a is b for a, b in inside)
+    assert all(a is not b and a == b for a, b in outside)
+    assert [a for a, _ in inside] == [getattr(signature, name) for name in signature_lookups.MAPPINGS]
+    assert vars(ExportGraphSignature)["inputs_to_buffers"] is original
 
 
 def test_idle_pass_rules_see_the_work_their_passes_do():
