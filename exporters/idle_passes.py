@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from importlib import metadata
 
 import torch
 
-from exporters.xnnpack_lowering import WRITTEN_FOR, _replaced
+from exporters.xnnpack_lowering import WRITTEN_FOR, _replaced, installed_executorch
 
 
 def _calls(gm: torch.fx.GraphModule) -> Iterator[torch.fx.Node]:
@@ -126,11 +125,7 @@ def skipping_idle_passes() -> Iterator[None]:
     """While lowering (to_edge and to_executorch): the passes of `_idle_pass_rules` run only on a
     graph with something to act on. Without the executorch release they were read for
     (WRITTEN_FOR), every pass runs as ExecuTorch has it."""
-    try:
-        installed = metadata.version("executorch")
-    except metadata.PackageNotFoundError:
-        installed = None
-    if installed != WRITTEN_FOR:
+    if installed_executorch() != WRITTEN_FOR:
         yield
         return
     with contextlib.ExitStack() as stack:

@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from importlib import metadata
 
-from exporters.xnnpack_lowering import WRITTEN_FOR, _replaced
+from exporters.xnnpack_lowering import WRITTEN_FOR, _replaced, installed_executorch
 
 MAPPINGS = ("inputs_to_parameters", "inputs_to_buffers", "buffers_to_mutate", "inputs_to_lifted_tensor_constants")
 
@@ -39,11 +38,7 @@ def _phases():
 def signature_mappings_once_per_phase() -> Iterator[None]:
     """While lowering: inside the read-only phases of `_phases`, each signature mapping of
     MAPPINGS is built once per signature."""
-    try:
-        installed = metadata.version("executorch")
-    except metadata.PackageNotFoundError:
-        installed = None
-    if installed != WRITTEN_FOR:
+    if installed_executorch() != WRITTEN_FOR:
         yield
         return
     from torch.export.graph_signature import ExportGraphSignature

@@ -309,12 +309,19 @@ def level_partitioner(configs: list, **kwargs):
     return LevelPartitioner(configs=configs, **kwargs)
 
 
+def installed_executorch() -> str | None:
+    """The installed executorch release, or None."""
+    try:
+        return metadata.version("executorch")
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def fast_lowering_problem() -> str | None:
     """Why the patches cannot be trusted with the installed executorch (another release than
     WRITTEN_FOR, a patched function or a pass gone or renamed), or None."""
-    try:
-        installed = metadata.version("executorch")
-    except metadata.PackageNotFoundError:
+    installed = installed_executorch()
+    if installed is None:
         return "executorch is not installed"
     if installed != WRITTEN_FOR:
         return f"edgebench's fast XNNPACK lowering was written for executorch {WRITTEN_FOR}, found {installed}"
