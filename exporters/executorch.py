@@ -498,6 +498,20 @@ def _lower_to_xnnpack(ep: ExportedProgram, config) -> tuple[Any, str]:
                   else "by level in one pass, exporters/xnnpack_lowering.py")
 
 
+@contextlib.contextmanager
+def _executorch_stages_patched() -> Iterator[None]:
+    """to_edge and to_executorch without ExecuTorch's idle re-traces (exporters.idle_passes) and
+    repeated signature look-ups (exporters.signature_lookups): the same program, sooner. Off,
+    ExecuTorch's stages as they are, with any release but the one they were read for."""
+    from exporters.xnnpack_lowering import WRITTEN_FOR, installed_executorch
+
+    if installed_executorch() != WRITTEN_FOR:
+        yield
+        return
+    with skipping_idle_passes(), signature_mappings_once_per_phase():
+        yield
+
+
 def _check_no_captured_weights(edge_ep: ExportedProgram, trainable: list[str]) -> None:
     """A trainable weight the delegate captured would no longer be a program parameter:
     its updates would be lost. Refuse such a program instead of training wrong."""
@@ -589,7 +603,7 @@ def lower_training_step(
     on_stage("to_edge")
     config = _edge_config()
     partitioner = None
-    with skipping_idle_passes(), signature_mappings_once_per_phase():
+    with _executorch_stages_patched():
         if delegate == "xnnpack":
             edge, partitioner = _lower_to_xnnpack(_already_decomposed(ep), config)
             _check_no_captured_weights(edge.exported_program(), trainable)
@@ -656,7 +670,7 @@ def lower_forward(
     rewrites = {"patch_conv_as_linear": patch_convs, **_apply_rewrites(ep, delegate)}
     on_stage("to_edge")
     partitioner = None
-    with skipping_idle_passes(), signature_mappings_once_per_phase():
+    with _executorch_stages_patched():
         if delegate == "xnnpack":
             edge, partitioner = _lower_to_xnnpack(ep, _edge_config())
         else:

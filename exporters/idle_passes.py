@@ -12,7 +12,8 @@ each of these only on a graph with something for it to act on, checked on the gr
 given by the pass's own rule; elsewhere the graph passes through as it came. A re-trace that
 changes nothing changes nothing the next pass's re-trace would not redo (each stage ends with
 one: OpReplacePass in to_edge, SpecPropPass in to_executorch), so the program is the same
-byte for byte (tests/test_export_executorch.py). Patched for executorch WRITTEN_FOR only.
+byte for byte (tests/test_export_executorch.py). Written for executorch
+xnnpack_lowering.WRITTEN_FOR: `exporters.executorch` patches with it only.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from exporters.xnnpack_lowering import WRITTEN_FOR, _replaced, installed_executorch
+from exporters.xnnpack_lowering import _replaced
 
 
 def _calls(gm: torch.fx.GraphModule) -> Iterator[torch.fx.Node]:
@@ -123,11 +124,7 @@ def _one_retrace_to_edge():
 @contextlib.contextmanager
 def skipping_idle_passes() -> Iterator[None]:
     """While lowering (to_edge and to_executorch): the passes of `_idle_pass_rules` run only on a
-    graph with something to act on. Without the executorch release they were read for
-    (WRITTEN_FOR), every pass runs as ExecuTorch has it."""
-    if installed_executorch() != WRITTEN_FOR:
-        yield
-        return
+    graph with something to act on, and to_edge's operator-by-operator passes re-trace once."""
     with contextlib.ExitStack() as stack:
         for pass_class, has_work in _idle_pass_rules().items():
             stack.enter_context(_replaced(pass_class, call=_only_with_work(pass_class, has_work)))

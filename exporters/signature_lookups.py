@@ -10,7 +10,8 @@ nanoVLM-222M's fused-adamw spent about 220 s of its 290 s `to_executorch`, and 4
 `to_edge`'s matching, building those mappings (py-spy). None of these phases changes a
 signature, so while one runs (`_phases`) each mapping is built once per signature and served
 again; outside them (cutting partitions out renames the signature's outputs) every access
-builds it as torch does. Patched for executorch WRITTEN_FOR only (exporters.xnnpack_lowering).
+builds it as torch does. Written for executorch
+xnnpack_lowering.WRITTEN_FOR: `exporters.executorch` patches with it only.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from exporters.xnnpack_lowering import WRITTEN_FOR, _replaced, installed_executorch
+from exporters.xnnpack_lowering import _replaced
 
 MAPPINGS = ("inputs_to_parameters", "inputs_to_buffers", "buffers_to_mutate", "inputs_to_lifted_tensor_constants")
 
@@ -38,9 +39,6 @@ def _phases():
 def signature_mappings_once_per_phase() -> Iterator[None]:
     """While lowering: inside the read-only phases of `_phases`, each signature mapping of
     MAPPINGS is built once per signature."""
-    if installed_executorch() != WRITTEN_FOR:
-        yield
-        return
     from torch.export.graph_signature import ExportGraphSignature
 
     built: list[dict] = []  # the innermost running phase's {(id(signature), mapping): (signature, value)}
