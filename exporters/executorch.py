@@ -498,6 +498,19 @@ def _lower_to_xnnpack(ep: ExportedProgram, config) -> tuple[Any, str]:
                   else "by level in one pass, exporters/xnnpack_lowering.py")
 
 
+def _without_stack_traces():
+    """While torch traces the program: no Python stack trace captured for each node
+    (`torch.fx.config.do_not_emit_stack_traces`). No `.pte` carries them (the same bytes,
+    tests/test_export_executorch.py), and capturing one per node, then writing them into every
+    regenerated graph module's code, took a quarter of nanoVLM-222M SGD's joint graph (61-67 s
+    against 47-49 s, alternating in one process). Process-wide, so held under the patches' lock."""
+    import torch.fx.config
+
+    from exporters.xnnpack_lowering import _replaced
+
+    return _replaced(torch.fx.config, do_not_emit_stack_traces=True)
+
+
 @contextlib.contextmanager
 def _executorch_stages_patched() -> Iterator[None]:
     """to_edge and to_executorch without ExecuTorch's idle re-traces (exporters.idle_passes) and
@@ -592,10 +605,11 @@ def lower_training_step(
 
     model.eval()  # no dropout in a program we compare against eager
     on_stage("torch.export")
-    with patch_convs_as_linear(model) as patch_convs:
-        ep = torch.export.export(model, example_inputs, strict=strict)
-    on_stage("joint graph")
-    ep = _export_forward_backward(ep)
+    with _without_stack_traces():
+        with patch_convs_as_linear(model) as patch_convs:
+            ep = torch.export.export(model, example_inputs, strict=strict)
+        on_stage("joint graph")
+        ep = _export_forward_backward(ep)
     on_stage("rewrites")
     if joint_rewrite is not None:
         joint_rewrite(ep)
@@ -660,12 +674,13 @@ def lower_forward(
             return torch.func.functional_call(self.inner, params, batch, strict=False)
 
     on_stage("torch.export")
-    with torch.no_grad(), patch_convs_as_linear(model) as patch_convs:
-        values = tuple(named[n].detach() for n in trainable)
-        ep = torch.export.export(LossOfParameters(), example_inputs + values, strict=strict)
-    # Core ATen, linear kept whole, before the rewrites: they see every matmul (autocast regions
-    # of a non-strict export are inlined here), and a linear XNNPACK refuses stays one linear.
-    ep = _already_decomposed(ep.run_decompositions(_decompositions_keeping_linear()))
+    with _without_stack_traces():
+        with torch.no_grad(), patch_convs_as_linear(model) as patch_convs:
+            values = tuple(named[n].detach() for n in trainable)
+            ep = torch.export.export(LossOfParameters(), example_inputs + values, strict=strict)
+        # Core ATen, linear kept whole, before the rewrites: they see every matmul (autocast regions
+        # of a non-strict export are inlined here), and a linear XNNPACK refuses stays one linear.
+        ep = _already_decomposed(ep.run_decompositions(_decompositions_keeping_linear()))
     on_stage("rewrites")
     rewrites = {"patch_conv_as_linear": patch_convs, **_apply_rewrites(ep, delegate)}
     on_stage("to_edge")

@@ -17,7 +17,10 @@ finishing (> 15 min, 6.6 GiB):
   so far) into a debug line that is built even when not logged, and counts lowered-module
   names up from 0; at nanoVLM-222M size (1,577 partitions) these took about 18 s of a 236 s
   export. `linear_time_partitioning` indexes the tags once, prints a node count and names
-  on from the last.
+  on from the last. Before cutting out, ExecuTorch walks the whole graph once per tag for
+  placeholders of that tag; after, it walks the whole program once per delegate call for the
+  largest debug handle (11.6 s). The first looks at the placeholders alone, the second keeps
+  a count of the live handles (`debug_handles_counted`).
 - XNNPACK's preprocess runs all its 17 graph passes on every partition (each retraces it;
   ~0.2 s a partition whatever its size). Most rewrite operators our partitions never hold
   (convolution, batch norm, upsampling, SDPA, concatenation, PReLU, quantisation, the
@@ -39,9 +42,12 @@ several devices in threads.
 from __future__ import annotations
 
 import contextlib
+import heapq
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from importlib import metadata
+from types import SimpleNamespace
 
 import torch
 
@@ -97,20 +103,21 @@ def _replaced(owner, **replacements) -> Iterator[None]:
 
 def linear_time_partitioning():
     """While lowering: cut partitions out without re-sorting the whole graph each time, then
-    sort it once. Three more whole-graph walks per partition become one per graph: the nodes of
-    a partition's tag are looked up in an index of the graph's tags (ExecuTorch scans every node
-    for each tag, then checks the tag's nodes: its checks still run), the debug line that prints
-    the whole graph module per partition prints its node count, and a lowered module's name is
-    the next free `lowered_module_{i}` counted on from the last (ExecuTorch counts up from 0
-    each time). Patches executorch.exir.backend.backend_api (pinned 1.5.1) for the duration of
-    the `with` only, and restores it."""
-    from types import SimpleNamespace
-
+    sort it once. Four more whole-graph walks per partition go: the nodes of a partition's tag
+    are looked up in an index of the graph's tags made once per graph (ExecuTorch scans every
+    node for each tag, then checks the tag's nodes: its checks still run), the debug line that
+    prints the whole graph module per partition prints its node count, a lowered module's name
+    is the next free `lowered_module_{i}` counted on from the last (ExecuTorch counts up from 0
+    each time), and constants shared between partitions are looked for among the placeholders
+    alone (`_maybe_duplicate_constant_nodes` acts on no other node, but walks them all per tag).
+    Patches executorch.exir.backend.backend_api (pinned 1.5.1) for the duration of the `with`
+    only, and restores it."""
     from executorch.exir.backend import backend_api
 
     original_create = backend_api.create_submodule_from_nodes
     original_partitions = backend_api._create_partitions_in_graph_module
     original_same_tag = backend_api._get_node_list_with_same_tag
+    original_duplicate = backend_api._maybe_duplicate_constant_nodes
     tag_index: dict = {}  # graph -> {tag: its nodes in graph order}, while its partitions are cut out
     next_name: dict = {}  # root module -> the first `lowered_module_{i}` index not yet tried
 
@@ -139,6 +146,11 @@ def linear_time_partitioning():
         nodes = [n for n in index.get(tag, ()) if not n._erased]
         return original_same_tag(SimpleNamespace(graph=SimpleNamespace(nodes=nodes)), tag, owning_program)
 
+    def duplicate_constants_if_tagged(tagged_program, tag):
+        placeholders = tagged_program.graph.find_nodes(op="placeholder")
+        if any(node.meta.get("delegation_tag", "") == tag for node in placeholders):
+            original_duplicate(tagged_program, tag)
+
     def next_lowered_name(root, lowered_module):
         i = next_name.get(root, 0)
         while hasattr(root, f"lowered_module_{i}"):
@@ -149,7 +161,82 @@ def linear_time_partitioning():
 
     return _replaced(backend_api, create_submodule_from_nodes=create_unsorted,
                      _create_partitions_in_graph_module=partitions_then_sort,
-                     _get_node_list_with_same_tag=same_tag_indexed, get_lowered_module_name=next_lowered_name)
+                     _get_node_list_with_same_tag=same_tag_indexed, get_lowered_module_name=next_lowered_name,
+                     _maybe_duplicate_constant_nodes=duplicate_constants_if_tagged)
+
+
+class _LiveDebugHandles:
+    """The debug handles of a graph's live nodes, counted, with the largest at hand: built in
+    one walk, told of each erased node (the graph module's erase hook) and each handle added."""
+
+    def __init__(self, graph_module: torch.fx.GraphModule) -> None:
+        self.count = Counter(node.meta.get("debug_handle", 0) for node in graph_module.graph.nodes)
+        self.heap = [-handle for handle in self.count]
+        heapq.heapify(self.heap)
+
+    def erased(self, node: torch.fx.Node) -> None:
+        self.count[node.meta.get("debug_handle", 0)] -= 1
+
+    def add(self, handle: int) -> None:
+        self.count[handle] += 1
+        heapq.heappush(self.heap, -handle)
+
+    def largest(self) -> int:
+        while self.heap and self.count[-self.heap[0]] <= 0:
+            heapq.heappop(self.heap)
+        return -self.heap[0] if self.heap else 0
+
+
+class _LargestHandleOnly:
+    """A program as ExecuTorch's `generate_debug_handle` reads it (the largest debug handle among
+    its graph's nodes, plus one): its graph shows one node holding `largest`. Every other
+    attribute is the program's own."""
+
+    def __init__(self, program, largest: int) -> None:
+        node = SimpleNamespace(meta={"debug_handle": largest})
+        self.graph_module = SimpleNamespace(graph=SimpleNamespace(nodes=[node]))
+        self._program = program
+
+    def __getattr__(self, name):
+        return getattr(self._program, name)
+
+
+def debug_handles_counted():
+    """While lowering: a delegate call's debug handle (the largest among the program's live nodes,
+    plus one) comes from a count of the live handles instead of a walk over the whole program per
+    delegate call (ExecuTorch's `_insert_lowered_submodule`; 11.6 s of nanoVLM-222M SGD's export,
+    1,577 calls). The count is made once per `lower_all_submodules_to_backend` and kept by the
+    graph module's erase hook; the same handles result. Patches executorch.exir.backend.backend_api
+    (pinned 1.5.1) for the `with` only."""
+    from executorch.exir.backend import backend_api
+
+    original_lower_all = backend_api.lower_all_submodules_to_backend
+    original_insert = backend_api._insert_lowered_submodule
+    live: dict = {}  # id(owning program) -> its _LiveDebugHandles, while its delegates are inserted
+
+    def lower_all_counted(backend_id, method_to_submodules_nodes, method_to_tagged_edge_program):
+        hooks = []
+        for program in method_to_tagged_edge_program.values():
+            handles = live[id(program)] = _LiveDebugHandles(program.graph_module)
+            program.graph_module._register_erase_node_hook(handles.erased)
+            hooks.append((program, handles.erased))
+        try:
+            return original_lower_all(backend_id, method_to_submodules_nodes, method_to_tagged_edge_program)
+        finally:
+            for program, hook in hooks:
+                program.graph_module._unregister_erase_node_hook(hook)
+                del live[id(program)]
+
+    def insert_counted(submodule_program, owning_program, *args):
+        handles = live.get(id(owning_program))
+        if handles is None:
+            return original_insert(submodule_program, owning_program, *args)
+        largest = handles.largest()
+        original_insert(submodule_program, _LargestHandleOnly(owning_program, largest), *args)
+        handles.add(largest + 1)  # the delegate call's own
+
+    return _replaced(backend_api, lower_all_submodules_to_backend=lower_all_counted,
+                     _insert_lowered_submodule=insert_counted)
 
 
 # The operators `exporters.executorch._xnnpack_partitioner` partitions: matmuls, transposes and
@@ -332,6 +419,8 @@ def fast_lowering_problem() -> str | None:
     for owner, name in ((backend_api, "create_submodule_from_nodes"),
                         (backend_api, "_create_partitions_in_graph_module"),
                         (backend_api, "_get_node_list_with_same_tag"), (backend_api, "get_lowered_module_name"),
+                        (backend_api, "lower_all_submodules_to_backend"), (backend_api, "_insert_lowered_submodule"),
+                        (backend_api, "_maybe_duplicate_constant_nodes"),
                         (xnnpack_preprocess, "XNNPACKPassManager"), (gemm_configs, "get_source_partitions")):
         if not hasattr(owner, name):
             return f"executorch {installed} has no {owner.__name__}.{name}"
@@ -344,7 +433,7 @@ def fast_lowering_problem() -> str | None:
 
 @contextlib.contextmanager
 def fast_xnnpack_lowering() -> Iterator[None]:
-    """Both lowering patches, for one `to_edge_transform_and_lower` call (the partitioner
-    of `level_partitioner` brings the third, `_source_partitions_once`)."""
-    with linear_time_partitioning(), only_partition_passes():
+    """The lowering patches, for one `to_edge_transform_and_lower` call (the partitioner of
+    `level_partitioner` brings one more, `_source_partitions_once`)."""
+    with linear_time_partitioning(), debug_handles_counted(), only_partition_passes():
         yield

@@ -367,7 +367,9 @@ def test_fast_xnnpack_lowering_trains_like_executorchs_own(tmp_path, monkeypatch
     def patched():
         return (backend_api.create_submodule_from_nodes, backend_api._create_partitions_in_graph_module,
                 backend_api._get_node_list_with_same_tag, backend_api.get_lowered_module_name,
-                xnnpack_preprocess.XNNPACKPassManager, gemm_configs.get_source_partitions)
+                backend_api._maybe_duplicate_constant_nodes, backend_api.lower_all_submodules_to_backend,
+                backend_api._insert_lowered_submodule, xnnpack_preprocess.XNNPACKPassManager,
+                gemm_configs.get_source_partitions)
 
     originals = patched()
     assert xl.fast_lowering_problem() is None  # the pinned executorch is the one it was written for
@@ -438,10 +440,11 @@ def test_one_thread_lowers_with_the_patches_at_a_time():
 @pytest.mark.parametrize("delegate, autocast, update", [("xnnpack", False, None), ("xnnpack", True, None),
                                                        (None, False, None), ("xnnpack", False, "adamw")])
 def test_lowering_speedups_leave_the_program_byte_for_byte(monkeypatch, delegate, autocast, update):
-    """exporters.idle_passes (passes skipped where idle, to_edge's re-traces as one) and
-    exporters.signature_lookups (signature mappings built once per phase) change not one byte
-    of the program: fp32 and bf16, XNNPACK and the runtime's kernels, and an AdamW written into
-    the program (its moments are mutable buffers, which memory planning and emission look up)."""
+    """exporters.idle_passes (passes skipped where idle, to_edge's re-traces as one),
+    exporters.signature_lookups (signature mappings built once per phase) and tracing without
+    stack traces change not one byte of the program: fp32 and bf16, XNNPACK and the runtime's
+    kernels, and an AdamW written into the program (its moments are mutable buffers, which
+    memory planning and emission look up)."""
     import contextlib
 
     import exporters.executorch as et
@@ -454,7 +457,30 @@ def test_lowering_speedups_leave_the_program_byte_for_byte(monkeypatch, delegate
     fast = et.lower_training_step(model, inputs, delegate=delegate, joint_rewrite=rewrite).buffer
     monkeypatch.setattr(et, "skipping_idle_passes", contextlib.nullcontext)
     monkeypatch.setattr(et, "signature_mappings_once_per_phase", contextlib.nullcontext)
+    monkeypatch.setattr(et, "_without_stack_traces", contextlib.nullcontext)
     assert et.lower_training_step(model, inputs, delegate=delegate, joint_rewrite=rewrite).buffer == fast
+
+
+def test_counted_debug_handles_are_executorchs_own(monkeypatch):
+    """exporters.xnnpack_lowering.debug_handles_counted gives each delegate call the debug handle
+    ExecuTorch's walk over the whole program gives it (the largest live one, plus one)."""
+    import contextlib
+
+    import exporters.executorch as et
+    import exporters.xnnpack_lowering as xl
+
+    torch.manual_seed(0)
+    model, inputs = Attention(), (torch.randn(2, 8, 16), torch.randint(0, 10, (16,)))
+
+    def delegate_handles():
+        edge, _ = et._lower_to_xnnpack(torch.export.export(model, inputs), et._edge_config())
+        return [n.meta["debug_handle"] for n in edge.exported_program().graph.nodes
+                if getattr(n.target, "__name__", "") == "executorch_call_delegate"]
+
+    counted = delegate_handles()
+    monkeypatch.setattr(xl, "debug_handles_counted", contextlib.nullcontext)
+    assert len(counted) > 2
+    assert counted == delegate_handles()
 
 
 def test_signature_mappings_are_built_once_inside_a_phase_only(monkeypatch):
