@@ -101,6 +101,12 @@ def _replaced(owner, **replacements) -> Iterator[None]:
                     setattr(owner, name, value)
 
 
+def _graph_module_of(nodes: list) -> SimpleNamespace:
+    """What ExecuTorch's whole-graph walks read of a graph module (`.graph.nodes`), holding
+    only `nodes`: the walks' own rules then run over just those."""
+    return SimpleNamespace(graph=SimpleNamespace(nodes=nodes))
+
+
 def linear_time_partitioning():
     """While lowering: cut partitions out without re-sorting the whole graph each time, then
     sort it once. Four more whole-graph walks per partition go: the nodes of a partition's tag
@@ -144,7 +150,7 @@ def linear_time_partitioning():
         if index is None:
             return original_same_tag(gm, tag, owning_program)
         nodes = [n for n in index.get(tag, ()) if not n._erased]
-        return original_same_tag(SimpleNamespace(graph=SimpleNamespace(nodes=nodes)), tag, owning_program)
+        return original_same_tag(_graph_module_of(nodes), tag, owning_program)
 
     def duplicate_constants_if_tagged(tagged_program, tag):
         placeholders = tagged_program.graph.find_nodes(op="placeholder")
@@ -193,8 +199,7 @@ class _LargestHandleOnly:
     attribute is the program's own."""
 
     def __init__(self, program, largest: int) -> None:
-        node = SimpleNamespace(meta={"debug_handle": largest})
-        self.graph_module = SimpleNamespace(graph=SimpleNamespace(nodes=[node]))
+        self.graph_module = _graph_module_of([SimpleNamespace(meta={"debug_handle": largest})])
         self._program = program
 
     def __getattr__(self, name):
@@ -215,17 +220,15 @@ def debug_handles_counted():
     live: dict = {}  # id(owning program) -> its _LiveDebugHandles, while its delegates are inserted
 
     def lower_all_counted(backend_id, method_to_submodules_nodes, method_to_tagged_edge_program):
-        hooks = []
-        for program in method_to_tagged_edge_program.values():
-            handles = live[id(program)] = _LiveDebugHandles(program.graph_module)
-            program.graph_module._register_erase_node_hook(handles.erased)
-            hooks.append((program, handles.erased))
+        programs = list(method_to_tagged_edge_program.values())
+        for program in programs:
+            live[id(program)] = _LiveDebugHandles(program.graph_module)
+            program.graph_module._register_erase_node_hook(live[id(program)].erased)
         try:
             return original_lower_all(backend_id, method_to_submodules_nodes, method_to_tagged_edge_program)
         finally:
-            for program, hook in hooks:
-                program.graph_module._unregister_erase_node_hook(hook)
-                del live[id(program)]
+            for program in programs:
+                program.graph_module._unregister_erase_node_hook(live.pop(id(program)).erased)
 
     def insert_counted(submodule_program, owning_program, *args):
         handles = live.get(id(owning_program))

@@ -461,6 +461,37 @@ def test_lowering_speedups_leave_the_program_byte_for_byte(monkeypatch, delegate
     assert et.lower_training_step(model, inputs, delegate=delegate, joint_rewrite=rewrite).buffer == fast
 
 
+def test_constants_shared_between_partitions_are_duplicated_as_executorch_does():
+    """linear_time_partitioning looks for a tag's constants among the placeholders alone: a
+    buffer two partitions read is copied for the other partition as by ExecuTorch's own walk."""
+    from executorch.exir.backend import backend_api, utils
+
+    import exporters.xnnpack_lowering as xl
+
+    class Shared(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("w", torch.randn(4, 4))
+
+        def forward(self, x):
+            return x @ self.w, (x + 1) @ self.w
+
+    def duplicated(duplicate, tag):
+        program = torch.export.export(Shared(), (torch.randn(2, 4),))
+        placeholder = program.graph.find_nodes(op="placeholder")[0]
+        placeholder.meta["delegation_tag"] = "a"
+        for node, node_tag in zip([n for n in program.graph.nodes if n.target == torch.ops.aten.mm.default], "ab"):
+            node.meta["delegation_tag"] = node_tag
+        duplicate(program, tag)
+        return [(n.name, n.meta.get("delegation_tag")) for n in program.graph.find_nodes(op="placeholder")]
+
+    with xl.linear_time_partitioning():
+        looked_up = {tag: duplicated(backend_api._maybe_duplicate_constant_nodes, tag) for tag in "ab"}
+    walked = {tag: duplicated(utils._maybe_duplicate_constant_nodes, tag) for tag in "ab"}
+    assert looked_up == walked
+    assert len(walked["a"]) == len(walked["b"]) + 1  # the buffer copied for tag b's reader
+
+
 def test_counted_debug_handles_are_executorchs_own(monkeypatch):
     """exporters.xnnpack_lowering.debug_handles_counted gives each delegate call the debug handle
     ExecuTorch's walk over the whole program gives it (the largest live one, plus one)."""
