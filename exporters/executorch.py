@@ -25,7 +25,9 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
+from exporters.graph_code_on_demand import graph_code_on_demand
 from exporters.idle_passes import skipping_idle_passes
+from exporters.recorded_delegate_outputs import delegate_outputs_as_recorded
 from exporters.signature_lookups import signature_mappings_once_per_phase
 
 # The pipeline stages, in order, for progress displays.
@@ -513,15 +515,18 @@ def _without_stack_traces():
 
 @contextlib.contextmanager
 def _executorch_stages_patched() -> Iterator[None]:
-    """to_edge and to_executorch without ExecuTorch's idle re-traces (exporters.idle_passes) and
-    repeated signature look-ups (exporters.signature_lookups): the same program, sooner. Off,
+    """to_edge and to_executorch without ExecuTorch's idle re-traces (exporters.idle_passes),
+    repeated signature look-ups (exporters.signature_lookups), delegates run only for their
+    outputs' shapes (exporters.recorded_delegate_outputs) and graph code generated at every
+    change (exporters.graph_code_on_demand): the same program, sooner. Off,
     ExecuTorch's stages as they are, with any release but the one they were read for."""
     from exporters.xnnpack_lowering import WRITTEN_FOR, installed_executorch
 
     if installed_executorch() != WRITTEN_FOR:
         yield
         return
-    with skipping_idle_passes(), signature_mappings_once_per_phase():
+    with skipping_idle_passes(), signature_mappings_once_per_phase(), delegate_outputs_as_recorded(), \
+            graph_code_on_demand():
         yield
 
 

@@ -114,9 +114,12 @@ def _export_executorch(request: ExportRequest, directory: Path, on_stage) -> dic
     from edgebench.data.synthetic import to_torch
     from exporters import et_methods
     from exporters.executorch import lower_forward, lower_training_step
+    from exporters.lora import write_lora_into_model
 
     on_stage("build model")
     model, method, batch = build_training_model(request)
+    if method.trainable == "lora":
+        write_lora_into_model(model)  # peft's computation without its Python: traced sooner
     batch = et_methods.example_batch(method, batch)  # accumN: one micro-batch
     rewrite = et_methods.JointRewrite(method)  # ckpt: recomputation in the joint graph
     rewrite.prepare_model(model)  # frozen bf16/int8 storage, bf16 autocast

@@ -458,7 +458,77 @@ def test_lowering_speedups_leave_the_program_byte_for_byte(monkeypatch, delegate
     monkeypatch.setattr(et, "skipping_idle_passes", contextlib.nullcontext)
     monkeypatch.setattr(et, "signature_mappings_once_per_phase", contextlib.nullcontext)
     monkeypatch.setattr(et, "_without_stack_traces", contextlib.nullcontext)
+    monkeypatch.setattr(et, "delegate_outputs_as_recorded", contextlib.nullcontext)
+    monkeypatch.setattr(et, "graph_code_on_demand", contextlib.nullcontext)
     assert et.lower_training_step(model, inputs, delegate=delegate, joint_rewrite=rewrite).buffer == fast
+
+
+def test_delegate_outputs_as_recorded_are_what_running_the_delegate_gives(monkeypatch):
+    """exporters.recorded_delegate_outputs: every delegate call of a lowered training program,
+    on fake tensors, gives the outputs running its program gives (container, shapes, strides,
+    dtypes, requires_grad), without running it; on real tensors the program runs."""
+    import importlib
+
+    from executorch.exir.delegate import executorch_call_delegate
+    from torch._guards import detect_fake_mode
+    from torch.export.experimental import _export_forward_backward
+
+    import exporters.executorch as et
+    from exporters.recorded_delegate_outputs import _KERNELS, delegate_outputs_as_recorded, recorded_outputs
+
+    torch.manual_seed(0)
+    model, inputs = Attention(), (torch.randn(2, 8, 16), torch.randint(0, 10, (16,)))
+    joint = _export_forward_backward(torch.export.export(model, inputs))
+    program = et._lower_to_xnnpack(et._already_decomposed(joint), et._edge_config())[0].exported_program()
+    calls = [(getattr(program.graph_module, n.args[0].target), tuple(arg.meta["val"] for arg in n.args[1:]))
+             for n in program.graph.nodes if getattr(n.target, "__name__", "") == "executorch_call_delegate"]
+    assert len(calls) > 2
+
+    def outputs_of_every_call():
+        described = []
+        for lowered_module, fakes in calls:
+            with detect_fake_mode(fakes):
+                outputs = executorch_call_delegate(lowered_module, *fakes)
+            described.append((type(outputs), [(t.shape, t.stride(), t.dtype, t.requires_grad) for t in outputs]))
+        return described
+
+    kernels = importlib.import_module(_KERNELS)
+    run, ran = kernels.call_delegate_cpu, []
+    monkeypatch.setattr(kernels, "call_delegate_cpu", lambda *args: ran.append(args) or run(*args))
+    as_run = outputs_of_every_call()
+    assert len(ran) == len(calls)
+    with delegate_outputs_as_recorded():
+        assert outputs_of_every_call() == as_run
+    assert len(ran) == len(calls)  # not run again
+    lowered_module, fakes = calls[0]
+    assert recorded_outputs(lowered_module, tuple(torch.zeros(f.shape, dtype=f.dtype) for f in fakes)) is None
+
+
+@pytest.mark.parametrize("autocast, adapter_dtype", [(False, torch.float32), (True, torch.float32),
+                                                    (False, torch.bfloat16)])
+def test_lora_written_into_the_model_lowers_to_peft_s_program(autocast, adapter_dtype):
+    """exporters.lora.LoRALinear (what the ExecuTorch export traces, sooner than peft's layer)
+    lowers to the program peft's layer lowers to, byte for byte: fp32, under bf16 autocast, and
+    with adapters in another dtype than their input (peft's casts)."""
+    import copy
+
+    from peft import LoraConfig, inject_adapter_in_model
+
+    from exporters.lora import write_lora_into_model
+
+    torch.manual_seed(0)
+    inputs = (torch.randn(2, 8, 16), torch.randint(0, 10, (16,)))
+    peft_model = inject_adapter_in_model(LoraConfig(r=4, lora_alpha=8, target_modules=["qkv", "up"]),
+                                         Attention(autocast=autocast))
+    for name, param in peft_model.named_parameters():
+        param.requires_grad = ".lora_" in name
+        if ".lora_" in name:
+            param.data = param.data.to(adapter_dtype)
+    written = copy.deepcopy(peft_model)
+    assert write_lora_into_model(written) == 4
+    programs = [lower_training_step(m, inputs, delegate="xnnpack", strict=not autocast).buffer
+                for m in (peft_model, written)]
+    assert programs[0] == programs[1]
 
 
 def test_constants_shared_between_partitions_are_duplicated_as_executorch_does():
