@@ -531,6 +531,22 @@ def test_lora_written_into_the_model_lowers_to_peft_s_program(autocast, adapter_
     assert programs[0] == programs[1]
 
 
+def test_graph_code_on_demand_generates_an_exported_programs_code_when_first_called():
+    """exporters.graph_code_on_demand: inside the `with`, an exported program's graph module has
+    no code yet and generates it when called (the right result); outside, torch's as before."""
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+
+    from exporters.graph_code_on_demand import graph_code_on_demand
+
+    model, x = torch.nn.Linear(4, 2), torch.randn(3, 4)
+    with graph_code_on_demand():
+        program = torch.export.export(model, (x,))
+        assert isinstance(program.graph_module, _LazyGraphModule)
+        assert program.graph_module._needs_recompile()
+    assert torch.equal(program.module()(x), model(x))
+    assert not isinstance(torch.export.export(model, (x,)).graph_module, _LazyGraphModule)
+
+
 def test_constants_shared_between_partitions_are_duplicated_as_executorch_does():
     """linear_time_partitioning looks for a tag's constants among the placeholders alone: a
     buffer two partitions read is copied for the other partition as by ExecuTorch's own walk."""
