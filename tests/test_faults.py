@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from edgebench.fleet.device_scripts import sweeps as sweeps_script
+from edgebench.runner import oom_score
 from edgebench.runner.spec import RunSpec
 from edgebench.runner.sweep import run_sweep
 from edgebench.telemetry.trace import read_trace
@@ -65,6 +66,18 @@ def stepping(run_dir: Path) -> bool:
 def children(pid: int) -> list[int]:
     out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
     return [int(p) for p in out.split()]
+
+
+def oom_score_adj(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/oom_score_adj").read_text())
+
+
+def supervisors_oom_score_adj() -> int:
+    """What a supervisor's shield gives here: lowering oom_score_adj needs CAP_SYS_RESOURCE (bit 24),
+    which some sandboxes withhold even from root; then it keeps what it inherited (this process's)."""
+    caps = int(next(line.split()[1] for line in Path("/proc/self/status").read_text().splitlines()
+                    if line.startswith("CapEff:")), 16)
+    return oom_score.SUPERVISOR if caps >> 24 & 1 else oom_score_adj(os.getpid())
 
 
 def gone(pid: int) -> bool:
@@ -122,11 +135,13 @@ def _supervised(tmp_path: Path, **spec) -> tuple[subprocess.Popen, Path]:
 def test_worker_killed_from_outside_is_killed_not_oom(tmp_path):
     proc, run_dir = _supervised(tmp_path)
     (worker,) = children(proc.pid)
+    scores = [oom_score_adj(pid) for pid in (worker, proc.pid)]
     os.kill(worker, signal.SIGKILL)
     proc.communicate(timeout=60)
     result = json.loads((run_dir / "result.json").read_text())
     assert result["status"] == "killed", result
     assert result["exit_signal"] == "SIGKILL" and "no OOM record" in result["detail"]
+    assert scores == [oom_score.WORKER, supervisors_oom_score_adj()]  # the OOM killer's first and last choice
 
 
 def test_a_dying_supervisor_takes_its_worker_with_it(tmp_path):
@@ -161,8 +176,11 @@ def test_killed_sweep_reads_stopped_and_resumes_into_a_fresh_attempt(tmp_path):
     sweep = _sweep_dir(tmp_path, [tiny(run_id="a", steps=100_000)])
     proc = start([PY, "-m", "edgebench.runner.sweep", str(sweep)], cwd=tmp_path)
     wait_for(lambda: stepping(sweep / "runs" / "a"), what="a step")
+    (worker,) = children(proc.pid)
+    scores = [oom_score_adj(pid) for pid in (worker, proc.pid)]
     os.killpg(proc.pid, signal.SIGKILL)  # the device rebooted, as far as the sweep can tell
     proc.communicate(timeout=30)
+    assert scores == [oom_score.WORKER, supervisors_oom_score_adj()]  # the OOM killer's first and last choice
     state = sweeps_script.sweep_state(str(sweep))
     assert state["state"] == "stopped" and state["why"] and state["runs"]["a"] == "killed"
     closed = json.loads((sweep / "runs" / "a" / "result.json").read_text())  # final: collect and the store read it
@@ -186,6 +204,34 @@ def test_killed_sweep_reads_stopped_and_resumes_into_a_fresh_attempt(tmp_path):
     kept = sweep / "runs" / "a.attempt-1"
     assert json.loads((kept / "result.json").read_text())["status"] == "interrupted"
     assert sum(1 for e in read_trace(kept / "events.jsonl").records if e["event"] == "step_end") == steps_before
+
+
+def test_a_sweep_killed_after_its_worker_was_killed_for_memory_reads_oom(tmp_path, memory_cgroup):
+    """The kernel can kill the sweep process too while the OOM-killed worker's memory is still being
+    freed. Here for certain: the sweep is frozen, the worker OOM-killed (a real cgroup limit, a
+    real allocation beside it), then the sweep killed. The run still reads `oom`, from the kill count."""
+    sweep = _sweep_dir(tmp_path, [tiny(run_id="a", steps=100_000)])
+
+    def enter_cgroup() -> None:
+        _own_session()
+        (memory_cgroup / "cgroup.procs").write_text(str(os.getpid()))
+
+    proc = subprocess.Popen([PY, "-m", "edgebench.runner.sweep", str(sweep)], cwd=tmp_path, preexec_fn=enter_cgroup,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: stepping(sweep / "runs" / "a"), what="a step")
+    (worker,) = children(proc.pid)
+    os.kill(proc.pid, signal.SIGSTOP)  # it cannot record what follows
+    usage = int((memory_cgroup / "memory.usage_in_bytes").read_text())
+    (memory_cgroup / "memory.limit_in_bytes").write_text(str(usage + 64 * 2**20))
+    subprocess.run([PY, "-c", "b = b'x' * (256 << 20)"], preexec_fn=enter_cgroup, timeout=60)
+    wait_for(lambda: gone(worker), timeout_s=30, what="the OOM killer to take the worker (oom_score_adj 1000)")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    state = sweeps_script.sweep_state(str(sweep))
+    assert state["state"] == "stopped" and state["runs"] == {"a": "oom"}, state
+    result = json.loads((sweep / "runs" / "a" / "result.json").read_text())
+    assert result["oom_kills_during_run"] >= 1 and not result.get("cut_off"), result
+    assert str(memory_cgroup / "memory.oom_control") in result["detail"]
 
 
 @pytest.fixture

@@ -79,7 +79,9 @@ def test_sweep_on_two_devices_at_once_oom_on_the_small_one(lab_env):
     assert small_ok["sampler"]["power_est_basis"].startswith("the CPU use of its cgroup "), small_ok["sampler"]
     assert small_ok["device_ram_limit_bytes"] == SMALL_MEMORY  # its cgroup's limit: the device's RAM
     small_oom = json.loads((runs_dir / "lab-small" / deployed["lab-small"]["run_ids"][1] / "result.json").read_text())
-    assert small_oom["exit_signal"] == "SIGKILL" or small_oom["exit_signal"] == "KILL"
+    # its supervisor saw the kill; or the kernel took the sweep process too while the worker's memory
+    # was still being freed (seen on a 2-core host), and the status helper read the cgroup's kill count
+    assert small_oom.get("exit_signal") in ("SIGKILL", "KILL") or small_oom.get("oom_kills_during_run", 0) >= 1
     assert lab.status()[[r["name"] for r in lab.status()].index("lab-small")]["oom_kills"] >= 1
     again = runner.invoke(cli, ["collect", "--store", str(store_path), "--runs-dir", str(runs_dir), "--json"])
     assert again.exit_code == 0 and all(v["files_fetched"] == 0 for v in json.loads(again.output).values())

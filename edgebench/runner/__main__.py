@@ -7,6 +7,7 @@ import json
 import signal
 import sys
 
+from edgebench.runner.oom_score import shield_from_oom_kill
 from edgebench.runner.spec import RunSpec
 from edgebench.runner.supervisor import run_spec
 from edgebench.runner.worker import die_with_parent
@@ -30,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # Started by a host command (bench): if that dies, stop the run as an interrupt would.
     die_with_parent(signal.SIGTERM, "EDGEBENCH_PARENT_PID")
+    shield_from_oom_kill()  # an OOM kill takes the worker, and this process records it
     result = run_spec(spec, args.out, root=args.root)
     print(json.dumps({k: result[k] for k in ("run_id", "status", "detail")}))
     return {"ok": 0, "interrupted": EXIT_INTERRUPTED}.get(result["status"], 1)

@@ -26,6 +26,7 @@ from edgebench.runner.figures import WORKER_RSS, device_ram, samples_per_s, step
 from edgebench.runner.spec import RunSpec
 from edgebench.telemetry.clock import clock_pair
 from edgebench.telemetry.contention import cpu_share, cpu_snapshot
+from edgebench.telemetry.memory import oom_kill_count
 from edgebench.telemetry.trace import read_trace, write_json_atomic
 
 POLL_S = 0.02
@@ -195,6 +196,10 @@ class Supervisor:
         # which worker trains: recorded in meta.json and shown by report
         self.runtime = ("native" if self.native else "python") if spec.backend == "executorch" else None
         self.start_problem: str | None = None  # why the worker could not be started at all
+        # the kernel's OOM kill count where it can take the worker: a run whose sweep process dies
+        # with its worker (fleet/device_scripts/sweeps.py) is still told `oom` from it
+        counted = oom_kill_count(os.getpid(), root)
+        self._oom_kills_at_start = {"file": str(counted[0]), "count": counted[1]} if counted else None
 
     def _worker_command(self, spec_path: Path) -> list[str]:
         if self.native:
@@ -216,6 +221,7 @@ class Supervisor:
             **self._facts,
             "clock": {"start": clock_start, "end": clock_end},
             "predicted": predicted,
+            "oom_kills_at_start": self._oom_kills_at_start,
         })
 
     def _on_signal(self, signum: int, frame: object) -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from edgebench.errors import EdgebenchError
+from edgebench.runner.oom_score import shield_from_oom_kill
 from edgebench.runner.spec import RunSpec
 from edgebench.runner.supervisor import NO_SPACE, RESERVE_BYTES, RESERVE_FILE, Reserve, run_spec, step_statistics
 from edgebench.telemetry.trace import read_trace, write_json_atomic
@@ -192,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
                                      description="Run every DIR/specs/*.json in order (resumable).")
     parser.add_argument("dir")
     args = parser.parse_args(argv)
+    shield_from_oom_kill()  # an OOM kill takes the worker, and this process records it
     try:
         state = run_sweep(args.dir)
     except AlreadyRunning as exc:

@@ -30,6 +30,9 @@ if ! mkdir .sweep.lock.d 2>/dev/null; then
     fi
 fi
 echo $$ > sweep.pid
+# The OOM killer's last choice (lowering needs root; elsewhere it stays as it was): a worker
+# killed for memory frees it only as it exits, and a second kill then must not take this shell.
+{ echo -999 > "/proc/$$/oom_score_adj"; } 2>/dev/null
 
 STOP=""
 trap 'STOP=${STOP:-SIGTERM}' TERM

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgebench.errors import EdgebenchError
+from edgebench.runner.oom_score import volunteer_for_oom_kill
 from edgebench.runner.spec import RunSpec
 from edgebench.telemetry.gpu import cuda_memory_sample
 from edgebench.telemetry.trace import TraceWriter
@@ -167,17 +168,6 @@ def train(spec: RunSpec, events: TraceWriter, out: str = ".") -> int:
     return EXIT_OK
 
 
-def _volunteer_for_oom_kill() -> None:
-    """Make this worker the OOM killer's first choice, so that under a memory limit the
-    kernel kills the training process, never the supervisor or the sweep that must record
-    the result. (Raising one's own oom_score_adj needs no privilege.)"""
-    try:
-        with open("/proc/self/oom_score_adj", "w") as fh:
-            fh.write("1000")
-    except OSError:
-        pass  # not Linux, or /proc not mounted: nothing to adjust
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m edgebench.runner.worker")
     parser.add_argument("spec")
@@ -187,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     spec = RunSpec.load(args.spec)
-    _volunteer_for_oom_kill()
+    volunteer_for_oom_kill()  # the OOM killer takes this process, never its supervisor
     try:
         events = TraceWriter(Path(args.out) / "events.jsonl")
     except OSError as exc:

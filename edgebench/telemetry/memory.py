@@ -225,6 +225,29 @@ def keyed_values(path: Path) -> dict[str, int]:
     return out
 
 
+def oom_kill_count(pid: int, root: str | Path = "/") -> tuple[Path, int] | None:
+    """Where the kernel counts the OOM kills that can take `pid`, and the count now: its
+    memory cgroup's `oom_kill` (v1 memory.oom_control, v2 memory.events), else the system's
+    (/proc/vmstat: a kill anywhere counts). Read at a run's start, it lets a run whose
+    supervisor died too be told `oom` later (fleet/device_scripts/sweeps.py)."""
+    found = cgroup_dir(pid, "memory", root)
+    if found is not None and not is_hierarchy_root(found[1]):
+        path = oom_kill_file(*found[:2])
+    else:
+        path = under(root, "/proc/vmstat")
+    count = keyed_values(path).get("oom_kill")
+    return None if count is None else (path, count)
+
+
+def oom_kill_file(version: str, directory: Path) -> Path:
+    """The memory cgroup's file with the `oom_kill` count of its own processes: v1
+    memory.oom_control; v2 memory.events.local (memory.events also counts its children's)."""
+    if version == "v1":
+        return directory / "memory.oom_control"
+    local = directory / "memory.events.local"
+    return local if local.exists() else directory / "memory.events"
+
+
 class CgroupMemory:
     """The pid's memory cgroup (v1 or v2), read as the kernel counts it.
 
@@ -252,7 +275,7 @@ class CgroupMemory:
         self._limit_path = self.dir / ("memory.limit_in_bytes" if v1 else "memory.max")
         self._stat_path = self.dir / "memory.stat"
         self._rss_key = "total_rss" if v1 else "anon"
-        self._oom_path = self.dir / ("memory.oom_control" if v1 else "memory.events")
+        self._oom_path = oom_kill_file(self.version, self.dir)
 
     def read(self, now_s: float = 0.0) -> dict[str, int]:
         text = self._usage.read()

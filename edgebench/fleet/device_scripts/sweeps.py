@@ -5,8 +5,8 @@ outside (killed, its device rebooted, its disk filled up): it reads `stopped`, w
 when sweep.log tells. Never `running` without a live sweep process. Its record is made
 final here (`finalize`, once no sweep process holds the directory's lock): the run it was
 running gets a result.json (`killed`, with why; marked `cut_off`, so a restarted sweep runs
-it again as a fresh attempt) and sweep.json says `stopped`, so status, collect and the store
-all read the same final status.
+it again as a fresh attempt; or `oom` when the kernel counted an OOM kill during it) and
+sweep.json says `stopped`, so status, collect and the store all read the same final status.
 
 Runs on the device with `python -c`: standard library only.
 Usage: sweeps.py WORKDIR (prints one JSON object).
@@ -57,6 +57,35 @@ def _write_json(path, data):
     os.replace(tmp, path)
 
 
+def oom_kills_since_start(run_dir):
+    """(file, kills): how many OOM kills the kernel counted, since the run's start, where they
+    could take its worker (meta.json's `oom_kills_at_start`, the supervisor's reading), or None."""
+    try:
+        with open(os.path.join(run_dir, "meta.json")) as fh:
+            start = json.load(fh).get("oom_kills_at_start") or {}
+        with open(start["file"]) as fh:
+            now = next(int(line.split()[1]) for line in fh if line.startswith("oom_kill "))
+    except (OSError, ValueError, KeyError, TypeError, IndexError, StopIteration):
+        return None
+    kills = now - start.get("count", now)
+    return (start["file"], kills) if kills > 0 else None  # fewer after a reboot: none of this run's
+
+
+def ended_without_supervisor(run_dir, rid, why):
+    """The result.json of a run whose sweep process died before it ended. `oom` when the kernel
+    counted an OOM kill during the run: the worker is the killer's first choice, and a second
+    kill while the worker's memory is still being freed can take the sweep too. Else `killed`
+    and `cut_off`, so a restarted sweep runs it again."""
+    counted = oom_kills_since_start(run_dir)
+    if counted:
+        return {"run_id": rid, "status": "oom", "oom_kills_during_run": counted[1],
+                "detail": f"the worker was killed for memory (the oom_kill count in {counted[0]} rose by "
+                          f"{counted[1]} during the run), and {why}: the runs after it did not start; "
+                          "restart the sweep to run them"}
+    return {"run_id": rid, "status": "killed", "cut_off": True,
+            "detail": "the run never ended: " + why + "; restart the sweep to run it again"}
+
+
 def finalize(sdir, why):
     """A sweep whose process is gone: each run it had `running` without a result.json gets one
     (`killed`, `cut_off`), and sweep.json becomes `stopped` with why. Nothing is done while a
@@ -83,8 +112,7 @@ def finalize(sdir, why):
             if status != "running":
                 continue
             if not os.path.exists(result) and os.path.isdir(run_dir):
-                _write_json(result, {"run_id": rid, "status": "killed", "cut_off": True,
-                                     "detail": "the run never ended: " + why + "; restart the sweep to run it again"})
+                _write_json(result, ended_without_supervisor(run_dir, rid, why))
             try:
                 with open(result) as fh:
                     state["runs"][rid] = json.load(fh).get("status", "killed")
