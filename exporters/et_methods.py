@@ -1,6 +1,7 @@
 """Method knobs that change what is exported to ExecuTorch (host side).
 
-accumN: the program takes one micro-batch (the backend calls it N times per step); ckpt:
+accumN: the program takes one micro-batch (the backend calls it N times per step) and sums
+its gradients itself (`sum_gradients`); ckpt:
 recomputation written into the joint graph; bf16 / frozen bf16 / int8: the eager trainer's
 own model changes (autocast, edgebench.methods.int8) traced into the program; LOMO and the
 fused update: the update written into the program (`write_update`). Optimizers that run
@@ -28,10 +29,9 @@ def example_batch(method: Any, batch: dict[str, Any]) -> dict[str, Any]:
 
 def program_knobs(method: Any) -> dict[str, Any]:
     """The knobs that shape a forward-backward program. An update that runs between program
-    calls (sgd, adafactor, adamw-8bit, galore, ...) is not one, nor is accumulation (the
-    micro-batch's shape is): such methods share one program (exporters.pipeline)."""
+    calls (sgd, adafactor, adamw-8bit, galore, ...) is not one: such methods share one program
+    (exporters.pipeline). Accumulation is (the program sums its gradients over N calls)."""
     knobs = dict(method.knobs())
-    knobs.pop("accumulation")
     if not et_optimizers.update_in_program(method):
         knobs.pop("optimizer")
         knobs.pop("fused_update")
@@ -77,6 +77,8 @@ class JointRewrite:
             self.counts.update(recompute_blocks(ep))
         if et_optimizers.update_in_program(self.method):
             self.counts.update(write_update(ep, self.method.optimizer))
+        if self.method.accumulation > 1:
+            self.counts.update(sum_gradients(ep, self.method.accumulation))
 
     def lowering(self) -> dict[str, str]:
         out = et_optimizers.lowering(self.method)
@@ -332,6 +334,56 @@ def write_update(ep, optimizer: str) -> dict[str, int]:
     graph.lint()
     gm.recompile()
     return {"updated_in_program": len(weights)}
+
+
+def sum_gradients(ep, parts: int) -> dict[str, int]:
+    """accumN's gradient sums written into the joint graph: each gradient, right after the
+    backward computes it, is added at 1/parts into a buffer of the program's own (`sum += grad
+    * (1/parts)`, aten.copy_ into the buffer), and that buffer is returned in its place. The
+    gradient then dies there and the memory planner reuses its space, where summing outside
+    the program kept a second copy of every gradient (the plan's, overwritten by the next call,
+    and the sums). The buffers are planned for the whole program and start as zeros from the
+    .pte, like write_update's moments; the runtime zeroes them after each update
+    (edgebench.backends.et_optimizers.AccumulatingStep). Returns counts: gradients summed.
+    """
+    aten = torch.ops.aten
+    gm, graph, sig = ep.graph_module, ep.graph_module.graph, ep.graph_signature
+    out = graph.output_node()
+    outputs = list(out.args[0])
+    placeholders = {n.name: n for n in graph.nodes if n.op == "placeholder"}
+    weight_names = {fqn: name for name, fqn in sig.inputs_to_parameters.items()}
+    first_input = placeholders[sig.user_inputs[0]]
+    state_specs, output_specs = [], list(sig.output_specs)
+
+    def op(target, *args):
+        node = graph.call_function(target, args)
+        node.meta["val"] = args[0].meta["val"]
+        return node
+
+    for i, (spec, grad) in enumerate(zip(sig.output_specs, outputs)):
+        if spec.kind != OutputKind.GRADIENT_TO_PARAMETER or not isinstance(grad, torch.fx.Node):
+            continue
+        with graph.inserting_before(first_input):
+            total = graph.placeholder(f"b_grad_sum_{weight_names[spec.target]}")
+        total.meta["val"] = torch.empty_like(grad.meta["val"]).detach()
+        total.meta["et_init_buffer"] = True  # zeros in the .pte
+        total.meta["weight_has_gradient"] = True  # planned for the whole program, never shared
+        target = f"accumulation.sum.{spec.target}"
+        ep.state_dict[target] = torch.zeros(grad.meta["val"].shape)
+        state_specs.append(InputSpec(InputKind.BUFFER, TensorArgument(total.name), target, True))
+        with graph.inserting_before(grad.next):  # in order, right after the gradient
+            op(aten.copy_.default, total, op(aten.add.Tensor, total, op(aten.mul.Scalar, grad, 1.0 / parts)))
+        outputs[i] = total
+        output_specs[i] = OutputSpec(OutputKind.GRADIENT_TO_PARAMETER, TensorArgument(total.name), spec.target)
+    first_user = next(i for i, s in enumerate(sig.input_specs) if s.kind == InputKind.USER_INPUT)
+    sig.input_specs[:] = sig.input_specs[:first_user] + state_specs + sig.input_specs[first_user:]
+    sig.output_specs[:] = output_specs
+    new_out = graph.output(tuple(outputs))
+    out.replace_all_uses_with(new_out)
+    graph.erase_node(out)
+    graph.lint()
+    gm.recompile()
+    return {"gradients_summed_in_program": len(state_specs)}
 
 
 def _update_ops(op, optimizer: str, weight, grad, hyper, group: int, state) -> None:

@@ -158,7 +158,8 @@ def _export_executorch(request: ExportRequest, directory: Path, on_stage) -> dic
         "frozen_parameters": lowered.frozen_parameters,
         "planned_memory_bytes": lowered.planned_memory_bytes,
         "lowering": {**lowered.lowering, **rewrite.lowering()},  # + the method's knobs
-        **({"program_key": lowered.key} if program == "forward-backward" else {}),
+        **({"program_key": lowered.key, "gradients_summed_in_program": method.accumulation}
+           if program == "forward-backward" else {}),
         "files": files,
     }
 

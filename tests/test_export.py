@@ -184,6 +184,7 @@ def test_methods_updating_between_calls_share_one_program(et_sgd):
 
     assert program_knobs(parse_method("lomo")) != program_knobs(parse_method("sgd"))
     assert program_knobs(parse_method("adafactor")) == program_knobs(parse_method("sgd"))
+    assert program_knobs(parse_method("adamw-accum4")) != program_knobs(parse_method("adamw"))  # sums in it
     # Another device profile with the same delegate: its own export, the same program.
     other_device = {**et_sgd.manifest["request"], "method": "adamw", "profile": "some-other-board"}
     stages = []

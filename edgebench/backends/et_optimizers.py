@@ -4,8 +4,9 @@ The joint forward-backward program returns the loss and the gradients; these ste
 decide what happens between program calls, the way the eager trainers do:
 
 - `AccumulatingStep` (accumN): the program is exported for one micro-batch and called N
-  times per step; its gradients (views of the plan's arena, overwritten by the next call)
-  are added into one owned buffer per parameter, then one clipped update follows.
+  times per step; it adds each gradient at 1/N into a buffer of its own
+  (exporters.et_methods.sum_gradients) and returns those sums, then one clipped update
+  follows and the sums are zeroed for the next step.
 - `UpdatingProgram` (LOMO; the fused update of SGD/Adam/AdamW): the program applies the
   update itself, each gradient consumed by an in-place write of its weight as soon as the
   backward has computed it (exporters.et_methods.write_update), so the memory planner reuses
@@ -49,25 +50,19 @@ def split_inputs(inputs: tuple[torch.Tensor, ...], parts: int) -> list[tuple[tor
 
 
 class AccumulatingStep:
-    """N program calls, gradients summed (each scaled 1/N as eager's loss/N), one update."""
+    """N program calls, one update. The program sums the micro-batches' gradients itself (1/N
+    each, as eager's loss/N) in buffers it keeps, so no gradient is copied out here."""
 
     def __init__(self, program: Any, update: Any, parts: int) -> None:
         self.program, self.update, self.parts = program, update, parts
-        self.sums: dict[str, torch.Tensor] = {}
 
     def step(self, inputs: tuple[torch.Tensor, ...]) -> float:
         total = 0.0
-        for i, micro in enumerate(split_inputs(inputs, self.parts)):
+        for micro in split_inputs(inputs, self.parts):
             total += self.program.forward_backward(micro) / self.parts
-            for name, grad in self.program.grads.items():
-                if i == 0:
-                    if name in self.sums:
-                        torch.mul(grad, 1.0 / self.parts, out=self.sums[name])
-                    else:
-                        self.sums[name] = grad / self.parts
-                else:
-                    self.sums[name].add_(grad, alpha=1.0 / self.parts)
-        self.update.step(self.program.named_parameters(), self.sums)
+        sums = self.program.grads
+        self.update.step(self.program.named_parameters(), sums)
+        torch._foreach_zero_(list(sums.values()))  # the program adds the next step's into them
         return total
 
 
@@ -186,9 +181,11 @@ def lowering(method: Any) -> dict[str, str]:
                             "process (torch, not the .pte), over the program's weights in place and the "
                             "gradients it returns; clip and schedule as eager")
     if method.accumulation > 1:
-        out["accumulation"] = (f"program exported for one micro-batch (batch / {method.accumulation}); "
-                               f"called {method.accumulation} times per step, gradients summed into owned "
-                               "buffers (1/N each), then one clipped update")
+        out["accumulation"] = (f"program exported for one micro-batch (batch / {method.accumulation}) and "
+                               f"called {method.accumulation} times per step; it adds each gradient at 1/N "
+                               "into a buffer of its own as soon as the backward computes it "
+                               "(exporters.et_methods.sum_gradients: the gradient's space is reused) and "
+                               "returns the sums; one clipped update, then the sums are zeroed")
     if update_in_program(method):
         return out  # exporters.et_methods.write_update records it
     if method.fused_update:

@@ -67,6 +67,13 @@ def open_program(spec: Any, backend: str, knobs: dict[str, Any] | None) -> tuple
         )
     if knobs is None:
         _refuse_unsupported(spec, backend, made_for["knobs"])
+    parts = (knobs or made_for["knobs"]).get("accumulation", 1)
+    summed = manifest.get("gradients_summed_in_program", 1)
+    if manifest.get("program") == "forward-backward" and summed != parts:
+        raise ValueError(
+            f"{directory}: its program sums gradients over {summed} call(s) itself, method {spec.method!r} "
+            f"takes {parts} micro-batches (an export from an older edgebench sums none); export it again"
+        )
     return directory, manifest
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from edgebench.backends.program import BATCH_INPUTS, check_batch, program_lr
+from edgebench.backends.program import BATCH_INPUTS, check_batch, open_program, program_lr
 from edgebench.runner.native import BATCHES, PLAN, PLAN_FORMAT
 from edgebench.runner.spec import RunSpec
 
@@ -121,8 +121,7 @@ def write_plan(spec: RunSpec, cache: Path, predicted: Any = None) -> Path:
         raise UnsupportedBackend(f"method {spec.method!r} on the native ExecuTorch worker: {reason}")
     if spec.program is None:
         raise UnsupportedBackend(f"run {spec.run_id}: no exported program to plan for (spec.program is unset)")
-    program = Path(spec.program)
-    manifest = json.loads((program / "manifest.json").read_text())
+    program, manifest = open_program(spec, "executorch", method.knobs())  # made for this method
     steps = spec.warmup_steps + spec.steps
     batches = batches_for(spec)
     next(batches)  # the Python worker's setup takes the first batch as its example: the steps start after it

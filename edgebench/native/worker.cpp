@@ -339,9 +339,9 @@ class Worker {
       auto outputs = run(batch_inputs());
       loss += to_double(outputs[0]) / double(accumulation_);
       bind_params(outputs);
-      accumulate(part);
     }
     update(step_index);
+    zero_sums();
     return loss;
   }
 
@@ -358,8 +358,7 @@ class Worker {
   std::unique_ptr<Batches> batches_;
   std::unique_ptr<Module> module_;
   int64_t grad_start_ = 0, param_start_ = 0;
-  std::vector<float*> grads_;             // this call's gradients (views of the program's arena)
-  std::vector<std::vector<float>> sums_;  // accumN: gradients summed over the micro-batches
+  std::vector<float*> grads_;  // this call's gradients, accumN's sums (views of the program's arena)
   std::vector<std::vector<float>> weights_;  // forward-only: the trainable weights (inputs)
   uint64_t mezo_state_ = 0;
   long long updates_done_ = 0;
@@ -464,25 +463,12 @@ class Worker {
     }
   }
 
-  // accumN: each micro-batch's gradients (overwritten by the next call) summed at 1/N each.
-  void accumulate(long long part) {
+  // accumN: the program adds each micro-batch's gradients at 1/N into sums of its own
+  // (exporters.et_methods.sum_gradients) and returns those; zeroed after the step's update.
+  void zero_sums() {
     if (accumulation_ == 1) return;
-    sums_.resize(params_.size());
-    float scale = 1.0f / float(accumulation_);
-    for (size_t i = 0; i < params_.size(); ++i) {
-      auto& sum = sums_[i];
-      sum.resize(params_[i].numel);
-      const float* g = grads_[i];
-      float* out = sum.data();
-      if (part == 0) {
-        parallel_for(sum.size(), [=](size_t k) { out[k] = g[k] * scale; });
-      } else {
-        parallel_for(sum.size(), [=](size_t k) { out[k] += g[k] * scale; });
-      }
-    }
+    for (size_t i = 0; i < params_.size(); ++i) std::memset(grads_[i], 0, params_[i].numel * sizeof(float));
   }
-
-  float* gradient(size_t i) { return accumulation_ == 1 ? grads_[i] : sums_[i].data(); }
 
   // The methods' update over the program's weights: clip the global norm, then the optimizer.
   void update(long long step_index) {
@@ -491,7 +477,7 @@ class Worker {
     if (clip_ > 0) {  // torch.nn.utils.clip_grad_norm_: max_norm / (norm + 1e-6), at most 1
       double total = 0.0;
       for (size_t i = 0; i < params_.size(); ++i) {
-        const float* g = gradient(i);
+        const float* g = grads_[i];
         total += parallel_sum(params_[i].numel, [g](size_t k) { return double(g[k]) * double(g[k]); });
       }
       float norm = float(std::sqrt(total));
@@ -507,7 +493,7 @@ class Worker {
     for (size_t i = 0; i < params_.size(); ++i) {
       Param& p = params_[i];
       float* w = p.data;
-      const float* g = gradient(i);
+      const float* g = grads_[i];
       float lr = float(group_lr_[size_t(p.group)] * factor);
       if (optimizer_ == "sgd") {
         parallel_for(p.numel, [=](size_t k) { w[k] -= lr * (g[k] * c); });
