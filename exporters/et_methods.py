@@ -78,7 +78,7 @@ class JointRewrite:
         if et_optimizers.update_in_program(self.method):
             self.counts.update(write_update(ep, self.method.optimizer))
         if self.method.accumulation > 1:
-            self.counts.update(sum_gradients(ep, self.method.accumulation))
+            self.counts.update(sum_gradients(ep))
 
     def lowering(self) -> dict[str, str]:
         out = et_optimizers.lowering(self.method)
@@ -336,17 +336,17 @@ def write_update(ep, optimizer: str) -> dict[str, int]:
     return {"updated_in_program": len(weights)}
 
 
-def sum_gradients(ep, parts: int) -> dict[str, int]:
+def sum_gradients(ep) -> dict[str, int]:
     """accumN's gradient sums written into the joint graph: each gradient, right after the
-    backward computes it, is added at 1/parts into a buffer of the program's own (`sum += grad
-    * (1/parts)`, aten.copy_ into the buffer), and that buffer is returned in its place. The
-    gradient then dies there and the memory planner reuses its space, where summing outside
-    the program kept a second copy of every gradient (the plan's, overwritten by the next call,
-    and the sums). The buffers are planned for the whole program and start as zeros from the
-    .pte, like write_update's moments; the runtime zeroes them after each update
-    (edgebench.backends.et_optimizers.AccumulatingStep). Returns counts: gradients summed.
+    backward computes it, is added into a buffer of the program's own (`sum += grad`,
+    aten.copy_ into the buffer), and that buffer is returned in its place. The gradient then
+    dies there and the memory planner reuses its space, where summing outside the program kept
+    a second copy of every gradient (the plan's, overwritten by the next call, and the sums).
+    The buffers are planned for the whole program and start as zeros from the .pte, like
+    write_update's moments; the runtime divides the sums by N (eager's loss/N) in the clip's
+    pass and zeroes them after each update (edgebench.backends.et_optimizers.AccumulatingStep).
+    Returns counts: gradients summed.
     """
-    aten = torch.ops.aten
     gm, graph, sig = ep.graph_module, ep.graph_module.graph, ep.graph_signature
     out = graph.output_node()
     outputs = list(out.args[0])
@@ -372,7 +372,7 @@ def sum_gradients(ep, parts: int) -> dict[str, int]:
         ep.state_dict[target] = torch.zeros(grad.meta["val"].shape)
         state_specs.append(InputSpec(InputKind.BUFFER, TensorArgument(total.name), target, True))
         with graph.inserting_before(grad.next):  # in order, right after the gradient
-            op(aten.copy_.default, total, op(aten.add.Tensor, total, op(aten.mul.Scalar, grad, 1.0 / parts)))
+            op(torch.ops.aten.copy_.default, total, op(torch.ops.aten.add.Tensor, total, grad))
         outputs[i] = total
         output_specs[i] = OutputSpec(OutputKind.GRADIENT_TO_PARAMETER, TensorArgument(total.name), spec.target)
     first_user = next(i for i, s in enumerate(sig.input_specs) if s.kind == InputKind.USER_INPUT)

@@ -101,7 +101,7 @@ def test_method_on_executorch_matches_eager(export_cache, method, batch_size):
 
 
 def test_accumulating_program_sums_its_gradients_itself(export_cache, tmp_path):
-    """adamw-accum4's program adds each call's gradients at 1/4 into sums it keeps and returns
+    """adamw-accum4's program adds each call's gradients into sums it keeps and returns
     them (the runtime keeps no copy: the parity test above checks the losses, with the sums
     zeroed after each update); an export that sums none (an older edgebench's) is refused."""
     import shutil

@@ -167,3 +167,18 @@ def test_the_exported_runtimes_take_eagers_default_lr_at_nanovlm_222m_size(prese
     assert program_lr(3e-4, method, {"model": {"trainable_elements": trained}}) == 3e-4
     if preset == "mezo":
         assert trainer.lr < optim.GRAD_MODE_LR["zeroth-order"] / 50  # 222M weights: ~1/55 of the base lr
+
+
+@pytest.mark.parametrize("summed_norm", [0.4, 40.0])  # a quarter under the clip (0.1), and over it (10)
+def test_program_update_divides_an_accumulated_sum_by_its_micro_batches(summed_norm):
+    """accumN's program returns each gradient summed over N micro-batches; the update divides by N
+    in the clip's pass (eager divides each micro-batch's loss by N), so SGD moves a weight by
+    lr * min(sum / N, clipped). Over the clip the 1/N changes nothing, which is why the parity
+    tests on `micro` (clipped every step) cannot see it."""
+    from edgebench.backends.executorch import ProgramUpdate
+
+    weight = torch.zeros(4)
+    update = ProgramUpdate("sgd", lr=0.5, total_steps=10)
+    update.step({"decoder.w": weight}, {"decoder.w": torch.tensor([summed_norm, 0.0, 0.0, 0.0])}, parts=4)
+    expected = -0.5 * optim.lr_factor(0, 10) * min(summed_norm / 4, optim.MAX_GRAD_NORM)
+    assert float(weight[0]) == pytest.approx(expected, rel=1e-5)

@@ -4,9 +4,9 @@ The joint forward-backward program returns the loss and the gradients; these ste
 decide what happens between program calls, the way the eager trainers do:
 
 - `AccumulatingStep` (accumN): the program is exported for one micro-batch and called N
-  times per step; it adds each gradient at 1/N into a buffer of its own
-  (exporters.et_methods.sum_gradients) and returns those sums, then one clipped update
-  follows and the sums are zeroed for the next step.
+  times per step; it adds each gradient into a buffer of its own
+  (exporters.et_methods.sum_gradients) and returns those sums; one update follows, its clip
+  dividing them by N (eager's loss/N), and the sums are zeroed for the next step.
 - `UpdatingProgram` (LOMO; the fused update of SGD/Adam/AdamW): the program applies the
   update itself, each gradient consumed by an in-place write of its weight as soon as the
   backward has computed it (exporters.et_methods.write_update), so the memory planner reuses
@@ -50,8 +50,8 @@ def split_inputs(inputs: tuple[torch.Tensor, ...], parts: int) -> list[tuple[tor
 
 
 class AccumulatingStep:
-    """N program calls, one update. The program sums the micro-batches' gradients itself (1/N
-    each, as eager's loss/N) in buffers it keeps, so no gradient is copied out here."""
+    """N program calls, one update. The program sums the micro-batches' gradients itself in
+    buffers it keeps, so no gradient is copied out here; the update divides them by N."""
 
     def __init__(self, program: Any, update: Any, parts: int) -> None:
         self.program, self.update, self.parts = program, update, parts
@@ -61,7 +61,7 @@ class AccumulatingStep:
         for micro in split_inputs(inputs, self.parts):
             total += self.program.forward_backward(micro) / self.parts
         sums = self.program.grads
-        self.update.step(self.program.named_parameters(), sums)
+        self.update.step(self.program.named_parameters(), sums, self.parts)
         torch._foreach_zero_(list(sums.values()))  # the program adds the next step's into them
         return total
 
@@ -182,10 +182,11 @@ def lowering(method: Any) -> dict[str, str]:
                             "gradients it returns; clip and schedule as eager")
     if method.accumulation > 1:
         out["accumulation"] = (f"program exported for one micro-batch (batch / {method.accumulation}) and "
-                               f"called {method.accumulation} times per step; it adds each gradient at 1/N "
-                               "into a buffer of its own as soon as the backward computes it "
+                               f"called {method.accumulation} times per step; it adds each gradient into a "
+                               "buffer of its own as soon as the backward computes it "
                                "(exporters.et_methods.sum_gradients: the gradient's space is reused) and "
-                               "returns the sums; one clipped update, then the sums are zeroed")
+                               "returns the sums; one clipped update divides them by N (eager's loss/N), "
+                               "then the sums are zeroed")
     if update_in_program(method):
         return out  # exporters.et_methods.write_update records it
     if method.fused_update:

@@ -39,11 +39,13 @@ def _as_inputs(batch: dict[str, Any]) -> tuple[torch.Tensor, ...]:
     return tuple(torch.as_tensor(batch[k]) for k in BATCH_INPUTS)
 
 
-def clip_gradients(grads: list[torch.Tensor], max_norm: float, scale: float = 1.0) -> None:
+def clip_gradients(grads: list[torch.Tensor], max_norm: float, scale: float = 1.0, parts: int = 1) -> None:
     """torch.nn.utils.clip_grad_norm_ on gradient tensors themselves (it reads `.grad`),
-    times `scale` in the same pass (one sweep over the gradients instead of two)."""
-    total = torch.nn.utils.get_total_norm(grads)
-    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0) * scale
+    times `scale` in the same pass (one sweep over the gradients instead of two). `parts`:
+    the gradients are sums over that many micro-batches (accumN), divided by it here, as
+    eager's loss/N divides each micro-batch's."""
+    total = torch.nn.utils.get_total_norm(grads) / parts
+    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0) * (scale / parts)
     torch._foreach_mul_(grads, coef)
 
 
@@ -65,11 +67,12 @@ class ProgramUpdate:
         groups = [(self.lr, backbone), (max(self.lr, optim.NANOVLM_LR_MP), projector)]
         return [(lr, names) for lr, names in groups if names]
 
-    def step(self, params: dict[str, torch.Tensor], grads: dict[str, torch.Tensor]) -> None:
+    def step(self, params: dict[str, torch.Tensor], grads: dict[str, torch.Tensor], parts: int = 1) -> None:
+        """One update; `grads` are sums over `parts` micro-batches (accumN), divided here."""
         # Plain SGD is linear in the gradient: scaling it by the schedule applies it exactly.
         sgd = self.optimizer == "sgd"
         scale = optim.lr_factor(self.steps_done, self.total_steps) if sgd else 1.0
-        clip_gradients(list(grads.values()), optim.MAX_GRAD_NORM, scale)
+        clip_gradients(list(grads.values()), optim.MAX_GRAD_NORM, scale, parts)
         if sgd:
             self._runtime_sgd(params, grads)
         else:

@@ -463,7 +463,7 @@ class Worker {
     }
   }
 
-  // accumN: the program adds each micro-batch's gradients at 1/N into sums of its own
+  // accumN: the program adds each micro-batch's gradients into sums of its own
   // (exporters.et_methods.sum_gradients) and returns those; zeroed after the step's update.
   void zero_sums() {
     if (accumulation_ == 1) return;
@@ -473,15 +473,17 @@ class Worker {
   // The methods' update over the program's weights: clip the global norm, then the optimizer.
   void update(long long step_index) {
     double factor = schedule_.factor(step_index);
-    float c = 1.0f;  // the clip's coefficient, applied to each gradient as it is read
+    // accumN's gradients are the program's sums over N micro-batches: divided by N (eager's loss/N)
+    float parts = float(accumulation_);
+    float c = 1.0f / parts;  // the clip's coefficient (and 1/N), applied to each gradient as it is read
     if (clip_ > 0) {  // torch.nn.utils.clip_grad_norm_: max_norm / (norm + 1e-6), at most 1
       double total = 0.0;
       for (size_t i = 0; i < params_.size(); ++i) {
         const float* g = grads_[i];
         total += parallel_sum(params_[i].numel, [g](size_t k) { return double(g[k]) * double(g[k]); });
       }
-      float norm = float(std::sqrt(total));
-      c = float(std::min(1.0, double(float(clip_) / (norm + 1e-6f))));
+      float norm = float(std::sqrt(total)) / parts;
+      c = float(std::min(1.0, double(float(clip_) / (norm + 1e-6f)))) / parts;
     }
     long long t = ++updates_done_;
     bool adam = optimizer_ == "adam" || optimizer_ == "adamw";
