@@ -112,6 +112,7 @@ def test_accumulating_program_sums_its_gradients_itself(export_cache, tmp_path):
     from edgebench.backends.executorch import TrainingProgram, _as_inputs
     from edgebench.backends.program import open_program
     from edgebench.methods import parse_method
+    from exporters.profile import profile_export
 
     result = _export("adamw-accum4", 4)
     assert result.manifest["gradients_summed_in_program"] == 4
@@ -134,6 +135,9 @@ def test_accumulating_program_sums_its_gradients_itself(export_cache, tmp_path):
                    batch_size=4, program=str(older))
     with pytest.raises(ValueError, match=r"sums gradients over 1 call\(s\) itself.*takes 4 micro-batches"):
         open_program(spec, "executorch", parse_method("adamw-accum4").knobs())
+    # `edgebench export --profile` steps it as the backend does (it ran the whole batch in one call)
+    report = profile_export(result.directory, steps=1, warmup=0, eager=False)
+    assert "error" not in report["executorch"] and report["executorch"]["top_ops"], report["executorch"]
 
 
 def test_recomputation_shrinks_the_programs_memory_plan(export_cache):
