@@ -275,7 +275,7 @@ def write_update(ep, optimizer: str) -> dict[str, int]:
     (`_alias_inplace_result_specs`). The scalars of the step come in as the last input `hyper`
     (edgebench.backends.et_optimizers.hyper_index). Returns counts: weights updated.
     """
-    gm, graph, sig = ep.graph_module, ep.graph_module.graph, ep.graph_signature
+    graph, sig = ep.graph_module.graph, ep.graph_signature
     out = graph.output_node()
     grads = {s.target: value for s, value in zip(sig.output_specs, out.args[0])
              if s.kind == OutputKind.GRADIENT_TO_PARAMETER}
@@ -288,20 +288,14 @@ def write_update(ep, optimizer: str) -> dict[str, int]:
     fake = next(iter(weights.values())).meta["val"]
     hyper.meta["val"] = fake.new_empty((et_optimizers.HYPER_SIZE,))
     state_specs, state_nodes = [], []
-    if adam:
+    if adam:  # zeros, as torch.optim starts
         for kind in ("exp_avg", "exp_avg_sq"):
             for fqn, weight in weights.items():
-                with graph.inserting_before(user_inputs[0]):
-                    node = graph.placeholder(f"b_{kind}_{weight.name}")
-                node.meta["val"] = torch.empty_like(weight.meta["val"]).detach()
-                node.meta["et_init_buffer"] = True  # zeros in the .pte, as torch.optim starts
-                node.meta["weight_has_gradient"] = True
-                target = f"optimizer.{kind}.{fqn}"
-                ep.state_dict[target] = torch.zeros(weight.meta["val"].shape)
-                state_specs.append(InputSpec(InputKind.BUFFER, TensorArgument(node.name), target, True))
+                node, spec = _zero_state(ep, user_inputs[0], f"b_{kind}_{weight.name}", weight,
+                                         f"optimizer.{kind}.{fqn}")
+                state_specs.append(spec)
                 state_nodes.append(node)
-    first_user = next(i for i, s in enumerate(sig.input_specs) if s.kind == InputKind.USER_INPUT)
-    input_specs = (sig.input_specs[:first_user] + state_specs + sig.input_specs[first_user:]
+    input_specs = (_with_state(sig, state_specs)
                    + [InputSpec(InputKind.USER_INPUT, TensorArgument(hyper.name), None)])
     moments = dict(zip([(k, f) for k in ("exp_avg", "exp_avg_sq") for f in weights], state_nodes))
     order = {n: i for i, n in enumerate(graph.nodes)}
@@ -326,14 +320,40 @@ def write_update(ep, optimizer: str) -> dict[str, int]:
     output_specs = [s for s in sig.output_specs if s.kind != OutputKind.GRADIENT_TO_PARAMETER]
     output_specs += [OutputSpec(OutputKind.USER_OUTPUT, TensorArgument(n.name), None)
                      for n in [*weights.values(), *state_nodes]]
+    _set_outputs(ep, outputs, input_specs, output_specs)
+    return {"updated_in_program": len(weights)}
+
+
+def _zero_state(ep, before, name: str, like, target: str) -> tuple[Any, InputSpec]:
+    """A buffer the program keeps across calls, shaped like node `like`, placed before node
+    `before`: zeros in the .pte, planned for the whole program and never shared (the flags
+    ExecuTorch's weights_to_outputs_pass gives trained weights). Returns (node, its spec)."""
+    with ep.graph_module.graph.inserting_before(before):
+        node = ep.graph_module.graph.placeholder(name)
+    node.meta["val"] = torch.empty_like(like.meta["val"]).detach()
+    node.meta["et_init_buffer"] = True
+    node.meta["weight_has_gradient"] = True
+    ep.state_dict[target] = torch.zeros(like.meta["val"].shape)
+    return node, InputSpec(InputKind.BUFFER, TensorArgument(node.name), target, True)
+
+
+def _with_state(sig, state_specs: list[InputSpec]) -> list[InputSpec]:
+    """The signature's input specs with new state buffers placed before the user inputs."""
+    first_user = next(i for i, s in enumerate(sig.input_specs) if s.kind == InputKind.USER_INPUT)
+    return sig.input_specs[:first_user] + state_specs + sig.input_specs[first_user:]
+
+
+def _set_outputs(ep, outputs: list, input_specs: list[InputSpec], output_specs: list[OutputSpec]) -> None:
+    """The rewritten graph's outputs and signature, then the graph checked and recompiled."""
+    graph, sig = ep.graph_module.graph, ep.graph_signature
+    out = graph.output_node()
     new_out = graph.output(tuple(outputs))
     out.replace_all_uses_with(new_out)
     graph.erase_node(out)
     sig.input_specs[:] = input_specs
     sig.output_specs[:] = output_specs
     graph.lint()
-    gm.recompile()
-    return {"updated_in_program": len(weights)}
+    ep.graph_module.recompile()
 
 
 def sum_gradients(ep) -> dict[str, int]:
@@ -347,12 +367,10 @@ def sum_gradients(ep) -> dict[str, int]:
     pass and zeroes them after each update (edgebench.backends.et_optimizers.AccumulatingStep).
     Returns counts: gradients summed.
     """
-    gm, graph, sig = ep.graph_module, ep.graph_module.graph, ep.graph_signature
-    out = graph.output_node()
-    outputs = list(out.args[0])
-    placeholders = {n.name: n for n in graph.nodes if n.op == "placeholder"}
+    graph, sig = ep.graph_module.graph, ep.graph_signature
+    outputs = list(graph.output_node().args[0])
     weight_names = {fqn: name for name, fqn in sig.inputs_to_parameters.items()}
-    first_input = placeholders[sig.user_inputs[0]]
+    first_input = next(n for n in graph.nodes if n.op == "placeholder" and n.name == sig.user_inputs[0])
     state_specs, output_specs = [], list(sig.output_specs)
 
     def op(target, *args):
@@ -363,26 +381,14 @@ def sum_gradients(ep) -> dict[str, int]:
     for i, (spec, grad) in enumerate(zip(sig.output_specs, outputs)):
         if spec.kind != OutputKind.GRADIENT_TO_PARAMETER or not isinstance(grad, torch.fx.Node):
             continue
-        with graph.inserting_before(first_input):
-            total = graph.placeholder(f"b_grad_sum_{weight_names[spec.target]}")
-        total.meta["val"] = torch.empty_like(grad.meta["val"]).detach()
-        total.meta["et_init_buffer"] = True  # zeros in the .pte
-        total.meta["weight_has_gradient"] = True  # planned for the whole program, never shared
-        target = f"accumulation.sum.{spec.target}"
-        ep.state_dict[target] = torch.zeros(grad.meta["val"].shape)
-        state_specs.append(InputSpec(InputKind.BUFFER, TensorArgument(total.name), target, True))
+        total, state = _zero_state(ep, first_input, f"b_grad_sum_{weight_names[spec.target]}", grad,
+                                   f"accumulation.sum.{spec.target}")
+        state_specs.append(state)
         with graph.inserting_before(grad.next):  # in order, right after the gradient
             op(torch.ops.aten.copy_.default, total, op(torch.ops.aten.add.Tensor, total, grad))
         outputs[i] = total
         output_specs[i] = OutputSpec(OutputKind.GRADIENT_TO_PARAMETER, TensorArgument(total.name), spec.target)
-    first_user = next(i for i, s in enumerate(sig.input_specs) if s.kind == InputKind.USER_INPUT)
-    sig.input_specs[:] = sig.input_specs[:first_user] + state_specs + sig.input_specs[first_user:]
-    sig.output_specs[:] = output_specs
-    new_out = graph.output(tuple(outputs))
-    out.replace_all_uses_with(new_out)
-    graph.erase_node(out)
-    graph.lint()
-    gm.recompile()
+    _set_outputs(ep, outputs, _with_state(sig, state_specs), output_specs)
     return {"gradients_summed_in_program": len(state_specs)}
 
 
