@@ -26,6 +26,7 @@ import torch
 from torch.export import ExportedProgram
 
 from exporters.graph_code_on_demand import graph_code_on_demand
+from exporters.greedy_memory_plan import greedy_planning_sooner
 from exporters.idle_passes import skipping_idle_passes
 from exporters.recorded_delegate_outputs import delegate_outputs_as_recorded
 from exporters.signature_lookups import signature_mappings_once_per_phase
@@ -517,8 +518,9 @@ def _without_stack_traces():
 def _executorch_stages_patched() -> Iterator[None]:
     """to_edge and to_executorch without ExecuTorch's idle re-traces (exporters.idle_passes),
     repeated signature look-ups (exporters.signature_lookups), delegates run only for their
-    outputs' shapes (exporters.recorded_delegate_outputs) and graph code generated at every
-    change (exporters.graph_code_on_demand): the same program, sooner. Off,
+    outputs' shapes (exporters.recorded_delegate_outputs), graph code generated at every
+    change (exporters.graph_code_on_demand) and the greedy memory plan's slow walks
+    (exporters.greedy_memory_plan): the same program, sooner. Off,
     ExecuTorch's stages as they are, with any release but the one they were read for."""
     from exporters.xnnpack_lowering import WRITTEN_FOR, installed_executorch
 
@@ -526,7 +528,7 @@ def _executorch_stages_patched() -> Iterator[None]:
         yield
         return
     with skipping_idle_passes(), signature_mappings_once_per_phase(), delegate_outputs_as_recorded(), \
-            graph_code_on_demand():
+            graph_code_on_demand(), greedy_planning_sooner():
         yield
 
 

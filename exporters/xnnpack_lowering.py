@@ -107,7 +107,8 @@ def _graph_module_of(nodes: list) -> SimpleNamespace:
     return SimpleNamespace(graph=SimpleNamespace(nodes=nodes))
 
 
-def linear_time_partitioning():
+@contextlib.contextmanager
+def linear_time_partitioning() -> Iterator[None]:
     """While lowering: cut partitions out without re-sorting the whole graph each time, then
     sort it once. Four more whole-graph walks per partition go: the nodes of a partition's tag
     are looked up in an index of the graph's tags made once per graph (ExecuTorch scans every
@@ -115,15 +116,19 @@ def linear_time_partitioning():
     prints the whole graph module per partition prints its node count, a lowered module's name
     is the next free `lowered_module_{i}` counted on from the last (ExecuTorch counts up from 0
     each time), and constants shared between partitions are looked for among the placeholders
-    alone (`_maybe_duplicate_constant_nodes` acts on no other node, but walks them all per tag).
-    Patches executorch.exir.backend.backend_api (pinned 1.5.1) for the duration of the `with`
-    only, and restores it."""
+    alone (`_maybe_duplicate_constant_nodes` acts on no other node, but walks them all per tag),
+    and a partition's call goes after its last output found by the nodes' order (torch.fx keeps
+    a sort key per node), where torch's `insert_subgm` walked back from the graph's end.
+    Patches executorch.exir.backend.backend_api and exir.lowered_backend_module (pinned 1.5.1)
+    for the duration of the `with` only, and restores them."""
+    from executorch.exir import lowered_backend_module
     from executorch.exir.backend import backend_api
 
     original_create = backend_api.create_submodule_from_nodes
     original_partitions = backend_api._create_partitions_in_graph_module
     original_same_tag = backend_api._get_node_list_with_same_tag
     original_duplicate = backend_api._maybe_duplicate_constant_nodes
+    original_insert = lowered_backend_module.insert_subgm
     tag_index: dict = {}  # graph -> {tag: its nodes in graph order}, while its partitions are cut out
     next_name: dict = {}  # root module -> the first `lowered_module_{i}` index not yet tried
 
@@ -165,10 +170,17 @@ def linear_time_partitioning():
         root.add_module(f"lowered_module_{i}", lowered_module)
         return f"lowered_module_{i}"
 
-    return _replaced(backend_api, create_submodule_from_nodes=create_unsorted,
-                     _create_partitions_in_graph_module=partitions_then_sort,
-                     _get_node_list_with_same_tag=same_tag_indexed, get_lowered_module_name=next_lowered_name,
-                     _maybe_duplicate_constant_nodes=duplicate_constants_if_tagged)
+    def insert_after_last_output(gm, sub_gm, orig_inputs, orig_outputs, insertion_point=None):
+        if insertion_point is None and orig_outputs:
+            insertion_point = max(orig_outputs)  # torch.fx nodes order as they stand in the graph
+        return original_insert(gm, sub_gm, orig_inputs, orig_outputs, insertion_point)
+
+    with _replaced(backend_api, create_submodule_from_nodes=create_unsorted,
+                   _create_partitions_in_graph_module=partitions_then_sort,
+                   _get_node_list_with_same_tag=same_tag_indexed, get_lowered_module_name=next_lowered_name,
+                   _maybe_duplicate_constant_nodes=duplicate_constants_if_tagged), \
+            _replaced(lowered_backend_module, insert_subgm=insert_after_last_output):
+        yield
 
 
 class _LiveDebugHandles:
@@ -417,13 +429,14 @@ def fast_lowering_problem() -> str | None:
         return f"edgebench's fast XNNPACK lowering was written for executorch {WRITTEN_FOR}, found {installed}"
     from executorch.backends.xnnpack import xnnpack_preprocess
     from executorch.backends.xnnpack.partition.config import gemm_configs
+    from executorch.exir import lowered_backend_module
     from executorch.exir.backend import backend_api
 
     for owner, name in ((backend_api, "create_submodule_from_nodes"),
                         (backend_api, "_create_partitions_in_graph_module"),
                         (backend_api, "_get_node_list_with_same_tag"), (backend_api, "get_lowered_module_name"),
                         (backend_api, "lower_all_submodules_to_backend"), (backend_api, "_insert_lowered_submodule"),
-                        (backend_api, "_maybe_duplicate_constant_nodes"),
+                        (backend_api, "_maybe_duplicate_constant_nodes"), (lowered_backend_module, "insert_subgm"),
                         (xnnpack_preprocess, "XNNPACKPassManager"), (gemm_configs, "get_source_partitions")):
         if not hasattr(owner, name):
             return f"executorch {installed} has no {owner.__name__}.{name}"

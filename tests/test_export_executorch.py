@@ -360,12 +360,14 @@ def test_fast_xnnpack_lowering_trains_like_executorchs_own(tmp_path, monkeypatch
 
     from executorch.backends.xnnpack import xnnpack_preprocess
     from executorch.backends.xnnpack.partition.config import gemm_configs
+    from executorch.exir import lowered_backend_module
     from executorch.exir.backend import backend_api
 
     import exporters.xnnpack_lowering as xl
 
     def patched():
-        return (backend_api.create_submodule_from_nodes, backend_api._create_partitions_in_graph_module,
+        return (lowered_backend_module.insert_subgm,
+                backend_api.create_submodule_from_nodes, backend_api._create_partitions_in_graph_module,
                 backend_api._get_node_list_with_same_tag, backend_api.get_lowered_module_name,
                 backend_api._maybe_duplicate_constant_nodes, backend_api.lower_all_submodules_to_backend,
                 backend_api._insert_lowered_submodule, xnnpack_preprocess.XNNPACKPassManager,
@@ -394,6 +396,37 @@ def test_fast_xnnpack_lowering_trains_like_executorchs_own(tmp_path, monkeypatch
     assert fast_bf16 == all_passes_bf16
     assert not {"aten::linear", "aten::mm", "aten::bmm"} & set(_operator_counts(fast))
     assert patched() == originals  # every patch is undone after the call
+
+
+def test_a_partitions_call_goes_where_torchs_insert_subgm_puts_it():
+    """linear_time_partitioning places a partition's call after its last output as torch's walk
+    back from the graph's end does: the same graph, for a partition with three outputs."""
+    import contextlib
+
+    from executorch.exir import lowered_backend_module
+    from torch.fx.passes.utils.fuser_utils import fuse_as_graphmodule
+
+    import exporters.xnnpack_lowering as xl
+
+    class Branches(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            y = self.linear(x)
+            return y.relu() + y.sigmoid(), y * 2
+
+    graphs = []
+    for patched in (contextlib.nullcontext, xl.linear_time_partitioning):
+        gm = torch.fx.symbolic_trace(Branches())
+        part = [n for n in gm.graph.nodes if n.op == "call_module" or n.target in ("relu", "sigmoid")]
+        sub_gm, inputs, outputs = fuse_as_graphmodule(gm, part, "fused")
+        with patched():
+            lowered_backend_module.insert_subgm(gm, sub_gm, inputs, outputs)
+        graphs.append([n.format_node() for n in gm.graph.nodes])
+    assert len(outputs) == 3
+    assert graphs[1] == graphs[0]
 
 
 def test_a_renamed_xnnpack_pass_turns_the_fast_lowering_off(monkeypatch):
@@ -441,10 +474,10 @@ def test_one_thread_lowers_with_the_patches_at_a_time():
                                                        (None, False, None), ("xnnpack", False, "adamw")])
 def test_lowering_speedups_leave_the_program_byte_for_byte(monkeypatch, delegate, autocast, update):
     """exporters.idle_passes (passes skipped where idle, to_edge's re-traces as one),
-    exporters.signature_lookups (signature mappings built once per phase) and tracing without
-    stack traces change not one byte of the program: fp32 and bf16, XNNPACK and the runtime's
-    kernels, and an AdamW written into the program (its moments are mutable buffers, which
-    memory planning and emission look up)."""
+    exporters.signature_lookups (signature mappings built once per phase),
+    exporters.greedy_memory_plan and tracing without stack traces change not one byte of the
+    program: fp32 and bf16, XNNPACK and the runtime's kernels, and an AdamW written into the
+    program (its moments are mutable buffers, which memory planning and emission look up)."""
     import contextlib
 
     import exporters.executorch as et
@@ -460,6 +493,7 @@ def test_lowering_speedups_leave_the_program_byte_for_byte(monkeypatch, delegate
     monkeypatch.setattr(et, "_without_stack_traces", contextlib.nullcontext)
     monkeypatch.setattr(et, "delegate_outputs_as_recorded", contextlib.nullcontext)
     monkeypatch.setattr(et, "graph_code_on_demand", contextlib.nullcontext)
+    monkeypatch.setattr(et, "greedy_planning_sooner", contextlib.nullcontext)
     assert et.lower_training_step(model, inputs, delegate=delegate, joint_rewrite=rewrite).buffer == fast
 
 
@@ -615,14 +649,73 @@ def test_signature_mappings_are_built_once_inside_a_phase_only(monkeypatch):
     def read_twice():
         return [(getattr(signature, name), getattr(signature, name)) for name in signature_lookups.MAPPINGS]
 
-    phase = SimpleNamespace(read_twice=read_twice)
-    monkeypatch.setattr(signature_lookups, "_phases", lambda: [(phase, "read_twice")])
+    def rename_an_input_between_reads():
+        before = signature.inputs_to_parameters, signature.inputs_to_buffers
+        parameter = next(iter(before[0]))
+        signature.replace_all_uses(parameter, "renamed")
+        return before, (signature.inputs_to_parameters, signature.inputs_to_buffers), parameter
+
+    phase = SimpleNamespace(read_twice=read_twice, rename_an_input_between_reads=rename_an_input_between_reads)
+    monkeypatch.setattr(signature_lookups, "_phases", lambda: [
+        (phase, "read_twice", signature_lookups.MAPPINGS),
+        (phase, "rename_an_input_between_reads", signature_lookups.INPUT_MAPPINGS)])
     with signature_lookups.signature_mappings_once_per_phase():
         inside, outside = phase.read_twice(), read_twice()
+        (parameters, buffers), (renamed_parameters, same_buffers), parameter = phase.rename_an_input_between_reads()
     assert all(a is b for a, b in inside)
     assert all(a is not b and a == b for a, b in outside)
-    assert [a for a, _ in inside] == [getattr(signature, name) for name in signature_lookups.MAPPINGS]
+    assert [a for a, _ in inside] == [a for a, _ in outside]  # built outside a phase, as torch does
+    # a rename drops the mappings that held the old name, only those
+    assert parameter in parameters and "renamed" in renamed_parameters and parameter not in renamed_parameters
+    assert same_buffers is buffers
     assert vars(ExportGraphSignature)["inputs_to_buffers"] is original
+
+
+def test_greedy_same_plan_is_executorchs_greedy_plan(monkeypatch):
+    """exporters.greedy_memory_plan: the same memory ids, objects and offsets for every tensor
+    and the same buffer sizes as ExecuTorch's greedy, over tensors of three dtypes whose
+    lifetimes meet and miss each other, in two memory ids, some of them views of another's
+    storage; and the suite runs it in greedy's place while patched, greedy again after."""
+    import copy
+    import random
+    from types import SimpleNamespace
+
+    from executorch.exir import memory_planning as plan
+    from executorch.exir.tensor import TensorSpec
+
+    from exporters import greedy_memory_plan
+    from exporters.greedy_memory_plan import greedy_same_plan
+
+    rng = random.Random(0)
+    specs = []
+    for _ in range(600):
+        spec = TensorSpec(rng.choice([torch.float32, torch.bfloat16, torch.int64]),
+                          torch.Size([rng.choice([1, 3, 64]), rng.randint(1, 300)]))
+        first = rng.randint(0, 300)
+        spec.lifetime = [first, first + rng.choice([0, 1, 5, 50, 300])]
+        spec.mem_id = rng.choice([None, None, 2])
+        specs.append(spec)
+    for view, base in zip(specs[:30], specs[30:60]):
+        if base.nbytes() >= view.nbytes():
+            view.storage_base, view.mem_id, view.lifetime = base, base.mem_id, list(base.lifetime)
+
+    def planned(algorithm, group):
+        result = algorithm(16, group, SimpleNamespace(), None, 0)
+        return result.bufsizes, [vars(result.spec_dict[spec]) for spec in group]
+
+    ours = planned(greedy_same_plan, copy.deepcopy(specs))
+    assert ours == planned(plan.greedy, specs)
+    assert len({allocation["mem_obj_id"] for allocation in ours[1]}) > 10  # objects shared, not one each
+
+    ran = []
+    monkeypatch.setattr(greedy_memory_plan, "greedy_same_plan",
+                        lambda *args, **kwargs: ran.append(1) or greedy_same_plan(*args, **kwargs))
+    suite = plan.MemoryPlanningAlgorithmSuite()
+    with greedy_memory_plan.greedy_planning_sooner():
+        assert suite(16, copy.deepcopy(specs), SimpleNamespace(), None, 0) == ours[0]
+    assert ran == [1] and suite.algo_list == [plan.greedy]
+    suite(16, copy.deepcopy(specs), SimpleNamespace(), None, 0)
+    assert ran == [1]
 
 
 def test_idle_pass_rules_see_the_work_their_passes_do():

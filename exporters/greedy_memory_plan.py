@@ -1,0 +1,105 @@
+"""ExecuTorch's greedy memory plan, the same plan sooner.
+
+`exir.memory_planning.greedy` sorts the program's tensors by size (largest first) and puts
+each into the first shared object it fits: first one none of whose tensors it meets in
+time, else the first with room above the tensors it meets. For each tensor it walks every
+object's tensors, reading their lifetimes through attribute chains and recomputing their
+sizes from shape and dtype (`TensorSpec.allocated_memory`); its sort recomputes sizes at
+every comparison. nanoVLM-222M's SGD program spent 5.5 s there, LoRA's 15 s (py-spy).
+`greedy_same_plan` makes the same choices in the same order, reading each object's placed
+tensors as (first use, last use, end offset) kept beside it, sizes computed once per tensor,
+then hands over to ExecuTorch's own storage-base and total-size steps: the same spec
+results and buffer sizes (tests/test_export_executorch.py compares both on random
+lifetimes, and the programs byte for byte). Written for executorch
+xnnpack_lowering.WRITTEN_FOR: `exporters.executorch` patches with it only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+from collections.abc import Iterator
+
+from exporters.xnnpack_lowering import _replaced
+
+
+def greedy_same_plan(alignment, specs, graph_module, graph_signature, extra_padding=0, *,
+                     allow_overlapping_allocations=True):
+    """`exir.memory_planning.greedy`'s plan (same arguments, same result)."""
+    from executorch.exir import memory_planning as plan
+
+    result = plan.MemoryAlgoResult({}, [])
+    spec_to_object: dict = {}
+    objects: dict = defaultdict(list)  # mem_id -> its SharedObjects, in creation order
+    placed: dict = defaultdict(list)  # mem_id -> per object, [(first use, last use, end offset)]
+    by_size = sorted(specs, key=lambda spec: spec.allocated_memory)  # bisect.insort's order
+    by_size.reverse()
+    deferred = []
+    for spec in by_size:
+        allocation = result.spec_dict.get(spec, plan.SpecAllocResult(0, 0, 0))
+        allocation.mem_id = 1 if spec.mem_id is None else spec.mem_id
+        result.spec_dict[spec] = allocation
+        spec.realign(alignment)
+        if spec.storage_base is not None:
+            deferred.append(spec)
+            continue
+        spec_to_object[spec] = _pick(objects[allocation.mem_id], placed[allocation.mem_id], spec,
+                                     allow_overlapping_allocations)
+    plan._resolve_storage_base_specs(deferred, spec_to_object, result)
+    result.bufsizes = plan._compute_total_sizes(objects, graph_module, extra_padding, result,
+                                                len(spec_to_object))
+    return result
+
+
+def _pick(objects: list, placed: list, spec, allow_overlapping_allocations: bool):
+    """`exir.memory_planning.pick_shared_obj`: the first object whose tensors all miss `spec`
+    in time (at offset 0), else the first with room above those it meets, else a new one."""
+    from executorch.exir import memory_planning as plan
+
+    first, last = spec.lifetime
+    size = spec.allocated_memory
+    chosen, offset = None, 0
+    for candidate, spans in zip(objects, placed):
+        for start, end, _ in spans:
+            if not (last < start or first > end):
+                break
+        else:
+            assert candidate.size >= size, "Allocation specs are not sorted"
+            chosen = candidate
+            break
+    if chosen is None and allow_overlapping_allocations:
+        for candidate, spans in zip(objects, placed):
+            top = 0
+            for start, end, reach in spans:
+                if not (last < start or first > end) and reach > top:
+                    top = reach
+            if top > 0 and top + size <= candidate.size:
+                chosen, offset = candidate, top
+                break
+    if chosen is None:
+        chosen = plan.SharedObject(len(objects), -1, size, first, last)
+        objects.append(chosen)
+        placed.append([])
+    chosen.first_used_index = min(chosen.first_used_index, first)
+    chosen.last_used_index = max(chosen.last_used_index, last)
+    chosen.allocations.append(plan.AllocationSpec(offset, spec))
+    placed[chosen.idx].append((first, last, offset + size))
+    return chosen
+
+
+@contextlib.contextmanager
+def greedy_planning_sooner() -> Iterator[None]:
+    """While lowering: every memory planning suite runs `greedy_same_plan` where it would run
+    ExecuTorch's `greedy` (the suite of ExecutorchBackendConfig's default pass is made at
+    import, holding `greedy` itself, so the suite's call is where to swap it)."""
+    from executorch.exir import memory_planning as plan
+
+    suite_call = plan.MemoryPlanningAlgorithmSuite.__call__
+
+    def call(suite, *args, **kwargs):
+        algorithms = [greedy_same_plan if a is plan.greedy else a for a in suite.algo_list]
+        with _replaced(suite, algo_list=algorithms):
+            return suite_call(suite, *args, **kwargs)
+
+    with _replaced(plan.MemoryPlanningAlgorithmSuite, __call__=call):
+        yield
