@@ -43,7 +43,7 @@ def greedy_same_plan(alignment, specs, graph_module, graph_signature, extra_padd
         if spec.storage_base is not None:
             deferred.append(spec)
             continue
-        spec_to_object[spec] = _pick(objects[allocation.mem_id], placed[allocation.mem_id], spec,
+        spec_to_object[spec] = _pick(plan, objects[allocation.mem_id], placed[allocation.mem_id], spec,
                                      allow_overlapping_allocations)
     plan._resolve_storage_base_specs(deferred, spec_to_object, result)
     result.bufsizes = plan._compute_total_sizes(objects, graph_module, extra_padding, result,
@@ -51,11 +51,10 @@ def greedy_same_plan(alignment, specs, graph_module, graph_signature, extra_padd
     return result
 
 
-def _pick(objects: list, placed: list, spec, allow_overlapping_allocations: bool):
-    """`exir.memory_planning.pick_shared_obj`: the first object whose tensors all miss `spec`
-    in time (at offset 0), else the first with room above those it meets, else a new one."""
-    from executorch.exir import memory_planning as plan
-
+def _pick(plan, objects: list, placed: list, spec, allow_overlapping_allocations: bool):
+    """`exir.memory_planning.pick_shared_obj` (`plan` is that module): the first object whose
+    tensors all miss `spec` in time (at offset 0), else the first with room above those it
+    meets, else a new one."""
     first, last = spec.lifetime
     size = spec.allocated_memory
     chosen, offset = None, 0
