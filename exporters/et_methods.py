@@ -46,13 +46,6 @@ class JointRewrite:
         self.method = method
         self.counts: dict[str, int] = {}
 
-    @property
-    def strict(self) -> bool:
-        """Strict torch.export drops autocast's casts around the frozen bf16 patch conv
-        ("Input type (float) and bias type (c10::BFloat16) should be the same"); the
-        non-strict export traces autocast as eager runs it."""
-        return self.method.frozen_dtype == "fp32"
-
     def prepare_model(self, model) -> None:
         """The eager trainer's model-side knobs, so the program computes what eager does:
         frozen weights stored bf16 / frozen linears int8 (edgebench.methods.int8, dequantised
@@ -117,7 +110,7 @@ class JointRewrite:
                 f"{self.counts.get('dequantized_recomputed', 0)} nodes), so no float copy stays alive "
                 "between them; other frozen weights bf16; all "
                 "inside the .pte as constants" if self.method.frozen_dtype == "int8" else
-                "frozen weights bf16 constants inside the .pte") + "; non-strict torch.export"
+                "frozen weights bf16 constants inside the .pte")
         return out
 
 

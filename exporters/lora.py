@@ -8,8 +8,9 @@ arXiv:2106.09685), with peft's own submodules and tensors, so every parameter ke
 peft name (`...base_layer.weight`, `...lora_A.default.weight`) and its value: an eager
 peft model and the exported graph train the same weights, name for name.
 
-The ExecuTorch export writes it in too: strict torch.export then traces one line, not peft's
-adapter dispatch and checks, for every layer (nanoVLM-222M LoRA's torch.export 65.4 -> 57.1 s).
+The ExecuTorch export writes it in too: torch.export then traces one line, not peft's
+adapter dispatch and checks, for every layer (nanoVLM-222M LoRA's strict torch.export 65.4 ->
+57.1 s).
 It reads the weights in peft's order and casts where peft casts, so the `.pte` is the one
 peft's layer gives, byte for byte (tests/test_export_executorch.py).
 """

@@ -128,7 +128,7 @@ def _export_executorch(request: ExportRequest, directory: Path, on_stage) -> dic
     files = [PTE]
     delegate = request.delegate
     if method.grad_mode == "zeroth-order":
-        lowered = lower_forward(model, example, delegate=delegate, on_stage=on_stage, strict=rewrite.strict)
+        lowered = lower_forward(model, example, delegate=delegate, on_stage=on_stage)
         named = dict(model.named_parameters())
         torch.save({n: named[n].detach().clone() for n in lowered.trainable_parameters},
                    directory / TRAINABLE_INIT)
@@ -141,7 +141,7 @@ def _export_executorch(request: ExportRequest, directory: Path, on_stage) -> dic
         lowered = _lowered_once(
             _program_key(request, method, example, delegate), directory, rewrite,
             lambda: lower_training_step(model, example, delegate=delegate, on_stage=on_stage,
-                                        joint_rewrite=rewrite, strict=rewrite.strict))
+                                        joint_rewrite=rewrite))
         program = "forward-backward"
     if program == "forward-only":
         lowered.write(directory / PTE)

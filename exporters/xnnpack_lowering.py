@@ -82,6 +82,36 @@ def sort_in_place(graph: torch.fx.Graph) -> None:
         prev = node
 
 
+def partitions_form_no_cycle(graph: torch.fx.Graph, tags) -> bool:
+    """Whether cutting out every partition (the nodes whose `delegation_tag` is in `tags`) leaves
+    a graph without a cycle: one walk over the graph with each partition one vertex (Kahn's
+    algorithm). When it does, no cut, in any order, closes a cycle (a cycle through a partition
+    after some cuts is one after all of them), which torch's `validate_partition` looks for
+    per partition by a walk over everything downstream of it."""
+    vertex: dict = {}  # node -> its vertex: the partition's number, or a number of its own
+    numbers = {tag: i for i, tag in enumerate(tags)}
+    for node in graph.nodes:
+        tag = node.meta.get("delegation_tag")
+        vertex[node] = numbers[tag] if tag in numbers else len(numbers) + len(vertex)
+    edges: dict = {}
+    indegree = Counter()
+    for node, source in vertex.items():
+        for user in node.users:
+            target = vertex[user]
+            if target != source:
+                edges.setdefault(source, []).append(target)
+                indegree[target] += 1
+    ready = [v for v in set(vertex.values()) if not indegree[v]]
+    left = len(set(vertex.values()))
+    while ready:
+        left -= 1
+        for target in edges.get(ready.pop(), ()):
+            indegree[target] -= 1
+            if not indegree[target]:
+                ready.append(target)
+    return left == 0
+
+
 @contextlib.contextmanager
 def _replaced(owner, **replacements) -> Iterator[None]:
     """`owner`'s attributes replaced for the `with` only, restored afterwards; no other
@@ -117,12 +147,15 @@ def linear_time_partitioning() -> Iterator[None]:
     is the next free `lowered_module_{i}` counted on from the last (ExecuTorch counts up from 0
     each time), and constants shared between partitions are looked for among the placeholders
     alone (`_maybe_duplicate_constant_nodes` acts on no other node, but walks them all per tag),
-    and a partition's call goes after its last output found by the nodes' order (torch.fx keeps
-    a sort key per node), where torch's `insert_subgm` walked back from the graph's end.
+    a partition's call goes after its last output found by the nodes' order (torch.fx keeps
+    a sort key per node), where torch's `insert_subgm` walked back from the graph's end, and
+    the partitions are checked for cycles once, together (`partitions_form_no_cycle`), where
+    torch walked everything downstream of each.
     Patches executorch.exir.backend.backend_api and exir.lowered_backend_module (pinned 1.5.1)
     for the duration of the `with` only, and restores them."""
     from executorch.exir import lowered_backend_module
     from executorch.exir.backend import backend_api
+    from torch.fx.passes.utils import fuser_utils
 
     original_create = backend_api.create_submodule_from_nodes
     original_partitions = backend_api._create_partitions_in_graph_module
@@ -135,14 +168,18 @@ def linear_time_partitioning() -> Iterator[None]:
     def create_unsorted(gm, node_list, tag, skip_legalize_graph=False):
         return original_create(gm, node_list, tag, skip_legalize_graph=True)
 
-    def partitions_then_sort(gm, *args, **kwargs):
+    def partitions_then_sort(gm, partition_result, *args, **kwargs):
         index: dict = {}
         for node in gm.graph.nodes:
             index.setdefault(node.meta.get("delegation_tag", ""), []).append(node)
         tag_index[gm.graph] = index
+        checked_once = (_replaced(fuser_utils, validate_partition=lambda nodes: True)
+                        if partitions_form_no_cycle(gm.graph, partition_result.partition_tags)
+                        else contextlib.nullcontext())  # torch's check then finds the cycle, as before
         try:
-            with _replaced(type(gm), __str__=lambda self: f"<GraphModule of {len(self.graph.nodes)} nodes>"):
-                created = original_partitions(gm, *args, **kwargs)
+            with _replaced(type(gm), __str__=lambda self: f"<GraphModule of {len(self.graph.nodes)} nodes>"), \
+                    checked_once:
+                created = original_partitions(gm, partition_result, *args, **kwargs)
         finally:
             del tag_index[gm.graph]
         sort_in_place(gm.graph)
@@ -431,12 +468,14 @@ def fast_lowering_problem() -> str | None:
     from executorch.backends.xnnpack.partition.config import gemm_configs
     from executorch.exir import lowered_backend_module
     from executorch.exir.backend import backend_api
+    from torch.fx.passes.utils import fuser_utils
 
     for owner, name in ((backend_api, "create_submodule_from_nodes"),
                         (backend_api, "_create_partitions_in_graph_module"),
                         (backend_api, "_get_node_list_with_same_tag"), (backend_api, "get_lowered_module_name"),
                         (backend_api, "lower_all_submodules_to_backend"), (backend_api, "_insert_lowered_submodule"),
                         (backend_api, "_maybe_duplicate_constant_nodes"), (lowered_backend_module, "insert_subgm"),
+                        (fuser_utils, "validate_partition"),
                         (xnnpack_preprocess, "XNNPACKPassManager"), (gemm_configs, "get_source_partitions")):
         if not hasattr(owner, name):
             return f"executorch {installed} has no {owner.__name__}.{name}"

@@ -82,6 +82,42 @@ def test_program_gradients_are_the_arenas_and_match_eager(mlp_program):
     assert {n: g.data_ptr() for n, g in program.grads.items()} == first
 
 
+class TiedMLP(MLP):
+    """An embedding tied to the output layer (as nanoVLM's decoder head), and a layer no loss
+    reads."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(8, 32)
+        self.down.weight = self.embed.weight
+        self.unread = torch.nn.Linear(4, 4)
+
+    def forward(self, x, labels):
+        h = torch.nn.functional.silu(self.up(x)) + self.embed(labels)
+        return torch.nn.functional.cross_entropy(self.down(h), labels)
+
+
+def test_a_tied_parameter_trains_as_one_under_its_first_name(tmp_path):
+    """Non-strict torch.export lifts the tied weight under both names: the program keeps one,
+    under eager's name for it (`named_parameters`' first, `down.weight`), whose gradient sums
+    both uses as eager's does, and drops the unread layer's weights (strict export never
+    lifted them)."""
+    torch.manual_seed(0)
+    model = TiedMLP()
+    reference = copy.deepcopy(model)
+    inputs = (torch.randn(6, 16), torch.tensor([0, 1, 2, 3, 4, 5]))
+    lowered = lower_training_step(model, inputs, delegate="xnnpack")
+    assert lowered.lowering["rewrites"]["parameter_placeholders_dropped"] == 3  # down.weight, unread's two
+    lowered.write(tmp_path / "tied.pte")
+    program = TrainingProgram(str(tmp_path / "tied.pte"))
+    loss = program.forward_backward(inputs)
+    reference(*inputs).backward()
+    assert sorted(program.grads) == ["down.weight", "up.bias", "up.weight"]
+    assert "embed.weight" not in dict(reference.named_parameters())
+    assert loss == pytest.approx(reference(*inputs).item(), rel=1e-5)
+    torch.testing.assert_close(program.grads["down.weight"], reference.embed.weight.grad, rtol=1e-4, atol=1e-6)
+
+
 class PatchEmbed(torch.nn.Module):
     """A patch-embedding convolution (stride == kernel) and a head: the ViT's first layer."""
 
@@ -239,7 +275,7 @@ class Int8AutocastMLP(AutocastMLP):
         self.up = Int8Linear(self.up)
 
 
-def _rounding_and_casts(tmp_path, monkeypatch, model, inputs, strict=True):
+def _rounding_and_casts(tmp_path, monkeypatch, model, inputs):
     """The program lowered with `bf16_round_trips_as_rounding` and without (the runtime's casts):
     for each, its lowering, operator counts, and the losses and gradients of 3 SGD steps."""
     import exporters.executorch as et
@@ -248,7 +284,7 @@ def _rounding_and_casts(tmp_path, monkeypatch, model, inputs, strict=True):
     for variant in ("rounding", "casts"):
         if variant == "casts":
             monkeypatch.setattr(et, "bf16_round_trips_as_rounding", lambda gm: 0)
-        lowered = et.lower_training_step(copy.deepcopy(model), inputs, delegate="xnnpack", strict=strict)
+        lowered = et.lower_training_step(copy.deepcopy(model), inputs, delegate="xnnpack")
         path = tmp_path / f"{variant}.pte"
         lowered.write(path)
         program = TrainingProgram(str(path))
@@ -290,7 +326,7 @@ def test_an_int8_weights_dequantisation_runs_in_xnnpack_bit_for_bit(tmp_path, mo
     fp32, so the codes are widened straight to fp32 and XNNPACK multiplies and rounds."""
     torch.manual_seed(0)
     inputs = (torch.randn(6, 16), torch.tensor([0, 1, 2, 3, 4, 5]))
-    rounding, casts = _rounding_and_casts(tmp_path, monkeypatch, Int8AutocastMLP(), inputs, strict=False)
+    rounding, casts = _rounding_and_casts(tmp_path, monkeypatch, Int8AutocastMLP(), inputs)
     assert rounding[1]["aten::mul"] == casts[1]["aten::mul"] - 1  # the dequantisation's bf16 mul
     assert rounding[1][CAST] < casts[1][CAST]
 
@@ -429,6 +465,42 @@ def test_a_partitions_call_goes_where_torchs_insert_subgm_puts_it():
     assert graphs[1] == graphs[0]
 
 
+def test_partitions_form_no_cycle_exactly_when_torch_cuts_them_all_out():
+    """The one check over all partitions agrees with torch cutting them out one by one (its
+    `validate_partition` before each cut) on random graphs and partitions, both outcomes seen."""
+    import operator
+    import random
+
+    from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
+
+    from exporters.xnnpack_lowering import partitions_form_no_cycle
+
+    rng = random.Random(7)
+    outcomes = []
+    for _ in range(200):
+        graph = torch.fx.Graph()
+        nodes = [graph.placeholder(f"x{i}") for i in range(3)]
+        for _ in range(rng.randint(4, 25)):
+            nodes.append(graph.call_function(operator.add, tuple(rng.sample(nodes, 2))))
+        graph.output(nodes[-1])
+        tags = [f"tag{i}" for i in range(rng.randint(1, 4))]
+        for node in nodes[3:]:
+            if rng.random() < 0.5:
+                node.meta["delegation_tag"] = rng.choice(tags)
+        gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+        expected = partitions_form_no_cycle(gm.graph, dict.fromkeys(tags))
+        partitions = [{n: None for n in nodes if n.meta.get("delegation_tag") == tag} for tag in tags]
+        try:
+            fuse_by_partitions(gm, [p for p in partitions if p])
+            cut = True
+        except AssertionError as error:
+            assert "dependency cycles" in str(error)
+            cut = False
+        assert expected == cut
+        outcomes.append(cut)
+    assert 20 < sum(outcomes) < 180
+
+
 def test_a_renamed_xnnpack_pass_turns_the_fast_lowering_off(monkeypatch):
     import exporters.xnnpack_lowering as xl
 
@@ -475,7 +547,8 @@ def test_one_thread_lowers_with_the_patches_at_a_time():
 def test_lowering_speedups_leave_the_program_byte_for_byte(monkeypatch, delegate, autocast, update):
     """exporters.idle_passes (passes skipped where idle, to_edge's re-traces as one),
     exporters.signature_lookups (signature mappings built once per phase),
-    exporters.greedy_memory_plan and tracing without stack traces change not one byte of the
+    exporters.greedy_memory_plan, exporters.lookups_once and tracing without stack traces
+    change not one byte of the
     program: fp32 and bf16, XNNPACK and the runtime's kernels, and an AdamW written into the
     program (its moments are mutable buffers, which memory planning and emission look up)."""
     import contextlib
@@ -494,7 +567,55 @@ def test_lowering_speedups_leave_the_program_byte_for_byte(monkeypatch, delegate
     monkeypatch.setattr(et, "delegate_outputs_as_recorded", contextlib.nullcontext)
     monkeypatch.setattr(et, "graph_code_on_demand", contextlib.nullcontext)
     monkeypatch.setattr(et, "greedy_planning_sooner", contextlib.nullcontext)
+    monkeypatch.setattr(et, "lookups_once", contextlib.nullcontext)
     assert et.lower_training_step(model, inputs, delegate=delegate, joint_rewrite=rewrite).buffer == fast
+
+
+def test_lookups_once_give_executorchs_dim_order_computing_each_stride_once(monkeypatch):
+    """exporters.lookups_once: ExecuTorch's dim order for every stride (ties kept in order, a
+    zero stride refused as before), computed once per integer stride, and only inside the `with`."""
+    from executorch.exir import tensor, tensor_layout
+
+    from exporters.lookups_once import lookups_once
+
+    computed = tensor.dim_order_from_stride
+    strides = [(6, 3, 1), (1, 2, 6), (4, 3, 1, 1), (3, 1, 3, 3), (1,), (), (8, 1, 2)]
+    calls = []
+    monkeypatch.setattr(tensor, "dim_order_from_stride", lambda stride: calls.append(stride) or computed(stride))
+    with lookups_once():
+        assert tensor_layout.dim_order_from_stride is tensor.dim_order_from_stride
+        once = [tensor.dim_order_from_stride(list(s)) for s in strides + strides]
+        with pytest.raises(RuntimeError, match="0 in strides"):
+            tensor.dim_order_from_stride((2, 0))
+    assert once == [computed(s) for s in strides + strides]
+    assert len(calls) == len(strides) + 1
+    assert tensor_layout.dim_order_from_stride is computed
+
+
+def test_lookups_once_serialise_xnnpack_graphs_as_before_asking_each_class_once(monkeypatch):
+    """exporters.lookups_once: ExecuTorch's dataclass JSON (what flatc reads for each XNNPACK
+    partition, Union fields tagged with their type) is the same, each class's hints asked once."""
+    import json
+    import typing
+
+    from executorch.backends.xnnpack.serialization import xnnpack_graph_schema as schema
+    from executorch.exir._serialize._dataclass import _DataclassEncoder
+
+    from exporters.lookups_once import lookups_once
+
+    def node(i):
+        return schema.XNode(xnode_union=schema.XNNAdd(input1_id=i, input2_id=i + 1, output_id=i + 2, flags=0),
+                            debug_handle=i)
+
+    graph = [node(i) for i in range(5)]
+    asked = typing.get_type_hints
+    classes = []
+    monkeypatch.setattr(typing, "get_type_hints", lambda cls, *a, **k: classes.append(cls) or asked(cls, *a, **k))
+    with lookups_once():
+        once = json.dumps(graph, cls=_DataclassEncoder)
+    assert sorted(c.__name__ for c in classes) == ["XNNAdd", "XNode"]
+    assert once == json.dumps(graph, cls=_DataclassEncoder)
+    assert '"xnode_union_type": "XNNAdd"' in once
 
 
 def test_delegate_outputs_as_recorded_are_what_running_the_delegate_gives(monkeypatch):
@@ -560,7 +681,7 @@ def test_lora_written_into_the_model_lowers_to_peft_s_program(autocast, adapter_
             param.data = param.data.to(adapter_dtype)
     written = copy.deepcopy(peft_model)
     assert write_lora_into_model(written) == 4
-    programs = [lower_training_step(m, inputs, delegate="xnnpack", strict=not autocast).buffer
+    programs = [lower_training_step(m, inputs, delegate="xnnpack").buffer
                 for m in (peft_model, written)]
     assert programs[0] == programs[1]
 
