@@ -307,12 +307,34 @@ PARTITION_PASSES = ("ConvertToLinearPass", "ConstPropPass", "ChannelsLastTaggedR
                     "RemoveRedundantCopyPass")
 
 
+def _matmul_to_convert(graph: torch.fx.Graph) -> bool:
+    """Whether XNNPACK's ConvertToLinearPass has a matmul here to turn into a linear: one its
+    source matching places in a linear layer's partition, or an mm/addmm whose weight is a
+    transpose (its addmm/mm rewrite). Its third rewrite needs a view copy or a dequantisation,
+    which no partition of PARTITION_OPS holds. The backward's matmuls are neither (nanoVLM-222M:
+    the pass re-traced every partition holding one, 7 s, to change nothing)."""
+    from executorch.backends.xnnpack._passes.convert_to_linear import ConvertToLinearPass
+    from executorch.exir.dialects._ops import ops as exir_ops
+    from torch.fx.passes.utils.source_matcher_utils import get_source_partitions
+
+    sources = get_source_partitions(graph, ConvertToLinearPass.linear_modules)
+    if any(n.target in ConvertToLinearPass.targets for found in sources.values() for partition in found
+           for n in partition.nodes):
+        return True
+    aten = exir_ops.edge.aten
+    transposes = (aten.t_copy.default, aten.permute_copy.default)
+    weight_index = {aten.mm.default: 1, aten.addmm.default: 2}
+    return any(isinstance(n.args[weight_index[n.target]], torch.fx.Node)
+               and n.args[weight_index[n.target]].target in transposes
+               for n in graph.nodes if n.op == "call_function" and n.target in weight_index)
+
+
 def _passes_with_work(ep) -> tuple | None:
     """The PARTITION_PASSES with something to act on in this partition, or None (all of
     XNNPACK's passes) where it holds an operator outside PARTITION_OPS. ConstPropPass where an
     operator's inputs are all constants (`get_attr` tensors or other such operators: the
     retrace gives every placeholder, lifted weights and constants included, a fake value it
-    never folds); ConvertToLinearPass where an mm may be a linear's; the layout pass, and the
+    never folds); ConvertToLinearPass where a matmul is a linear's (`_matmul_to_convert`); the layout pass, and the
     copy pass that folds the copies it inserts, only where a 4-D value is channels-last (none
     of PARTITION_OPS needs NHWC, so on row-major values the layout pass only tags them
     row-major, which the serializer assumes untagged). Most partitions get none."""
@@ -328,7 +350,7 @@ def _passes_with_work(ep) -> tuple | None:
         if n.op == "get_attr" or (n.op == "call_function" and all(i in constant for i in n.all_input_nodes)):
             constant.add(n)
     kept = ["ConstPropPass"] if any(n.op == "call_function" for n in constant) else []
-    if "mm.default" in ops:
+    if _matmul_to_convert(ep.graph_module.graph):
         kept.append("ConvertToLinearPass")
     values = (n.meta.get("val") for n in nodes)
     if any(isinstance(v, torch.Tensor) and v.dim() == 4 and ChannelsLastTaggedReshapePass._is_nhwc_tensor(v)

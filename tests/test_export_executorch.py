@@ -501,6 +501,31 @@ def test_partitions_form_no_cycle_exactly_when_torch_cuts_them_all_out():
     assert 20 < sum(outcomes) < 180
 
 
+def test_convert_to_linear_runs_only_where_a_matmul_is_a_linears():
+    """`_matmul_to_convert`: an mm over a transposed weight, or a matmul of a linear layer's
+    source partition, is work for XNNPACK's ConvertToLinearPass; a backward's mm is not."""
+    from executorch.exir.dialects._ops import ops as exir_ops
+
+    from exporters.xnnpack_lowering import _matmul_to_convert
+
+    aten = exir_ops.edge.aten
+
+    def graph_of(weight_transposed: bool, source=None) -> torch.fx.Graph:
+        graph = torch.fx.Graph()
+        x, w = graph.placeholder("x"), graph.placeholder("w")
+        weight = graph.call_function(aten.permute_copy.default, (w, [1, 0])) if weight_transposed else w
+        mm = graph.call_function(aten.mm.default, (x, weight))
+        if source is not None:
+            mm.meta["source_fn_stack"] = [("linear", source)]
+        graph.output(mm)
+        return graph
+
+    assert _matmul_to_convert(graph_of(True))
+    assert _matmul_to_convert(graph_of(False, source=torch.nn.functional.linear))
+    assert not _matmul_to_convert(graph_of(False))
+    assert not _matmul_to_convert(graph_of(False, source=torch.matmul))
+
+
 def test_a_renamed_xnnpack_pass_turns_the_fast_lowering_off(monkeypatch):
     import exporters.xnnpack_lowering as xl
 
