@@ -30,6 +30,7 @@ from exporters.greedy_memory_plan import greedy_planning_sooner
 from exporters.idle_passes import skipping_idle_passes
 from exporters.lookups_once import lookups_once
 from exporters.recorded_delegate_outputs import delegate_outputs_as_recorded
+from exporters.serialise_in_place import serialised_in_place
 from exporters.signature_lookups import signature_mappings_once_per_phase
 
 # The pipeline stages, in order, for progress displays.
@@ -551,8 +552,9 @@ def _executorch_stages_patched() -> Iterator[None]:
     repeated signature look-ups (exporters.signature_lookups), delegates run only for their
     outputs' shapes (exporters.recorded_delegate_outputs), graph code generated at every
     change (exporters.graph_code_on_demand), the greedy memory plan's slow walks
-    (exporters.greedy_memory_plan) and look-ups worked out per use
-    (exporters.lookups_once): the same program, sooner. Off,
+    (exporters.greedy_memory_plan), look-ups worked out per use (exporters.lookups_once)
+    and a deep copy of the program to serialise it (exporters.serialise_in_place): the same
+    program, sooner. Off,
     ExecuTorch's stages as they are, with any release but the one they were read for."""
     from exporters.xnnpack_lowering import WRITTEN_FOR, installed_executorch
 
@@ -560,7 +562,8 @@ def _executorch_stages_patched() -> Iterator[None]:
         yield
         return
     with skipping_idle_passes(), signature_mappings_once_per_phase(), delegate_outputs_as_recorded(), \
-            graph_code_on_demand(), greedy_planning_sooner(), lookups_once():
+            graph_code_on_demand(), greedy_planning_sooner(), lookups_once(), \
+            serialised_in_place():
         yield
 
 

@@ -572,7 +572,7 @@ def test_one_thread_lowers_with_the_patches_at_a_time():
 def test_lowering_speedups_leave_the_program_byte_for_byte(monkeypatch, delegate, autocast, update):
     """exporters.idle_passes (passes skipped where idle, to_edge's re-traces as one),
     exporters.signature_lookups (signature mappings built once per phase),
-    exporters.greedy_memory_plan, exporters.lookups_once and tracing without stack traces
+    exporters.greedy_memory_plan, exporters.lookups_once, exporters.serialise_in_place and tracing without stack traces
     change not one byte of the
     program: fp32 and bf16, XNNPACK and the runtime's kernels, and an AdamW written into the
     program (its moments are mutable buffers, which memory planning and emission look up)."""
@@ -593,6 +593,7 @@ def test_lowering_speedups_leave_the_program_byte_for_byte(monkeypatch, delegate
     monkeypatch.setattr(et, "graph_code_on_demand", contextlib.nullcontext)
     monkeypatch.setattr(et, "greedy_planning_sooner", contextlib.nullcontext)
     monkeypatch.setattr(et, "lookups_once", contextlib.nullcontext)
+    monkeypatch.setattr(et, "serialised_in_place", contextlib.nullcontext)
     assert et.lower_training_step(model, inputs, delegate=delegate, joint_rewrite=rewrite).buffer == fast
 
 
@@ -641,6 +642,26 @@ def test_lookups_once_serialise_xnnpack_graphs_as_before_asking_each_class_once(
     assert sorted(c.__name__ for c in classes) == ["XNNAdd", "XNode"]
     assert once == json.dumps(graph, cls=_DataclassEncoder)
     assert '"xnode_union_type": "XNNAdd"' in once
+
+
+def test_serialised_in_place_writes_the_same_program_without_copying_it(monkeypatch):
+    """exporters.serialise_in_place: the serialiser works on the emitted program itself (the
+    segments it places are recorded in it, where a copy's were), the bytes and planned memory
+    as from a copy."""
+    import contextlib
+
+    import exporters.executorch as et
+
+    inputs = (torch.randn(6, 16), torch.tensor([0, 1, 2, 3, 4, 5]))
+    torch.manual_seed(0)
+    in_place = et.lower_training_step(MLP(), inputs)
+    monkeypatch.setattr(et, "serialised_in_place", contextlib.nullcontext)
+    torch.manual_seed(0)
+    copied = et.lower_training_step(MLP(), inputs)
+    assert in_place.program.executorch_program.segments  # the weights' segment, placed in it
+    assert copied.program.executorch_program.segments == []  # placed in the copy
+    assert in_place.buffer == copied.buffer
+    assert in_place.planned_memory_bytes == copied.planned_memory_bytes > 0
 
 
 def test_delegate_outputs_as_recorded_are_what_running_the_delegate_gives(monkeypatch):
