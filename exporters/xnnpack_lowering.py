@@ -101,8 +101,9 @@ def partitions_form_no_cycle(graph: torch.fx.Graph, tags) -> bool:
             if target != source:
                 edges.setdefault(source, []).append(target)
                 indegree[target] += 1
-    ready = [v for v in set(vertex.values()) if not indegree[v]]
-    left = len(set(vertex.values()))
+    vertices = set(vertex.values())
+    ready = [v for v in vertices if not indegree[v]]
+    left = len(vertices)
     while ready:
         left -= 1
         for target in edges.get(ready.pop(), ()):
@@ -309,9 +310,9 @@ PARTITION_PASSES = ("ConvertToLinearPass", "ConstPropPass", "ChannelsLastTaggedR
 
 def _matmul_to_convert(graph: torch.fx.Graph) -> bool:
     """Whether XNNPACK's ConvertToLinearPass has a matmul here to turn into a linear: one its
-    source matching places in a linear layer's partition, or an mm/addmm whose weight is a
-    transpose (its addmm/mm rewrite). Its third rewrite needs a view copy or a dequantisation,
-    which no partition of PARTITION_OPS holds. The backward's matmuls are neither (nanoVLM-222M:
+    source matching places in a linear layer's partition, or an mm whose weight is a transpose
+    (its addmm/mm rewrite; PARTITION_OPS hold no addmm). Its third rewrite needs a view copy or
+    a dequantisation, which no partition of PARTITION_OPS holds. The backward's matmuls are neither (nanoVLM-222M:
     the pass re-traced every partition holding one, 7 s, to change nothing)."""
     from executorch.backends.xnnpack._passes.convert_to_linear import ConvertToLinearPass
     from executorch.exir.dialects._ops import ops as exir_ops
@@ -323,10 +324,8 @@ def _matmul_to_convert(graph: torch.fx.Graph) -> bool:
         return True
     aten = exir_ops.edge.aten
     transposes = (aten.t_copy.default, aten.permute_copy.default)
-    weight_index = {aten.mm.default: 1, aten.addmm.default: 2}
-    return any(isinstance(n.args[weight_index[n.target]], torch.fx.Node)
-               and n.args[weight_index[n.target]].target in transposes
-               for n in graph.nodes if n.op == "call_function" and n.target in weight_index)
+    return any(isinstance(n.args[1], torch.fx.Node) and n.args[1].target in transposes
+               for n in graph.find_nodes(op="call_function", target=aten.mm.default))
 
 
 def _passes_with_work(ep) -> tuple | None:
@@ -350,7 +349,7 @@ def _passes_with_work(ep) -> tuple | None:
         if n.op == "get_attr" or (n.op == "call_function" and all(i in constant for i in n.all_input_nodes)):
             constant.add(n)
     kept = ["ConstPropPass"] if any(n.op == "call_function" for n in constant) else []
-    if _matmul_to_convert(ep.graph_module.graph):
+    if "mm.default" in ops and _matmul_to_convert(ep.graph_module.graph):
         kept.append("ConvertToLinearPass")
     values = (n.meta.get("val") for n in nodes)
     if any(isinstance(v, torch.Tensor) and v.dim() == 4 and ChannelsLastTaggedReshapePass._is_nhwc_tensor(v)
