@@ -1,4 +1,5 @@
-"""ExecuTorch's to_edge and to_executorch passes skipped where they have nothing to act on.
+"""ExecuTorch's to_edge and to_executorch passes skipped where they have nothing to act on, and
+whole-graph re-traces that only rename operators or refresh values done without one.
 
 Most of `to_edge`'s and `to_executorch`'s own passes are ExportPasses: each re-traces the whole
 graph through fake tensors, about 7.5 s a pass for nanoVLM-222M's SGD joint graph (and 15 s
@@ -9,16 +10,25 @@ ReplaceViewOpsWithViewCopyOpsPass has replaced every one before it runs), SymToT
 symbolic sizes: shapes are fixed at export) and LegalizePortableDimOrderPass (only a mean, sum,
 expand or pooling whose input is not in the default dim order). `skipping_idle_passes` runs
 each of these only on a graph with something for it to act on, checked on the graph it is
-given by the pass's own rule; elsewhere the graph passes through as it came. A re-trace that
-changes nothing changes nothing the next pass's re-trace would not redo (each stage ends with
-one: OpReplacePass in to_edge, SpecPropPass in to_executorch), so the program is the same
-byte for byte (tests/test_export_executorch.py). Written for executorch
-xnnpack_lowering.WRITTEN_FOR: `exporters.executorch` patches with it only.
+given by the pass's own rule; elsewhere the graph passes through as it came, as their
+re-trace would have left it. to_edge's operator-by-operator passes re-trace once together
+(`_one_retrace_to_edge`). torch's ReplaceViewOpsWithViewCopyOpsPass re-traces the whole graph
+to turn each view operator into its `_copy` form (16 s of nanoVLM-222M QLoRA's export): the
+operators are swapped in place, and the one re-trace after it works every node's value out.
+SpecPropPass re-traces the program "to ensure metadata is up to date" (18 s of QLoRA's)
+before making each value's spec: after that re-trace every value is known and up to date
+(delegate calls' recorded with them), so it makes its specs on a copy of the graph, and
+re-traces only a graph with a value unknown. The program is the same byte for byte
+(tests/test_export_executorch.py). Written for executorch xnnpack_lowering.WRITTEN_FOR:
+`exporters.executorch` patches with it only.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
+import operator
 from collections.abc import Callable, Iterator
 
 import torch
@@ -121,12 +131,103 @@ def _one_retrace_to_edge():
                      MemoryFormatOpsPass=DoneInOneRetrace)
 
 
+def _view_copies_in_place():
+    """torch's ReplaceViewOpsWithViewCopyOpsPass by its own mapping, node by node in place, in
+    every graph module of the program (a higher-order operator's too, as its re-trace reaches).
+    Patches executorch.exir.program._program for the `with`."""
+    from executorch.exir.program import _program
+    from torch._export.passes import replace_view_ops_with_view_copy_ops_pass as view_copies
+    from torch.fx.passes.infra.pass_base import PassBase, PassResult
+
+    class ViewCopiesInPlace(PassBase):
+        def call(self, graph_module):
+            modified = False
+            for module in graph_module.modules():
+                if not isinstance(module, torch.fx.GraphModule):
+                    continue
+                for node in _calls(module):
+                    if not isinstance(node.target, torch._ops.OpOverload):
+                        continue
+                    copy = (view_copies._NON_FUNCTIONAL_OPS_TO_FUNCTIONAL_OPS.get(node.target)
+                            or view_copies.get_view_copy_of_view_op(node.target._schema))
+                    if copy is not None:
+                        node.target, modified = copy, True
+                module.recompile()
+            return PassResult(graph_module, modified)
+
+    return _replaced(_program, ReplaceViewOpsWithViewCopyOpsPass=ViewCopiesInPlace)
+
+
+def _delegate_outputs_as_retraced(graph: torch.fx.Graph) -> bool:
+    """Each delegate call's outputs marked as needing grad as a re-trace marks them (torch's
+    autograd wrapper for the call: every floating output when any tensor input needs grad, else
+    none), in order, so later calls see their inputs' marks. False where a changed mark reaches
+    an operator other than a delegate call or its getitem: only a re-trace gives that value."""
+    from executorch.exir.delegate import executorch_call_delegate
+
+    def needs_grad(value) -> bool:
+        return isinstance(value, torch.Tensor) and value.requires_grad
+
+    def marked(value, needs: bool):
+        if not isinstance(value, torch.Tensor) or needs_grad(value) == (
+                needs and (value.is_floating_point() or value.is_complex())):
+            return value
+        return value.detach().requires_grad_(not value.requires_grad)
+
+    changed: set[torch.fx.Node] = set()
+    for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        if node.target is executorch_call_delegate:
+            needs = any(needs_grad(v) for n in node.all_input_nodes
+                        for v in torch.utils._pytree.tree_leaves(n.meta.get("val")))
+            value = torch.utils._pytree.tree_map(functools.partial(marked, needs=needs), node.meta["val"])
+            if any(a is not b for a, b in zip(torch.utils._pytree.tree_leaves(value),
+                                              torch.utils._pytree.tree_leaves(node.meta["val"]))):
+                node.meta["val"] = value
+                changed.add(node)
+        elif node.target is operator.getitem and node.args[0] in changed:
+            value = node.args[0].meta["val"][node.args[1]]
+            if needs_grad(value) != needs_grad(node.meta["val"]):
+                node.meta["val"] = value
+                changed.add(node)
+        elif changed.intersection(node.all_input_nodes):
+            return False
+    return True
+
+
+def _spec_prop_on_known_values():
+    """SpecPropPass's re-trace (`ExportPass()(graph_module)`) as a copy of the graph, its values
+    as the re-trace gives them (`_delegate_outputs_as_retraced`), where every placeholder's and
+    operator's value is known; the re-trace elsewhere. Patches
+    executorch.exir.passes.spec_prop_pass for the `with`."""
+    from executorch.exir.passes import spec_prop_pass
+    from torch.fx.passes.infra.pass_base import PassResult
+
+    retrace = spec_prop_pass.ExportPass
+
+    class CopyWhereValuesKnown:
+        def __call__(self, graph_module):
+            graph = copy.deepcopy(graph_module.graph)
+            subgraphs = [m for m in graph_module.modules() if isinstance(m, torch.fx.GraphModule)][1:]
+            if subgraphs or not _delegate_outputs_as_retraced(graph) or any(
+                    n.op in ("placeholder", "call_function") and "val" not in n.meta for n in graph.nodes):
+                return retrace()(graph_module)
+            return PassResult(torch.fx.GraphModule(graph_module, graph), True)
+
+    return _replaced(spec_prop_pass, ExportPass=CopyWhereValuesKnown)
+
+
 @contextlib.contextmanager
 def skipping_idle_passes() -> Iterator[None]:
     """While lowering (to_edge and to_executorch): the passes of `_idle_pass_rules` run only on a
-    graph with something to act on, and to_edge's operator-by-operator passes re-trace once."""
+    graph with something to act on, to_edge's operator-by-operator passes re-trace once, its
+    view operators become `_copy` ones without a re-trace, and SpecPropPass re-traces only a
+    graph with a value unknown."""
     with contextlib.ExitStack() as stack:
         for pass_class, has_work in _idle_pass_rules().items():
             stack.enter_context(_replaced(pass_class, call=_only_with_work(pass_class, has_work)))
         stack.enter_context(_one_retrace_to_edge())
+        stack.enter_context(_view_copies_in_place())
+        stack.enter_context(_spec_prop_on_known_values())
         yield

@@ -597,6 +597,89 @@ def test_lowering_speedups_leave_the_program_byte_for_byte(monkeypatch, delegate
     assert et.lower_training_step(model, inputs, delegate=delegate, joint_rewrite=rewrite).buffer == fast
 
 
+def test_lowering_retraces_the_whole_graph_once(monkeypatch):
+    """exporters.idle_passes: to_edge's one re-trace is the only one of the whole graph. torch's
+    view-to-copy re-trace is a swap in place, no other pass (ReplaceBrokenOpsWithFunctionalOpsPass
+    would) re-traces for the views it left, and SpecPropPass (its plain ExportPass) makes its
+    specs from the values that re-trace left."""
+    from executorch.exir.pass_base import _ExportPassBase
+    from torch._export.pass_base import _ExportPassBaseDeprecatedDoNotUse
+
+    import exporters.executorch as et
+
+    retraced = []
+    for base in (_ExportPassBase, _ExportPassBaseDeprecatedDoNotUse):
+        def recorded(self, graph_module, call=base.call):
+            retraced.append(type(self).__name__)
+            return call(self, graph_module)
+
+        monkeypatch.setattr(base, "call", recorded)
+    torch.manual_seed(0)
+    et.lower_training_step(Attention(), (torch.randn(2, 8, 16), torch.randint(0, 10, (16,))), delegate="xnnpack")
+    assert "ToEdgeInOneRetrace" in retraced
+    retraced_besides = {"ReplaceViewOpsWithViewCopyOpsPass", "ReplaceBrokenOpsWithFunctionalOpsPass", "ExportPass"}
+    assert not retraced_besides & set(retraced)
+
+
+def test_spec_propagation_without_its_retrace_gives_the_same_micro_program(monkeypatch):
+    """exporters.idle_passes: SpecPropPass's specs from the values to_edge's re-trace left, with
+    delegate outputs marked as needing grad as its re-trace marks them (micro's rotary table
+    delegate: its input needs grad, its recorded outputs do not), are the re-trace's byte for
+    byte, and no re-trace runs for them."""
+    import contextlib
+
+    from executorch.exir.passes import spec_prop_pass
+
+    import exporters.executorch as et
+    from edgebench.backends.program import BATCH_INPUTS
+    from edgebench.data.synthetic import to_torch
+    from exporters import idle_passes
+    from exporters.manifest import ExportRequest
+    from exporters.pipeline import build_training_model
+
+    model, _, batch = build_training_model(ExportRequest(model="micro", method="sgd", text_length=16))
+    example = tuple(to_torch(batch)[k] for k in BATCH_INPUTS)
+    retraces = []
+    retrace = spec_prop_pass.ExportPass
+    monkeypatch.setattr(spec_prop_pass, "ExportPass", lambda: retraces.append(1) or retrace())
+    fast = et.lower_training_step(model, example, delegate="xnnpack").buffer
+    assert retraces == []
+    monkeypatch.setattr(idle_passes, "_spec_prop_on_known_values", contextlib.nullcontext)
+    assert et.lower_training_step(model, example, delegate="xnnpack").buffer == fast
+    assert retraces == [1]
+
+
+def test_delegate_outputs_are_marked_as_a_retrace_marks_them():
+    """A delegate call whose input needs grad gives floating outputs that need it (torch's
+    autograd wrapper in a re-trace), integer ones that do not; a changed mark read by another
+    operator refuses (only a re-trace knows that operator's value)."""
+    import operator
+
+    from executorch.exir.delegate import executorch_call_delegate
+
+    from exporters.idle_passes import _delegate_outputs_as_retraced
+
+    def graph_with(reader):
+        graph = torch.fx.Graph()
+        x = graph.placeholder("x")
+        x.meta["val"] = torch.zeros(2, requires_grad=True)
+        call = graph.call_function(executorch_call_delegate, (graph.get_attr("lowered"), x))
+        call.meta["val"] = [torch.zeros(2), torch.zeros(2, dtype=torch.int64)]
+        items = [graph.call_function(operator.getitem, (call, i)) for i in range(2)]
+        for item, value in zip(items, call.meta["val"]):
+            item.meta["val"] = value
+        read = graph.call_function(reader, (items[0],)) if reader else items[0]
+        graph.output((read, items[1]))
+        return graph, items
+
+    graph, (floating, integer) = graph_with(None)
+    assert _delegate_outputs_as_retraced(graph)
+    assert floating.meta["val"].requires_grad and not integer.meta["val"].requires_grad
+    assert _delegate_outputs_as_retraced(graph)  # marked as the re-trace marks them: nothing to change
+    graph, _ = graph_with(torch.ops.aten.neg.default)
+    assert not _delegate_outputs_as_retraced(graph)
+
+
 def test_lookups_once_give_executorchs_dim_order_computing_each_stride_once(monkeypatch):
     """exporters.lookups_once: ExecuTorch's dim order for every stride (ties kept in order, a
     zero stride refused as before), computed once per integer stride, and only inside the `with`."""
