@@ -16,11 +16,16 @@ re-trace would have left it. to_edge's operator-by-operator passes re-trace once
 to turn each view operator into its `_copy` form (16 s of nanoVLM-222M QLoRA's export): the
 operators are swapped in place, and the one re-trace after it works every node's value out.
 SpecPropPass re-traces the program "to ensure metadata is up to date" (18 s of QLoRA's)
-before making each value's spec: after that re-trace every value is known and up to date
-(delegate calls' recorded with them), so it makes its specs on a copy of the graph, and
-re-traces only a graph with a value unknown. The program is the same byte for byte
-(tests/test_export_executorch.py). Written for executorch xnnpack_lowering.WRITTEN_FOR:
-`exporters.executorch` patches with it only.
+before making each value's spec: after that re-trace every value is known (delegate calls'
+recorded with them) and up to date but for one thing a spec carries, whether the value needs
+grad, which the re-trace's autograd wrapper for a delegate call sets on all its floating
+outputs when any input needs it. So SpecPropPass makes its specs on a copy of the graph with
+those marks set as the re-trace sets them (and the operators reading a changed mark run again
+on their inputs' fake values), and re-traces only a graph with a value unknown or an operator
+that writes an input reading a changed mark. Its graph module generates its code when first
+needed (as `exporters.graph_code_on_demand`'s do), not at each later pass's change. The
+program is the same byte for byte (tests/test_export_executorch.py). Written for executorch
+xnnpack_lowering.WRITTEN_FOR: `exporters.executorch` patches with it only.
 """
 
 from __future__ import annotations
@@ -158,15 +163,36 @@ def _view_copies_in_place():
     return _replaced(_program, ReplaceViewOpsWithViewCopyOpsPass=ViewCopiesInPlace)
 
 
-def _delegate_outputs_as_retraced(graph: torch.fx.Graph) -> bool:
-    """Each delegate call's outputs marked as needing grad as a re-trace marks them (torch's
-    autograd wrapper for the call: every floating output when any tensor input needs grad, else
-    none), in order, so later calls see their inputs' marks. False where a changed mark reaches
-    an operator other than a delegate call or its getitem: only a re-trace gives that value."""
+def _value_as_retraced(node: torch.fx.Node):
+    """The operator run on its inputs' values in their fake mode, as a re-trace runs it; None
+    where that cannot stand in for the re-trace (an operator that writes an input, or inputs
+    with no fake mode)."""
+    from torch._dispatch.python import enable_python_dispatcher
+    from torch._guards import detect_fake_mode
+
+    schema = getattr(node.target, "_schema", None)
+    if schema is None or schema.is_mutable:
+        return None
+    args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: n.meta["val"])
+    mode = detect_fake_mode(torch.utils._pytree.tree_leaves((args, kwargs)))
+    if mode is None:
+        return None
+    with mode, enable_python_dispatcher():
+        return node.target(*args, **kwargs)
+
+
+def _values_as_retraced(graph: torch.fx.Graph) -> bool:
+    """Each value marked as needing grad as a re-trace marks it, in order: a delegate call's
+    outputs by torch's autograd wrapper for the call (every floating output when any tensor
+    input needs grad, else none), and an operator that reads a value whose mark changed run
+    again (`_value_as_retraced`). False where one cannot be run again."""
     from executorch.exir.delegate import executorch_call_delegate
 
     def needs_grad(value) -> bool:
         return isinstance(value, torch.Tensor) and value.requires_grad
+
+    def marks(value) -> list[bool]:
+        return [needs_grad(v) for v in torch.utils._pytree.tree_leaves(value)]
 
     def marked(value, needs: bool):
         if not isinstance(value, torch.Tensor) or needs_grad(value) == (
@@ -182,26 +208,27 @@ def _delegate_outputs_as_retraced(graph: torch.fx.Graph) -> bool:
             needs = any(needs_grad(v) for n in node.all_input_nodes
                         for v in torch.utils._pytree.tree_leaves(n.meta.get("val")))
             value = torch.utils._pytree.tree_map(functools.partial(marked, needs=needs), node.meta["val"])
-            if any(a is not b for a, b in zip(torch.utils._pytree.tree_leaves(value),
-                                              torch.utils._pytree.tree_leaves(node.meta["val"]))):
-                node.meta["val"] = value
-                changed.add(node)
         elif node.target is operator.getitem and node.args[0] in changed:
             value = node.args[0].meta["val"][node.args[1]]
-            if needs_grad(value) != needs_grad(node.meta["val"]):
-                node.meta["val"] = value
-                changed.add(node)
         elif changed.intersection(node.all_input_nodes):
-            return False
+            value = _value_as_retraced(node)
+            if value is None:
+                return False
+        else:
+            continue
+        if marks(value) != marks(node.meta["val"]):
+            node.meta["val"] = value
+            changed.add(node)
     return True
 
 
 def _spec_prop_on_known_values():
     """SpecPropPass's re-trace (`ExportPass()(graph_module)`) as a copy of the graph, its values
-    as the re-trace gives them (`_delegate_outputs_as_retraced`), where every placeholder's and
+    marked as the re-trace marks them (`_values_as_retraced`), where every placeholder's and
     operator's value is known; the re-trace elsewhere. Patches
     executorch.exir.passes.spec_prop_pass for the `with`."""
     from executorch.exir.passes import spec_prop_pass
+    from torch.fx._lazy_graph_module import _LazyGraphModule
     from torch.fx.passes.infra.pass_base import PassResult
 
     retrace = spec_prop_pass.ExportPass
@@ -210,10 +237,10 @@ def _spec_prop_on_known_values():
         def __call__(self, graph_module):
             graph = copy.deepcopy(graph_module.graph)
             subgraphs = [m for m in graph_module.modules() if isinstance(m, torch.fx.GraphModule)][1:]
-            if subgraphs or not _delegate_outputs_as_retraced(graph) or any(
+            if subgraphs or not _values_as_retraced(graph) or any(
                     n.op in ("placeholder", "call_function") and "val" not in n.meta for n in graph.nodes):
                 return retrace()(graph_module)
-            return PassResult(torch.fx.GraphModule(graph_module, graph), True)
+            return PassResult(_LazyGraphModule(graph_module, graph), True)  # code when needed
 
     return _replaced(spec_prop_pass, ExportPass=CopyWhereValuesKnown)
 

@@ -622,10 +622,10 @@ def test_lowering_retraces_the_whole_graph_once(monkeypatch):
 
 
 def test_spec_propagation_without_its_retrace_gives_the_same_micro_program(monkeypatch):
-    """exporters.idle_passes: SpecPropPass's specs from the values to_edge's re-trace left, with
-    delegate outputs marked as needing grad as its re-trace marks them (micro's rotary table
-    delegate: its input needs grad, its recorded outputs do not), are the re-trace's byte for
-    byte, and no re-trace runs for them."""
+    """exporters.idle_passes: SpecPropPass's specs from the values to_edge's re-trace left, marked
+    as needing grad as its re-trace marks them, are the re-trace's byte for byte, and no re-trace
+    runs for them. micro's QLoRA has both kinds of changed marks: delegate outputs (a delegate
+    whose input needs grad, its recorded outputs not) and the operators that read them."""
     import contextlib
 
     from executorch.exir.passes import spec_prop_pass
@@ -633,51 +633,63 @@ def test_spec_propagation_without_its_retrace_gives_the_same_micro_program(monke
     import exporters.executorch as et
     from edgebench.backends.program import BATCH_INPUTS
     from edgebench.data.synthetic import to_torch
-    from exporters import idle_passes
+    from exporters import et_methods, idle_passes
+    from exporters.lora import write_lora_into_model
     from exporters.manifest import ExportRequest
     from exporters.pipeline import build_training_model
 
-    model, _, batch = build_training_model(ExportRequest(model="micro", method="sgd", text_length=16))
+    model, method, batch = build_training_model(ExportRequest(model="micro", method="qlora", text_length=16))
+    write_lora_into_model(model)
+    rewrite = et_methods.JointRewrite(method)
+    rewrite.prepare_model(model)
     example = tuple(to_torch(batch)[k] for k in BATCH_INPUTS)
     retraces = []
     retrace = spec_prop_pass.ExportPass
     monkeypatch.setattr(spec_prop_pass, "ExportPass", lambda: retraces.append(1) or retrace())
-    fast = et.lower_training_step(model, example, delegate="xnnpack").buffer
+    fast = et.lower_training_step(model, example, delegate="xnnpack", joint_rewrite=rewrite).buffer
     assert retraces == []
     monkeypatch.setattr(idle_passes, "_spec_prop_on_known_values", contextlib.nullcontext)
-    assert et.lower_training_step(model, example, delegate="xnnpack").buffer == fast
+    assert et.lower_training_step(model, example, delegate="xnnpack", joint_rewrite=rewrite).buffer == fast
     assert retraces == [1]
 
 
-def test_delegate_outputs_are_marked_as_a_retrace_marks_them():
+def test_values_are_marked_as_a_retrace_marks_them():
     """A delegate call whose input needs grad gives floating outputs that need it (torch's
-    autograd wrapper in a re-trace), integer ones that do not; a changed mark read by another
-    operator refuses (only a re-trace knows that operator's value)."""
+    autograd wrapper in a re-trace), integer ones that do not; an operator reading a changed
+    mark runs again on its inputs' fake values; one that writes an input refuses (only a
+    re-trace knows what it does to that input's value)."""
     import operator
 
     from executorch.exir.delegate import executorch_call_delegate
+    from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from exporters.idle_passes import _delegate_outputs_as_retraced
+    from exporters.idle_passes import _values_as_retraced
+
+    mode = FakeTensorMode()
 
     def graph_with(reader):
         graph = torch.fx.Graph()
         x = graph.placeholder("x")
-        x.meta["val"] = torch.zeros(2, requires_grad=True)
+        x.meta["val"] = mode.from_tensor(torch.zeros(2, requires_grad=True))
         call = graph.call_function(executorch_call_delegate, (graph.get_attr("lowered"), x))
-        call.meta["val"] = [torch.zeros(2), torch.zeros(2, dtype=torch.int64)]
+        call.meta["val"] = [mode.from_tensor(torch.zeros(2)), mode.from_tensor(torch.zeros(2, dtype=torch.int64))]
         items = [graph.call_function(operator.getitem, (call, i)) for i in range(2)]
         for item, value in zip(items, call.meta["val"]):
             item.meta["val"] = value
-        read = graph.call_function(reader, (items[0],)) if reader else items[0]
-        graph.output((read, items[1]))
-        return graph, items
+        read = graph.call_function(reader, (items[0],)) if reader else None
+        if read is not None:
+            read.meta["val"] = items[0].meta["val"]
+        graph.output((read or items[0], items[1]))
+        return graph, items, read
 
-    graph, (floating, integer) = graph_with(None)
-    assert _delegate_outputs_as_retraced(graph)
+    graph, (floating, integer), _ = graph_with(None)
+    assert _values_as_retraced(graph)
     assert floating.meta["val"].requires_grad and not integer.meta["val"].requires_grad
-    assert _delegate_outputs_as_retraced(graph)  # marked as the re-trace marks them: nothing to change
-    graph, _ = graph_with(torch.ops.aten.neg.default)
-    assert not _delegate_outputs_as_retraced(graph)
+    assert _values_as_retraced(graph)  # marked as the re-trace marks them: nothing to change
+    graph, _, read = graph_with(torch.ops.aten.neg.default)
+    assert _values_as_retraced(graph) and read.meta["val"].requires_grad
+    graph, _, _ = graph_with(torch.ops.aten.abs_.default)
+    assert not _values_as_retraced(graph)
 
 
 def test_lookups_once_give_executorchs_dim_order_computing_each_stride_once(monkeypatch):
