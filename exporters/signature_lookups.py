@@ -12,14 +12,20 @@ signature, so while one runs (`_phases`) each mapping is built once per signatur
 again. Cutting partitions out (`_create_partitions`) renames the signature's outputs, not its
 inputs: while it runs, the mappings of inputs (INPUT_MAPPINGS) are built once per signature
 (nanoVLM-222M LoRA's cutting spent 7.3 s building them, once per partition), and one a rename
-would change is built again. Elsewhere every access builds it as torch does. Written for
+would change is built again. And each partition's own signature (`_get_new_signature`) is
+built from a look-up of every input and output spec by name, made anew per partition (9.8 s
+of lora-ckpt's export): while cutting runs, it is given only the specs its partition's
+placeholders and call node's users name, in the signature's order, found in an index of the
+signature kept across renames. Elsewhere every access builds it as torch does. Written for
 executorch xnnpack_lowering.WRITTEN_FOR: `exporters.executorch` patches with it only.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections import defaultdict
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 from exporters.xnnpack_lowering import _replaced
 
@@ -40,14 +46,56 @@ def _phases():
             (_program, "emit_program", MAPPINGS), (backend_api, "_create_partitions", INPUT_MAPPINGS)]
 
 
+class SpecIndex:
+    """A signature's input and output specs by argument name, each with its place in its list."""
+
+    def __init__(self, signature):
+        self.inputs: dict[str, list] = defaultdict(list)
+        self.outputs: dict[str, list] = defaultdict(list)
+        for specs, index in ((signature.input_specs, self.inputs), (signature.output_specs, self.outputs)):
+            for place, spec in enumerate(specs):
+                index[spec.arg.name].append((place, spec))
+
+    def renamed(self, old: str) -> None:
+        """Files again, under its name now, each spec that was filed under `old`."""
+        for index in (self.inputs, self.outputs):
+            for place, spec in index.pop(old, ()):
+                index[spec.arg.name].append((place, spec))
+                index[spec.arg.name].sort(key=lambda entry: entry[0])
+
+    def named(self, names) -> SimpleNamespace:
+        """A signature of the specs `names` name (inputs and outputs), in the signature's order."""
+        def pick(index):
+            found = {place: spec for name in names for place, spec in index.get(name, ())}
+            return [spec for _, spec in sorted(found.items())]
+
+        return SimpleNamespace(input_specs=pick(self.inputs), output_specs=pick(self.outputs))
+
+
+class _ProgramWithSignature:
+    """`program` but for its graph signature."""
+
+    def __init__(self, program, graph_signature):
+        self._program, self.graph_signature = program, graph_signature
+
+    def __getattr__(self, name):
+        return getattr(self._program, name)
+
+    def __str__(self) -> str:
+        return str(self._program)
+
+
 @contextlib.contextmanager
 def signature_mappings_once_per_phase() -> Iterator[None]:
     """While lowering: inside the phases of `_phases`, each signature mapping the phase leaves
     as it is is built once per signature."""
+    from executorch.exir import lowered_backend_module
     from torch.export.graph_signature import ExportGraphSignature
 
-    # the running phases, innermost last: (mappings kept, {(id(signature), mapping): (signature, value)})
-    running: list[tuple[tuple[str, ...], dict]] = []
+    # the running phases, innermost last: (mappings kept, {(id(signature), mapping): (signature, value)},
+    # whether it cuts partitions out)
+    running: list[tuple[tuple[str, ...], dict, bool]] = []
+    new_signature = lowered_backend_module._get_new_signature
     rename = ExportGraphSignature.replace_all_uses
 
     def memoised(name: str) -> property:
@@ -64,14 +112,30 @@ def signature_mappings_once_per_phase() -> Iterator[None]:
         return property(get)
 
     def renaming(signature, old: str, new: str) -> None:
-        for _, built in running:  # a mapping holding the old name is built again
-            for key in [k for k, (held, value) in built.items() if held is signature and old in value]:
+        for _, built, _ in running:  # a mapping holding the old name is built again
+            for key in [k for k, (held, value) in built.items()
+                        if held is signature and not isinstance(value, SpecIndex) and old in value]:
                 del built[key]
         rename(signature, old, new)
+        for _, built, _ in running:
+            entry = built.get((id(signature), SpecIndex))
+            if entry is not None:
+                entry[1].renamed(old)
 
-    def phase(function, kept: tuple[str, ...]):
+    def partition_signature(original_program, gm, call_module_node, tag, is_submodule=False):
+        if not running or not running[-1][2]:
+            return new_signature(original_program, gm, call_module_node, tag, is_submodule)
+        signature, built = original_program.graph_signature, running[-1][1]
+        key = (id(signature), SpecIndex)
+        if key not in built:
+            built[key] = (signature, SpecIndex(signature))
+        names = [n.name for n in gm.graph.nodes if n.op == "placeholder"] + [u.name for u in call_module_node.users]
+        program = _ProgramWithSignature(original_program, built[key][1].named(names))
+        return new_signature(program, gm, call_module_node, tag, is_submodule)
+
+    def phase(function, kept: tuple[str, ...], cuts_partitions: bool):
         def run(*args, **kwargs):
-            running.append((kept, {}))
+            running.append((kept, {}, cuts_partitions))
             try:
                 return function(*args, **kwargs)
             finally:
@@ -82,6 +146,8 @@ def signature_mappings_once_per_phase() -> Iterator[None]:
     with contextlib.ExitStack() as stack:
         stack.enter_context(_replaced(ExportGraphSignature, replace_all_uses=renaming,
                                       **{name: memoised(name) for name in MAPPINGS}))
+        stack.enter_context(_replaced(lowered_backend_module, _get_new_signature=partition_signature))
         for owner, name, kept in _phases():
-            stack.enter_context(_replaced(owner, **{name: phase(getattr(owner, name), kept)}))
+            cuts_partitions = name == "_create_partitions"
+            stack.enter_context(_replaced(owner, **{name: phase(getattr(owner, name), kept, cuts_partitions)}))
         yield

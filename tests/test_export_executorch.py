@@ -692,6 +692,54 @@ def test_values_are_marked_as_a_retrace_marks_them():
     assert not _values_as_retraced(graph)
 
 
+def test_each_partition_signature_is_built_from_its_own_specs(monkeypatch):
+    """exporters.signature_lookups: while partitions are cut out, ExecuTorch's per-partition
+    signature sees only the specs its partition's placeholders and call's users name (the byte
+    for byte test above checks the program is the same), not every spec of the program."""
+    from executorch.exir import lowered_backend_module
+
+    import exporters.executorch as et
+
+    seen = []
+    build = lowered_backend_module._get_new_signature
+
+    def recorded(program, gm, call_module_node, *args):
+        seen.append((len(program.graph_signature.input_specs), len(program.graph_signature.output_specs),
+                     sum(n.op == "placeholder" for n in gm.graph.nodes) + len(call_module_node.users)))
+        return build(program, gm, call_module_node, *args)
+
+    monkeypatch.setattr(lowered_backend_module, "_get_new_signature", recorded)
+    torch.manual_seed(0)
+    lowered = et.lower_training_step(Attention(), (torch.randn(2, 8, 16), torch.randint(0, 10, (16,))),
+                                     delegate="xnnpack")
+    assert len(seen) > 10 and len(lowered.trainable_parameters) > 10
+    assert all(inputs + outputs <= named for inputs, outputs, named in seen)
+    assert any(inputs for inputs, _, _ in seen)  # a partition reading a weight gets that weight's spec
+
+
+def test_spec_index_names_specs_in_the_signatures_order_across_renames():
+    from torch.export.graph_signature import (
+        ExportGraphSignature,
+        InputKind,
+        InputSpec,
+        OutputKind,
+        OutputSpec,
+        TensorArgument,
+    )
+
+    from exporters.signature_lookups import SpecIndex
+
+    inputs = [InputSpec(InputKind.PARAMETER, TensorArgument(f"p{i}"), f"w{i}") for i in range(4)]
+    outputs = [OutputSpec(OutputKind.USER_OUTPUT, TensorArgument(name), None) for name in ("a", "b", "a")]
+    signature = ExportGraphSignature(input_specs=inputs, output_specs=outputs)
+    index = SpecIndex(signature)
+    assert index.named(["p3", "p1", "x"]).input_specs == [inputs[1], inputs[3]]
+    assert index.named(["a"]).output_specs == [outputs[0], outputs[2]]
+    signature.replace_all_uses("b", "getitem")  # what cutting a partition out does to its outputs
+    index.renamed("b")
+    assert index.named(["getitem"]).output_specs == [outputs[1]] and index.named(["b"]).output_specs == []
+
+
 def test_lookups_once_give_executorchs_dim_order_computing_each_stride_once(monkeypatch):
     """exporters.lookups_once: ExecuTorch's dim order for every stride (ties kept in order, a
     zero stride refused as before), computed once per integer stride, and only inside the `with`."""
