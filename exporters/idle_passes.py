@@ -150,14 +150,17 @@ def _view_copies_in_place():
             for module in graph_module.modules():
                 if not isinstance(module, torch.fx.GraphModule):
                     continue
+                swapped = False
                 for node in _calls(module):
                     if not isinstance(node.target, torch._ops.OpOverload):
                         continue
-                    copy = (view_copies._NON_FUNCTIONAL_OPS_TO_FUNCTIONAL_OPS.get(node.target)
-                            or view_copies.get_view_copy_of_view_op(node.target._schema))
-                    if copy is not None:
-                        node.target, modified = copy, True
-                module.recompile()
+                    view_copy = (view_copies._NON_FUNCTIONAL_OPS_TO_FUNCTIONAL_OPS.get(node.target)
+                                 or view_copies.get_view_copy_of_view_op(node.target._schema))
+                    if view_copy is not None:
+                        node.target, swapped = view_copy, True
+                if swapped:
+                    module.recompile()
+                modified |= swapped
             return PassResult(graph_module, modified)
 
     return _replaced(_program, ReplaceViewOpsWithViewCopyOpsPass=ViewCopiesInPlace)
@@ -237,8 +240,8 @@ def _spec_prop_on_known_values():
         def __call__(self, graph_module):
             graph = copy.deepcopy(graph_module.graph)
             subgraphs = [m for m in graph_module.modules() if isinstance(m, torch.fx.GraphModule)][1:]
-            if subgraphs or not _values_as_retraced(graph) or any(
-                    n.op in ("placeholder", "call_function") and "val" not in n.meta for n in graph.nodes):
+            if subgraphs or any(n.op in ("placeholder", "call_function") and "val" not in n.meta
+                                for n in graph.nodes) or not _values_as_retraced(graph):
                 return retrace()(graph_module)
             return PassResult(_LazyGraphModule(graph_module, graph), True)  # code when needed
 
@@ -250,7 +253,7 @@ def skipping_idle_passes() -> Iterator[None]:
     """While lowering (to_edge and to_executorch): the passes of `_idle_pass_rules` run only on a
     graph with something to act on, to_edge's operator-by-operator passes re-trace once, its
     view operators become `_copy` ones without a re-trace, and SpecPropPass re-traces only a
-    graph with a value unknown."""
+    graph whose values it cannot read from the graph as the re-trace would give them."""
     with contextlib.ExitStack() as stack:
         for pass_class, has_work in _idle_pass_rules().items():
             stack.enter_context(_replaced(pass_class, call=_only_with_work(pass_class, has_work)))
