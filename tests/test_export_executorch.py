@@ -875,20 +875,25 @@ def test_lora_written_into_the_model_lowers_to_peft_s_program(autocast, adapter_
     assert programs[0] == programs[1]
 
 
-def test_graph_code_on_demand_generates_an_exported_programs_code_when_first_called():
-    """exporters.graph_code_on_demand: inside the `with`, an exported program's graph module has
-    no code yet and generates it when called (the right result); outside, torch's as before."""
+def test_graph_code_on_demand_generates_a_graph_modules_code_when_first_called():
+    """exporters.graph_code_on_demand: inside the `with`, an exported program's graph module,
+    and a subgraph lifted as a module (each partition cut out), have no code yet and generate it
+    when called (the right result); outside, torch's as before."""
     from torch.fx._lazy_graph_module import _LazyGraphModule
+    from torch.fx.passes.utils.common import lift_subgraph_as_module
 
     from exporters.graph_code_on_demand import graph_code_on_demand
 
     model, x = torch.nn.Linear(4, 2), torch.randn(3, 4)
+    traced = torch.fx.symbolic_trace(model)
     with graph_code_on_demand():
         program = torch.export.export(model, (x,))
-        assert isinstance(program.graph_module, _LazyGraphModule)
-        assert program.graph_module._needs_recompile()
-    assert torch.equal(program.module()(x), model(x))
+        lifted, _ = lift_subgraph_as_module(traced, traced.graph)
+        for module in (program.graph_module, lifted):
+            assert isinstance(module, _LazyGraphModule) and module._needs_recompile()
+    assert torch.equal(program.module()(x), model(x)) and torch.equal(lifted(x), model(x))
     assert not isinstance(torch.export.export(model, (x,)).graph_module, _LazyGraphModule)
+    assert not isinstance(lift_subgraph_as_module(traced, traced.graph)[0], _LazyGraphModule)
 
 
 def test_constants_shared_between_partitions_are_duplicated_as_executorch_does():
