@@ -238,10 +238,12 @@ def _spec_prop_on_known_values():
 
     class CopyWhereValuesKnown:
         def __call__(self, graph_module):
-            graph = copy.deepcopy(graph_module.graph)
             subgraphs = [m for m in graph_module.modules() if isinstance(m, torch.fx.GraphModule)][1:]
             if subgraphs or any(n.op in ("placeholder", "call_function") and "val" not in n.meta
-                                for n in graph.nodes) or not _values_as_retraced(graph):
+                                for n in graph_module.graph.nodes):
+                return retrace()(graph_module)
+            graph = copy.deepcopy(graph_module.graph)
+            if not _values_as_retraced(graph):
                 return retrace()(graph_module)
             return PassResult(_LazyGraphModule(graph_module, graph), True)  # code when needed
 

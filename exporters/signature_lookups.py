@@ -59,9 +59,11 @@ class SpecIndex:
     def renamed(self, old: str) -> None:
         """Files again, under its name now, each spec that was filed under `old`."""
         for index in (self.inputs, self.outputs):
-            for place, spec in index.pop(old, ()):
+            moved = index.pop(old, ())
+            for place, spec in moved:
                 index[spec.arg.name].append((place, spec))
-                index[spec.arg.name].sort(key=lambda entry: entry[0])
+            for name in {spec.arg.name for _, spec in moved}:
+                index[name].sort(key=lambda entry: entry[0])
 
     def named(self, names) -> SimpleNamespace:
         """A signature of the specs `names` name (inputs and outputs), in the signature's order."""
