@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
+from exporters.bf16_in_fp32 import bf16_held_in_fp32
 from exporters.graph_code_on_demand import graph_code_on_demand
 from exporters.greedy_memory_plan import greedy_planning_sooner
 from exporters.idle_passes import skipping_idle_passes
@@ -290,96 +291,16 @@ def tanh_gelu_as_elementwise(gm: torch.fx.GraphModule) -> int:
     return count
 
 
-# Veltkamp's splitting constant for fp32's 24-bit significand and bf16's 8: 2**16 + 1.
-_BF16_SPLIT = 65537.0
-# Nodes at most this far apart count as neighbours for `bf16_round_trips_as_rounding`.
-_NEIGHBOURS = 4
-# What `bf16_round_trips_as_rounding` erases once nothing reads it.
-_PURE = (torch.ops.aten._to_copy.default, torch.ops.aten.mul.Tensor, torch.ops.aten.unsqueeze.default,
-         torch.ops.aten.view.default)
-
-
-def bf16_round_trips_as_rounding(gm: torch.fx.GraphModule) -> int:
-    """Each fp32 value that goes through bf16 and back becomes that value rounded to bf16's
-    precision in fp32 arithmetic XNNPACK runs, `t = v * 65537`, `t - (t - v)` (Veltkamp's
-    splitting), bit for bit the casts' round-to-nearest-even for every normal |v| below 5.19e33
-    (checked on all fp32 values; subnormals keep fp32's precision, larger values overflow to NaN,
-    as a diverged run):
-
-    - `fp32(bf16(x))` of an fp32 `x`: autocast's cast of a weight, then `bf16_matmuls_in_fp32`'s
-      widening; a gradient's narrowing, then autocast's widening. The weight's bf16 copy no
-      longer lives from the forward to the backward: the backward rounds the weight again.
-    - `fp32(a * b)` of a bf16 product (a frozen int8 weight's dequantisation, codes times
-      scales): the product of two bf16 values is exact in fp32, so it is `fp32(a) * fp32(b)`
-      rounded, the int8 codes widened straight to fp32 (exact) instead of the runtime's bf16 mul.
-
-    The runtime's casts and bf16 kernels are one single-threaded pass each (a 576x1536 round
-    trip: 3.8 ms, these ops in XNNPACK 1.3 ms). Rewritten only where no value lives longer: `x` a
-    placeholder (a weight, alive throughout), or the bf16 value used once, by a neighbour (within
-    _NEIGHBOURS nodes). Left to the casts: a tensor over XNNPACK_WEIGHT_LIMIT_BYTES (XNNPACK
-    keeps the rounding's temporaries in its workspace, which keeps the size of the largest).
-    Returns the count."""
-    graph, count = gm.graph, 0
-    aten = torch.ops.aten
-    order = {node: i for i, node in enumerate(graph.nodes)}
-
-    def cast_to(node, dtype) -> bool:
-        return (isinstance(node, torch.fx.Node) and node.op == "call_function"
-                and node.target == aten._to_copy.default and node.kwargs.get("dtype") == dtype
-                and set(node.kwargs) <= {"dtype", "device", "layout"}
-                and node.kwargs.get("layout", torch.strided) == torch.strided)
-
-    def dtype(node) -> torch.dtype | None:
-        return getattr(node.meta.get("val"), "dtype", None) if isinstance(node, torch.fx.Node) else None
-
-    def widened(value):
-        """fp32 of a bf16 `value`, from its int8 source where it is a cast of one (exact)."""
-        source = value.args[0] if cast_to(value, torch.bfloat16) and dtype(value.args[0]) == torch.int8 else value
-        new = graph.call_function(aten._to_copy.default, (source,), {"dtype": torch.float32})
-        new.meta = {"val": source.meta["val"].to(torch.float32)}
-        return new
-
-    for up in list(graph.nodes):
-        if not cast_to(up, torch.float32) or up.meta["val"].numel() * 4 > XNNPACK_WEIGHT_LIMIT_BYTES:
-            continue
-        bf16 = up.args[0]
-        if cast_to(bf16, torch.bfloat16) and dtype(bf16.args[0]) == torch.float32:
-            source = bf16.args[0]
-        elif bf16.target == aten.mul.Tensor and dtype(bf16) == torch.bfloat16 and \
-                all(dtype(a) == torch.bfloat16 for a in bf16.args):
-            source = None
-        else:
-            continue
-        if (source is None or source.op != "placeholder") and \
-                (len(bf16.users) > 1 or order[up] - order[bf16] > _NEIGHBOURS):
-            continue
-        # Every part has up's shape and group (a recomputation's, exporters.et_methods).
-        part = functools.partial(_node, graph, {"val": up.meta["val"], "custom": up.meta.get("custom", {})})
-        with graph.inserting_before(up):
-            if source is None:
-                source = part(aten.mul.Tensor, *map(widened, bf16.args))
-            scaled = part(aten.mul.Tensor, source, _BF16_SPLIT)
-            rounded = part(aten.sub.Tensor, scaled, part(aten.sub.Tensor, scaled, source))
-        up.replace_all_uses_with(rounded)
-        unread = [up]  # and what only it read: the bf16 value, the codes' bf16 cast
-        while unread:
-            node = unread.pop()
-            if node.op == "call_function" and not node.users and node.target in _PURE:
-                unread.extend(node.all_input_nodes)
-                graph.erase_node(node)
-        count += 1
-    return count
-
-
 def _apply_rewrites(ep: ExportedProgram, delegate: str | None) -> dict[str, int]:
     """The joint graph's rewrites; returns how many nodes each one changed."""
     gm = ep.graph_module
     counts = {"empty_permuted": rewrite_empty_permuted(gm), "use_linear": use_linear(gm)}
     if delegate == "xnnpack":
         counts["bf16_matmuls_in_fp32"] = bf16_matmuls_in_fp32(gm)
+        counts["bf16_held_in_fp32"] = bf16_held_in_fp32(
+            gm, lambda val: val.numel() * 4 > XNNPACK_WEIGHT_LIMIT_BYTES)
         counts["tanh_gelu_as_elementwise"] = tanh_gelu_as_elementwise(gm)
         counts["scalar_ops_as_tensor_ops"] = scalar_ops_as_tensor_ops(gm)
-        counts["bf16_round_trips_as_rounding"] = bf16_round_trips_as_rounding(gm)
     if any(counts.values()):
         gm.graph.lint()
         gm.recompile()
@@ -402,9 +323,9 @@ def lowering_record(partitioner: str | None, rewrites: dict[str, int], update: s
                    + ("; bf16 matmuls as bf16(fp32(a) @ fp32(b)) in XNNPACK's fp32 kernel (eager's bf16 "
                       "GEMM rounding; the runtime's bf16 kernel is ~20x slower)"
                       if rewrites.get("bf16_matmuls_in_fp32") else "")
-                   + ("; fp32 -> bf16 -> fp32 round trips and bf16 products (int8 dequantisation) as bf16 "
-                      "rounding in fp32 arithmetic, bit for bit the casts'"
-                      if rewrites.get("bf16_round_trips_as_rounding") else ""),
+                   + ("; bf16 values held in fp32 and rounded to bf16 in fp32 arithmetic wherever eager's "
+                      "bf16 kernels round (casts, arithmetic, int8 dequantisation), bit for bit the casts'"
+                      if rewrites.get("bf16_held_in_fp32") else ""),
         "weights": "inside the .pte (constant segment), updated in place by the runtime",
         "gradients": "program outputs in the static memory plan",
         "update": update,

@@ -389,7 +389,7 @@ def partition_by_level(graph: torch.fx.Graph, matched: set, group=lambda node: N
 
     Then, last node first, a node computed from `weights` alone (the names of the placeholders
     that hold parameters and buffers; a weight's bf16 rounding or dequantisation,
-    exporters.executorch.bf16_round_trips_as_rounding), or a matched node that is
+    exporters.bf16_in_fp32), or a matched node that is
     `elementwise`, whose users are all matched and of its group takes the lowest of their
     levels: it runs as late as its readers. A weight's rounding joins the matmul that reads it,
     instead of every weight's rounding running in one delegate call near the start with all its

@@ -275,50 +275,94 @@ class Int8AutocastMLP(AutocastMLP):
         self.up = Int8Linear(self.up)
 
 
-def _rounding_and_casts(tmp_path, monkeypatch, model, inputs):
-    """The program lowered with `bf16_round_trips_as_rounding` and without (the runtime's casts):
-    for each, its lowering, operator counts, and the losses and gradients of 3 SGD steps."""
+def _held_and_casts(tmp_path, monkeypatch, model, inputs, steps=3):
+    """The program lowered with `bf16_held_in_fp32` and without (bf16 values on the runtime's
+    casts and bf16 kernels): for each, its lowering, the kernel calls on bf16 tensors, and the
+    losses and gradients of `steps` SGD steps."""
     import exporters.executorch as et
 
     runs = {}
-    for variant in ("rounding", "casts"):
+    for variant in ("held", "casts"):
         if variant == "casts":
-            monkeypatch.setattr(et, "bf16_round_trips_as_rounding", lambda gm: 0)
+            monkeypatch.setattr(et, "bf16_held_in_fp32", lambda gm, is_large: 0)
         lowered = et.lower_training_step(copy.deepcopy(model), inputs, delegate="xnnpack")
         path = tmp_path / f"{variant}.pte"
         lowered.write(path)
         program = TrainingProgram(str(path))
         losses, grads = [], []
-        for _ in range(3):
+        for _ in range(steps):
             losses.append(program.forward_backward(inputs))
             grads.append({n: g.clone() for n, g in program.grads.items()})
             with torch.no_grad():
                 for name, param in program.named_parameters().items():
                     param.sub_(0.5 * program.grads[name])
-        runs[variant] = lowered, _operator_counts(path.read_bytes()), losses, grads
-    rounding, casts = runs["rounding"], runs["casts"]
-    assert rounding[2] == casts[2] and rounding[2][2] < rounding[2][0]  # bit for bit, and it trains
-    for mine, theirs in zip(rounding[3], casts[3]):
+        runs[variant] = lowered, _bf16_kernel_calls(path.read_bytes()), losses, grads
+    return runs["held"], runs["casts"]
+
+
+def _bf16_kernel_calls(pte: bytes) -> collections.Counter:
+    """Kernel calls outside delegates that read or write a bf16 tensor, by operator."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+    from executorch.exir.scalar_type import ScalarType
+    from executorch.exir.schema import Tensor
+
+    plan = deserialize_pte_binary(pte).program.execution_plan[0]
+    return collections.Counter(
+        plan.operators[i.instr_args.op_index].name for chain in plan.chains for i in chain.instructions
+        if hasattr(i.instr_args, "op_index") and any(
+            isinstance(plan.values[a].val, Tensor) and plan.values[a].val.scalar_type == ScalarType.BFLOAT16
+            for a in i.instr_args.args))
+
+
+def _bit_for_bit(held, casts) -> None:
+    assert held[2] == casts[2] and held[2][-1] < held[2][0]  # bit for bit, and it trains
+    for mine, theirs in zip(held[3], casts[3]):
         assert all(torch.equal(mine[n], theirs[n]) for n in theirs)
-    return rounding, casts
 
 
 CAST = "dim_order_ops::_to_dim_order_copy"
 
 
-def test_bf16_round_trips_run_in_xnnpack_bit_for_bit_as_the_casts(tmp_path, monkeypatch):
-    """Autocast's fp32 -> bf16 -> fp32 round trips (weights into the matmuls, forward and backward;
-    weight gradients out of them) become XNNPACK's rounding arithmetic: the program trains bit for
-    bit as the one that keeps the runtime's casts, with fewer casts."""
+def test_bf16_values_held_in_fp32_train_bit_for_bit_as_the_casts(tmp_path, monkeypatch):
+    """Autocast's casts (weights into the matmuls, forward and backward; gradients out of them)
+    become XNNPACK's rounding, and the bf16 bias add, SiLU and their gradients run in fp32 and
+    round: the program trains bit for bit as the one on the runtime's casts and bf16 kernels,
+    with no kernel call left on a bf16 tensor."""
     torch.manual_seed(0)
     inputs = (torch.randn(6, 16), torch.tensor([0, 1, 2, 3, 4, 5]))
-    rounding, casts = _rounding_and_casts(tmp_path, monkeypatch, AutocastMLP(), inputs)
-    # The input (into up, and into up's weight gradient), up's weight and bias and down's weight
-    # into the forward, down's weight into its input gradient, the logits into log_softmax (fp32
-    # under autocast), both weight gradients (the bias gradient is a bf16 sum, widened).
-    assert rounding[0].lowering["rewrites"]["bf16_round_trips_as_rounding"] == 9
-    assert rounding[1][CAST] == casts[1][CAST] - 16  # the 9 widenings and the 7 narrowings left unread
-    assert rounding[1]["aten::mul"] == casts[1]["aten::mul"] and rounding[1]["aten::sub"] == casts[1]["aten::sub"]
+    held, casts = _held_and_casts(tmp_path, monkeypatch, AutocastMLP(), inputs)
+    _bit_for_bit(held, casts)
+    assert held[0].lowering["rewrites"]["bf16_held_in_fp32"] > 0
+    assert not held[1] and casts[1][CAST] > 0, (held[1], casts[1])
+
+
+def test_a_weights_rounding_does_not_live_from_the_forward_to_the_backward(monkeypatch):
+    """Each use of a weight (forward matmul, backward input gradient) rounds it again, so no fp32
+    copy of the rounded weight is planned from one to the other: with weights larger than the
+    activations, the plan is smaller than the casts' (which keep a bf16 copy) by that copy."""
+    import exporters.executorch as et
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.SiLU(), torch.nn.Linear(256, 256), torch.nn.SiLU(),
+                                torch.nn.Linear(256, 8))  # the 256 x 256 weight: its input gradient reads it
+    model.requires_grad_(True)
+    inputs = (torch.randn(1, 64), torch.tensor([3]))
+
+    class Loss(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mlp = copy.deepcopy(model)
+
+        def forward(self, x, labels):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return torch.nn.functional.cross_entropy(self.mlp(x), labels)
+
+    held = et.lower_training_step(Loss(), inputs, delegate="xnnpack").planned_memory_bytes
+    monkeypatch.setattr(et, "bf16_held_in_fp32", lambda gm, is_large: 0)
+    casts = et.lower_training_step(Loss(), inputs, delegate="xnnpack").planned_memory_bytes
+    # the casts' program keeps the 256 x 256 weight's bf16 copy (2 bytes an element) for the
+    # backward; this one keeps no copy of it at all (a shared rounding would keep 4 bytes an element)
+    assert casts - held >= 256 * 256 * 2, (held, casts)
 
 
 def test_an_int8_weights_dequantisation_runs_in_xnnpack_bit_for_bit(tmp_path, monkeypatch):
@@ -326,9 +370,42 @@ def test_an_int8_weights_dequantisation_runs_in_xnnpack_bit_for_bit(tmp_path, mo
     fp32, so the codes are widened straight to fp32 and XNNPACK multiplies and rounds."""
     torch.manual_seed(0)
     inputs = (torch.randn(6, 16), torch.tensor([0, 1, 2, 3, 4, 5]))
-    rounding, casts = _rounding_and_casts(tmp_path, monkeypatch, Int8AutocastMLP(), inputs)
-    assert rounding[1]["aten::mul"] == casts[1]["aten::mul"] - 1  # the dequantisation's bf16 mul
-    assert rounding[1][CAST] < casts[1][CAST]
+    held, casts = _held_and_casts(tmp_path, monkeypatch, Int8AutocastMLP(), inputs)
+    _bit_for_bit(held, casts)
+    assert casts[1]["aten::mul"] > 0 and not held[1], (held[1], casts[1])  # e.g. the dequantisation's bf16 mul
+
+
+class MaskedAttention(torch.nn.Module):
+    """One causal attention under bf16 autocast, as nanoVLM's decoder masks it: -inf above the
+    diagonal, the dtype's minimum added at padded keys."""
+
+    def __init__(self, width=16):
+        super().__init__()
+        self.qkv, self.head = torch.nn.Linear(width, 3 * width), torch.nn.Linear(width, 10)
+
+    def forward(self, x, keep, labels):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            q, k, v = self.qkv(x).chunk(3, dim=-1)
+            scores = q @ k.transpose(1, 2) / 4.0
+            positions = torch.arange(x.shape[1])
+            scores = scores.masked_fill(positions.unsqueeze(0) > positions.unsqueeze(1), float("-inf"))
+            scores = scores + (1.0 - keep[:, None, :].to(scores.dtype)) * torch.finfo(scores.dtype).min
+            return torch.nn.functional.cross_entropy(self.head(torch.softmax(scores, dim=-1) @ v).flatten(0, 1),
+                                                     labels)
+
+
+def test_a_masked_attention_held_in_fp32_is_never_rounded_through_its_mask(tmp_path, monkeypatch):
+    """The rounding overflows beyond |v| = 5.19e33: the mask's -inf and dtype minimum, and the
+    scores they are added to, stay unrounded until the softmax bounds them; the program trains
+    bit for bit as the one on the runtime's bf16 kernels."""
+    torch.manual_seed(0)
+    keep = torch.ones(2, 8, dtype=torch.long)
+    keep[1, 6:] = 0
+    inputs = (torch.randn(2, 8, 16), keep, torch.randint(0, 10, (16,)))
+    held, casts = _held_and_casts(tmp_path, monkeypatch, MaskedAttention(), inputs)
+    _bit_for_bit(held, casts)
+    # left: the integer mask's cast to bf16 (not exact for every integer), and its widening
+    assert held[1] == {CAST: 2} and casts[1]["aten::_softmax"] > 0, (held[1], casts[1])
 
 
 def test_xnnpack_guard_refuses_a_delegate_that_captures_a_trainable_weight(monkeypatch):

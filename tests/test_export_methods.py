@@ -152,13 +152,13 @@ def test_recomputation_shrinks_the_programs_memory_plan(export_cache):
 
 
 def test_bf16_matmuls_run_in_xnnpacks_fp32_kernel(export_cache):
-    """With XNNPACK, adamw-bf16's bf16 matmuls become bf16(fp32(a) @ fp32(b)) and its round trips
-    bf16 rounding in XNNPACK (the parity test above checks the losses); the manifest counts them
-    and names the recipe."""
+    """With XNNPACK, adamw-bf16's bf16 matmuls become bf16(fp32(a) @ fp32(b)) and its bf16 values
+    are held in fp32, rounded there (the parity test above checks the losses); the manifest
+    counts them and names the recipe."""
     lowering = _export("adamw-bf16").manifest["lowering"]
     assert lowering["rewrites"]["bf16_matmuls_in_fp32"] > 0
-    assert lowering["rewrites"]["bf16_round_trips_as_rounding"] > 0
-    assert "bf16(fp32(a) @ fp32(b))" in lowering["matmuls"] and "round trips" in lowering["matmuls"]
+    assert lowering["rewrites"]["bf16_held_in_fp32"] > 0
+    assert "bf16(fp32(a) @ fp32(b))" in lowering["matmuls"] and "held in fp32" in lowering["matmuls"]
 
 
 def test_int8_frozen_weights_shrink_the_pte(export_cache):

@@ -1,0 +1,213 @@
+"""bf16 values held in fp32, each rounded to bf16 where eager's bf16 kernel rounds it.
+
+Eager's bf16 CPU kernels widen their operands to fp32, compute in fp32 and round the result
+to bf16. The runtime's bf16 kernels are single-threaded passes that XNNPACK cannot take (it
+has no bf16), and every autocast boundary is a cast on them: nanoVLM-222M QLoRA's step spent
+1.56 of 3.94 s in 9,130 casts and 1.05 s more in bf16 mul/add/permute. Here every bf16 value
+the step computes is an fp32 tensor holding that bf16 value: casts to bf16 become the
+rounding, casts from bf16 vanish, arithmetic runs in fp32 followed by the rounding, and
+operators that only move values (views, permutes, cat, where) move them as they are. The
+rounding, `t = v * 65537; t - (t - v)` (Veltkamp's splitting), is the cast's round-to-
+nearest-even bit for bit for every normal |v| below 5.19e33; operators that move values are
+never rounded, so the attention mask's -inf passes through untouched.
+
+Left in bf16: the program's bf16 inputs (stored weights: each use widens it, exactly) and
+whatever operator has no rule here (its fp32 operands narrowed back, exactly, and its result
+widened).
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from collections.abc import Callable
+
+import torch
+
+aten = torch.ops.aten
+
+# Veltkamp's splitting constant for fp32's 24-bit significand and bf16's 8: 2**16 + 1.
+BF16_SPLIT = 65537.0
+
+# The rounding overflows to NaN from here (|v| * BF16_SPLIT beyond fp32's largest).
+_ROUNDING_LIMIT = 5.19e33
+# Operators whose result is bounded whatever their operands (a mask's -inf or dtype minimum).
+_BOUNDED = {aten._softmax.default, aten.sigmoid.default, aten.tanh.default}
+
+# Operators that only move or select values: the fp32 form holds the same bf16 values.
+_MOVES = {aten.view.default, aten._unsafe_view.default, aten.permute.default, aten.unsqueeze.default,
+          aten.squeeze.dims, aten.squeeze.dim, aten.expand.default, aten.alias.default, aten.clone.default,
+          aten.cat.default, aten.slice.Tensor, aten.split_with_sizes.default, aten.split.Tensor,
+          aten.select.int, aten.where.self, aten.slice_scatter.default, aten.t.default,
+          aten.transpose.int, aten.neg.default, aten.index.Tensor}
+# Operators eager computes in fp32 and rounds once (its bf16 CPU kernels' opmath).
+_ROUNDED = {aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.div.Tensor, aten.add.Scalar,
+            aten.sub.Scalar, aten.mul.Scalar, aten.div.Scalar, aten.pow.Tensor_Scalar, aten.rsqrt.default,
+            aten.sqrt.default, aten.sigmoid.default, aten.tanh.default, aten.exp.default, aten.mean.dim,
+            aten.sum.dim_IntList, aten._softmax.default, aten._log_softmax.default, aten.gelu.default,
+            aten.silu.default, aten.native_layer_norm.default, aten.reciprocal.default}
+_MULTIPLE_OUTPUTS = {aten.native_layer_norm.default}
+# Operators making a tensor of a given dtype: made in fp32 with their value rounded.
+_MADE = {aten.full.default, aten.full_like.default, aten.scalar_tensor.default, aten.empty.memory_format,
+         aten.zeros_like.default, aten.ones_like.default, aten.zeros.default, aten.ones.default}
+
+
+def _dtypes(val) -> list[torch.dtype]:
+    values = val if isinstance(val, (tuple, list)) else [val]
+    return [v.dtype for v in values if isinstance(v, torch.Tensor)]
+
+
+def _is_bf16(node) -> bool:
+    return isinstance(node, torch.fx.Node) and torch.bfloat16 in _dtypes(node.meta.get("val"))
+
+
+def _as_fp32(val):
+    if isinstance(val, (tuple, list)):
+        return type(val)(_as_fp32(v) for v in val)
+    return val.to(torch.float32) if isinstance(val, torch.Tensor) and val.dtype == torch.bfloat16 else val
+
+
+def _bf16_value(x):
+    """A Python scalar as bf16 holds it."""
+    return torch.tensor(x, dtype=torch.bfloat16).item() if isinstance(x, float) else x
+
+
+def _cast_dtypes(node) -> tuple[torch.dtype | None, torch.dtype | None]:
+    """(source, target) dtypes of an `_to_copy` that only casts, else (None, None)."""
+    if node.target != aten._to_copy.default or set(node.kwargs) - {"dtype", "device", "layout"} \
+            or node.kwargs.get("layout", torch.strided) != torch.strided:
+        return None, None
+    source = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    return getattr(source, "dtype", None), node.kwargs.get("dtype")
+
+
+def _huge_scalar(node) -> bool:
+    """A Python scalar argument the rounding cannot take (-inf, a dtype's minimum)."""
+    scalars = [*node.args, *node.kwargs.values()]
+    scalars += [x for a in scalars if isinstance(a, (list, tuple)) for x in a]
+    return any(isinstance(a, float) and not abs(a) < _ROUNDING_LIMIT for a in scalars)
+
+
+def bf16_held_in_fp32(gm: torch.fx.GraphModule, is_large: Callable[[torch.Tensor], bool]) -> int:
+    """Rewrites `gm` so its computed bf16 values are fp32 tensors holding them (module
+    docstring). `is_large(val)`: a value whose rounding XNNPACK would not take (its size);
+    arithmetic on one stays in bf16. Returns how many bf16 nodes now compute in fp32."""
+    graph = gm.graph
+    wide: dict[torch.fx.Node, torch.fx.Node] = {}  # bf16 node -> its fp32 form
+    # Casts of the program's fp32 inputs (weights, alive throughout) to bf16: rounded again at
+    # each use, so no rounded copy lives from the forward to the backward.
+    rounded_at_each_use: set[torch.fx.Node] = set()
+    # Nodes that may hold values the rounding cannot take (a mask's -inf or dtype minimum, and
+    # what adds it, until a softmax bounds them): never rounded, as the casts keep -inf.
+    unbounded: set[torch.fx.Node] = set()
+    rounded_items: set[torch.fx.Node] = set()  # fp32 forms of multi-output operators, rounded at getitem
+
+    def new(target, args, kwargs, like: torch.fx.Node, val, whole_meta: bool = False) -> torch.fx.Node:
+        """A node with `like`'s meta (`whole_meta`: the operator's own form) or its group only."""
+        node = graph.call_function(target, tuple(args), dict(kwargs))
+        node.meta = {**like.meta, "val": val} if whole_meta else {"val": val, "custom": like.meta.get("custom", {})}
+        return node
+
+    def rounding(value: torch.fx.Node, like: torch.fx.Node) -> torch.fx.Node:
+        val = value.meta["val"]
+        scaled = new(aten.mul.Tensor, (value, BF16_SPLIT), {}, like, val)
+        error = new(aten.sub.Tensor, (scaled, value), {}, like, val)
+        return new(aten.sub.Tensor, (scaled, error), {}, like, val)
+
+    def held(arg) -> bool:
+        return arg in wide or arg in rounded_at_each_use
+
+    def widened(arg, user):
+        """An operand of a rewritten `user` in its fp32 form."""
+        if not isinstance(arg, torch.fx.Node) or not _is_bf16(arg):
+            return arg
+        if arg in rounded_at_each_use:
+            return rounding(arg.args[0], user)
+        if arg in wide:
+            return wide[arg]
+        return new(aten._to_copy.default, (arg,), {"dtype": torch.float32}, user, _as_fp32(arg.meta["val"]))
+
+    def narrowed(arg, like: torch.fx.Node):
+        """`arg` as bf16 again, its fp32 form narrowed (exact), for an operator kept in bf16."""
+        if arg not in wide:
+            return arg
+        return new(aten._to_copy.default, (wide[arg],), {"dtype": torch.bfloat16}, like, arg.meta["val"])
+
+    def operands(node):
+        return (torch.fx.node.map_arg(node.args, lambda a: widened(a, node)),
+                torch.fx.node.map_arg(node.kwargs, lambda a: widened(a, node)))
+
+    def fp32_form(node) -> torch.fx.Node | None:
+        """`node`'s fp32 form (inserted before it), or None to keep it in bf16."""
+        val = node.meta.get("val")
+        source, target = _cast_dtypes(node)
+        if val is None:
+            return None
+        if target == torch.bfloat16 and source == torch.float32:
+            return None if is_large(val) else node.args[0] if node in unbounded else rounding(node.args[0], node)
+        if target == torch.bfloat16 and source in (torch.int8, torch.uint8):  # codes: exact in bf16 and fp32
+            return new(aten._to_copy.default, node.args, {"dtype": torch.float32}, node, _as_fp32(val))
+        if target is not None or not _is_bf16(node):
+            return None
+        if node.target is operator.getitem and node.args[0] in wide:
+            form = new(node.target, (wide[node.args[0]], *node.args[1:]), {}, node, _as_fp32(val), True)
+            return rounding(form, node) if node.args[0] in rounded_items else form
+        if node.target in _MOVES and all(held(a) for a in node.all_input_nodes if _is_bf16(a)):
+            return new(node.target, *operands(node), node, _as_fp32(val), True)
+        if node.target in _ROUNDED and not is_large(val if isinstance(val, torch.Tensor) else val[0]):
+            form = new(node.target, *operands(node), node, _as_fp32(val), True)
+            if node in unbounded:
+                return form
+            if not isinstance(val, torch.Tensor):
+                rounded_items.add(form)
+                return form
+            return rounding(form, node)
+        if node.target in _MADE and node.kwargs.get("dtype") in (None, torch.bfloat16):
+            args, kwargs = operands(node)
+            return new(node.target, [_bf16_value(a) for a in args], {**kwargs, "dtype": torch.float32}, node,
+                       _as_fp32(val), True)
+        return None
+
+    count = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function":
+            continue
+        if node.target not in _BOUNDED and (_huge_scalar(node) or any(a in unbounded for a in node.all_input_nodes)):
+            unbounded.add(node)
+        if not _is_bf16(node) and not any(held(a) for a in node.all_input_nodes):
+            continue
+        source, target = _cast_dtypes(node)
+        if target == torch.bfloat16 and source == torch.float32 and node.args[0].op == "placeholder" \
+                and not is_large(node.meta.get("val")):
+            rounded_at_each_use.add(node)
+            continue
+        with graph.inserting_before(node):
+            if source == torch.bfloat16 and target == torch.float32 and held(node.args[0]):
+                node.replace_all_uses_with(widened(node.args[0], node))  # the value it holds already
+                graph.erase_node(node)
+                continue
+            if node.target in _ROUNDED and not _is_bf16(node) and node.target not in _MULTIPLE_OUTPUTS:
+                node.args, node.kwargs = operands(node)  # bf16 operands promoted to fp32 by the operator
+                continue
+            form = fp32_form(node)
+            if form is None:  # the operator as it is, on its operands narrowed back (exact)
+                narrow = functools.partial(narrowed, like=node)
+                node.args, node.kwargs = torch.fx.node.map_arg(node.args, narrow), torch.fx.node.map_arg(
+                    node.kwargs, narrow)
+        if form is None:
+            if isinstance(node.meta.get("val"), torch.Tensor) and _is_bf16(node):
+                with graph.inserting_after(node):
+                    wide[node] = new(aten._to_copy.default, (node,), {"dtype": torch.float32}, node,
+                                     _as_fp32(node.meta["val"]))
+            continue
+        wide[node] = form
+        if node in unbounded:
+            unbounded.add(form)
+        count += 1
+    output = graph.output_node()
+    with graph.inserting_before(output):
+        output.args = torch.fx.node.map_arg(output.args, lambda arg: narrowed(arg, like=arg))
+    for node in reversed([*rounded_at_each_use, *wide]):  # the bf16 originals nothing reads now
+        if not node.users:
+            graph.erase_node(node)
+    return count
