@@ -34,6 +34,9 @@ _ROUNDING_LIMIT = 5.19e33
 # Operators whose result is bounded whatever their operands (a mask's -inf or dtype minimum).
 _BOUNDED = {aten._softmax.default, aten.sigmoid.default, aten.tanh.default}
 
+# Readers of a value of weights alone within this many nodes of it share it.
+_NEAR = 32
+
 # Operators that only move or select values: the fp32 form holds the same bf16 values.
 _MOVES = {aten.view.default, aten._unsafe_view.default, aten.permute.default, aten.unsqueeze.default,
           aten.squeeze.dims, aten.squeeze.dim, aten.expand.default, aten.alias.default, aten.clone.default,
@@ -94,9 +97,6 @@ def bf16_held_in_fp32(gm: torch.fx.GraphModule, is_large: Callable[[torch.Tensor
     arithmetic on one stays in bf16. Returns how many bf16 nodes now compute in fp32."""
     graph = gm.graph
     wide: dict[torch.fx.Node, torch.fx.Node] = {}  # bf16 node -> its fp32 form
-    # Casts of the program's fp32 inputs (weights, alive throughout) to bf16: rounded again at
-    # each use, so no rounded copy lives from the forward to the backward.
-    rounded_at_each_use: set[torch.fx.Node] = set()
     # Nodes that may hold values the rounding cannot take (a mask's -inf or dtype minimum, and
     # what adds it, until a softmax bounds them): never rounded, as the casts keep -inf.
     unbounded: set[torch.fx.Node] = set()
@@ -114,15 +114,10 @@ def bf16_held_in_fp32(gm: torch.fx.GraphModule, is_large: Callable[[torch.Tensor
         error = new(aten.sub.Tensor, (scaled, value), {}, like, val)
         return new(aten.sub.Tensor, (scaled, error), {}, like, val)
 
-    def held(arg) -> bool:
-        return arg in wide or arg in rounded_at_each_use
-
     def widened(arg, user):
         """An operand of a rewritten `user` in its fp32 form."""
         if not isinstance(arg, torch.fx.Node) or not _is_bf16(arg):
             return arg
-        if arg in rounded_at_each_use:
-            return rounding(arg.args[0], user)
         if arg in wide:
             return wide[arg]
         return new(aten._to_copy.default, (arg,), {"dtype": torch.float32}, user, _as_fp32(arg.meta["val"]))
@@ -152,7 +147,7 @@ def bf16_held_in_fp32(gm: torch.fx.GraphModule, is_large: Callable[[torch.Tensor
         if node.target is operator.getitem and node.args[0] in wide:
             form = new(node.target, (wide[node.args[0]], *node.args[1:]), {}, node, _as_fp32(val), True)
             return rounding(form, node) if node.args[0] in rounded_items else form
-        if node.target in _MOVES and all(held(a) for a in node.all_input_nodes if _is_bf16(a)):
+        if node.target in _MOVES and all(a in wide for a in node.all_input_nodes if _is_bf16(a)):
             return new(node.target, *operands(node), node, _as_fp32(val), True)
         if node.target in _ROUNDED and not is_large(val if isinstance(val, torch.Tensor) else val[0]):
             form = new(node.target, *operands(node), node, _as_fp32(val), True)
@@ -174,15 +169,11 @@ def bf16_held_in_fp32(gm: torch.fx.GraphModule, is_large: Callable[[torch.Tensor
             continue
         if node.target not in _BOUNDED and (_huge_scalar(node) or any(a in unbounded for a in node.all_input_nodes)):
             unbounded.add(node)
-        if not _is_bf16(node) and not any(held(a) for a in node.all_input_nodes):
+        if not _is_bf16(node) and not any(a in wide for a in node.all_input_nodes):
             continue
         source, target = _cast_dtypes(node)
-        if target == torch.bfloat16 and source == torch.float32 and node.args[0].op == "placeholder" \
-                and not is_large(node.meta.get("val")):
-            rounded_at_each_use.add(node)
-            continue
         with graph.inserting_before(node):
-            if source == torch.bfloat16 and target == torch.float32 and held(node.args[0]):
+            if source == torch.bfloat16 and target == torch.float32 and node.args[0] in wide:
                 node.replace_all_uses_with(widened(node.args[0], node))  # the value it holds already
                 graph.erase_node(node)
                 continue
@@ -207,7 +198,39 @@ def bf16_held_in_fp32(gm: torch.fx.GraphModule, is_large: Callable[[torch.Tensor
     output = graph.output_node()
     with graph.inserting_before(output):
         output.args = torch.fx.node.map_arg(output.args, lambda arg: narrowed(arg, like=arg))
-    for node in reversed([*rounded_at_each_use, *wide]):  # the bf16 originals nothing reads now
+    for node in reversed(wide):  # the bf16 originals nothing reads now
         if not node.users:
             graph.erase_node(node)
+    return count
+
+
+def weight_values_at_each_use(gm: torch.fx.GraphModule, weights: set[str]) -> int:
+    """Each value computed from the program's weights alone (`weights`: the names of the
+    placeholders holding parameters and buffers) and read far from where it is computed (over
+    _NEAR nodes on) is computed again just before its far readers: a weight's bf16 rounding,
+    an int8 weight's dequantisation. Shared, it would live from the forward to the backward (or
+    to a checkpointed block's recomputation) in fp32, a weight-sized copy per layer; computed
+    again, it lives a matmul long. Readers within _NEAR nodes of each other share one copy,
+    which runs with the first of them (its recomputation group). Returns the copies made."""
+    graph, count = gm.graph, 0
+    from_weights = {n for n in graph.nodes if n.op == "placeholder" and n.name in weights}
+    for node in graph.nodes:
+        if node.op == "call_function" and node.all_input_nodes and isinstance(node.meta.get("val"), torch.Tensor) \
+                and isinstance(node.target, torch._ops.OpOverload) and not node.target._schema.is_mutable \
+                and all(a in from_weights for a in node.all_input_nodes):
+            from_weights.add(node)
+    order = {n: i for i, n in enumerate(graph.nodes)}  # a copy gets its reader's place
+    for node in reversed(list(graph.nodes)):  # readers first: a copy's inputs are copied in their turn
+        if node.op != "call_function" or node not in from_weights:
+            continue
+        start, copy = order[node], node
+        for user in sorted((u for u in node.users if u.op != "output"), key=order.__getitem__):
+            if order[user] - start > _NEAR:
+                with graph.inserting_before(user):
+                    copy = graph.node_copy(node)
+                copy.meta["custom"] = user.meta.get("custom", {})
+                start = order[copy] = order[user]
+                count += 1
+            if copy is not node:
+                user.replace_input_with(node, copy)
     return count

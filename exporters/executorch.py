@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
-from exporters.bf16_in_fp32 import bf16_held_in_fp32
+from exporters.bf16_in_fp32 import bf16_held_in_fp32, weight_values_at_each_use
 from exporters.graph_code_on_demand import graph_code_on_demand
 from exporters.greedy_memory_plan import greedy_planning_sooner
 from exporters.idle_passes import skipping_idle_passes
@@ -299,6 +299,9 @@ def _apply_rewrites(ep: ExportedProgram, delegate: str | None) -> dict[str, int]
         counts["bf16_matmuls_in_fp32"] = bf16_matmuls_in_fp32(gm)
         counts["bf16_held_in_fp32"] = bf16_held_in_fp32(
             gm, lambda val: val.numel() * 4 > XNNPACK_WEIGHT_LIMIT_BYTES)
+        signature = ep.graph_signature
+        counts["weight_values_at_each_use"] = weight_values_at_each_use(
+            gm, {*signature.inputs_to_parameters, *signature.inputs_to_buffers})
         counts["tanh_gelu_as_elementwise"] = tanh_gelu_as_elementwise(gm)
         counts["scalar_ops_as_tensor_ops"] = scalar_ops_as_tensor_ops(gm)
     if any(counts.values()):

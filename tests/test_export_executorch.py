@@ -365,6 +365,40 @@ def test_a_weights_rounding_does_not_live_from_the_forward_to_the_backward(monke
     assert casts - held >= 256 * 256 * 2, (held, casts)
 
 
+def test_a_value_of_weights_alone_is_computed_again_at_each_reader():
+    """A weight's dequantisation read by the forward and by a checkpointed block's recomputation
+    (far apart) is computed twice, the copy just before its reader and in its group; a value
+    that also reads an activation is left alone."""
+    from exporters.bf16_in_fp32 import _NEAR, weight_values_at_each_use
+
+    graph = torch.fx.Graph()
+    codes, scale, x = graph.placeholder("b_codes"), graph.placeholder("b_scale"), graph.placeholder("x")
+    aten = torch.ops.aten
+    weight = graph.call_function(aten.mul.Tensor, (graph.call_function(
+        aten._to_copy.default, (codes,), {"dtype": torch.float32}), scale))
+    forward = graph.call_function(aten.linear.default, (x, weight))
+    activation = graph.call_function(aten.mul.Tensor, (forward, x))  # reads an activation: shared as it is
+    far = activation
+    for _ in range(_NEAR + 1):  # the block between the forward and its recomputation
+        far = graph.call_function(aten.neg.default, (far,))
+    recomputed = graph.call_function(aten.linear.default, (far, weight))
+    recomputed.meta["custom"] = {"edgebench_recomputed": "block 0"}
+    graph.output((graph.call_function(aten.add.Tensor, (recomputed, activation)),))
+    for node in graph.nodes:
+        node.meta["val"] = torch.empty(2, 2)
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+
+    assert weight_values_at_each_use(gm, {"b_codes", "b_scale"}) == 2  # the mul and the cast
+    order = list(graph.nodes)
+    first, second = forward.args[1], recomputed.args[1]
+    assert first is weight and second is not weight and second.target == aten.mul.Tensor
+    assert order.index(second) == order.index(recomputed) - 1 and order.index(second.args[0]) < order.index(second)
+    assert second.args[0] is not weight.args[0] and second.args[0].args == (codes,)
+    assert second.meta["custom"] == second.args[0].meta["custom"] == {"edgebench_recomputed": "block 0"}
+    assert len(activation.users) == 2
+    gm.graph.lint()
+
+
 def test_an_int8_weights_dequantisation_runs_in_xnnpack_bit_for_bit(tmp_path, monkeypatch):
     """codes -> bf16, times the bf16 scales, -> fp32 for the matmul: the bf16 product is exact in
     fp32, so the codes are widened straight to fp32 and XNNPACK multiplies and rounds."""
