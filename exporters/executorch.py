@@ -299,9 +299,10 @@ def _apply_rewrites(ep: ExportedProgram, delegate: str | None) -> dict[str, int]
         counts["bf16_matmuls_in_fp32"] = bf16_matmuls_in_fp32(gm)
         counts["bf16_held_in_fp32"] = bf16_held_in_fp32(
             gm, lambda val: val.numel() * 4 > XNNPACK_WEIGHT_LIMIT_BYTES)
-        signature = ep.graph_signature
-        counts["weight_values_at_each_use"] = weight_values_at_each_use(
-            gm, {*signature.inputs_to_parameters, *signature.inputs_to_buffers})
+        if counts["bf16_held_in_fp32"]:  # the fp32 forms it shares across the step (fp32 programs as they were)
+            signature = ep.graph_signature
+            counts["weight_values_at_each_use"] = weight_values_at_each_use(
+                gm, {*signature.inputs_to_parameters, *signature.inputs_to_buffers})
         counts["tanh_gelu_as_elementwise"] = tanh_gelu_as_elementwise(gm)
         counts["scalar_ops_as_tensor_ops"] = scalar_ops_as_tensor_ops(gm)
     if any(counts.values()):
