@@ -365,6 +365,26 @@ def test_a_weights_rounding_does_not_live_from_the_forward_to_the_backward(monke
     assert casts - held >= 256 * 256 * 2, (held, casts)
 
 
+def test_eagers_bf16_kernels_compute_in_fp32_and_round_once():
+    """The rule `bf16_held_in_fp32` writes for each operator it rounds: eager's bf16 CPU kernel
+    gives the fp32 result rounded once to bf16 (a mean's sum is not rounded before the divide).
+    Layer norm sums in another order: one element in 36,864 differs."""
+    torch.manual_seed(0)
+    x = torch.randn(64, 576).bfloat16()
+    weight, bias = torch.randn(576).bfloat16(), torch.randn(576).bfloat16()
+    F = torch.nn.functional
+    y, positive = torch.randn(64, 576).bfloat16(), torch.rand(64, 576).bfloat16() + 0.5
+    ops = {"add": lambda t: t + y.to(t.dtype), "mul": lambda t: t * y.to(t.dtype), "div": lambda t: t / 3.0,
+           "mul.Scalar": lambda t: t * 0.044715, "pow": lambda t: t.pow(2),
+           "rsqrt": lambda t: torch.rsqrt(positive.to(t.dtype)), "sigmoid": torch.sigmoid, "tanh": torch.tanh,
+           "exp": torch.exp, "silu": F.silu, "gelu": lambda t: F.gelu(t, approximate="tanh"),
+           "softmax": lambda t: torch.softmax(t, -1), "mean": lambda t: t.mean(-1), "sum": lambda t: t.sum(-1)}
+    for name, op in ops.items():
+        assert torch.equal(op(x), op(x.float()).bfloat16()), name
+    norm = F.layer_norm(x, (576,), weight, bias)
+    assert (norm != F.layer_norm(x.float(), (576,), weight.float(), bias.float()).bfloat16()).sum() <= 4
+
+
 def test_a_value_of_weights_alone_is_computed_again_at_each_reader():
     """A weight's dequantisation read by the forward and by a checkpointed block's recomputation
     (far apart) is computed twice, the copy just before its reader and in its group; a value
