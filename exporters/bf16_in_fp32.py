@@ -8,8 +8,9 @@ the step computes is an fp32 tensor holding that bf16 value: casts to bf16 becom
 rounding, casts from bf16 vanish, arithmetic runs in fp32 followed by the rounding, and
 operators that only move values (views, permutes, cat, where) move them as they are. The
 rounding, `t = v * 65537; t - (t - v)` (Veltkamp's splitting), is the cast's round-to-
-nearest-even bit for bit for every normal |v| below 5.19e33; operators that move values are
-never rounded, so the attention mask's -inf passes through untouched.
+nearest-even bit for bit for every normal |v| below 5.19e33; beyond it, it overflows to NaN, so
+what derives from a scalar that large (the attention mask's -inf, the dtype minimum added at
+padded keys) stays unrounded until a softmax bounds it.
 
 Left in bf16: the program's bf16 inputs (stored weights: each use widens it, exactly) and
 whatever operator has no rule here (its fp32 operands narrowed back, exactly, and its result

@@ -275,10 +275,10 @@ class Int8AutocastMLP(AutocastMLP):
         self.up = Int8Linear(self.up)
 
 
-def _held_and_casts(tmp_path, monkeypatch, model, inputs, steps=3):
+def _held_and_casts(tmp_path, monkeypatch, model, inputs):
     """The program lowered with `bf16_held_in_fp32` and without (bf16 values on the runtime's
     casts and bf16 kernels): for each, its lowering, the kernel calls on bf16 tensors, and the
-    losses and gradients of `steps` SGD steps."""
+    losses and gradients of 3 SGD steps."""
     import exporters.executorch as et
 
     runs = {}
@@ -290,7 +290,7 @@ def _held_and_casts(tmp_path, monkeypatch, model, inputs, steps=3):
         lowered.write(path)
         program = TrainingProgram(str(path))
         losses, grads = [], []
-        for _ in range(steps):
+        for _ in range(3):
             losses.append(program.forward_backward(inputs))
             grads.append({n: g.clone() for n, g in program.grads.items()})
             with torch.no_grad():
