@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Set
 
 import torch
+
+from exporters.xnnpack_lowering import computed_from_weights
 
 aten = torch.ops.aten
 
@@ -147,10 +149,10 @@ def bf16_held_in_fp32(gm: torch.fx.GraphModule, is_large: Callable[[torch.Tensor
         return (torch.fx.node.map_arg(node.args, lambda a: widened(a, node)),
                 torch.fx.node.map_arg(node.kwargs, lambda a: widened(a, node)))
 
-    def fp32_form(node) -> torch.fx.Node | None:
-        """`node`'s fp32 form (inserted before it), or None to keep it in bf16."""
+    def fp32_form(node, source, target) -> torch.fx.Node | None:
+        """`node`'s fp32 form (inserted before it), or None to keep it in bf16; `source` and
+        `target`: its dtypes if it is a cast."""
         val = node.meta.get("val")
-        source, target = _cast_dtypes(node)
         if val is None:
             return None
         if target == torch.bfloat16 and source == torch.float32:
@@ -195,7 +197,7 @@ def bf16_held_in_fp32(gm: torch.fx.GraphModule, is_large: Callable[[torch.Tensor
             if node.target in _ROUNDED and not _is_bf16(node) and node.target not in _MULTIPLE_OUTPUTS:
                 node.args, node.kwargs = operands(node)  # bf16 operands promoted to fp32 by the operator
                 continue
-            form = fp32_form(node)
+            form = fp32_form(node, source, target)
             if form is None:  # the operator as it is, on its operands narrowed back (exact)
                 narrow = functools.partial(narrowed, like=node)
                 node.args, node.kwargs = torch.fx.node.map_arg(node.args, narrow), torch.fx.node.map_arg(
@@ -219,7 +221,7 @@ def bf16_held_in_fp32(gm: torch.fx.GraphModule, is_large: Callable[[torch.Tensor
     return count
 
 
-def weight_values_at_each_use(gm: torch.fx.GraphModule, weights: set[str]) -> int:
+def weight_values_at_each_use(gm: torch.fx.GraphModule, weights: Set[str]) -> int:
     """Each value computed from the program's weights alone (`weights`: the names of the
     placeholders holding parameters and buffers) and read far from where it is computed (over
     _NEAR nodes on) is computed again just before its far readers: a weight's bf16 rounding,
@@ -228,15 +230,12 @@ def weight_values_at_each_use(gm: torch.fx.GraphModule, weights: set[str]) -> in
     again, it lives a matmul long. Readers within _NEAR nodes of each other share one copy,
     which runs with the first of them (its recomputation group). Returns the copies made."""
     graph, count = gm.graph, 0
-    from_weights = {n for n in graph.nodes if n.op == "placeholder" and n.name in weights}
-    for node in graph.nodes:
-        if node.op == "call_function" and node.all_input_nodes and isinstance(node.meta.get("val"), torch.Tensor) \
-                and isinstance(node.target, torch._ops.OpOverload) and not node.target._schema.is_mutable \
-                and all(a in from_weights for a in node.all_input_nodes):
-            from_weights.add(node)
+    from_weights = computed_from_weights(graph, weights, lambda node: bool(
+        node.all_input_nodes and isinstance(node.meta.get("val"), torch.Tensor)
+        and isinstance(node.target, torch._ops.OpOverload) and not node.target._schema.is_mutable))
     order = {n: i for i, n in enumerate(graph.nodes)}  # a copy gets its reader's place
     for node in reversed(list(graph.nodes)):  # readers first: a copy's inputs are copied in their turn
-        if node.op != "call_function" or node not in from_weights:
+        if node not in from_weights:
             continue
         start, copy = order[node], node
         for user in sorted((u for u in node.users if u.op != "output"), key=order.__getitem__):

@@ -33,6 +33,7 @@ from exporters.lookups_once import lookups_once
 from exporters.recorded_delegate_outputs import delegate_outputs_as_recorded
 from exporters.serialise_in_place import serialised_in_place
 from exporters.signature_lookups import signature_mappings_once_per_phase
+from exporters.xnnpack_lowering import weight_names
 
 # The pipeline stages, in order, for progress displays.
 STAGES = ("torch.export", "joint graph", "rewrites", "to_edge", "to_executorch")
@@ -300,9 +301,7 @@ def _apply_rewrites(ep: ExportedProgram, delegate: str | None) -> dict[str, int]
         counts["bf16_held_in_fp32"] = bf16_held_in_fp32(
             gm, lambda val: val.numel() * 4 > XNNPACK_WEIGHT_LIMIT_BYTES)
         if counts["bf16_held_in_fp32"]:  # the fp32 forms it shares across the step (fp32 programs as they were)
-            signature = ep.graph_signature
-            counts["weight_values_at_each_use"] = weight_values_at_each_use(
-                gm, {*signature.inputs_to_parameters, *signature.inputs_to_buffers})
+            counts["weight_values_at_each_use"] = weight_values_at_each_use(gm, weight_names(ep.graph_signature))
         counts["tanh_gelu_as_elementwise"] = tanh_gelu_as_elementwise(gm)
         counts["scalar_ops_as_tensor_ops"] = scalar_ops_as_tensor_ops(gm)
     if any(counts.values()):

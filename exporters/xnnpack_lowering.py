@@ -376,6 +376,23 @@ def only_partition_passes():
     return _replaced(xnnpack_preprocess, XNNPACKPassManager=manager)
 
 
+def weight_names(signature) -> frozenset:
+    """The names of a program's placeholders that hold its parameters and buffers."""
+    return frozenset(signature.inputs_to_parameters) | frozenset(signature.inputs_to_buffers)
+
+
+def computed_from_weights(graph, weights, counts=lambda node: True) -> set:
+    """The call nodes computed from the placeholders named in `weights` alone (with no input
+    at all too), each `counts(node)` admits: a weight's rounding, an int8 weight's
+    dequantisation, a transpose of either."""
+    found: set = set()
+    for node in graph.nodes:
+        if node.op == "call_function" and counts(node) and all(
+                i.name in weights if i.op == "placeholder" else i in found for i in node.all_input_nodes):
+            found.add(node)
+    return found
+
+
 def partition_by_level(graph: torch.fx.Graph, matched: set, group=lambda node: None,
                        weights: frozenset = frozenset(), elementwise=lambda node: False) -> list[list]:
     """Groups the `matched` nodes (those XNNPACK takes) into cycle-free partitions in one
@@ -398,7 +415,7 @@ def partition_by_level(graph: torch.fx.Graph, matched: set, group=lambda node: N
     the forward's, where its results would live until the backward. No level drops along an
     edge."""
     level: dict = {}
-    from_weights = set()
+    from_weights = computed_from_weights(graph, weights)
     for node in graph.nodes:
         inputs = node.all_input_nodes
         if node in matched:
@@ -406,9 +423,6 @@ def partition_by_level(graph: torch.fx.Graph, matched: set, group=lambda node: N
             level[node] = max((level[i] + (i not in matched or group(i) != mine) for i in inputs), default=1)
         else:
             level[node] = max((level[i] for i in inputs), default=0)
-        if node.op == "call_function" and all(i.name in weights if i.op == "placeholder" else i in from_weights
-                                               for i in inputs):
-            from_weights.add(node)
     for node in reversed(graph.nodes):
         users = node.users
         sinks = node in from_weights or (node in matched and elementwise(node))
@@ -458,7 +472,7 @@ def level_partitioner(configs: list, **kwargs):
             partitions = []
             graph = ep.graph_module.graph
             signature = ep.graph_signature
-            weights = frozenset(signature.inputs_to_parameters) | frozenset(signature.inputs_to_buffers)
+            weights = weight_names(signature)
             elementwise = {n for n in owner if format_target_name(n.target.__name__) in ELEMENTWISE_OPS}
             for i, nodes in enumerate(partition_by_level(graph, set(owner), recomputation_group, weights,
                                                          elementwise.__contains__)):
