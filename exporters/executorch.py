@@ -268,6 +268,29 @@ def scalar_ops_as_tensor_ops(gm: torch.fx.GraphModule) -> int:
     return count
 
 
+def codes_widened_by_xnnpack(gm: torch.fx.GraphModule) -> int:
+    """Each int8 -> fp32 cast (an int8 weight's codes, widened for its dequantisation) up to
+    XNNPACK_WEIGHT_LIMIT_BYTES becomes a dequantisation with scale 1 and zero point 0, the same
+    values, which XNNPACK runs as its multithreaded convert (its partitioner takes no cast).
+    On the runtime's single-threaded cast, nanoVLM-222M QLoRA's codes (384M elements a step)
+    took most of its casts' 0.75 s a step. Returns the count."""
+    from torch.ao.quantization.fx import _decomposed  # noqa: F401  (registers quantized_decomposed)
+
+    graph, count = gm.graph, 0
+    for node in list(graph.nodes):
+        source = node.args[0].meta.get("val") if node.target == torch.ops.aten._to_copy.default else None
+        if (getattr(source, "dtype", None) != torch.int8 or node.kwargs != {"dtype": torch.float32}
+                or source.numel() * 4 > XNNPACK_WEIGHT_LIMIT_BYTES):
+            continue
+        with graph.inserting_before(node):
+            new = _node(graph, node.meta, torch.ops.quantized_decomposed.dequantize_per_tensor.default,
+                        node.args[0], 1.0, 0, -128, 127, torch.int8)
+        node.replace_all_uses_with(new)
+        graph.erase_node(node)
+        count += 1
+    return count
+
+
 def tanh_gelu_as_elementwise(gm: torch.fx.GraphModule) -> int:
     """Each tanh-approximated GELU becomes eager's formula for it,
     `x * 0.5 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))`, as mul/add/tanh nodes XNNPACK
@@ -302,6 +325,7 @@ def _apply_rewrites(ep: ExportedProgram, delegate: str | None) -> dict[str, int]
             gm, lambda val: val.numel() * 4 > XNNPACK_WEIGHT_LIMIT_BYTES)
         if counts["bf16_held_in_fp32"]:  # the fp32 forms it shares across the step (fp32 programs as they were)
             counts["weight_values_at_each_use"] = weight_values_at_each_use(gm, weight_names(ep.graph_signature))
+        counts["codes_widened_by_xnnpack"] = codes_widened_by_xnnpack(gm)
         counts["tanh_gelu_as_elementwise"] = tanh_gelu_as_elementwise(gm)
         counts["scalar_ops_as_tensor_ops"] = scalar_ops_as_tensor_ops(gm)
     if any(counts.values()):
@@ -405,16 +429,17 @@ def _xnnpack_partitioner(dynamic_weights: bool = True, fast: bool = True):
     """XNNPACK for the matmuls (linear, mm, bmm; weights up to XNNPACK_WEIGHT_LIMIT_BYTES) and
     fp32 elementwise mul/add/sub/div/neg/tanh/sigmoid/square on tensors up to that size (the
     runtime's kernels run one single-threaded pass each; its sigmoid took 0.42 s of nanoVLM-222M
-    BitFit's 2.4 s step), every weight a runtime input
-    (`force_non_static_weights_for_f32_linear`): XNNPACK would otherwise bake a GEMM's weight
-    into the delegate as a constant, and a trainable weight baked in silently stops training
-    (it trained to NaN with the patch convolution inside). `fast`: partitioned in linear time
+    BitFit's 2.4 s step) and the int8 codes' widening (`codes_widened_by_xnnpack`), every
+    weight a runtime input (`force_non_static_weights_for_f32_linear`): XNNPACK would otherwise
+    bake a GEMM's weight into the delegate as a constant, and a trainable weight baked in
+    silently stops training (it trained to NaN with the patch convolution inside). `fast`: partitioned in linear time
     (exporters.xnnpack_lowering), else by ExecuTorch's own XnnpackPartitioner.
     `dynamic_weights=False`: tests only."""
     from executorch.backends.xnnpack.partition.config.gemm_configs import LinearConfig, MMConfig
     from executorch.backends.xnnpack.partition.config.generic_node_configs import (
         AddConfig,
         BMMConfig,
+        DeQuantizedPerTensorConfig,
         DivConfig,
         MulConfig,
         NegConfig,
@@ -431,7 +456,8 @@ def _xnnpack_partitioner(dynamic_weights: bool = True, fast: bool = True):
     make = level_partitioner if fast else (lambda configs, **kwargs: XnnpackPartitioner(configs=configs, **kwargs))
     return make([*(_narrowed(c, _within_weight_limit) for c in (LinearConfig, MMConfig)), BMMConfig, PermuteConfig,
                  *(_narrowed(c, _fp32_within_weight_limit) for c in (
-                     MulConfig, AddConfig, SubConfig, DivConfig, NegConfig, TanhConfig, SigmoidConfig, PowConfig))],
+                     MulConfig, AddConfig, SubConfig, DivConfig, NegConfig, TanhConfig, SigmoidConfig, PowConfig)),
+                 DeQuantizedPerTensorConfig],
                 force_non_static_weights_for_f32_linear=dynamic_weights)
 
 

@@ -26,7 +26,7 @@ finishing (> 15 min, 6.6 GiB):
   (convolution, batch norm, upsampling, SDPA, concatenation, PReLU, quantisation, the
   activations an add or mul could absorb). `only_partition_passes` runs on each partition only
   those of the 4 that can act on the operators our partitioner takes (matmuls, transposes,
-  fp32 elementwise ELEMENTWISE_OPS) that find something to act on in it: most get none.
+  fp32 elementwise ELEMENTWISE_OPS, int8 codes' widening) that find something to act on in it: most get none.
 
 None changes what a delegate computes (the same operators on the same tensors); the tests
 check the losses against ExecuTorch's own partitioner and lowering bit for bit
@@ -292,11 +292,14 @@ def debug_handles_counted():
                      _insert_lowered_submodule=insert_counted)
 
 
-# The operators `exporters.executorch._xnnpack_partitioner` partitions: matmuls, transposes and
-# fp32 elementwise nodes (pow: squares only, PowConfig's own rule).
+# The operators `exporters.executorch._xnnpack_partitioner` partitions: matmuls, transposes,
+# fp32 elementwise nodes (pow: squares only, PowConfig's own rule) and int8 codes' widening
+# (`exporters.executorch.codes_widened_by_xnnpack`: a dequantisation alone, which only
+# PropagateCustomMetaPass, a pass over node meta, acts on).
 ELEMENTWISE_OPS = frozenset({"mul.Tensor", "add.Tensor", "sub.Tensor", "div.Tensor", "neg.default", "tanh.default",
                              "sigmoid.default", "pow.Tensor_Scalar"})
-PARTITION_OPS = frozenset({"linear.default", "mm.default", "bmm.default", "permute_copy.default"}) | ELEMENTWISE_OPS
+PARTITION_OPS = frozenset({"linear.default", "mm.default", "bmm.default", "permute_copy.default",
+                           "dequantize_per_tensor.default"}) | ELEMENTWISE_OPS
 
 # XNNPACK's passes (executorch 1.5.1 XNNPACKPassManager) that can change a partition made of
 # PARTITION_OPS. The others match only operators it cannot hold: the clone, dim-order and copy
@@ -312,7 +315,8 @@ def _matmul_to_convert(graph: torch.fx.Graph) -> bool:
     """Whether XNNPACK's ConvertToLinearPass has a matmul here to turn into a linear: one its
     source matching places in a linear layer's partition, or an mm whose weight is a transpose
     (its addmm/mm rewrite; PARTITION_OPS hold no addmm). Its third rewrite needs a view copy or
-    a dequantisation, which no partition of PARTITION_OPS holds. The backward's matmuls are neither (nanoVLM-222M:
+    a dynamic quantisation's dequantisation (`.tensor`), which no partition of PARTITION_OPS
+    holds. The backward's matmuls are neither (nanoVLM-222M:
     the pass re-traced every partition holding one, 7 s, to change nothing)."""
     from executorch.backends.xnnpack._passes.convert_to_linear import ConvertToLinearPass
     from executorch.exir.dialects._ops import ops as exir_ops

@@ -275,16 +275,17 @@ class Int8AutocastMLP(AutocastMLP):
         self.up = Int8Linear(self.up)
 
 
-def _held_and_casts(tmp_path, monkeypatch, model, inputs):
-    """The program lowered with `bf16_held_in_fp32` and without (bf16 values on the runtime's
-    casts and bf16 kernels): for each, its lowering, the kernel calls on bf16 tensors, and the
-    losses and gradients of 3 SGD steps."""
+def _held_and_casts(tmp_path, monkeypatch, model, inputs, rewrite="bf16_held_in_fp32"):
+    """The program lowered with `rewrite` (default `bf16_held_in_fp32`) and without (for the
+    default, bf16 values on the runtime's casts and bf16 kernels): for each, its lowering, the
+    kernel calls on bf16 tensors, the losses and gradients of 3 SGD steps, and the kernel calls
+    on int8 tensors."""
     import exporters.executorch as et
 
     runs = {}
     for variant in ("held", "casts"):
         if variant == "casts":
-            monkeypatch.setattr(et, "bf16_held_in_fp32", lambda gm, is_large: 0)
+            monkeypatch.setattr(et, rewrite, lambda gm, *args: 0)
         lowered = et.lower_training_step(copy.deepcopy(model), inputs, delegate="xnnpack")
         path = tmp_path / f"{variant}.pte"
         lowered.write(path)
@@ -296,12 +297,14 @@ def _held_and_casts(tmp_path, monkeypatch, model, inputs):
             with torch.no_grad():
                 for name, param in program.named_parameters().items():
                     param.sub_(0.5 * program.grads[name])
-        runs[variant] = lowered, _bf16_kernel_calls(path.read_bytes()), losses, grads
+        pte = path.read_bytes()
+        runs[variant] = lowered, _kernel_calls_on(pte, "BFLOAT16"), losses, grads, _kernel_calls_on(pte, "CHAR")
     return runs["held"], runs["casts"]
 
 
-def _bf16_kernel_calls(pte: bytes) -> collections.Counter:
-    """Kernel calls outside delegates that read or write a bf16 tensor, by operator."""
+def _kernel_calls_on(pte: bytes, scalar_type: str) -> collections.Counter:
+    """Kernel calls outside delegates that read or write a tensor of `scalar_type` (ExecuTorch's
+    ScalarType name: BFLOAT16, CHAR for int8), by operator."""
     from executorch.exir._serialize._program import deserialize_pte_binary
     from executorch.exir.scalar_type import ScalarType
     from executorch.exir.schema import Tensor
@@ -310,7 +313,7 @@ def _bf16_kernel_calls(pte: bytes) -> collections.Counter:
     return collections.Counter(
         plan.operators[i.instr_args.op_index].name for chain in plan.chains for i in chain.instructions
         if hasattr(i.instr_args, "op_index") and any(
-            isinstance(plan.values[a].val, Tensor) and plan.values[a].val.scalar_type == ScalarType.BFLOAT16
+            isinstance(plan.values[a].val, Tensor) and plan.values[a].val.scalar_type == ScalarType[scalar_type]
             for a in i.instr_args.args))
 
 
@@ -334,6 +337,40 @@ def test_bf16_values_held_in_fp32_train_bit_for_bit_as_the_casts(tmp_path, monke
     _bit_for_bit(held, casts)
     assert held[0].lowering["rewrites"]["bf16_held_in_fp32"] > 0
     assert not held[1] and casts[1][CAST] > 0, (held[1], casts[1])
+
+
+class HalvedAutocastMLP(AutocastMLP):
+    """AutocastMLP with its bf16 hidden values halved, then widened and narrowed again."""
+
+    def forward(self, x, labels):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            hidden = torch.nn.functional.silu(self.up(x))
+            hidden = (hidden * 0.5).float().to(torch.bfloat16)
+            return torch.nn.functional.cross_entropy(self.down(hidden), labels)
+
+
+def test_a_value_holding_bf16_already_is_not_rounded_again(tmp_path, monkeypatch):
+    """A bf16 value times a power of two, or widened and narrowed again (forward and backward),
+    holds a bf16 value already: the halving and the round trip add no rounding to the program,
+    which trains bit for bit as the casts'."""
+    import exporters.executorch as et
+    from exporters.bf16_in_fp32 import BF16_SPLIT, bf16_held_in_fp32
+
+    roundings = []
+
+    def counted(gm, is_large):
+        count = bf16_held_in_fp32(gm, is_large)
+        roundings.append(sum(n.target == torch.ops.aten.mul.Tensor and n.args[1] == BF16_SPLIT
+                             for n in gm.graph.nodes))
+        return count
+
+    monkeypatch.setattr(et, "bf16_held_in_fp32", counted)
+    torch.manual_seed(0)
+    inputs = (torch.randn(6, 16), torch.tensor([0, 1, 2, 3, 4, 5]))
+    et.lower_training_step(AutocastMLP(), inputs, delegate="xnnpack")
+    held, casts = _held_and_casts(tmp_path, monkeypatch, HalvedAutocastMLP(), inputs)
+    _bit_for_bit(held, casts)
+    assert roundings[0] == roundings[1] > 0, roundings
 
 
 def test_a_weights_rounding_does_not_live_from_the_forward_to_the_backward(monkeypatch):
@@ -387,15 +424,17 @@ def test_eagers_bf16_kernels_compute_in_fp32_and_round_once():
 
 def test_a_value_of_weights_alone_is_computed_again_at_each_reader():
     """A weight's dequantisation read by the forward and by a checkpointed block's recomputation
-    (far apart) is computed twice, the copy just before its reader and in its group; a value
-    that also reads an activation is left alone."""
-    from exporters.bf16_in_fp32 import _NEAR, weight_values_at_each_use
+    (far apart) is computed twice, the copy just before its reader and in its group; a small
+    value of weights alone (the scales' rounding) and a value that also reads an activation
+    are left alone."""
+    from exporters.bf16_in_fp32 import _NEAR, _SHARED_BYTES, weight_values_at_each_use
 
     graph = torch.fx.Graph()
     codes, scale, x = graph.placeholder("b_codes"), graph.placeholder("b_scale"), graph.placeholder("x")
     aten = torch.ops.aten
+    small = graph.call_function(aten.neg.default, (scale,))
     weight = graph.call_function(aten.mul.Tensor, (graph.call_function(
-        aten._to_copy.default, (codes,), {"dtype": torch.float32}), scale))
+        aten._to_copy.default, (codes,), {"dtype": torch.float32}), small))
     forward = graph.call_function(aten.linear.default, (x, weight))
     activation = graph.call_function(aten.mul.Tensor, (forward, x))  # reads an activation: shared as it is
     far = activation
@@ -405,7 +444,8 @@ def test_a_value_of_weights_alone_is_computed_again_at_each_reader():
     recomputed.meta["custom"] = {"edgebench_recomputed": "block 0"}
     graph.output((graph.call_function(aten.add.Tensor, (recomputed, activation)),))
     for node in graph.nodes:
-        node.meta["val"] = torch.empty(2, 2)
+        node.meta["val"] = torch.empty(2, _SHARED_BYTES // 4)  # weight-sized (twice the shared limit)
+    small.meta["val"] = torch.empty(_SHARED_BYTES // 4)
     gm = torch.fx.GraphModule(torch.nn.Module(), graph)
 
     assert weight_values_at_each_use(gm, {"b_codes", "b_scale"}) == 2  # the mul and the cast
@@ -413,7 +453,7 @@ def test_a_value_of_weights_alone_is_computed_again_at_each_reader():
     first, second = forward.args[1], recomputed.args[1]
     assert first is weight and second is not weight and second.target == aten.mul.Tensor
     assert order.index(second) == order.index(recomputed) - 1 and order.index(second.args[0]) < order.index(second)
-    assert second.args[0] is not weight.args[0] and second.args[0].args == (codes,)
+    assert second.args[0] is not weight.args[0] and second.args[0].args == (codes,) and second.args[1] is small
     assert second.meta["custom"] == second.args[0].meta["custom"] == {"edgebench_recomputed": "block 0"}
     assert len(activation.users) == 2
     gm.graph.lint()
@@ -421,12 +461,30 @@ def test_a_value_of_weights_alone_is_computed_again_at_each_reader():
 
 def test_an_int8_weights_dequantisation_runs_in_xnnpack_bit_for_bit(tmp_path, monkeypatch):
     """codes -> bf16, times the bf16 scales, -> fp32 for the matmul: the bf16 product is exact in
-    fp32, so the codes are widened straight to fp32 and XNNPACK multiplies and rounds."""
+    fp32, so the codes are widened straight to fp32 (by XNNPACK's convert) and XNNPACK
+    multiplies and rounds."""
     torch.manual_seed(0)
     inputs = (torch.randn(6, 16), torch.tensor([0, 1, 2, 3, 4, 5]))
     held, casts = _held_and_casts(tmp_path, monkeypatch, Int8AutocastMLP(), inputs)
     _bit_for_bit(held, casts)
     assert casts[1]["aten::mul"] > 0 and not held[1], (held[1], casts[1])  # e.g. the dequantisation's bf16 mul
+    assert casts[4][CAST] > 0 and not held[4], (held[4], casts[4])
+    assert held[0].lowering["rewrites"]["codes_widened_by_xnnpack"] > 0
+
+
+def test_an_fp32_programs_int8_codes_are_widened_by_xnnpack_bit_for_bit(tmp_path, monkeypatch):
+    """With no bf16 at all, an int8 weight's codes -> fp32 (the runtime's single-threaded cast)
+    becomes XNNPACK's convert: the same values, no kernel call left on an int8 tensor."""
+    from edgebench.methods.int8 import Int8Linear
+
+    torch.manual_seed(0)
+    model = MLP()
+    model.up = Int8Linear(model.up)
+    inputs = (torch.randn(6, 16), torch.tensor([0, 1, 2, 3, 4, 5]))
+    widened, casts = _held_and_casts(tmp_path, monkeypatch, model, inputs, rewrite="codes_widened_by_xnnpack")
+    _bit_for_bit(widened, casts)
+    assert widened[0].lowering["rewrites"]["codes_widened_by_xnnpack"] > 0
+    assert casts[4][CAST] > 0 and not widened[4], (widened[4], casts[4])
 
 
 class MaskedAttention(torch.nn.Module):
