@@ -104,11 +104,16 @@ def _bf16_value(x):
 
 
 def _cast_dtypes(node) -> tuple[torch.dtype | None, torch.dtype | None]:
-    """(source, target) dtypes of an `_to_copy` that only casts, else (None, None)."""
-    if node.target != aten._to_copy.default or set(node.kwargs) - {"dtype", "device", "layout"} \
+    """(source, target) dtypes of an `_to_copy` that only casts, else (None, None). A copy of a
+    contiguous source into contiguous order only casts too (`.float()` in nanoVLM's vision
+    encoder, 47 a step, left a round trip through bf16 on the runtime's casts)."""
+    if node.target != aten._to_copy.default or set(node.kwargs) - {"dtype", "device", "layout", "memory_format"} \
             or node.kwargs.get("layout", torch.strided) != torch.strided:
         return None, None
     source = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    order = node.kwargs.get("memory_format", torch.preserve_format)
+    if order != torch.preserve_format and not (order == torch.contiguous_format and source.is_contiguous()):
+        return None, None
     return getattr(source, "dtype", None), node.kwargs.get("dtype")
 
 

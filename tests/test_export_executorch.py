@@ -340,19 +340,20 @@ def test_bf16_values_held_in_fp32_train_bit_for_bit_as_the_casts(tmp_path, monke
 
 
 class HalvedAutocastMLP(AutocastMLP):
-    """AutocastMLP with its bf16 hidden values halved, then widened and narrowed again."""
+    """AutocastMLP with its bf16 hidden values halved, then widened (into contiguous order, as
+    nanoVLM's vision encoder does) and narrowed again."""
 
     def forward(self, x, labels):
         with torch.autocast("cpu", dtype=torch.bfloat16):
             hidden = torch.nn.functional.silu(self.up(x))
-            hidden = (hidden * 0.5).float().to(torch.bfloat16)
+            hidden = (hidden * 0.5).to(torch.float32, memory_format=torch.contiguous_format).to(torch.bfloat16)
             return torch.nn.functional.cross_entropy(self.down(hidden), labels)
 
 
 def test_a_value_holding_bf16_already_is_not_rounded_again(tmp_path, monkeypatch):
     """A bf16 value times a power of two, or widened and narrowed again (forward and backward),
     holds a bf16 value already: the halving and the round trip add no rounding to the program,
-    which trains bit for bit as the casts'."""
+    which trains bit for bit as the casts' with no kernel call left on a bf16 tensor."""
     import exporters.executorch as et
     from exporters.bf16_in_fp32 import BF16_SPLIT, bf16_held_in_fp32
 
@@ -371,6 +372,7 @@ def test_a_value_holding_bf16_already_is_not_rounded_again(tmp_path, monkeypatch
     held, casts = _held_and_casts(tmp_path, monkeypatch, HalvedAutocastMLP(), inputs)
     _bit_for_bit(held, casts)
     assert roundings[0] == roundings[1] > 0, roundings
+    assert not held[1] and casts[1][CAST] > 0, (held[1], casts[1])
 
 
 def test_a_weights_rounding_does_not_live_from_the_forward_to_the_backward(monkeypatch):
