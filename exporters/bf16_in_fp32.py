@@ -112,7 +112,8 @@ def _cast_dtypes(node) -> tuple[torch.dtype | None, torch.dtype | None]:
         return None, None
     source = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
     order = node.kwargs.get("memory_format", torch.preserve_format)
-    if order != torch.preserve_format and not (order == torch.contiguous_format and source.is_contiguous()):
+    if order != torch.preserve_format and not (order == torch.contiguous_format and source is not None
+                                                and source.is_contiguous()):
         return None, None
     return getattr(source, "dtype", None), node.kwargs.get("dtype")
 

@@ -432,9 +432,9 @@ def _xnnpack_partitioner(dynamic_weights: bool = True, fast: bool = True):
     BitFit's 2.4 s step) and the int8 codes' widening (`codes_widened_by_xnnpack`), every
     weight a runtime input (`force_non_static_weights_for_f32_linear`): XNNPACK would otherwise
     bake a GEMM's weight into the delegate as a constant, and a trainable weight baked in
-    silently stops training (it trained to NaN with the patch convolution inside). `fast`: partitioned in linear time
-    (exporters.xnnpack_lowering), else by ExecuTorch's own XnnpackPartitioner.
-    `dynamic_weights=False`: tests only."""
+    silently stops training (it trained to NaN with the patch convolution inside). `fast`:
+    partitioned in linear time (exporters.xnnpack_lowering), else by ExecuTorch's own
+    XnnpackPartitioner. `dynamic_weights=False`: tests only."""
     from executorch.backends.xnnpack.partition.config.gemm_configs import LinearConfig, MMConfig
     from executorch.backends.xnnpack.partition.config.generic_node_configs import (
         AddConfig,

@@ -26,7 +26,8 @@ finishing (> 15 min, 6.6 GiB):
   (convolution, batch norm, upsampling, SDPA, concatenation, PReLU, quantisation, the
   activations an add or mul could absorb). `only_partition_passes` runs on each partition only
   those of the 4 that can act on the operators our partitioner takes (matmuls, transposes,
-  fp32 elementwise ELEMENTWISE_OPS, int8 codes' widening) that find something to act on in it: most get none.
+  fp32 elementwise ELEMENTWISE_OPS, int8 codes' widening) that find something to act on in
+  it: most get none.
 
 None changes what a delegate computes (the same operators on the same tensors); the tests
 check the losses against ExecuTorch's own partitioner and lowering bit for bit
@@ -316,8 +317,8 @@ def _matmul_to_convert(graph: torch.fx.Graph) -> bool:
     source matching places in a linear layer's partition, or an mm whose weight is a transpose
     (its addmm/mm rewrite; PARTITION_OPS hold no addmm). Its third rewrite needs a view copy or
     a dynamic quantisation's dequantisation (`.tensor`), which no partition of PARTITION_OPS
-    holds. The backward's matmuls are neither (nanoVLM-222M:
-    the pass re-traced every partition holding one, 7 s, to change nothing)."""
+    holds. The backward's matmuls are neither (nanoVLM-222M: the pass re-traced every
+    partition holding one, 7 s, to change nothing)."""
     from executorch.backends.xnnpack._passes.convert_to_linear import ConvertToLinearPass
     from executorch.exir.dialects._ops import ops as exir_ops
     from torch.fx.passes.utils.source_matcher_utils import get_source_partitions
