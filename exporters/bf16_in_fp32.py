@@ -38,6 +38,12 @@ _ROUNDING_LIMIT = 5.19e33
 # Operators whose result is bounded whatever their operands (a mask's -inf or dtype minimum).
 _BOUNDED = {aten._softmax.default, aten.sigmoid.default, aten.tanh.default}
 
+# The `custom` meta key marking the rounding of a cast over XNNPACK's size limit for
+# elementwise work (nanoVLM's tied embedding, rounded for the lm_head three times a step):
+# XNNPACK takes it anyway, as the runtime's single-threaded casts took 0.39 s of adamw-bf16's
+# step, for +180 MiB of workspace.
+LARGE_ROUNDING = "edgebench_large_rounding"
+
 # Readers of a value of weights alone within this many nodes of it share it.
 _NEAR = 32
 # A value of weights alone up to this size (a scale's or a norm weight's rounding, a LoRA
@@ -127,8 +133,9 @@ def _huge_scalar(node) -> bool:
 
 def bf16_held_in_fp32(gm: torch.fx.GraphModule, is_large: Callable[[torch.Tensor], bool]) -> int:
     """Rewrites `gm` so its computed bf16 values are fp32 tensors holding them (module
-    docstring). `is_large(val)`: a value whose rounding XNNPACK would not take (its size);
-    arithmetic on one stays in bf16. Returns how many bf16 nodes now compute in fp32."""
+    docstring). `is_large(val)`: a value over XNNPACK's size limit for elementwise work:
+    arithmetic on one stays in bf16, a cast of one rounds marked LARGE_ROUNDING. Returns how
+    many bf16 nodes now compute in fp32."""
     graph, _as_fp32 = gm.graph, _fp32_values()
     wide: dict[torch.fx.Node, torch.fx.Node] = {}  # bf16 node -> its fp32 form
     # Nodes that may hold values the rounding cannot take (a mask's -inf or dtype minimum, and
@@ -158,13 +165,17 @@ def bf16_held_in_fp32(gm: torch.fx.GraphModule, is_large: Callable[[torch.Tensor
             return bool(fp32_operands) and all(holds_bf16(a) for a in fp32_operands)
         return value.target in _SCALED and _power_of_two(value.args[1]) and holds_bf16(value.args[0])
 
-    def rounding(value: torch.fx.Node, like: torch.fx.Node) -> torch.fx.Node:
+    def rounding(value: torch.fx.Node, like: torch.fx.Node, large: bool = False) -> torch.fx.Node:
+        """`value` rounded to bf16; `large`: marked LARGE_ROUNDING for XNNPACK to take anyway."""
         if holds_bf16(value):
             return value
         val = value.meta["val"]
         scaled = new(aten.mul.Tensor, (value, BF16_SPLIT), {}, like, val)
         error = new(aten.sub.Tensor, (scaled, value), {}, like, val)
         result = new(aten.sub.Tensor, (scaled, error), {}, like, val)
+        if large:
+            for node in (scaled, error, result):
+                node.meta["custom"] = {**node.meta["custom"], LARGE_ROUNDING: True}
         rounded.add(result)
         return result
 
@@ -193,7 +204,7 @@ def bf16_held_in_fp32(gm: torch.fx.GraphModule, is_large: Callable[[torch.Tensor
         if val is None:
             return None
         if target == torch.bfloat16 and source == torch.float32:
-            return None if is_large(val) else node.args[0] if node in unbounded else rounding(node.args[0], node)
+            return node.args[0] if node in unbounded else rounding(node.args[0], node, large=is_large(val))
         if target == torch.bfloat16 and source in (torch.int8, torch.uint8):  # codes: exact in bf16 and fp32
             return new(aten._to_copy.default, node.args, {"dtype": torch.float32}, node, _as_fp32(val))
         if target is not None or not _is_bf16(node):

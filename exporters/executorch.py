@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
-from exporters.bf16_in_fp32 import bf16_held_in_fp32, weight_values_at_each_use
+from exporters.bf16_in_fp32 import LARGE_ROUNDING, bf16_held_in_fp32, weight_values_at_each_use
 from exporters.graph_code_on_demand import graph_code_on_demand
 from exporters.greedy_memory_plan import greedy_planning_sooner
 from exporters.idle_passes import skipping_idle_passes
@@ -419,10 +419,12 @@ def _within_weight_limit(config, node: torch.fx.Node) -> bool:
 
 def _fp32_within_weight_limit(config, node: torch.fx.Node) -> bool:
     """An elementwise node over fp32 tensors of at most XNNPACK_WEIGHT_LIMIT_BYTES each
-    (XNNPACK keeps a partition's temporaries in its workspace, which keeps the largest size)."""
+    (XNNPACK keeps a partition's temporaries in its workspace, which keeps the largest size),
+    or a rounding marked LARGE_ROUNDING."""
     values = [node.meta.get("val"), *(i.meta.get("val") for i in node.all_input_nodes)]
-    return all(isinstance(v, torch.Tensor) and v.dtype == torch.float32
-               and v.numel() * 4 <= XNNPACK_WEIGHT_LIMIT_BYTES for v in values)
+    return all(isinstance(v, torch.Tensor) and v.dtype == torch.float32 and (
+        v.numel() * 4 <= XNNPACK_WEIGHT_LIMIT_BYTES or node.meta.get("custom", {}).get(LARGE_ROUNDING))
+        for v in values)
 
 
 def _xnnpack_partitioner(dynamic_weights: bool = True, fast: bool = True):

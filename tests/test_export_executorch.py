@@ -339,6 +339,21 @@ def test_bf16_values_held_in_fp32_train_bit_for_bit_as_the_casts(tmp_path, monke
     assert not held[1] and casts[1][CAST] > 0, (held[1], casts[1])
 
 
+def test_a_cast_over_xnnpacks_size_limit_still_rounds_in_xnnpack(tmp_path, monkeypatch):
+    """A weight over XNNPACK's size limit for elementwise work (nanoVLM's tied embedding) is
+    still rounded to bf16 there, not cast to bf16 and back on the runtime's kernels: no cast and
+    no rounding's subtract left outside a delegate, bit for bit the casts' training."""
+    import exporters.executorch as et
+
+    monkeypatch.setattr(et, "XNNPACK_WEIGHT_LIMIT_BYTES", 1000)  # both weights (2,048 and 1,024 B) are over it
+    torch.manual_seed(0)
+    inputs = (torch.randn(6, 16), torch.tensor([0, 1, 2, 3, 4, 5]))
+    held, casts = _held_and_casts(tmp_path, monkeypatch, AutocastMLP(), inputs)
+    _bit_for_bit(held, casts)
+    assert not held[1] and casts[1][CAST] > 0, (held[1], casts[1])
+    assert "aten::sub" not in _operator_counts((tmp_path / "held.pte").read_bytes())
+
+
 class HalvedAutocastMLP(AutocastMLP):
     """AutocastMLP with its bf16 hidden values halved, then widened (into contiguous order, as
     nanoVLM's vision encoder does) and narrowed again."""
