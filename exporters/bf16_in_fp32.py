@@ -40,8 +40,9 @@ _BOUNDED = {aten._softmax.default, aten.sigmoid.default, aten.tanh.default}
 
 # The `custom` meta key marking the rounding of a cast over XNNPACK's size limit for
 # elementwise work (nanoVLM's tied embedding, rounded for the lm_head three times a step):
-# XNNPACK takes it anyway, as the runtime's single-threaded casts took 0.39 s of adamw-bf16's
-# step, for +180 MiB of workspace.
+# XNNPACK takes it anyway: the runtime's single-threaded casts took 0.39 s of nanoVLM-222M
+# adamw-bf16's step; XNNPACK's workspace keeping embedding-sized temporaries added 282 MiB of
+# peak RSS (0.99x eager's).
 LARGE_ROUNDING = "edgebench_large_rounding"
 
 # Readers of a value of weights alone within this many nodes of it share it.
