@@ -110,7 +110,7 @@ def _bf16_value(x):
     return torch.tensor(x, dtype=torch.bfloat16).item() if isinstance(x, float) else x
 
 
-def _cast_dtypes(node) -> tuple[torch.dtype | None, torch.dtype | None]:
+def cast_dtypes(node) -> tuple[torch.dtype | None, torch.dtype | None]:
     """(source, target) dtypes of an `_to_copy` that only casts, else (None, None). A copy of a
     contiguous source into contiguous order only casts too (`.float()` in nanoVLM's vision
     encoder, 47 a step, left a round trip through bf16 on the runtime's casts)."""
@@ -158,11 +158,11 @@ def bf16_held_in_fp32(gm: torch.fx.GraphModule, is_large: Callable[[torch.Tensor
         rounding's result, a widened bf16 value or int8 code, a move of such values, or one
         times or over a power of two (exact; a subnormal result, which the rounding leaves as
         it is, aside)."""
-        source, target = _cast_dtypes(value)
-        fp32_operands = [a for a in value.all_input_nodes if _dtypes(a.meta.get("val")) == [torch.float32]]
+        source, target = cast_dtypes(value)
         if value in rounded or (target == torch.float32 and source in (torch.bfloat16, torch.int8, torch.uint8)):
             return True
         if value.target in _MOVES:
+            fp32_operands = [a for a in value.all_input_nodes if _dtypes(a.meta.get("val")) == [torch.float32]]
             return bool(fp32_operands) and all(holds_bf16(a) for a in fp32_operands)
         return value.target in _SCALED and _power_of_two(value.args[1]) and holds_bf16(value.args[0])
 
@@ -237,7 +237,7 @@ def bf16_held_in_fp32(gm: torch.fx.GraphModule, is_large: Callable[[torch.Tensor
             unbounded.add(node)
         if not _is_bf16(node) and not any(a in wide for a in node.all_input_nodes):
             continue
-        source, target = _cast_dtypes(node)
+        source, target = cast_dtypes(node)
         with graph.inserting_before(node):
             if source == torch.bfloat16 and target == torch.float32 and node.args[0] in wide:
                 node.replace_all_uses_with(widened(node.args[0], node))  # the value it holds already

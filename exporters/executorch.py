@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
-from exporters.bf16_in_fp32 import LARGE_ROUNDING, bf16_held_in_fp32, weight_values_at_each_use
+from exporters.bf16_in_fp32 import LARGE_ROUNDING, bf16_held_in_fp32, cast_dtypes, weight_values_at_each_use
 from exporters.graph_code_on_demand import graph_code_on_demand
 from exporters.greedy_memory_plan import greedy_planning_sooner
 from exporters.idle_passes import skipping_idle_passes
@@ -278,9 +278,7 @@ def codes_widened_by_xnnpack(gm: torch.fx.GraphModule) -> int:
 
     graph, count = gm.graph, 0
     for node in list(graph.nodes):
-        source = node.args[0].meta.get("val") if node.target == torch.ops.aten._to_copy.default else None
-        if (getattr(source, "dtype", None) != torch.int8 or node.kwargs != {"dtype": torch.float32}
-                or source.numel() * 4 > XNNPACK_WEIGHT_LIMIT_BYTES):
+        if cast_dtypes(node) != (torch.int8, torch.float32) or _over_elementwise_limit(node.meta["val"]):
             continue
         with graph.inserting_before(node):
             new = _node(graph, node.meta, torch.ops.quantized_decomposed.dequantize_per_tensor.default,
@@ -321,8 +319,7 @@ def _apply_rewrites(ep: ExportedProgram, delegate: str | None) -> dict[str, int]
     counts = {"empty_permuted": rewrite_empty_permuted(gm), "use_linear": use_linear(gm)}
     if delegate == "xnnpack":
         counts["bf16_matmuls_in_fp32"] = bf16_matmuls_in_fp32(gm)
-        counts["bf16_held_in_fp32"] = bf16_held_in_fp32(
-            gm, lambda val: val.numel() * 4 > XNNPACK_WEIGHT_LIMIT_BYTES)
+        counts["bf16_held_in_fp32"] = bf16_held_in_fp32(gm, _over_elementwise_limit)
         if counts["bf16_held_in_fp32"]:  # the fp32 forms it shares across the step (fp32 programs as they were)
             counts["weight_values_at_each_use"] = weight_values_at_each_use(gm, weight_names(ep.graph_signature))
         counts["codes_widened_by_xnnpack"] = codes_widened_by_xnnpack(gm)
@@ -423,8 +420,12 @@ def _fp32_within_weight_limit(config, node: torch.fx.Node) -> bool:
     or a rounding marked LARGE_ROUNDING."""
     values = [node.meta.get("val"), *(i.meta.get("val") for i in node.all_input_nodes)]
     return all(isinstance(v, torch.Tensor) and v.dtype == torch.float32 and (
-        v.numel() * 4 <= XNNPACK_WEIGHT_LIMIT_BYTES or node.meta.get("custom", {}).get(LARGE_ROUNDING))
-        for v in values)
+        not _over_elementwise_limit(v) or node.meta.get("custom", {}).get(LARGE_ROUNDING)) for v in values)
+
+
+def _over_elementwise_limit(val: torch.Tensor) -> bool:
+    """An fp32 form of `val` (its elements, 4 bytes each) over XNNPACK_WEIGHT_LIMIT_BYTES."""
+    return val.numel() * 4 > XNNPACK_WEIGHT_LIMIT_BYTES
 
 
 def _xnnpack_partitioner(dynamic_weights: bool = True, fast: bool = True):
