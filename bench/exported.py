@@ -1,18 +1,19 @@
 """Issue 29's benchmark: every preset each exported runtime runs, beside the same method in eager.
 
 The runtimes are the backends other than eager (`edgebench.backends.support.BACKEND_NAMES`),
-and each one's presets are those `support.unsupported_reason` lets through, so the list grows
-with the support table. Per preset, one interleaved run (bench/backends.py's `bench_model`:
-each round starts one fresh process per variant in turn, eager first, so load from other work
-hits all alike) gives, per runtime: median step time and peak RSS (VmHWM) as ratios to eager,
-the export time and planned memory from the export's manifest, and the largest relative loss
-difference from eager over the measured steps (warmup steps left out). ExecuTorch runs in its
-Python runtime, XNNPACK-delegated by default (the device profiles' lowering; `--delegate none`
-for the runtime's own kernels). MeZO on ONNX Runtime draws its directions with numpy, eager
-with torch: its losses are not comparable step for step (marked "z differs"). Export time is
-each export's own: a program shared between methods (ORT's SGD/Adam/AdamW artifacts,
-ExecuTorch's program for the updates between calls) is lowered by whichever exports first,
-and the others only link it.
+and each one's presets (and the combinations `edgebench predict` ranks beside them) are
+those `support.unsupported_reason` lets through, so the list grows with the support table.
+Per preset, one interleaved run (bench/backends.py's `bench_model`: each round starts one
+fresh process per variant in turn, eager first, so load from other work hits all alike)
+gives, per runtime: median step time and peak RSS (VmHWM) as ratios to eager, the export
+time and planned memory from the export's manifest, and the largest relative loss difference
+from eager over the measured steps (warmup steps left out). ExecuTorch runs in its Python
+runtime, XNNPACK-delegated by default (the device profiles' lowering; `--delegate none` for
+the runtime's own kernels). MeZO on ONNX Runtime draws its directions with numpy, eager with
+torch: its losses are not comparable step for step (marked "z differs"). Export time is each
+export's own: a program shared between methods (ORT's SGD/Adam/AdamW artifacts, ExecuTorch's
+program for the updates between calls) is lowered by whichever exports first, and the others
+only link it.
 
     .venv/bin/python bench/exported.py --model tiny --presets sgd,lora --steps 3
     .venv/bin/python bench/exported.py --model nanovlm-222m --json exported.json   # all presets: hours
@@ -30,6 +31,7 @@ from backends import VARIANTS, add_run_options, bench_model, chosen
 
 from edgebench.backends.support import BACKEND_NAMES, unsupported_reason
 from edgebench.methods import PRESETS, parse_method
+from edgebench.methods.fit import COMBINATIONS
 
 RUNTIMES = tuple(b for b in BACKEND_NAMES if b != "eager")
 
@@ -115,7 +117,8 @@ def render(rows: list[dict], title: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="tiny")
-    parser.add_argument("--presets", default=None, help="Comma-separated presets (default: every one a runtime runs).")
+    parser.add_argument("--presets", default=None,
+                        help="Comma-separated presets and combinations (default: every one a runtime runs).")
     parser.add_argument("--runtimes", default=",".join(RUNTIMES), help=f"Comma-separated, of {', '.join(RUNTIMES)}.")
     parser.add_argument("--delegate", default="xnnpack", choices=("xnnpack", "none"),
                         help="ExecuTorch's lowering (default: the device profiles' XNNPACK).")
@@ -123,7 +126,8 @@ def main() -> None:
     add_run_options(parser)
     args = parser.parse_args()
     runtimes = chosen(parser, args.runtimes, RUNTIMES, "runtime(s)")
-    presets = chosen(parser, args.presets, list(PRESETS), "preset(s)") if args.presets else list(PRESETS)
+    known = [*PRESETS, *COMBINATIONS]
+    presets = chosen(parser, args.presets, known, "preset(s)") if args.presets else known
     planned = plan(presets, runtimes)
     skipped = sorted(set(presets) - set(planned))
     if skipped:

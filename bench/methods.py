@@ -26,9 +26,9 @@ from pathlib import Path
 from edgebench.backends.support import unsupported_reason
 from edgebench.fleet.local import run_local
 from edgebench.methods import PRESETS, memory, parse_method
+from edgebench.methods.fit import COMBINATIONS
 from edgebench.runner.spec import RunSpec
 
-EXTRA = ["mezo-lora+frozen-int8", "lora+ckpt+frozen-int8"]
 GiB = 1 << 30
 
 
@@ -190,7 +190,7 @@ def main() -> None:
         return
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    default = list(PRESETS) if args.backend != "eager" else list(PRESETS) + EXTRA
+    default = list(PRESETS) if args.backend != "eager" else [*PRESETS, *COMBINATIONS]
     names = args.methods.split(",") if args.methods else default
     rows = []
     for name in names:

@@ -6,11 +6,17 @@ outputs (the gradient builder needs them), and onnxblock's CrossEntropyLoss with
 ignore_index=-100 on flattened logits [N, vocab] and labels [N] (the LossType enum
 reads -100 out of bounds, silently). ORT 1.19 reads IR version 10 at most.
 
-Files written: training_model.onnx, eval_model.onnx and checkpoint; no optimizer graph, on
-purpose. The backend applies the methods' recipe itself, in numpy between training-graph
-calls (edgebench.backends.numpy_updates.RecipeUpdate): an onnxblock optimizer graph takes one
-learning rate for every parameter, where nanoVLM's projector trains at its own (100x the
-backbones' under Adam: ORT's AdamW losses left eager's at the second step on nanovlm-222m,
+Files the backend reads: training_model.onnx (MeZO: eval_model.onnx), nominal_checkpoint
+(names, shapes, which train; no values) and parameters.safetensors (the values). ORT 1.19
+loads a complete checkpoint by reading the whole file, then copying each weight out of it:
+twice the weights at load, ONNX Runtime's peak for every method that trains few weights
+(BitFit 1.25x eager's, MeZO-LoRA 1.32x on nanovlm-222m); the backend reads each value into
+ORT's buffer itself (`edgebench.backends.onnxruntime.load_weights`).
+
+No optimizer graph, on purpose. The backend applies the methods' recipe itself, in numpy
+between training-graph calls (edgebench.backends.numpy_updates.RecipeUpdate): an onnxblock
+optimizer graph takes one learning rate for every parameter, where nanoVLM's projector
+trains at its own (100x the backbones' under Adam: ORT's AdamW losses left eager's at the second step on nanovlm-222m,
 issue 29), and ORT 1.19's SGD optimizer allocates a zero `first_order_moments` tensor per
 trained weight that SGDOptimizerV2 never reads (888 MiB on nanovlm-222m, measured). So SGD,
 Adam and AdamW share one set of artifacts. The ONNX graph's inputs are `input_ids`,
@@ -29,11 +35,13 @@ from pathlib import Path
 
 import torch
 
+from edgebench.backends.onnxruntime import NOMINAL_CHECKPOINT, PARAMETERS, training_api
+
 OPSET = 17
 MAX_IR_VERSION = 10  # what onnxruntime 1.19 accepts
-TRAINING_FILES = ("training_model.onnx", "checkpoint")
-FORWARD_FILES = ("eval_model.onnx", "checkpoint")
-STAGES = ("torch.onnx.export", "LayerNorm outputs", "training artifacts")
+TRAINING_FILES = ("training_model.onnx", NOMINAL_CHECKPOINT, PARAMETERS)
+FORWARD_FILES = ("eval_model.onnx", PARAMETERS)
+STAGES = ("torch.onnx.export", "LayerNorm outputs", "training artifacts", "parameters")
 GRAPH_INPUTS = ("input_ids", "images", "attention_mask")  # then the loss block's labels
 
 
@@ -142,7 +150,11 @@ def export_artifacts(
             frozen_params=frozen,
             loss=onnxblock.loss.CrossEntropyLoss(ignore_index=-100),
             artifact_directory=out_dir,
+            nominal_checkpoint=True,
         )
+    on_stage("parameters")
+    write_parameters(out_dir / "checkpoint", out_dir / PARAMETERS)
+    (out_dir / "checkpoint").unlink()
     unfolded = _rewrite(out_dir / "training_model.onnx", accumulate_sums_in_place)
     files = list(TRAINING_FILES if training else FORWARD_FILES)
     for name in ("training_model.onnx", "eval_model.onnx"):
@@ -150,6 +162,15 @@ def export_artifacts(
             _cap_ir_version(out_dir / name)
     return {"trainable_parameters": trainable, "frozen_parameters": frozen, "files": files,
             "gradient_sums_accumulated_in_place": unfolded}
+
+
+def write_parameters(checkpoint: Path, out: Path) -> None:
+    """The complete checkpoint's values as safetensors (ONNX names; the backend reads them a
+    tensor at a time, a file the device can read without ORT's whole-file load)."""
+    from safetensors.numpy import save_file
+
+    state = training_api().CheckpointState.load_checkpoint(str(checkpoint))
+    save_file({name: param.data for name, param in state.parameters}, str(out))
 
 
 def accumulate_sums_in_place(model) -> int:

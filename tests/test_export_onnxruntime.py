@@ -166,7 +166,7 @@ def test_mezo_forward_only_matches_eager_mezo(export_cache, method):
 
     result = _export(method)
     assert result.manifest["program"] == "forward-only"
-    assert set(result.manifest["files"]) == {"eval_model.onnx", "checkpoint"}
+    assert set(result.manifest["files"]) == {"eval_model.onnx", "parameters.safetensors"}
     lr = 1e-4
     backend = _backend(result, method, lr)
     assert backend.module is None  # no training session, no gradient buffers
@@ -234,9 +234,10 @@ def test_no_optimizer_graph_and_one_set_of_artifacts_for_every_update(export_cac
 
     sgd, adam, adamw = _export("sgd"), _export("adam"), _export("adamw")
     for result in (sgd, adam, adamw):
-        assert set(result.manifest["files"]) == {"training_model.onnx", "checkpoint"}
-    assert len({r.manifest["files"]["checkpoint"]["sha256"] for r in (sgd, adam, adamw)}) == 1
-    assert (sgd.directory / "checkpoint").stat().st_ino == (adamw.directory / "checkpoint").stat().st_ino
+        assert set(result.manifest["files"]) == {"training_model.onnx", "nominal_checkpoint", "parameters.safetensors"}
+    weights = "parameters.safetensors"
+    assert len({r.manifest["files"][weights]["sha256"] for r in (sgd, adam, adamw)}) == 1
+    assert (sgd.directory / weights).stat().st_ino == (adamw.directory / weights).stat().st_ino
     assert [r.manifest["optimizer"] for r in (sgd, adam, adamw)] == ["sgd", "adam", "adamw"]
     assert [r.manifest["weight_decay"] for r in (sgd, adam, adamw)] == [0.0, 0.0, optimizers.ADAMW_WEIGHT_DECAY]
     assert "torch.optim.AdamW's update in numpy" in adamw.manifest["lowering"]["optimizer"]
@@ -274,6 +275,64 @@ print(json.dumps({{"torch": "torch" in sys.modules, "losses": losses}}))
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["torch"] is False
     assert all(np.isfinite(v).all() and len(v) == 3 for v in report["losses"].values())
+
+
+@pytest.mark.parametrize("method", ["bitfit", "mezo-lora"])
+def test_weights_load_without_a_second_copy(export_cache, method):
+    """The kernel's own peak (VmHWM, reset at each phase through clear_refs) over the backend's
+    weights phase, in a fresh process: the weights once, where ORT's checkpoint load held its
+    file and the weights together (2x)."""
+    result = _export(method)
+    model = result.manifest["model"]
+    weights = (result.directory / "parameters.safetensors").stat().st_size
+    script = f"""
+import json, sys, types
+from edgebench.runner.spec import RunSpec
+from edgebench.backends import create
+from edgebench.data.synthetic import synthetic_batches
+
+def memory():
+    fields = dict(l.split(":", 1) for l in open("/proc/self/status") if l.startswith(("VmRSS", "VmHWM")))
+    return {{k: int(v.split()[0]) * 1024 for k, v in fields.items()}}
+
+phases = []
+
+def record(name):
+    phases.append((name, memory()))
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # the peak starts again from here
+
+cfg = types.SimpleNamespace(lm_vocab_size={model['lm_vocab_size']}, vit_img_size={model['vit_img_size']})
+spec = RunSpec(model="tiny", method="{method}", backend="onnxruntime", text_length={TEXT},
+               program="{result.directory}")
+create(spec).setup(spec, next(synthetic_batches(cfg, 1, {TEXT}, 0)), on_phase=record)
+print(json.dumps(phases))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    phases = dict(json.loads(out.stdout.strip().splitlines()[-1]))
+    before, after = ((phases["training session"], phases["weights + gradient buffers"]) if method == "bitfit"
+                     else (phases["onnxruntime imported"], phases["weights"]))
+    grown = after["VmHWM"] - before["VmRSS"]
+    assert weights * 0.9 < grown < weights * 1.4, (grown, weights)
+
+
+def test_a_weights_file_that_does_not_fit_is_refused(tmp_path):
+    from safetensors.numpy import save_file
+
+    from edgebench.backends.onnxruntime import read_parameters
+
+    path = tmp_path / "parameters.safetensors"
+    save_file({"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.ones(4, np.float16)}, str(path))
+    with pytest.raises(ValueError, match="b is F16"):
+        read_parameters(path)
+    save_file({"a": np.arange(6, dtype=np.float32).reshape(2, 3)}, str(path))
+    assert read_parameters(path)["a"].tolist() == [[0, 1, 2], [3, 4, 5]]
+    with pytest.raises(ValueError, match=r"a is F32 \[2, 3\]; its buffer is float32 \[3, 2\]"):
+        read_parameters(path, {"a": np.zeros((3, 2), np.float32)})
+    path.write_bytes(path.read_bytes()[:-4])
+    with pytest.raises(ValueError, match="a is cut short"):
+        read_parameters(path)
 
 
 @pytest.mark.parametrize("method,why", [
@@ -332,7 +391,7 @@ def test_ort_recompute_finds_nothing_to_recompute_in_training_artifacts(export_c
     options.add_session_config_entry("optimization.enable_memory_probe_recompute_config", "1:1")
     options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
     api = training_api()
-    state = api.CheckpointState.load_checkpoint(str(result.directory / "checkpoint"))
+    state = api.CheckpointState.load_checkpoint(str(result.directory / "nominal_checkpoint"))
     api.Module(str(result.directory / "training_model.onnx"), state, None, session_options=options)
     nodes = onnx.load(tmp_path / "optimized.onnx").graph.node
     assert len(nodes) > 100 and not [n for n in nodes if n.name.endswith("_recompute")]

@@ -8,8 +8,10 @@ package and ORTModule marked absent.
 Memory (nanovlm-222m, SGD, batch 1; `bench/ort_memory.py` prints it phase by phase): only
 the training graph is loaded (no eval graph when nothing evaluates); ORT's CPU arena and
 memory pattern are off (with them the step peaked ~60 MiB higher: 2,428 vs 2,366 MiB) and
-malloc's mmap threshold is pinned (`return_freed_blocks`, -94 MiB). MeZO runs the eval
-graph in an InferenceSession fed ORT's own parameter buffers, perturbed in numpy.
+malloc's mmap threshold is pinned (`return_freed_blocks`, -94 MiB); the weights are read
+from the artifacts' safetensors file straight into ORT's buffers (`load_weights`), where
+ORT's own checkpoint load held the file and the weights at once. MeZO runs the eval graph
+in an InferenceSession fed numpy arrays of the weights, perturbed in place.
 
 The update is the methods' recipe, as eager's BackpropTrainer applies it (issue 29): after
 each training-graph call, `numpy_updates.RecipeUpdate` clips ORT's gradient buffers at the
@@ -25,10 +27,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 import os
 import platform
 import sys
 import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +44,10 @@ from edgebench.backends.program import check_batch, open_program, program_lr
 from edgebench.backends.support import device_reason
 from edgebench.methods import parse_method
 
+# The artifacts' files it reads (exporters.onnxruntime writes them): the checkpoint without
+# values (generate_artifacts' name for it), and the values.
+NOMINAL_CHECKPOINT = "nominal_checkpoint"
+PARAMETERS = "parameters.safetensors"
 # SessionOptions the backend sets (recorded in each export's manifest as the lowering).
 SESSION_OPTIONS = {"enable_cpu_mem_arena": False, "enable_mem_pattern": False}
 # glibc malloc: blocks from this size up are mmapped and handed back when freed.
@@ -108,6 +116,45 @@ def session_options(threads: int | None = None) -> Any:
     return options
 
 
+def read_parameters(path: Path, buffers: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """A safetensors file's tensors, each read straight into `buffers[name]` (ORT's own) or,
+    without `buffers`, a new array: no copy of the file in memory (safetensors' own loader maps
+    the whole file, whose pages then count in the process's peak). The format: an 8-byte
+    little-endian header length, a JSON header {name: {dtype, shape, data_offsets}}, the data."""
+    out = {}
+    with open(path, "rb") as file:
+        length = int.from_bytes(file.read(8), "little")
+        header = json.loads(file.read(length))
+        header.pop("__metadata__", None)
+        for name, entry in sorted(header.items(), key=lambda item: item[1]["data_offsets"][0]):
+            shape = tuple(entry["shape"])
+            target = np.empty(shape, np.float32) if buffers is None else buffers[name]
+            if entry["dtype"] != "F32" or target.shape != shape or target.dtype != np.float32 \
+                    or not target.flags.c_contiguous:
+                raise ValueError(f"{path}: {name} is {entry['dtype']} {list(shape)}; its buffer is "
+                                 f"{target.dtype} {list(target.shape)} (the artifacts hold contiguous F32 weights)")
+            start, end = entry["data_offsets"]
+            file.seek(8 + length + start)
+            if file.readinto(target.data.cast("B")) != end - start:
+                raise ValueError(f"{path}: {name} is cut short (the file ends early; export it again)")
+            out[name] = target
+    return out
+
+
+def load_weights(module: Any, state: Any, path: Path) -> None:
+    """Gives a Module made from a nominal checkpoint its weights without a second copy of them.
+    ORT allocates the parameters and gradient buffers when it copies from one flat buffer of
+    every weight; that buffer is zeros never written (calloc'd pages that read as the kernel's
+    zero page, not the process's memory); then each weight is read from the file into ORT's
+    own buffer."""
+    from onnxruntime.capi.onnxruntime_inference_collection import OrtValue
+
+    zeros = np.zeros(module.get_parameters_size(trainable_only=False), dtype=np.float32)
+    module.copy_buffer_to_parameters(OrtValue.ortvalue_from_numpy(zeros)._ortvalue, trainable_only=False)
+    del zeros
+    read_parameters(path, {name: param.data for name, param in state.parameters})
+
+
 def _feeds(batch: dict[str, Any]) -> tuple[np.ndarray, ...]:
     """The graphs' inputs in order: input_ids, images, attention_mask, labels."""
     return (np.ascontiguousarray(batch["input_ids"], dtype=np.int64),
@@ -125,8 +172,12 @@ class OnnxRuntimeBackend:
         self.update: RecipeUpdate | None = None
         self.mezo: NumpyMeZO | None = None
         self.forward: ForwardLoss | None = None
+        self.trained: dict[str, np.ndarray] = {}  # the weights the method trains, by ONNX name
 
-    def setup(self, spec: Any, example_batch: dict[str, Any]) -> None:
+    def setup(self, spec: Any, example_batch: dict[str, Any],
+              on_phase: Callable[[str], None] = lambda phase: None) -> None:
+        """Opens the program and its weights; `on_phase(name)` after each part (bench/ort_memory.py
+        reads the process's memory there)."""
         reason = device_reason(self.name, platform.machine())
         if reason:
             raise UnsupportedBackend(reason)
@@ -138,18 +189,27 @@ class OnnxRuntimeBackend:
         onnxruntime.set_default_logger_severity(3)
         return_freed_blocks()
         options = session_options(spec.threads)
+        on_phase("onnxruntime imported")
         lr = program_lr(spec.lr, parse_method(spec.method), manifest)  # eager's default, as every runtime's
         total = spec.warmup_steps + spec.steps  # the schedule's length, as eager's
-        self.state = api.CheckpointState.load_checkpoint(str(directory / "checkpoint"))
         if manifest["program"] == "forward-only":
-            self.forward = ForwardLoss(directory / "eval_model.onnx", self.state, options)
-            self.mezo = NumpyMeZO([p.data for _, p in self.state.parameters if p.requires_grad], lr, spec.seed,
-                                  total, threads=spec.threads or os.cpu_count() or 1)
+            weights = read_parameters(directory / PARAMETERS)
+            on_phase("weights")
+            self.forward = ForwardLoss(directory / "eval_model.onnx", weights, options)
+            self.trained = {name: weights[name] for name in manifest["trainable_parameters"]}
+            self.mezo = NumpyMeZO(list(self.trained.values()), lr, spec.seed, total,
+                                  threads=spec.threads or os.cpu_count() or 1)
+            on_phase("eval session (no gradients)")
             return
+        self.state = api.CheckpointState.load_checkpoint(str(directory / NOMINAL_CHECKPOINT))
         self.module = api.Module(str(directory / "training_model.onnx"), self.state, None,
                                  device="cpu", session_options=options)
         self.module.train()
+        on_phase("training session")
+        load_weights(self.module, self.state, directory / PARAMETERS)
+        on_phase("weights + gradient buffers")
         params = self.state.parameters
+        self.trained = {n: p.data for n, p in params if p.requires_grad}
         self.update = RecipeUpdate(parse_method(spec.method).optimizer,
                                    lambda: [(n, p.data, p.grad) for n, p in params if p.requires_grad], lr, total)
 
@@ -165,23 +225,24 @@ class OnnxRuntimeBackend:
         return loss
 
     def named_parameters(self) -> dict[str, np.ndarray]:
-        """The trainable weights, by torch name (views of ORT's buffers; for tests and checkpoints)."""
-        return {name: param.data for name, param in self.state.parameters if param.requires_grad}
+        """The trained weights, by torch name (the buffers the runtime reads; for tests and checkpoints)."""
+        return dict(self.trained)
 
     def close(self) -> None:
         self.state = self.module = self.update = self.mezo = self.forward = None
+        self.trained = {}
 
 
 class ForwardLoss:
-    """The eval graph (loss; weights as inputs) in an InferenceSession fed the checkpoint
-    state's own parameter buffers: no training session, no gradient buffers (MeZO)."""
+    """The eval graph (loss; weights as inputs) in an InferenceSession fed the weights' own
+    numpy buffers, which MeZO perturbs in place: no training session, no gradient buffers."""
 
-    def __init__(self, path: str | Path, state: Any, options: Any) -> None:
+    def __init__(self, path: str | Path, weights: dict[str, np.ndarray], options: Any) -> None:
         import onnxruntime
         from onnxruntime.capi.onnxruntime_inference_collection import OrtValue
 
         self.session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        self.weights = {name: OrtValue(param._parameter.data) for name, param in state.parameters}
+        self.weights = {name: OrtValue.ortvalue_from_numpy(array) for name, array in weights.items()}
         self.inputs = [i.name for i in self.session.get_inputs()][:4]  # _feeds' four, then the weights
         self.loss_name = self.session.get_outputs()[0].name
         self.wrap = OrtValue.ortvalue_from_numpy
