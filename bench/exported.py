@@ -100,23 +100,28 @@ def measure(model: str, presets: dict[str, list[str]], delegate: str | None, rou
 
 
 # Issue 29's targets: step and peak RSS as ratios to eager, export seconds (SGD's program
-# sooner), the loss difference for fp32 methods and, for those that round to bf16 or int8 where
-# eager rounds, the stated tolerance (XNNPACK sums in other orders before each rounding;
-# tests/test_export_methods.py bounds it on micro).
+# sooner), and the largest relative loss difference: 1e-5 for fp32 methods; for methods that
+# round to bf16 or int8 where eager rounds, 5e-3 (bf16 keeps 8 bits, a relative step of 2^-8
+# = 3.9e-3 between neighbours, and XNNPACK sums in other orders before each rounding, so a
+# value can land one bf16 step away: 2.0e-3 measured over 3 steps of adamw-bf16 on 222m;
+# tests/test_export_methods.py bounds it on micro); zeroth-order methods that round, 1e-2
+# (MeZO's step is the difference of two such losses over 2 eps = 2e-3: the forwards' rounding
+# difference, 1.9e-5 of the loss, comes out ~500x larger in its update).
 STEP_TARGET, PEAK_TARGET, EXPORT_TARGET_S, SGD_EXPORT_TARGET_S = 1.5, 1.1, 180.0, 120.0
-FP32_LOSS_TARGET, ROUNDED_LOSS_TARGET = 1e-5, 5e-3
+FP32_LOSS_TARGET, ROUNDED_LOSS_TARGET, ROUNDED_ZEROTH_ORDER_LOSS_TARGET = 1e-5, 5e-3, 1e-2
 
 
 def missed(row: dict) -> list[str]:
     """The targets a measured row misses, by name."""
     method = parse_method(row["preset"])
     rounds = method.precision != "fp32" or method.frozen_dtype != "fp32" or method.trained_dtype != "fp32"
+    loss_target = (FP32_LOSS_TARGET if not rounds else
+                   ROUNDED_ZEROTH_ORDER_LOSS_TARGET if method.grad_mode == "zeroth-order" else ROUNDED_LOSS_TARGET)
     limits = [("step", row["step_time_vs_eager"], STEP_TARGET),
               ("peak", row["peak_rss_vs_eager"], PEAK_TARGET),
               ("export", None if row["export_cached"] else row["export_time_s"],
                SGD_EXPORT_TARGET_S if row["preset"] == "sgd" else EXPORT_TARGET_S),
-              ("loss", row["max_loss_rel_diff"] if row["losses_comparable"] else None,
-               ROUNDED_LOSS_TARGET if rounds else FP32_LOSS_TARGET)]
+              ("loss", row["max_loss_rel_diff"] if row["losses_comparable"] else None, loss_target)]
     return [name for name, value, limit in limits if value is not None and value > limit]
 
 
