@@ -69,8 +69,9 @@ print(json.dumps({"setup_s": setup_s, "step_s": times, "losses": losses,
 """
 
 
-# One export in a fresh process: a sweep's exports would otherwise pile up in the bench's own
-# memory (22 nanovlm-222m exports in one process reached 24 GiB and the kernel's OOM kill).
+# One export in a fresh process: the bench's own process stays small between its runs (a
+# nanovlm-222m export peaks at several GiB; before exporters.executorch.forget_node_comparisons,
+# 22 of them in one process reached 24 GiB and the kernel's OOM kill).
 EXPORT_CHILD = r"""
 import json, sys
 from exporters.manifest import ExportRequest

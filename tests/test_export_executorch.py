@@ -118,6 +118,18 @@ def test_a_tied_parameter_trains_as_one_under_its_first_name(tmp_path):
     torch.testing.assert_close(program.grads["down.weight"], reference.embed.weight.grad, rtol=1e-4, atol=1e-6)
 
 
+def test_a_lowering_leaves_no_graph_in_executorchs_node_comparison_cache():
+    """ExecuTorch's `is_same_node` caches every node pair it compares, without a size: the
+    lowering empties it, or each export's graphs stay alive (24 GiB after 22 nanoVLM-222M
+    exports in one process)."""
+    from executorch.exir.backend.utils import is_same_node
+
+    torch.manual_seed(0)
+    inputs = (torch.randn(6, 16), torch.tensor([0, 1, 2, 3, 4, 5]))
+    lower_training_step(TiedMLP(), inputs, delegate="xnnpack")
+    assert is_same_node.cache_info().currsize == 0
+
+
 class PatchEmbed(torch.nn.Module):
     """A patch-embedding convolution (stride == kernel) and a head: the ViT's first layer."""
 
