@@ -16,13 +16,13 @@ ORT's buffer itself (`edgebench.backends.onnxruntime.load_weights`).
 No optimizer graph, on purpose. The backend applies the methods' recipe itself, in numpy
 between training-graph calls (edgebench.backends.numpy_updates.RecipeUpdate): an onnxblock
 optimizer graph takes one learning rate for every parameter, where nanoVLM's projector
-trains at its own (100x the backbones' under Adam: ORT's AdamW losses left eager's at the second step on nanovlm-222m,
-issue 29), and ORT 1.19's SGD optimizer allocates a zero `first_order_moments` tensor per
-trained weight that SGDOptimizerV2 never reads (888 MiB on nanovlm-222m, measured). So SGD,
-Adam and AdamW share one set of artifacts. The ONNX graph's inputs are `input_ids`,
-`images`, `attention_mask` (padded keys masked, as nanoVLM trains) and `labels` (already
-shifted and flattened: `edgebench.backends.onnxruntime.shifted_labels`), so the device needs
-only numpy to feed it.
+trains at its own (100x the backbones' under Adam: ORT's AdamW losses left eager's at the
+second step on nanovlm-222m, issue 29), and ORT 1.19's SGD optimizer allocates a zero
+`first_order_moments` tensor per trained weight that SGDOptimizerV2 never reads (888 MiB on
+nanovlm-222m, measured). So SGD, Adam and AdamW share one set of artifacts. The ONNX graph's
+inputs are `input_ids`, `images`, `attention_mask` (padded keys masked, as nanoVLM trains)
+and `labels` (already shifted and flattened:
+`edgebench.backends.onnxruntime.shifted_labels`), so the device needs only numpy to feed it.
 """
 
 from __future__ import annotations

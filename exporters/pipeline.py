@@ -261,8 +261,9 @@ def _export_onnxruntime(request: ExportRequest, directory: Path, on_stage) -> di
     optimizer = None if forward_only else method.optimizer
     weight_decay = (optimizer_descriptor(optimizer).weight_decay or 0.0) if optimizer else 0.0
     if forward_only:
-        update = ("MeZO (SPSA) in numpy, in place on the checkpoint state's weights; the eval graph "
-                  "runs in an InferenceSession fed those buffers (no training session, no gradients)")
+        update = ("MeZO (SPSA) in numpy, in place on numpy arrays of the weights (read from "
+                  "parameters.safetensors); the eval graph runs in an InferenceSession fed those buffers "
+                  "(no training session, no gradients)")
     else:
         torch_name = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW"}[optimizer]
         update = (f"torch.optim.{torch_name}'s update in numpy "

@@ -330,6 +330,8 @@ def test_a_weights_file_that_does_not_fit_is_refused(tmp_path):
     assert read_parameters(path)["a"].tolist() == [[0, 1, 2], [3, 4, 5]]
     with pytest.raises(ValueError, match=r"a is F32 \[2, 3\]; its buffer is float32 \[3, 2\]"):
         read_parameters(path, {"a": np.zeros((3, 2), np.float32)})
+    with pytest.raises(ValueError, match=r"lacks 1 weight\(s\) the program has, e.g. \['b'\]"):
+        read_parameters(path, {"a": np.zeros((2, 3), np.float32), "b": np.zeros(4, np.float32)})
     path.write_bytes(path.read_bytes()[:-4])
     with pytest.raises(ValueError, match="a is cut short"):
         read_parameters(path)

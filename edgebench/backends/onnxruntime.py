@@ -138,6 +138,9 @@ def read_parameters(path: Path, buffers: dict[str, np.ndarray] | None = None) ->
             if file.readinto(target.data.cast("B")) != end - start:
                 raise ValueError(f"{path}: {name} is cut short (the file ends early; export it again)")
             out[name] = target
+    missing = sorted(set(buffers or ()) - set(out))
+    if missing:
+        raise ValueError(f"{path} lacks {len(missing)} weight(s) the program has, e.g. {missing[:3]}; export it again")
     return out
 
 
@@ -172,7 +175,7 @@ class OnnxRuntimeBackend:
         self.update: RecipeUpdate | None = None
         self.mezo: NumpyMeZO | None = None
         self.forward: ForwardLoss | None = None
-        self.trained: dict[str, np.ndarray] = {}  # the weights the method trains, by ONNX name
+        self.trained: dict[str, np.ndarray] = {}  # the weights the method trains, by name (ONNX's = torch's)
 
     def setup(self, spec: Any, example_batch: dict[str, Any],
               on_phase: Callable[[str], None] = lambda phase: None) -> None:
