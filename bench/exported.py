@@ -126,7 +126,13 @@ def missed(row: dict) -> list[str]:
 
 
 COLUMNS = ("preset", "runtime", "step x eager", "peak RSS x eager", "export s", "planned MiB", "loss vs eager",
-           "over target", "note")
+           "over target; note")
+
+
+SHORT_HEADERS = {"runtime": "run-\ntime", "step x eager": "step\nx eager", "peak RSS x eager": "peak\nx eager",
+                 "export s": "export\ns", "planned MiB": "planned\nMiB", "loss vs eager": "loss vs\neager",
+                 "over target; note": "over target;\nnote"}
+SHORT_RUNTIMES = {"executorch": "ET", "onnxruntime": "ORT"}
 
 
 def cells(row: dict) -> list[str]:
@@ -135,19 +141,19 @@ def cells(row: dict) -> list[str]:
         return "-" if value is None else f"{value / scale:.{digits}f}"
 
     if row.get("error") and row.get("step_s") is None:
-        return [row["preset"], row["runtime"], "-", "-", "-", "-", "-", "-", row["error"][:80]]
+        return [row["preset"], row["runtime"], "-", "-", "-", "-", "-", row["error"][:80]]
     diff = "-" if row["max_loss_rel_diff"] is None else f"{row['max_loss_rel_diff']:.1e}"
     note = "; ".join(n for n in (row.get("error") or "", "" if row["losses_comparable"] else "z differs",
                                  "export cached" if row["export_cached"] else "") if n)
     return [row["preset"], row["runtime"], fmt(row["step_time_vs_eager"]), fmt(row["peak_rss_vs_eager"]),
             fmt(row["export_time_s"], digits=1), fmt(row["planned_memory_bytes"], 2**20, 1), diff,
-            ", ".join(missed(row)) or "-", note]
+            "; ".join(n for n in (", ".join(missed(row)), note) if n) or "-"]
 
 
 def render(rows: list[dict], title: str, markdown: bool = False) -> None:
     """The rows as a rich table, or (`markdown`) as the README's Markdown table."""
     if markdown:
-        right = [c not in ("preset", "runtime", "over target", "note") for c in COLUMNS]
+        right = [c not in ("preset", "runtime", "over target; note") for c in COLUMNS]
         print(f"{title}\n\n| {' | '.join(COLUMNS)} |\n|{'|'.join('---:' if r else '---' for r in right)}|")
         for row in rows:
             print(f"| {' | '.join(cells(row))} |")
@@ -155,11 +161,15 @@ def render(rows: list[dict], title: str, markdown: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=title)
+    # Narrow headers and runtimes for a terminal (80 columns): figures stay whole, names fold.
+    table = Table(title=title, caption="ET: ExecuTorch, ORT: ONNX Runtime", show_edge=False, padding=(0, 0, 0, 1))
     for col in COLUMNS:
-        table.add_column(col, justify="left" if col in ("preset", "runtime", "over target", "note") else "right")
+        text = col in ("preset", "over target; note")
+        table.add_column(SHORT_HEADERS.get(col, col), justify="left" if text or col == "runtime" else "right",
+                         overflow="fold", no_wrap=not text, min_width=13 if col == "preset" else None)
     for row in rows:
-        table.add_row(*cells(row))
+        preset, runtime, *rest = cells(row)
+        table.add_row(preset, SHORT_RUNTIMES.get(runtime, runtime), *rest)
     Console(width=None if sys.stdout.isatty() else 160).print(table)
 
 
@@ -183,7 +193,10 @@ def main() -> None:
     add_run_options(parser)
     args = parser.parse_args()
     if args.from_json:
-        earlier = json.loads(Path(args.from_json).read_text())
+        try:
+            earlier = json.loads(Path(args.from_json).read_text())
+        except (OSError, ValueError) as exc:
+            parser.error(f"--from-json {args.from_json}: {exc} (give the file an earlier run's --json wrote)")
         render(earlier["rows"], title(earlier["model"], earlier["text_length"], earlier.get("rounds", 1),
                                       earlier["steps"]), args.markdown)
         return
