@@ -9,8 +9,10 @@ names its lowering (from the export manifest): `executorch` runs everything on t
 runtime's kernels (`linear` without weight transposes, the patch convolution as a matmul),
 `executorch-xnnpack` (the device profiles' default) runs the matmuls and transposes in
 XNNPACK with the weights as runtime inputs (the pip runtime's own matmul kernels are built
-without AVX). `executorch-native` runs the XNNPACK program in the native C++ worker
-(edgebench/native): the same program and batches, no Python or torch in the process.
+without AVX); `executorch-xnnpack-fp32` is that lowering with a bf16 method's values computed
+in fp32, unrounded (export bf16 "fp32"; for fp32 methods the same program).
+`executorch-native` runs the XNNPACK program in the native C++ worker (edgebench/native):
+the same program and batches, no Python or torch in the process.
 
     .venv/bin/python bench/backends.py                       # tiny, SGD and AdamW
     .venv/bin/python bench/backends.py --models tiny,nanovlm-222m --variants eager,executorch-xnnpack,executorch-native
@@ -27,13 +29,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-VARIANTS = {  # name -> (runtime backend, export backend, delegate)
-    "eager": ("eager", None, None),
-    "executorch": ("executorch", "executorch", None),
-    "executorch-xnnpack": ("executorch", "executorch", "xnnpack"),
+VARIANTS = {  # name -> (runtime backend, export backend, delegate, bf16 mode)
+    "eager": ("eager", None, None, "rounded"),
+    "executorch": ("executorch", "executorch", None, "rounded"),
+    "executorch-xnnpack": ("executorch", "executorch", "xnnpack", "rounded"),
+    "executorch-xnnpack-fp32": ("executorch", "executorch", "xnnpack", "fp32"),
     # the same program in the native worker (edgebench/native): no Python, no torch in the process
-    "executorch-native": ("executorch", "executorch", "xnnpack"),
-    "onnxruntime": ("onnxruntime", "onnxruntime", None),
+    "executorch-native": ("executorch", "executorch", "xnnpack", "rounded"),
+    "onnxruntime": ("onnxruntime", "onnxruntime", None, "rounded"),
 }
 
 # One run in a fresh process: backend setup, warmup + measured steps, its own ru_maxrss.
@@ -88,10 +91,10 @@ def export_variants(model: str, method: str, text_length: int, variants: list[st
 
     out = {}
     for name in variants:
-        _, backend, delegate = VARIANTS[name]
+        _, backend, delegate, bf16 = VARIANTS[name]
         if backend is None:
             continue
-        request = ExportRequest(model=model, method=method, backend=backend, delegate=delegate,
+        request = ExportRequest(model=model, method=method, backend=backend, delegate=delegate, bf16=bf16,
                                 text_length=text_length, batch_size=batch_size)
         proc = subprocess.run([sys.executable, "-c", EXPORT_CHILD, json.dumps(request.to_dict()),
                                f"{model} {method} {name}"], stdout=subprocess.PIPE, text=True)

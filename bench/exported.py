@@ -9,7 +9,10 @@ gives, per runtime: median step time and peak RSS (VmHWM) as ratios to eager, th
 time and planned memory from the export's manifest, and the largest relative loss difference
 from eager over the measured steps (warmup steps left out). ExecuTorch runs in its Python
 runtime, XNNPACK-delegated by default (the device profiles' lowering; `--delegate none` for
-the runtime's own kernels). MeZO on ONNX Runtime draws its directions with numpy, eager with
+the runtime's own kernels). A method that computes in bf16 gets two ExecuTorch rows with
+XNNPACK: its values rounded to bf16 where eager rounds (eager's values), and "fp32" (export
+bf16 "fp32": computed in fp32, unrounded; faster, and its losses off eager's by bf16's
+rounding); `--bf16` picks. MeZO on ONNX Runtime draws its directions with numpy, eager with
 torch: its losses are not comparable step for step (marked "z differs"). Export time is each
 export's own: a program shared between methods (ORT's SGD/Adam/AdamW artifacts, ExecuTorch's
 program for the updates between calls) is lowered by whichever exports first, and the others
@@ -36,16 +39,20 @@ from backends import VARIANTS, add_run_options, bench_model, chosen
 from edgebench.backends.support import BACKEND_NAMES, unsupported_reason
 from edgebench.methods import PRESETS, parse_method
 from edgebench.methods.fit import COMBINATIONS
+from exporters.manifest import BF16_MODES
 
 RUNTIMES = tuple(b for b in BACKEND_NAMES if b != "eager")
 
 
-def variant_for(runtime: str, delegate: str | None) -> str:
-    """bench/backends.py's variant that runs `runtime` (ExecuTorch: with or without XNNPACK)."""
+def variants_for(runtime: str, delegate: str | None, bf16_modes: list[str], computes_in_bf16: bool) -> list[str]:
+    """bench/backends.py's variants that run `runtime` (ExecuTorch: with or without XNNPACK;
+    with it, a bf16 method once per mode of `bf16_modes`)."""
     name = f"{runtime}-{delegate}" if runtime == "executorch" and delegate else runtime
     if name not in VARIANTS:
         raise SystemExit(f"bench/backends.py has no variant {name!r} for runtime {runtime!r}")
-    return name
+    if name != "executorch-xnnpack" or not computes_in_bf16:
+        return [name]
+    return [name if mode == "rounded" else f"{name}-{mode}" for mode in bf16_modes]
 
 
 def plan(presets: list[str], runtimes: list[str]) -> dict[str, list[str]]:
@@ -59,15 +66,16 @@ def plan(presets: list[str], runtimes: list[str]) -> dict[str, list[str]]:
     return out
 
 
-def measure(model: str, presets: dict[str, list[str]], delegate: str | None, rounds: int, steps: int,
-            warmup: int, text_length: int, threads: int | None,
+def measure(model: str, presets: dict[str, list[str]], delegate: str | None, bf16_modes: list[str], rounds: int,
+            steps: int, warmup: int, text_length: int, threads: int | None,
             on_preset: Callable[[list[dict]], None] = lambda rows: None) -> list[dict]:
     """The rows of every preset; `on_preset(rows so far)` after each one (the --json file is
     written there, so a sweep stopped midway keeps what it measured)."""
     rows: list[dict] = []
     for preset, runtimes in presets.items():
         on_preset(rows)
-        variants = {variant_for(r, delegate): r for r in runtimes}
+        in_bf16 = parse_method(preset).precision == "bf16"
+        variants = {v: r for r in runtimes for v in variants_for(r, delegate, bf16_modes, in_bf16)}
         batch = parse_method(preset).accumulation  # 1, or accumN's N micro-batches of one
         try:
             measured = bench_model(model, preset, ["eager", *variants], rounds, steps, warmup, text_length, threads,
@@ -83,6 +91,7 @@ def measure(model: str, presets: dict[str, list[str]], delegate: str | None, rou
                     if mine and base else None)
             rows.append({
                 "preset": preset, "runtime": runtime, "variant": name, "batch_size": batch,
+                "bf16": VARIANTS[name][3] if in_bf16 and runtime == "executorch" else None,
                 "error": row["error"] or eager["error"],
                 "step_s": row["median_step_s"], "eager_step_s": eager["median_step_s"],
                 "step_time_vs_eager": row["median_step_s_vs_eager"],
@@ -133,6 +142,13 @@ SHORT_HEADERS = {"runtime": "run-\ntime", "step x eager": "step\nx eager", "peak
                  "export s": "export\ns", "planned MiB": "planned\nMiB", "loss vs eager": "loss vs\neager",
                  "over target; note": "over target;\nnote"}
 SHORT_RUNTIMES = {"executorch": "ET", "onnxruntime": "ORT"}
+CAPTION = "ET: ExecuTorch, ORT: ONNX Runtime; fp32: a bf16 method's values in fp32, unrounded"
+
+
+def runtime_name(row: dict, short: bool = False) -> str:
+    """The row's runtime, "fp32" after it for a bf16 method computed unrounded."""
+    name = SHORT_RUNTIMES.get(row["runtime"], row["runtime"]) if short else row["runtime"]
+    return f"{name} fp32" if row.get("bf16") == "fp32" else name
 
 
 def cells(row: dict) -> list[str]:
@@ -141,11 +157,11 @@ def cells(row: dict) -> list[str]:
         return "-" if value is None else f"{value / scale:.{digits}f}"
 
     if row.get("error") and row.get("step_s") is None:
-        return [row["preset"], row["runtime"], "-", "-", "-", "-", "-", row["error"][:80]]
+        return [row["preset"], runtime_name(row), "-", "-", "-", "-", "-", row["error"][:80]]
     diff = "-" if row["max_loss_rel_diff"] is None else f"{row['max_loss_rel_diff']:.1e}"
     note = "; ".join(n for n in (row.get("error") or "", "" if row["losses_comparable"] else "z differs",
                                  "export cached" if row["export_cached"] else "") if n)
-    return [row["preset"], row["runtime"], fmt(row["step_time_vs_eager"]), fmt(row["peak_rss_vs_eager"]),
+    return [row["preset"], runtime_name(row), fmt(row["step_time_vs_eager"]), fmt(row["peak_rss_vs_eager"]),
             fmt(row["export_time_s"], digits=1), fmt(row["planned_memory_bytes"], 2**20, 1), diff,
             "; ".join(n for n in (", ".join(missed(row)), note) if n) or "-"]
 
@@ -162,14 +178,14 @@ def render(rows: list[dict], title: str, markdown: bool = False) -> None:
     from rich.table import Table
 
     # Narrow headers and runtimes for a terminal (80 columns): figures stay whole, names fold.
-    table = Table(title=title, caption="ET: ExecuTorch, ORT: ONNX Runtime", show_edge=False, padding=(0, 0, 0, 1))
+    table = Table(title=title, caption=CAPTION, show_edge=False, padding=(0, 0, 0, 1))
     for col in COLUMNS:
         text = col in ("preset", "over target; note")
         table.add_column(SHORT_HEADERS.get(col, col), justify="left" if text or col == "runtime" else "right",
                          overflow="fold", no_wrap=not text, min_width=13 if col == "preset" else None)
     for row in rows:
-        preset, runtime, *rest = cells(row)
-        table.add_row(preset, SHORT_RUNTIMES.get(runtime, runtime), *rest)
+        preset, _, *rest = cells(row)
+        table.add_row(preset, runtime_name(row, short=True), *rest)
     Console(width=None if sys.stdout.isatty() else 160).print(table)
 
 
@@ -186,6 +202,9 @@ def main() -> None:
     parser.add_argument("--runtimes", default=",".join(RUNTIMES), help=f"Comma-separated, of {', '.join(RUNTIMES)}.")
     parser.add_argument("--delegate", default="xnnpack", choices=("xnnpack", "none"),
                         help="ExecuTorch's lowering (default: the device profiles' XNNPACK).")
+    parser.add_argument("--bf16", default="rounded,fp32",
+                        help="With XNNPACK, how bf16 methods' ExecuTorch programs compute, comma-separated: "
+                             "rounded (eager's values), fp32 (unrounded; its own row). Default: both.")
     parser.add_argument("--rounds", type=int, default=1, help="Interleaved rounds per preset (default 1).")
     parser.add_argument("--markdown", action="store_true", help="Print the table as Markdown (the README's).")
     parser.add_argument("--from-json", default=None, metavar="FILE",
@@ -208,8 +227,9 @@ def main() -> None:
     if skipped:
         print(f"no exported runtime runs: {', '.join(skipped)}", file=sys.stderr)
     delegate = None if args.delegate == "none" else args.delegate
+    bf16_modes = chosen(parser, args.bf16, BF16_MODES, "bf16 mode(s)") if delegate else ["rounded"]
     run = {"model": args.model, "steps": args.steps, "warmup": args.warmup, "text_length": args.text_length,
-           "rounds": args.rounds, "delegate": delegate}
+           "rounds": args.rounds, "delegate": delegate, "bf16": bf16_modes}
     kept = earlier_rows(args.json_out, run)
     if kept:
         print(f"{args.json_out}: keeping its rows of {', '.join(sorted({r['preset'] for r in kept}))} "
@@ -220,8 +240,8 @@ def main() -> None:
         if args.json_out:
             Path(args.json_out).write_text(json.dumps({**run, "rows": kept + rows}, indent=2) + "\n")
 
-    rows = kept + measure(args.model, todo, delegate, args.rounds, args.steps, args.warmup, args.text_length,
-                          args.threads, save)
+    rows = kept + measure(args.model, todo, delegate, bf16_modes, args.rounds, args.steps, args.warmup,
+                          args.text_length, args.threads, save)
     render(rows, title(args.model, args.text_length, args.rounds, args.steps), args.markdown)
 
 

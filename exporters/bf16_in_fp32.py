@@ -15,6 +15,10 @@ padded keys) stays unrounded until a softmax bounds it.
 Left in bf16: the program's bf16 inputs (stored weights: each use widens it, exactly) and
 whatever operator has no rule here (its fp32 operands narrowed back, exactly, and its result
 widened).
+
+Unrounded (`round_values=False`, the export's bf16 "fp32" mode), the same rewrite computes every
+bf16 value in fp32 and drops the roundings: nanoVLM-222M QLoRA's ~9,200 a step, a multiply
+and two subtracts each. The losses then leave eager's by bf16's rounding (its own variant).
 """
 
 from __future__ import annotations
@@ -132,11 +136,12 @@ def _huge_scalar(node) -> bool:
     return any(isinstance(a, float) and not abs(a) < _ROUNDING_LIMIT for a in scalars)
 
 
-def bf16_held_in_fp32(gm: torch.fx.GraphModule, is_large: Callable[[torch.Tensor], bool]) -> int:
+def bf16_held_in_fp32(gm: torch.fx.GraphModule, is_large: Callable[[torch.Tensor], bool],
+                      round_values: bool = True) -> int:
     """Rewrites `gm` so its computed bf16 values are fp32 tensors holding them (module
     docstring). `is_large(val)`: a value over XNNPACK's size limit for elementwise work:
-    arithmetic on one stays in bf16, a cast of one rounds marked LARGE_ROUNDING. Returns how
-    many bf16 nodes now compute in fp32."""
+    arithmetic on one stays in bf16, a cast of one rounds marked LARGE_ROUNDING.
+    `round_values` False: no value is rounded (fp32 compute). Returns how many bf16 nodes now compute in fp32."""
     graph, _as_fp32 = gm.graph, _fp32_values()
     wide: dict[torch.fx.Node, torch.fx.Node] = {}  # bf16 node -> its fp32 form
     # Nodes that may hold values the rounding cannot take (a mask's -inf or dtype minimum, and
@@ -168,7 +173,7 @@ def bf16_held_in_fp32(gm: torch.fx.GraphModule, is_large: Callable[[torch.Tensor
 
     def rounding(value: torch.fx.Node, like: torch.fx.Node, large: bool = False) -> torch.fx.Node:
         """`value` rounded to bf16; `large`: marked LARGE_ROUNDING for XNNPACK to take anyway."""
-        if holds_bf16(value):
+        if not round_values or holds_bf16(value):
             return value
         val = value.meta["val"]
         scaled = new(aten.mul.Tensor, (value, BF16_SPLIT), {}, like, val)
@@ -267,6 +272,44 @@ def bf16_held_in_fp32(gm: torch.fx.GraphModule, is_large: Callable[[torch.Tensor
     for node in reversed(wide):  # the bf16 originals nothing reads now
         if not node.users:
             graph.erase_node(node)
+    return count
+
+
+def large_frozen_weights_in_fp32(ep: torch.export.ExportedProgram, is_large: Callable[[torch.Tensor], bool]) -> int:
+    """Each frozen bf16 weight over XNNPACK's size limit (`is_large`: nanoVLM's tied embedding
+    under QLoRA) that is only widened (the lm_head forward, its input gradient) or looked up
+    in is stored in fp32 holding its bf16 values. Each widening ran on the runtime's single-
+    threaded cast, into a planned weight-sized fp32 copy: nanoVLM-222M QLoRA's two took most of
+    the casts' 0.146 s of a 1.23 s step. Stored so, the weight costs 2 bytes an element more and
+    no copy is made. Returns the weights stored so."""
+    signature, graph = ep.graph_signature, ep.graph
+    gradient = torch.export.graph_signature.OutputKind.GRADIENT_TO_PARAMETER
+    trained = {spec.target for spec in signature.output_specs if spec.kind == gradient}
+    names = {**signature.inputs_to_parameters, **signature.inputs_to_buffers}
+
+    def widening(node) -> bool:
+        return cast_dtypes(node) == (torch.bfloat16, torch.float32)
+
+    count = 0
+    for node in list(graph.nodes):
+        val = node.meta.get("val")
+        if node.op != "placeholder" or node.name not in names or names[node.name] in trained \
+                or not isinstance(val, torch.Tensor) or val.dtype != torch.bfloat16 or not is_large(val):
+            continue
+        lookups = [u for u in node.users if u.target == aten.embedding.default and u.args[0] is node]
+        if not all(widening(u) or u in lookups for u in node.users) or not all(
+                widening(w) for lookup in lookups for w in lookup.users):
+            continue
+        for value in (node, *lookups):
+            value.meta["val"] = value.meta["val"].to(torch.float32)
+            for user in [u for u in value.users if widening(u)]:
+                user.replace_all_uses_with(value)
+                graph.erase_node(user)
+        store = ep.state_dict if names[node.name] in ep.state_dict else ep.constants
+        weight = store[names[node.name]]
+        wide = weight.detach().to(torch.float32)
+        store[names[node.name]] = torch.nn.Parameter(wide, False) if isinstance(weight, torch.nn.Parameter) else wide
+        count += 1
     return count
 
 

@@ -25,7 +25,8 @@ def _stages(backend: str, zeroth_order: bool) -> list[str]:
 
 @click.command("export")
 @click.option("--device", "device", default="local", show_default=True,
-              help="Device profile id or YAML path; its `export:` settings (xnnpack, dtype) and arch apply.")
+              help="Device profile id or YAML path; its `export:` settings (xnnpack, bf16, dtype) and arch "
+                   "apply.")
 @MODEL_OPTION
 @DATA_OPTION
 @LR_OPTION
@@ -38,6 +39,11 @@ def _stages(backend: str, zeroth_order: bool) -> list[str]:
 @click.option("--delegate", type=click.Choice(["profile", "xnnpack", "none"]), default="profile",
               show_default=True, help="ExecuTorch delegate; `profile` follows the profile's export.xnnpack "
                                       "(false: linear layers on the runtime's kernels).")
+@click.option("--bf16", type=click.Choice(["profile", "rounded", "fp32"]), default="profile", show_default=True,
+              help="How an XNNPACK program computes a bf16 method's values (qlora, adamw-bf16, frozen "
+                   "bf16/int8): `rounded` to bf16 wherever eager rounds (eager's losses), `fp32` in fp32, "
+                   "unrounded (faster; losses off eager's by bf16's rounding); `profile` follows the "
+                   "profile's export.bf16.")
 @click.option("--out", "out", default=None, type=click.Path(file_okay=False),
               help="Directory for the files (default: the export cache entry).")
 @click.option("--profile", "profile_steps", default=0, type=click.IntRange(min=0), metavar="STEPS",
@@ -48,7 +54,7 @@ def _stages(backend: str, zeroth_order: bool) -> list[str]:
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
 def export_command(device: str, model: str, data_dir: str | None, lr: float | None, method: str, backend: str,
                    batch_size: int, text_length: int, image_size: int | None, seed: int, delegate: str,
-                   out: str | None, profile_steps: int, threads: int | None, as_json: bool) -> None:
+                   bf16: str, out: str | None, profile_steps: int, threads: int | None, as_json: bool) -> None:
     """Lower one training step (model + loss + backward) for an on-device runtime.
 
     \b
@@ -89,8 +95,14 @@ def export_command(device: str, model: str, data_dir: str | None, lr: float | No
     fields = dict(model=model, method=method, backend=backend, batch_size=batch_size,
                   text_length=text_length, image_size=image_size, seed=seed)
     request = request_from_profile(profile, **fields)
-    if delegate != "profile":
-        request = ExportRequest.from_dict({**request.to_dict(), "delegate": None if delegate == "none" else delegate})
+    chosen = {**({"delegate": None if delegate == "none" else delegate} if delegate != "profile" else {}),
+              **({"bf16": bf16} if bf16 != "profile" else {})}
+    if chosen.get("delegate", "xnnpack") is None and bf16 == "profile":
+        chosen["bf16"] = "rounded"  # the profile's fp32 choice is XNNPACK's
+    try:
+        request = ExportRequest.from_dict({**request.to_dict(), **chosen})
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
 
     try:
         check_request(request, profile)  # refuse before any progress display or lowering

@@ -25,7 +25,13 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
-from exporters.bf16_in_fp32 import LARGE_ROUNDING, bf16_held_in_fp32, cast_dtypes, weight_values_at_each_use
+from exporters.bf16_in_fp32 import (
+    LARGE_ROUNDING,
+    bf16_held_in_fp32,
+    cast_dtypes,
+    large_frozen_weights_in_fp32,
+    weight_values_at_each_use,
+)
 from exporters.graph_code_on_demand import graph_code_on_demand
 from exporters.greedy_memory_plan import greedy_planning_sooner
 from exporters.idle_passes import skipping_idle_passes
@@ -313,13 +319,15 @@ def tanh_gelu_as_elementwise(gm: torch.fx.GraphModule) -> int:
     return count
 
 
-def _apply_rewrites(ep: ExportedProgram, delegate: str | None) -> dict[str, int]:
-    """The joint graph's rewrites; returns how many nodes each one changed."""
+def _apply_rewrites(ep: ExportedProgram, delegate: str | None, bf16: str) -> dict[str, int]:
+    """The joint graph's rewrites; returns how many nodes each one changed. `bf16`: one of
+    exporters.manifest.BF16_MODES."""
     gm = ep.graph_module
     counts = {"empty_permuted": rewrite_empty_permuted(gm), "use_linear": use_linear(gm)}
     if delegate == "xnnpack":
         counts["bf16_matmuls_in_fp32"] = bf16_matmuls_in_fp32(gm)
-        counts["bf16_held_in_fp32"] = bf16_held_in_fp32(gm, _over_elementwise_limit)
+        counts["bf16_held_in_fp32"] = bf16_held_in_fp32(gm, _over_elementwise_limit, round_values=bf16 == "rounded")
+        counts["large_frozen_weights_in_fp32"] = large_frozen_weights_in_fp32(ep, _over_elementwise_limit)
         if counts["bf16_held_in_fp32"]:  # the fp32 forms it shares across the step (fp32 programs as they were)
             counts["weight_values_at_each_use"] = weight_values_at_each_use(gm, weight_names(ep.graph_signature))
         counts["codes_widened_by_xnnpack"] = codes_widened_by_xnnpack(gm)
@@ -331,9 +339,10 @@ def _apply_rewrites(ep: ExportedProgram, delegate: str | None) -> dict[str, int]
     return counts
 
 
-def lowering_record(partitioner: str | None, rewrites: dict[str, int], update: str) -> dict:
+def lowering_record(partitioner: str | None, rewrites: dict[str, int], update: str, bf16: str = "rounded") -> dict:
     """The exact lowering, as the manifest and every run record it. `partitioner`: how the
-    XNNPACK partitions were made, None without the delegate."""
+    XNNPACK partitions were made, None without the delegate; `bf16`: how bf16 values were
+    computed (exporters.manifest.BF16_MODES)."""
     return {
         "delegate": "xnnpack" if partitioner else "none",
         "kernels": (f"XNNPACK for linear/mm/bmm/permute (weights as inputs, packed each call; a weight over "
@@ -347,9 +356,12 @@ def lowering_record(partitioner: str | None, rewrites: dict[str, int], update: s
                    + ("; bf16 matmuls as bf16(fp32(a) @ fp32(b)) in XNNPACK's fp32 kernel (eager's bf16 "
                       "GEMM rounding; the runtime's bf16 kernel is ~20x slower)"
                       if rewrites.get("bf16_matmuls_in_fp32") else "")
-                   + ("; bf16 values held in fp32 and rounded to bf16 in fp32 arithmetic wherever eager's "
+                   + ("" if not rewrites.get("bf16_held_in_fp32") else
+                      "; bf16 values held in fp32 and rounded to bf16 in fp32 arithmetic wherever eager's "
                       "bf16 kernels round (casts, arithmetic, int8 dequantisation), bit for bit the casts'"
-                      if rewrites.get("bf16_held_in_fp32") else ""),
+                      if bf16 == "rounded" else
+                      "; bf16 values computed in fp32 and never rounded (bf16 'fp32': not eager's values; "
+                      "stored bf16 weights and int8 codes widened exactly)"),
         "weights": "inside the .pte (constant segment), updated in place by the runtime",
         "gradients": "program outputs in the static memory plan",
         "update": update,
@@ -589,13 +601,15 @@ def lower_training_step(
     example_inputs: tuple[torch.Tensor, ...],
     *,
     delegate: str | None = None,
+    bf16: str = "rounded",
     on_stage: Callable[[str], None] = lambda stage: None,
     joint_rewrite: Callable[[ExportedProgram], None] | None = None,
 ) -> LoweredProgram:
     """Lowers `model(*example_inputs) -> scalar loss` with its backward pass.
 
     Trainable = parameters with requires_grad; shapes are fixed to the example's.
-    `delegate`: None (portable kernels) or "xnnpack". `joint_rewrite`: a method's change of
+    `delegate`: None (portable kernels) or "xnnpack"; `bf16`: how XNNPACK programs compute
+    bf16 values (exporters.manifest.BF16_MODES). `joint_rewrite`: a method's change of
     the joint graph (exporters.et_methods, e.g. recomputation), before the rewrites here.
     torch.export traces non-strict (the model's Python run on fake tensors): strict export
     (dynamo) drops autocast's casts around frozen bf16 weights, and at nanoVLM-222M size took
@@ -625,7 +639,7 @@ def lower_training_step(
     if joint_rewrite is not None:
         joint_rewrite(ep)
     rewrites = {"patch_conv_as_linear": patch_convs, "parameter_placeholders_dropped": untied,
-                **_apply_rewrites(ep, delegate)}
+                **_apply_rewrites(ep, delegate, bf16)}
     on_stage("to_edge")
     config = _edge_config()
     partitioner = None
@@ -649,7 +663,7 @@ def lower_training_step(
         trainable_parameters=trainable,
         frozen_parameters=frozen,
         delegated=delegate is not None,
-        lowering=lowering_record(partitioner, rewrites, "outside the program, over its parameters in place"),
+        lowering=lowering_record(partitioner, rewrites, "outside the program, over its parameters in place", bf16),
     )
 
 
@@ -658,13 +672,15 @@ def lower_forward(
     example_inputs: tuple[torch.Tensor, ...],
     *,
     delegate: str | None = None,
+    bf16: str = "rounded",
     on_stage: Callable[[str], None] = lambda stage: None,
 ) -> LoweredProgram:
     """Lowers a forward-only loss program whose trainable parameters are extra inputs
     (after the batch, in `named_parameters` order), so a zeroth-order method (MeZO) can
     perturb and update them in place between calls without any backward pass.
     `delegate` "xnnpack": its matmuls run in XNNPACK, weights passed in as the training
-    program's are (a trained weight is a runtime input, so no delegate can keep a stale copy)."""
+    program's are (a trained weight is a runtime input, so no delegate can keep a stale copy);
+    `bf16` as for lower_training_step."""
     from executorch.exir import ExecutorchBackendConfig, to_edge
     from executorch.exir.passes import MemoryPlanningPass
 
@@ -696,7 +712,7 @@ def lower_forward(
         ep = _already_decomposed(ep.run_decompositions(_decompositions_keeping_linear()))
     on_stage("rewrites")
     rewrites = {"patch_conv_as_linear": patch_convs, "parameter_placeholders_dropped": untied,
-                **_apply_rewrites(ep, delegate)}
+                **_apply_rewrites(ep, delegate, bf16)}
     on_stage("to_edge")
     partitioner = None
     with _executorch_stages_patched():
@@ -715,7 +731,7 @@ def lower_forward(
         trainable_parameters=trainable,
         frozen_parameters=frozen,
         delegated=partitioner is not None,
-        lowering={**lowering_record(partitioner, rewrites, "MeZO outside the program, on the weight inputs"),
+        lowering={**lowering_record(partitioner, rewrites, "MeZO outside the program, on the weight inputs", bf16),
                   "weights": "program inputs (trainable_init.pt), frozen ones inside the .pte"},
     )
 

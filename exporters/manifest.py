@@ -29,6 +29,10 @@ FORMAT = "edgebench-export/1"
 # The runtimes an export can be made for, spelt as everywhere else (RunSpec.backend).
 EXPORT_BACKENDS = tuple(name for name in BACKENDS if name != "eager")
 DELEGATES = ("xnnpack",)
+# How the XNNPACK lowering computes a method's bf16 values: "rounded", eager's values (fp32
+# arithmetic rounded to bf16 wherever eager's bf16 kernels round); "fp32", computed in fp32 and
+# never rounded: faster, its own variant, its losses off eager's by bf16's rounding.
+BF16_MODES = ("rounded", "fp32")
 _LIBRARIES = ("torch", "executorch", "onnx", "onnxruntime-training-cpu", "numpy", "edgebench")
 # Where every export starts: the cache key hashes these modules' import closure (computed).
 EXPORT_ENTRY = ("exporters.pipeline",)
@@ -39,8 +43,9 @@ class ExportRequest:
     """One export: what to lower, for which runtime and shapes.
 
     `backend`: "executorch" or "onnxruntime".
-    `delegate`: "xnnpack" or None (ExecuTorch only). `seed` fixes the fresh weights
-    (torch.manual_seed before build_model, as the eager backend does).
+    `delegate`: "xnnpack" or None (ExecuTorch only). `bf16`: one of BF16_MODES (ExecuTorch
+    with XNNPACK only). `seed` fixes the fresh weights (torch.manual_seed before build_model,
+    as the eager backend does).
     """
 
     model: str = "tiny"
@@ -50,6 +55,7 @@ class ExportRequest:
     image_size: int | None = None
     text_length: int = 32
     delegate: str | None = None
+    bf16: str = "rounded"
     dtype: str = "float32"
     seed: int = 0
     profile: str | None = None
@@ -64,6 +70,13 @@ class ExportRequest:
             raise ValueError(f"delegate {self.delegate!r}: use one of {', '.join(DELEGATES)} or none")
         if backend == "onnxruntime" and self.delegate is not None:
             object.__setattr__(self, "delegate", None)  # ORT's CPU provider has no delegate knob
+        if self.bf16 not in BF16_MODES:
+            raise ValueError(f"bf16 {self.bf16!r}: use one of {', '.join(BF16_MODES)}")
+        if backend == "onnxruntime":
+            object.__setattr__(self, "bf16", "rounded")  # ORT runs no bf16 method
+        if self.bf16 == "fp32" and self.delegate is None:
+            raise ValueError("bf16 'fp32' is a choice of the XNNPACK lowering (without it, bf16 values run on "
+                             "the runtime's bf16 kernels): use delegate xnnpack, or bf16 'rounded'")
         if self.batch_size < 1 or self.text_length < 2:
             raise ValueError("batch_size must be >= 1 and text_length >= 2 (the loss predicts the next token)")
 

@@ -49,9 +49,10 @@ class ExportResult:
 
 
 def request_from_profile(profile: Any, **fields: Any) -> ExportRequest:
-    """A request with the device profile's export settings (delegate, dtype) and name."""
+    """A request with the device profile's export settings (delegate, bf16, dtype) and name."""
     delegate = "xnnpack" if profile.export.xnnpack else None
-    return ExportRequest(profile=profile.id, delegate=delegate, dtype=profile.export.dtype, **fields)
+    return ExportRequest(profile=profile.id, delegate=delegate, bf16=profile.export.bf16, dtype=profile.export.dtype,
+                         **fields)
 
 
 def check_request(request: ExportRequest, profile: Any | None = None) -> None:
@@ -128,7 +129,7 @@ def _export_executorch(request: ExportRequest, directory: Path, on_stage) -> dic
     files = [PTE]
     delegate = request.delegate
     if method.grad_mode == "zeroth-order":
-        lowered = lower_forward(model, example, delegate=delegate, on_stage=on_stage)
+        lowered = lower_forward(model, example, delegate=delegate, bf16=request.bf16, on_stage=on_stage)
         named = dict(model.named_parameters())
         torch.save({n: named[n].detach().clone() for n in lowered.trainable_parameters},
                    directory / TRAINABLE_INIT)
@@ -140,7 +141,7 @@ def _export_executorch(request: ExportRequest, directory: Path, on_stage) -> dic
     else:
         lowered = _lowered_once(
             _program_key(request, method, example, delegate), directory, rewrite,
-            lambda: lower_training_step(model, example, delegate=delegate, on_stage=on_stage,
+            lambda: lower_training_step(model, example, delegate=delegate, bf16=request.bf16, on_stage=on_stage,
                                         joint_rewrite=rewrite))
         program = "forward-backward"
     if program == "forward-only":
@@ -179,10 +180,12 @@ def _program_key(request: ExportRequest, method, example, delegate: str | None) 
     profile shapes the program only through its delegate and dtype, both in the request), the
     delegate it is lowered with, the method's program knobs (exporters.et_methods.program_knobs)
     and the traced inputs' shapes (an accumN program takes one micro-batch: adamw-accum4 at
-    batch 4 is sgd's program at batch 1). Two devices with one delegate share the program."""
+    batch 4 is sgd's program at batch 1). Two devices with one delegate share the program, and
+    an fp32 method's program is one whatever the request's bf16 mode."""
     from exporters.et_methods import program_knobs
 
-    request = dataclasses.replace(request, method="", batch_size=1, delegate=delegate, profile=None)
+    bf16 = request.bf16 if method.precision == "bf16" else "rounded"
+    request = dataclasses.replace(request, method="", batch_size=1, delegate=delegate, bf16=bf16, profile=None)
     content = {"request": request.key(),
                "knobs": program_knobs(method), "inputs": [list(t.shape) for t in example]}
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()

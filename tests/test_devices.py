@@ -83,6 +83,15 @@ def test_onnxruntime_on_aarch64_is_refused_with_the_reason():
         parse_profile(data, "pi.yaml")
 
 
+def test_a_profile_asking_fp32_bf16_without_xnnpack_is_refused_with_the_fix():
+    data = _pi4()
+    data["export"] = {"xnnpack": False, "bf16": "fp32"}
+    with pytest.raises(ProfileError, match="export.bf16: fp32 is a choice of the XNNPACK lowering; set export.xnnpack"):
+        parse_profile(data, "pi.yaml")
+    data["export"] = {"xnnpack": True, "bf16": "fp32"}
+    assert parse_profile(data, "pi.yaml").export.bf16 == "fp32"
+
+
 def test_profile_file_name_must_match_id(tmp_path, monkeypatch):
     data = _pi4()
     (tmp_path / "my-pi.yaml").write_text(yaml.safe_dump(data))

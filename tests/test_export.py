@@ -29,10 +29,11 @@ TEXT = 12  # short text keeps every export small (the synthetic task needs 11 to
 STEPS = 10
 
 
-def export_program(method: str, backend: str, delegate: str | None = None, batch_size: int = 1):
+def export_program(method: str, backend: str, delegate: str | None = None, batch_size: int = 1,
+                   bf16: str = "rounded"):
     """The exported-program tests' export (micro, text TEXT), shared through the session's cache."""
     return export(ExportRequest(model=EXPORTED_MODEL, method=method, backend=backend, delegate=delegate,
-                                text_length=TEXT, batch_size=batch_size))
+                                text_length=TEXT, batch_size=batch_size, bf16=bf16))
 
 
 @pytest.fixture(scope="session")

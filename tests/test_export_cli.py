@@ -46,6 +46,22 @@ def test_export_refuses_data_longer_than_the_program_before_lowering(tmp_path, m
     assert result.exit_code == 2 and "--lr" in result.output
 
 
+def test_export_refuses_fp32_bf16_without_xnnpack_naming_the_fix(tmp_path, monkeypatch):
+    """bf16 "fp32" is the XNNPACK lowering's choice: asked without it, a usage error (exit 2)
+    before any lowering; the profile's fp32 choice gives way to --delegate none."""
+    from edgebench.cli import cli
+    from exporters.manifest import ExportRequest
+
+    monkeypatch.setenv("EDGEBENCH_EXPORT_CACHE", str(tmp_path))
+    result = CliRunner().invoke(cli, ["export", "--delegate", "none", "--bf16", "fp32"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "use delegate xnnpack, or bf16 'rounded'" in " ".join(result.output.split())
+    assert not list(tmp_path.iterdir())
+    with pytest.raises(ValueError, match="bf16 'half': use one of rounded, fp32"):
+        ExportRequest(bf16="half", delegate="xnnpack")
+    assert ExportRequest(backend="onnxruntime", bf16="fp32").bf16 == "rounded"  # ORT runs no bf16 method
+
+
 def test_export_piped_prints_a_line_per_stage_with_the_elapsed_time(tmp_path):
     """Off a terminal rich's bar draws nothing: each stage is a plain line instead, then the summary."""
     out = subprocess.run(

@@ -297,7 +297,7 @@ def _held_and_casts(tmp_path, monkeypatch, model, inputs, rewrite="bf16_held_in_
     runs = {}
     for variant in ("held", "casts"):
         if variant == "casts":
-            monkeypatch.setattr(et, rewrite, lambda gm, *args: 0)
+            monkeypatch.setattr(et, rewrite, lambda gm, *args, **kwargs: 0)
         lowered = et.lower_training_step(copy.deepcopy(model), inputs, delegate="xnnpack")
         path = tmp_path / f"{variant}.pte"
         lowered.write(path)
@@ -366,6 +366,38 @@ def test_a_cast_over_xnnpacks_size_limit_still_rounds_in_xnnpack(tmp_path, monke
     assert "aten::sub" not in _operator_counts((tmp_path / "held.pte").read_bytes())
 
 
+class FrozenTiedEmbedding(torch.nn.Module):
+    """A frozen bf16 embedding, looked up and tied to the output layer (nanoVLM's under QLoRA),
+    around a trained linear under autocast."""
+
+    def __init__(self):
+        super().__init__()
+        self.embedding = torch.nn.Embedding(64, 16).to(torch.bfloat16).requires_grad_(False)
+        self.up = torch.nn.Linear(16, 16)
+
+    def forward(self, ids, labels):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            hidden = torch.nn.functional.silu(self.up(self.embedding(ids)))
+            logits = torch.nn.functional.linear(hidden, self.embedding.weight)
+        return torch.nn.functional.cross_entropy(logits.float(), labels)
+
+
+def test_a_large_frozen_bf16_weight_is_stored_in_fp32_not_widened_at_each_use(tmp_path, monkeypatch):
+    """A frozen bf16 weight over XNNPACK's size limit, looked up and read by a matmul forward and
+    backward, is stored in fp32 holding its bf16 values: no cast of it is left in the program,
+    which trains bit for bit as the one that widens it at each use."""
+    import exporters.executorch as et
+
+    monkeypatch.setattr(et, "XNNPACK_WEIGHT_LIMIT_BYTES", 3000)  # the embedding's fp32 form (4,096 B) is over it
+    torch.manual_seed(0)
+    inputs = (torch.tensor([1, 5, 9, 60, 33, 2]), torch.tensor([0, 1, 2, 3, 4, 5]))
+    stored, widened = _held_and_casts(tmp_path, monkeypatch, FrozenTiedEmbedding(), inputs,
+                                      rewrite="large_frozen_weights_in_fp32")
+    _bit_for_bit(stored, widened)
+    assert stored[0].lowering["rewrites"]["large_frozen_weights_in_fp32"] == 1
+    assert not stored[1] and widened[1][CAST] >= 2, (stored[1], widened[1])  # the two widenings and the lookup
+
+
 class HalvedAutocastMLP(AutocastMLP):
     """AutocastMLP with its bf16 hidden values halved, then widened (into contiguous order, as
     nanoVLM's vision encoder does) and narrowed again."""
@@ -386,8 +418,8 @@ def test_a_value_holding_bf16_already_is_not_rounded_again(tmp_path, monkeypatch
 
     roundings = []
 
-    def counted(gm, is_large):
-        count = bf16_held_in_fp32(gm, is_large)
+    def counted(gm, is_large, **kwargs):
+        count = bf16_held_in_fp32(gm, is_large, **kwargs)
         roundings.append(sum(n.target == torch.ops.aten.mul.Tensor and n.args[1] == BF16_SPLIT
                              for n in gm.graph.nodes))
         return count
@@ -424,7 +456,7 @@ def test_a_weights_rounding_does_not_live_from_the_forward_to_the_backward(monke
                 return torch.nn.functional.cross_entropy(self.mlp(x), labels)
 
     held = et.lower_training_step(Loss(), inputs, delegate="xnnpack").planned_memory_bytes
-    monkeypatch.setattr(et, "bf16_held_in_fp32", lambda gm, is_large: 0)
+    monkeypatch.setattr(et, "bf16_held_in_fp32", lambda gm, is_large, **kwargs: 0)
     casts = et.lower_training_step(Loss(), inputs, delegate="xnnpack").planned_memory_bytes
     # the casts' program keeps the 256 x 256 weight's bf16 copy (2 bytes an element) for the
     # backward; this one keeps no copy of it at all (a shared rounding would keep 4 bytes an element)

@@ -122,7 +122,17 @@ class Export(_Strict):
     """Settings for the exporters (ExecuTorch / ONNX Runtime lowering)."""
 
     xnnpack: bool = True
+    # How XNNPACK programs compute bf16 methods' values (exporters.manifest.BF16_MODES):
+    # rounded to bf16 where eager rounds (eager's losses), or in fp32 unrounded (faster).
+    bf16: Literal["rounded", "fp32"] = "rounded"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+
+    @model_validator(mode="after")
+    def _fp32_needs_xnnpack(self) -> Export:
+        if self.bf16 == "fp32" and not self.xnnpack:
+            raise ValueError("export.bf16: fp32 is a choice of the XNNPACK lowering; set export.xnnpack: true "
+                             "or export.bf16: rounded")
+        return self
 
 
 class Profile(_Strict):
