@@ -141,7 +141,8 @@ def bf16_held_in_fp32(gm: torch.fx.GraphModule, is_large: Callable[[torch.Tensor
     """Rewrites `gm` so its computed bf16 values are fp32 tensors holding them (module
     docstring). `is_large(val)`: a value over XNNPACK's size limit for elementwise work:
     arithmetic on one stays in bf16, a cast of one rounds marked LARGE_ROUNDING.
-    `round_values` False: no value is rounded (fp32 compute). Returns how many bf16 nodes now compute in fp32."""
+    `round_values` False: no value is rounded (fp32 compute). Returns how many bf16 nodes now
+    compute in fp32."""
     graph, _as_fp32 = gm.graph, _fp32_values()
     wide: dict[torch.fx.Node, torch.fx.Node] = {}  # bf16 node -> its fp32 form
     # Nodes that may hold values the rounding cannot take (a mask's -inf or dtype minimum, and

@@ -76,7 +76,8 @@ class ExportRequest:
             object.__setattr__(self, "bf16", "rounded")  # ORT runs no bf16 method
         if self.bf16 == "fp32" and self.delegate is None:
             raise ValueError("bf16 'fp32' is a choice of the XNNPACK lowering (without it, bf16 values run on "
-                             "the runtime's bf16 kernels): use delegate xnnpack, or bf16 'rounded'")
+                             "the runtime's bf16 kernels): use delegate xnnpack (`edgebench export --delegate "
+                             "xnnpack`), or bf16 'rounded'")
         if self.batch_size < 1 or self.text_length < 2:
             raise ValueError("batch_size must be >= 1 and text_length >= 2 (the loss predicts the next token)")
 

@@ -55,7 +55,8 @@ def test_export_refuses_fp32_bf16_without_xnnpack_naming_the_fix(tmp_path, monke
     monkeypatch.setenv("EDGEBENCH_EXPORT_CACHE", str(tmp_path))
     result = CliRunner().invoke(cli, ["export", "--delegate", "none", "--bf16", "fp32"])
     assert result.exit_code == 2 and "Traceback" not in result.output
-    assert "use delegate xnnpack, or bf16 'rounded'" in " ".join(result.output.split())
+    assert "use delegate xnnpack (`edgebench export --delegate xnnpack`), or bf16 'rounded'" in " ".join(
+        result.output.split())
     assert not list(tmp_path.iterdir())
     with pytest.raises(ValueError, match="bf16 'half': use one of rounded, fp32"):
         ExportRequest(bf16="half", delegate="xnnpack")
