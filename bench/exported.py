@@ -23,6 +23,8 @@ only link it.
 
 `--json FILE` is written after each preset; run again with the same settings and FILE, it
 measures only the presets FILE lacks (or that failed). Each export runs in a fresh process.
+`--from-json F1 F2 ...` prints the table of earlier runs, a later file's rows of a preset in
+place of an earlier one's (a preset measured again over more rounds).
 """
 
 from __future__ import annotations
@@ -189,9 +191,37 @@ def render(rows: list[dict], title: str, markdown: bool = False) -> None:
     Console(width=None if sys.stdout.isatty() else 160).print(table)
 
 
-def title(model: str, text_length: int, rounds: int, steps: int) -> str:
+def title(model: str, text_length: int, rounds: int | str, steps: int) -> str:
     return (f"{model}, batch 1 (accumN: N), text {text_length}: exported runtimes vs eager "
             f"({rounds} interleaved round(s), {steps} measured steps)")
+
+
+def merged_runs(parser: argparse.ArgumentParser, paths: list[str]) -> tuple[list[dict], str]:
+    """The rows of earlier runs' --json files, a later file's rows of a preset in place of an
+    earlier one's (a preset measured again, e.g. over more rounds), and the title. The runs must
+    share model, text length, steps and warmup (else a usage error naming the file)."""
+    by_preset: dict[str, list[dict]] = {}  # a preset measured again keeps its place
+    rounds: dict[str, str] = {}
+    first: dict = {}
+    for path in paths:
+        try:
+            run = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            parser.error(f"--from-json {path}: {exc} (give the files earlier runs' --json wrote)")
+        first = first or run
+        differ = [k for k in ("model", "text_length", "steps", "warmup") if run.get(k) != first.get(k)]
+        if differ:
+            parser.error(f"--from-json {path}: its {', '.join(differ)} differ from {paths[0]}'s; merge runs of "
+                         "one model and shape only")
+        fresh: dict[str, list[dict]] = {}
+        for row in run["rows"]:
+            fresh.setdefault(row["preset"], []).append(row)
+            rounds[row["preset"]] = str(run.get("rounds", 1))
+        by_preset.update(fresh)
+    counts = sorted(set(rounds.values()), key=int)
+    text = counts[0] if len(counts) == 1 else " or ".join(counts) + " (per preset)"
+    return [r for rows in by_preset.values() for r in rows], title(first["model"], first["text_length"], text,
+                                                                   first["steps"])
 
 
 def main() -> None:
@@ -207,17 +237,13 @@ def main() -> None:
                              "rounded (eager's values), fp32 (unrounded; its own row). Default: both.")
     parser.add_argument("--rounds", type=int, default=1, help="Interleaved rounds per preset (default 1).")
     parser.add_argument("--markdown", action="store_true", help="Print the table as Markdown (the README's).")
-    parser.add_argument("--from-json", default=None, metavar="FILE",
-                        help="Print the table of an earlier run's --json file instead of measuring.")
+    parser.add_argument("--from-json", default=None, nargs="+", metavar="FILE",
+                        help="Print the table of earlier runs' --json files instead of measuring; a later "
+                             "file's rows of a preset replace an earlier file's.")
     add_run_options(parser)
     args = parser.parse_args()
     if args.from_json:
-        try:
-            earlier = json.loads(Path(args.from_json).read_text())
-        except (OSError, ValueError) as exc:
-            parser.error(f"--from-json {args.from_json}: {exc} (give the file an earlier run's --json wrote)")
-        render(earlier["rows"], title(earlier["model"], earlier["text_length"], earlier.get("rounds", 1),
-                                      earlier["steps"]), args.markdown)
+        render(*merged_runs(parser, args.from_json), args.markdown)
         return
     runtimes = chosen(parser, args.runtimes, RUNTIMES, "runtime(s)")
     known = [*PRESETS, *COMBINATIONS]
