@@ -76,9 +76,10 @@ def measure(model: str, presets: dict[str, list[str]], delegate: str | None, bf1
     rows: list[dict] = []
     for preset, runtimes in presets.items():
         on_preset(rows)
-        in_bf16 = parse_method(preset).precision == "bf16"
+        method = parse_method(preset)
+        in_bf16 = method.precision == "bf16"
         variants = {v: r for r in runtimes for v in variants_for(r, delegate, bf16_modes, in_bf16)}
-        batch = parse_method(preset).accumulation  # 1, or accumN's N micro-batches of one
+        batch = method.accumulation  # 1, or accumN's N micro-batches of one
         try:
             measured = bench_model(model, preset, ["eager", *variants], rounds, steps, warmup, text_length, threads,
                                    batch)
@@ -103,7 +104,7 @@ def measure(model: str, presets: dict[str, list[str]], delegate: str | None, bf1
                 "planned_memory_bytes": row["planned_memory_bytes"],
                 "max_loss_rel_diff": diff,
                 "losses_comparable": not (runtime == "onnxruntime"
-                                          and parse_method(preset).grad_mode == "zeroth-order"),
+                                          and method.grad_mode == "zeroth-order"),
                 "losses": mine, "eager_losses": base,
             })
     on_preset(rows)
@@ -125,8 +126,7 @@ FP32_LOSS_TARGET, ROUNDED_LOSS_TARGET, ROUNDED_ZEROTH_ORDER_LOSS_TARGET = 1e-5, 
 def missed(row: dict) -> list[str]:
     """The targets a measured row misses, by name."""
     method = parse_method(row["preset"])
-    rounds = method.precision != "fp32" or method.frozen_dtype != "fp32" or method.trained_dtype != "fp32"
-    loss_target = (FP32_LOSS_TARGET if not rounds else
+    loss_target = (FP32_LOSS_TARGET if method.precision != "bf16" else
                    ROUNDED_ZEROTH_ORDER_LOSS_TARGET if method.grad_mode == "zeroth-order" else ROUNDED_LOSS_TARGET)
     limits = [("step", row["step_time_vs_eager"], STEP_TARGET),
               ("peak", row["peak_rss_vs_eager"], PEAK_TARGET),

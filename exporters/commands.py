@@ -9,7 +9,7 @@ import click
 
 from edgebench.fleet.commands import DATA_OPTION, LR_OPTION, MODEL_OPTION
 from edgebench.fleet.progress import plain_progress
-from exporters.manifest import EXPORT_BACKENDS
+from exporters.manifest import BF16_MODES, EXPORT_BACKENDS
 
 
 def _stages(backend: str, zeroth_order: bool) -> list[str]:
@@ -39,7 +39,7 @@ def _stages(backend: str, zeroth_order: bool) -> list[str]:
 @click.option("--delegate", type=click.Choice(["profile", "xnnpack", "none"]), default="profile",
               show_default=True, help="ExecuTorch delegate; `profile` follows the profile's export.xnnpack "
                                       "(false: linear layers on the runtime's kernels).")
-@click.option("--bf16", type=click.Choice(["profile", "rounded", "fp32"]), default="profile", show_default=True,
+@click.option("--bf16", type=click.Choice(["profile", *BF16_MODES]), default="profile", show_default=True,
               help="How an XNNPACK program computes a bf16 method's values (qlora, adamw-bf16, frozen "
                    "bf16/int8): `rounded` to bf16 wherever eager rounds (eager's losses), `fp32` in fp32, "
                    "unrounded (faster; losses off eager's by bf16's rounding); `profile` follows the "

@@ -339,7 +339,7 @@ def _apply_rewrites(ep: ExportedProgram, delegate: str | None, bf16: str) -> dic
     return counts
 
 
-def lowering_record(partitioner: str | None, rewrites: dict[str, int], update: str, bf16: str = "rounded") -> dict:
+def lowering_record(partitioner: str | None, rewrites: dict[str, int], update: str, bf16: str) -> dict:
     """The exact lowering, as the manifest and every run record it. `partitioner`: how the
     XNNPACK partitions were made, None without the delegate; `bf16`: how bf16 values were
     computed (exporters.manifest.BF16_MODES)."""
