@@ -266,7 +266,8 @@ def prepare_user_errors(c: Campaign) -> None:
 
 def _hostile_datasets(c: Campaign) -> dict[str, Path]:
     """Folder datasets, each with one bad second line: an image outside the folder (.., absolute,
-    a symlink), a text file named .jpg, a 20000x20000 PNG (a few KiB on disk)."""
+    a symlink), a text file named .jpg, a 20000x20000 PNG (a few KiB on disk); Hugging Face
+    datasets whose image path leads outside (.., absolute)."""
     from PIL import Image
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
@@ -291,6 +292,17 @@ def _hostile_datasets(c: Campaign) -> dict[str, Path]:
         lines = [{"image": "a.png", "question": "what colour", "answer": "red"},
                  {"image": image, "question": "what colour", "answer": "red"}]
         (folder / "data.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+        out[label] = folder
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for label, image in (("hf image path ..", "../outside.png"),
+                         ("hf image path absolute", str(c.work / "outside.png"))):
+        folder = c.work / f"data-hf-{label.split()[-1].strip('.') or 'dotdot'}"
+        folder.mkdir()
+        tokenizer.save(str(folder / "tokenizer.json"))  # a Hugging Face dataset whose image is {bytes: null, path}
+        pq.write_table(pa.table({"images": [[{"bytes": None, "path": image}]],
+                                 "texts": [[{"user": "what colour", "assistant": "red"}]]}), folder / "train.parquet")
         out[label] = folder
     return out
 

@@ -393,3 +393,57 @@ def test_split_batches_train_the_split_model():
         loss = model(**batch)
         loss.backward()
         assert torch.isfinite(loss) and 5.0 < loss.item() < 7.5  # ~ln(512) before training
+
+
+def _hf_path_rows(root: Path, paths: list[str]) -> Path:
+    """A parquet dataset whose images are stored as paths ({bytes: null, path}), one row each."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = root / "by-path"
+    folder.mkdir()
+    _folder(root, GOOD)
+    (folder / "tokenizer.json").write_bytes((root / "tokenizer.json").read_bytes())
+    texts = [[{"user": "what colour is the ball ?", "assistant": "red"}]] * len(paths)
+    pq.write_table(pa.table({"images": [[{"bytes": None, "path": p}] for p in paths], "texts": texts}),
+                   folder / "train.parquet")
+    return folder
+
+
+@pytest.mark.parametrize("outside", ["absolute", "dotdot", "symlink"])
+def test_hf_image_path_outside_the_folder_is_refused_before_anything_is_copied(tmp_path, monkeypatch, outside):
+    """A row's {bytes: null, path} naming a host file (absolute, ../, a symlink out) is refused with
+    the file, row and field named, and nothing of it lands in the dataset cache."""
+    from edgebench.data.folder import DatasetError
+    from edgebench.fleet.assets import as_folder_dataset
+
+    secret = tmp_path / "secret.png"
+    secret.write_bytes(b"not for the cache")
+    secret.chmod(0o600)
+    path = {"absolute": str(secret), "dotdot": "../../../../../../" + str(secret).lstrip("/"),
+            "symlink": "link.png"}[outside]
+    folder = _hf_path_rows(tmp_path, ["a.png", path])
+    (folder / "a.png").write_bytes((tmp_path / "a.png").read_bytes())
+    (folder / "link.png").symlink_to(secret)
+    monkeypatch.setenv("EDGEBENCH_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(DatasetError, match=r"train.parquet row 1: images\[0\] field 'path' .*(inside|outside)"):
+        as_folder_dataset(folder)
+    cached = [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
+    assert cached == []  # not the secret, not the good row's image, no partial folder
+
+
+def test_hf_image_inside_the_folder_keeps_its_restrictive_mode_in_the_cache(tmp_path, monkeypatch):
+    from edgebench.data.folder import FolderDataset
+    from edgebench.fleet.assets import as_folder_dataset
+
+    folder = _hf_path_rows(tmp_path, ["private/a.png"])
+    (folder / "private").mkdir()
+    (folder / "private" / "a.png").write_bytes((tmp_path / "a.png").read_bytes())
+    (folder / "private" / "a.png").chmod(0o600)
+    (folder / "train.parquet").chmod(0o600)
+    monkeypatch.setenv("EDGEBENCH_CACHE", str(tmp_path / "cache"))
+    out = as_folder_dataset(folder)
+    image = out / "images" / "000000-0"
+    assert image.read_bytes() == (folder / "private" / "a.png").read_bytes()
+    assert image.stat().st_mode & 0o077 == 0 and (out / "data.jsonl").stat().st_mode & 0o077 == 0
+    assert len(FolderDataset(out).examples) == 1
