@@ -79,6 +79,7 @@ def export_command(device: str, model: str, data_dir: str | None, lr: float | No
       edgebench export --model CHECKPOINT_DIR --data DATASET_DIR --text-length 64 --lr 1e-4
     """
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from edgebench.devices.profiles import ProfileError, load_profile
@@ -156,8 +157,11 @@ def export_command(device: str, model: str, data_dir: str | None, lr: float | No
         extra = {"profile": report} if report else {}
         extra |= {"data": data} if data else {}
         click.echo(json.dumps({**manifest, "directory": str(result.directory), "cached": result.cached,
-                               "lr": run_lr, **extra}, indent=2))
+                               "replaced": list(result.replaced), "lr": run_lr, **extra}, indent=2))
         return
+    for path in result.replaced:
+        console.print(f"{escape(path)}: not the file the export wrote (its sha256 differs: edited or truncated); "
+                      "replaced with a fresh copy" + ("" if result.cached else " of a new export"), soft_wrap=True)
     how = "from cache" if result.cached else f"exported in {manifest['export_time_s']:.1f} s"
     console.print(f"[bold]{result.directory}[/] ({how})")
     for name, info in manifest["files"].items():

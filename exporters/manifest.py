@@ -173,18 +173,19 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
     return manifest
 
 
-def is_complete(directory: Path, key: str) -> bool:
-    """The directory holds the export `key` with every listed file at its recorded size."""
+def altered_files(directory: Path, key: str) -> list[str] | None:
+    """None when `directory` does not hold the export `key` (no manifest, another export);
+    else the listed files whose content is not what was written (sha256 recorded in the
+    manifest when the export wrote them): [] when every file is intact. A truncated, 0-byte
+    or edited program is found here, whatever its size."""
     try:
         manifest = read_manifest(directory)
     except (FileNotFoundError, ValueError, json.JSONDecodeError):
-        return False
+        return None
     if manifest.get("key") != key:
-        return False
-    return all(
-        (directory / name).is_file() and (directory / name).stat().st_size == info["bytes"]
-        for name, info in manifest["files"].items()
-    )
+        return None
+    return [name for name, info in manifest["files"].items()
+            if not (directory / name).is_file() or sha256_file(directory / name) != info["sha256"]]
 
 
 def cache_root() -> Path:
@@ -194,18 +195,20 @@ def cache_root() -> Path:
 
 
 def materialize(source: Path, target: Path) -> None:
-    """Put an export's files into `target` (hard links where possible, else copies)."""
+    """Copies an export's files into `target`, each replacing what is there (unlinked first, so
+    a file that was a hard link into the cache is never written through): a user's copy never
+    shares storage with the cache, so editing it never edits the cache."""
     target.mkdir(parents=True, exist_ok=True)
     manifest = read_manifest(source)
     for name in list(manifest["files"]) + [MANIFEST]:
         dest = target / name
-        if dest.exists():
-            dest.unlink()
-        link_or_copy(source / name, dest)
+        dest.unlink(missing_ok=True)
+        shutil.copyfile(source / name, dest)
 
 
 def link_or_copy(source: Path, dest: Path) -> None:
-    """A hard link (no second copy of a ~1 GB program), a copy across file systems."""
+    """A hard link (no second copy of a ~1 GB program), a copy across file systems; only between
+    the cache's own folders (never into a user's folder: `materialize`)."""
     try:
         os.link(source, dest)
     except OSError:
@@ -219,8 +222,8 @@ __all__ = [
     "EXPORT_BACKENDS",
     "cache_root",
     "link_or_copy",
+    "altered_files",
     "describe_files",
-    "is_complete",
     "library_versions",
     "materialize",
     "read_manifest",

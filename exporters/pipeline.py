@@ -21,13 +21,14 @@ from edgebench.errors import EdgebenchError
 from exporters.manifest import (
     FORMAT,
     ExportRequest,
+    altered_files,
     cache_root,
     describe_files,
-    is_complete,
     library_versions,
     link_or_copy,
     materialize,
     read_manifest,
+    sha256_file,
     write_manifest,
 )
 
@@ -46,6 +47,7 @@ class ExportResult:
     directory: Path
     manifest: dict[str, Any]
     cached: bool
+    replaced: tuple[str, ...] = ()  # files found altered (not their recorded sha256), exported or copied again
 
 
 def request_from_profile(profile: Any, **fields: Any) -> ExportRequest:
@@ -197,7 +199,7 @@ def _lowered_once(key: str, directory: Path, rewrite, lower: Callable[[], Any]) 
     so a sweep over them exports it once (at nanoVLM-222M, ~2 minutes each)."""
     entry = cache_root() / "programs" / key[:24]
     with locked(entry):
-        if not (entry / PROGRAM_FACTS).exists():
+        if not _intact(entry):
 
             def build(work: Path) -> None:
                 lowered = lower()
@@ -205,12 +207,13 @@ def _lowered_once(key: str, directory: Path, rewrite, lower: Callable[[], Any]) 
                 facts = {"key": key, "planned_memory_bytes": lowered.planned_memory_bytes,
                          "trainable_parameters": lowered.trainable_parameters,
                          "frozen_parameters": lowered.frozen_parameters,
-                         "lowering": lowered.lowering, "counts": rewrite.counts}
+                         "lowering": lowered.lowering, "counts": rewrite.counts, "sha256": _digests(work, [PTE])}
                 (work / PROGRAM_FACTS).write_text(json.dumps(facts))
 
             build_whole(entry, build)
         facts = json.loads((entry / PROGRAM_FACTS).read_text())
     link_or_copy(entry / PTE, directory / PTE)
+    facts.pop("sha256")
     rewrite.counts.update(facts.pop("counts"))  # what the rewrites did, for the manifest
     return SharedProgram(**facts)
 
@@ -229,17 +232,33 @@ def _artifacts_once(key: str, directory: Path, build_artifacts: Callable[[Path],
     at nanoVLM-222M exports once, not three times at ~1 minute each)."""
     entry = cache_root() / "programs" / key[:24]
     with locked(entry):
-        if not (entry / PROGRAM_FACTS).exists():
+        if not _intact(entry):
 
             def build(work: Path) -> None:
                 info = build_artifacts(work)
-                (work / PROGRAM_FACTS).write_text(json.dumps({"key": key, **info}))
+                (work / PROGRAM_FACTS).write_text(json.dumps({"key": key, **info,
+                                                              "sha256": _digests(work, info["files"])}))
 
             build_whole(entry, build)
         info = json.loads((entry / PROGRAM_FACTS).read_text())
     for name in info["files"]:
         link_or_copy(entry / name, directory / name)
+    info.pop("sha256")
     return info
+
+
+def _digests(folder: Path, names: list[str]) -> dict[str, str]:
+    return {name: sha256_file(folder / name) for name in names}
+
+
+def _intact(entry: Path) -> bool:
+    """A shared program entry holds its facts and every file with the sha256 recorded when it was
+    built (an edited or truncated program is built again, never linked into an export)."""
+    try:
+        recorded = json.loads((entry / PROGRAM_FACTS).read_text())["sha256"]
+        return all(sha256_file(entry / name) == digest for name, digest in recorded.items())
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
 
 
 def _export_onnxruntime(request: ExportRequest, directory: Path, on_stage) -> dict[str, Any]:
@@ -389,25 +408,32 @@ def export(
 ) -> ExportResult:
     """Exports `request` (or finds it in the cache) and returns where its files are.
 
-    The export lives in `cache_root()/<key>`; `out`, when given, gets links to its files.
+    The export lives in `cache_root()/<key>`; `out`, when given, gets copies of its files. A
+    cached export is served only when each file has the sha256 recorded when it was written;
+    an altered one is exported again (or copied again from the cache) and named in `replaced`.
     Refuses early (ExportRefused) what the profile's device or the runtime cannot run.
     """
     check_request(request, profile)
     key = request.key()
     target = Path(out) if out is not None else None
-    if target is not None and is_complete(target, key):
+    in_target = altered_files(target, key) if target is not None else None
+    if target is not None and in_target == []:
         return ExportResult(target, read_manifest(target), cached=True)
     entry = cache_root() / key[:24]
     if entry.parent.is_dir():
         _remove_stale_staging(entry.parent)
     with locked(entry):
-        cached = is_complete(entry, key)
+        in_entry = altered_files(entry, key)
+        cached = in_entry == []
         if not cached:
             build_whole(entry, lambda work: _build(request, key, work, on_stage))
+    replaced = tuple(str(entry / name) for name in in_entry or [])
+    if target is not None:
+        replaced += tuple(str(target / name) for name in in_target or [])
     if target is None or target.resolve() == entry.resolve():
-        return ExportResult(entry, read_manifest(entry), cached=cached)
+        return ExportResult(entry, read_manifest(entry), cached, replaced)
     materialize(entry, target)
-    return ExportResult(target, read_manifest(target), cached=cached)
+    return ExportResult(target, read_manifest(target), cached, replaced)
 
 
 def export_for_spec(spec: Any, profile: Any | None = None,

@@ -78,3 +78,56 @@ def test_export_piped_prints_a_line_per_stage_with_the_elapsed_time(tmp_path):
     done = next(i for i, line in enumerate(lines) if line.endswith("export onnxruntime for local: done"))
     assert done >= 4 and all(re.match(r"\[ +\d+\.\d s\] export onnxruntime", line) for line in lines[:done])
     assert "lowering               training graph" in out.stderr  # the summary, ONNX Runtime's lowering too
+
+
+def _fake_build(calls: list[str]):
+    """exporters.pipeline._build's stand-in: writes a small 'program' and the manifest a real export
+    writes (sha256 per file), so the cache's rules are tested without lowering anything."""
+    from exporters.manifest import FORMAT, describe_files, write_manifest
+
+    def build(request, key, directory, on_stage):
+        calls.append(key)
+        (directory / "model.pte").write_bytes(b"program " * 64)
+        manifest = {"format": FORMAT, "key": key, "request": request.to_dict(), "export_time_s": 0.5,
+                    "inputs": [], "trainable_parameters": [], "model": {"trainable_elements": 10},
+                    "files": describe_files(directory, ["model.pte"])}
+        write_manifest(directory, manifest)
+        return manifest
+
+    return build
+
+
+def test_export_out_is_a_copy_and_an_altered_program_is_never_served_from_cache(tmp_path, monkeypatch):
+    """`export --out DIR` copies the cache's files (editing DIR never edits the cache), and a cached
+    export is served only when its files have the sha256 recorded when written: a 0-byte or edited
+    program (same size) is copied or exported again, and the command says so."""
+    from edgebench.cli import cli
+    from exporters import pipeline
+
+    calls: list[str] = []
+    monkeypatch.setattr(pipeline, "_build", _fake_build(calls))
+    monkeypatch.setenv("EDGEBENCH_EXPORT_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    args = ["export", "--model", "tiny", "--out", str(out)]
+
+    def export() -> str:
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 0, result.output
+        return " ".join(result.output.split())
+
+    assert "exported in" in export() and len(calls) == 1
+    entry = next(p for p in (tmp_path / "cache").iterdir() if not p.name.startswith("."))
+    assert (out / "model.pte").stat().st_ino != (entry / "model.pte").stat().st_ino
+    program = (entry / "model.pte").read_bytes()
+    with open(out / "model.pte", "r+b") as handle:  # edited in place, same size
+        handle.write(b"tampered")
+    assert (entry / "model.pte").read_bytes() == program  # the cache is untouched
+    said = export()
+    assert f"{out / 'model.pte'}: not the file the export wrote" in said and "(from cache)" in said
+    assert (out / "model.pte").read_bytes() == program and len(calls) == 1
+    (out / "model.pte").write_bytes(b"")  # 0 bytes: never "from cache"
+    (entry / "model.pte").write_bytes(b"")
+    said = export()
+    assert f"{entry / 'model.pte'}: not the file the export wrote" in said and "exported in" in said
+    assert len(calls) == 2 and (out / "model.pte").read_bytes() == program == (entry / "model.pte").read_bytes()
+    assert "from cache" in export() and len(calls) == 2
