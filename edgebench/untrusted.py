@@ -15,7 +15,8 @@ Both raise `UnsafeName` (a ValueError) naming what was refused and the rule, in 
 
 `printable` removes control characters (and whole escape sequences: a title-setting
 `ESC ] 0; ... BEL`, a clear-screen `ESC [ 2 J`) from text a device or a run directory
-supplied, before any table, live view, report or message shows it.
+supplied, before any table, live view, report or message shows it; `quote` is the short,
+printable repr of a bad value that an error message names (never the whole input).
 
 Standard library only: the device side (data, runner) uses it too.
 """
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import os
 import re
+import reprlib
 from pathlib import Path
 
 from edgebench.errors import EdgebenchError
@@ -75,3 +77,15 @@ def printable(text: object, newlines: bool = True) -> str:
     text = _SEQUENCES.sub("", str(text)).replace("\t", " ")
     text = _CONTROLS.sub("", text)
     return text if newlines else text.replace("\n", " ")
+
+
+_SHALLOW = reprlib.Repr()  # attributes, not keywords: the device side runs Python 3.10
+_SHALLOW.maxlevel, _SHALLOW.maxstring, _SHALLOW.maxother = 2, 80, 80
+
+
+def quote(value: object, limit: int = 60) -> str:
+    """The repr of a value from a file or a device for a one-line error: at most `limit`
+    characters, printable; shallow (two levels, a few items each), so a huge or alias-shared
+    value costs nothing to show."""
+    text = printable(_SHALLOW.repr(value), newlines=False)
+    return text if len(text) <= limit else text[:limit - 3] + "..."

@@ -102,6 +102,48 @@ def test_profile_file_name_must_match_id(tmp_path, monkeypatch):
         load_profile("nope")
 
 
+ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]\n" for a, b in zip("abcdefgh", "bcdefghi"))  # 9**9 values
+
+
+def test_a_profile_or_inventory_alias_bomb_or_binary_file_is_refused_quickly_naming_the_file(tmp_path, monkeypatch):
+    """YAML aliases expand to a billion values in ten lines: refused before anything walks them
+    (the validation error used to format the whole expansion and grow to GBs), in one line."""
+    import time
+
+    from click.testing import CliRunner
+
+    from edgebench.cli import cli
+
+    bomb = tmp_path / "prof.yaml"
+    bomb.write_text(ALIAS_BOMB)
+    started = time.monotonic()
+    result = CliRunner().invoke(cli, ["predict", "--method", "adamw", "--device", str(bomb)])
+    assert result.exit_code == 2 and "Traceback" not in result.output and time.monotonic() - started < 10
+    assert f"{bomb}: its aliases expand to more than 100,000 values" in " ".join(result.output.split())
+    assert len(result.output) < 400
+    (tmp_path / "cycle.yaml").write_text("id: &a [*a]\n")  # a recursive alias: unbounded too
+    with pytest.raises(ProfileError, match="cycle.yaml: its aliases expand to more than"):
+        load_profile(tmp_path / "cycle.yaml")
+    (tmp_path / "binary.yaml").write_bytes(b"id: x\n\xff\xfe\x00")
+    with pytest.raises(ProfileError, match=r"binary.yaml: not a text file \(byte 6 is not UTF-8\)"):
+        load_profile(tmp_path / "binary.yaml")
+    inventory = tmp_path / "inventory.yaml"
+    monkeypatch.setenv("EDGEBENCH_INVENTORY", str(inventory))
+    for text in (ALIAS_BOMB.encode(), b"\x89PNG\r\n\x1a\n\x00\xff"):
+        inventory.write_bytes(text)
+        with pytest.raises(InventoryError, match="inventory.yaml: (its aliases expand|not a text file)"):
+            list_devices()
+
+
+def test_a_profile_error_quotes_a_short_prefix_of_the_bad_value(tmp_path):
+    data = _pi4()
+    data["ram_bytes"] = ["x" * 10_000] * 1000  # a huge wrong value: named, not printed
+    with pytest.raises(ProfileError) as err:
+        parse_profile(data, "pi.yaml")
+    assert "ram_bytes" in str(err.value) and len(str(err.value)) < 500
+
+
 def test_inventory_merges_entry_over_profile_and_names_bad_entries(inventory):
     path = inventory({
         "orin": {"profile": "jetson-orin-nano-8gb", "host": "10.0.0.5", "key": "~/.ssh/id_ed25519"},

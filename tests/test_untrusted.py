@@ -429,3 +429,17 @@ def test_deploy_ships_only_what_the_datasets_jsonl_uses_and_counts_it(tmp_path):
         assert assets.unshipped_bytes(transport, str(work), {"d": plan}) == 0  # on the device now
     shipped = {p.name for p in Path(spec.data_dir).rglob("*") if p.is_file()}
     assert shipped == {"a.png", "b.png", "data.jsonl", "tokenizer.json", assets.MARKER}
+
+
+def test_quote_is_a_short_printable_prefix_of_any_value():
+    """An error names a bad value by a short repr: a 1 MB string, an escape sequence, a value
+    shared a billion times by YAML aliases all give a few dozen characters, at once."""
+    from edgebench.untrusted import quote
+
+    assert quote("x" * 2**20).endswith("...") and len(quote("x" * 2**20)) == 60
+    assert quote("sgd\x1b]0;pwned\x07\x1b[2J") == "'sgd\\x1b]0;pwned\\x07\\x1b[2J'"  # repr escapes it
+    assert "\n" not in quote(["a\nb"] * 3) and quote(3) == "3"
+    shared: list = ["x"] * 9
+    for _ in range(9):
+        shared = [shared] * 9  # 9**10 values if walked
+    assert len(quote(shared)) <= 60

@@ -107,15 +107,12 @@ class Device:
 
 def read_inventory(path: Path | None = None) -> dict[str, dict[str, Any]]:
     """The raw `devices` mapping (a missing file is an empty inventory)."""
-    import yaml
+    from edgebench.devices.yamlfile import read_yaml
 
     path = path or inventory_path()
     if not path.exists():
         return {}
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise InventoryError(f"{path}: not valid YAML ({exc})") from None
+    data = read_yaml(path, InventoryError) or {}
     devices = data.get("devices", {}) if isinstance(data, dict) else None
     if not isinstance(devices, dict):
         raise InventoryError(f"{path}: expected a mapping `devices: {{NAME: {{profile: ..., host: ...}}}}`")
@@ -124,12 +121,12 @@ def read_inventory(path: Path | None = None) -> dict[str, dict[str, Any]]:
 
 def read_section(key: str, path: Path | None = None) -> Any:
     """Another top-level section of the file, e.g. `labgrid:` (devices/labgrid.py); None if absent."""
-    import yaml
+    from edgebench.devices.yamlfile import read_yaml
 
     path = path or inventory_path()
     try:
-        data = yaml.safe_load(path.read_text()) if path.exists() else None
-    except yaml.YAMLError:
+        data = read_yaml(path, InventoryError) if path.exists() else None
+    except InventoryError:
         return None  # read_inventory names the broken file
     return data.get(key) if isinstance(data, dict) else None
 

@@ -23,6 +23,7 @@ from edgebench.methods.device_speed import DeviceSpeed
 from edgebench.methods.fit import DEFAULT_HEADROOM
 from edgebench.telemetry.power import POWER_SOURCES
 from edgebench.telemetry.rails import RAIL_TREES
+from edgebench.untrusted import quote
 
 REPO_PROFILES_DIR = Path(__file__).resolve().parents[2] / "device_profiles"
 
@@ -227,7 +228,7 @@ def _format_errors(source: str, exc: ValidationError) -> str:
         elif err["type"] in ("byte_size", "byte_size_unit"):
             msg += "; write bytes or a size like 8GiB, 512MiB"
         lines.append(
-            f"  {field}: {msg} (got {err.get('input')!r})" if err["type"] != "missing" else f"  {field}: {msg}"
+            f"  {field}: {msg} (got {quote(err.get('input'))})" if err["type"] != "missing" else f"  {field}: {msg}"
         )
     return "\n".join(lines)
 
@@ -286,16 +287,12 @@ def resolve_profile(name: str) -> list[str]:
 
 def load_profile(name_or_path: str | os.PathLike[str]) -> Profile:
     """Loads and validates a profile by id (`raspberry-pi-5-8gb`) or file path."""
-    import yaml
+    from edgebench.devices.yamlfile import read_yaml
 
     path = find_profile(name_or_path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ProfileError(f"{path}: not valid YAML ({exc})") from None
-    profile = parse_profile(data, str(path))
+    profile = parse_profile(read_yaml(path, ProfileError), str(path))
     if profile.id != path.stem:
-        raise ProfileError(f"{path}: id: {profile.id!r} differs from the file name; rename one to match")
+        raise ProfileError(f"{path}: id: {quote(profile.id)} differs from the file name; rename one to match")
     return profile
 
 
