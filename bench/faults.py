@@ -115,6 +115,12 @@ def prepare_user_errors(c: Campaign) -> None:
     """The damaged files and devices the bad inputs name (made before the write check starts)."""
     bad_profile = c.work / "broken.yaml"
     bad_profile.write_text((ROOT / "device_profiles" / "raspberry-pi-4-4gb.yaml").read_text() + "\nram_bytes: [\n")
+    bomb = c.work / "bomb.yaml"  # ten lines that stand for 9**9 values
+    bomb.write_text("a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]\n" for a, b in zip("abcdefgh", "bcdefghi")))
+    (c.work / "binary.yaml").write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe")
+    for name, field in (("steps", {"steps": 1e20}), ("threads", {"threads": 100000})):
+        (c.work / f"spec-{name}.json").write_text(json.dumps({"model": "tiny", "method": "sgd", **field}))
     from edgebench.model.config import get_config
 
     config = get_config("tiny").to_nanovlm_dict()  # whole and valid: each case breaks one thing
@@ -185,6 +191,12 @@ def prepare_user_errors(c: Campaign) -> None:
         ("predict profile not yaml", "predict", "--method", "adamw", "--device", "/etc/hostname"),
         ("predict profile missing", "predict", "--method", "adamw", "--device", "/nonexistent.yaml"),
         ("predict profile broken", "predict", "--method", "adamw", "--device", str(bad_profile)),
+        ("predict profile alias bomb", "predict", "--method", "adamw", "--device", str(bomb)),
+        ("predict profile binary", "predict", "--method", "adamw", "--device", str(c.work / "binary.yaml")),
+        ("bench threads 100000", "bench", "--threads", "100000"),
+        ("bench accum2000000000", "bench", "--methods", "sgd+accum2000000000"),
+        ("deploy spec steps 1e20", "deploy", "--device", "local", "--spec", str(c.work / "spec-steps.json")),
+        ("deploy spec threads 100000", "deploy", "--device", "local", "--spec", str(c.work / "spec-threads.json")),
         ("predict unknown method", "predict", "--method", "adamww", "--device", "raspberry-pi-4-4gb"),
         ("predict unknown model", "predict", "--method", "adamw", "--model", "tinyy", "--ram-bytes", "1000"),
         ("models load missing", "models", "--load", "/nonexistent/ckpt"),

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from edgebench.fleet.commands import DATA_OPTION, LR_OPTION, MODEL_OPTION
+from edgebench.fleet.commands import DATA_OPTION, LR_OPTION, MODEL_OPTION, THREADS
 from edgebench.fleet.progress import plain_progress
 from exporters.manifest import BF16_MODES, EXPORT_BACKENDS
 
@@ -49,7 +49,7 @@ def _stages(backend: str, zeroth_order: bool) -> list[str]:
 @click.option("--profile", "profile_steps", default=0, type=click.IntRange(min=0), metavar="STEPS",
               help="Then run STEPS steps of the program (ExecuTorch's ETDump) and of eager torch, each in a "
                    "fresh process, and show where a step's time and memory go (also written to profile.json).")
-@click.option("--threads", default=None, type=click.IntRange(min=1),
+@click.option("--threads", default=None, type=THREADS,
               help="With --profile: threads for both runtimes (default: each one's own; 1 is fairer on a busy host).")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
 def export_command(device: str, model: str, data_dir: str | None, lr: float | None, method: str, backend: str,

@@ -318,6 +318,25 @@ def test_deploy_spec_with_an_unknown_model_is_refused_on_the_host(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("args, words", [
+    (("bench", "--threads", "100000"), ("--threads", "100000 is not in the range 1<=x<=1024")),
+    (("bench", "--steps", "2000000"), ("--steps", "not in the range 1<=x<=1000000")),
+    (("bench", "--methods", "sgd+accum2000000000"), ("accumN: N is at most 1024", "'2000000000'")),
+    (("deploy", "--device", "local", "--spec", "steps.json"), ("steps.json: steps:", "1<=x<=1000000")),
+    (("deploy", "--device", "local", "--spec", "threads.json"), ("threads.json: threads:", "1<=x<=1024")),
+    (("deploy", "--device", "local", "--spec", "accum.json"), ("accum.json: method:", "at most 1024")),
+])
+def test_counts_past_their_limit_are_refused_naming_the_field_and_the_limit(tmp_path, args, words):
+    """A count from the command line or a spec file (steps 1e20, accum2000000000, 100000 threads)
+    is refused in one line before anything starts, not run until it ends or crashes the worker."""
+    for name, field in (("steps", {"steps": 1e20}), ("threads", {"threads": 100000}),
+                        ("accum", {"method": "sgd+accum" + "9" * 5000})):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"model": "tiny", "method": "sgd", **field}))
+    done = edgebench(*args, "--runs-dir", "runs", cwd=tmp_path)
+    line = one_line_exit_2(done, *words)
+    assert len(line) < 400 and not (tmp_path / "runs").exists()
+
+
 # --- text from devices reaches the terminal printable -----------------------------------------
 
 def test_report_and_live_show_device_strings_without_escapes(tmp_path):

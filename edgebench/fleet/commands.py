@@ -31,7 +31,7 @@ from edgebench.fleet.plan import (
 from edgebench.fleet.progress import plain_progress
 from edgebench.results import DEFAULT_STORE
 from edgebench.runner.native import machine_arch
-from edgebench.runner.spec import WEIGHTS_DIR, RunSpec
+from edgebench.runner.spec import MAX_STEPS, MAX_THREADS, WEIGHTS_DIR, RunSpec
 from edgebench.untrusted import printable
 
 if TYPE_CHECKING:
@@ -69,6 +69,9 @@ def _device_names(given: tuple[str, ...], with_local: bool) -> tuple[list[str], 
 
 
 BACKEND_CHOICE = click.Choice(list(BACKENDS))
+STEPS = click.IntRange(1, MAX_STEPS)
+WARMUP_STEPS = click.IntRange(0, MAX_STEPS)
+THREADS = click.IntRange(1, MAX_THREADS)
 
 
 @contextlib.contextmanager
@@ -283,8 +286,8 @@ def run_options(command: Callable) -> Callable:
             "python: ExecuTorch's Python runtime under torch; auto: native where it is built for the "
             "device's arch and runs the method, else python.",
         ),
-        click.option("--steps", default=5, show_default=True, type=click.IntRange(min=1), help="Measured steps."),
-        click.option("--warmup", default=1, show_default=True, type=click.IntRange(min=0), help="Warmup steps."),
+        click.option("--steps", default=5, show_default=True, type=STEPS, help="Measured steps."),
+        click.option("--warmup", default=1, show_default=True, type=WARMUP_STEPS, help="Warmup steps."),
         click.option("--duration", default=None, help="Run for a time instead of --steps, e.g. 90s or 10m."),
         click.option("--batch-size", default=1, show_default=True, type=click.IntRange(min=1)),
         click.option("--text-length", default=32, show_default=True, type=click.IntRange(min=2)),
@@ -304,7 +307,7 @@ def run_options(command: Callable) -> Callable:
             "per row with its attention mask.",
         ),
         click.option(
-            "--threads", default=None, type=click.IntRange(min=1), help="torch threads (default: torch's own)."
+            "--threads", default=None, type=THREADS, help="torch threads (default: torch's own)."
         ),
         click.option("--accelerator", default="cpu", show_default=True, type=click.Choice(["cpu", "cuda"])),
         click.option(
@@ -580,11 +583,11 @@ SPEC_FIELD_TYPES = {
     "backend": BACKEND_CHOICE,
     "batch_size": click.IntRange(min=1),
     "text_length": click.IntRange(min=2),
-    "steps": click.IntRange(min=1),
-    "warmup_steps": click.IntRange(min=0),
+    "steps": STEPS,
+    "warmup_steps": WARMUP_STEPS,
     "max_image_size": click.IntRange(min=1),
     "image_size": click.IntRange(min=1),
-    "threads": click.IntRange(min=1),
+    "threads": THREADS,
     "lr": FinitePositive(),
     "timeout_s": FinitePositive(),
     "duration_s": FinitePositive(),

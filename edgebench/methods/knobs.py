@@ -16,6 +16,7 @@ from typing import Any
 
 from edgebench.errors import EdgebenchError
 from edgebench.methods import optimizers
+from edgebench.untrusted import quote
 
 OPTIMIZERS = tuple(optimizers.OPTIMIZERS)  # each one's descriptor: methods/optimizers.py
 GRAD_MODES = ("backprop", "zeroth-order", "forward-mode")
@@ -79,6 +80,7 @@ _MODIFIERS: dict[str, dict[str, Any]] = {
     "chunked-ce": {"chunked_loss": True},
 }
 _ACCUM = re.compile(r"accum(\d+)$")
+MAX_ACCUMULATION = 1024  # micro-batches per step: accum2000000000 would never finish one step
 
 # name -> (one-line description, the knobs it sets; the rest are defaults)
 PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -141,7 +143,11 @@ def _token_knobs(token: str) -> dict[str, Any]:
         return {"trainable": token}
     match = _ACCUM.match(token)
     if match:
-        return {"accumulation": int(match.group(1))}
+        digits = match.group(1)
+        if len(digits) > len(str(MAX_ACCUMULATION)) or int(digits) > MAX_ACCUMULATION:
+            raise MethodError(f"accumN: N is at most {MAX_ACCUMULATION} micro-batches per step, got {quote(digits)}; "
+                              "use a smaller N (or a larger --batch-size)")
+        return {"accumulation": int(digits)}
     near = difflib.get_close_matches(token, [*PRESETS, *_MODIFIERS, *OPTIMIZERS, *TRAINABLE], n=1, cutoff=0.75)
     raise MethodError(
         f"unknown method part {token!r}{f': did you mean {near[0]!r}?' if near else ''} "

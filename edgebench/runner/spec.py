@@ -9,6 +9,11 @@ from pathlib import Path
 from typing import Any
 
 WEIGHTS_DIR = "weights"  # where a deployed run keeps its trained weights, inside its run directory
+# The most a run may ask for, checked where a count comes from the command line or a spec file:
+# past these a count is a typo or a hostile file (steps 1e20 never ends, 100000 threads crash
+# the worker), refused before any run starts.
+MAX_STEPS = 1_000_000
+MAX_THREADS = 1024
 
 
 @dataclass
