@@ -227,6 +227,7 @@ def prepare_user_errors(c: Campaign) -> None:
             "64",
         ),
         *[(f"bench data {label}", "bench", "--data", str(path), "--methods", "sgd") for label, path in data.items()],
+        ("bench save /proc/self", "bench", "--methods", "sgd", "--save", "/proc/self"),
         ("bench every run ends timeout", "bench", "--methods", "sgd", "--timeout", "0.01", "--text-length", "16"),
         ("ingest device ..", "ingest", str(c.work / "r-run"), "--device", "../../../" + str(ESCAPES[2]).lstrip("/")),
         ("ingest device absolute", "ingest", str(c.work / "r-run"), "--device", str(ESCAPES[2])),
@@ -278,7 +279,7 @@ def prepare_user_errors(c: Campaign) -> None:
 
 def _hostile_datasets(c: Campaign) -> dict[str, Path]:
     """Folder datasets, each with one bad second line: an image outside the folder (.., absolute,
-    a symlink), a text file named .jpg, a 20000x20000 PNG (a few KiB on disk); Hugging Face
+    a symlink), a text file named .jpg, a 20000x20000 PNG (a few KiB on disk), a truncated JPEG; Hugging Face
     datasets whose image path leads outside (.., absolute)."""
     from PIL import Image
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
@@ -292,7 +293,7 @@ def _hostile_datasets(c: Campaign) -> dict[str, Path]:
     out = {}
     for label, image in (("image ..", "../outside.png"), ("image absolute", str(c.work / "outside.png")),
                          ("image symlink out", "link.png"), ("text file as .jpg", "text.jpg"),
-                         ("20000x20000 png", "huge.png")):
+                         ("20000x20000 png", "huge.png"), ("truncated jpeg", "cut.jpg")):
         folder = c.work / f"data-{label.split()[0]}-{label.split()[-1].strip('.')}"
         folder.mkdir()
         tokenizer.save(str(folder / "tokenizer.json"))
@@ -301,6 +302,9 @@ def _hostile_datasets(c: Campaign) -> dict[str, Path]:
         (folder / "text.jpg").write_text("not an image\n")
         if label.startswith("20000"):
             Image.new("1", (20000, 20000)).save(folder / "huge.png")
+        if label.startswith("truncated"):  # its header reads fine; its pixels end half-way
+            Image.radial_gradient("L").convert("RGB").save(folder / "cut.jpg")
+            (folder / "cut.jpg").write_bytes((folder / "cut.jpg").read_bytes()[:2000])
         lines = [{"image": "a.png", "question": "what colour", "answer": "red"},
                  {"image": image, "question": "what colour", "answer": "red"}]
         (folder / "data.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))

@@ -447,3 +447,29 @@ def test_hf_image_inside_the_folder_keeps_its_restrictive_mode_in_the_cache(tmp_
     assert image.read_bytes() == (folder / "private" / "a.png").read_bytes()
     assert image.stat().st_mode & 0o077 == 0 and (out / "data.jsonl").stat().st_mode & 0o077 == 0
     assert len(FolderDataset(out).examples) == 1
+
+
+def test_preflight_decodes_every_image_so_a_truncated_jpeg_is_refused_naming_it(tmp_path):
+    """A truncated JPEG's header reads fine; the preflight decodes it whole and names the file."""
+    import io
+
+    from PIL import Image
+
+    from edgebench.data.folder import DatasetError, FolderDataset
+
+    folder = _folder(tmp_path, GOOD)
+    jpeg = io.BytesIO()
+    Image.radial_gradient("L").convert("RGB").save(jpeg, "JPEG")
+    (folder / "b.png").write_bytes(jpeg.getvalue()[: len(jpeg.getvalue()) // 2])
+    with pytest.raises(DatasetError, match=r"data.jsonl:2: .*b.png is not an image Pillow reads \(image file is "
+                                           "truncated"):
+        FolderDataset(folder).check(TINY, 32)
+
+
+def test_a_binary_jsonl_is_refused_naming_the_file_and_line(tmp_path):
+    from edgebench.data.folder import DatasetError, FolderDataset
+
+    folder = _folder(tmp_path, GOOD)
+    (folder / "data.jsonl").write_bytes((GOOD[0] + "\n").encode() + b"\x89PNG\r\n\x1a\n\xff\xfe")
+    with pytest.raises(DatasetError, match=r"data.jsonl:2: not UTF-8 text \(byte \d+\)"):
+        FolderDataset(folder)

@@ -60,3 +60,39 @@ def test_lora_adapter_loads_with_peft_onto_the_checkpoint_it_started_from(tmp_pa
     assert all(k.startswith(prefix) for k in load_file(str(tmp_path / "saved" / ADAPTER_WEIGHTS)))
     set_peft_model_state_dict(model, state)
     assert _loss(model, batch) == pytest.approx(_loss(trainer.model, batch), rel=1e-5) != pytest.approx(fresh)
+
+
+def test_saved_weights_are_written_whole_or_not_at_all(tmp_path):
+    """A save that fails half-way (a full disk, a bad tensor) leaves no model.safetensors that looks
+    saved, and no partial file; a whole one replaces the earlier file in one rename."""
+    from edgebench.model.checkpoint import CheckpointError, write_safetensors
+
+    layout = {"a": torch.empty(4, device="meta"), "b": torch.empty(2, 2, device="meta")}
+    path = tmp_path / "model.safetensors"
+
+    def failing(name: str) -> torch.Tensor:
+        if name == "b":
+            raise OSError(28, "No space left on device")
+        return torch.ones(4)
+
+    with pytest.raises(OSError, match="No space left"):
+        write_safetensors(path, layout, failing)
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(CheckpointError, match="b has shape"):
+        write_safetensors(path, layout, lambda name: torch.ones(4))
+    assert list(tmp_path.iterdir()) == []
+    write_safetensors(path, layout, lambda name: torch.ones(layout[name].shape))
+    assert [p.name for p in tmp_path.iterdir()] == ["model.safetensors"]
+
+
+@pytest.mark.parametrize("target", ["/proc/self", "/proc/self/new/weights"])
+def test_save_to_a_folder_we_cannot_write_is_refused_before_any_run(tmp_path, target):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "edgebench.cli", "bench", "--methods", "sgd", "--save", target],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"{target}: not a folder edgebench can write trained weights into" in lines[0]
+    assert not (tmp_path / "runs").exists()

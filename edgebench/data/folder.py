@@ -16,8 +16,9 @@ Labels cover the answer and what ends it. Pixels are [0, 1], as nanoVLM's ToTens
 gives them. Every line is checked when the folder is opened, so a bad line stops a
 run before it starts, with the file and line named: an image must be a path inside the
 folder (edgebench.untrusted: no absolute path, no '..', no symlink leading out).
-`check` reads every image's header before a run (a real image, at most `pixel_limit`
-pixels: the model's own need, so a huge image is refused before it is decoded).
+`check` reads every image before a run: its header first (a real image, at most
+`pixel_limit` pixels: the model's own need, so a huge image is refused before it is
+decoded), then its pixels (a truncated or damaged image is refused before the run).
 """
 
 from __future__ import annotations
@@ -113,8 +114,15 @@ class FolderDataset:
         return self.tokenizer.encode(text, add_special_tokens=False).ids
 
     def _read(self, path: Path) -> list[Example]:
+        raw = path.read_bytes()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line_number = raw.count(b"\n", 0, exc.start) + 1
+            raise DatasetError(f"{path}:{line_number}: not UTF-8 text (byte {exc.start}); a dataset's JSONL is one JSON "
+                               "object per line") from None
         examples = []
-        for number, line in enumerate(path.read_text().splitlines(), start=1):
+        for number, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue
             where = f"{path}:{number}"
@@ -160,7 +168,8 @@ class FolderDataset:
 
     def check(self, cfg: VLMConfig, text_length: int, packing: bool = False) -> None:
         """Before any run: the tokenizer fits the model, every sample's text fits text_length, and
-        every image is a readable image within the pixel limit (headers only: nothing is decoded)."""
+        every image is within the pixel limit (read from its header first) and decodes whole (a
+        truncated JPEG's header reads fine: refused here, naming the file, not mid-run)."""
         self._check_vocabulary(cfg)
         for example in self.examples:
             ids, _ = self.text(example, cfg)
@@ -168,8 +177,8 @@ class FolderDataset:
                 raise DatasetError(f"{example.where}: needs {len(ids) + packing} text tokens but --text-length is "
                                    f"{text_length}; raise --text-length or shorten the question and answer")
             for image in example.images:
-                with _image(image, example.where, cfg):
-                    pass
+                with _image(image, example.where, cfg) as img:
+                    img.load()
 
     def _check_vocabulary(self, cfg: VLMConfig) -> None:
         if self.vocab_size > cfg.image_token_id:

@@ -9,6 +9,7 @@ import json
 import math
 import signal
 import sys
+import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -242,9 +243,21 @@ SAVE_OPTION = click.option("--save", "save", default=None, type=click.Path(file_
 
 
 def _check_save(save: str | None, backend: str) -> None:
-    if save and backend != "eager":
+    """Before any run: --save names a folder this user can create files in (made if missing),
+    and the backend has weights to save."""
+    if not save:
+        return
+    if backend != "eager":
         raise click.BadParameter(f"an exported {backend} program keeps its weights inside its runtime, so there is "
                                  "nothing to save from it yet: use --backend eager with --save", param_hint="--save")
+    try:
+        Path(save).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=save):  # the one test that holds for root, /proc and read-only mounts
+            pass
+    except OSError as exc:
+        raise click.BadParameter(f"{save}: not a folder edgebench can write trained weights into "
+                                 f"({exc.strerror}); pass a folder of yours, e.g. --save ./weights",
+                                 param_hint="--save") from None
 
 
 def run_options(command: Callable) -> Callable:
@@ -454,7 +467,7 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str,
                 run_dir = Path(runs_dir) / spec.run_id
                 result = run_local(spec, run_dir, on_progress=step, interrupts=interrupts)
                 result["run_dir"] = str(run_dir)
-                if spec.save_dir and (Path(spec.save_dir) / "model.safetensors").is_file():
+                if spec.save_dir and result["status"] == "ok" and (Path(spec.save_dir) / "model.safetensors").is_file():
                     result["saved_to"] = spec.save_dir
                 progress.update(task, completed=total or result.get("steps_done") or 0)
                 stage(result["status"])

@@ -12,6 +12,7 @@ peft's PeftModel.from_pretrained puts it on the checkpoint the run started from.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -96,5 +97,7 @@ def save_trained(model: nn.Module, folder: str | Path) -> Path:
                   "target_modules": LORA_TARGETS, "bias": "none", "fan_in_fan_out": False, "task_type": None,
                   "inference_mode": True, "init_lora_weights": True, "modules_to_save": None}
         (folder / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2) + "\n")
-        _safetensors().save_file(adapter, str(folder / ADAPTER_WEIGHTS))
+        partial = folder / (ADAPTER_WEIGHTS + ".partial")  # renamed when whole, as model.safetensors
+        _safetensors().save_file(adapter, str(partial))
+        os.replace(partial, folder / ADAPTER_WEIGHTS)
     return folder

@@ -14,6 +14,7 @@ where weights are touched, so `read_config` works in a torch-free device process
 from __future__ import annotations
 
 import json
+import os
 import types
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -235,10 +236,19 @@ def write_safetensors(path: Path, layout: dict[str, torch.Tensor], make: Callabl
         offset += size
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # the data starts 8-byte aligned, as safetensors writes it
-    with open(path, "wb") as fh:
-        fh.write(len(raw).to_bytes(8, "little") + raw)
-        for name, meta in layout.items():
-            tensor = make(name).detach().to("cpu", meta.dtype).contiguous()
-            if tensor.shape != meta.shape:
-                raise CheckpointError(f"{path}: {name} has shape {list(tensor.shape)}, the model {list(meta.shape)}")
-            fh.write(tensor.reshape(-1).view(torch.uint8).numpy().data)
+    partial = path.with_name(path.name + ".partial")  # renamed when whole: never a truncated `path`
+    try:
+        with open(partial, "wb") as fh:
+            fh.write(len(raw).to_bytes(8, "little") + raw)
+            for name, meta in layout.items():
+                tensor = make(name).detach().to("cpu", meta.dtype).contiguous()
+                if tensor.shape != meta.shape:
+                    raise CheckpointError(f"{path}: {name} has shape {list(tensor.shape)}, the model "
+                                          f"{list(meta.shape)}")
+                fh.write(tensor.reshape(-1).view(torch.uint8).numpy().data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(partial, path)
+    except BaseException:  # a full disk, a bad tensor, a kill: no partial file is left to look saved
+        partial.unlink(missing_ok=True)
+        raise
