@@ -132,6 +132,7 @@ NO_PYTHON_TOOLS = (
     "sha256sum",
     "sleep",
     "sort",
+    "stat",
     "tail",
     "tar",
     "test",

@@ -17,13 +17,19 @@ from edgebench.devices.inventory import Device
 from edgebench.devices.transport import Transport, TransportError
 
 
+def shell_twin(program: ModuleType) -> str:
+    """The source `sh -c` runs for a `device_scripts` module on a device without Python: its
+    `.sh` twin after `common.sh`."""
+    path = Path(program.__file__)
+    return (path.parent / "common.sh").read_text() + path.with_suffix(".sh").read_text()
+
+
 def run_program(transport: Transport, device: Device, program: ModuleType, *args: str, timeout: float = 120) -> Any:
     """Runs a `device_scripts` module's source with the device's python (its shell twin on a
     device without one); returns its JSON."""
     path = Path(program.__file__)
     if not device.has_python:
-        source = (path.parent / "common.sh").read_text() + path.with_suffix(".sh").read_text()
-        result = transport.run(["sh", "-c", source, "sh", *args], timeout=timeout)
+        result = transport.run(["sh", "-c", shell_twin(program), "sh", *args], timeout=timeout)
         if result.rc != 0:
             raise TransportError(f"{device.name}: remote shell helper {path.stem}.sh failed (exit {result.rc}): "
                                  f"{result.stderr.strip()[-1500:]}")

@@ -1,6 +1,7 @@
 """sha256 of every file under a folder, by path relative to it (a shipped checkpoint or
 dataset, checked after unpacking). Standard library only; runs with `python -c`.
-Usage: digests.py FOLDER (prints one JSON object {relative/path: sha256}).
+Usage: digests.py FOLDER (prints one JSON object {relative/path: sha256}). digests.sh is its
+twin for a device with no Python.
 """
 
 import hashlib

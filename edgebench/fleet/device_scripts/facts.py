@@ -3,7 +3,8 @@ arm64 lab's python says so in EDGEBENCH_EMULATOR), libraries (found without impo
 memory, cgroup limit, disk.
 
 Runs on the device with `python -c` before edgebench is shipped: standard library only.
-Usage: facts.py WORKDIR (prints one JSON object).
+Usage: facts.py WORKDIR [ROOT] (prints one JSON object). /proc and /sys are read under ROOT
+(`/` on a device; a fixture tree in tests). facts.sh is its twin for a device with no Python.
 """
 
 import importlib.metadata as md
@@ -29,21 +30,27 @@ def installed(module, *dists):
     return version(*dists) if iu.find_spec(module) else None
 
 
-def meminfo():
+def under(root, path):
+    """`path` (absolute on the device) inside `root`."""
+    return os.path.join(root, path.lstrip("/"))
+
+
+def meminfo(root="/"):
     mem = {}
-    with open("/proc/meminfo") as fh:
+    with open(under(root, "/proc/meminfo")) as fh:
         for line in fh:
             key, value = line.split(":", 1)
             mem[key] = int(value.split()[0]) * 1024
     return mem
 
 
-def cgroup_memory():
+def cgroup_memory(root="/"):
     """(limit, usage) of this process's memory cgroup, v1 or v2; (None, None) without a limit."""
     limit = usage = None
-    for line in open("/proc/self/cgroup"):
+    for line in open(under(root, "/proc/self/cgroup")):
         _, controllers, path = line.rstrip("\n").split(":", 2)
-        base = "/sys/fs/cgroup/memory" + path if "memory" in controllers.split(",") else "/sys/fs/cgroup" + path
+        v1 = "memory" in controllers.split(",")
+        base = under(root, ("/sys/fs/cgroup/memory" if v1 else "/sys/fs/cgroup") + path)
         for lim, use in (("memory.limit_in_bytes", "memory.usage_in_bytes"), ("memory.max", "memory.current")):
             try:
                 text = open(os.path.join(base, lim)).read().strip()
@@ -54,14 +61,15 @@ def cgroup_memory():
     return limit, usage
 
 
-def main(workdir):
+def main(workdir, root="/"):
     workdir = os.path.abspath(os.path.expanduser(workdir))
     os.makedirs(workdir, exist_ok=True)
-    mem = meminfo()
-    limit, usage = cgroup_memory()
+    mem = meminfo(root)
+    limit, usage = cgroup_memory(root)
+    emulator = os.environ.get("EDGEBENCH_EMULATOR") or None
     return {
         "python": list(sys.version_info[:3]), "executable": sys.executable, "arch": platform.machine(),
-        "emulated": bool(os.environ.get("EDGEBENCH_EMULATOR")), "emulator": os.environ.get("EDGEBENCH_EMULATOR"),
+        "emulated": emulator is not None, "emulator": emulator,
         "torch": installed("torch", "torch"),
         "executorch": installed("executorch", "executorch"),
         "onnxruntime_training": installed("onnxruntime", "onnxruntime-training-cpu", "onnxruntime-training"),
@@ -74,4 +82,4 @@ def main(workdir):
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(sys.argv[1])))
+    print(json.dumps(main(*sys.argv[1:3])))

@@ -1,6 +1,7 @@
 """Every file under WORKDIR/sweeps/*/runs/*/ (and its weights/ folder) and each sweep.json, with size and sha256, so
 `edgebench collect` fetches only what changed and verifies what it fetched. Hidden files
-(the runner's disk reserve) and half-written `.tmp` files are left out.
+(the runner's disk reserve) and folders, and half-written `.tmp` files are left out.
+listing.sh is its twin for a device with no Python.
 
 Runs on the device with `python -c`: standard library only.
 Usage: listing.py WORKDIR (prints one JSON object).
@@ -25,19 +26,25 @@ def listdir(path):
     return sorted(os.listdir(path)) if os.path.isdir(path) else []
 
 
+def folders(path):
+    """The folders in path, hidden ones left out (as a shell's `*` does)."""
+    return [name for name in listdir(path) if not name.startswith(".") and os.path.isdir(os.path.join(path, name))]
+
+
 def main(workdir):
     root = os.path.join(os.path.abspath(os.path.expanduser(workdir)), "sweeps")
     out = {"root": root, "sweeps": {}}
-    for sweep in listdir(root):
+    for sweep in folders(root):
         sdir = os.path.join(root, sweep)
         entry = {"state": None, "runs": {}}
         try:
             with open(os.path.join(sdir, "sweep.json")) as fh:
-                entry["state"] = json.load(fh)
+                state = json.load(fh)
+            entry["state"] = state if isinstance(state, dict) else None  # as listing.sh: an object or null
         except (OSError, ValueError):
             pass
         runs = os.path.join(sdir, "runs")
-        for run in listdir(runs):
+        for run in folders(runs):
             files = {}
             rdir = os.path.join(runs, run)
             # the run's own files, and the trained weights a --save run keeps in weights/

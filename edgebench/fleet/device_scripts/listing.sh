@@ -1,24 +1,28 @@
-# listing.py for a device with no Python: every run file's size and sha256, each sweep.json.
+# shellcheck shell=sh
+# listing.py for a device with no Python: every run file's (and its weights/ folder's) size and
+# sha256, each sweep.json; hidden and half-written (.tmp) files left out.
 # Usage: listing.sh WORKDIR
-root="$(cd "$1" 2>/dev/null && pwd)/sweeps"
+root="$(abs_dir "$1")/sweeps"
 printf '{"root": %s, "sweeps": {' "$(json_text "$root")"
 ssep=""
 for sdir in "$root"/*; do
     [ -d "$sdir" ] || continue
     printf '%s%s: {"state": ' "$ssep" "$(json_text "${sdir##*/}")"; ssep=", "
-    if [ -s "$sdir/sweep.json" ]; then cat "$sdir/sweep.json"; else printf 'null'; fi
+    if is_json_object "$sdir/sweep.json"; then cat "$sdir/sweep.json"; else printf 'null'; fi
     printf ', "runs": {'
     rsep=""
     for rdir in "$sdir"/runs/*; do
         [ -d "$rdir" ] || continue
         printf '%s%s: {' "$rsep" "$(json_text "${rdir##*/}")"; rsep=", "
         fsep=""
-        for f in "$rdir"/*; do
-            name=${f##*/}
+        # the run's own files, and the trained weights a --save run keeps in weights/
+        for f in "$rdir"/* "$rdir"/weights/*; do
             [ -f "$f" ] || continue
-            case $name in *.tmp) continue ;; esac
-            set -- $(sha256_of "$f")
-            printf '%s%s: {"size": %s, "sha256": "%s"}' "$fsep" "$(json_text "$name")" "$1" "$2"; fsep=", "
+            case ${f##*/} in *.tmp) continue ;; esac
+            name=${f#"$rdir"/}
+            printf '%s%s: {"size": %s, "sha256": "%s"}' "$fsep" "$(json_text "$name")" "$(size_of "$f")" \
+                "$(sha256_of "$f")"
+            fsep=", "
         done
         printf '}'
     done

@@ -9,7 +9,7 @@ it again as a fresh attempt; or `oom` when the kernel counted an OOM kill during
 sweep.json says `stopped`, so status, collect and the store all read the same final status.
 
 Runs on the device with `python -c`: standard library only.
-Usage: sweeps.py WORKDIR (prints one JSON object).
+Usage: sweeps.py WORKDIR (prints one JSON object). sweeps.sh is its twin for a device with no Python.
 """
 
 import fcntl
@@ -23,6 +23,11 @@ CLUES = (("no space left", "the disk filled up (no space left on device)"),
          ("traceback", "the sweep process crashed (see sweep.log)"))
 
 
+# What a sweep process's command line holds: runner/sweep.py's module, or runner/sweep.sh (a
+# device with no Python) as fleet/shell_sweep.py starts it.
+SWEEP_PROCESSES = (b"edgebench.runner.sweep", b"edgebench/runner/sweep.sh")
+
+
 def alive(pid_file):
     """Whether the pid in the file is a live sweep process (not a zombie, not a reused pid)."""
     try:
@@ -30,7 +35,8 @@ def alive(pid_file):
         os.kill(pid, 0)
         if open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z":
             return False
-        return b"edgebench.runner.sweep" in open(f"/proc/{pid}/cmdline", "rb").read()
+        cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
+        return any(marker in cmdline for marker in SWEEP_PROCESSES)
     except (OSError, ValueError, IndexError):
         return False
 
@@ -130,7 +136,9 @@ def sweep_state(sdir):
     except (OSError, ValueError):
         state = {}
     try:
-        specs = sorted(f[:-5] for f in os.listdir(os.path.join(sdir, "specs")) if f.endswith(".json"))
+        folder = os.path.join(sdir, "specs")
+        specs = sorted(f[:-5] for f in os.listdir(folder)
+                       if f.endswith(".json") and not f.startswith(".") and os.path.isfile(os.path.join(folder, f)))
     except OSError:
         specs = []
     is_alive = alive(os.path.join(sdir, "sweep.pid"))
@@ -155,7 +163,8 @@ def main(workdir):
     root = os.path.join(os.path.abspath(os.path.expanduser(workdir)), "sweeps")
     out = {}
     for sweep in sorted(os.listdir(root)) if os.path.isdir(root) else []:
-        out[sweep] = sweep_state(os.path.join(root, sweep))
+        if not sweep.startswith(".") and os.path.isdir(os.path.join(root, sweep)):  # as sweeps.sh's `*/`
+            out[sweep] = sweep_state(os.path.join(root, sweep))
     return out
 
 
