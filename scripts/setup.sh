@@ -10,6 +10,11 @@ need=()
 command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v adb >/dev/null 2>&1 || need+=(adb)
 command -v tmux >/dev/null 2>&1 || need+=(tmux)
+# the shells and tools of a device with no Python, and shellcheck: the device scripts' parity test
+# runs their shell twins under each (tests/test_device_script_parity.py)
+for tool in dash busybox mksh toybox shellcheck; do
+    command -v "$tool" >/dev/null 2>&1 || need+=("$tool")
+done
 # the arm64 lab's aarch64 binutils (unpacked from Debian's package into its cache) link it
 ldconfig -p 2>/dev/null | grep -q 'libjansson.so.4 ' || need+=(libjansson4)
 # the native ExecuTorch worker: built here (g++) and cross-built for aarch64 boards
