@@ -2,8 +2,7 @@
 `common.sh`, as `fleet.remote` sends it to a device with no Python) prints the JSON `NAME.py`
 prints on the same fixture tree, and leaves the same files behind, under every shell such a
 device may have (dash, busybox sh, Android's mksh) with toybox's tools as its whole PATH, so a
-GNU-only tool or flag fails here. Every shell script of edgebench passes shellcheck
-(runner/sweep.sh's check is an xfail while it is being rewritten: remove BEING_REWRITTEN's entry then).
+GNU-only tool or flag fails here. Every shell script of edgebench passes shellcheck.
 
 scripts/setup.sh installs the shells, toybox and shellcheck: a missing one fails, never skips.
 """
@@ -372,12 +371,7 @@ def test_every_device_script_has_its_twin_and_a_parity_test():
 
 
 SHELL_SCRIPTS = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "edgebench").rglob("*.sh"))
-BEING_REWRITTEN = {"edgebench/runner/sweep.sh"}
-
-
-@pytest.mark.parametrize("script", [
-    pytest.param(s, marks=pytest.mark.xfail(strict=False, reason="being rewritten")) if s in BEING_REWRITTEN else s
-    for s in SHELL_SCRIPTS])
+@pytest.mark.parametrize("script", SHELL_SCRIPTS)
 def test_shellcheck(script):
     shellcheck = shutil.which("shellcheck")
     if shellcheck is None:

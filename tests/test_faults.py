@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from edgebench.figures.run import figures_of_run_dir
 from edgebench.fleet.device_scripts import sweeps as sweeps_script
 from edgebench.runner import oom_score
 from edgebench.runner.spec import RunSpec
@@ -138,7 +139,7 @@ def test_worker_killed_from_outside_is_killed_not_oom(tmp_path):
     scores = [oom_score_adj(pid) for pid in (worker, proc.pid)]
     os.kill(worker, signal.SIGKILL)
     proc.communicate(timeout=60)
-    result = json.loads((run_dir / "result.json").read_text())
+    result = figures_of_run_dir(run_dir)
     assert result["status"] == "killed", result
     assert result["exit_signal"] == "SIGKILL" and "no OOM record" in result["detail"]
     assert scores == [oom_score.WORKER, supervisors_oom_score_adj()]  # the OOM killer's first and last choice
@@ -157,7 +158,7 @@ def test_sigint_to_the_runner_group_is_interrupted(tmp_path):
     os.killpg(proc.pid, signal.SIGINT)
     proc.communicate(timeout=60)
     assert proc.returncode == 130
-    result = json.loads((run_dir / "result.json").read_text())
+    result = figures_of_run_dir(run_dir)
     assert result["status"] == "interrupted" and result["last_step"] is not None
     assert any(e["event"] == "interrupted" for e in read_trace(run_dir / "events.jsonl").records)
 
@@ -199,7 +200,7 @@ def test_killed_sweep_reads_stopped_and_resumes_into_a_fresh_attempt(tmp_path):
     ) == handlers  # an in-process sweep leaves none behind
     assert again["state"] == "finished"
     assert again["runs"] == {"a.attempt-1": "interrupted", "a": "ok"}
-    fresh = json.loads((sweep / "runs" / "a" / "result.json").read_text())
+    fresh = figures_of_run_dir(sweep / "runs" / "a")
     assert fresh["steps_done"] == 3  # nothing appended to the old attempt's trace
     kept = sweep / "runs" / "a.attempt-1"
     assert json.loads((kept / "result.json").read_text())["status"] == "interrupted"
@@ -477,7 +478,8 @@ def _ctrl_c_during_deploy(tmp_path: Path) -> None:
 def test_kernel_oom_record_is_the_evidence_for_a_kill(memory_cgroup):
     """A real OOM kill in a 64 MiB cgroup: the kernel's record names the pid, so a SIGKILL
     without a cgroup counter still reads `oom`; with no record it reads `killed`."""
-    from edgebench.runner.supervisor import _status, kernel_oom_record
+    from edgebench.figures.status import run_status
+    from edgebench.runner.supervisor import kernel_oom_record
 
     (memory_cgroup / "memory.limit_in_bytes").write_text(str(64 * 2**20))
     procs = memory_cgroup / "cgroup.procs"
@@ -487,5 +489,6 @@ def test_kernel_oom_record_is_the_evidence_for_a_kill(memory_cgroup):
     assert hog.wait(timeout=60) == -signal.SIGKILL
     record = kernel_oom_record(hog.pid, started)
     assert record is not None and f"Killed process {hog.pid} " in record
-    assert _status(None, signal.SIGKILL, False, None, [], 0, record)[0] == "oom"
-    assert _status(None, signal.SIGKILL, False, None, [], 0, kernel_oom_record(os.getpid(), started))[0] == "killed"
+    assert run_status({"exit_signal": signal.SIGKILL, "kernel_oom": record}, [])[0] == "oom"
+    unrelated = kernel_oom_record(os.getpid(), started)
+    assert run_status({"exit_signal": signal.SIGKILL, "kernel_oom": unrelated}, [])[0] == "killed"

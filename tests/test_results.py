@@ -209,9 +209,8 @@ def test_ingest_and_import_trace_commands(tmp_path):
 def test_one_definition_of_each_step_figure_in_result_json_store_and_bench(tmp_path):
     """result.json (the supervisor), the store's metrics and bench's table agree on median,
     p90 and samples/s for the same steps (edgebench.runner.figures)."""
+    from edgebench.figures.steps import percentile, step_statistics, step_time_stats
     from edgebench.report.tables import bench_rows
-    from edgebench.runner.figures import percentile, step_time_stats
-    from edgebench.runner.supervisor import step_statistics
 
     durations = [0.1, 0.5, 0.2, 0.9, 0.3, 0.25, 0.7]
     run = FakeRun(steps=len(durations))
@@ -250,19 +249,24 @@ def _proc(root, busy_ticks, steal_ticks, load):
 
 @pytest.mark.parametrize("others_ticks, steal_ticks, disturbed", [(100, 0, False), (800, 0, True), (0, 500, True)])
 def test_noise_guard_counts_others_cpu_and_steal(tmp_path, others_ticks, steal_ticks, disturbed):
-    from edgebench.telemetry.contention import CLOCK_TICKS, cpu_share, cpu_snapshot
+    from edgebench.figures.cpu import cpu_share
+    from edgebench.telemetry.contention import cpu_snapshot
 
+    clock_ticks = 100
     _proc(tmp_path, 1000, 0, 0.5)
     before = cpu_snapshot(tmp_path)
     run_ticks = 200
     _proc(tmp_path, 1000 + run_ticks + others_ticks, steal_ticks, 3.5)
     after = cpu_snapshot(tmp_path)
-    before.update(t_s=0.0, own_cpu_s=1.0)
-    after.update(t_s=10.0, own_cpu_s=1.0 + run_ticks / CLOCK_TICKS)
-    got = cpu_share(before, after)
+    before.update(t_ns=0, run_cpu_s=1.0)
+    after.update(t_ns=10_000_000_000, run_cpu_s=1.0 + run_ticks / clock_ticks)
+    got = cpu_share(before, after, clock_ticks)
+    shell = cpu_share({**before, "run_cpu_s": None, "times": "0m0.50s 0m0.25s\n0m0.20s 0m0.05s\n"},
+                      {**after, "run_cpu_s": None, "times": "0m0.50s 0m0.25s\n0m2.20s 0m0.05s\n"}, clock_ticks)
+    assert shell == got  # the shell's `times` gives the run's CPU as getrusage does
     capacity = 10.0 * 2  # wall x the two cores /proc/stat lists
-    assert got["others_share"] == pytest.approx(others_ticks / CLOCK_TICKS / capacity, abs=1e-4)
-    assert got["steal_share"] == pytest.approx(steal_ticks / CLOCK_TICKS / capacity, abs=1e-4)
+    assert got["others_share"] == pytest.approx(others_ticks / clock_ticks / capacity, abs=1e-4)
+    assert got["steal_share"] == pytest.approx(steal_ticks / clock_ticks / capacity, abs=1e-4)
     assert got["load_1m"] == 3.5 and got["disturbed"] is disturbed
     assert (got["disturbed_why"] is None) is (not disturbed)
     blind = cpu_share(cpu_snapshot(tmp_path / "nothing"), cpu_snapshot(tmp_path / "nothing"))

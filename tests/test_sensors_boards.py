@@ -23,6 +23,7 @@ from edgebench.telemetry import battery, power, rails, thermal
 from edgebench.telemetry.battery import CalibrationError, calibrate_battery_sign
 from edgebench.telemetry.sampler import Sampler
 from edgebench.telemetry.sysfs import ProfileMismatch
+from tests.host_figures import figures_of, figures_of_file, finite, measured, reads, temperatures
 
 DEVICES = Path(__file__).parent / "fixtures" / "devices"
 NANO, AGX, ORIN_NANO = DEVICES / "jetson-nano-jp4", DEVICES / "jetson-agx-orin-jp5", DEVICES / "jetson-orin-nano"
@@ -45,11 +46,14 @@ def profile_sensors(profile_id: str) -> dict:
 
 
 def sample(root: Path, sensors: dict, tmp_path: Path) -> dict:
-    """A short sampler run on a fixture tree; its summary (what result.json carries)."""
+    """A short sampler run on a fixture tree: its summary (what result.json carries), with the
+    host's account of its power and its hottest reading."""
     sampler = Sampler(tmp_path / "samples.jsonl", 999999, rate_hz=50, root=root, sensors=sensors,
                       runner=lambda argv: (_ for _ in ()).throw(FileNotFoundError(argv[0]))).start()
     time.sleep(0.15)
-    return sampler.stop()
+    summary = sampler.stop()
+    columns, account = figures_of_file(tmp_path / "samples.jsonl", sampler.readings(), {"sensors": sensors})
+    return {**summary, **account, "temp_c_max": max(finite(columns["temp_c_max"]), default=None)}
 
 
 def test_every_fixture_tree_names_its_sources():
@@ -69,18 +73,18 @@ def test_nano_jetpack4_power_through_iio_counts_the_input_once():
     assert source.name == "ina3221", reasons
     rec = source.read(1.0)
     assert rec["rail_pom_5v_in_w"] == 2.434 and rec["rail_pom_5v_gpu_w"] == 0.04 and rec["rail_pom_5v_cpu_w"] == 0.485
-    assert rec["power_w"] == 2.434  # POM_5V_IN holds the GPU and CPU rails: not 2.959
-    described = source.describe()
+    watts, described = measured(source)
+    assert watts == 2.434  # POM_5V_IN holds the GPU and CPU rails: not 2.959
     assert described["power_total"] == "POM_5V_IN" and "t/73608" in described["power_total_source"]
     # The same chip reached through /sys/bus/i2c/devices and drivers/ina3221x is read once.
     assert len(power.ina3221_channels(NANO)) == 3
 
 
 def test_nano_thermal_zones_leave_out_pmic_die():
-    zones = thermal.ThermalZones(NANO, profile_sensors("jetson-nano-4gb")["thermal_zones"]).read(0.0)
+    zones = temperatures(thermal.ThermalZones(NANO, profile_sensors("jetson-nano-4gb")["thermal_zones"]))
     assert zones == {"temp_ao_therm_c": 39.5, "temp_cpu_therm_c": 35.5, "temp_gpu_therm_c": 33.5,
                      "temp_pll_therm_c": 33.0}
-    assert thermal.ThermalZones(NANO).read(0.0)["temp_pmic_die_c"] == 100.0  # why the profile leaves it out
+    assert temperatures(thermal.ThermalZones(NANO))["temp_pmic_die_c"] == 100.0  # why the profile leaves it out
 
 
 # -- AGX Orin on JetPack 5: two chips, NC channels, a rail tree, JetPack 5 zone names -----------
@@ -91,11 +95,12 @@ def test_agx_orin_total_sums_the_roots_only():
     rails_w = {k: v for k, v in rec.items() if k.startswith("rail_")}
     assert set(rails_w) == {"rail_vdd_gpu_soc_w", "rail_vdd_cpu_cv_w", "rail_vin_sys_5v0_w", "rail_vddq_vdd2_1v8ao_w"}
     assert sum(rails_w.values()) == pytest.approx(13.2277, abs=1e-3)  # every rail: VDDQ counted twice
-    assert rec["power_w"] == pytest.approx(13.2277 - 0.609, abs=1e-3)  # VDDQ_VDD2_1V8AO is inside VIN_SYS_5V0
-    assert source.describe()["power_total"] == "VDD_GPU_SOC + VDD_CPU_CV + VIN_SYS_5V0"
-    assert power.Ina3221Power(AGX).describe() == source.describe()  # the tree is recognised from the rails
-    narrow = power.Ina3221Power(AGX, rails=["VDD_GPU_SOC"], rail_tree="jetson-agx-orin").read(0.0)
-    assert narrow["power_w"] == rec["power_w"] and "rail_vddq_vdd2_1v8ao_w" not in narrow  # roots always read
+    watts, account = measured(source)
+    assert watts == pytest.approx(13.2277 - 0.609, abs=1e-3)  # VDDQ_VDD2_1V8AO is inside VIN_SYS_5V0
+    assert account["power_total"] == "VDD_GPU_SOC + VDD_CPU_CV + VIN_SYS_5V0"
+    assert power.Ina3221Power(AGX).readings() == source.readings()  # the tree is recognised from the rails
+    narrow = power.Ina3221Power(AGX, rails=["VDD_GPU_SOC"], rail_tree="jetson-agx-orin")
+    assert measured(narrow)[0] == watts and "rail_vddq_vdd2_1v8ao_w" not in narrow.read(0.0)  # roots always read
 
 
 def test_agx_orin_unreadable_root_rail_drops_the_total_not_part_of_it(tmp_path):
@@ -107,7 +112,7 @@ def test_agx_orin_unreadable_root_rail_drops_the_total_not_part_of_it(tmp_path):
     (chip / "in3_input" / "EIO").write_text("stands in for a failing read\n")
     rec = source.read(0.0)
     assert "rail_vin_sys_5v0_w" not in rec and "rail_vdd_gpu_soc_w" in rec
-    assert "power_w" not in rec  # a total missing a root would under-read: none this time
+    assert measured(source)[0] is None  # a total missing a root would under-read: none this time
 
 
 def test_agx_orin_rail_tree_that_does_not_fit_is_a_profile_error():
@@ -121,7 +126,7 @@ def test_agx_orin_jetpack5_zone_names_and_a_list_matching_none(tmp_path):
         thermal.ThermalZones(AGX, old_list)
     assert "match none of the thermal zones this board reports" in str(err.value)
     assert "'CPU-therm'" in str(err.value) and "'Tboard_tegra'" in str(err.value)
-    zones = thermal.ThermalZones(AGX, profile_sensors("jetson-agx-orin-64gb")["thermal_zones"]).read(0.0)
+    zones = temperatures(thermal.ThermalZones(AGX, profile_sensors("jetson-agx-orin-64gb")["thermal_zones"]))
     assert zones == {"temp_cpu_therm_c": 45.5, "temp_gpu_therm_c": 43.625, "temp_soc0_therm_c": 42.718,
                      "temp_soc1_therm_c": 43.343, "temp_soc2_therm_c": 42.156, "temp_tj_therm_c": 45.5,
                      "temp_tboard_tegra_c": 36.0, "temp_tdiode_tegra_c": 37.25}  # CV0-2 offline: left out
@@ -160,17 +165,20 @@ def test_jtop_fallback_gives_the_sysfs_keys_and_total():
     recorded = json.loads((ORIN_NANO / "jtop" / "power.json").read_text())
     assert "VDD_IN" not in recorded["rail"]  # jtop moved it into 'tot'
     client = RecordedJtop(recorded)
-    via_jtop = power.JtopPower(client=client).read(5.0)
-    via_sysfs = power.Ina3221Power(ORIN_NANO).read(5.0)
-    assert set(via_jtop) == set(via_sysfs)  # rail_vdd_in_w, power_w and energy_j included
+    jtop, sysfs = power.JtopPower(client=client), power.Ina3221Power(ORIN_NANO)
+    via_jtop, via_sysfs = jtop.read(5.0), sysfs.read(5.0)
+    assert set(via_jtop) == set(via_sysfs)  # rail_vdd_in_w included
     for key in via_sysfs:
         assert via_jtop[key] == pytest.approx(via_sysfs[key], abs=2e-3)  # jtop truncates to whole mW
+    assert jtop.readings()["total_rails"] == sysfs.readings()["total_rails"] == ["rail_vdd_in_w"]
+    assert measured(jtop)[0] == pytest.approx(measured(sysfs)[0], abs=2e-3)
     agx = {"rail": {"VDD_GPU_SOC": {"power": 4000, "online": True}, "VDD_CPU_CV": {"power": 1587, "online": True},
                     "VIN_SYS_5V0": {"power": 7031, "online": True}, "VDDQ_VDD2_1V8AO": {"power": 609, "online": True}},
            "tot": {"power": 13227, "avg": 13227}}  # no input rail: jtop's 'tot' is its own sum of every rail
     source = power.JtopPower(client=RecordedJtop(agx))
-    assert source.read(0.0)["power_w"] == pytest.approx(12.618) and "rail_vdd_gpu_soc_w" in source.read(0.0)
-    assert source.describe()["power_total"] == "VDD_GPU_SOC + VDD_CPU_CV + VIN_SYS_5V0"
+    watts, account = measured(source)
+    assert watts == pytest.approx(12.618) and "rail_vdd_gpu_soc_w" in source.read(0.0)
+    assert account["power_total"] == "VDD_GPU_SOC + VDD_CPU_CV + VIN_SYS_5V0"
     source.close()
     assert not client.closed
 
@@ -182,11 +190,12 @@ def test_rapl_skips_the_control_directory_and_follows_zone_links(tmp_path):
     root = copy_device(X86, tmp_path)
     source = power.RaplPower(root)
     assert [key for key, *_ in source._zones] == ["rail_package_0_w", "rail_core_w", "rail_uncore_w"]
-    source.read(10.0)
+    records = reads(source, 10.0)
     zone = root / "sys/class/powercap/intel-rapl:0:1"  # a link: the write lands in /sys/devices
     (zone / "energy_uj").write_text("7000000\n")
-    rec = source.read(11.0)
-    assert rec["rail_uncore_w"] == 2.0 and rec["power_w"] == 0.0  # sub-zones are inside the package
+    records += reads(source, 11.0)
+    assert records[1]["rail_uncore_w"] == 2.0  # sub-zones are inside the package: not in the total
+    assert finite(figures_of(records, {"rails": source.readings()})[0]["power_w"]) == [0.0]
 
 
 # -- Android: the battery sign is determined; external power is flagged --------------------------
@@ -208,28 +217,30 @@ def test_calibration_on_a_discharging_xiaomi_fixes_the_inverted_sign(tmp_path):
     (bat / "current_now").write_text("412000\n")  # discharging reads positive on this phone
     (root / "sys/class/power_supply/usb/online").write_text("0\n")
     # A discharging phone shows positive consumption whatever sign the profile assumed.
-    source = power.BatteryPower(root, current_sign=-1)
-    assert source.read(0.0)["power_w"] == pytest.approx(0.412 * 3.888173, abs=1e-4)
-    assert "differs from the profile (-1)" in source.sign_origin and source.describe()["power_flags"] == []
+    profile = {"sensors": {"power": {"battery_current_sign": -1}}}
+    watts, account = measured(power.BatteryPower(root, current_sign=-1), profile)
+    assert watts == pytest.approx(0.412 * 3.888173, abs=1e-4)
+    assert "differs from the profile (-1)" in account["battery_sign_origin"] and account["power_flags"] == []
     record = calibrate_battery_sign(root)
     assert record["battery_current_sign"] == 1 and Path(record["stored_in"]).is_file()
     # Plugged in again: the stored sign holds, so charging reads as energy going in, and is flagged.
     (bat / "status").write_text("Charging\n")
     (bat / "current_now").write_text("-326171\n")
     (root / "sys/class/power_supply/usb/online").write_text("1\n")
-    source = power.BatteryPower(root)
-    assert source.sign == 1 and source.sign_origin.startswith("calibrated on this device")
-    assert source.read(0.0)["power_w"] < 0 and source.describe()["power_flags"] == ["charging"]
+    watts, account = measured(power.BatteryPower(root))
+    assert account["battery_current_sign"] == 1
+    assert account["battery_sign_origin"].startswith("calibrated on this device")
+    assert watts < 0 and account["power_flags"] == ["charging"]
 
 
 def test_usb_with_charging_disabled_is_flagged_mid_run(tmp_path):
     root = copy_device(PIXEL, tmp_path)
     source = power.BatteryPower(root)
-    assert source.describe()["power_flags"] == []
+    records = reads(source, 0.0)
+    assert figures_of(records, {"battery": source.readings()})[1]["power_flags"] == []
     (root / "sys/class/power_supply/battery/status").write_text("Not charging\n")
     (root / "sys/class/power_supply/usb/online").write_text("1\n")
-    source.read(1.0)
-    described = source.describe()
+    _, described = figures_of(records + reads(source, 1.0), {"battery": power.BatteryPower(root).readings()})
     assert described["battery_status_seen"] == ["Discharging", "Not charging"]
     assert described["power_flags"] == ["charging_disabled"] and "usb with charging disabled" in \
         described["power_warning"]
@@ -271,15 +282,18 @@ def test_battery_module_entry_point_runs_on_the_device(tmp_path):
     assert refused.stderr.count("\n") == 1 and "unplug USB" in refused.stderr and "Traceback" not in refused.stderr
 
 
-def test_a_run_on_a_charging_phone_is_flagged_in_result_json(tmp_path):
-    """The flag reaches the run's records: result.json's sampler summary (the store keeps it)."""
+def test_a_run_on_a_charging_phone_is_flagged_in_its_figures(tmp_path):
+    """The flag reaches the run's figures: the device recorded the raw battery readings and where
+    they came from, the host's figures of the run directory say what the power covers."""
+    from edgebench.figures.run import figures_of_run_dir
     from edgebench.runner.spec import RunSpec
     from edgebench.runner.supervisor import run_spec
 
     spec = RunSpec(model="tiny", method="no-such-method", steps=1, run_id="flagged",
                    sensors={"power": {"source": "battery", "battery_current_sign": "auto"}})
     run_spec(spec, tmp_path / "run", root=str(MI8))  # the worker fails at once; the sampler ran meanwhile
-    stored = json.loads((tmp_path / "run" / "result.json").read_text())["sampler"]
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["sampler"]["power_source"] == "battery"
+    stored = figures_of_run_dir(tmp_path / "run")["power"]
     assert stored["power_source"] == "battery" and stored["power_flags"] == ["battery_sign_unverified", "charging"]
     assert stored["battery_status_seen"] == ["Charging"] and "unplug USB" in stored["power_warning"]
 

@@ -19,6 +19,7 @@ from edgebench.telemetry import clock, cpu, gpu, memory, power, thermal
 from edgebench.telemetry.sampler import Sampler
 from edgebench.telemetry.sysfs import ProfileMismatch, SourceUnavailable
 from edgebench.telemetry.trace import TraceWriter, read_trace
+from tests.host_figures import figures_of, figures_of_file, finite, reads
 
 DEVICES = Path(__file__).parent / "fixtures" / "devices"
 JETSON, PI5, ANDROID, X86 = (DEVICES / d for d in ("jetson-orin-nano", "raspberry-pi-5", "android-phone", "x86-rapl"))
@@ -65,29 +66,34 @@ def test_clock_pair_is_tight_and_printed_as_json():
 
 def test_ina3221_rails_skip_nc_and_sum_channel_and_total_is_vdd_in():
     source = power.Ina3221Power(JETSON)
-    first = source.read(10.0)
+    records = reads(source, 10.0, 12.0)
+    first = records[0]
     assert first["rail_vdd_in_w"] == pytest.approx(5.096 * 1.248, abs=1e-4)
     assert first["rail_vdd_cpu_gpu_cv_w"] == pytest.approx(5.088 * 0.416, abs=1e-4)
     assert first["rail_vdd_soc_w"] == pytest.approx(5.096 * 0.704, abs=1e-4)
-    assert first["power_w"] == first["rail_vdd_in_w"]
+    assert "power_w" not in first  # the device records rails; the host sums them
     rails = sorted(k for k in first if k.startswith("rail_"))
     assert rails == ["rail_vdd_cpu_gpu_cv_w", "rail_vdd_in_w", "rail_vdd_soc_w"]  # no NC, no sum channel
-    second = source.read(12.0)
-    assert second["energy_j"] == pytest.approx(2 * 5.096 * 1.248, abs=1e-3)
+    columns, account = figures_of(records, {"rails": source.readings()})
+    assert finite(columns["power_w"]) == [first["rail_vdd_in_w"]] * 2
+    assert account["power_total"] == "VDD_IN" and source.readings()["total_rails"] == ["rail_vdd_in_w"]
 
 
 def test_ina3221_missing_rail_and_no_input_rail(tmp_path):
     root = copy_device(JETSON, tmp_path)
     chip = root / "sys/bus/i2c/devices/1-0040/hwmon/hwmon1"  # a symlink into /sys/devices, as on the board
     (chip / "curr2_input").unlink()  # a rail whose current file is missing
-    rec = power.Ina3221Power(root).read(0.0)
-    assert "rail_vdd_cpu_gpu_cv_w" not in rec and rec["power_w"] == rec["rail_vdd_in_w"]
+    source = power.Ina3221Power(root)
+    rec = source.read(0.0)
+    assert "rail_vdd_cpu_gpu_cv_w" not in rec
+    assert finite(figures_of(reads(source, 0.0), {"rails": source.readings()})[0]["power_w"]) == [rec["rail_vdd_in_w"]]
     (chip / "in1_label").write_text("VDD_GPU_SOC\n")  # rails no tree knows: every rail summed, labelled so
     source = power.Ina3221Power(root)
     rec = source.read(0.0)
-    assert source.describe()["power_total"] == "sum of rails"
-    assert "no rail tree is known" in source.describe()["power_total_source"]
-    assert rec["power_w"] == pytest.approx(rec["rail_vdd_gpu_soc_w"] + rec["rail_vdd_soc_w"], abs=1e-3)
+    assert source.readings()["power_total"] == "sum of rails"
+    assert "no rail tree is known" in source.readings()["power_total_source"]
+    watts = finite(figures_of(reads(source, 0.0), {"rails": source.readings()})[0]["power_w"])
+    assert watts == [pytest.approx(rec["rail_vdd_gpu_soc_w"] + rec["rail_vdd_soc_w"], abs=1e-3)]
     with pytest.raises(ProfileMismatch, match="total_rail 'VDD_IN' is not among .*'VDD_GPU_SOC'"):
         power.Ina3221Power(root, total_rail="VDD_IN")
     source, reasons = power.measured_power_source(X86, recorded_runner(X86), {"power": {"source": "ina3221"}})
@@ -96,11 +102,16 @@ def test_ina3221_missing_rail_and_no_input_rail(tmp_path):
 
 
 def test_thermal_zones_skip_offline_zone():
-    rec = thermal.ThermalZones(JETSON).read(0.0)
+    zones = thermal.ThermalZones(JETSON)
     # cv0-2 are offline on an Orin Nano (no DLA): their reads fail (EAGAIN on the board) and are left out.
-    assert rec == {"temp_cpu_thermal_c": 47.5, "temp_gpu_thermal_c": 46.062, "temp_soc0_thermal_c": 45.531,
-                   "temp_soc1_thermal_c": 46.281, "temp_soc2_thermal_c": 45.0, "temp_tj_thermal_c": 48.218}
-    assert thermal.ThermalZones(JETSON, zones=["gpu-thermal"]).read(0.0) == {"temp_gpu_thermal_c": 46.062}
+    columns, _ = figures_of(reads(zones, 0.0), {"temperatures": zones.names()})
+    temps = {k: finite(v)[0] for k, v in columns.items() if k.startswith("temp_") and finite(v)}
+    assert temps == {"temp_cpu_thermal_c": 47.5, "temp_gpu_thermal_c": 46.062, "temp_soc0_thermal_c": 45.531,
+                     "temp_soc1_thermal_c": 46.281, "temp_soc2_thermal_c": 45.0, "temp_tj_thermal_c": 48.218,
+                     "temp_c_max": 48.218}
+    gpu_only = thermal.ThermalZones(JETSON, zones=["gpu-thermal"])
+    assert gpu_only.names() == {"thermal_zone1_mc": "gpu-thermal"}
+    assert gpu_only.read(0.0) == {"thermal_zone1_mc": 46062}
 
 
 def test_jetson_gpu_load_and_unavailable_gpu_paths():
@@ -143,34 +154,40 @@ def test_process_tree_without_children_files(tmp_path):
 def test_cpu_rates_and_frequencies(tmp_path):
     root = copy_device(JETSON, tmp_path)
     proc_cpu, sys_cpu = cpu.ProcessCpu(memory.ProcessTree(4242, root)), cpu.SystemCpu(root)
-    assert proc_cpu.read(1.0) == {} and sys_cpu.read(1.0) == {}  # a rate needs two reads
+    records = [{"t_ns": 1_000_000_000, **proc_cpu.read(1.0), **sys_cpu.read(1.0)}]
     stat = root / "proc/4242/stat"
     stat.write_text(stat.read_text().replace(" 350 50 10 5 ", f" {350 + cpu.CLOCK_TICKS // 2} 50 10 5 "))
     (root / "proc/stat").write_text("cpu  10250 50 3150 80400 200 0 100 0 0 0\n")  # +400 busy, +400 idle
-    assert proc_cpu.read(2.0) == {"cpu_proc_pct": 50.0}
-    assert sys_cpu.read(2.0) == {"cpu_sys_pct": 50.0}
-    assert cpu.CpuFreq(root).read(0.0) == {"cpu0_freq_mhz": 1510.4, "cpu1_freq_mhz": 729.6, "cpu_freq_mhz": 1120.0}
+    records.append({"t_ns": 2_000_000_000, **proc_cpu.read(2.0), **sys_cpu.read(2.0)})
+    assert records[1]["proc_stat_cpu"] == "10250 50 3150 80400 200 0 100 0 0 0"  # raw: the host makes shares
+    assert records[1]["worker_cpu_ticks"] - records[0]["worker_cpu_ticks"] == cpu.CLOCK_TICKS // 2
+    columns, _ = figures_of(records, {"clock_ticks": cpu.CLOCK_TICKS})
+    assert finite(columns["cpu_proc_pct"]) == [50.0]  # a rate needs two reads
+    assert finite(columns["cpu_sys_pct"]) == [50.0]
+    assert cpu.CpuFreq(root).read(0.0) == {"cpu0_freq_mhz": 1510.4, "cpu1_freq_mhz": 729.6}
 
 
 def test_sampler_on_jetson_fixture(tmp_path):
     out = tmp_path / "samples.jsonl"
-    sampler = Sampler(out, 4242, rate_hz=50, root=JETSON, power_model={"idle_w": 4, "max_w": 15},
-                      runner=recorded_runner(JETSON)).start()
+    sampler = Sampler(out, 4242, rate_hz=50, root=JETSON, runner=recorded_runner(JETSON)).start()
     time.sleep(0.3)
     summary = sampler.stop()
+    readings = sampler.readings()
     lines = read_trace(out).records
     assert lines and all(isinstance(r["t_ns"], int) for r in lines)
     assert all(b["t_ns"] > a["t_ns"] for a, b in zip(lines, lines[1:]))
     power_line = next(r for r in lines if "rail_vdd_in_w" in r)
     assert power_line["rail_vdd_in_w"] == pytest.approx(6.3598)
-    assert next(r for r in lines if "temp_c_max" in r)["temp_c_max"] == 48.218
-    assert "rss_bytes" in lines[0] and "temp_c_max" not in lines[0]  # slow sources wait their interval
-    assert not any("power_w_est" in r for r in lines)  # measured power wins over the model
-    assert summary["power_source"] == "ina3221" and summary["power_total"] == "VDD_IN"
-    assert summary["cgroup_peak_bytes"] == 314572800 and summary["cgroup_oom_kills"] == 1
-    assert summary["cgroup_peak_scope"].startswith("cgroup lifetime")
-    assert summary["cgroup_oom_kills_during_run"] == 0
-    assert summary["peak_rss_bytes"] == (51200 + 2560) * memory.PAGE_SIZE
+    assert "rss_bytes" in lines[0] and "thermal_zone0_mc" not in lines[0]  # slow sources wait their interval
+    columns, account = figures_of(lines, readings, {"power_model": {"idle_w": 4, "max_w": 15}})
+    assert max(finite(columns["temp_c_max"])) == 48.218
+    assert not finite(columns["power_w_est"])  # measured power wins over the model
+    assert account["power_source"] == "ina3221" and account["power_total"] == "VDD_IN"
+    assert summary["power_source"] == "ina3221"
+    assert lines[-1]["cgroup_peak_bytes"] == 314572800 and lines[-1]["cgroup_oom_kills"] == 1
+    assert readings["memory_cgroup"]["peak_scope"].startswith("cgroup lifetime")
+    assert summary["oom_kills_start"] == summary["oom_kills_end"] == 1
+    assert max(r.get("rss_bytes", 0) for r in lines) == (51200 + 2560) * memory.PAGE_SIZE
     assert {"process_rss", "cgroup_memory", "ina3221", "thermal_zones", "jetson_gpu_load", "cpu_freq"} <= \
         set(summary["sources_active"])
     assert "vcgencmd" in summary["sources_unavailable"]["pi_throttled"]
@@ -185,8 +202,9 @@ def test_pi5_pmic_power_pairs_rails():
     assert len(rails) == 12 and "rail_ext5v_w" not in rails and "rail_batt_w" not in rails
     assert rails["rail_vdd_core_w"] == pytest.approx(1.54489 * 0.8872518, abs=1e-4)
     assert rails["rail_hdmi_w"] == pytest.approx(0.017094 * 4.9044, abs=1e-4)
-    assert rec["power_w"] == pytest.approx(sum(rails.values()), abs=1e-3)
-    assert source.describe()["power_total"] == "sum of rails"
+    assert finite(figures_of(reads(source, 0.0), {"rails": source.readings()})[0]["power_w"]) == \
+        [pytest.approx(sum(rails.values()), abs=1e-3)]
+    assert source.readings()["power_total"] == "sum of rails"
     older = (PI5 / "older-firmware" / "pmic_read_adc.txt").read_text()  # 8 rails before the firmware update
     old_rec = power.PiPmicPower(lambda argv: older).read(0.0)
     assert len([k for k in old_rec if k.startswith("rail_")]) == 8
@@ -202,9 +220,12 @@ def test_pi_throttled_flags_decoded():
     assert thermal.decode_throttled(0x80008) == {"now": ["soft_temp_limit"], "since_boot": ["soft_temp_limit"]}
     assert thermal.decode_throttled(0) == {"now": [], "since_boot": []}
     zones = thermal.ThermalZones(PI5)
-    assert zones.read(0.0) == {"temp_cpu_thermal_c": 52.65}
+    assert zones.read(0.0) == {"thermal_zone0_mc": 52650} and zones.names() == {"thermal_zone0_mc": "cpu-thermal"}
     # hwmon's cpu_thermal mirrors the zone and is left out; the RP1 ADC's sensor is not.
-    assert thermal.HwmonTemps(PI5, zones.chip_names).read(0.0) == {"temp_rp1_adc_temp1_c": 41.2}
+    hwmon = thermal.HwmonTemps(PI5, zones.chip_names)
+    assert list(hwmon.read(0.0).values()) == [41200] and list(hwmon.names().values()) == ["rp1_adc temp1"]
+    columns, _ = figures_of(reads(hwmon, 0.0), {"temperatures": hwmon.names()})
+    assert finite(columns["temp_rp1_adc_temp1_c"]) == [41.2]
     assert len(thermal.HwmonTemps(PI5).read(0.0)) == 2
 
 
@@ -215,9 +236,9 @@ def test_sampler_on_pi5_fixture(tmp_path):
     time.sleep(0.2)
     summary = sampler.stop()
     assert summary["power_source"] == "pmic"
-    assert summary["throttle_flags_seen"] == {"now": ["under_voltage", "throttled"],
-                                              "since_boot": ["under_voltage", "throttled"]}
-    assert summary["temp_c_max"] == 52.65
+    lines = read_trace(tmp_path / "s.jsonl").records
+    assert {r["throttle_flags"] for r in lines if "throttle_flags" in r} == {0x50005}
+    assert max(finite(figures_of(lines, sampler.readings())[0]["temp_c_max"])) == 52.65
     assert "not selected" not in json.dumps(summary["sources_unavailable"])
 
 
@@ -227,15 +248,17 @@ def test_android_battery_sign_and_unreadable_zone(tmp_path, monkeypatch):
     monkeypatch.setenv("EDGEBENCH_STATE_DIR", str(tmp_path))  # no stored calibration
     # Discharging at start, current_now < 0 (the kernel's convention): the sign is -1 whatever the profile says.
     source = power.BatteryPower(ANDROID, current_sign=1)
-    assert source.read(0.0)["power_w"] == pytest.approx(0.412 * 3.987, abs=1e-4)
-    assert (
-        source.sign == -1 and "Discharging" in source.sign_origin and "differs from the profile" in source.sign_origin
-    )
-    assert source.describe()["power_flags"] == []
+    record = source.read(0.0)
+    assert record["battery_current_ua"] < 0 and record["battery_status"] == "Discharging"  # raw, as read
+    columns, account = figures_of(reads(source, 0.0), {"battery": source.readings()},
+                                  {"sensors": {"power": {"battery_current_sign": 1}}})
+    assert finite(columns["power_w"]) == [pytest.approx(0.412 * 3.987, abs=1e-4)]
+    assert account["battery_current_sign"] == -1 and "Discharging" in account["battery_sign_origin"]
+    assert "differs from the profile" in account["battery_sign_origin"] and account["power_flags"] == []
     source, _ = power.measured_power_source(ANDROID, recorded_runner(ANDROID), {"battery_current_sign": -1})
-    assert source.name == "battery" and source.sign == -1
+    assert source.name == "battery"
     # The second zone's temp read fails (EINVAL on the phone): left out.
-    assert thermal.ThermalZones(ANDROID).read(0.0) == {"temp_battery_c": 31.2}
+    assert thermal.ThermalZones(ANDROID).read(0.0) == {"thermal_zone0_mc": 31200}
 
 
 # -- x86: RAPL wrap-around, cgroup v1 -----------------------------------------------------
@@ -249,11 +272,14 @@ def test_rapl_energy_across_wraparound(tmp_path):
     (package / "energy_uj").write_text(f"{1_000_000 - (max_range - 262143000000)}\n")  # wrapped, +1 J in all
     (core / "energy_uj").write_text(f"{100_000_000 + 500_000}\n")
     rec = source.read(100.5)
-    assert rec["power_w"] == pytest.approx(2.0) and rec["energy_j"] == pytest.approx(1.0)
     assert rec["rail_package_0_w"] == pytest.approx(2.0) and rec["rail_core_w"] == pytest.approx(1.0)
     (package / "energy_uj").write_text(f"{1_000_000 - (max_range - 262143000000) + 3_000_000}\n")
-    rec = source.read(101.5)
-    assert rec["power_w"] == pytest.approx(3.0) and rec["energy_j"] == pytest.approx(4.0)
+    later = source.read(101.5)
+    assert later["rail_package_0_w"] == pytest.approx(3.0)
+    records = [{"t_ns": 100_500_000_000, **rec}, {"t_ns": 101_500_000_000, **later}]
+    columns, account = figures_of(records, {"rails": source.readings()})
+    assert finite(columns["power_w"]) == [pytest.approx(2.0), pytest.approx(3.0)]  # the package zones, not core
+    assert account["power_total"] == "sum of package zones"
 
 
 def test_cgroup_v1_memory_and_cpu_throttle():
@@ -266,10 +292,12 @@ def test_cgroup_v1_memory_and_cpu_throttle():
 
 def test_sampler_resets_the_v1_peak_so_it_covers_the_run(tmp_path):
     root = copy_device(X86, tmp_path)
-    summary = Sampler(tmp_path / "s.jsonl", 777, root=root, runner=recorded_runner(root)).start().stop()
-    assert summary["cgroup_peak_scope"] == "run"
-    assert summary["cgroup_peak_bytes"] == 0  # the fixture file took the reset (the kernel would hold usage)
-    assert summary["cpu_throttled_us"] == 0 and summary["power_source"] == "rapl"
+    sampler = Sampler(tmp_path / "s.jsonl", 777, root=root, runner=recorded_runner(root)).start()
+    summary = sampler.stop()
+    last = read_trace(tmp_path / "s.jsonl").records[-1]
+    assert sampler.readings()["memory_cgroup"]["peak_scope"] == "run"
+    assert last["cgroup_peak_bytes"] == 0  # the fixture file took the reset (the kernel would hold usage)
+    assert last["cpu_throttled_us"] == 42000 and summary["power_source"] == "rapl"
 
 
 def test_root_cgroup_is_reported_not_read(tmp_path):
@@ -292,18 +320,18 @@ def test_root_cgroup_is_reported_not_read(tmp_path):
 
 def test_estimated_power_is_labelled_estimated(tmp_path, sleeper):
     out = tmp_path / "samples.jsonl"
-    sampler = Sampler(out, sleeper.pid, rate_hz=50, sensors={"power": {"source": "none"}},
-                      power_model={"idle_w": 2.0, "max_w": 6.0}).start()
+    sampler = Sampler(out, sleeper.pid, rate_hz=50, sensors={"power": {"source": "none"}}).start()
     time.sleep(0.5)
     summary = sampler.stop()
     lines = read_trace(out).records
-    estimates = [r["power_w_est"] for r in lines if "power_w_est" in r]
-    assert estimates and all(2.0 <= w <= 6.0 for w in estimates)
-    assert not any("power_w" in r or "energy_j" in r for r in lines)
-    assert summary["power_source"] == "estimate" and summary["power_w_mean"] is None
-    assert summary["energy_j_est"] > 0 and summary["energy_j"] is None
-    with pytest.raises(ValueError, match="idle_w and max_w"):
-        power.PowerEstimate({"idle_w": "two"})
+    assert not any(key.startswith(("power_w", "energy_j")) for r in lines for key in r)  # no figure on the device
+    columns, account = figures_of(lines, sampler.readings(), {"power_model": {"idle_w": 2.0, "max_w": 6.0}})
+    estimates = finite(columns["power_w_est"])
+    assert estimates and all(2.0 <= w <= 6.0 for w in estimates) and not finite(columns["power_w"])
+    assert summary["power_source"] is None and account["power_source"] == "estimate"
+    assert account["power_est_basis"] == "the whole system's CPU use (/proc/stat)"
+    _, unusable = figures_of(lines, sampler.readings(), {"power_model": {"idle_w": "two"}})
+    assert unusable == {}  # a model that is not numbers gives no estimate, never a wrong one
 
 
 def test_sampler_rate_and_real_process(tmp_path, sleeper):
@@ -314,8 +342,8 @@ def test_sampler_rate_and_real_process(tmp_path, sleeper):
     lines = read_trace(out).records
     assert 35 <= len(lines) <= 60, len(lines)
     assert summary["samples"] == len(lines)
-    assert "process_rss" in summary["sources_active"] and summary["peak_rss_bytes"] > 1_000_000
-    assert any("uss_bytes" in r for r in lines) and any("cpu_proc_pct" in r for r in lines)
+    assert "process_rss" in summary["sources_active"] and max(r.get("rss_bytes", 0) for r in lines) > 1_000_000
+    assert any("uss_bytes" in r for r in lines) and any("worker_cpu_ticks" in r for r in lines)
     with pytest.raises(ValueError, match="out of range"):
         Sampler(out, sleeper.pid, rate_hz=500)
 
@@ -353,7 +381,8 @@ def test_sensors_command_reports_sources_as_json():
     result = CliRunner().invoke(sensors_command, ["--root", str(JETSON), "--seconds", "0.2", "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
-    assert "ina3221" in report["sources_active"] and report["latest"]["power_w"] == pytest.approx(6.3598)
+    assert "ina3221" in report["sources_active"] and report["latest"]["rail_vdd_in_w"] == pytest.approx(6.3598)
+    assert report["figures"]["power_w"] == pytest.approx(6.3598) and report["power"]["power_total"] == "VDD_IN"
     assert "process_rss" in report["sources_unavailable"]  # this process is not in the fixture's /proc
 
 
@@ -374,7 +403,8 @@ def test_bad_settings_and_a_sensor_breaking_mid_run_do_not_stop_sampling(tmp_pat
     assert "sensors.power.source is 'bogus'" in summary["sources_failed"]["power"]
     assert "CalledProcessError" in summary["sources_failed"]["pi_throttled"]
     assert "pi_throttled" not in summary["sources_active"]
-    assert summary["samples"] >= 5 and summary["temp_c_max"] == 52.65
+    lines = read_trace(tmp_path / "s.jsonl").records
+    assert summary["samples"] >= 5 and max(finite(figures_of(lines, sampler.readings())[0]["temp_c_max"])) == 52.65
 
 
 def _lab_device_tree(root: Path, cpu_max: str) -> Path:
@@ -392,10 +422,12 @@ def _lab_device_tree(root: Path, cpu_max: str) -> Path:
 def test_cgroup_cpu_is_the_lab_devices_own_share_of_its_quota(tmp_path):
     group = _lab_device_tree(tmp_path, "200000 100000")  # 2 cores
     source = cpu.CgroupCpu(9, tmp_path)
-    assert source.read(10.0) == {} and source.cores == 2
+    first = reads(source, 10.0)
+    assert first[0]["cgroup_cpu_usage_ns"] == 1_000_000_000 and source.cores == 2
     (group / "cpu.stat").write_text("usage_usec 1500000\n")  # 0.5 s of CPU in 0.5 s: one of its two cores
-    assert source.read(10.5) == {"cpu_cgroup_pct": 50.0}
-    assert "lab/pi4 (2 cores)" in source.describe()
+    readings = {"cgroup_cpu": source.readings()}
+    assert finite(figures_of(first + reads(source, 10.5), readings)[0]["cpu_cgroup_pct"]) == [50.0]
+    assert readings["cgroup_cpu"] == {"path": "lab/pi4", "cores": 2.0}
     (group / "cpu.max").write_text("max 100000\n")  # no quota: a session's cgroup on a board, not a device
     with pytest.raises(SourceUnavailable, match="no CPU quota"):
         cpu.CgroupCpu(9, tmp_path)
@@ -403,13 +435,14 @@ def test_cgroup_cpu_is_the_lab_devices_own_share_of_its_quota(tmp_path):
 
 def test_estimated_power_of_a_lab_device_follows_its_cgroup_not_the_host(tmp_path):
     _lab_device_tree(tmp_path, "100000 100000")
-    summary = Sampler(tmp_path / "s.jsonl", 9, rate_hz=50, root=tmp_path, sensors={"power": {"source": "none"}},
-                      power_model={"idle_w": 2.0, "max_w": 6.0}).start()
+    sampler = Sampler(tmp_path / "s.jsonl", 9, rate_hz=50, root=tmp_path, sensors={"power": {"source": "none"}}).start()
     time.sleep(0.2)
-    summary = summary.stop()
-    estimates = [r["power_w_est"] for r in read_trace(tmp_path / "s.jsonl").records if "power_w_est" in r]
+    sampler.stop()
+    columns, account = figures_of_file(tmp_path / "s.jsonl", sampler.readings(),
+                                       {"power_model": {"idle_w": 2.0, "max_w": 6.0}})
+    estimates = finite(columns["power_w_est"])
     assert estimates and set(estimates) == {2.0}  # the device's cgroup was idle; the host's /proc/stat never counts
-    assert summary["power_est_basis"].startswith("the CPU use of its cgroup lab/pi4")
+    assert account["power_est_basis"].startswith("the CPU use of its cgroup lab/pi4")
 
 
 def test_a_real_lab_cgroups_cpu_use_is_its_own_not_the_busy_hosts():
@@ -427,14 +460,20 @@ def test_a_real_lab_cgroups_cpu_use_is_its_own_not_the_busy_hosts():
             procs.write_text(str(idle.pid))
         device, host = cpu.CgroupCpu(idle.pid), cpu.SystemCpu()
         assert device.cores == 1
-        device.read(time.monotonic()), host.read(0.0)
-        time.sleep(1.0)
-        assert device.read(time.monotonic())["cpu_cgroup_pct"] < 5 and host.read(0.0)["cpu_sys_pct"] > 20
+        readings = {"cgroup_cpu": device.readings()}
+
+        def shares() -> tuple[float, float]:  # the device's and the host's CPU use over one second
+            records = [{"t_ns": time.monotonic_ns(), **device.read(0.0), **host.read(0.0)}]
+            time.sleep(1.0)
+            records.append({"t_ns": time.monotonic_ns(), **device.read(0.0), **host.read(0.0)})
+            columns, _ = figures_of(records, readings)
+            return finite(columns["cpu_cgroup_pct"])[0], finite(columns["cpu_sys_pct"])[0]
+
+        device_pct, host_pct = shares()
+        assert device_pct < 5 and host_pct > 20
         for procs in limits.procs_files():
             procs.write_text(str(busy.pid))
-        device.read(time.monotonic())
-        time.sleep(1.0)
-        assert device.read(time.monotonic())["cpu_cgroup_pct"] > 25
+        assert shares()[0] > 25
     finally:
         for child in (idle, busy):
             child.kill()

@@ -58,8 +58,9 @@ def sensors_command(root: str, sensors_json: str, seconds: float, as_json: bool,
     rows = [{"source": name, "status": "active"} for name in report["sources_active"]]
     rows += [{"source": name, "status": why} for name, why in {**report["sources_unavailable"],
                                                               **report["sources_failed"]}.items()]
-    rows += [{"source": key, "status": str(report["summary"][key])}  # what power_w covers; why it may not
-             for key in ("power_total", "battery_sign_origin", "power_warning") if report["summary"].get(key)]
+    rows += [{"source": key, "status": str(report["power"][key])}  # what power_w covers; why it may not
+             for key in ("power_total", "battery_sign_origin", "power_warning", "power_est_basis")
+             if report["power"].get(key)]
     console = Console()
     for part in fitted(f"telemetry sources under {root}", [Field("source", "source", lambda r: r["source"], True),
                                                            Field("status", "status", lambda r: r["status"], True)],
@@ -68,7 +69,7 @@ def sensors_command(root: str, sensors_json: str, seconds: float, as_json: bool,
     values = Table(title="latest values")
     values.add_column("key", overflow="fold")
     values.add_column("value", justify="right", overflow="fold")
-    for key, value in report["latest"].items():
+    for key, value in {**report["latest"], **report["figures"]}.items():
         values.add_row(key, str(value))
     console.print(values)
 

@@ -119,8 +119,8 @@ class FolderDataset:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             line_number = raw.count(b"\n", 0, exc.start) + 1
-            raise DatasetError(f"{path}:{line_number}: not UTF-8 text (byte {exc.start}); a dataset's JSONL is one JSON "
-                               "object per line") from None
+            raise DatasetError(f"{path}:{line_number}: not UTF-8 text (byte {exc.start}); a dataset's JSONL is one "
+                               "JSON object per line") from None
         examples = []
         for number, line in enumerate(text.splitlines(), start=1):
             if not line.strip():

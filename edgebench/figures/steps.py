@@ -1,16 +1,13 @@
-"""One definition of each step figure, shared by the runner (result.json), the store's
-metrics, `bench`, the report and the live view, so one name never means two numbers.
-docs/figures.md explains each. Standard library only: it runs on the device.
+"""Step figures from the worker's events: one definition shared by the host's run figures
+(edgebench.figures.run), the store's metrics, `bench`, the report and the live view, so one
+name never means two numbers. docs/figures.md explains each. Standard library only: the
+Python supervisor prints its live figures with it too.
 
 - step time: the wall time of one measured step (warmup excluded).
 - `median`, `p90`: of the measured steps' times; percentiles interpolate linearly
   between the two nearest ranks (numpy's default, so `np.percentile` agrees).
 - samples/s: batch size / median step time (a typical step, not dragged by one slow one).
 - tokens/s: samples/s x text length.
-- device RAM: the memory the device's limit applies to: a lab device's cgroup (its usage,
-  page cache included), else the board's own accounting (MemTotal - MemAvailable, every
-  process). The worker's kernel RSS is another figure: it counts shared library pages
-  the cgroup may not be charged for, and no page cache.
 """
 
 from __future__ import annotations
@@ -18,11 +15,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from typing import Any
-
-UNLIMITED_BYTES = 1 << 60  # a cgroup limit of "max" reads as ~2^63
-CGROUP_RAM = "device RAM (its cgroup, page cache included)"
-BOARD_RAM = "device RAM (MemTotal - MemAvailable)"
-WORKER_RSS = "kernel RSS of the worker process"
 
 
 def percentile(values: Iterable[float], q: float) -> float:
@@ -36,9 +28,10 @@ def percentile(values: Iterable[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
-def step_time_stats(durations: Iterable[float]) -> dict[str, float] | None:
-    """`n`, `median`, `p90`, `mean`, `min`, `max` of measured step times in seconds (None if none)."""
-    times = [float(d) for d in durations if d is not None and math.isfinite(d)]
+def step_time_stats(durations: Iterable[Any]) -> dict[str, float] | None:
+    """`n`, `median`, `p90`, `mean`, `min`, `max` of measured step times in seconds (None if none);
+    a duration that is not a finite number (a damaged line) is left out."""
+    times = [float(d) for d in durations if isinstance(d, (int, float)) and math.isfinite(d)]
     if not times:
         return None
     return {"n": len(times), "median": percentile(times, 50), "p90": percentile(times, 90),
@@ -62,12 +55,16 @@ def spread(values: Iterable[float | None]) -> dict[str, float] | None:
     return {"median": percentile(have, 50), "min": min(have), "max": max(have), "n": len(have)}
 
 
-def device_ram(cgroup_bytes: float | None, cgroup_limit: float | None, mem_total: float | None,
-               mem_available: float | None) -> dict[str, Any] | None:
-    """`{bytes, limit_bytes, what}`: the device's RAM in use against its limit (the module's
-    docstring); None when neither accounting can be read."""
-    if cgroup_bytes is not None and cgroup_limit and 0 < cgroup_limit < UNLIMITED_BYTES:
-        return {"bytes": int(cgroup_bytes), "limit_bytes": int(cgroup_limit), "what": CGROUP_RAM}
-    if mem_total and mem_available is not None:
-        return {"bytes": int(mem_total - mem_available), "limit_bytes": int(mem_total), "what": BOARD_RAM}
-    return None
+def step_statistics(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Step-time statistics and losses from the measured steps of an events trace."""
+    begins = [e for e in events if e.get("event") == "step_begin"]
+    ends = [e for e in events if e.get("event") == "step_end"]
+    measured = [e for e in ends if e.get("phase", "measure") == "measure"]
+    losses = [e["loss"] for e in ends if isinstance(e.get("loss"), (int, float))]
+    return {
+        "steps_done": len(measured),
+        "last_step": begins[-1].get("step") if begins else None,  # reached, finished or not
+        "loss_first": losses[0] if losses else None,
+        "loss_last": losses[-1] if losses else None,
+        "step_time_s": step_time_stats(e.get("duration_s") for e in measured),
+    }

@@ -8,7 +8,6 @@ A supervisor that dies without result.json gets one written here.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -18,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from edgebench.figures.run import figures_of_run_dir
 from edgebench.runner.spec import RunSpec
 from edgebench.telemetry.trace import TraceTail, write_json_atomic
 
@@ -62,7 +62,8 @@ def host_memory() -> tuple[int, int | None]:
 
 def run_local(spec: RunSpec, run_dir: Path, on_progress: Callable[[int], None] | None = None,
               interrupts: Interrupts | None = None) -> dict[str, Any]:
-    """Runs the spec under a fresh supervisor process and returns its result.json.
+    """Runs the spec under a fresh supervisor process and returns its figures (made from its
+    raw records by edgebench.figures.run, as the store makes them).
 
     A separate supervisor per spec keeps every run's memory its own. `on_progress` gets
     the number of finished steps (warmup included) as they happen. With `interrupts`, a
@@ -93,10 +94,9 @@ def run_local(spec: RunSpec, run_dir: Path, on_progress: Callable[[int], None] |
         if interrupts is not None:
             interrupts.current = None
     result_path = run_dir / "result.json"
-    try:
-        return json.loads(result_path.read_text())
-    except (OSError, ValueError):
-        pass
+    figures = figures_of_run_dir(run_dir, shared_host=True)
+    if figures is not None:
+        return figures
     log_text = (run_dir / "supervisor.log").read_text(errors="replace")[-2000:]
     result = {"run_id": spec.run_id, "method": spec.method, "backend": spec.backend, "model": spec.model,
               "status": "interrupted" if interrupts is not None and interrupts.signal else "error",

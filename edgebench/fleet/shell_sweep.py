@@ -40,10 +40,9 @@ def env_file(spec: RunSpec, spec_json: str) -> str:
         "WORKER": spec.native_worker,
         "PLAN": spec.native_plan,
         "TICK_S": f"{tick:.3f}",
-        "TICK_MS": str(max(1, round(tick * 1000))),
         "SLOW_EVERY": str(max(1, math.ceil(slow / tick))),
         "TIMEOUT_S": str(math.ceil(spec.timeout_s) if spec.timeout_s else 0),
-        "BATTERY": "/sys/class/power_supply/battery" if power == "battery" else "",
+        "POWER": "battery" if power in (None, "auto", "battery") else "none",
     }
     return "".join(f"{key}={shlex.quote(str(value))}\n" for key, value in values.items())
 

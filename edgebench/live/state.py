@@ -6,10 +6,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from edgebench.figures import steps
+from edgebench.figures.memory import device_ram
+from edgebench.figures.samples import FIGURE_COLUMNS, columns_of, raw_columns, sample_figures
 from edgebench.live.follow import Update
-from edgebench.runner import figures
 
 HISTORY = 120  # samples kept for sparklines
+WINDOW = 40  # raw samples the live figures are made from (rates need the readings before)
 
 
 @dataclass
@@ -19,6 +22,7 @@ class LiveState:
     meta: dict[str, Any] | None = None
     result: dict[str, Any] | None = None
     last_sample: dict[str, Any] = field(default_factory=dict)  # latest value of every field (lines are sparse)
+    recent: deque = field(default_factory=lambda: deque(maxlen=WINDOW))
     samples_seen: int = 0
     peak_rss_bytes: int = 0
     rss_history: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
@@ -48,13 +52,23 @@ class LiveState:
     def _sample(self, rec: dict[str, Any]) -> None:
         self.samples_seen += 1
         self.last_sample.update(rec)
+        self.recent.append(rec)
         rss = rec.get("rss_bytes")
         if isinstance(rss, (int, float)):
             self.peak_rss_bytes = max(self.peak_rss_bytes, int(rss))
             self.rss_history.append(rss)
-        power = rec.get("power_w", rec.get("power_w_est"))
-        if isinstance(power, (int, float)):
+        now = self._figures_now()
+        self.last_sample.update(now)
+        power = now.get("power_w", now.get("power_w_est"))
+        if power is not None:
             self.power_history.append(power)
+
+    def _figures_now(self) -> dict[str, float]:
+        """The figures of the latest sample, made by the host's functions from the recent raw ones."""
+        readings = (self.meta or {}).get("readings") or {}
+        columns, _ = sample_figures(columns_of(self.recent, *raw_columns(readings)), readings, self.spec)
+        latest = {key: float(columns[key][-1]) for key in FIGURE_COLUMNS if len(columns[key])}
+        return {key: value for key, value in latest.items() if value == value}  # NaN: not read at this sample
 
     def _event(self, ev: dict[str, Any]) -> None:
         kind = ev.get("event")
@@ -94,16 +108,16 @@ class LiveState:
 
     @property
     def device_ram(self) -> dict[str, Any] | None:
-        """The device's RAM in use now, against the limit that applies to it (runner.figures.device_ram)."""
+        """The device's RAM in use now, against the limit that applies to it (edgebench.figures.memory.device_ram)."""
         s = self.last_sample
-        return figures.device_ram(s.get("cgroup_usage_bytes"), s.get("cgroup_limit_bytes"),
-                                  ((self.meta or {}).get("device") or {}).get("mem_total_bytes"),
-                                  s.get("mem_available_bytes"))
+        return device_ram(s.get("cgroup_usage_bytes"), s.get("cgroup_limit_bytes"),
+                          ((self.meta or {}).get("device") or {}).get("mem_total_bytes"), s.get("mem_available_bytes"),
+                          shared_host=self.device == "local")
 
     @property
     def step_time_s(self) -> float | None:
-        """Median of the last steps seen (edgebench.runner.figures' definition, over a window)."""
-        return figures.percentile(self.durations, 50) if self.durations else None
+        """Median of the last steps seen (edgebench.figures.steps' definition, over a window)."""
+        return steps.percentile(self.durations, 50) if self.durations else None
 
     @property
     def steps_total(self) -> int | None:

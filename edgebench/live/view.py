@@ -12,8 +12,8 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from edgebench.figures.memory import WORKER_RSS
 from edgebench.live.state import LiveState
-from edgebench.runner.figures import WORKER_RSS
 from edgebench.untrusted import printable
 
 BLOCKS = "▁▂▃▄▅▆▇█"

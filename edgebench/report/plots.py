@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from edgebench.results.aggregate import config_label  # noqa: E402
-from edgebench.results.metrics import forward_fill  # noqa: E402
+from edgebench.results.metrics import forward_fill, sample_columns  # noqa: E402
 from edgebench.results.pareto import learned  # noqa: E402
 from edgebench.results.store import Store  # noqa: E402
 
@@ -203,7 +203,7 @@ def power_temp_figure(store: Store, run: dict[str, Any], external: tuple[np.ndar
     sensor and what the estimate is built from. `external` is an external meter's trace
     already mapped onto the device clock.
     """
-    s = store.samples(run["device"], run["run_id"], ["power_w", "temp_c_max", "throttle_flags"])
+    s = sample_columns(store, run)
     has_ext = external is not None and len(external[0]) > 0
     has_power = has_ext or np.isfinite(s["power_w"]).any()
     has_temp = np.isfinite(s["temp_c_max"]).any()

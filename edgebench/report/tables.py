@@ -135,7 +135,7 @@ def power_cell(group: dict[str, Any]) -> str:
 
 
 def device_ram_cell(group: dict[str, Any]) -> str:
-    """The device's RAM at peak as % of the limit that applies to it (runner.figures.device_ram)."""
+    """The device's RAM at peak as % of the limit that applies to it (edgebench.figures.memory.device_ram)."""
     limit = group.get("device_ram_limit_bytes")
     if not limit or not group["spread"].get("device_ram_peak_bytes"):
         return "-"

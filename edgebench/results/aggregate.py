@@ -1,5 +1,5 @@
 """Repeats: the runs of one configuration folded into one row, each figure the median of
-its runs with min, max and n (definitions: edgebench.runner.figures, docs/figures.md).
+its runs with min, max and n (definitions: edgebench.figures, docs/figures.md).
 
 A configuration is (device, model, method, backend) and the run shape (batch size, steps,
 text length, image size, data): runs that differ in any of them stay apart. Figures come
@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from edgebench.figures.steps import spread
 from edgebench.results.pareto import SHAPE_KEYS, mark_frontier
-from edgebench.runner.figures import spread
 
 GROUP_KEYS = ("device", "model", "method", "backend", *SHAPE_KEYS)
 SHAPE_NAMES = {"batch_size": "batch", "steps": "steps", "text_length": "text", "image_size": "image", "data": "data"}

@@ -1,11 +1,12 @@
 """Per-run figures: memory, step time, throughput, energy, power, heat, loss, status.
 
 Step figures use the measured steps (warmup excluded) when there are any, with the
-definitions of edgebench.runner.figures (the same the runner writes into result.json). Energy is the
-exact integral of the power trace over each step window (energy.py), taken from an
-external meter's trace when one covers the run on the host timeline, else from the
-device's own measured `power_w`. A device's estimated `power_w_est` only ever feeds the
-`*_est` figures, so an estimate is never mistaken for a measurement.
+definitions of edgebench.figures.steps. The per-sample figures (power, estimated power,
+temperatures) come from the run's raw readings through edgebench.figures.samples, the same
+for every runtime. Energy is the exact integral of the power trace over each step window
+(energy.py), taken from an external meter's trace when one covers the run on the host
+timeline, else from the device's own measured `power_w`. A device's estimated `power_w_est`
+only ever feeds the `*_est` figures, so an estimate is never mistaken for a measurement.
 """
 
 from __future__ import annotations
@@ -15,13 +16,13 @@ from typing import Any
 
 import numpy as np
 
+from edgebench.figures import steps as figures
+from edgebench.figures.memory import device_ram
+from edgebench.figures.samples import raw_columns, sample_figures
 from edgebench.results.energy import window_energy_j, window_mean_peak_w
 from edgebench.results.pareto import mark_frontier
 from edgebench.results.store import Store
-from edgebench.runner import figures
 from edgebench.runner.native import backend_label
-
-SAMPLE_FIELDS = ["rss_bytes", "cgroup_peak_bytes", "power_w", "power_w_est", "temp_c_max", "throttle_flags"]
 
 # Column order of `edgebench report --format csv|json`.
 METRIC_COLUMNS = [
@@ -61,7 +62,7 @@ def power_figures(result: dict[str, Any]) -> dict[str, Any]:
     """What the device's measured power covers (the sampler's `power_total`, e.g. VDD_IN or
     "sum of rails") and why it may fall short (`power_flags`, e.g. charging), from result.json;
     for an estimate, the power model and whose CPU use scales it (`power_est_basis`)."""
-    sampler = result.get("sampler") or {}
+    sampler = result.get("power") or result.get("sampler") or {}  # `sampler`: runs stored before raw readings
     flags = sampler.get("power_flags") or []
     model = sampler.get("power_model") or {}
     basis = sampler.get("power_est_basis") or ("the whole system's CPU use" if model else None)
@@ -118,7 +119,7 @@ def step_energy_j(store: Store, device: str, run_id: str) -> tuple[dict[str, np.
     """Measured energy of every step of a run: (steps, joules per step, source)."""
     run = store.runs(device=device, run_id=run_id)[0]
     steps = store.steps(device, run_id)
-    t_ns, p_w, begin, end, source = _measured_power(store, run, steps, store.samples(device, run_id, ["power_w"]))
+    t_ns, p_w, begin, end, source = _measured_power(store, run, steps, sample_columns(store, run))
     return steps, window_energy_j(t_ns, p_w, begin, end), source
 
 
@@ -144,11 +145,20 @@ def _throttled_s(t_ns: np.ndarray, flags: np.ndarray) -> float | None:
     return float(dt[on].sum())
 
 
+def sample_columns(store: Store, run: dict[str, Any]) -> dict[str, np.ndarray]:
+    """A stored run's per-sample figures, made from its raw readings (edgebench.figures.samples)."""
+    meta = json.loads(run.get("meta_json") or "{}") or {}
+    readings = meta.get("readings") or {}
+    raw = store.samples(run["device"], run["run_id"], *raw_columns(readings))
+    columns, _ = sample_figures(raw, readings, meta.get("spec") or {})
+    return {**raw, **columns}
+
+
 def run_metrics(store: Store, run: dict[str, Any]) -> dict[str, Any]:
     """The figures of one run row of the store."""
     device, run_id = run["device"], run["run_id"]
     result = json.loads(run["result_json"]) if run.get("result_json") else {}
-    s = store.samples(device, run_id, SAMPLE_FIELDS)
+    s = sample_columns(store, run)
     steps = store.steps(device, run_id)
     measured = steps["phase"] == "measure"
     if not measured.any():
@@ -170,7 +180,7 @@ def run_metrics(store: Store, run: dict[str, Any]) -> dict[str, Any]:
     out["peak_mem_bytes"] = out["peak_rss_bytes_kernel"] or out["peak_rss_bytes_sampled"]
     ram = ({"bytes": result["device_ram_peak_bytes"], "limit_bytes": result.get("device_ram_limit_bytes"),
             "what": result.get("device_ram_peak_what")} if result.get("device_ram_peak_bytes") else
-           figures.device_ram(out["cgroup_peak_bytes"], run.get("cgroup_limit_bytes"), None, None) or {})
+           device_ram(out["cgroup_peak_bytes"], run.get("cgroup_limit_bytes"), None, None) or {})
     out.update({"device_ram_peak_bytes": ram.get("bytes"), "device_ram_limit_bytes": ram.get("limit_bytes"),
                 "device_ram_peak_what": ram.get("what")})
     out["step_time_median_s"] = stats.get("median")

@@ -16,8 +16,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from edgebench.runner.supervisor import finish_shell_result
-
 TAIL_BYTES = 1 << 16
 DETECT_LINES = 4096  # DuckDB's type detection reads this many lines (its default, 20480, costs 3x)
 INTEGER_SUFFIXES = ("_bytes", "_ns", "_us", "_kills", "_flags", "_count")  # the store keeps these as BIGINT
@@ -257,9 +255,7 @@ def read_run_dir(run_dir: str | Path, con: Any = None) -> RunFiles:
             f"{path}: not a directory; pass a run directory (meta.json, samples.jsonl, events.jsonl)"
         )
     meta = _read_json_file(path / "meta.json", required=True) or {}
-    result = _read_json_file(path / "result.json", required=False)
-    if result is not None:
-        result = finish_shell_result(result, meta, path)
+    result = _read_json_file(path / "result.json", required=False)  # raw: the store makes the figures
     if con is None:
         return RunFiles(path, meta, result)
     return RunFiles(path, meta, result, *read_events(con, path / "events.jsonl"))

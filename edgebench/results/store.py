@@ -31,6 +31,7 @@ from edgebench.results import DEFAULT_STORE
 from edgebench.results.alignment import Alignment, align_run
 from edgebench.results.external import CsvMapping, read_power_csv
 from edgebench.results.runfiles import INTEGER_SUFFIXES, RunFiles, SampleScan, read_events, read_run_dir, scan_samples
+from edgebench.telemetry.trace import read_trace
 from edgebench.untrusted import UnsafeName, inside, path_name, printable
 
 UNLIMITED_BYTES = 1 << 60  # cgroup "max" reads as ~2^63: no limit
@@ -289,6 +290,8 @@ class Store:
                     self.con.execute(f"DELETE FROM {table} WHERE run_key = ?", [run_key])
             samples = self._insert_samples(files.path / "samples.jsonl", run_key)
             files.steps, files.events_counts, files.error_events = events.result()
+            if files.result is not None:  # the figures, made here from the raw records (edgebench.figures)
+                files.result = self._run_figures(files, run_key, shared_host=device == "local")
             self._insert_run_row(files, device, run_id, run_key, raw_dir, samples)
             self._insert_bulk("steps", files.steps, run_key)
             self._store_alignment(device, run_id, align_run(self.probes(device), files.meta))
@@ -332,6 +335,19 @@ class Store:
         if source_type in NUMERIC_TYPES:
             return "BIGINT" if name.endswith(INTEGER_SUFFIXES) else "DOUBLE"
         return "VARCHAR"
+
+    def _run_figures(self, files: RunFiles, run_key: int, shared_host: bool) -> dict[str, Any]:
+        """result.json's figures from the run's raw result, events and stored samples."""
+        from edgebench.figures.run import run_figures
+        from edgebench.figures.samples import raw_columns
+
+        numbers, texts = raw_columns(files.meta.get("readings") or {})
+        columns = self._sample_columns(run_key, numbers, texts)
+        figures = run_figures(files.meta, files.result or {}, read_trace(files.path / "events.jsonl").records,
+                              columns, shared_host)
+        figures.update(events_truncated_last_line=files.events_counts.truncated_last_line,
+                       events_bad_lines=files.events_counts.bad_lines)
+        return figures
 
     def _run_key(self, device: str, run_id: str) -> int | None:
         row = self.con.execute("SELECT run_key FROM runs WHERE device = ? AND run_id = ?", [device, run_id]).fetchone()
@@ -596,18 +612,26 @@ class Store:
             ).fetchall()
         ]
 
-    def samples(self, device: str, run_id: str, columns: Iterable[str]) -> dict[str, np.ndarray]:
-        """Sample columns of one run in time order (a column the store lacks reads as all-NaN)."""
+    def samples(self, device: str, run_id: str, columns: Iterable[str], texts: Iterable[str] = ()
+                ) -> dict[str, np.ndarray]:
+        """Sample columns of one run in time order: numbers (a column the store lacks reads as
+        all-NaN) and text columns (None where absent)."""
+        return self._sample_columns(self._run_key(device, run_id), columns, texts)
+
+    def _sample_columns(self, run_key: int | None, columns: Iterable[str], texts: Iterable[str] = ()
+                        ) -> dict[str, np.ndarray]:
         have = set(self.sample_columns())
-        wanted = ["t_ns"] + [c for c in columns if c != "t_ns"]
-        select = ", ".join(
+        wanted = [c for c in columns if c != "t_ns"]
+        words = [c for c in texts if c not in wanted and c != "t_ns"]
+        select = ", ".join(["t_ns"] + [
             f"TRY_CAST({_quote(c)} AS DOUBLE) AS {_quote(c)}" if c in have else f"NULL::DOUBLE AS {_quote(c)}"
-            for c in wanted[1:]
-        )
-        got = self.con.execute(f"SELECT t_ns, {select} FROM samples WHERE run_key = ? ORDER BY t_ns"
-                               if select else "SELECT t_ns FROM samples WHERE run_key = ? ORDER BY t_ns",
-                               [self._run_key(device, run_id)]).fetchnumpy()
-        return {c: _plain(got[c]) for c in wanted}
+            for c in wanted] + [
+            f"CAST({_quote(c)} AS VARCHAR) AS {_quote(c)}" if c in have else f"NULL::VARCHAR AS {_quote(c)}"
+            for c in words])
+        got = self.con.execute(f"SELECT {select} FROM samples WHERE run_key = ? ORDER BY t_ns", [run_key]).fetchnumpy()
+        out = {c: _plain(got[c]) for c in ["t_ns", *wanted]}
+        out.update({c: np.asarray([v for v in got[c].tolist()], dtype=object) for c in words})
+        return out
 
     def steps(self, device: str, run_id: str) -> dict[str, np.ndarray]:
         """Steps of one run with device and host times (host times are null when unaligned)."""

@@ -83,16 +83,3 @@ def command(spec: Any, out: str | Path) -> list[str]:
     bundle's launcher, which replaces itself with the worker: the pid is the worker's)."""
     return ["sh", str(Path(spec.native_worker) / LAUNCHER), str(Path(spec.native_plan) / PLAN),
             "--program", str(spec.program), "--out", str(out)]
-
-
-def loader_problem(log_tail: str) -> str | None:
-    """The dynamic loader's complaint in the worker's log (a library missing or of another
-    arch), as one line with the fix; None if there is none."""
-    for line in log_tail.splitlines():
-        if "error while loading shared libraries" in line or "cannot open shared object" in line:
-            return (f"the native worker could not start: {line.strip()}; its bundle is incomplete: deploy "
-                    "again (deploy ships lib/ beside the worker) or use --runtime python")
-        if "Exec format error" in line or "cannot execute binary" in line:
-            return (f"the native worker could not be started: {line.strip()}; it was built for another arch: "
-                    "deploy again so the host builds it for this one (or use --runtime python)")
-    return None

@@ -2,10 +2,12 @@
 writes result.json — for an OOM kill, a timeout, a Ctrl-C, a SIGTERM or a full disk as
 much as for success.
 
-It never imports torch, so its own footprint stays small on a 512 MB device. A worker
-killed by a signal is called `oom` only on evidence (the cgroup's oom_kill counter rose,
-or the kernel logged the kill); otherwise it is `killed`, with the signal named. The
-worker dies with its supervisor (PR_SET_PDEATHSIG), so no run trains unsupervised.
+It records raw facts only (edgebench.figures.readings): how the worker ended (`end`), CPU
+snapshots before and after, the sampler's health; the host makes the figures from them
+(edgebench.figures.run). Its own `status` is the host's mapping of the same facts
+(edgebench.figures.status), for the sweep and the progress shown while it runs. It never
+imports torch, so its own footprint stays small on a 512 MB device. The worker dies with its
+supervisor (PR_SET_PDEATHSIG), so no run trains unsupervised.
 """
 
 from __future__ import annotations
@@ -20,12 +22,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from edgebench.figures.status import run_status
 from edgebench.runner import native, worker
 from edgebench.runner.facts import device_facts, library_versions
-from edgebench.runner.figures import WORKER_RSS, device_ram, samples_per_s, step_time_stats
 from edgebench.runner.spec import RunSpec
 from edgebench.telemetry.clock import clock_pair
-from edgebench.telemetry.contention import cpu_share, cpu_snapshot
+from edgebench.telemetry.contention import cpu_snapshot
 from edgebench.telemetry.memory import oom_kill_count
 from edgebench.telemetry.trace import read_trace, write_json_atomic
 
@@ -33,12 +35,7 @@ POLL_S = 0.02
 GRACE_S = 5.0  # after a Ctrl-C/SIGTERM the worker gets this long to stop by itself, then SIGKILL
 RESERVE_BYTES = 256 * 1024  # kept free in the run directory so result.json fits on a full disk
 RESERVE_FILE = ".result-reserve"
-NO_SPACE = "no space left on device"
-# The native worker reports its own VmHWM: a process's ru_maxrss starts at its parent's RSS
-# (Linux keeps the high-water mark across exec), which for a ~30 MB worker is the supervisor's.
-NATIVE_WORKER_RSS = "kernel RSS of the worker process (its own VmHWM, as the native worker reports it)"
-# a worker that dies of these crashed (a bug, a bad program): an error, not a kill from outside
-CRASH_SIGNALS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT}
+LOG_TAIL_BYTES = 4096  # of worker.log, kept in `end` for a worker that never wrote an event
 
 
 class Reserve:
@@ -105,82 +102,6 @@ def kernel_oom_record(pid: int, since_mono_ns: int, kmsg: str = "/dev/kmsg") -> 
     return found
 
 
-def step_statistics(events: list[dict[str, Any]]) -> dict[str, Any]:
-    """Step-time statistics and losses from the measured steps of an events trace."""
-    begins = [e for e in events if e.get("event") == "step_begin"]
-    ends = [e for e in events if e.get("event") == "step_end"]
-    measured = [e for e in ends if e.get("phase") == "measure"]
-    times = [e["duration_s"] for e in measured]
-    losses = [e["loss"] for e in ends]
-    stats: dict[str, Any] = {
-        "steps_done": len(measured),
-        "last_step": begins[-1]["step"] if begins else None,  # reached, finished or not
-        "loss_first": losses[0] if losses else None,
-        "loss_last": losses[-1] if losses else None,
-        "step_time_s": step_time_stats(times),
-    }
-    return stats
-
-
-def finish_shell_result(result: dict[str, Any], meta: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    """A result.json the shell sweep wrote (edgebench/runner/sweep.sh, on a device with no
-    Python) with what a shell cannot compute filled in from the run's own files: the step
-    statistics and losses from events.jsonl, the run's shape from its spec."""
-    if result.get("written_by") != "shell":
-        return result
-    spec = meta.get("spec") or {}
-    trace = read_trace(run_dir / "events.jsonl")
-    stats = step_statistics(trace.records)
-    median = (stats["step_time_s"] or {}).get("median")
-    predicted = next((e.get("memory") for e in trace.records if e.get("event") == "predicted"), None)
-    return {"model": spec.get("checkpoint") or spec.get("model"), "method": spec.get("method"),
-            "batch_size": spec.get("batch_size"), **stats,
-            "samples_per_s": samples_per_s(spec.get("batch_size") or 1, median),
-            "predicted_peak_bytes_est": (predicted or {}).get("peak_bytes"),
-            "events_truncated_last_line": trace.truncated_last_line, "events_bad_lines": trace.bad_lines,
-            **result}
-
-
-def _status(exit_code: int | None, exit_signal: int | None, timed_out: bool, interrupted: str | None,
-            events: list[dict[str, Any]], oom_kills: int, kernel_oom: str | None = None) -> tuple[str, str]:
-    """Maps how the worker ended to (status, detail)."""
-    last = next((e for e in reversed(events) if e.get("event") in
-                 {"error", "oom", "diverged", "unsupported", "interrupted"}), None)
-    if timed_out:
-        return "timeout", "the run passed its wall-clock limit (timeout_s) and was killed"
-    if interrupted:
-        return "interrupted", f"stopped by {interrupted}"
-    if exit_code == worker.EXIT_NO_SPACE:
-        return "error", f"{NO_SPACE}: the worker could not write its trace ({(last or {}).get('detail', '')})".rstrip(
-            " ()"
-        )
-    if exit_signal is not None:
-        name = signal.Signals(exit_signal).name
-        if oom_kills:
-            return "oom", f"worker killed by {name} (cgroup oom_kill counter rose by {oom_kills})"
-        if kernel_oom:
-            return "oom", f"worker killed by {name} (kernel: {kernel_oom})"
-        if exit_signal in CRASH_SIGNALS:
-            return "error", (f"the worker crashed ({name}); worker.log in the run directory has its last words; "
-                             "report it with the spec (spec.json)")
-        if exit_signal == signal.SIGKILL:
-            return "killed", (f"worker killed by {name}, not by edgebench; no OOM record (the cgroup's oom_kill "
-                              "counter did not move, the kernel log has no OOM kill of it): killed from outside")
-        return "killed", f"worker killed by {name}"
-    if exit_code == worker.EXIT_INTERRUPTED:
-        return "interrupted", str((last or {}).get("detail") or "stopped by a signal to the worker")
-    by_code = {worker.EXIT_OK: "ok", worker.EXIT_DIVERGED: "diverged", worker.EXIT_OOM: "oom",
-               worker.EXIT_UNSUPPORTED: "unsupported"}
-    status = "error" if exit_code is None else by_code.get(exit_code, "error")
-    if status == "ok":
-        return "ok", ""
-    if last is not None:
-        if last["event"] == "diverged":
-            return status, f"non-finite loss {last.get('loss')} at step {last.get('step')}"
-        return status, str(last.get("detail", ""))
-    return status, f"worker exited with code {exit_code}"
-
-
 class Supervisor:
     def __init__(self, spec: RunSpec, out: str | Path, root: str = "/"):
         self.spec = spec
@@ -192,6 +113,7 @@ class Supervisor:
         self._started_ns = 0  # the worker's start, monotonic: kernel OOM records before it are not its
         self._previous: dict[int, Any] = {}
         self._facts: dict[str, Any] | None = None
+        self._readings: dict[str, Any] | None = None  # the sampler's, once it started
         self.native = spec.backend == "executorch" and spec.runtime == "native"
         # which worker trains: recorded in meta.json and shown by report
         self.runtime = ("native" if self.native else "python") if spec.backend == "executorch" else None
@@ -222,6 +144,7 @@ class Supervisor:
             "clock": {"start": clock_start, "end": clock_end},
             "predicted": predicted,
             "oom_kills_at_start": self._oom_kills_at_start,
+            "readings": self._readings,
         })
 
     def _on_signal(self, signum: int, frame: object) -> None:
@@ -278,6 +201,9 @@ class Supervisor:
                     sampler = self._start_sampler()
                     if sampler is None:  # the run is not measured: the worker goes, the reason is recorded
                         self._kill(signal.SIGKILL)
+                    else:  # where each reading comes from, written before the run goes on
+                        self._readings = sampler.readings()
+                        self._write_meta(clock_start, None, None)
                     exit_code, exit_signal, maxrss, timed_out = self._wait()
                     if sampler is not None:
                         sampler_summary = sampler.stop()
@@ -302,7 +228,7 @@ class Supervisor:
         assert self.child is not None, "the sampler follows a started worker"
         try:
             sampler = Sampler(self.out / "samples.jsonl", self.child.pid, rate_hz=self.spec.sample_hz,
-                              root=self.root, sensors=self.spec.sensors, power_model=self.spec.power_model)
+                              root=self.root, sensors=self.spec.sensors)
             return sampler.start()
         except OSError:
             raise
@@ -346,7 +272,7 @@ class Supervisor:
         try:
             with open(self.out / "worker.log", "rb") as fh:
                 fh.seek(0, os.SEEK_END)
-                fh.seek(max(0, fh.tell() - 4096))
+                fh.seek(max(0, fh.tell() - LOG_TAIL_BYTES))
                 return fh.read().decode("utf-8", "replace")
         except OSError:
             return ""
@@ -361,39 +287,32 @@ class Supervisor:
         sampler: dict[str, Any],
         failure: OSError | None = None,
     ) -> dict[str, Any]:
-        trace = read_trace(self.out / "events.jsonl")
-        events = trace.records
+        events = read_trace(self.out / "events.jsonl").records
         predicted = next((e.get("memory") for e in events if e.get("event") == "predicted"), None)
         try:
             self._write_meta(clock_start, clock_pair(), predicted)
         except OSError as exc:
             failure = failure or exc
         kernel_oom = None
-        if exit_signal is not None and not sampler.get("cgroup_oom_kills_during_run") and self.child is not None:
+        oom_start, oom_end = sampler.get("oom_kills_start"), sampler.get("oom_kills_end")
+        if exit_signal is not None and not (oom_start is not None and oom_end is not None and oom_end > oom_start) \
+                and self.child is not None:
             kernel_oom = kernel_oom_record(self.child.pid, self._started_ns)
-        status, detail = _status(
-            exit_code,
-            exit_signal,
-            timed_out,
-            self.interrupted,
-            events,
-            sampler.get("cgroup_oom_kills_during_run") or 0,
-            kernel_oom,
-        )
-        if self.start_problem and status != "interrupted":
-            status, detail = "error", self.start_problem
-        elif self.native and status == "error" and not events:  # it never wrote a line: ask the loader
-            detail = native.loader_problem(self._log_tail()) or detail
-        if status in ("error", "killed") and disk_full(self.out, failure) and NO_SPACE not in detail:
-            status, detail = "error", f"{NO_SPACE} in {self.out} ({detail or failure})"
-        elif failure is not None and status != "interrupted":
-            status, detail = (
-                "error",
-                f"{NO_SPACE if disk_full(self.out, failure) else 'cannot write'} in {self.out}: {failure}",
-            )
-        stats = step_statistics(events)
-        median = (stats["step_time_s"] or {}).get("median")
-        own_peak = next((e.get("vm_hwm_bytes") for e in events if e.get("event") == "memory"), None)
+        end = {
+            "exit_code": exit_code,
+            "exit_signal": exit_signal,
+            "timed_out": timed_out,
+            "stopped_by": self.interrupted,
+            "oom_kills_start": oom_start,
+            "oom_kills_end": oom_end,
+            "kernel_oom": kernel_oom,
+            "start_problem": self.start_problem,
+            "write_failure": str(failure) if failure is not None else None,
+            "disk_full": disk_full(self.out, failure),
+            "worker_maxrss_bytes": maxrss or None,
+            "worker_log_tail": None if events else self._log_tail(),
+        }
+        status, detail = run_status(end, events)
         result = {
             "status": status,
             "detail": detail,
@@ -403,32 +322,14 @@ class Supervisor:
             "backend": self.spec.backend,
             "runtime": self.runtime,
             "batch_size": self.spec.batch_size,
-            "exit_code": exit_code,
-            "exit_signal": signal.Signals(exit_signal).name if exit_signal else None,
-            **stats,
-            "samples_per_s": samples_per_s(self.spec.batch_size, median),
-            "cpu": cpu_share(self._cpu_start, cpu_snapshot(self.root)),
-            "peak_rss_bytes_sampled": sampler.get("peak_rss_bytes"),
-            "peak_rss_bytes_kernel": own_peak or maxrss,
-            "cgroup_peak_bytes": sampler.get("cgroup_peak_bytes"),
-            **_device_ram_peak(sampler, ((self._facts or {}).get("device") or {}).get("mem_total_bytes")),
-            **({"peak_rss_kernel_what": NATIVE_WORKER_RSS} if own_peak else {}),
-            "predicted_peak_bytes_est": (predicted or {}).get("peak_bytes"),
+            "recorded_by": "python",
+            "end": end,
+            "cpu_start": self._cpu_start,
+            "cpu_end": cpu_snapshot(self.root),
             "sampler": sampler,
-            "events_truncated_last_line": trace.truncated_last_line,
-            "events_bad_lines": trace.bad_lines,
         }
         write_json_atomic(self.out / "result.json", result)
         return result
-
-
-def _device_ram_peak(sampler: dict[str, Any], mem_total: int | None) -> dict[str, Any]:
-    """The device-RAM peak (runner.figures.device_ram): what the device's limit applies to,
-    named, beside the worker's kernel RSS (`peak_rss_bytes_kernel`, another figure)."""
-    ram = device_ram(sampler.get("cgroup_peak_bytes"), sampler.get("cgroup_limit_bytes"), mem_total,
-                     sampler.get("mem_available_min_bytes")) or {}
-    return {"device_ram_peak_bytes": ram.get("bytes"), "device_ram_limit_bytes": ram.get("limit_bytes"),
-            "device_ram_peak_what": ram.get("what"), "peak_rss_kernel_what": WORKER_RSS}
 
 
 def run_spec(spec: RunSpec, out: str | Path, root: str = "/") -> dict[str, Any]:

@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from edgebench.errors import EdgebenchError
+from edgebench.figures.status import NO_SPACE
 from edgebench.runner.oom_score import shield_from_oom_kill
 from edgebench.runner.spec import RunSpec
-from edgebench.runner.supervisor import NO_SPACE, RESERVE_BYTES, RESERVE_FILE, Reserve, run_spec, step_statistics
-from edgebench.telemetry.trace import read_trace, write_json_atomic
+from edgebench.runner.supervisor import RESERVE_BYTES, RESERVE_FILE, Reserve, run_spec
+from edgebench.telemetry.trace import write_json_atomic
 from edgebench.untrusted import UnsafeName, path_name
 
 # Bytes a run's traces take, per sample line and per step (two event lines); measured on
@@ -64,7 +65,6 @@ def keep_partial(run_dir: Path) -> Path:
     while (kept := run_dir.with_name(f"{run_dir.name}.attempt-{n}")).exists():
         n += 1
     os.replace(run_dir, kept)
-    events = read_trace(kept / "events.jsonl").records
     try:
         meta = json.loads((kept / "meta.json").read_text())
         meta["run_id"] = kept.name  # its own record in the store, beside the fresh attempt
@@ -75,7 +75,6 @@ def keep_partial(run_dir: Path) -> Path:
         "status": "interrupted", "run_id": kept.name,
         "detail": (f"attempt {n} of {run_dir.name} was cut off: the sweep's process was gone before the run ended "
                    "(killed, the device restarted, or the disk filled up); the run was started again"),
-        **step_statistics(events),
     })
     (kept / RESERVE_FILE).unlink(missing_ok=True)
     return kept

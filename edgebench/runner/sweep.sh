@@ -5,22 +5,328 @@
 # (meta.json, samples.jsonl, events.jsonl from the worker, result.json), and SWEEP/sweep.json.
 #
 #   sh sweep.sh SWEEP_DIR
+#   sh sweep.sh --sample PID     one `readings` line and one sample line of every source, for PID
+#
+# It records raw readings only, the keys and units of edgebench/figures/readings.py (a test
+# holds this script to that table and to the Python sampler on the same fixture trees): the
+# host makes every figure from them, as it does for the Python supervisor's runs. result.json
+# holds how the worker ended (`end`) and CPU snapshots before and after, not a status.
 #
 # POSIX sh with the tools toybox has (cat, date, sleep, sed, grep, tr, mv, rm, mkdir, kill,
-# uname): no awk, no Python. Arithmetic stays below 2^31 (Android's mksh has 32-bit
-# integers): byte counts read from the kernel are copied as text, kB are turned into bytes
-# digit-wise, and timestamps are built from seconds and nanoseconds apart. The host finishes
-# result.json's step statistics from events.jsonl when it ingests the run (written_by: shell).
+# uname, tail): no awk, no Python. Arithmetic stays below 2^31 (Android's mksh has 32-bit
+# integers): byte counts and counters read from the kernel are copied as text, kB are turned
+# into bytes digit-wise, and timestamps are built from seconds and nanoseconds apart.
+# EDGEBENCH_ROOT (default: none) is put before /proc and /sys paths, for fixture trees.
 #
 # Each .env file (written by the host, values shell-quoted) sets RUN_ID, SPEC_JSON (the spec
-# file beside it), PROGRAM, WORKER (bundle folder), PLAN (plan folder), TICK_S and TICK_MS
-# (the sample interval, e.g. 0.05 and 50), SLOW_EVERY (ticks between thermal/battery reads), TIMEOUT_S (whole
-# seconds, 0: none) and BATTERY (a power_supply folder, or empty).
+# file beside it), PROGRAM, WORKER (bundle folder), PLAN (plan folder), TICK_S (the sample
+# interval, e.g. 0.05), SLOW_EVERY (ticks between the slower sources' reads), TIMEOUT_S (whole
+# seconds, 0: none) and POWER (battery: read the battery; none: the device has no meter here).
 
 set -u
+R=${EDGEBENCH_ROOT:-}
+GRACE_S=5
+STOP=""
+
+json_text() {  # $1 as a JSON string literal (quotes, backslashes and control characters escaped)
+    printf '"%s"' "$(printf '%s' "$1" | tr '\n\r\t' '   ' | sed 's/\\/\\\\/g; s/"/\\"/g')"
+}
+
+json_or_null() {  # $1 as a JSON string literal, or null when empty
+    if [ -n "$1" ]; then json_text "$1"; else printf null; fi
+}
+
+no_zeros() {  # a decimal without leading zeros (a shell reads 0123 as octal)
+    n=$1
+    while :; do case $n in 0?*) n=${n#0} ;; *) break ;; esac; done
+    printf '%s' "${n:-0}"
+}
+
+is_int() {  # $1 is a (possibly negative) decimal integer
+    case ${1#-} in "" | *[!0-9]*) return 1 ;; esac
+}
+
+kb_to_bytes() {  # kB * 1024 as text, each part below 2^31
+    q=$(($1 / 1000000)); r=$(($1 % 1000000))
+    lo=$((r * 1024)); hi=$((q * 1024 + lo / 1000000)); lo=$((lo % 1000000))
+    if [ "$hi" -gt 0 ]; then printf '%d%06d' "$hi" "$lo"; else printf '%d' "$lo"; fi
+}
+
+key_name() {  # a sensor's name as a key part, as edgebench.telemetry.sysfs.key_name makes it
+    k=$(printf '%s' "$1" | tr '[:upper:]' '[:lower:]' | tr -c 'a-z0-9\n' '_' | sed 's/__*/_/g; s/^_//; s/_$//')
+    printf '%s' "${k:-unnamed}"
+}
+
+first_line() {  # the first line of file $1, or nothing
+    { read -r v < "$1"; } 2>/dev/null && printf '%s' "$v"
+}
+
+clock_start() {  # the monotonic - wall offset, from the worker (a shell has no monotonic clock)
+    # shellcheck disable=SC2046  # four numbers, split on purpose
+    set -- $(sh "$WORKER/run.sh" --clock)
+    MONO_S=$1; MONO_N=$2; WALL_S=$3; WALL_N=$4
+    OFF_S=$((WALL_S - MONO_S)); OFF_N=$((WALL_N - MONO_N))
+    HAVE_NS=1
+    case $(date +%N 2>/dev/null) in *[!0-9]* | "") HAVE_NS=0 ;; esac
+}
+
+now() {  # sets NOW (monotonic ns as text), from the wall clock less the offset
+    # shellcheck disable=SC2046  # seconds and nanoseconds, split on purpose
+    if [ "$HAVE_NS" = 1 ]; then set -- $(date '+%s %N'); else set -- "$(date +%s)" 0; fi
+    s=$(($1 - OFF_S)); n=$(($(no_zeros "$2") - OFF_N))
+    if [ "$n" -lt 0 ]; then n=$((n + 1000000000)); s=$((s - 1)); fi
+    if [ "$n" -ge 1000000000 ]; then n=$((n - 1000000000)); s=$((s + 1)); fi
+    NOW=$(printf '%d%09d' "$s" "$n")
+}
+
+clock_json() {
+    # shellcheck disable=SC2046  # four numbers, split on purpose
+    set -- $(sh "$WORKER/run.sh" --clock)
+    printf '{"mono_ns": %d%09d, "wall_ns": %d%09d, "uncertainty_ns": null}' "$1" "$2" "$3" "$4"
+}
+
+# --- where the readings come from (meta.json `readings`) ------------------------------------
+
+cgroup_of() {  # $1 pid, $2 controller (memory, cpuacct, cpu): sets CGDIR (v1 or v2 folder) and CGPATH, or empty
+    CGDIR=""; CGPATH=""; CGVER=""
+    [ -r "$R/proc/$1/cgroup" ] || return 0
+    while IFS=: read -r _ controllers path; do
+        case ",$controllers," in
+            *",$2,"*) for d in "$R/sys/fs/cgroup/$controllers$path" "$R/sys/fs/cgroup/$2$path"; do
+                    [ -z "$CGDIR" ] && [ -d "$d" ] && { CGDIR=${d%/}; CGVER=v1; CGPATH=$path; }
+                done ;;
+        esac
+    done < "$R/proc/$1/cgroup"
+    if [ -z "$CGDIR" ]; then
+        while IFS=: read -r _ controllers path; do
+            [ -z "$controllers" ] && [ -d "$R/sys/fs/cgroup$path" ] && { CGDIR=$R/sys/fs/cgroup${path%/}; CGVER=v2; CGPATH=$path; }
+        done < "$R/proc/$1/cgroup"
+    fi
+    # the root of a v1 hierarchy counts the whole system: not a cgroup of the run's own
+    [ -n "$CGDIR" ] && [ -e "$CGDIR/cgroup.sane_behavior" ] && CGDIR=""
+    CGPATH=${CGPATH#/}
+    return 0
+}
+
+find_sources() {  # $1 the worker's pid: sets MEM_CG, CPU_CG, CPU_USAGE, CPU_CORES, ZONES, HWMON, BAT
+    cgroup_of "$1" memory
+    MEM_CG=""; MEM_VER=$CGVER
+    for f in memory.usage_in_bytes memory.current; do [ -n "$CGDIR" ] && [ -f "$CGDIR/$f" ] && MEM_CG=$CGDIR; done
+    CPU_CG=""; CPU_USAGE=""; CPU_CORES=""
+    cgroup_of "$1" cpu
+    [ -f "$CGDIR/cpu.stat" ] || CGDIR=""
+    CPU_DIR=$CGDIR
+    if [ -n "$CGDIR" ]; then
+        if [ "$CGVER" = v2 ]; then
+            v=$(first_line "$CGDIR/cpu.max")
+            # shellcheck disable=SC2086  # quota and period, split on purpose
+            set -- ${v:-max} 100000
+            quota=$1; period=$2; CPU_USAGE=$CGDIR/cpu.stat
+        else
+            quota=$(first_line "$CGDIR/cpu.cfs_quota_us"); period=$(first_line "$CGDIR/cpu.cfs_period_us")
+            cpath=$CGPATH
+            cgroup_of "$1" cpuacct
+            [ -n "$CGDIR" ] && [ -f "$CGDIR/cpuacct.usage" ] && CPU_USAGE=$CGDIR/cpuacct.usage
+            CGPATH=$cpath
+        fi
+        if is_int "$quota" && is_int "$period" && [ "$quota" -gt 0 ] && [ "$period" -gt 0 ] && [ -n "$CPU_USAGE" ]; then
+            CPU_CG=$CGPATH; CPU_CORES=$(milli $((quota * 1000 / period)))
+        fi
+    fi
+    ZONES=""
+    for base in "$R/sys/class/thermal" "$R/sys/devices/virtual/thermal"; do
+        for z in "$base"/thermal_zone*; do [ -e "$z/temp" ] && ZONES="$ZONES $z"; done
+        [ -n "$ZONES" ] && break
+    done
+    ZONES=$(for z in $ZONES; do printf '%s %s\n' "${z##*thermal_zone}" "$z"; done | sort -n | while read -r _ z; do printf '%s ' "$z"; done)
+    mirrored=" "
+    for z in $ZONES; do t=$(first_line "$z/type"); mirrored="$mirrored$(key_name "${t:-${z##*/}}") "; done
+    HWMON=""
+    for h in "$R"/sys/class/hwmon/hwmon*; do
+        [ -d "$h" ] || continue
+        chip=$(first_line "$h/name"); chip=$(key_name "${chip:-${h##*/}}")
+        case $mirrored in *" $chip "*) continue ;; esac
+        for t in "$h"/temp*_input; do [ -e "$t" ] && HWMON="$HWMON $t"; done
+    done
+    BAT=""
+    if [ "$POWER" = battery ]; then
+        if [ -e "$R/sys/class/power_supply/battery" ]; then BAT=$R/sys/class/power_supply/battery
+        else
+            for s in "$R"/sys/class/power_supply/*; do
+                [ -z "$BAT" ] && [ "$(first_line "$s/type")" = Battery ] && BAT=$s
+            done
+        fi
+        [ -n "$BAT" ] && { is_int "$(first_line "$BAT/current_now")" && [ -n "$(first_line "$BAT/voltage_now")" ]; } || BAT=""
+    fi
+}
+
+milli() {  # an integer in thousandths as a decimal (45123 -> 45.123)
+    v=$1; sign=""
+    if [ "$v" -lt 0 ]; then sign="-"; v=$((-v)); fi
+    printf '%s%d.%03d' "$sign" $((v / 1000)) $((v % 1000))
+}
+
+readings_json() {  # meta.json's `readings` for the sources find_sources found
+    printf '{"recorded_by": "shell", "clock_ticks": %s, "temperatures": {' "$(getconf CLK_TCK 2>/dev/null || echo 100)"
+    sep=""
+    for z in $ZONES; do
+        t=$(first_line "$z/type")
+        printf '%s"%s_mc": %s' "$sep" "${z##*/}" "$(json_text "${t:-${z##*/}}")"; sep=", "
+    done
+    for t in $HWMON; do
+        h=${t%/*}; stem=${t##*/}; stem=${stem%_input}
+        chip=$(first_line "$h/name"); label=$(first_line "$h/${stem}_label")
+        printf '%s"%s_%s_mc": %s' "$sep" "${h##*/}" "$stem" "$(json_text "$(key_name "${chip:-${h##*/}}") ${label:-$stem}")"
+        sep=", "
+    done
+    printf '}'
+    [ -n "$MEM_CG" ] && printf ', "memory_cgroup": {"path": %s, "peak_scope": %s}' \
+        "$(json_text "$MEM_VER:$MEM_CG")" "$(json_text "$PEAK_SCOPE")"
+    [ -n "$CPU_CG" ] && printf ', "cgroup_cpu": {"path": %s, "cores": %s}' "$(json_text "$CPU_CG")" "$CPU_CORES"
+    if [ -n "$BAT" ]; then
+        printf ', "battery": {"path": %s, "supplies": {' "$(json_text "$BAT")"
+        sep=""
+        for s in "$R"/sys/class/power_supply/*; do
+            [ -e "$s" ] || continue
+            printf '%s%s: {"type": %s, "online": %s}' "$sep" "$(json_text "${s##*/}")" \
+                "$(json_or_null "$(first_line "$s/type")")" "$(json_or_null "$(first_line "$s/online")")"
+            sep=", "
+        done
+        calibration=null
+        state=${EDGEBENCH_STATE_DIR:-${HOME:-/}/.local/state/edgebench}/battery_sign.json
+        grep -q '"battery_current_sign": *-\{0,1\}1[,} ]' "$state" 2>/dev/null && calibration=$(tr '\n\t' '  ' < "$state")
+        printf '}, "calibration": %s}' "$calibration"
+    fi
+    printf '}'
+}
+
+# --- readings ---------------------------------------------------------------------------------
+
+oom_kills() {
+    k=""
+    for f in memory.oom_control memory.events.local memory.events; do
+        [ -n "$k" ] || [ -z "$MEM_CG" ] || [ ! -r "$MEM_CG/$f" ] && continue
+        while read -r key value; do [ "$key" = oom_kill ] && k=$value; done < "$MEM_CG/$f"
+    done
+    printf '%s' "$k"
+}
+
+memory_counters() {  # ,"cgroup_peak_bytes":...,"cgroup_limit_bytes":...,"cgroup_rss_bytes":...,"cgroup_oom_kills":...
+    [ -n "$MEM_CG" ] || return 0
+    if [ "$MEM_VER" = v1 ]; then peak=max_usage_in_bytes; limit=limit_in_bytes; rss=total_rss
+    else peak=peak; limit=max; rss=anon; fi
+    v=$(first_line "$MEM_CG/memory.$peak"); is_int "$v" && printf ',"cgroup_peak_bytes":%s' "$v"
+    v=$(first_line "$MEM_CG/memory.$limit")
+    # a limit of "max" (v2) or ~2^63 (v1) is none; 19 digits and more is at least 10^18
+    is_int "$v" && [ ${#v} -lt 19 ] && printf ',"cgroup_limit_bytes":%s' "$v"
+    { while read -r key value; do [ "$key" = "$rss" ] && printf ',"cgroup_rss_bytes":%s' "$value"; done \
+        < "$MEM_CG/memory.stat"; } 2>/dev/null
+    v=$(oom_kills); [ -n "$v" ] && printf ',"cgroup_oom_kills":%s' "$v"
+}
+
+temperatures() {  # ,"<raw key>": m°C for every readable sensor
+    for z in $ZONES; do
+        v=$(first_line "$z/temp"); is_int "$v" && printf ',"%s_mc":%s' "${z##*/}" "$v"
+    done
+    for t in $HWMON; do
+        h=${t%/*}; stem=${t##*/}
+        v=$(first_line "$t"); is_int "$v" && printf ',"%s_%s_mc":%s' "${h##*/}" "${stem%_input}" "$v"
+    done
+}
+
+battery() {  # ,"battery_current_ua":...,"battery_voltage_uv":...,"battery_status":"..."
+    [ -n "$BAT" ] || return 0
+    ua=$(first_line "$BAT/current_now"); uv=$(first_line "$BAT/voltage_now"); st=$(first_line "$BAT/status")
+    [ -n "$st" ] && printf ',"battery_status":%s' "$(json_text "$st")"
+    is_int "$ua" && is_int "$uv" && printf ',"battery_current_ua":%s,"battery_voltage_uv":%s' "$ua" "$uv"
+}
+
+stat_cpu() {  # the fields of /proc/stat's cpu line
+    { read -r cpu fields < "$R/proc/stat"; } 2>/dev/null && [ "$cpu" = cpu ] && printf '%s' "$fields"
+}
+
+slow_readings() {  # the readings taken every SLOW_EVERY ticks (and once more at the end)
+    { while read -r key value _; do
+        [ "$key" = MemAvailable: ] && printf ',"mem_available_bytes":%s' "$(kb_to_bytes "$value")"
+    done < "$R/proc/meminfo"; } 2>/dev/null
+    v=$(stat_cpu); [ -n "$v" ] && printf ',"proc_stat_cpu":%s' "$(json_text "$v")"
+    if { read -r stat < "$R/proc/$PID/stat"; } 2>/dev/null; then
+        # shellcheck disable=SC2086  # the fields after the command name, split on purpose
+        set -- ${stat##*) }
+        printf ',"worker_cpu_ticks":%s' $((${12} + ${13} + ${14} + ${15}))
+    fi
+    if [ -n "$CPU_CG" ]; then
+        case $CPU_USAGE in
+            */cpu.stat) { while read -r key value; do
+                    [ "$key" = usage_usec ] && is_int "$value" && printf ',"cgroup_cpu_usage_ns":%s000' "$(no_zeros "$value")"
+                done < "$CPU_USAGE"; } 2>/dev/null ;;
+            *) v=$(first_line "$CPU_USAGE"); is_int "$v" && printf ',"cgroup_cpu_usage_ns":%s' "$v" ;;
+        esac
+    fi
+    if [ -n "$CPU_DIR" ]; then  # the time the CPU quota held the run back (v1 in ns: its last 3 digits dropped)
+        { while read -r key value; do
+            case $key in
+                throttled_usec) printf ',"cpu_throttled_us":%s' "$value" ;;
+                throttled_time) v=${value%???}; printf ',"cpu_throttled_us":%s' "$(no_zeros "$v")" ;;
+            esac
+        done < "$CPU_DIR/cpu.stat"; } 2>/dev/null
+    fi
+    memory_counters
+    temperatures
+    battery
+}
+
+sample() {  # one line of samples.jsonl for the worker $PID; $1: every source (1) or due ones
+    rss=""
+    { while read -r key value _; do
+        case $key in VmRSS:) rss=$value ;; VmHWM:) HWM_KB=$value ;; esac
+    done < "$R/proc/$PID/status"; } 2>/dev/null
+    now
+    line="{\"t_ns\":$NOW"
+    [ -n "$rss" ] && line="$line,\"rss_bytes\":$(kb_to_bytes "$rss")"
+    if [ -n "$MEM_CG" ]; then
+        for f in memory.usage_in_bytes memory.current; do
+            v=$(first_line "$MEM_CG/$f"); is_int "$v" && line="$line,\"cgroup_usage_bytes\":$v"
+        done
+    fi
+    if [ "$1" = 1 ] || [ $((TICKS % SLOW_EVERY)) = 0 ]; then line="$line$(slow_readings)"; fi
+    printf '%s}\n' "$line"
+    TICKS=$((TICKS + 1))
+}
+
+cpu_snapshot() {  # the raw snapshot of the noise guard (edgebench.figures.cpu); `times` counts reaped children
+    now
+    times > "$RUN/.times" 2>/dev/null
+    cores=$(grep -c '^cpu[0-9]' "$R/proc/stat" 2>/dev/null)
+    printf '{"t_ns": %s, "proc_stat_cpu": %s, "stat_cores": %s, "loadavg": %s, "times": %s}' "$NOW" \
+        "$(json_or_null "$(stat_cpu)")" "${cores:-null}" "$(json_or_null "$(first_line "$R/proc/loadavg")")" \
+        "$(json_or_null "$(cat "$RUN/.times" 2>/dev/null)")"
+    rm -f "$RUN/.times"
+}
+
+reset_peak() {  # the v1 high-water mark restarts at the run (as telemetry.memory.CgroupMemory.reset_peak)
+    PEAK_SCOPE=run
+    [ -n "$MEM_CG" ] || return 0
+    if [ "$MEM_VER" != v1 ]; then
+        PEAK_SCOPE="cgroup lifetime (cgroup v2 memory.peak cannot be reset for every reader: use a fresh cgroup per run)"
+    elif ! { echo 0 > "$MEM_CG/memory.max_usage_in_bytes"; } 2>/dev/null; then
+        PEAK_SCOPE="cgroup lifetime (cannot write $MEM_CG/memory.max_usage_in_bytes)"
+    fi
+}
+
+if [ "${1:-}" = --sample ]; then  # the readings of pid $2 now, as a run would record them
+    PID=$2; POWER=${POWER:-battery}; TICKS=0; SLOW_EVERY=1; HAVE_NS=0; OFF_S=0; OFF_N=0
+    find_sources "$PID"
+    reset_peak
+    readings_json; printf '\n'
+    sample 1
+    exit 0
+fi
+
+# --- the sweep ----------------------------------------------------------------------------
+
 SWEEP=$(cd "$1" && pwd) || exit 2
 cd "$SWEEP" || exit 2
-GRACE_S=5
 
 if ! mkdir .sweep.lock.d 2>/dev/null; then
     old=$(cat sweep.pid 2>/dev/null)
@@ -34,115 +340,8 @@ echo $$ > sweep.pid
 # killed for memory frees it only as it exits, and a second kill then must not take this shell.
 { echo -999 > "/proc/$$/oom_score_adj"; } 2>/dev/null
 
-STOP=""
 trap 'STOP=${STOP:-SIGTERM}' TERM
 trap 'STOP=${STOP:-Ctrl-C (SIGINT)}' INT
-
-json_text() {  # $1 as a JSON string literal (quotes, backslashes and control characters escaped)
-    printf '"%s"' "$(printf '%s' "$1" | tr '\n\r\t' '   ' | sed 's/\\/\\\\/g; s/"/\\"/g')"
-}
-
-no_zeros() {  # a decimal without leading zeros (a shell reads 0123 as octal)
-    n=$1
-    while :; do case $n in 0?*) n=${n#0} ;; *) break ;; esac; done
-    printf '%s' "${n:-0}"
-}
-
-kb_to_bytes() {  # kB * 1024 as text, each part below 2^31
-    q=$(($1 / 1000000)); r=$(($1 % 1000000))
-    lo=$((r * 1024)); hi=$((q * 1024 + lo / 1000000)); lo=$((lo % 1000000))
-    if [ "$hi" -gt 0 ]; then printf '%d%06d' "$hi" "$lo"; else printf '%d' "$lo"; fi
-}
-
-milli() {  # an integer in thousandths as a decimal (45123 -> 45.123)
-    v=$1; sign=""
-    if [ "$v" -lt 0 ]; then sign="-"; v=$((-v)); fi
-    printf '%s%d.%03d' "$sign" $((v / 1000)) $((v % 1000))
-}
-
-clock_start() {  # the monotonic - wall offset, from the worker (a shell has no monotonic clock)
-    set -- $(sh "$WORKER/run.sh" --clock)
-    MONO_S=$1; MONO_N=$2; WALL_S=$3; WALL_N=$4
-    OFF_S=$((WALL_S - MONO_S)); OFF_N=$((WALL_N - MONO_N))
-    HAVE_NS=1
-    case $(date +%N 2>/dev/null) in *[!0-9]* | "") HAVE_NS=0 ;; esac
-}
-
-now() {  # sets NOW_S and NOW (monotonic ns as text), from the wall clock less the offset
-    if [ "$HAVE_NS" = 1 ]; then set -- $(date '+%s %N'); else set -- "$(date +%s)" 0; fi
-    s=$(($1 - OFF_S)); n=$(($(no_zeros "$2") - OFF_N))
-    if [ "$n" -lt 0 ]; then n=$((n + 1000000000)); s=$((s - 1)); fi
-    if [ "$n" -ge 1000000000 ]; then n=$((n - 1000000000)); s=$((s + 1)); fi
-    NOW_S=$1
-    NOW=$(printf '%d%09d' "$s" "$n")
-}
-
-clock_json() {
-    set -- $(sh "$WORKER/run.sh" --clock)
-    printf '{"mono_ns": %d%09d, "wall_ns": %d%09d, "uncertainty_ns": null}' "$1" "$2" "$3" "$4"
-}
-
-find_cgroup() {  # this shell's memory cgroup folder (v1 or v2), or empty
-    CG=""
-    while IFS=: read -r _ controllers path; do
-        case ",$controllers," in
-            *,memory,*) [ -d "/sys/fs/cgroup/memory$path" ] && CG="/sys/fs/cgroup/memory$path" ;;
-            ,,) [ -z "$CG" ] && [ -f "/sys/fs/cgroup$path/memory.current" ] && CG="/sys/fs/cgroup$path" ;;
-        esac
-    done < /proc/self/cgroup
-}
-
-cgroup_usage() {
-    for f in memory.usage_in_bytes memory.current; do
-        [ -r "$CG/$f" ] && { read -r v < "$CG/$f"; printf '%s' "$v"; return; }
-    done
-}
-
-oom_kills() {
-    k=0
-    for f in memory.oom_control memory.events; do
-        [ -r "$CG/$f" ] || continue
-        while read -r key value; do [ "$key" = oom_kill ] && k=$value; done < "$CG/$f"
-    done
-    printf '%s' "$k"
-}
-
-thermal() {  # ,"temp_<zone type>_c": value for every readable thermal zone
-    for z in /sys/class/thermal/thermal_zone*; do
-        [ -r "$z/temp" ] && [ -r "$z/type" ] || continue
-        read -r t < "$z/temp" 2>/dev/null || continue
-        read -r type < "$z/type"
-        key=$(printf '%s' "$type" | tr 'A-Z' 'a-z' | tr -c 'a-z0-9\n' '_' | sed 's/__*/_/g; s/^_//; s/_$//')
-        printf ',"temp_%s_c":%s' "${key:-unnamed}" "$(milli "$t")"
-    done
-}
-
-battery() {  # ,"power_w": |current| x voltage (mA x mV, each below 2^31)
-    [ -n "$BATTERY" ] && [ -r "$BATTERY/current_now" ] && [ -r "$BATTERY/voltage_now" ] || return
-    read -r ua < "$BATTERY/current_now"; read -r uv < "$BATTERY/voltage_now"
-    ua=${ua#-}
-    mw=$(( (ua / 1000) * (uv / 1000) / 1000 ))
-    ENERGY_MJ=$((ENERGY_MJ + mw * TICK_MS * SLOW_EVERY / 1000))
-    printf ',"power_w":%s,"energy_j":%s' "$(milli "$mw")" "$(milli "$ENERGY_MJ")"
-}
-
-sample() {  # one line of samples.jsonl for the worker $PID
-    rss=""; hwm=""
-    { while read -r key value _; do
-        case $key in VmRSS:) rss=$value ;; VmHWM:) hwm=$value ;; esac
-    done < "/proc/$PID/status"; } 2>/dev/null
-    now
-    line="{\"t_ns\":$NOW"
-    if [ -n "$rss" ]; then
-        line="$line,\"rss_bytes\":$(kb_to_bytes "$rss")"
-        [ "$rss" -gt "$PEAK_KB" ] && PEAK_KB=$rss
-        HWM_KB=$hwm
-    fi
-    [ -n "$CG" ] && line="$line,\"cgroup_usage_bytes\":$(cgroup_usage)"
-    if [ $((TICKS % SLOW_EVERY)) = 0 ]; then line="$line$(thermal)$(battery)"; fi
-    printf '%s}\n' "$line" >> "$RUN/samples.jsonl"
-    TICKS=$((TICKS + 1))
-}
 
 alive() {  # the worker runs (a zombie child counts as ended)
     { read -r stat < "/proc/$PID/stat"; } 2>/dev/null || return 1
@@ -150,55 +349,29 @@ alive() {  # the worker runs (a zombie child counts as ended)
     return 0
 }
 
-last_detail() {  # the last event's detail as a JSON string literal, or empty
-    grep '"detail": ' "$RUN/events.jsonl" 2>/dev/null | tail -n 1 | sed -E 's/.*"detail": ("([^"\\]|\\.)*").*/\1/'
-}
-
-status_of() {  # sets STATUS and DETAIL (a JSON literal) from how the worker ended
-    sig=""; code=$RC
-    if [ "$RC" -gt 128 ]; then sig=$((RC - 128)); code=""; fi
-    DETAIL='""'; EXIT_CODE=${code:-null}; EXIT_SIGNAL=null
-    [ -n "$sig" ] && EXIT_SIGNAL=$(json_text "$(kill -l "$sig" 2>/dev/null || echo "$sig")")
-    if [ -n "$TIMED_OUT" ]; then
-        STATUS=timeout; DETAIL=$(json_text "the run passed its wall-clock limit (timeout_s) and was killed"); return
-    fi
-    if [ -n "$STOPPED" ]; then STATUS=interrupted; DETAIL=$(json_text "stopped by $STOPPED"); return; fi
-    if [ -n "$sig" ]; then
-        if [ "$(oom_kills)" != "$OOM_BEFORE" ]; then
-            STATUS=oom; DETAIL=$(json_text "worker killed by signal $sig (the cgroup's oom_kill counter rose)")
-        else
-            case $sig in
-                4|6|7|8|11) STATUS=error; DETAIL=$(json_text "the worker crashed (signal $sig); worker.log in the run directory has its last words") ;;
-                *) STATUS=killed; DETAIL=$(json_text "worker killed by signal $sig") ;;
-            esac
-        fi
-        return
-    fi
-    case $RC in
-        0) STATUS=ok ;; 3) STATUS=diverged ;; 4) STATUS=oom ;; 5) STATUS=unsupported ;;
-        6) STATUS=interrupted ;; *) STATUS=error ;;
-    esac
-    [ "$STATUS" = ok ] && return
-    DETAIL=$(last_detail)
-    if [ -z "$DETAIL" ]; then
-        why=$(tail -n 3 "$RUN/worker.log" 2>/dev/null | tr '\n' ' ')
-        case $why in
-            *"shared librar"*) why="the native worker could not start: $why; its bundle is incomplete: deploy again" ;;
-            *) why="worker exited with code $RC: $why" ;;
-        esac
-        DETAIL=$(json_text "$why")
-    fi
-}
-
-write_meta() {  # $1: the end clock (JSON) or null
+write_meta() {  # $1: the end clock (JSON) or null; $2: the readings (JSON) or null
     {
         printf '{"run_id": %s, "supervisor": "shell", "runtime": "native",\n' "$(json_text "$RUN_ID")"
         printf '"spec": '; cat "specs/$SPEC_JSON"; printf ',\n'
         printf '"device": {"arch": %s, "hostname": %s, "python": null, "mem_total_bytes": %s, "emulator": null},\n' \
             "$(json_text "$(uname -m)")" "$(json_text "$(uname -n)")" "$MEM_TOTAL"
         printf '"versions": {}, "native_worker": '; cat "$WORKER/bundle.json"; printf ',\n'
+        printf '"readings": %s,\n' "$2"
         printf '"clock": {"start": %s, "end": %s}, "predicted": null}\n' "$CLOCK_START" "$1"
     } > "$RUN/meta.json.tmp" && mv "$RUN/meta.json.tmp" "$RUN/meta.json"
+}
+
+end_json() {  # how the worker ended, as seen here (edgebench.figures.status maps it)
+    code=$RC; sig=null
+    if [ "$RC" -gt 128 ]; then sig=$((RC - 128)); code=null; fi
+    tail=null
+    [ -s "$RUN/events.jsonl" ] || tail=$(json_text "$(tail -c 2000 "$RUN/worker.log" 2>/dev/null)")
+    hwm=null; [ -n "$HWM_KB" ] && hwm=$(kb_to_bytes "$HWM_KB")
+    printf '{"exit_code": %s, "exit_signal": %s, "timed_out": %s, "stopped_by": %s, ' "$code" "$sig" \
+        "$([ -n "$TIMED_OUT" ] && echo true || echo false)" "$(json_or_null "$STOPPED")"
+    printf '"oom_kills_start": %s, "oom_kills_end": %s, "kernel_oom": null, "start_problem": null, ' \
+        "${OOM_BEFORE:-null}" "$(v=$(oom_kills); printf '%s' "${v:-null}")"
+    printf '"write_failure": null, "disk_full": false, "worker_hwm_bytes": %s, "worker_log_tail": %s}' "$hwm" "$tail"
 }
 
 run_one() {
@@ -207,15 +380,19 @@ run_one() {
     cp "specs/$SPEC_JSON" "$RUN/spec.json"
     clock_start
     CLOCK_START=$(clock_json)
-    write_meta null
-    find_cgroup
-    OOM_BEFORE=$(oom_kills)
-    PEAK_KB=0; HWM_KB=""; TICKS=0; ENERGY_MJ=0; TIMED_OUT=""; STOPPED=""
+    write_meta null null
+    CPU_START=$(cpu_snapshot)
+    HWM_KB=""; TICKS=0; TIMED_OUT=""; STOPPED=""
     sh "$WORKER/run.sh" "$PLAN/plan.txt" --program "$PROGRAM" --out "$RUN" >> "$RUN/worker.log" 2>&1 &
     PID=$!
+    find_sources "$PID"
+    reset_peak
+    OOM_BEFORE=$(oom_kills)
+    READINGS=$(readings_json)
+    write_meta null "$READINGS"
     START_S=$(date +%s); KILL_AT=""
     while alive; do
-        sample
+        sample 0 >> "$RUN/samples.jsonl"
         if [ -n "$STOP" ] && [ -z "$STOPPED" ]; then
             STOPPED=$STOP; kill -TERM "$PID" 2>/dev/null; KILL_AT=$(($(date +%s) + GRACE_S))
         fi
@@ -223,20 +400,17 @@ run_one() {
             TIMED_OUT=1; kill -KILL "$PID" 2>/dev/null
         fi
         if [ -n "$KILL_AT" ] && [ "$(date +%s)" -ge "$KILL_AT" ]; then kill -KILL "$PID" 2>/dev/null; fi
+        # shellcheck disable=SC2153  # TICK_S is set by the run's .env
         sleep "$TICK_S"
     done
     wait "$PID"; RC=$?
-    status_of
-    write_meta "$(clock_json)"
-    peak=null; hwm=null
-    [ "$PEAK_KB" -gt 0 ] && peak=$(kb_to_bytes "$PEAK_KB")
-    [ -n "$HWM_KB" ] && hwm=$(kb_to_bytes "$HWM_KB")
+    sample 1 >> "$RUN/samples.jsonl"  # a last line with every source: counters end complete
+    write_meta "$(clock_json)" "$READINGS"
     {
-        printf '{"status": "%s", "detail": %s, "run_id": %s, "backend": "executorch", "runtime": "native",\n' \
-            "$STATUS" "$DETAIL" "$(json_text "$RUN_ID")"
-        printf '"exit_code": %s, "exit_signal": %s, "written_by": "shell",\n' "$EXIT_CODE" "$EXIT_SIGNAL"
-        printf '"peak_rss_bytes_sampled": %s, "peak_rss_bytes_kernel": %s,\n' "$peak" "$hwm"
-        printf '"peak_rss_kernel_source": "VmHWM of the worker, last read while it ran",\n'
+        printf '{"run_id": %s, "backend": "executorch", "runtime": "native", "recorded_by": "shell",\n' \
+            "$(json_text "$RUN_ID")"
+        printf '"end": %s,\n' "$(end_json)"
+        printf '"cpu_start": %s,\n"cpu_end": %s,\n' "$CPU_START" "$(cpu_snapshot)"
         printf '"sampler": {"supervisor": "shell", "samples": %d, "tick_s": %s}}\n' "$TICKS" "$TICK_S"
     } > "$RUN/result.json.tmp" && mv "$RUN/result.json.tmp" "$RUN/result.json"
 }
@@ -249,7 +423,7 @@ save() {  # sweep.json: one run per line, so the shell's status script can read 
         printf '\n}}\n'
     } > sweep.json.tmp && mv sweep.json.tmp sweep.json
 }
-set_run() {  # $1 run id, $2 status: replaces the run's line
+set_run() {  # $1 run id, $2 state: replaces the run's line
     RUNS=$(printf '%s\n' "$RUNS" | grep -v "^\"$1\":" | grep -v '^$'; printf '"%s": "%s"' "$1" "$2")
 }
 
@@ -258,16 +432,18 @@ MEM_TOTAL=null
 while read -r key value _; do [ "$key" = MemTotal: ] && MEM_TOTAL=$(kb_to_bytes "$value"); done < /proc/meminfo
 for env in specs/*.env; do
     [ -f "$env" ] || continue
+    POWER=none
+    # shellcheck source=/dev/null  # the host's .env of this run (RUN_ID, TICK_S, ...)
     . "./$env"
     if [ -f "runs/$RUN_ID/result.json" ]; then
-        set_run "$RUN_ID" "$(sed -n 's/^{"status": "\([a-z]*\)".*/\1/p' "runs/$RUN_ID/result.json")"
+        set_run "$RUN_ID" ended
         continue
     fi
     if [ -n "$STOP" ]; then set_run "$RUN_ID" "not started"; continue; fi
     if [ -d "runs/$RUN_ID" ]; then  # cut off by an earlier sweep: kept aside, started afresh
         n=1; while [ -e "runs/$RUN_ID.attempt-$n" ]; do n=$((n + 1)); done
         mv "runs/$RUN_ID" "runs/$RUN_ID.attempt-$n"
-        printf '{"status": "interrupted", "run_id": "%s.attempt-%d", "written_by": "shell", "detail": "attempt %d of %s was cut off: the sweep process was gone before the run ended; the run was started again"}\n' \
+        printf '{"status": "interrupted", "run_id": "%s.attempt-%d", "recorded_by": "shell", "detail": "attempt %d of %s was cut off: the sweep process was gone before the run ended; the run was started again"}\n' \
             "$RUN_ID" "$n" "$n" "$RUN_ID" > "runs/$RUN_ID.attempt-$n/result.json"
         sed "s/^{\"run_id\": \"$RUN_ID\"/{\"run_id\": \"$RUN_ID.attempt-$n\"/" "runs/$RUN_ID.attempt-$n/meta.json" \
             > "runs/$RUN_ID.attempt-$n/meta.json.tmp" 2>/dev/null && mv "runs/$RUN_ID.attempt-$n/meta.json.tmp" "runs/$RUN_ID.attempt-$n/meta.json"
@@ -276,7 +452,7 @@ for env in specs/*.env; do
     set_run "$RUN_ID" running
     save running
     run_one
-    set_run "$RUN_ID" "$STATUS"
+    set_run "$RUN_ID" ended
     save running
 done
 if [ -n "$STOP" ]; then WHY=$(json_text "stopped by $STOP"); save interrupted; else save finished; fi

@@ -19,6 +19,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgebench.errors import EdgebenchError
+from edgebench.figures.status import (
+    EXIT_DIVERGED,
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_NO_SPACE,
+    EXIT_OK,
+    EXIT_OOM,
+    EXIT_UNSUPPORTED,
+)
 from edgebench.runner.oom_score import volunteer_for_oom_kill
 from edgebench.runner.spec import RunSpec
 from edgebench.telemetry.gpu import cuda_memory_sample
@@ -30,15 +39,6 @@ if TYPE_CHECKING:
     import numpy as np
 
     from edgebench.model.config import VLMConfig
-
-# Exit codes the supervisor understands.
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_DIVERGED = 3
-EXIT_OOM = 4
-EXIT_UNSUPPORTED = 5
-EXIT_INTERRUPTED = 6
-EXIT_NO_SPACE = 7
 
 SUPERVISOR_PID_ENV = "EDGEBENCH_SUPERVISOR_PID"
 PR_SET_PDEATHSIG = 1

@@ -1,12 +1,7 @@
-"""Android battery readings: which sign of `current_now` means discharging, and whether a run is
-on external power.
-
-The kernel's power_supply ABI has current_now < 0 while discharging, but vendors differ (a
-Xiaomi Mi 8 reads negative while *charging*). So the sign is determined, not assumed: from a
-Discharging status at the start of a run; else from a one-time calibration stored on the device
-(`edgebench sensors --calibrate`, run unplugged); else the profile's sign; else the ABI's, the
-last two marked unverified. A charging phone, or one on USB with charging disabled, is flagged:
-its battery current then leaves out what the supply provides.
+"""The Android battery on the device: where it is, the supplies beside it, and the sign
+calibration stored on the device (`edgebench sensors --calibrate`, run unplugged). What the
+readings mean (which sign is discharging, whether the phone was on external power) is decided
+by edgebench.figures.power, on the host and here alike.
 """
 
 from __future__ import annotations
@@ -18,12 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from edgebench.errors import EdgebenchError
+from edgebench.figures.power import MIN_CALIBRATION_UA, determine_sign, external_power
 from edgebench.telemetry.sysfs import read_int, read_text, under
-
-# A discharging phone draws tens to hundreds of mA; below 10 mA the sign could be noise.
-MIN_CALIBRATION_UA = 10_000
-EXTERNAL_SUPPLY_TYPES = ("USB", "Mains", "Wireless")  # power_supply `type`s (USB_PD, USB_DCP... start with USB)
-CALIBRATE_HINT = "run `edgebench sensors --calibrate` once with the phone unplugged"
 
 
 class CalibrationError(EdgebenchError):
@@ -80,36 +71,10 @@ def calibrate_battery_sign(root: str | Path = "/", path: str | Path | None = Non
     return record
 
 
-def determine_sign(status: str | None, ua: int, stored: dict[str, Any] | None,
-                   profile_sign: int | str) -> tuple[int, str, bool]:
-    """(sign, where it comes from, verified on this device)."""
-    if status == "Discharging" and abs(ua) >= MIN_CALIBRATION_UA:
-        sign = 1 if ua > 0 else -1
-        origin = "battery status at start: Discharging"
-        others = [(stored and stored["battery_current_sign"], "the stored calibration"),
-                  (profile_sign if profile_sign in (1, -1) else None, "the profile")]
-        origin += "".join(f"; differs from {name} ({other:+d})" for other, name in others if other and other != sign)
-        return sign, origin, True
-    if stored:
-        return stored["battery_current_sign"], f"calibrated on this device at {stored.get('calibrated_at')}", True
-    if profile_sign in (1, -1):
-        return int(profile_sign), f"the profile, not verified on this device: {CALIBRATE_HINT}", False
-    return -1, f"the kernel's convention (current_now < 0 when discharging), not verified: {CALIBRATE_HINT}", False
-
-
-def external_power(root: str | Path, status: str | None) -> tuple[str, str] | None:
-    """(flag, why the battery figure is incomplete) when the phone is on external power."""
-    if status not in ("Charging", "Full", "Not charging"):
-        return None
-    supplies = under(root, "/sys/class/power_supply")
-    online = [p.name for p in sorted(supplies.glob("*"))
-              if (read_text(p / "type") or "").startswith(EXTERNAL_SUPPLY_TYPES) and read_text(p / "online") == "1"]
-    by = ", ".join(online) or "an external supply"
-    if status == "Not charging":
-        return "charging_disabled", (f"on {by} with charging disabled (status 'Not charging'): the supply feeds the "
-                                     "phone, so the battery current leaves out what it provides; unplug USB")
-    return "charging", (f"battery status is {status} ({by} online): current_now is the charger's input net of "
-                        "what the phone draws, not the draw; unplug USB")
+def supplies(root: str | Path) -> dict[str, dict[str, str | None]]:
+    """{name: {type, online}} of every power supply, as read (an external one online means charging)."""
+    base = under(root, "/sys/class/power_supply")
+    return {p.name: {"type": read_text(p / "type"), "online": read_text(p / "online")} for p in sorted(base.glob("*"))}
 
 
 def main() -> None:
@@ -136,8 +101,9 @@ def main() -> None:
         print(f"error: {base}/current_now is not readable: no battery here", file=sys.stderr)
         sys.exit(2)
     sign, origin, verified = determine_sign(status, ua, stored_calibration(), "auto")
+    flag = external_power(status, supplies(args.root))
     print(json.dumps({"status": status, "current_now_ua": ua, "battery_current_sign": sign, "origin": origin,
-                      "verified": verified, "external_power": (external_power(args.root, status) or [None])[0]}))
+                      "verified": verified, "external_power": flag[0] if flag else None}))
 
 
 if __name__ == "__main__":

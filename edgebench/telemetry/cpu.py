@@ -1,10 +1,7 @@
-"""CPU: utilisation of the process tree, of the device's cgroup and of the system, core
-frequencies, and the time the cgroup's CPU quota throttled the run.
-
-`cpu_proc_pct` follows top's convention (100 = one core busy); `cpu_sys_pct` is the
-whole machine (100 = every core busy); `cpu_cgroup_pct` is a CPU-limited cgroup (a lab
-device: 100 = every core its quota allows busy). All are rates over the time since the
-last read.
+"""CPU counters as the kernel gives them: the worker tree's ticks, /proc/stat's `cpu` line, the
+CPU time of the device's cgroup, core frequencies, and the time the cgroup's CPU quota
+throttled the run. Raw readings only (edgebench.figures.readings): the host turns them into
+shares (edgebench.figures.cpu and .samples).
 """
 
 from __future__ import annotations
@@ -19,21 +16,8 @@ from edgebench.telemetry.sysfs import PreadFile, SourceUnavailable, read_text, u
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-class _Rate:
-    """Turns a cumulative counter into a rate per second between reads."""
-
-    def __init__(self) -> None:
-        self._last: tuple[float, float] | None = None
-
-    def update(self, now_s: float, value: float) -> float | None:
-        last, self._last = self._last, (now_s, value)
-        if last is None or now_s <= last[0]:
-            return None
-        return max(0.0, value - last[1]) / (now_s - last[0])
-
-
 class ProcessCpu:
-    """`cpu_proc_pct` of the tree: utime+stime of each member plus the reaped children's
+    """`worker_cpu_ticks` of the tree: utime+stime of each member plus the reaped children's
     cutime+cstime, so a child that exits keeps its ticks in its parent's count."""
 
     name = "process_cpu"
@@ -41,7 +25,6 @@ class ProcessCpu:
     def __init__(self, tree: ProcessTree):
         self.tree = tree
         self._stat = PerPidFiles(tree.proc, "stat", 1024)
-        self._rate = _Rate()
         if self._ticks(0.0) is None:
             raise SourceUnavailable(f"cannot read {tree.proc}/{tree.pid}/stat")
 
@@ -55,41 +38,29 @@ class ProcessCpu:
             total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
         return total
 
-    def read(self, now_s: float) -> dict[str, float]:
+    def read(self, now_s: float) -> dict[str, int]:
         ticks = self._ticks(now_s)
-        rate = None if ticks is None else self._rate.update(now_s, ticks)
-        return {} if rate is None else {"cpu_proc_pct": round(100.0 * rate / CLOCK_TICKS, 2)}
+        return {} if ticks is None else {"worker_cpu_ticks": ticks}
 
     def close(self) -> None:
         self._stat.close()
 
 
 class SystemCpu:
-    """`cpu_sys_pct`: busy share of all cores from the first line of /proc/stat."""
+    """`proc_stat_cpu`: the fields of /proc/stat's first (`cpu`) line, as read."""
 
     name = "system_cpu"
 
     def __init__(self, root: str | Path = "/"):
         self._file = PreadFile(under(root, "/proc/stat"), 256)
-        self._last: tuple[int, int] | None = None
-        if self._times() is None:
+        if not self.read(0.0):
             raise SourceUnavailable(f"cannot read {self._file.path}")
 
-    def _times(self) -> tuple[int, int] | None:
+    def read(self, now_s: float) -> dict[str, str]:
         text = self._file.read()
         if not text or not text.startswith("cpu "):
-            return None
-        values = [int(v) for v in text.split("\n", 1)[0].split()[1:9]]  # up to steal; guest is inside user
-        idle = values[3] + values[4]  # idle + iowait
-        return sum(values), idle
-
-    def read(self, now_s: float) -> dict[str, float]:
-        times = self._times()
-        last, self._last = self._last, times
-        if times is None or last is None or times[0] <= last[0]:
             return {}
-        total, idle = times[0] - last[0], times[1] - last[1]
-        return {"cpu_sys_pct": round(100.0 * (total - idle) / total, 2)}
+        return {"proc_stat_cpu": " ".join(text.split("\n", 1)[0].split()[1:])}
 
     def close(self) -> None:
         self._file.close()
@@ -113,10 +84,9 @@ def _quota_cores(version: str, directory: Path) -> float | None:
 
 
 class CgroupCpu:
-    """`cpu_cgroup_pct`: how busy the CPU-limited cgroup the run lives in is (cpu.stat
-    usage_usec, v1 cpuacct.usage), as a share of the cores its quota allows. On a lab device
-    that cgroup is the device, so this is the device's own CPU use; other processes of the
-    host are not in it."""
+    """`cgroup_cpu_usage_ns`: the CPU time of the CPU-limited cgroup the run lives in (v1
+    cpuacct.usage, v2 cpu.stat usage_usec). On a lab device that cgroup is the device, so its
+    share of the cores its quota allows (`readings()`) is the device's own CPU use."""
 
     name = "cgroup_cpu"
 
@@ -136,31 +106,26 @@ class CgroupCpu:
             if acct is None or is_hierarchy_root(acct[1]):
                 raise SourceUnavailable(f"pid {pid} has a CPU quota but no cpuacct group of its own to read its use")
             self._usage = acct[1] / "cpuacct.usage"
-        self._rate = _Rate()
-        if self._usage_s() is None:
+        if not self.read(0.0):
             raise SourceUnavailable(f"{self._usage} has no CPU usage counter")
 
-    def _usage_s(self) -> float | None:
+    def read(self, now_s: float) -> dict[str, int]:
         if self.version == "v2":
             usec = keyed_values(self._usage).get("usage_usec")
-            return None if usec is None else usec / 1e6
+            return {} if usec is None else {"cgroup_cpu_usage_ns": usec * 1000}
         text = read_text(self._usage)
-        return int(text) / 1e9 if text and text.strip().isdigit() else None
+        return {"cgroup_cpu_usage_ns": int(text)} if text and text.strip().isdigit() else {}
 
-    def read(self, now_s: float) -> dict[str, float]:
-        used = self._usage_s()
-        rate = None if used is None else self._rate.update(now_s, used)
-        return {} if rate is None else {"cpu_cgroup_pct": round(min(100.0, 100.0 * rate / self.cores), 2)}
-
-    def describe(self) -> str:
-        return f"the CPU use of its cgroup {self.path} ({self.cores:g} core{'' if self.cores == 1 else 's'})"
+    def readings(self) -> dict[str, object]:
+        """The cgroup and the cores its quota allows (meta.json readings.cgroup_cpu)."""
+        return {"path": self.path, "cores": self.cores}
 
     def close(self) -> None:
         pass
 
 
 class CpuFreq:
-    """`cpu_freq_mhz` (mean over cores) and `cpu<k>_freq_mhz` from cpufreq's scaling_cur_freq."""
+    """`cpu<k>_freq_mhz` from cpufreq's scaling_cur_freq."""
 
     name = "cpu_freq"
 
@@ -178,8 +143,6 @@ class CpuFreq:
             text = fh.read()
             if text and text.strip().isdigit():
                 out[f"cpu{k}_freq_mhz"] = int(text) / 1000.0
-        if out:
-            out["cpu_freq_mhz"] = round(sum(out.values()) / len(out), 1)
         return out
 
     def close(self) -> None:

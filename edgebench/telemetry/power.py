@@ -1,4 +1,4 @@
-"""Power and energy, measured where the device has a meter, estimated where it has none.
+"""Power meters, read raw: each rail's value, a battery's current, voltage and status.
 
 Measured sources (the first present wins, unless the profile's `sensors.power.source` names one;
 each is one `PowerSource` descriptor in `POWER_SOURCES`, at the end of this module):
@@ -10,15 +10,11 @@ each is one `PowerSource` descriptor in `POWER_SOURCES`, at the end of this modu
 - `rapl`: x86 RAPL energy counters (energy_uj, wrapping at max_energy_range_uj).
 - `pmic`: Raspberry Pi 5 `vcgencmd pmic_read_adc`, sum of V x I over paired rails
   (under-reads the 5 V input).
-- `battery`: Android power_supply/battery current_now (uA) x voltage_now (uV), with the sign
-  determined so that discharging reads positive (`battery`).
-Each yields `power_w`, `energy_j` (since the start) and `rail_<name>_w`; `describe()` gives the
-summary fields saying what `power_w` covers (`power_total`, e.g. "VDD_IN" or "sum of rails").
-
-`PowerEstimate` (a profile's power model: idle + utilisation x (max - idle)) yields only
-`power_w_est` / `energy_j_est`: an estimate is never written into the measured names. The
-utilisation is the device's own (the sampler picks its cgroup's on a lab device, the
-board's on a board), never another device's or process's.
+- `battery`: Android power_supply/battery current_now (uA), voltage_now (uV) and status as read.
+Rail sources yield `rail_<name>_w`; `readings()` says which of them sum to the device's power
+(`total_rails`, decided from the rail names at the start) and what that total covers. The host
+makes the figures (edgebench.figures.power: the battery's sign, power, what it covers;
+edgebench.figures.estimate where no meter exists): a device records no figure.
 """
 
 from __future__ import annotations
@@ -45,20 +41,6 @@ from edgebench.telemetry.sysfs import (
     under,
     unique_names,
 )
-
-
-class Integrator:
-    """Energy in joules from power samples (trapezoid rule between consecutive reads)."""
-
-    def __init__(self) -> None:
-        self.energy_j = 0.0
-        self._last: tuple[float, float] | None = None
-
-    def add(self, now_s: float, power_w: float) -> float:
-        if self._last is not None and now_s > self._last[0]:
-            self.energy_j += 0.5 * (power_w + self._last[1]) * (now_s - self._last[0])
-        self._last = (now_s, power_w)
-        return self.energy_j
 
 
 class _Hwmon:
@@ -119,24 +101,22 @@ def _wanted(label: str, rails: list[str] | None, total_rail: str | None, rail_tr
 
 
 class _Rails:
-    """Rails by label -> `rail_<label>_w` keys plus `power_w`/`energy_j` from a RailTotal;
-    shared by the sysfs reader and the jtop fallback so both give the same keys."""
+    """Rails by label -> `rail_<label>_w` keys, with a RailTotal saying which sum to the device's
+    power; shared by the sysfs reader and the jtop fallback so both give the same keys."""
+
+    name: str
 
     def _setup(self, labels: list[str], total_rail: str | None, rail_tree: str | None) -> None:
         self._keys = dict(zip(labels, unique_names([f"rail_{key_name(label)}_w" for label in labels])))
         self.total = RailTotal(set(labels), total_rail, rail_tree)
-        self._energy = Integrator()
 
     def _record(self, now_s: float, watts: dict[str, float]) -> dict[str, float]:
-        out = {self._keys[label]: round(w, 4) for label, w in watts.items() if label in self._keys}
-        total = self.total.total(watts)
-        if total is not None:
-            out["power_w"] = round(total, 4)
-            out["energy_j"] = round(self._energy.add(now_s, total), 4)
-        return out
+        return {self._keys[label]: round(w, 4) for label, w in watts.items() if label in self._keys}
 
-    def describe(self) -> dict[str, Any]:
-        return self.total.describe()
+    def readings(self) -> dict[str, Any]:
+        what = self.total.describe()
+        return {"source": self.name, "total_rails": [self._keys[r] for r in self.total.rails],
+                "power_total": what["power_total"], "power_total_source": what["power_total_source"]}
 
 
 class Ina3221Power(_Rails):
@@ -230,7 +210,8 @@ def jetson_power(root: str | Path, rails: list[str] | None, total_rail: str | No
 
 
 class RaplPower:
-    """x86 RAPL zones: `power_w` = sum of the package zones; every zone also as a rail."""
+    """x86 RAPL zones, each as a rail (watts over the time since the last read, from its
+    wrapping energy counter); the device's power is the sum of the package zones."""
 
     name = "rapl"
 
@@ -250,13 +231,10 @@ class RaplPower:
             self._zones.append((f"rail_{name}_w", name.startswith("package") and top_level, fh,
                                 read_int(zone / "max_energy_range_uj")))
         self._last: dict[str, tuple[float, int]] = {}
-        self.energy_j = 0.0
 
     def read(self, now_s: float) -> dict[str, float]:
         out: dict[str, float] = {}
-        package_joules: float | None = None
-        package_dt = 0.0
-        for key, is_package, fh, max_range in self._zones:
+        for key, _, fh, max_range in self._zones:
             text = fh.read()
             if not text:
                 continue
@@ -269,17 +247,11 @@ class RaplPower:
             if delta < 0 and max_range:
                 delta += max_range  # the counter wrapped
             out[key] = round(delta / 1e6 / (now_s - last[0]), 4)
-            if is_package:
-                package_joules = (package_joules or 0.0) + delta / 1e6
-                package_dt = now_s - last[0]
-        if package_joules is not None:
-            self.energy_j += package_joules
-            out["power_w"] = round(package_joules / package_dt, 4)
-            out["energy_j"] = round(self.energy_j, 4)
         return out
 
-    def describe(self) -> dict[str, Any]:
-        return {"power_total": "sum of package zones", "power_total_source": "RAPL package zones (CPU package only)"}
+    def readings(self) -> dict[str, Any]:
+        return {"source": self.name, "total_rails": [key for key, package, _, _ in self._zones if package],
+                "power_total": "sum of package zones", "power_total_source": "RAPL package zones (CPU package only)"}
 
     def close(self) -> None:
         for _, _, fh, _ in self._zones:
@@ -309,26 +281,20 @@ class PiPmicPower:
 
     def __init__(self, runner: Runner):
         self._runner = runner
-        self._energy = Integrator()
         try:
             rails = parse_pmic_read_adc(runner(self.command))
         except (OSError, subprocess.SubprocessError) as exc:  # not installed, not a Pi, old firmware
             raise SourceUnavailable(f"`{' '.join(self.command)}` failed: {exc}") from None
         if not rails:
             raise SourceUnavailable(f"`{' '.join(self.command)}` printed no paired current/volt rails (not a Pi 5?)")
+        self._keys = [f"rail_{key_name(rail)}_w" for rail in rails]
 
     def read(self, now_s: float) -> dict[str, float]:
         rails = parse_pmic_read_adc(self._runner(self.command))
-        if not rails:
-            return {}
-        out = {f"rail_{key_name(rail)}_w": round(watts, 4) for rail, watts in rails.items()}
-        total = sum(rails.values())
-        out["power_w"] = round(total, 4)
-        out["energy_j"] = round(self._energy.add(now_s, total), 4)
-        return out
+        return {f"rail_{key_name(rail)}_w": round(watts, 4) for rail, watts in rails.items()}
 
-    def describe(self) -> dict[str, Any]:
-        return {"power_total": SUM_OF_RAILS,
+    def readings(self) -> dict[str, Any]:
+        return {"source": self.name, "total_rails": list(self._keys), "power_total": SUM_OF_RAILS,
                 "power_total_source": "V x I over the PMIC's paired rails; under-reads the 5 V input (EXT5V_V has no "
                                       "current)"}
 
@@ -337,10 +303,11 @@ class PiPmicPower:
 
 
 class BatteryPower:
-    """Android battery: current_now (uA) x voltage_now (uV) x a sign determined at start (see
-    `battery`: status, stored calibration, profile, kernel convention). Reads power_supply/battery,
-    else the first supply whose type is Battery; watches `status` so a run on external power is
-    flagged in the summary."""
+    """Android battery: current_now (uA, the vendor's sign), voltage_now (uV) and status as read,
+    from power_supply/battery, else the first supply whose type is Battery. Which sign means
+    discharging, and whether the phone was on external power, the host decides
+    (edgebench.figures.power) from these and `readings()`: the supplies seen at the start and a
+    calibration stored on the device."""
 
     name = "battery"
 
@@ -348,65 +315,28 @@ class BatteryPower:
         if current_sign not in (1, -1, "auto"):
             raise ValueError(f"sensors.power.battery_current_sign must be 1, -1 or auto, not {current_sign!r}")
         self._root = root
-        base = battery_dir(root)
-        self._current = PreadFile(base / "current_now", 32)
-        self._voltage = PreadFile(base / "voltage_now", 32)
-        self._status = PreadFile(base / "status", 64)
-        ua = self._current.read()
-        if not ua or self._voltage.read() is None:
-            raise SourceUnavailable(f"no readable {base}/current_now and voltage_now")
-        self.status = self._status.read()
-        self.sign, self.sign_origin, self.sign_verified = battery.determine_sign(
-            self.status, int(ua), battery.stored_calibration(state_path), current_sign)
-        self.statuses: list[str] = []
-        self.flags: dict[str, str] = {}
-        self._watch(self.status)
-        self._energy = Integrator()
+        self._dir = battery_dir(root)
+        self._current = PreadFile(self._dir / "current_now", 32)
+        self._voltage = PreadFile(self._dir / "voltage_now", 32)
+        self._status = PreadFile(self._dir / "status", 64)
+        if not self._current.read() or self._voltage.read() is None:
+            raise SourceUnavailable(f"no readable {self._dir}/current_now and voltage_now")
+        self._calibration = battery.stored_calibration(state_path)
 
-    def _watch(self, status: str | None) -> None:
-        if status and (not self.statuses or status != self.statuses[-1]):
-            self.statuses.append(status)
-            flag = battery.external_power(self._root, status)
-            if flag:
-                self.flags.setdefault(*flag)
+    def read(self, now_s: float) -> dict[str, Any]:
+        ua, uv, status = self._current.read(), self._voltage.read(), self._status.read()
+        out: dict[str, Any] = {"battery_status": status} if status else {}
+        if ua and uv and ua.lstrip("-").isdigit() and uv.lstrip("-").isdigit():
+            out.update(battery_current_ua=int(ua), battery_voltage_uv=int(uv))
+        return out
 
-    def read(self, now_s: float) -> dict[str, float]:
-        ua, uv = self._current.read(), self._voltage.read()
-        self._watch(self._status.read())
-        if not (ua and uv):
-            return {}
-        watts = self.sign * int(ua) * int(uv) / 1e12
-        return {"power_w": round(watts, 4), "energy_j": round(self._energy.add(now_s, watts), 4)}
-
-    def describe(self) -> dict[str, Any]:
-        flags = dict(self.flags)
-        if not self.sign_verified:
-            flags["battery_sign_unverified"] = f"battery sign from {self.sign_origin}"
-        return {"battery_current_sign": self.sign, "battery_sign_origin": self.sign_origin,
-                "battery_status_seen": list(self.statuses), "power_flags": sorted(flags),
-                "power_warning": "; ".join(flags.values()) or None}
+    def readings(self) -> dict[str, Any]:
+        return {"path": str(self._dir), "supplies": battery.supplies(self._root), "calibration": self._calibration}
 
     def close(self) -> None:
         self._current.close()
         self._voltage.close()
         self._status.close()
-
-
-class PowerEstimate:
-    """`power_w_est` = idle_w + the device's CPU utilisation x (max_w - idle_w), from a profile's power model."""
-
-    name = "power_estimate"
-
-    def __init__(self, power_model: dict[str, Any]):
-        try:
-            self.idle_w, self.max_w = float(power_model["idle_w"]), float(power_model["max_w"])
-        except (KeyError, TypeError, ValueError):
-            raise ValueError(f"power_model needs numbers idle_w and max_w, got {power_model!r}") from None
-        self._energy = Integrator()
-
-    def estimate(self, now_s: float, cpu_pct: float) -> dict[str, float]:
-        watts = self.idle_w + min(max(cpu_pct / 100.0, 0.0), 1.0) * (self.max_w - self.idle_w)
-        return {"power_w_est": round(watts, 4), "energy_j_est": round(self._energy.add(now_s, watts), 4)}
 
 
 def power_settings(sensors: dict[str, Any] | None) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """What this device can measure: runs the sampler on this process for a moment and reports
-each source (active, or why not) with its latest values.
+each source (active, or why not) with its latest raw values, and the figures the host makes
+of them (edgebench.figures: the same functions a run's figures come from).
 
 `python -m edgebench.telemetry.probe [--root DIR] [--sensors JSON] [--seconds S]` prints
 the report as JSON (no host-side libraries needed; the fleet can run it over SSH).
@@ -15,29 +16,41 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from edgebench.telemetry.sampler import Sampler
 from edgebench.telemetry.sysfs import Runner
 from edgebench.telemetry.trace import read_trace
 
 
-def probe(root: str | Path = "/", sensors: dict[str, Any] | None = None, power_model: dict[str, float] | None = None,
-          seconds: float = 1.0, runner: Runner | None = None) -> dict[str, Any]:
-    """{"sources_active", "sources_unavailable", "sources_failed", "latest": {key: value}, "summary"}."""
+def probe(root: str | Path = "/", sensors: dict[str, Any] | None = None, seconds: float = 1.0,
+          runner: Runner | None = None) -> dict[str, Any]:
+    """{"sources_active", "sources_unavailable", "sources_failed", "latest": {raw key: value},
+    "readings": where each was read, "figures": {figure: latest value}, "power": what the power
+    figure covers, "summary"}."""
+    from edgebench.figures.samples import raw_columns, read_columns, sample_figures
+
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "samples.jsonl"
-        sampler = Sampler(out, os.getpid(), rate_hz=10, root=root, sensors=sensors, power_model=power_model,
-                          runner=runner).start()
+        sampler = Sampler(out, os.getpid(), rate_hz=10, root=root, sensors=sensors, runner=runner).start()
         time.sleep(seconds)
         summary = sampler.stop()
         latest: dict[str, Any] = {}
         for record in read_trace(out).records:
             latest.update(record)
+        readings = sampler.readings()
+        columns, account = sample_figures(read_columns(out, *raw_columns(readings)), readings, {"sensors": sensors})
     latest.pop("t_ns", None)
+    figures = {key: float(values[finite][-1]) for key, values in columns.items() if key != "t_ns"
+               and (finite := np.isfinite(values)).any()}
     return {
         "sources_active": summary["sources_active"],
         "sources_unavailable": summary["sources_unavailable"],
         "sources_failed": summary["sources_failed"],
         "latest": dict(sorted(latest.items())),
+        "readings": readings,
+        "figures": figures,
+        "power": account,
         "summary": summary,
     }
 

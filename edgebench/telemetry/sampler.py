@@ -3,13 +3,14 @@
 Built in the supervisor and pointed at the worker's pid. Each tick writes one flat JSON
 line (flushed) with `t_ns` (monotonic) and whatever was due: RSS and cgroup usage every
 tick; the costlier sources at their own lower rates (`INTERVALS_S`), so a line carries
-only the keys read at that tick. Every source is optional and detected at `start()`; the
-summary from `stop()` lists the active ones and why each other one is absent.
+only the keys read at that tick. Every key is a raw reading (edgebench.figures.readings);
+`readings()` says where each was read, for meta.json, and the host makes the figures. Every
+source is optional and detected at `start()`; the summary from `stop()` lists the active
+ones and why each other one is absent.
 """
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections.abc import Callable
@@ -52,17 +53,6 @@ INTERVALS_S = {
 SLOW_S = 0.5
 CORE_SHARE_DIVISOR = 200
 
-# Summary statistics: which sampled keys get a max, a min or a mean.
-PEAK_KEYS = {"rss_bytes": "peak_rss_bytes", "uss_bytes": "peak_uss_bytes", "pss_bytes": "peak_pss_bytes",
-             "cgroup_usage_bytes": "cgroup_peak_bytes_sampled", "cgroup_rss_bytes": "cgroup_rss_peak_bytes_sampled",
-             "cpu_proc_pct": "cpu_proc_pct_max", "power_w": "power_w_max", "power_w_est": "power_w_est_max",
-             "temp_c_max": "temp_c_max", "gpu_load_pct": "gpu_load_pct_max"}
-MIN_KEYS = {"mem_available_bytes": "mem_available_min_bytes"}
-MEAN_KEYS = ("cpu_proc_pct", "cpu_sys_pct", "cpu_cgroup_pct", "cpu_freq_mhz", "power_w", "power_w_est", "gpu_load_pct")
-LAST_KEYS = ("energy_j", "energy_j_est")
-DELTA_KEYS = {"cpu_throttled_us": "cpu_throttled_us"}  # cumulative counters: the run's share
-
-
 @dataclass
 class _Scheduled:
     name: str
@@ -71,65 +61,21 @@ class _Scheduled:
     due_s: float = 0.0
 
 
-class _Stats:
-    """Running max/min/mean/first/last of the sampled keys; O(1) per sample."""
-
-    def __init__(self) -> None:
-        self.maxima: dict[str, float] = {}
-        self.minima: dict[str, float] = {}
-        self.sums: dict[str, tuple[float, int]] = {}
-        self.first: dict[str, float] = {}
-        self.last: dict[str, float] = {}
-        self.throttle_or = 0
-
-    def add(self, rec: dict[str, Any]) -> None:
-        for key in PEAK_KEYS:
-            if key in rec and rec[key] > self.maxima.get(key, -math.inf):
-                self.maxima[key] = rec[key]
-        for key in MIN_KEYS:
-            if key in rec and rec[key] < self.minima.get(key, math.inf):
-                self.minima[key] = rec[key]
-        for key in MEAN_KEYS:
-            if key in rec:
-                total, n = self.sums.get(key, (0.0, 0))
-                self.sums[key] = (total + rec[key], n + 1)
-        for key in (*LAST_KEYS, *DELTA_KEYS):
-            if key in rec:
-                self.first.setdefault(key, rec[key])
-                self.last[key] = rec[key]
-        self.throttle_or |= rec.get("throttle_flags", 0)
-
-    def summary(self) -> dict[str, Any]:
-        out: dict[str, Any] = {name: self.maxima.get(key) for key, name in PEAK_KEYS.items()}
-        out.update({name: self.minima.get(key) for key, name in MIN_KEYS.items()})
-        out.update({f"{key}_mean": round(t / n, 3) if n else None for key, (t, n) in
-                    ((k, self.sums.get(k, (0.0, 0))) for k in MEAN_KEYS)})
-        out.update({key: self.last.get(key) for key in LAST_KEYS})
-        out.update({name: (self.last[key] - self.first[key]) if key in self.last else None
-                    for key, name in DELTA_KEYS.items()})
-        return out
-
-
 class Sampler:
     """Samples the process tree of `pid` and this device's sensors into `out_path` (JSONL).
 
     `root`: filesystem root for /proc and /sys (fixture trees in tests). `sensors`: the
     device profile's sensors block (`power.source`, `power.rails`, `power.total_rail`,
     `power.battery_current_sign`, `thermal_zones`, `throttle`); empty means detect all.
-    `power_model` {"idle_w", "max_w"}: only used for `power_w_est` where no power is
-    measured, scaled by the device's own CPU use: its cgroup's on a lab device (a
-    CPU-limited cgroup), else the whole system's (a board is the device). `runner`: runs device
-    commands (vcgencmd), argv -> stdout.
+    `runner`: runs device commands (vcgencmd), argv -> stdout.
     """
 
     def __init__(self, out_path: str | Path, pid: int, rate_hz: float = 20.0, root: str | Path = "/",
-                 sensors: dict[str, Any] | None = None, power_model: dict[str, float] | None = None,
-                 runner: Runner | None = None):
+                 sensors: dict[str, Any] | None = None, runner: Runner | None = None):
         if not 0 < rate_hz <= MAX_RATE_HZ:
             raise ValueError(f"sampling rate {rate_hz} Hz is out of range: use 0 < rate_hz <= {MAX_RATE_HZ:g}")
         self.out_path, self.pid, self.rate_hz, self.root = Path(out_path), pid, float(rate_hz), root
         self.sensors = sensors or {}
-        self.power_model = power_model
         self.runner = runner or run_command
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -138,7 +84,6 @@ class Sampler:
         self._active: list[str] = []
         self._unavailable: dict[str, str] = {}
         self._failed: dict[str, str] = {}
-        self._stats = _Stats()
         self._samples = 0
         self._cost_ns_total = 0
         self._cost_ns_max = 0
@@ -147,8 +92,8 @@ class Sampler:
         self._cgroup_start: dict[str, int] = {}
         self._cgroup_peak_scope: str | None = None
         self._power_source: Any = None
-        self._estimate: power.PowerEstimate | None = None
-        self._estimate_cpu: tuple[str, str] | None = None  # (sample key, what it is)
+        self._cgroup_cpu: cpu.CgroupCpu | None = None
+        self._temperatures: list[thermal.ThermalZones | thermal.HwmonTemps] = []
         self._summary: dict[str, Any] | None = None
         self._error: str | None = None
 
@@ -199,7 +144,7 @@ class Sampler:
             self._cgroup_peak_scope = "run" if why_not is None else f"cgroup lifetime ({why_not})"
         self._try("process_cpu", lambda: cpu.ProcessCpu(tree))
         self._try("system_cpu", lambda: cpu.SystemCpu(root))
-        cgroup_cpu = self._try("cgroup_cpu", lambda: cpu.CgroupCpu(self.pid, root))
+        self._cgroup_cpu = self._try("cgroup_cpu", lambda: cpu.CgroupCpu(self.pid, root))
         self._try("cpu_freq", lambda: cpu.CpuFreq(root))
         self._try("cgroup_cpu_throttle", lambda: cpu.CgroupCpuThrottle(self.pid, root))
 
@@ -208,22 +153,12 @@ class Sampler:
         self._unavailable.update(reasons)
         if source is not None:
             self._power_source = self._try(source.name, lambda: source)
-        elif self.power_model:
-            if cgroup_cpu is not None:
-                self._estimate_cpu = ("cpu_cgroup_pct", cgroup_cpu.describe())
-            elif "system_cpu" in self._active:
-                self._estimate_cpu = ("cpu_sys_pct", "the whole system's CPU use (/proc/stat)")
-            if self._estimate_cpu:
-                power_model = self.power_model
-                self._estimate = self._make("power_estimate", lambda: power.PowerEstimate(power_model))
-            else:
-                self._unavailable["power_estimate"] = "needs the device's CPU use (/proc/stat, or its cgroup's), " \
-                                                      "which is unreadable"
 
         zones = [z for z in sensors.get("thermal_zones") or [] if z != "*"] or None
         zone_source = self._try("thermal_zones", lambda: thermal.ThermalZones(root, zones))
         mirrored = zone_source.chip_names if zone_source else set()
-        self._try("hwmon_temps", lambda: thermal.HwmonTemps(root, mirrored))
+        hwmon = self._try("hwmon_temps", lambda: thermal.HwmonTemps(root, mirrored))
+        self._temperatures = [t for t in (zone_source, hwmon) if t is not None]
         if sensors.get("throttle", "vcgencmd") == "vcgencmd":
             self._try("pi_throttled", lambda: thermal.PiThrottled(self.runner))
         else:
@@ -291,13 +226,7 @@ class Sampler:
             if interval >= SLOW_S:
                 interval = max(interval, CORE_SHARE_DIVISOR * (time.perf_counter() - read_started))
             item.due_s = now_s + interval
-        if self._estimate is not None and self._estimate_cpu is not None and self._estimate_cpu[0] in rec:
-            rec.update(self._estimate.estimate(now_s, rec[self._estimate_cpu[0]]))
-        temps = [v for k, v in rec.items() if k.startswith("temp_") and k.endswith("_c")]
-        if temps:
-            rec["temp_c_max"] = max(temps)
         self._writer.write(rec)
-        self._stats.add(rec)
         self._samples += 1
         cost = time.thread_time_ns() - started
         self._cost_ns_total += cost
@@ -325,9 +254,25 @@ class Sampler:
         self._summary = self._summarise()
         return self._summary
 
+    def readings(self) -> dict[str, Any]:
+        """Where the raw readings come from (meta.json `readings`, edgebench.figures.readings)."""
+        out: dict[str, Any] = {"recorded_by": "python", "clock_ticks": cpu.CLOCK_TICKS,
+                               "temperatures": {k: v for t in self._temperatures for k, v in t.names().items()}}
+        if self._cgroup is not None:
+            out["memory_cgroup"] = {"path": f"{self._cgroup.version}:{self._cgroup.dir}",
+                                    "peak_scope": self._cgroup_peak_scope}
+        if self._cgroup_cpu is not None:
+            out["cgroup_cpu"] = self._cgroup_cpu.readings()
+        source = self._power_source
+        if isinstance(source, power.BatteryPower):
+            out["battery"] = source.readings()
+        elif source is not None:
+            out["rails"] = source.readings()
+        return out
+
     def _summarise(self) -> dict[str, Any]:
         duration_s = (self._stopped_ns - self._started_ns) / 1e9
-        out: dict[str, Any] = {
+        return {
             "samples": self._samples,
             "rate_hz": self.rate_hz,
             "achieved_hz": round(self._samples / duration_s, 2) if duration_s > 0 else None,
@@ -338,38 +283,9 @@ class Sampler:
             "sources_unavailable": dict(self._unavailable),
             "sources_failed": dict(self._failed),
             "sampler_error": self._error,
+            "power_source": self._power_source.name if self._power_source is not None else None,
+            "cgroup_status": "active" if self._cgroup is not None else
+            self._unavailable.get("cgroup_memory") or self._failed.get("cgroup_memory"),
+            "oom_kills_start": self._cgroup_start.get("cgroup_oom_kills"),
+            "oom_kills_end": self._cgroup.counters().get("cgroup_oom_kills") if self._cgroup is not None else None,
         }
-        out.update(self._stats.summary())
-        out["throttle_flags_seen"] = thermal.decode_throttled(self._stats.throttle_or) \
-            if "pi_throttled" in self._active else None
-        out.update(self._cgroup_summary())
-        out.update(self._power_summary())
-        return out
-
-    def _cgroup_summary(self) -> dict[str, Any]:
-        if self._cgroup is None:
-            return {"cgroup": None, "cgroup_peak_bytes": None,
-                    "cgroup_status": self._unavailable.get("cgroup_memory") or self._failed.get("cgroup_memory")}
-        end = self._cgroup.counters()  # the kernel's high-water mark, not a sampled one
-        start_kills = self._cgroup_start.get("cgroup_oom_kills")
-        return {
-            "cgroup": f"{self._cgroup.version}:{self._cgroup.dir}",
-            "cgroup_status": "active",
-            "cgroup_peak_bytes": end.get("cgroup_peak_bytes"),
-            "cgroup_peak_scope": self._cgroup_peak_scope,  # "run": reset at start; else since when
-            "cgroup_limit_bytes": end.get("cgroup_limit_bytes"),
-            "cgroup_oom_kills": end.get("cgroup_oom_kills"),
-            "cgroup_oom_kills_during_run": (end["cgroup_oom_kills"] - start_kills)
-            if start_kills is not None and "cgroup_oom_kills" in end else None,
-        }
-
-    def _power_summary(self) -> dict[str, Any]:
-        source = self._power_source
-        out: dict[str, Any] = {"power_source": source.name if source else None}
-        if source is not None:
-            out.update(source.describe())  # what power_w covers; battery sign and external-power flags
-        elif self._estimate is not None:
-            out["power_source"] = "estimate"
-            out["power_model"] = {"idle_w": self._estimate.idle_w, "max_w": self._estimate.max_w}
-            out["power_est_basis"] = self._estimate_cpu[1] if self._estimate_cpu else None
-        return out

@@ -1,9 +1,10 @@
-"""Temperatures (thermal zones, hwmon sensors) and the Raspberry Pi's throttling flags.
+"""Temperatures (thermal zones, hwmon sensors) and the Raspberry Pi's throttling flags, raw.
 
-Keys: `temp_<zone type>_c` per thermal zone, `temp_<chip>_<label>_c` per hwmon sensor,
-`temp_c_max` over all of them, and `throttle_flags` (the raw get_throttled word).
-A zone whose read fails is offline and skipped: JetPack 6 fails powered-off zones with
-EAGAIN, other drivers with EINVAL/ENODATA; -256 °C (what jtop shows for such zones) too.
+Keys: `thermal_zone<N>_mc` per thermal zone and `hwmon<N>_temp<k>_mc` per hwmon sensor, in
+m°C as read; `names()` gives each one's zone type or chip and label as read, for meta.json's
+readings (the host names the figures: edgebench.figures.thermal). `throttle_flags` is the raw
+get_throttled word. A zone whose read fails is skipped: JetPack 6 fails powered-off zones
+with EAGAIN, other drivers with EINVAL/ENODATA.
 Zone names differ between releases (AGX Orin: `CPU-therm` on JetPack 5, `cpu-thermal` on
 JetPack 6), so a profile's zones are case-insensitive names or patterns (`cpu-therm*`).
 """
@@ -23,7 +24,6 @@ from edgebench.telemetry.sysfs import (
     key_name,
     read_text,
     under,
-    unique_names,
 )
 
 OFFLINE_MILLI_C = -256000
@@ -43,27 +43,26 @@ def decode_throttled(value: int) -> dict[str, list[str]]:
     }
 
 
-def _milli_c(fh: PreadFile) -> float | None:
-    text = fh.read()
-    try:
-        value = int(text) if text else None
-    except ValueError:
-        return None
-    return None if value is None or value <= OFFLINE_MILLI_C else value / 1000.0
-
-
 class _TempFiles:
-    """Reads a list of (key, m°C file), leaving out offline and unreadable ones."""
+    """Reads a list of (key, m°C file), leaving out unreadable ones."""
 
     _files: list[tuple[str, PreadFile]]
+    _names: dict[str, str]
 
-    def read(self, now_s: float) -> dict[str, float]:
+    def read(self, now_s: float) -> dict[str, int]:
         out = {}
         for key, fh in self._files:
-            celsius = _milli_c(fh)
-            if celsius is not None:
-                out[key] = celsius
+            text = fh.read()
+            if text and text.lstrip("-").isdigit():
+                out[key] = int(text)
         return out
+
+    def names(self) -> dict[str, str]:
+        """{raw key: the zone type or chip/label as read}: meta.json readings.temperatures."""
+        return dict(self._names)
+
+    def _online(self) -> bool:
+        return any(v > OFFLINE_MILLI_C for v in self.read(0.0).values())
 
     def close(self) -> None:
         for _, fh in self._files:
@@ -93,15 +92,15 @@ class ThermalZones(_TempFiles):
             raise ProfileMismatch(f"sensors.thermal_zones {zones} match none of the thermal zones this board "
                                   f"reports: {types}; list some of these (names or patterns like 'cpu*')")
         self.chip_names = {key_name(t) for t in types}  # how thermal_hwmon names these zones' chips
-        keys = unique_names([f"temp_{key_name(t)}_c" for t, _ in picked])
-        self._files = [(key, PreadFile(p / "temp", 32)) for key, (_, p) in zip(keys, picked)]
-        if not self.read(0.0):
+        self._files = [(f"{p.name}_mc", PreadFile(p / "temp", 32)) for _, p in picked]
+        self._names = {f"{p.name}_mc": t for t, p in picked}
+        if not self._online():
             raise SourceUnavailable(f"no readable, online thermal zone under {under(root, ZONE_DIRS[0])} (tried "
                                     f"{[t for t, _ in picked]})")
 
 
 class HwmonTemps(_TempFiles):
-    """hwmon temp*_input (m°C), named `temp_<chip>_<label or tempN>_c`. Chips that mirror a
+    """hwmon temp*_input (m°C), keyed `hwmon<N>_temp<k>_mc` and named `<chip> <label or tempN>`. Chips that mirror a
     thermal zone (the kernel's thermal_hwmon: `cpu_thermal` for zone `cpu-thermal`) are
     left out via `skip_chips`, so a sensor is not counted twice."""
 
@@ -115,11 +114,11 @@ class HwmonTemps(_TempFiles):
                 continue
             for path in sorted(directory.glob("temp[0-9]*_input")):
                 stem = path.name[: -len("_input")]
-                label = key_name(read_text(directory / f"{stem}_label") or stem)
-                sensors.append((f"temp_{chip}_{label}_c", path))
-        keys = unique_names([key for key, _ in sensors])
-        self._files = [(key, PreadFile(path, 32)) for key, (_, path) in zip(keys, sensors)]
-        if not self.read(0.0):
+                label = read_text(directory / f"{stem}_label") or stem
+                sensors.append((f"{directory.name}_{stem}_mc", f"{chip} {label}", path))
+        self._files = [(key, PreadFile(path, 32)) for key, _, path in sensors]
+        self._names = {key: name for key, name, _ in sensors}
+        if not self._online():
             raise SourceUnavailable(f"no readable hwmon temp*_input under {root}")
 
 

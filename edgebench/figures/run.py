@@ -1,0 +1,131 @@
+"""A run's figures, made on the host from what the device recorded: result.json's raw end
+facts and CPU snapshots, events.jsonl and the raw samples. Every runtime's run directory
+gives the same figures here; `recorded_by` (python or shell) is kept, and nothing that reads
+the figures depends on it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgebench.figures.cpu import DEFAULT_CLOCK_TICKS, cpu_share
+from edgebench.figures.memory import WORKER_RSS, device_ram
+from edgebench.figures.samples import raw_columns, read_columns, sample_figures
+from edgebench.figures.status import run_status, signal_name
+from edgebench.figures.steps import samples_per_s, step_statistics
+from edgebench.telemetry.trace import read_trace
+
+# The native worker reports its own VmHWM: a process's ru_maxrss starts at its parent's RSS
+# (Linux keeps the high-water mark across exec), which for a ~30 MB worker is the supervisor's.
+NATIVE_WORKER_RSS = "kernel RSS of the worker process (its own VmHWM, as the native worker reports it)"
+SHELL_WORKER_RSS = "kernel RSS of the worker process (VmHWM, last read while it ran)"
+
+
+def _max(values: np.ndarray | None) -> float | None:
+    if values is None:
+        return None
+    finite = np.asarray(values, dtype=float)[np.isfinite(np.asarray(values, dtype=float))]
+    return float(finite.max()) if len(finite) else None
+
+
+def _min(values: np.ndarray | None) -> float | None:
+    top = _max(None if values is None else -np.asarray(values, dtype=float))
+    return None if top is None else -top
+
+
+def _int(value: float | None) -> int | None:
+    return None if value is None else int(value)
+
+
+def memory_figures(columns: dict[str, np.ndarray], mem_total: int | None, shared_host: bool) -> dict[str, Any]:
+    """The sampled peaks and the device's RAM from the raw memory readings."""
+    peak = _max(columns.get("cgroup_peak_bytes"))
+    cgroup = peak if peak is not None else _max(columns.get("cgroup_usage_bytes"))
+    limit = _min(columns.get("cgroup_limit_bytes"))
+    ram = device_ram(cgroup, limit, mem_total, _min(columns.get("mem_available_bytes")), shared_host) or {}
+    return {"peak_rss_bytes_sampled": _int(_max(columns.get("rss_bytes"))), "cgroup_peak_bytes": _int(cgroup),
+            "device_ram_peak_bytes": ram.get("bytes"), "device_ram_limit_bytes": ram.get("limit_bytes"),
+            "device_ram_peak_what": ram.get("what")}
+
+
+def _kernel_peak(raw: dict[str, Any], events: list[dict[str, Any]]) -> tuple[int | None, str]:
+    """The worker's kernel RSS peak: the native worker's own VmHWM event, else wait4's ru_maxrss
+    (Python supervisor), else the last VmHWM the shell read."""
+    own = next((e.get("vm_hwm_bytes") for e in events if e.get("event") == "memory"), None)
+    if isinstance(own, int):
+        return own, NATIVE_WORKER_RSS
+    end = raw.get("end") or {}
+    if isinstance(end.get("worker_maxrss_bytes"), int) and end["worker_maxrss_bytes"] > 0:
+        return end["worker_maxrss_bytes"], WORKER_RSS
+    if isinstance(end.get("worker_hwm_bytes"), int):
+        return end["worker_hwm_bytes"], SHELL_WORKER_RSS
+    return raw.get("peak_rss_bytes_kernel"), WORKER_RSS  # a run recorded before raw end facts
+
+
+def run_figures(meta: dict[str, Any], raw: dict[str, Any], events: list[dict[str, Any]],
+                columns: dict[str, np.ndarray], shared_host: bool = False) -> dict[str, Any]:
+    """result.json's figures (docs/figures.md) from the run's raw records. A result without raw
+    end facts (a cut-off attempt, a run recorded before them) keeps the status it states."""
+    spec = meta.get("spec") or {}
+    readings = meta.get("readings") or {}
+    end = raw.get("end")
+    if isinstance(end, dict):
+        status, detail = run_status(end, events)
+    else:
+        status, detail = raw.get("status") or "error", raw.get("detail") or ""
+    stats = step_statistics(events)
+    median = (stats["step_time_s"] or {}).get("median")
+    predicted = next((e.get("memory") for e in events if e.get("event") == "predicted"), None)
+    kernel, kernel_what = _kernel_peak(raw, events)
+    _, account = sample_figures(columns, readings, spec)
+    facts = meta.get("device") or {}
+    batch = spec.get("batch_size") or 1
+    return {
+        **{k: v for k, v in raw.items() if k not in ("end", "cpu_start", "cpu_end")},
+        "status": status,
+        "detail": detail,
+        "run_id": raw.get("run_id") or meta.get("run_id"),
+        "model": spec.get("checkpoint") or spec.get("model") or raw.get("model"),
+        "method": spec.get("method") or raw.get("method"),
+        "backend": spec.get("backend") or raw.get("backend"),
+        "runtime": meta.get("runtime") or raw.get("runtime"),
+        "batch_size": batch,
+        "recorded_by": readings.get("recorded_by") or raw.get("recorded_by") or raw.get("written_by"),
+        "exit_code": (end or {}).get("exit_code", raw.get("exit_code")),
+        "exit_signal": signal_name((end or {}).get("exit_signal")) or raw.get("exit_signal"),
+        **stats,
+        "samples_per_s": samples_per_s(batch, median),
+        "cpu": cpu_share(raw.get("cpu_start"), raw.get("cpu_end"),
+                         readings.get("clock_ticks") or DEFAULT_CLOCK_TICKS) or raw.get("cpu"),
+        **memory_figures(columns, facts.get("mem_total_bytes"), shared_host),
+        "peak_rss_bytes_kernel": kernel,
+        "peak_rss_kernel_what": kernel_what,
+        "predicted_peak_bytes_est": (predicted or {}).get("peak_bytes"),
+        "power": account,
+    }
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def figures_of_run_dir(run_dir: str | Path, shared_host: bool = False) -> dict[str, Any] | None:
+    """The figures of a run directory read from its own files (None before result.json exists);
+    `bench` shows these for the runs it just made."""
+    path = Path(run_dir)
+    raw, meta = read_json(path / "result.json"), read_json(path / "meta.json") or {}
+    if raw is None:
+        return None
+    trace = read_trace(path / "events.jsonl")
+    numbers, texts = raw_columns(meta.get("readings") or {})
+    figures = run_figures(meta, raw, trace.records, read_columns(path / "samples.jsonl", numbers, texts), shared_host)
+    figures.update(events_truncated_last_line=trace.truncated_last_line, events_bad_lines=trace.bad_lines)
+    return figures

@@ -1,0 +1,159 @@
+"""Per-sample figures from a run's raw readings: CPU shares, measured and estimated power,
+temperatures, on the device's clock. The store, the report and the live view all read a run's
+samples through `sample_figures`, so every runtime's samples give the same figures.
+
+A run recorded before devices recorded raw readings carries the figure columns themselves
+(`power_w`, `power_w_est`, `temp_c_max`): they are used where no raw reading stands.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgebench.figures import estimate, power, thermal
+from edgebench.figures.cpu import DEFAULT_CLOCK_TICKS, busy_idle_ticks, stat_fields
+from edgebench.telemetry.trace import read_trace
+
+TEXT_COLUMNS = ("proc_stat_cpu", "battery_status")
+NUMBER_COLUMNS = ("rss_bytes", "cgroup_usage_bytes", "cgroup_peak_bytes", "cgroup_limit_bytes", "cgroup_oom_kills",
+                  "mem_available_bytes", "worker_cpu_ticks", "cgroup_cpu_usage_ns", "battery_current_ua",
+                  "battery_voltage_uv", "throttle_flags")
+LEGACY_COLUMNS = ("power_w", "power_w_est", "temp_c_max", "cgroup_peak_bytes")
+FIGURE_COLUMNS = ("power_w", "power_w_est", "temp_c_max", "cpu_sys_pct", "cpu_proc_pct", "cpu_cgroup_pct")
+
+
+def raw_columns(readings: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(number columns, text columns) the figures of a run with these readings are made from."""
+    numbers = [*NUMBER_COLUMNS, *LEGACY_COLUMNS, *(readings.get("temperatures") or {}),
+               *((readings.get("rails") or {}).get("total_rails") or [])]
+    return list(dict.fromkeys(numbers)), list(TEXT_COLUMNS)
+
+
+def read_columns(path: str | Path, numbers: Iterable[str], texts: Iterable[str] = ()) -> dict[str, np.ndarray]:
+    """The named columns of a samples.jsonl, for a run's own small file (the store reads big ones)."""
+    return columns_of(read_trace(path).records, numbers, texts)
+
+
+def columns_of(records: Iterable[dict[str, Any]], numbers: Iterable[str], texts: Iterable[str] = ()
+               ) -> dict[str, np.ndarray]:
+    """The named columns of sample records (NaN or None where a line lacks a key or holds
+    something else), in time order."""
+    records = sorted((r for r in records if isinstance(r.get("t_ns"), int)), key=lambda r: int(r["t_ns"]))
+    out = {"t_ns": np.array([r["t_ns"] for r in records], dtype=np.int64)}
+    for key in numbers:
+        out[key] = np.array([_number(r.get(key)) for r in records], dtype=np.float64)
+    for key in texts:
+        out[key] = np.array([r.get(key) if isinstance(r.get(key), str) else None for r in records], dtype=object)
+    return out
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else np.nan
+
+
+def _rate(t_ns: np.ndarray, counter: np.ndarray) -> np.ndarray:
+    """Per second between consecutive readings of a cumulative counter, at the later one."""
+    out = np.full(len(t_ns), np.nan)
+    have = np.flatnonzero(np.isfinite(counter))
+    if len(have) < 2:
+        return out
+    dt = np.diff(t_ns[have]) / 1e9
+    delta = np.diff(counter[have])
+    ok = dt > 0
+    out[have[1:][ok]] = np.maximum(delta[ok], 0.0) / dt[ok]
+    return out
+
+
+def _system_pct(stat: np.ndarray) -> np.ndarray:
+    """Busy share of all cores between consecutive /proc/stat readings."""
+    out = np.full(len(stat), np.nan)
+    last: tuple[int, int] | None = None
+    for i, text in enumerate(stat):
+        fields = stat_fields(text)
+        if fields is None:
+            continue
+        now = busy_idle_ticks(fields)
+        if last is not None and now[0] > last[0]:
+            total, idle = now[0] - last[0], now[1] - last[1]
+            out[i] = 100.0 * (total - idle) / total
+        last = now
+    return out
+
+
+def _column(columns: dict[str, np.ndarray], key: str) -> np.ndarray:
+    got = columns.get(key)
+    return np.asarray(got, dtype=np.float64) if got is not None else np.full(len(columns["t_ns"]), np.nan)
+
+
+def _statuses(column: np.ndarray | None) -> list[str]:
+    """The battery statuses in the order they were seen, each change once."""
+    seen: list[str] = []
+    for status in column if column is not None else []:
+        if isinstance(status, str) and (not seen or seen[-1] != status):
+            seen.append(status)
+    return seen
+
+
+def _measured_power(columns: dict[str, np.ndarray], readings: dict[str, Any], spec: dict[str, Any]
+                    ) -> tuple[np.ndarray | None, dict[str, Any]]:
+    """Watts per sample from the battery or the rails, and what they cover; None without a meter."""
+    ua, uv = _column(columns, "battery_current_ua"), _column(columns, "battery_voltage_uv")
+    battery = readings.get("battery")
+    if battery is not None and np.isfinite(ua).any():
+        status = columns.get("battery_status")
+        first = int(np.flatnonzero(np.isfinite(ua))[0])
+        first_status = status[first] if status is not None and isinstance(status[first], str) else \
+            next(iter(_statuses(status)), None)
+        account = power.battery_account(battery, first_status, int(ua[first]), _statuses(status),
+                                        power.profile_sign(spec))
+        return power.battery_watts(ua, uv, account["battery_current_sign"]), {"power_source": "battery", **account}
+    rails = readings.get("rails") or {}
+    total = rails.get("total_rails") or []
+    if total:
+        watts = np.sum([_column(columns, key) for key in total], axis=0)
+        return watts, {"power_source": rails.get("source"), "power_total": rails.get("power_total"),
+                       "power_total_source": rails.get("power_total_source"), "power_flags": [],
+                       "power_warning": None}
+    legacy = _column(columns, "power_w")
+    return (legacy, {"power_source": "recorded power_w"}) if np.isfinite(legacy).any() else (None, {})
+
+
+def sample_figures(columns: dict[str, np.ndarray], readings: dict[str, Any], spec: dict[str, Any]
+                   ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """(figure columns on the samples' clock, the power account: what `power_w` covers and
+    why it may fall short, or the estimate's model and basis)."""
+    t_ns = np.asarray(columns["t_ns"], dtype=np.int64)
+    clock = readings.get("clock_ticks") or DEFAULT_CLOCK_TICKS
+    cores = float((readings.get("cgroup_cpu") or {}).get("cores") or 0)
+    stat = columns.get("proc_stat_cpu")
+    out: dict[str, np.ndarray] = {
+        "t_ns": t_ns,
+        "cpu_sys_pct": _system_pct(stat) if stat is not None else np.full(len(t_ns), np.nan),
+        "cpu_proc_pct": 100.0 * _rate(t_ns, _column(columns, "worker_cpu_ticks")) / clock,
+        "cpu_cgroup_pct": (np.minimum(100.0, 100.0 * _rate(t_ns, _column(columns, "cgroup_cpu_usage_ns")) / 1e9 / cores)
+                           if cores else np.full(len(t_ns), np.nan)),
+    }
+    measured, account = _measured_power(columns, readings, spec)
+    out["power_w"] = measured if measured is not None else np.full(len(t_ns), np.nan)
+    out["power_w_est"] = _column(columns, "power_w_est")
+    model = estimate.power_model(spec)
+    if measured is None and model is not None:
+        key, what = estimate.basis(readings)
+        if np.isfinite(out[key]).any():
+            out["power_w_est"] = estimate.estimated_watts(*model, out[key])
+            account = {"power_source": "estimate", "power_model": {"idle_w": model[0], "max_w": model[1]},
+                       "power_est_basis": what}
+    keys = thermal.temperature_keys(readings.get("temperatures") or {})
+    temps = {key: thermal.celsius(_column(columns, raw)) for raw, key in keys.items()}
+    out.update(temps)
+    if temps:
+        stacked = np.vstack(list(temps.values()))
+        seen = np.isfinite(stacked).any(axis=0)
+        out["temp_c_max"] = np.where(seen, np.nanmax(np.where(np.isfinite(stacked), stacked, -np.inf), axis=0), np.nan)
+    else:
+        out["temp_c_max"] = _column(columns, "temp_c_max")
+    return out, account

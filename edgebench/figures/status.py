@@ -1,0 +1,116 @@
+"""How a run ended, from the raw facts of its end: one mapping for every runtime.
+
+Each runtime records the facts as it saw them (result.json `end`): the worker's exit code or
+the number of the signal that ended it, whether the run passed its time limit or was stopped
+(and by what), the memory cgroup's oom_kill counter at start and end, the kernel's own OOM
+record where it could read one, why the worker could not start, and the tail of its log. A
+worker killed by a signal is `oom` only on evidence (the counter rose, or the kernel logged
+the kill); otherwise it is `killed`, with the signal named, or `error` for a crash.
+
+The worker's exit codes are defined here; the Python worker imports them, and a test holds
+the native worker (edgebench/native/worker.cpp) to them.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+EXIT_OK, EXIT_ERROR, EXIT_DIVERGED, EXIT_OOM, EXIT_UNSUPPORTED, EXIT_INTERRUPTED, EXIT_NO_SPACE = 0, 1, 3, 4, 5, 6, 7
+BY_EXIT_CODE = {EXIT_OK: "ok", EXIT_DIVERGED: "diverged", EXIT_OOM: "oom", EXIT_UNSUPPORTED: "unsupported",
+                EXIT_INTERRUPTED: "interrupted"}
+STATUSES = ("ok", "oom", "diverged", "unsupported", "interrupted", "timeout", "killed", "error")
+NO_SPACE = "no space left on device"
+# a worker that dies of these crashed (a bug, a bad program): an error, not a kill from outside
+CRASH_SIGNALS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT}
+END_EVENTS = {"error", "oom", "diverged", "unsupported", "interrupted"}
+
+
+def signal_name(number: Any) -> str | None:
+    """SIGKILL for 9; the number as text where Linux has no such signal; None for none."""
+    if not isinstance(number, int) or isinstance(number, bool):
+        return None
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def loader_problem(log_tail: str) -> str | None:
+    """The dynamic loader's complaint in the native worker's log (a library missing or of
+    another arch), as one line with the fix; None if there is none."""
+    for line in (log_tail or "").splitlines():
+        if "error while loading shared libraries" in line or "cannot open shared object" in line:
+            return (f"the native worker could not start: {line.strip()}; its bundle is incomplete: deploy "
+                    "again (deploy ships lib/ beside the worker) or use --runtime python")
+        if "Exec format error" in line or "cannot execute binary" in line:
+            return (f"the native worker could not be started: {line.strip()}; it was built for another arch: "
+                    "deploy again so the host builds it for this one (or use --runtime python)")
+    return None
+
+
+def oom_kills_during(end: dict[str, Any]) -> int:
+    start, stop = end.get("oom_kills_start"), end.get("oom_kills_end")
+    return stop - start if isinstance(start, int) and isinstance(stop, int) and stop > start else 0
+
+
+def _by_signal(end: dict[str, Any], number: int) -> tuple[str, str]:
+    name = signal_name(number) or str(number)
+    if oom_kills_during(end):
+        return "oom", f"worker killed by {name} (cgroup oom_kill counter rose by {oom_kills_during(end)})"
+    if end.get("kernel_oom"):
+        return "oom", f"worker killed by {name} (kernel: {end['kernel_oom']})"
+    if number in CRASH_SIGNALS:
+        return "error", (f"the worker crashed ({name}); worker.log in the run directory has its last words; "
+                         "report it with the spec (spec.json)")
+    if number == signal.SIGKILL:
+        return "killed", (f"worker killed by {name}, not by edgebench; no OOM record (the cgroup's oom_kill "
+                          "counter did not move, the kernel log has no OOM kill of it): killed from outside")
+    return "killed", f"worker killed by {name}"
+
+
+def _by_exit(end: dict[str, Any], events: list[dict[str, Any]]) -> tuple[str, str]:
+    code = end.get("exit_code")
+    last = next((e for e in reversed(events) if e.get("event") in END_EVENTS), None)
+    if code == EXIT_NO_SPACE:
+        why = (last or {}).get("detail", "")
+        return "error", f"{NO_SPACE}: the worker could not write its trace" + (f" ({why})" if why else "")
+    status = BY_EXIT_CODE.get(code, "error") if isinstance(code, int) else "error"
+    if status == "ok":
+        return "ok", ""
+    if last is not None:
+        if last["event"] == "diverged":
+            return status, f"non-finite loss {last.get('loss')} at step {last.get('step')}"
+        return status, str(last.get("detail", ""))
+    if status == "interrupted":
+        return status, "stopped by a signal to the worker"
+    problem = loader_problem(str(end.get("worker_log_tail") or ""))
+    if problem:
+        return status, problem
+    tail = " ".join(str(end.get("worker_log_tail") or "").split()[-40:])
+    return status, f"worker exited with code {code}" + (f": {tail}" if tail else "")
+
+
+def run_status(end: dict[str, Any], events: list[dict[str, Any]]) -> tuple[str, str]:
+    """(status, detail) of a run from its raw end facts and its events."""
+    if end.get("timed_out"):
+        return "timeout", "the run passed its wall-clock limit (timeout_s) and was killed"
+    if end.get("stopped_by"):
+        return "interrupted", f"stopped by {end['stopped_by']}"
+    if end.get("start_problem"):
+        return "error", str(end["start_problem"])
+    failure = end.get("write_failure")
+    if failure:
+        where = NO_SPACE if end.get("disk_full") else "cannot write"
+        return "error", f"{where} in the run directory: {failure}"
+    number = end.get("exit_signal")
+    if isinstance(number, int) and not isinstance(number, bool):
+        status, detail = _by_signal(end, number)
+    elif end.get("exit_code") is None:
+        return "error", "the run has no record of how its worker ended (the supervisor was killed, or the device "\
+                        "restarted); its events so far are kept"
+    else:
+        status, detail = _by_exit(end, events)
+    if status in ("error", "killed") and end.get("disk_full") and NO_SPACE not in detail:
+        return "error", f"{NO_SPACE} in the run directory ({detail})"
+    return status, detail
