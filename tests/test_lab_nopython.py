@@ -23,6 +23,7 @@ from edgebench.devices.inventory import get_device
 from edgebench.fleet.collect import collect_device
 from edgebench.fleet.deploy import PreflightError, deploy_one
 from edgebench.fleet.status import device_status
+from edgebench.results.metrics import all_metrics
 from edgebench.results.store import Store
 from edgebench.runner.spec import RunSpec
 from lab_fixtures import lab_in
@@ -82,7 +83,7 @@ def test_native_sweep_without_python_end_to_end(nopy_lab, export_cache):
         assert time.monotonic() < deadline, sweep
         time.sleep(0.2)
     assert not seen_python, seen_python
-    assert sweep["runs"] == {run_id: "ok"}
+    assert sweep["runs"] == {run_id: "ended"}  # the device records how it ended; the host says what that is
     got = collect_device(DEVICE, None, runs_dir, store_path)
     assert got.runs == {run_id: "ok"} and got.ingested == [run_id]
     run_dir = runs_dir / DEVICE / run_id
@@ -97,6 +98,14 @@ def test_native_sweep_without_python_end_to_end(nopy_lab, export_cache):
     assert row["status"] == "ok" and row["runtime"] == "native" and row["steps_done"] == 4
     assert result["loss_last"] < result["loss_first"] and result["step_time_s"]["n"] == 4
     assert result["peak_rss_bytes_kernel"] < 64 * 2**20
+    assert result["recorded_by"] == "shell" and meta["readings"]["recorded_by"] == "shell"
+    # every figure a Python device's run gets: device RAM, the noise guard, the estimated energy
+    with Store(store_path, read_only=True) as store:
+        (figures,) = [m for m in all_metrics(store, device=DEVICE) if m["run_id"] == run_id]
+    assert figures["device_ram_peak_what"].startswith("device RAM (its cgroup")
+    assert 10 * 2**20 < figures["device_ram_peak_bytes"] <= figures["device_ram_limit_bytes"] == 512 * 2**20
+    assert figures["disturbed"] is not None and figures["cpu_others_pct"] is not None
+    assert figures["energy_per_step_j_est"] > 0 and "its cgroup" in figures["power_est_basis"]
 
 
 def test_a_python_run_is_refused_on_a_device_without_python(nopy_lab):

@@ -117,6 +117,18 @@ def read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def status_of_run_dir(run_dir: str | Path) -> str | None:
+    """The status of a run directory's run (None before result.json exists), from its raw end
+    facts where it has them: what collect and status show without reading its samples."""
+    path = Path(run_dir)
+    raw = read_json(path / "result.json")
+    if raw is None:
+        return None
+    if not isinstance(raw.get("end"), dict):
+        return str(raw["status"]) if raw.get("status") else None
+    return run_status(raw["end"], read_trace(path / "events.jsonl").records)[0]
+
+
 def figures_of_run_dir(run_dir: str | Path, shared_host: bool = False) -> dict[str, Any] | None:
     """The figures of a run directory read from its own files (None before result.json exists);
     `bench` shows these for the runs it just made."""

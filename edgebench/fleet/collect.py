@@ -215,10 +215,9 @@ def _local_path(name: str, local_root: Path, relative: str) -> Path:
 
 
 def _local_status(run_dir: Path) -> str | None:
-    try:
-        return json.loads((run_dir / "result.json").read_text())["status"]
-    except (OSError, ValueError, KeyError):
-        return None
+    from edgebench.figures.run import status_of_run_dir
+
+    return status_of_run_dir(run_dir)
 
 
 def _save_probes(directory: Path, probes: list[dict[str, Any]]) -> None:

@@ -4,6 +4,11 @@ Ctrl-C is this module's to pass on: each supervisor runs in its own process grou
 terminal's SIGINT reaches only the host command, which passes it on to the running
 supervisor (the run ends `interrupted`, result.json written; on a second Ctrl-C at once).
 A supervisor that dies without result.json gets one written here.
+
+As root, each run lives in a memory and CPU cgroup of its own (no tighter limit than the host's
+RAM and cores), as a lab device's runs do: its device RAM is then the run's, not the whole
+host's with everyone else's work in it. Without the rights to make one, the figure is the
+host's, labelled host-wide (edgebench.figures.memory).
 """
 
 from __future__ import annotations
@@ -60,6 +65,20 @@ def host_memory() -> tuple[int, int | None]:
     return meminfo()["MemTotal"], cgroup_memory()[0]
 
 
+LOCAL_GROUP = "edgebench-local"
+
+
+def run_cgroup(run_id: str) -> Any:
+    """A cgroup of the run's own (devices.cgroups.Limits) holding the host's RAM and every core;
+    None where this user cannot make one."""
+    from edgebench.devices.cgroups import CgroupError, Limits
+
+    try:
+        return Limits.create(f"{LOCAL_GROUP}/{run_id}", host_memory()[0], float(os.cpu_count() or 1))
+    except (CgroupError, OSError):
+        return None
+
+
 def run_local(spec: RunSpec, run_dir: Path, on_progress: Callable[[int], None] | None = None,
               interrupts: Interrupts | None = None) -> dict[str, Any]:
     """Runs the spec under a fresh supervisor process and returns its figures (made from its
@@ -72,10 +91,25 @@ def run_local(spec: RunSpec, run_dir: Path, on_progress: Callable[[int], None] |
     run_dir.mkdir(parents=True, exist_ok=True)
     spec_path = run_dir / "spec.json"
     spec.save(spec_path)
+    group = run_cgroup(spec.run_id)
+
+    def join_group() -> None:  # in the child, before exec: the supervisor and its worker are the group's
+        for procs in group.procs_files() if group is not None else []:
+            procs.write_text(str(os.getpid()))
+
+    try:
+        return _supervise(spec, run_dir, spec_path, join_group, on_progress, interrupts)
+    finally:
+        if group is not None:
+            group.destroy()
+
+
+def _supervise(spec: RunSpec, run_dir: Path, spec_path: Path, join_group: Callable[[], None],
+               on_progress: Callable[[int], None] | None, interrupts: Interrupts | None) -> dict[str, Any]:
     with open(run_dir / "supervisor.log", "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "edgebench.runner", str(spec_path), "--out", str(run_dir)],
-            stdout=subprocess.DEVNULL, stderr=log, process_group=0,
+            stdout=subprocess.DEVNULL, stderr=log, process_group=0, preexec_fn=join_group,
             env={**os.environ, "EDGEBENCH_PARENT_PID": str(os.getpid())})
     if interrupts is not None:
         interrupts.current = proc

@@ -16,6 +16,12 @@ from edgebench.telemetry.sampler import INTERVALS_S
 
 SWEEP_SCRIPT = "edgebench/runner/sweep.sh"  # inside the shipped package
 WORKER_LINK = "worker"  # in the sweep folder: the worker bundle, whose --clock answers the clock probes
+# The shell reads its sources in two groups, each as often as the Python sampler reads the
+# slowest source of the group (telemetry.sampler.INTERVALS_S)
+SHELL_CADENCES = {
+    "MID_EVERY": ("system_memory", "process_cpu", "system_cpu", "cgroup_cpu", "battery"),
+    "SLOW_EVERY": ("cgroup_memory_counters", "cgroup_cpu_throttle", "thermal_zones", "hwmon_temps"),
+}
 
 
 def refusal(spec: RunSpec) -> str | None:
@@ -31,7 +37,8 @@ def refusal(spec: RunSpec) -> str | None:
 def env_file(spec: RunSpec, spec_json: str) -> str:
     """The .env the shell sweep sources for one run (every value quoted for sh)."""
     tick = 1.0 / spec.sample_hz
-    slow = max(INTERVALS_S["thermal_zones"], INTERVALS_S["battery"])
+    every = {group: max(1, math.ceil(max(INTERVALS_S[name] for name in names) / tick))
+             for group, names in SHELL_CADENCES.items()}
     power = ((spec.sensors or {}).get("power") or {}).get("source")
     values: dict[str, Any] = {
         "RUN_ID": spec.run_id,
@@ -40,7 +47,8 @@ def env_file(spec: RunSpec, spec_json: str) -> str:
         "WORKER": spec.native_worker,
         "PLAN": spec.native_plan,
         "TICK_S": f"{tick:.3f}",
-        "SLOW_EVERY": str(max(1, math.ceil(slow / tick))),
+        "MID_EVERY": str(every["MID_EVERY"]),
+        "SLOW_EVERY": str(every["SLOW_EVERY"]),
         "TIMEOUT_S": str(math.ceil(spec.timeout_s) if spec.timeout_s else 0),
         "POWER": "battery" if power in (None, "auto", "battery") else "none",
     }

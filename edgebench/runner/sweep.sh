@@ -20,8 +20,9 @@
 #
 # Each .env file (written by the host, values shell-quoted) sets RUN_ID, SPEC_JSON (the spec
 # file beside it), PROGRAM, WORKER (bundle folder), PLAN (plan folder), TICK_S (the sample
-# interval, e.g. 0.05), SLOW_EVERY (ticks between the slower sources' reads), TIMEOUT_S (whole
-# seconds, 0: none) and POWER (battery: read the battery; none: the device has no meter here).
+# interval, e.g. 0.05), MID_EVERY and SLOW_EVERY (ticks between reads of the CPU, memory and
+# battery readings, and of the cgroup counters and temperatures: the Python sampler's intervals),
+# TIMEOUT_S (whole seconds, 0: none) and POWER (battery: read the battery; none: no meter here).
 
 set -u
 R=${EDGEBENCH_ROOT:-}
@@ -46,20 +47,21 @@ is_int() {  # $1 is a (possibly negative) decimal integer
     case ${1#-} in "" | *[!0-9]*) return 1 ;; esac
 }
 
-kb_to_bytes() {  # kB * 1024 as text, each part below 2^31
-    q=$(($1 / 1000000)); r=$(($1 % 1000000))
-    lo=$((r * 1024)); hi=$((q * 1024 + lo / 1000000)); lo=$((lo % 1000000))
-    if [ "$hi" -gt 0 ]; then printf '%d%06d' "$hi" "$lo"; else printf '%d' "$lo"; fi
-}
-
 key_name() {  # a sensor's name as a key part, as edgebench.telemetry.sysfs.key_name makes it
     k=$(printf '%s' "$1" | tr '[:upper:]' '[:lower:]' | tr -c 'a-z0-9\n' '_' | sed 's/__*/_/g; s/^_//; s/_$//')
     printf '%s' "${k:-unnamed}"
 }
 
-first_line() {  # the first line of file $1, or nothing
+first_line() {  # the first line of file $1, or nothing (at detection; readings use rd)
     { read -r v < "$1"; } 2>/dev/null && printf '%s' "$v"
 }
+
+if [ -n "${KSH_VERSION:-}" ]; then  # mksh (Android): print is its builtin, printf may be a program
+    out() { print -r -- "$1"; }
+else
+    out() { printf '%s
+' "$1"; }
+fi
 
 clock_start() {  # the monotonic - wall offset, from the worker (a shell has no monotonic clock)
     # shellcheck disable=SC2046  # four numbers, split on purpose
@@ -70,13 +72,17 @@ clock_start() {  # the monotonic - wall offset, from the worker (a shell has no 
     case $(date +%N 2>/dev/null) in *[!0-9]* | "") HAVE_NS=0 ;; esac
 }
 
-now() {  # sets NOW (monotonic ns as text), from the wall clock less the offset
+now() {  # sets NOW (monotonic ns as text) and NOW_S (wall seconds), from the wall clock less the offset
     # shellcheck disable=SC2046  # seconds and nanoseconds, split on purpose
     if [ "$HAVE_NS" = 1 ]; then set -- $(date '+%s %N'); else set -- "$(date +%s)" 0; fi
-    s=$(($1 - OFF_S)); n=$(($(no_zeros "$2") - OFF_N))
+    NOW_S=$1
+    n=$2
+    while :; do case $n in 0?*) n=${n#0} ;; *) break ;; esac; done
+    s=$(($1 - OFF_S)); n=$((n - OFF_N))
     if [ "$n" -lt 0 ]; then n=$((n + 1000000000)); s=$((s - 1)); fi
     if [ "$n" -ge 1000000000 ]; then n=$((n - 1000000000)); s=$((s + 1)); fi
-    NOW=$(printf '%d%09d' "$s" "$n")
+    while [ ${#n} -lt 9 ]; do n=0$n; done
+    NOW=$s$n
 }
 
 clock_json() {
@@ -200,108 +206,141 @@ readings_json() {  # meta.json's `readings` for the sources find_sources found
     printf '}'
 }
 
-# --- readings ---------------------------------------------------------------------------------
+# --- readings: each appends `,"key":value` to LINE, with no process started (a phone's shell
+# forks slowly; a reading that costs a fork per file would slow the sampling it measures) -----
 
-oom_kills() {
-    k=""
-    for f in memory.oom_control memory.events.local memory.events; do
-        [ -n "$k" ] || [ -z "$MEM_CG" ] || [ ! -r "$MEM_CG/$f" ] && continue
-        while read -r key value; do [ "$key" = oom_kill ] && k=$value; done < "$MEM_CG/$f"
-    done
-    printf '%s' "$k"
+rd() {  # V: the first line of file $1, or empty
+    V=""
+    { read -r V < "$1"; } 2>/dev/null
+    return 0
 }
 
-memory_counters() {  # ,"cgroup_peak_bytes":...,"cgroup_limit_bytes":...,"cgroup_rss_bytes":...,"cgroup_oom_kills":...
+add() {  # LINE gets "$1": $2 (a JSON value)
+    LINE="$LINE,\"$1\":$2"
+}
+
+bytes_of_kb() {  # B: kB * 1024 as text, each part below 2^31
+    q=$(($1 / 1000000)); r=$(($1 % 1000000))
+    lo=$((r * 1024)); hi=$((q * 1024 + lo / 1000000)); lo=$((lo % 1000000))
+    if [ "$hi" -gt 0 ]; then
+        while [ ${#lo} -lt 6 ]; do lo=0$lo; done
+        B=$hi$lo
+    else B=$lo; fi
+}
+
+oom_kills() {  # K: the memory cgroup's oom_kill counter, or empty
+    K=""
+    for f in memory.oom_control memory.events.local memory.events; do
+        [ -n "$K" ] || [ -z "$MEM_CG" ] || [ ! -r "$MEM_CG/$f" ] && continue
+        while read -r key value; do [ "$key" = oom_kill ] && K=$value; done < "$MEM_CG/$f"
+    done
+    return 0
+}
+
+memory_counters() {  # the cgroup's high-water mark, limit, anonymous memory and OOM kills
     [ -n "$MEM_CG" ] || return 0
     if [ "$MEM_VER" = v1 ]; then peak=max_usage_in_bytes; limit=limit_in_bytes; rss=total_rss
     else peak=peak; limit=max; rss=anon; fi
-    v=$(first_line "$MEM_CG/memory.$peak"); is_int "$v" && printf ',"cgroup_peak_bytes":%s' "$v"
-    v=$(first_line "$MEM_CG/memory.$limit")
+    rd "$MEM_CG/memory.$peak"; is_int "$V" && add cgroup_peak_bytes "$V"
+    rd "$MEM_CG/memory.$limit"
     # a limit of "max" (v2) or ~2^63 (v1) is none; 19 digits and more is at least 10^18
-    is_int "$v" && [ ${#v} -lt 19 ] && printf ',"cgroup_limit_bytes":%s' "$v"
-    { while read -r key value; do [ "$key" = "$rss" ] && printf ',"cgroup_rss_bytes":%s' "$value"; done \
+    is_int "$V" && [ ${#V} -lt 19 ] && add cgroup_limit_bytes "$V"
+    { while read -r key value; do [ "$key" = "$rss" ] && add cgroup_rss_bytes "$value"; done \
         < "$MEM_CG/memory.stat"; } 2>/dev/null
-    v=$(oom_kills); [ -n "$v" ] && printf ',"cgroup_oom_kills":%s' "$v"
+    oom_kills; [ -n "$K" ] && add cgroup_oom_kills "$K"
+    return 0
 }
 
-temperatures() {  # ,"<raw key>": m°C for every readable sensor
+temperatures() {  # m°C of every readable sensor
     for z in $ZONES; do
-        v=$(first_line "$z/temp"); is_int "$v" && printf ',"%s_mc":%s' "${z##*/}" "$v"
+        rd "$z/temp"; is_int "$V" && add "${z##*/}_mc" "$V"
     done
     for t in $HWMON; do
         h=${t%/*}; stem=${t##*/}
-        v=$(first_line "$t"); is_int "$v" && printf ',"%s_%s_mc":%s' "${h##*/}" "${stem%_input}" "$v"
+        rd "$t"; is_int "$V" && add "${h##*/}_${stem%_input}_mc" "$V"
     done
+    return 0
 }
 
-battery() {  # ,"battery_current_ua":...,"battery_voltage_uv":...,"battery_status":"..."
+battery() {  # current, voltage and status as read
     [ -n "$BAT" ] || return 0
-    ua=$(first_line "$BAT/current_now"); uv=$(first_line "$BAT/voltage_now"); st=$(first_line "$BAT/status")
-    [ -n "$st" ] && printf ',"battery_status":%s' "$(json_text "$st")"
-    is_int "$ua" && is_int "$uv" && printf ',"battery_current_ua":%s,"battery_voltage_uv":%s' "$ua" "$uv"
+    rd "$BAT/status"
+    case $V in
+        "") ;;
+        *[!A-Za-z\ ]*) add battery_status "$(json_text "$V")" ;;  # not a kernel status word: escaped
+        *) add battery_status "\"$V\"" ;;
+    esac
+    rd "$BAT/current_now"; ua=$V; rd "$BAT/voltage_now"
+    is_int "$ua" && is_int "$V" && add battery_current_ua "$ua" && add battery_voltage_uv "$V"
+    return 0
 }
 
-stat_cpu() {  # the fields of /proc/stat's cpu line
-    { read -r cpu fields < "$R/proc/stat"; } 2>/dev/null && [ "$cpu" = cpu ] && printf '%s' "$fields"
+stat_cpu() {  # S: the fields of /proc/stat's cpu line, or empty
+    S=""
+    { read -r cpu fields < "$R/proc/stat"; } 2>/dev/null && [ "$cpu" = cpu ] && S=$fields
+    case $S in *[!0-9\ ]*) S="" ;; esac
+    return 0
 }
 
-slow_readings() {  # the readings taken every SLOW_EVERY ticks (and once more at the end)
+cpu_readings() {  # every MID_EVERY ticks: the machine's, the worker's and the cgroup's CPU, memory, battery
     { while read -r key value _; do
-        [ "$key" = MemAvailable: ] && printf ',"mem_available_bytes":%s' "$(kb_to_bytes "$value")"
+        [ "$key" = MemAvailable: ] && bytes_of_kb "$value" && add mem_available_bytes "$B"
     done < "$R/proc/meminfo"; } 2>/dev/null
-    v=$(stat_cpu); [ -n "$v" ] && printf ',"proc_stat_cpu":%s' "$(json_text "$v")"
+    stat_cpu; [ -n "$S" ] && add proc_stat_cpu "\"$S\""
     if { read -r stat < "$R/proc/$PID/stat"; } 2>/dev/null; then
         # shellcheck disable=SC2086  # the fields after the command name, split on purpose
         set -- ${stat##*) }
-        printf ',"worker_cpu_ticks":%s' $((${12} + ${13} + ${14} + ${15}))
+        add worker_cpu_ticks $((${12} + ${13} + ${14} + ${15}))
     fi
     if [ -n "$CPU_CG" ]; then
         case $CPU_USAGE in
             */cpu.stat) { while read -r key value; do
-                    [ "$key" = usage_usec ] && is_int "$value" && printf ',"cgroup_cpu_usage_ns":%s000' "$(no_zeros "$value")"
+                    [ "$key" = usage_usec ] && is_int "$value" && add cgroup_cpu_usage_ns "$(no_zeros "$value")000"
                 done < "$CPU_USAGE"; } 2>/dev/null ;;
-            *) v=$(first_line "$CPU_USAGE"); is_int "$v" && printf ',"cgroup_cpu_usage_ns":%s' "$v" ;;
+            *) rd "$CPU_USAGE"; is_int "$V" && add cgroup_cpu_usage_ns "$V" ;;
         esac
     fi
+    battery
+}
+
+slow_readings() {  # every SLOW_EVERY ticks: cgroup counters, throttling, temperatures
     if [ -n "$CPU_DIR" ]; then  # the time the CPU quota held the run back (v1 in ns: its last 3 digits dropped)
         { while read -r key value; do
             case $key in
-                throttled_usec) printf ',"cpu_throttled_us":%s' "$value" ;;
-                throttled_time) v=${value%???}; printf ',"cpu_throttled_us":%s' "$(no_zeros "$v")" ;;
+                throttled_usec) add cpu_throttled_us "$value" ;;
+                throttled_time) add cpu_throttled_us "$(no_zeros "${value%???}")" ;;
             esac
         done < "$CPU_DIR/cpu.stat"; } 2>/dev/null
     fi
     memory_counters
     temperatures
-    battery
 }
 
-sample() {  # one line of samples.jsonl for the worker $PID; $1: every source (1) or due ones
+sample() {  # one line of samples.jsonl for the worker $PID; $1: every source (1) or those due
     rss=""
     { while read -r key value _; do
         case $key in VmRSS:) rss=$value ;; VmHWM:) HWM_KB=$value ;; esac
     done < "$R/proc/$PID/status"; } 2>/dev/null
     now
-    line="{\"t_ns\":$NOW"
-    [ -n "$rss" ] && line="$line,\"rss_bytes\":$(kb_to_bytes "$rss")"
+    LINE="{\"t_ns\":$NOW"
+    [ -n "$rss" ] && bytes_of_kb "$rss" && add rss_bytes "$B"
     if [ -n "$MEM_CG" ]; then
-        for f in memory.usage_in_bytes memory.current; do
-            v=$(first_line "$MEM_CG/$f"); is_int "$v" && line="$line,\"cgroup_usage_bytes\":$v"
-        done
+        for f in memory.usage_in_bytes memory.current; do rd "$MEM_CG/$f"; is_int "$V" && add cgroup_usage_bytes "$V"; done
     fi
-    if [ "$1" = 1 ] || [ $((TICKS % SLOW_EVERY)) = 0 ]; then line="$line$(slow_readings)"; fi
-    printf '%s}\n' "$line"
+    if [ "$1" = 1 ] || [ $((TICKS % MID_EVERY)) = 0 ]; then cpu_readings; fi
+    if [ "$1" = 1 ] || [ $((TICKS % SLOW_EVERY)) = 0 ]; then slow_readings; fi
+    out "$LINE}"
     TICKS=$((TICKS + 1))
 }
 
-cpu_snapshot() {  # the raw snapshot of the noise guard (edgebench.figures.cpu); `times` counts reaped children
+cpu_snapshot() {  # the raw snapshot of the noise guard (edgebench.figures.cpu), after `times > $RUN/.times`
     now
-    times > "$RUN/.times" 2>/dev/null
+    stat_cpu
     cores=$(grep -c '^cpu[0-9]' "$R/proc/stat" 2>/dev/null)
+    rd "$R/proc/loadavg"
     printf '{"t_ns": %s, "proc_stat_cpu": %s, "stat_cores": %s, "loadavg": %s, "times": %s}' "$NOW" \
-        "$(json_or_null "$(stat_cpu)")" "${cores:-null}" "$(json_or_null "$(first_line "$R/proc/loadavg")")" \
+        "$(json_or_null "$S")" "${cores:-null}" "$(json_or_null "$V")" \
         "$(json_or_null "$(cat "$RUN/.times" 2>/dev/null)")"
-    rm -f "$RUN/.times"
 }
 
 reset_peak() {  # the v1 high-water mark restarts at the run (as telemetry.memory.CgroupMemory.reset_peak)
@@ -315,7 +354,7 @@ reset_peak() {  # the v1 high-water mark restarts at the run (as telemetry.memor
 }
 
 if [ "${1:-}" = --sample ]; then  # the readings of pid $2 now, as a run would record them
-    PID=$2; POWER=${POWER:-battery}; TICKS=0; SLOW_EVERY=1; HAVE_NS=0; OFF_S=0; OFF_N=0
+    PID=$2; POWER=${POWER:-battery}; TICKS=0; MID_EVERY=1; SLOW_EVERY=1; HAVE_NS=0; OFF_S=0; OFF_N=0
     find_sources "$PID"
     reset_peak
     readings_json; printf '\n'
@@ -366,11 +405,12 @@ end_json() {  # how the worker ended, as seen here (edgebench.figures.status map
     if [ "$RC" -gt 128 ]; then sig=$((RC - 128)); code=null; fi
     tail=null
     [ -s "$RUN/events.jsonl" ] || tail=$(json_text "$(tail -c 2000 "$RUN/worker.log" 2>/dev/null)")
-    hwm=null; [ -n "$HWM_KB" ] && hwm=$(kb_to_bytes "$HWM_KB")
+    hwm=null; [ -n "$HWM_KB" ] && bytes_of_kb "$HWM_KB" && hwm=$B
     printf '{"exit_code": %s, "exit_signal": %s, "timed_out": %s, "stopped_by": %s, ' "$code" "$sig" \
         "$([ -n "$TIMED_OUT" ] && echo true || echo false)" "$(json_or_null "$STOPPED")"
+    oom_kills
     printf '"oom_kills_start": %s, "oom_kills_end": %s, "kernel_oom": null, "start_problem": null, ' \
-        "${OOM_BEFORE:-null}" "$(v=$(oom_kills); printf '%s' "${v:-null}")"
+        "${OOM_BEFORE:-null}" "${K:-null}"
     printf '"write_failure": null, "disk_full": false, "worker_hwm_bytes": %s, "worker_log_tail": %s}' "$hwm" "$tail"
 }
 
@@ -381,36 +421,40 @@ run_one() {
     clock_start
     CLOCK_START=$(clock_json)
     write_meta null null
+    times > "$RUN/.times" 2>/dev/null  # here, not in a subshell: a subshell's children are not the run's
     CPU_START=$(cpu_snapshot)
     HWM_KB=""; TICKS=0; TIMED_OUT=""; STOPPED=""
     sh "$WORKER/run.sh" "$PLAN/plan.txt" --program "$PROGRAM" --out "$RUN" >> "$RUN/worker.log" 2>&1 &
     PID=$!
     find_sources "$PID"
     reset_peak
-    OOM_BEFORE=$(oom_kills)
+    oom_kills; OOM_BEFORE=$K
     READINGS=$(readings_json)
     write_meta null "$READINGS"
-    START_S=$(date +%s); KILL_AT=""
+    now; START_S=$NOW_S; KILL_AT=""
     while alive; do
-        sample 0 >> "$RUN/samples.jsonl"
+        sample 0 >> "$RUN/samples.jsonl"  # NOW_S: its wall seconds
         if [ -n "$STOP" ] && [ -z "$STOPPED" ]; then
-            STOPPED=$STOP; kill -TERM "$PID" 2>/dev/null; KILL_AT=$(($(date +%s) + GRACE_S))
+            STOPPED=$STOP; kill -TERM "$PID" 2>/dev/null; KILL_AT=$((NOW_S + GRACE_S))
         fi
-        if [ "$TIMEOUT_S" -gt 0 ] && [ -z "$TIMED_OUT" ] && [ $(($(date +%s) - START_S)) -ge "$TIMEOUT_S" ]; then
+        if [ "$TIMEOUT_S" -gt 0 ] && [ -z "$TIMED_OUT" ] && [ $((NOW_S - START_S)) -ge "$TIMEOUT_S" ]; then
             TIMED_OUT=1; kill -KILL "$PID" 2>/dev/null
         fi
-        if [ -n "$KILL_AT" ] && [ "$(date +%s)" -ge "$KILL_AT" ]; then kill -KILL "$PID" 2>/dev/null; fi
+        if [ -n "$KILL_AT" ] && [ "$NOW_S" -ge "$KILL_AT" ]; then kill -KILL "$PID" 2>/dev/null; fi
         # shellcheck disable=SC2153  # TICK_S is set by the run's .env
         sleep "$TICK_S"
     done
     wait "$PID"; RC=$?
+    times > "$RUN/.times" 2>/dev/null  # the reaped worker's CPU time is in its children's now
+    CPU_END=$(cpu_snapshot)
+    rm -f "$RUN/.times"
     sample 1 >> "$RUN/samples.jsonl"  # a last line with every source: counters end complete
     write_meta "$(clock_json)" "$READINGS"
     {
         printf '{"run_id": %s, "backend": "executorch", "runtime": "native", "recorded_by": "shell",\n' \
             "$(json_text "$RUN_ID")"
         printf '"end": %s,\n' "$(end_json)"
-        printf '"cpu_start": %s,\n"cpu_end": %s,\n' "$CPU_START" "$(cpu_snapshot)"
+        printf '"cpu_start": %s,\n"cpu_end": %s,\n' "$CPU_START" "$CPU_END"
         printf '"sampler": {"supervisor": "shell", "samples": %d, "tick_s": %s}}\n' "$TICKS" "$TICK_S"
     } > "$RUN/result.json.tmp" && mv "$RUN/result.json.tmp" "$RUN/result.json"
 }
@@ -429,13 +473,14 @@ set_run() {  # $1 run id, $2 state: replaces the run's line
 
 WHY=""
 MEM_TOTAL=null
-while read -r key value _; do [ "$key" = MemTotal: ] && MEM_TOTAL=$(kb_to_bytes "$value"); done < /proc/meminfo
+while read -r key value _; do [ "$key" = MemTotal: ] && bytes_of_kb "$value" && MEM_TOTAL=$B; done < /proc/meminfo
 for env in specs/*.env; do
     [ -f "$env" ] || continue
     POWER=none
     # shellcheck source=/dev/null  # the host's .env of this run (RUN_ID, TICK_S, ...)
     . "./$env"
-    if [ -f "runs/$RUN_ID/result.json" ]; then
+    # ended, unless the status script closed it for a sweep that died meanwhile (`cut_off`): run again
+    if [ -f "runs/$RUN_ID/result.json" ] && ! grep -q '"cut_off": true' "runs/$RUN_ID/result.json"; then
         set_run "$RUN_ID" ended
         continue
     fi
