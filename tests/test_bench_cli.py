@@ -193,7 +193,6 @@ def test_deploy_ships_a_folder_once_verified_by_sha256_and_cached(tmp_path):
         remote = Path(first.checkpoint)
         assert first.data_dir == first.checkpoint and remote.parent == work / "cache"
         assert (remote / "sub" / "w.bin").read_bytes() == (folder / "sub" / "w.bin").read_bytes()
-        assert (remote / assets.MARKER).exists()
         shipped = sum("shipping" in line for line in logs)
         ship([second])  # a later sweep: found on the device, nothing shipped
         assert second.checkpoint == first.checkpoint and sum("shipping" in line for line in logs) == shipped
@@ -206,7 +205,7 @@ def test_deploy_ships_a_folder_once_verified_by_sha256_and_cached(tmp_path):
         (folder / "config.json").write_text('{"a": 1}')  # new content: a new cache entry
         with pytest.raises(assets.AssetError, match="config.json"):
             ship([RunSpec(checkpoint=str(folder))], ship_tar=damaging)
-        assert len(list((work / "cache").iterdir())) == 1  # the damaged copy was removed, never marked
+        assert len(list((work / "cache").iterdir())) == 1  # the damaged copy was removed
 
 
 def test_library_chatter_is_silenced_in_every_process():

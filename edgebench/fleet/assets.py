@@ -1,12 +1,16 @@
-"""A user's checkpoint and dataset folders (and the native worker with its plans), shipped to
-a device once; a Hugging Face dataset is first turned into the folder format, once per content.
+"""A user's checkpoint and dataset folders, exported programs, and the native worker with its
+plans, shipped to a device once; a Hugging Face dataset is first turned into the folder format,
+once per content.
 
-Each folder is content-addressed: the sha256 of every file, and of that list. It lands
-in `<workdir>/cache/<digest>-<name>/`, is checked file by file on the device after
-unpacking (fleet/device_scripts/digests.py), and only then marked verified; a later
-sweep that needs the same content finds the mark and ships nothing. A dataset folder
-ships only what its JSONL references (the JSONL, tokenizer.json, each image named), not
-whatever else lies in the folder; deploy's disk estimate counts what is to be shipped.
+Each folder is content-addressed: the sha256 of every file, and of that list. It lands in
+`<workdir>/cache/<digest>-<name>/` and stays there for later sweeps. Before every sweep the
+device hashes its cached copy (fleet/device_scripts/digests.py): a copy whose files all match
+is used as is; any other (a byte flipped, a line appended, a file truncated, added or missing
+since it was shipped) is sent again, and deploy says so. Nothing vouches for a copy but its
+content: a copy checked once may have changed since. After unpacking, the device hashes it
+again. A dataset folder ships only what its JSONL references (the JSONL, tokenizer.json, each
+image named), not whatever else lies in the folder; deploy's disk estimate counts what is to be
+shipped.
 """
 
 from __future__ import annotations
@@ -14,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,9 +28,10 @@ from edgebench.errors import EdgebenchError
 from edgebench.fleet.device_scripts import digests as digests_script
 from edgebench.fleet.device_scripts.digests import digests, file_digest
 from edgebench.fleet.remote import run_program
+from edgebench.untrusted import printable
 
-MARKER = ".edgebench-verified"
-ASSET_FIELDS = ("checkpoint", "data_dir", "native_worker", "native_plan")
+ASSET_FIELDS = {"checkpoint": "checkpoint", "data_dir": "dataset", "program": "program",
+                "native_worker": "native worker", "native_plan": "native plan"}  # spec field -> what deploy calls it
 
 
 class AssetError(EdgebenchError, RuntimeError):
@@ -43,6 +47,7 @@ class Asset:
     digest: str
     size_bytes: int
     whole: bool  # every file of the folder (a checkpoint), else the subset a dataset uses
+    what: str = "folder"  # checkpoint, dataset, program, ... (for deploy's lines)
 
     def remote(self, workdir: str) -> str:
         return f"{workdir}/cache/{self.digest[:24]}-{re.sub(r'[^A-Za-z0-9._-]+', '_', self.local.name)}"
@@ -86,57 +91,81 @@ def folder_digest(folder: Path, files: list[str] | None = None) -> tuple[str, di
 def plan_assets(specs: list[Any]) -> dict[str, Asset]:
     """Every host folder the specs name (checkpoint: whole; dataset: what its JSONL uses), by path."""
     out: dict[str, Asset] = {}
-    for attr in ASSET_FIELDS:
+    for attr, what in ASSET_FIELDS.items():
         for local in dict.fromkeys(getattr(s, attr) for s in specs if getattr(s, attr)):
             if local in out or not Path(local).is_dir():
                 continue  # already planned, or already a device path (a spec file written for that device)
             folder = Path(local)
             subset = dataset_files(folder) if attr == "data_dir" else None
             digest, files = folder_digest(folder, subset)
-            out[local] = Asset(
-                folder, files, digest, sum((folder / rel).stat().st_size for rel in files), subset is None
-            )
+            out[local] = Asset(folder, files, digest, sum((folder / rel).stat().st_size for rel in files),
+                               subset is None, what)
     return out
 
 
-def unshipped_bytes(transport: Any, workdir: str, assets: dict[str, Asset]) -> int:
-    """Bytes of the planned folders the device does not hold verified yet (deploy's disk estimate)."""
-    return sum(a.size_bytes for a in assets.values()
-               if transport.run(["test", "-f", f"{a.remote(workdir)}/{MARKER}"]).rc != 0)
+def _differing(sent: dict[str, str], got: dict[str, str]) -> list[str]:
+    """The files whose sha256 on the device is not the host's (changed, missing or extra)."""
+    return sorted(k for k in set(sent) | set(got) if sent.get(k) != got.get(k))
+
+
+def _named(files: list[str]) -> str:
+    """A few of the files, printable and short (their names may come from the device)."""
+    more = f" and {len(files) - 3} more" if len(files) > 3 else ""
+    return printable(", ".join(f[:80] for f in files[:3]), newlines=False) + more
+
+
+def check_cache(transport: Any, device: Any, workdir: str, assets: dict[str, Asset]) -> dict[str, list[str] | None]:
+    """Per planned asset (by host path), the files of the device's cached copy that differ from
+    the host's: [] when the copy is whole, None when the device has none. Hashed on the device
+    at every deploy, so nothing changed since it was shipped ever runs."""
+    found: dict[str, list[str] | None] = {}
+    for local, asset in assets.items():
+        got = run_program(transport, device, digests_script, asset.remote(workdir))
+        found[local] = _differing(asset.files, got) if got else None
+    return found
+
+
+def unshipped_bytes(assets: dict[str, Asset], found: dict[str, list[str] | None]) -> int:
+    """Bytes of the planned folders the device does not hold whole (deploy's disk estimate)."""
+    return sum(a.size_bytes for local, a in assets.items() if found[local] != [])
 
 
 def ship_folder(transport: Any, device: Any, asset: Asset, workdir: str, staging: Path,
                 ship_tar: Callable[[Any, Path, str], None], tar_dir: Callable[..., Path],
-                log: Callable[[str], None] = lambda _: None) -> str:
-    """The device path of the asset's content, shipped and verified unless already cached there."""
+                log: Callable[[str], None] = lambda _: None, differing: list[str] | None = None) -> str:
+    """The device path of the asset's content: the cached copy when `differing` (check_cache's
+    finding) is [], else shipped again and verified."""
     local, remote = asset.local, asset.remote(workdir)
-    if transport.run(["test", "-f", f"{remote}/{MARKER}"]).rc == 0:
-        log(f"{device.name}: {local} already on the device ({remote}, sha256 verified before)")
+    if differing == []:
+        log(f"{device.name}: {asset.what} {local} already on the device ({remote}, sha256 of each file checked)")
         return remote
+    if differing:
+        log(f"{device.name}: the device's cached copy of {asset.what} {local} differs from it "
+            f"({_named(differing)}); sending it again")
     archive = tar_dir(local, ".", staging / f"asset-{asset.digest[:12]}.tar", compress=False,
                       files=None if asset.whole else sorted(asset.files))
-    what = "" if asset.whole else f" ({len(asset.files)} files its JSONL uses)"
-    log(f"{device.name}: shipping {local}{what} ({archive.stat().st_size / 2**20:.1f} MiB) to {remote}")
+    subset = "" if asset.whole else f" ({len(asset.files)} files its JSONL uses)"
+    log(f"{device.name}: shipping {asset.what} {local}{subset} ({archive.stat().st_size / 2**20:.1f} MiB) to {remote}")
     transport.check(["rm", "-rf", remote])
     ship_tar(transport, archive, remote)
-    got = run_program(transport, device, digests_script, remote)
-    if got != asset.files:
-        bad = sorted(k for k in set(asset.files) | set(got) if asset.files.get(k) != got.get(k))
+    bad = _differing(asset.files, run_program(transport, device, digests_script, remote))
+    if bad:
         transport.check(["rm", "-rf", remote])
-        raise AssetError(f"{device.name}: {local} arrived different from what was sent ({', '.join(bad[:5])}); "
+        raise AssetError(f"{device.name}: {local} arrived different from what was sent ({_named(bad)}); "
                          "check the device's free disk space and run deploy again")
-    transport.check(["sh", "-c", f"echo {asset.digest} > {shlex.quote(remote + '/' + MARKER)}"])
     return remote
 
 
 def ship_assets(transport: Any, device: Any, specs: list[Any], workdir: str, staging: Path,
                 ship_tar: Callable[[Any, Path, str], None], tar_dir: Callable[..., Path],
-                log: Callable[[str], None] = lambda _: None, assets: dict[str, Asset] | None = None) -> None:
-    """Ships every checkpoint and dataset folder, native worker bundle and native plan the specs
-    name (once each; `assets`: plan_assets of them, made beforehand) and points the specs at the
-    device's copies."""
+                log: Callable[[str], None] = lambda _: None, assets: dict[str, Asset] | None = None,
+                found: dict[str, list[str] | None] | None = None) -> None:
+    """Ships every folder the specs name that the device does not hold whole (once each;
+    `assets`, `found`: plan_assets and check_cache of them, made beforehand) and points the
+    specs at the device's copies."""
     assets = plan_assets(specs) if assets is None else assets
-    remotes = {local: ship_folder(transport, device, asset, workdir, staging, ship_tar, tar_dir, log)
+    found = check_cache(transport, device, workdir, assets) if found is None else found
+    remotes = {local: ship_folder(transport, device, asset, workdir, staging, ship_tar, tar_dir, log, found[local])
                for local, asset in assets.items()}
     for spec in specs:
         for attr in ASSET_FIELDS:

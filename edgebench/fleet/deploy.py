@@ -2,8 +2,9 @@
 
 On the device a sweep lives in `<workdir>/sweeps/<sweep_id>/`: `pkg/edgebench/` (this
 package's own source, so the device runs exactly the host's code; no dependency is
-installed there), `programs/` (exported programs the specs name), `specs/NNN-<run_id>.json`,
-and what the runner writes: `runs/<run_id>/`, `sweep.json`, `sweep.log`, `sweep.pid`.
+installed there), `specs/NNN-<run_id>.json`, and what the runner writes: `runs/<run_id>/`,
+`sweep.json`, `sweep.log`, `sweep.pid`. Programs, checkpoints, datasets and the native worker
+are cached in `<workdir>/cache/`, checked by sha256 before each sweep (fleet/assets.py).
 The sweep is started with setsid + nohup, so a dropped connection does not stop it.
 Clock probes and a record of the deployment go to `<local_root>/<device>/`.
 """
@@ -31,7 +32,7 @@ from edgebench.devices.labgrid import interrupt_reservations, reserve
 from edgebench.devices.transport import Transport, TransportError
 from edgebench.errors import EdgebenchError
 from edgebench.fleet import shell_sweep
-from edgebench.fleet.assets import plan_assets, ship_assets, unshipped_bytes
+from edgebench.fleet.assets import check_cache, plan_assets, ship_assets, unshipped_bytes
 from edgebench.fleet.clock import probe_clock
 from edgebench.fleet.device_scripts import facts as facts_script
 from edgebench.fleet.plan import attach_native, attach_program, for_device, force_memory, memory_budget, memory_refusals
@@ -158,12 +159,9 @@ def deploy_one(name: str, specs: list[RunSpec], local_root: Path = Path("runs"),
             spec, facts["arch"], on_stage=lambda stage, m=spec.method: log(f"{name}: {m}: {stage}"))
             or (None if device.has_python else shell_sweep.refusal(spec)))
         package = package_tarball(Path(staging) / "pkg.tar.gz")
-        named = dict.fromkeys(s.program for s in specs if s.program and Path(s.program).is_dir())
-        programs = {local: _tar_dir(Path(local), ".", Path(staging) / f"program{i}.tar", compress=False)
-                    for i, local in enumerate(named)}
         assets = plan_assets(specs)
-        payload = (package.stat().st_size + sum(p.stat().st_size for p in programs.values())
-                   + unshipped_bytes(transport, facts["workdir"], assets))
+        found = check_cache(transport, device, facts["workdir"], assets)
+        payload = package.stat().st_size + unshipped_bytes(assets, found)
         ready = readiness.check(device, transport, backends={readiness.need(s) for s in specs})
         problems = ready.messages() + preflight(device, facts, specs, payload)
         ram = min(v for v in (facts.get("mem_total_bytes"), int(device.profile.ram_bytes)) if v)
@@ -183,14 +181,8 @@ def deploy_one(name: str, specs: list[RunSpec], local_root: Path = Path("runs"),
         log(f"{name}: shipping edgebench ({package.stat().st_size / 1024:.0f} KiB) to {sweep}")
         transport.check(["mkdir", "-p", f"{sweep}/specs", f"{sweep}/runs"])
         _ship_tar(transport, package, f"{sweep}/pkg")
-        for index, (local, archive) in enumerate(programs.items()):
-            remote = f"{sweep}/programs/{index:02d}-{Path(local).name}"
-            log(f"{name}: shipping program {local} ({archive.stat().st_size / 2**20:.1f} MiB)")
-            _ship_tar(transport, archive, remote)
-            for spec in specs:
-                if spec.program == local:
-                    spec.program = remote
-        ship_assets(transport, device, specs, facts["workdir"], Path(staging), _ship_tar, _tar_dir, log, assets)
+        ship_assets(transport, device, specs, facts["workdir"], Path(staging), _ship_tar, _tar_dir, log, assets,
+                    found)
         for index, spec in enumerate(specs):
             spec_file = Path(staging) / f"{index:03d}-{spec.run_id}.json"
             spec.save(spec_file)
