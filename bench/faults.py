@@ -442,6 +442,7 @@ def sweeps(c: Campaign) -> None:
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
     proc, _ = stepping_sweep(c, dev / "sweeps" / "s3", "e")
+    deploy_while_running(c, dev)
     os.kill(proc.pid, signal.SIGTERM)
     out, _ = proc.communicate(timeout=60)
     c.record("sweep SIGTERM", proc.returncode, out)
@@ -467,6 +468,15 @@ def stepping_sweep(c: Campaign, sweep: Path, run_id: str):
     proc = c.start([PY, "-m", "edgebench.runner.sweep", str(sweep)])
     wait_for(lambda: stepping(sweep))
     return proc, sweep
+
+
+def deploy_while_running(c: Campaign, dev: Path) -> None:
+    """A second deploy to a device whose sweep is running: refused (exit 2), nothing shipped or started."""
+    before = set((dev / "sweeps").iterdir())
+    c.inventory({"box": {"profile": "local", "kind": "local", "workdir": str(dev)}})
+    c.cli("deploy while a sweep runs there", "deploy", "--device", "box", "--methods", "sgd", "--steps", "1",
+          "--text-length", "16")
+    c.rows[-1]["exit0_on_error"] = c.rows[-1]["rc"] != 2 or set((dev / "sweeps").iterdir()) != before
 
 
 def killed_sweep_agrees(c: Campaign, dev: Path) -> None:

@@ -193,3 +193,61 @@ def test_a_cached_copy_changed_on_the_device_is_sent_again_never_used(tmp_path, 
     assert "cached copy of program" in text and "(model.pte); sending it again" in text
     assert sum("shipping" in line for line in logs) == 3
 
+
+def test_a_second_sweep_is_refused_while_one_runs_on_the_device(tmp_path, monkeypatch, capsys):
+    """One sweep per device, as the device's own sweeps script sees it (its process alive), so a sweep
+    started by another host counts: deploy says which and how to wait or stop it, in one line, exit 2;
+    a sweep started while this deploy was shipping is caught before the start, leaving nothing behind."""
+    import subprocess
+    import sys
+
+    from edgebench.cli import main
+    from edgebench.fleet.deploy import DeviceBusy, deploy_one
+
+    work = tmp_path / "work"
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(f"devices:\n  box: {{profile: local, python: {sys.executable}, workdir: {work}}}\n")
+    monkeypatch.setenv("EDGEBENCH_INVENTORY", str(inventory))
+    monkeypatch.chdir(tmp_path)
+
+    def running(sweep_id: str) -> subprocess.Popen:
+        """A live process with a sweep's command line, as another host's deploy leaves it."""
+        sweep = work / "sweeps" / sweep_id
+        sweep.mkdir(parents=True)
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "edgebench.runner.sweep"])
+        (sweep / "sweep.pid").write_text(str(proc.pid))
+        (sweep / "sweep.json").write_text('{"state": "running", "runs": {"r1": "running"}}')
+        return proc
+
+    other = running("20250101-000000-abcdef")
+    try:
+        with pytest.raises(SystemExit) as exited:
+            main(["deploy", "--device", "box", "--methods", "sgd", "--steps", "1", "--warmup", "0"])
+    finally:
+        other.kill()
+        other.wait()
+    err = capsys.readouterr().err  # the progress lines, then the refusal
+    (line,) = [line for line in err.splitlines() if "running there" in line]
+    assert exited.value.code == 2 and "Traceback" not in err and err.splitlines()[-1] == line
+    assert line.startswith("error: box: sweep 20250101-000000-abcdef is still running there"), line
+    assert "wait for it to end (`edgebench status --device box`) or stop it (on the device: kill -TERM " \
+           f"$(cat {work}/sweeps/20250101-000000-abcdef/sweep.pid)), then deploy again" in line
+    assert sorted(p.name for p in (work / "sweeps").iterdir()) == ["20250101-000000-abcdef"]  # nothing shipped
+    assert not (tmp_path / "runs" / "box" / "deployments.jsonl").exists()
+
+    started: list[subprocess.Popen] = []
+
+    def another_deploy_starts_meanwhile(line: str) -> None:
+        if "shipping edgebench" in line:
+            started.append(running("20250101-000001-123456"))
+
+    try:
+        with pytest.raises(DeviceBusy, match=r"^box: sweep 20250101-000001-123456 is still running there .*"
+                                             r"`edgebench status --device box`.*kill -TERM"):
+            deploy_one("box", [RunSpec(model="tiny", method="sgd", steps=1, warmup_steps=0)], tmp_path / "runs",
+                       another_deploy_starts_meanwhile)
+    finally:
+        for proc in started:
+            proc.kill()
+            proc.wait()
+    assert sorted(p.name for p in (work / "sweeps").iterdir()) == ["20250101-000000-abcdef", "20250101-000001-123456"]

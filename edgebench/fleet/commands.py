@@ -540,15 +540,17 @@ def deploy(devices: tuple[str, ...], shape: dict[str, Any], methods: list[str], 
     their program exported for each device's profile (or --program); then edgebench's own
     source (no dependencies are installed on the device), the programs and one spec per
     method are shipped and the sweep starts with setsid/nohup, so it survives a dropped
-    connection. A --model checkpoint folder and a --data dataset folder are shipped once:
-    checked by sha256 on the device and cached there for later sweeps. With --save DIR each run keeps
+    connection. Programs, a --model checkpoint folder, a --data dataset folder and the native
+    worker are shipped once and cached on the device; before every sweep the device checks each
+    file's sha256, and a copy that changed there is sent again. One sweep runs on a device at a
+    time: while one is running there, deploy is refused. With --save DIR each run keeps
     its trained weights, which `collect` brings back into DIR/<run_id>/. Clock probes are recorded
     for alignment. Fetch results with
     `edgebench collect`; watch with `edgebench status`. A board farm's device (a labgrid
     place) is acquired for the sweep: refused while someone holds it, given back if the
     deploy fails or is interrupted, else by `collect` once the sweep has ended.
     """
-    from edgebench.fleet.deploy import deploy_many, deployments
+    from edgebench.fleet.deploy import DeviceBusy, deploy_many, deployments
 
     _device_names(devices, with_local=True)  # an unknown or unsafe name is refused before any work
     if spec_files:
@@ -568,6 +570,9 @@ def deploy(devices: tuple[str, ...], shape: dict[str, Any], methods: list[str], 
         with _shielded(True):
             _stop_started(known, Path(runs_dir))
         raise SystemExit(130) from None
+    busy = [r for r in results.values() if isinstance(r, DeviceBusy)]
+    if busy and len(busy) == len(results):  # nothing started, nothing to report but that: one line, exit 2
+        raise DeviceBusy("; ".join(map(str, busy)))
     failed = {name: str(r) for name, r in results.items() if isinstance(r, Exception)}
     if as_json:
         click.echo(json.dumps({name: {"error": str(r)} if isinstance(r, Exception) else

@@ -6,6 +6,7 @@ installed there), `specs/NNN-<run_id>.json`, and what the runner writes: `runs/<
 `sweep.json`, `sweep.log`, `sweep.pid`. Programs, checkpoints, datasets and the native worker
 are cached in `<workdir>/cache/`, checked by sha256 before each sweep (fleet/assets.py).
 The sweep is started with setsid + nohup, so a dropped connection does not stop it.
+One sweep runs on a device at a time: a deploy while one is alive there is refused.
 Clock probes and a record of the deployment go to `<local_root>/<device>/`.
 """
 
@@ -35,10 +36,12 @@ from edgebench.fleet import shell_sweep
 from edgebench.fleet.assets import check_cache, plan_assets, ship_assets, unshipped_bytes
 from edgebench.fleet.clock import probe_clock
 from edgebench.fleet.device_scripts import facts as facts_script
+from edgebench.fleet.device_scripts import sweeps as sweeps_script
 from edgebench.fleet.plan import attach_native, attach_program, for_device, force_memory, memory_budget, memory_refusals
 from edgebench.fleet.remote import run_program
 from edgebench.runner.spec import RunSpec
 from edgebench.runner.sweep import disk_needed_est
+from edgebench.untrusted import printable
 
 MIN_FREE_RAM = 200 * 2**20  # below this even importing torch fails
 DISK_HEADROOM = 100 * 2**20  # traces of a long sweep
@@ -46,6 +49,23 @@ DISK_HEADROOM = 100 * 2**20  # traces of a long sweep
 
 class PreflightError(EdgebenchError, RuntimeError):
     """The device cannot run the sweep; the message lists every problem with its fix."""
+
+
+class DeviceBusy(PreflightError):
+    """A sweep still runs on the device: two at once would share its memory and disturb each other."""
+
+
+def check_idle(transport: Transport, device: Device) -> None:
+    """Refuses (DeviceBusy) while a sweep process is alive on the device, as the device's own
+    sweeps script sees it: a sweep started from another host, or whose host went away, counts."""
+    states = run_program(transport, device, sweeps_script, device.workdir)
+    running = [sid for sid, state in (states.items() if isinstance(states, dict) else ())
+               if isinstance(state, dict) and state.get("alive") is True]
+    if running:
+        sweep = printable(running[0], newlines=False)[:80]
+        raise DeviceBusy(f"{device.name}: sweep {sweep} is still running there (one sweep at a time); wait for it "
+                         f"to end (`edgebench status --device {device.name}`) or stop it (on the device: kill -TERM "
+                         f"$(cat {device.workdir}/sweeps/{sweep}/sweep.pid)), then deploy again")
 
 
 @dataclass
@@ -153,6 +173,7 @@ def deploy_one(name: str, specs: list[RunSpec], local_root: Path = Path("runs"),
     with reserve(device, log) as reservation, connect(device) as transport, \
             tempfile.TemporaryDirectory(prefix="edgebench-deploy-") as staging:
         log(f"{name}: preflight")
+        check_idle(transport, device)
         facts = run_program(transport, device, facts_script, device.workdir)
         # the native worker is built for the arch the device reports
         specs = _runnable(name, specs, refused, lambda spec: attach_native(
@@ -201,6 +222,11 @@ def deploy_one(name: str, specs: list[RunSpec], local_root: Path = Path("runs"),
         else:
             transport.check(["ln", "-s", str(specs[0].native_worker), f"{sweep}/{shell_sweep.WORKER_LINK}"])
             start = shell_sweep.start_command(sweep)
+        try:
+            check_idle(transport, device)  # again: another deploy may have started one while this one shipped
+        except DeviceBusy:
+            transport.run(["rm", "-rf", sweep])
+            raise
         with reservation.starting(sweep_id):  # the last moment to stop; from here the place stays held
             transport.check(["sh", "-c", start])
         log(f"{name}: sweep {sweep_id} started ({len(specs)} runs)")
