@@ -84,7 +84,7 @@ def run_figures(meta: dict[str, Any], raw: dict[str, Any], events: list[dict[str
     _, account = sample_figures(columns, readings, spec)
     facts = meta.get("device") or {}
     batch = spec.get("batch_size") or 1
-    return {
+    figures = {
         **{k: v for k, v in raw.items() if k not in ("end", "cpu_start", "cpu_end")},
         "status": status,
         "detail": detail,
@@ -101,12 +101,17 @@ def run_figures(meta: dict[str, Any], raw: dict[str, Any], events: list[dict[str
         "samples_per_s": samples_per_s(batch, median),
         "cpu": cpu_share(raw.get("cpu_start"), raw.get("cpu_end"),
                          readings.get("clock_ticks") or DEFAULT_CLOCK_TICKS) or raw.get("cpu"),
-        **memory_figures(columns, facts.get("mem_total_bytes"), shared_host),
+        # a run recorded before raw readings keeps the memory figures its device made (below)
+        **(memory_figures(columns, facts.get("mem_total_bytes"), shared_host) if "readings" in meta else {}),
         "peak_rss_bytes_kernel": kernel,
         "peak_rss_kernel_what": kernel_what,
         "predicted_peak_bytes_est": (predicted or {}).get("peak_bytes"),
-        "power": account,
+        # a run recorded before raw readings said what its power covers in its sampler's summary
+        "power": account if "readings" in meta else {**account, **(raw.get("sampler") or {})},
     }
+    if "readings" not in meta:  # recorded before raw readings: the figures its device made stand
+        figures.update({k: v for k, v in raw.items() if v is not None and k not in ("power", "cpu_start", "cpu_end")})
+    return figures
 
 
 def read_json(path: Path) -> dict[str, Any] | None:

@@ -83,15 +83,21 @@ def _or_none(value: float) -> float | None:
 def _energy(
     t_ns: np.ndarray, p_w: np.ndarray, begin: np.ndarray, end: np.ndarray, batch: int
 ) -> dict[str, float | None]:
-    """Energy per step and per sample, mean and peak power over the measured steps."""
+    """Energy per step and per sample, mean and peak power over the measured steps the power trace
+    covers, when it covers at least half of them (a trace begins a reading or two into a run: a
+    CPU-use estimate needs two readings of its counter)."""
+    none = {"energy_per_step_j": None, "energy_per_sample_j": None, "power_mean_w": None, "power_peak_w": None}
     if np.isfinite(p_w).sum() < 2 or not len(begin):
-        return {"energy_per_step_j": None, "energy_per_sample_j": None, "power_mean_w": None, "power_peak_w": None}
+        return none
     per_step = window_energy_j(t_ns, p_w, begin, end)
-    mean_w, peak_w = window_mean_peak_w(t_ns, p_w, int(begin.min()), int(end.max()))
-    per_step_mean = float(np.mean(per_step)) if np.isfinite(per_step).all() else None
+    covered = np.isfinite(per_step)
+    if 2 * covered.sum() < len(per_step):
+        return none
+    mean_w, peak_w = window_mean_peak_w(t_ns, p_w, int(begin[covered].min()), int(end[covered].max()))
+    per_step_mean = float(np.mean(per_step[covered]))
     return {
         "energy_per_step_j": per_step_mean,
-        "energy_per_sample_j": per_step_mean / batch if per_step_mean is not None else None,
+        "energy_per_sample_j": per_step_mean / batch,
         "power_mean_w": _or_none(mean_w),
         "power_peak_w": _or_none(peak_w),
     }
