@@ -369,6 +369,9 @@ def hostile_runs(c: Campaign) -> None:
     c.cli("collect meta run_id ..", "collect", "--device", "hostile")
     c.cli("status with escape sequences", "status", "--device", "hostile", error_expected=False)
     c.cli("report with escape sequences", "report", error_expected=False)
+    for fmt, out in (("png", "runs/figures"), ("html", "runs/report.html")):  # matplotlib's glyph warnings
+        c.cli(f"report --format {fmt} with escape sequences", "report", "--format", fmt, "--out", out,
+              error_expected=False)
 
 
 def signals(c: Campaign) -> None:

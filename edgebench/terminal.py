@@ -1,9 +1,9 @@
 """Tables that read at any terminal width (a tmux pane of 80 columns too): one table when
 it fits, else one card per row, its names on the first line and one figure a line below.
-Nothing is cut and no name sits apart from its figures; a word longer than the window is
-the only thing folded. Used by every command that prints a table of rows. Every text is shown
-printable only (edgebench.untrusted: a board's strings may carry escape sequences), never as
-rich markup."""
+Nothing is cut but a value longer than VALUE_CHARS (a device's 20 MB string), and no name sits
+apart from its figures; a word longer than the window is the only thing folded. Used by every
+command that prints a table of rows. Every text is shown printable only (edgebench.untrusted: a
+board's strings may carry escape sequences), never as rich markup."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from rich.text import Text
 from edgebench.untrusted import printable
 
 EMPTY = ("", "-")  # a figure a row does not have
+VALUE_CHARS = 300  # longer than any name edgebench makes (a model's path, a run id)
 
 
 @dataclass(frozen=True)
@@ -39,12 +40,17 @@ def _text(value: Any, **style: Any) -> Text:
     return Text(printable(value, newlines=False), overflow="fold", **style)
 
 
+def _value(f: Field, row: dict[str, Any]) -> str:
+    """A row's value for a field, printable and at most VALUE_CHARS long."""
+    return printable(f.value(row), newlines=False, limit=VALUE_CHARS)
+
+
 def _table(fields: list[Field], rows: list[dict[str, Any]]) -> Table:
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), header_style="bold")
     for f in fields:
         table.add_column(f.header, justify="left" if f.name else "right", overflow="fold")
     for row in rows:
-        table.add_row(*[_text(f.value(row)) for f in fields], style="red" if _failed(row) else None)
+        table.add_row(*[_text(_value(f, row)) for f in fields], style="red" if _failed(row) else None)
     return table
 
 
@@ -58,13 +64,13 @@ def _cards(ident: list[Field], figures: list[Field], rows: list[dict[str, Any]])
     then one figure a line (those it lacks left out)."""
     parts: list[RenderableType] = []
     for i, row in enumerate(rows, 1):
-        head = " / ".join(f.value(row) for f in ident if f.name and f.header != "status")
-        status = next((f.value(row) for f in ident if f.header == "status"), "")
-        extra = ", ".join(f"{f.label} {f.value(row)}" for f in ident if not f.name)
+        head = " / ".join(_value(f, row) for f in ident if f.name and f.header != "status")
+        status = next((_value(f, row) for f in ident if f.header == "status"), "")
+        extra = ", ".join(f"{f.label} {_value(f, row)}" for f in ident if not f.name)
         parts.append(_text(f"#{i} {head}" + (f": {status}" if status else "") + (f", {extra}" if extra else ""),
                            style="red" if _failed(row) else ""))
         for f in figures:
-            value = f.value(row)
+            value = _value(f, row)
             if value not in EMPTY:  # indented as a block: a wrapped figure stays under its card
                 parts.append(Padding(_text(f"{f.label}: {value}"), (0, 0, 0, 4)))
     return Group(*parts)

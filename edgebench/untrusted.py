@@ -71,12 +71,14 @@ _SEQUENCES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]?|\x9b[0-?]*[ -/]*[@-~]?"
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")  # bidi overrides too
 
 
-def printable(text: object, newlines: bool = True) -> str:
+def printable(text: object, newlines: bool = True, limit: int | None = None) -> str:
     """`text` (str() of it) without control characters or escape sequences, safe for a terminal;
-    without `newlines`, a newline becomes a space too (one-line messages, table cells)."""
-    text = _SEQUENCES.sub("", str(text)).replace("\t", " ")
-    text = _CONTROLS.sub("", text)
-    return text if newlines else text.replace("\n", " ")
+    without `newlines`, a newline becomes a space too (one-line messages, table cells); with
+    `limit`, at most that many characters, a cut one ending in "…" (a device's 20 MB string
+    shown whole would bury the screen)."""
+    text = _CONTROLS.sub("", _SEQUENCES.sub("", str(text)).replace("\t", " "))
+    text = text if newlines else text.replace("\n", " ")
+    return text if limit is None or len(text) <= limit else text[:limit - 1] + "…"
 
 
 _SHALLOW = reprlib.Repr()  # attributes, not keywords: the device side runs Python 3.10

@@ -294,7 +294,8 @@ def test_add_shows_the_boards_strings_without_escape_sequences(board, tmp_path):
 
     evil = tmp_path / "evil-board"
     shutil.copytree(PI5, evil, symlinks=True)
-    (evil / "proc" / "device-tree" / "model").write_bytes(b"Raspberry Pi 5\x1b]0;pwned\x07\x1b[2J Model B\x00")
+    (evil / "proc" / "device-tree" / "model").write_bytes(b"Raspberry Pi 5\x1b]0;pwned\x07\x1b[2J Model B "
+                                                          + b"\x07x" * 10_000_000 + b"\x00")  # 20 MB
     os_release = (evil / "etc" / "os-release").read_text()
     (evil / "etc" / "os-release").write_text(os_release.replace("Debian GNU/Linux 12", "Debian\x1b[2J 12"))
     out = _add(board, "evil", evil, "--no-check", "--trust-host-key", board["fingerprint"], "--yes",
@@ -302,3 +303,16 @@ def test_add_shows_the_boards_strings_without_escape_sequences(board, tmp_path):
     assert out.exit_code == 0, out.output
     assert "found: Raspberry Pi 5 Model B" in out.output and "Debian 12" in out.output  # the title and clear: gone
     assert "\x1b" not in out.output and "\x07" not in out.output and "pwned" not in out.output
+    assert max(len(line) for line in out.output.splitlines()) < 1000  # the model cut short
+
+
+def test_a_boards_long_strings_are_cut_short(tmp_path):
+    import shutil
+
+    board = tmp_path / "board"
+    shutil.copytree(PI5, board, symlinks=True)
+    (board / "proc" / "device-tree" / "model").write_bytes(b"Raspberry Pi 5 Model B " + b"x" * 20_000_000)
+    device = _fixture_device(board, "local", tmp_path)
+    facts = detect.probe(LocalTransport(device), device)
+    assert facts.board == ("Raspberry Pi 5 Model B " + "x" * 200)[:detect.TEXT_CHARS]
+    assert detect.propose_profiles(facts)[0] == "raspberry-pi-5-8gb" and facts.workdir == str(tmp_path / "w")

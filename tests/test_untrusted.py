@@ -368,6 +368,45 @@ def test_report_and_live_show_device_strings_without_escapes(tmp_path):
     assert "\x1b]" not in shown and "\x07" not in shown and "[2J" not in shown
 
 
+def test_printable_cuts_a_long_value_short():
+    assert printable(HOSTILE + "x" * 10**6, newlines=False, limit=50) == "sgd" + "x" * 46 + "…"
+    assert printable("short", limit=50) == "short"
+
+
+def test_status_shows_what_a_device_says_printable_and_short(tmp_path):
+    sweep = tmp_path / "work" / "sweeps" / "s1"
+    sweep.mkdir(parents=True)
+    (sweep / "sweep.json").write_text(json.dumps({"state": "finished", "why": HOSTILE * 10_000,
+                                                  "runs": {"r1": HOSTILE + "x" * 100_000}}))
+    (tmp_path / "inv.yaml").write_text(f"devices:\n  box: {{profile: local, workdir: {tmp_path / 'work'}}}\n")
+    done = edgebench("status", "--device", "box", cwd=tmp_path, env={"EDGEBENCH_INVENTORY": str(tmp_path / "inv.yaml")})
+    assert done.returncode == 0 and "box: sweep s1: finished (sgd" in done.stdout, done.stdout[-500:] + done.stderr
+    assert "  r1: sgdxxx" in done.stdout and "\x1b" not in done.stdout and "pwned" not in done.stdout
+    assert max(len(line) for line in done.stdout.splitlines()) < 700
+
+
+def test_report_charts_draw_device_strings_printable_and_short(tmp_path):
+    """matplotlib warns "Glyph 27 (\x1b) missing" with the character itself: a device's method name is
+    made printable and cut short before it is drawn, so nothing of it reaches the terminal, and a
+    terminal table shows it cut short too."""
+    from PIL import Image
+
+    from results_fixtures import FakeRun
+
+    method = HOSTILE + "x" * 100_000
+    run = FakeRun(run_id="r1", method=method).write(tmp_path / "src")
+    assert edgebench("ingest", str(run), "--store", "s.duckdb", cwd=tmp_path).returncode == 0
+    for args in (["--format", "png", "--out", "figs"], ["--format", "html", "--out", "r.html"], []):
+        done = edgebench("report", "--store", "s.duckdb", *args, cwd=tmp_path)
+        said = done.stdout + done.stderr
+        assert done.returncode == 0 and "Glyph" not in said and "pwned" not in said, said[-2000:]
+        assert not {"\x1b", "\x07", "\x9b"} & set(said) and len(said) < 20_000
+    for png in (tmp_path / "figs").glob("*.png"):
+        drawn = Image.open(png).text["Description"]
+        assert "sgd" in drawn and "pwned" not in drawn and not {"\x1b", "\x07", "\x9b"} & set(drawn)
+        assert max(len(line) for line in drawn.splitlines()) < 500
+
+
 def test_bench_results_table_and_one_line_errors_are_printable(tmp_path):
     import io
 

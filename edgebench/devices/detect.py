@@ -111,6 +111,9 @@ def _int(text: str) -> int | None:
         return None
 
 
+TEXT_CHARS = 200  # of a board's own words (its model, OS): a board may say 20 MB, shown on one line
+
+
 def parse_probe(text: str) -> BoardFacts:
     facts = BoardFacts()
     for line in text.splitlines():
@@ -118,8 +121,10 @@ def parse_probe(text: str) -> BoardFacts:
         if not sep:
             continue
         pair = tuple(value.split("\t", 1)) if "\t" in value else (value, "")
-        if key in ("model", "arch", "os", "l4t", "android_model", "android_release", "workdir", "jtop", "ntp"):
-            setattr(facts, key, value.strip())
+        if key == "workdir":
+            facts.workdir = value.strip()
+        elif key in ("model", "arch", "os", "l4t", "android_model", "android_release", "jtop", "ntp"):
+            setattr(facts, key, value.strip()[:TEXT_CHARS])
         elif key == "mem_kib" and _int(value) is not None:
             facts.ram_bytes = int(value) * 1024
         elif key == "cores":
@@ -128,7 +133,7 @@ def parse_probe(text: str) -> BoardFacts:
             facts.disk_free_bytes = int(value) * 1024
         elif key == "python" and value.count("\t") == 2:
             asked, path, version = value.split("\t")
-            facts.pythons.append((asked, path, version))
+            facts.pythons.append((asked, path, version[:TEXT_CHARS]))
         elif key == "thermal":
             facts.thermal.append(pair)
         elif key in POWER_SOURCES:

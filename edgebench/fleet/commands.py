@@ -33,6 +33,7 @@ from edgebench.fleet.progress import plain_progress
 from edgebench.results import DEFAULT_STORE
 from edgebench.runner.native import machine_arch
 from edgebench.runner.spec import MAX_STEPS, MAX_THREADS, WEIGHTS_DIR, RunSpec
+from edgebench.terminal import VALUE_CHARS
 from edgebench.untrusted import printable
 
 if TYPE_CHECKING:
@@ -46,6 +47,11 @@ def _echo_err(message: str) -> None:
 def _echo(message: str, err: bool = False, **style: Any) -> None:
     """A line that may quote what a device said (a status, an error): printable only."""
     click.secho(printable(message), err=err, **style)
+
+
+def _said(value: Any) -> str:
+    """What a device reported (a sweep id, a run's status), as a line shows it: printable, cut short."""
+    return printable(value, newlines=False, limit=VALUE_CHARS)
 
 
 def _device_names(given: tuple[str, ...], with_local: bool) -> tuple[list[str], dict[str, dict[str, str]]]:
@@ -721,10 +727,11 @@ def status(devices: tuple[str, ...], as_json: bool) -> None:
         for sweep_id, sweep in row["sweeps"].items():
             done = sum(1 for rid, s in sweep["runs"].items()  # a kept partial attempt is not a spec of its own
                        if s not in ("running", "not started", "stopped") and ".attempt-" not in rid)
-            why = f" ({sweep['why']})" if sweep.get("why") else ""
-            _echo(f"{row['device']}: sweep {sweep_id}: {sweep['state']}{why}, {done}/{len(sweep['specs'])} runs done")
+            why = f" ({_said(sweep['why'])})" if sweep.get("why") else ""
+            _echo(f"{row['device']}: sweep {_said(sweep_id)}: {_said(sweep['state'])}{why}, {done}/"
+                  f"{len(sweep['specs'])} runs done")
             for rid, run_status in sweep["runs"].items():
-                _echo(f"  {rid}: {run_status}")
+                _echo(f"  {_said(rid)}: {_said(run_status)}")
     if unasked:  # a script must not read "nothing running" into a device that could not be asked
         raise SystemExit(1)
 

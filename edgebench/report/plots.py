@@ -4,7 +4,8 @@ Every figure has a fixed pixel size (FIGSIZE x DPI) so reports lay out predictab
 any estimated figure is labelled "estimated" in the plot itself. Every point, bar and
 timeline is named by device, model, method and backend (aggregate.label; the run shape
 where configurations differ in it), and each PNG carries the texts drawn on it in its
-`Description` text chunk, so scripts and tests read what a chart says without OCR.
+`Description` text chunk, so scripts and tests read what a chart says without OCR. Names
+from a device are drawn printable and cut short (`_names`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from edgebench.results.aggregate import config_label  # noqa: E402
 from edgebench.results.metrics import forward_fill, sample_columns  # noqa: E402
 from edgebench.results.pareto import learned  # noqa: E402
 from edgebench.results.store import Store  # noqa: E402
+from edgebench.untrusted import printable  # noqa: E402
 
 DPI = 100
 PARETO_SIZE = (10, 6)  # inches: 1000 x 600 px
@@ -32,6 +34,7 @@ POWER_SIZE = (10, 5)
 COMPARE_SIZE = (12, 5)
 MAX_POINTS = 4000
 TITLE_CHARS = 100  # a 10-inch figure at 11 pt holds about this many
+NAME_CHARS = 120  # a name from a device (a method, a status) is cut to this
 MIB = 1 << 20
 
 
@@ -67,9 +70,16 @@ def _energy_colour(rows: list[dict[str, Any]]) -> tuple[list[float | None], str]
     return [r.get("energy_per_step_j_est") for r in rows], "energy per step (J, ESTIMATED)"
 
 
+def _names(row: dict[str, Any]) -> dict[str, Any]:
+    """The row with its texts (device, model, method, status, ...) as a chart draws them: printable,
+    cut short. A control character would also reach the terminal, in matplotlib's "Glyph missing"
+    warning."""
+    return {k: printable(v, newlines=False, limit=NAME_CHARS) if isinstance(v, str) else v for k, v in row.items()}
+
+
 def _title(ax_or_fig: Any, text: str, size: int = 11) -> None:
     """A title wrapped to the figure's width, so long run ids and paths are never clipped."""
-    wrapped = textwrap.fill(text, TITLE_CHARS)
+    wrapped = textwrap.fill(printable(text, newlines=False, limit=4 * TITLE_CHARS), TITLE_CHARS)
     if isinstance(ax_or_fig, plt.Figure):
         ax_or_fig.suptitle(wrapped, fontsize=size)
     else:
@@ -114,6 +124,7 @@ def pareto_figure(groups: list[dict[str, Any]], title: str) -> bytes:
     (error bars: min-max over its runs); frontier, RAM line, energy colour; labels kept apart."""
     from adjustText import adjust_text
 
+    groups = [_names(g) for g in groups]
     fig, ax = plt.subplots(figsize=PARETO_SIZE, layout="constrained")
     done = [g for g in groups if g.get("peak_mem_bytes") and g.get("step_time_median_s")]
     finished = [g for g in done if str(g.get("status")).startswith("ok")]
@@ -163,6 +174,7 @@ def pareto_figure(groups: list[dict[str, Any]], title: str) -> bytes:
 
 
 def run_label(run: dict[str, Any]) -> str:
+    run = _names(run)
     return f"{config_label(run)} ({run['status']}), run {run['run_id']}"
 
 
@@ -246,6 +258,7 @@ def compare_devices_figure(groups: list[dict[str, Any]]) -> bytes:
     """Per configuration (model, method, backend, shape), each device's step time, peak memory
     and energy per step side by side (medians, error bars min-max); a panel no device has a
     figure for is left out."""
+    groups = [_names(g) for g in groups]
     devices = sorted({g["device"] for g in groups})
     methods = sorted({config_label(g, device=False) for g in groups})  # model / method / backend (shape)
     by = defaultdict(dict)

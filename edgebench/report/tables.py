@@ -22,7 +22,7 @@ from rich.text import Text
 from edgebench.results.aggregate import config_label, group_runs
 from edgebench.results.pareto import loss_drop_pct
 from edgebench.runner.native import backend_label
-from edgebench.terminal import Field, fits, fitted
+from edgebench.terminal import VALUE_CHARS, Field, fits, fitted
 from edgebench.untrusted import printable
 
 MIB = 1 << 20
@@ -30,8 +30,8 @@ MIB = 1 << 20
 
 def shown(value: Any) -> Text:
     """A cell whose text came from a device or a run directory: control characters and escape
-    sequences removed (edgebench.untrusted.printable), rich markup not interpreted."""
-    return Text(printable(value, newlines=False))
+    sequences removed (edgebench.untrusted.printable), cut to VALUE_CHARS, rich markup not interpreted."""
+    return Text(printable(value, newlines=False, limit=VALUE_CHARS))
 
 
 def _num(fmt: str, scale: float = 1.0) -> Callable[[Any], str]:
