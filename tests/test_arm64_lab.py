@@ -21,6 +21,7 @@ from conftest import FULL
 from edgebench.devices import arm64, connect, detect, lab
 from edgebench.devices.inventory import get_device, make_device
 from edgebench.devices.readiness import TORCH_CPU_INDEX, _Checker
+from edgebench.figures.run import figures_of_run_dir
 from edgebench.fleet.collect import collect_device
 from edgebench.fleet.deploy import deploy_one
 from edgebench.fleet.device_scripts import facts as facts_script
@@ -142,7 +143,8 @@ def test_sweep_on_an_emulated_arm64_device(emulation, tmp_path, export_cache):
         for i, spec in enumerate(specs()):
             assert attach_program(spec, device.profile) is None  # the program deploy exported (cached)
             assert attach_native(spec, machine_arch()) is None
-            host.append(run_spec(spec, tmp_path / "host" / str(i)))
+            run_spec(spec, tmp_path / "host" / str(i))
+            host.append(figures_of_run_dir(tmp_path / "host" / str(i)))
         wait_for_sweep("lab-arm64-small", small.sweep_id, 900, poll_s=10)  # each poll starts an emulated python
         wait_for_sweep("lab-arm64", big.sweep_id, 1800, poll_s=10)
         store_path = tmp_path / "edgebench.duckdb"

@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
+from edgebench.figures.run import figures_of_run_dir
 from edgebench.fleet.commands import bench
 from edgebench.report.tables import render_bench_results
 from edgebench.runner.spec import RunSpec
@@ -237,5 +238,5 @@ def test_readme_your_model_your_data_example_runs_as_written(tmp_path):
         assert re.search(r"^\[ +\d+\.\d s\] " + re.escape(line) + "$", out.stderr, re.M), out.stderr
     spec = json.loads((tmp_path / "runs" / saved.name / "spec.json").read_text())
     assert Path(spec["data_dir"]).is_relative_to(tmp_path / "cache" / "datasets")  # converted once, by content
-    result = json.loads((tmp_path / "runs" / saved.name / "result.json").read_text())
+    result = figures_of_run_dir(tmp_path / "runs" / saved.name)
     assert result["status"] == "ok" and result["predicted_peak_bytes_est"] > 0

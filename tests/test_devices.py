@@ -121,7 +121,7 @@ def test_a_profile_or_inventory_alias_bomb_or_binary_file_is_refused_quickly_nam
     result = CliRunner().invoke(cli, ["predict", "--method", "adamw", "--device", str(bomb)])
     assert result.exit_code == 2 and "Traceback" not in result.output and time.monotonic() - started < 10
     assert f"{bomb}: its aliases expand to more than 100,000 values" in " ".join(result.output.split())
-    assert len(result.output) < 400
+    assert len(result.output) < 300 + 2 * len(str(bomb))  # the error names the file: short, whatever its path
     (tmp_path / "cycle.yaml").write_text("id: &a [*a]\n")  # a recursive alias: unbounded too
     with pytest.raises(ProfileError, match="cycle.yaml: its aliases expand to more than"):
         load_profile(tmp_path / "cycle.yaml")

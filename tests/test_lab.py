@@ -21,6 +21,7 @@ from edgebench.cli import cli
 from edgebench.devices import connect, lab
 from edgebench.devices.inventory import get_device, read_inventory, write_inventory
 from edgebench.devices.transport import TransportError
+from edgebench.figures.run import figures_of_run_dir
 from edgebench.fleet.collect import collect_device
 from edgebench.fleet.deploy import PreflightError, deploy_one, remote_run_dir
 from edgebench.fleet.status import device_status
@@ -74,11 +75,11 @@ def test_sweep_on_two_devices_at_once_oom_on_the_small_one(lab_env):
         assert len(probes) >= 20  # deploy-time and collect-time probes
         # over SSH, a probe is a network round trip, not a Python start-up (0.5-1.6 s on a busy device)
         assert min(p["host_recv_ns"] - p["host_send_ns"] for p in probes) < 100e6
-    small_ok = json.loads((runs_dir / "lab-small" / deployed["lab-small"]["run_ids"][0] / "result.json").read_text())
-    assert small_ok["sampler"]["power_source"] == "estimate"  # no sensor: from the device's own CPU, not the host's
-    assert small_ok["sampler"]["power_est_basis"].startswith("the CPU use of its cgroup "), small_ok["sampler"]
+    small_ok = figures_of_run_dir(runs_dir / "lab-small" / deployed["lab-small"]["run_ids"][0])
+    assert small_ok["power"]["power_source"] == "estimate"  # no sensor: from the device's own CPU, not the host's
+    assert small_ok["power"]["power_est_basis"].startswith("the CPU use of its cgroup "), small_ok["power"]
     assert small_ok["device_ram_limit_bytes"] == SMALL_MEMORY  # its cgroup's limit: the device's RAM
-    small_oom = json.loads((runs_dir / "lab-small" / deployed["lab-small"]["run_ids"][1] / "result.json").read_text())
+    small_oom = figures_of_run_dir(runs_dir / "lab-small" / deployed["lab-small"]["run_ids"][1])
     # its supervisor saw the kill; or the kernel took the sweep process too while the worker's memory
     # was still being freed (seen on a 2-core host), and the status helper read the cgroup's kill count
     assert small_oom.get("exit_signal") in ("SIGKILL", "KILL") or small_oom.get("oom_kills_during_run", 0) >= 1
@@ -100,7 +101,7 @@ def test_cut_connection_sweep_carries_on_and_collect_gets_everything(lab_env):
     watcher = connect("lab-pi4")
     (spec_name,) = watcher.check(["ls", f"{deployment.sweep_dir}/specs"]).split()
     shipped = json.loads(watcher.check(["cat", f"{deployment.sweep_dir}/specs/{spec_name}"]))["program"]
-    assert shipped.startswith(f"{deployment.sweep_dir}/programs/")
+    assert shipped.startswith(f"{deployment.sweep_dir.rsplit('/sweeps/', 1)[0]}/cache/")  # cached, checked by content
     assert watcher.check(["cat", f"{shipped}/model.pte"]) == "\x00pte" * 1000
     deadline = time.monotonic() + 60
     while watcher.run(["test", "-s", f"{run_remote}/events.jsonl"]).rc != 0:  # wait for the first step
@@ -220,7 +221,7 @@ def test_down_mid_sweep_ends_every_run_and_purge_after_down_removes_its_work(tmp
             time.sleep(0.5)
     finally:
         lab.down()
-    ended = json.loads((first / "result.json").read_text())
+    ended = figures_of_run_dir(first)
     sweep = json.loads((Path(deployed.sweep_dir) / "sweep.json").read_text())
     assert ended["status"] == "interrupted" and sweep["state"] == "interrupted", (ended, sweep)
     assert sweep["runs"] == {deployed.run_ids[0]: "interrupted", deployed.run_ids[1]: "not started"}

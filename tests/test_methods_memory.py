@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from edgebench.figures.run import figures_of_run_dir
 from edgebench.runner.spec import RunSpec
 
 FULL = os.environ.get("EDGEBENCH_FULL") == "1"
@@ -32,7 +33,7 @@ def run_spec(out: Path, **fields) -> dict:
     spec.save(out / "spec.json")
     subprocess.run([sys.executable, "-m", "edgebench.runner", str(out / "spec.json"), "--out", str(out / "run")],
                    check=True, capture_output=True, timeout=600)
-    result = json.loads((out / "run" / "result.json").read_text())
+    result = figures_of_run_dir(out / "run")
     assert result["status"] == "ok", result
     return result
 
