@@ -99,6 +99,9 @@ def test_native_sweep_without_python_end_to_end(nopy_lab, export_cache):
     assert result["loss_last"] < result["loss_first"] and result["step_time_s"]["n"] == 40
     assert result["peak_rss_bytes_kernel"] < 64 * 2**20
     assert result["recorded_by"] == "shell" and meta["readings"]["recorded_by"] == "shell"
+    # the files it started with, hashed by the shell as it started: the deployed worker's
+    assert meta["ran"]["worker/edgebench-worker"] == meta["native_worker"]["files"]["edgebench-worker"]
+    assert {"plan/plan.txt", "plan/batches.bin", "program/model.pte"} <= set(meta["ran"])
     # every figure a Python device's run gets: device RAM, the noise guard, the estimated energy
     with Store(store_path, read_only=True) as store:
         (figures,) = [m for m in all_metrics(store, device=DEVICE) if m["run_id"] == run_id]

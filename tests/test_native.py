@@ -111,6 +111,23 @@ def test_native_run_is_small_and_torch_free(export_cache, worker_bundle, tmp_pat
     assert 0 < result["peak_rss_bytes_sampled"] < 64 * 2**20, result
 
 
+def test_meta_records_what_ran_and_a_worker_changed_after_deploy_is_an_error(export_cache, worker_bundle, tmp_path):
+    """meta.json's `ran` holds the sha256 of every file the run started with, read as it started;
+    a bundle whose launcher changed after it was built runs, but its figures are an error naming
+    the file, not another worker's figures under the deployed one's name."""
+    program = _program("sgd")
+    _native(_spec("sgd", program, steps=1), worker_bundle, tmp_path / "run", tmp_path / "plans")
+    meta = json.loads((tmp_path / "run" / "meta.json").read_text())
+    deployed = meta["native_worker"]["files"]
+    assert {f"worker/{name}": digest for name, digest in deployed.items()}.items() <= meta["ran"].items()
+    assert {"plan/plan.txt", "plan/batches.bin", "program/model.pte"} <= set(meta["ran"])
+    changed = shutil.copytree(worker_bundle, tmp_path / "changed")
+    with open(changed / "run.sh", "a") as fh:
+        fh.write("# one line more\n")
+    result, _ = _native(_spec("sgd", program, steps=1), changed, tmp_path / "run2", tmp_path / "plans")
+    assert result["status"] == "error" and "run.sh had another sha256" in result["detail"], result["detail"]
+
+
 def _one_batch(plan: Path, to: Path, steps: int) -> Path:
     """A copy of `plan` whose every step sees its first batch (one fixed batch: MeZO's few
     noisy steps then show whether it learns, as the varying synthetic batches do not)."""

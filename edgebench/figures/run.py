@@ -66,6 +66,18 @@ def _kernel_peak(raw: dict[str, Any], events: list[dict[str, Any]]) -> tuple[int
     return raw.get("peak_rss_bytes_kernel"), WORKER_RSS  # a run recorded before raw end facts
 
 
+def not_deployed(meta: dict[str, Any]) -> str | None:
+    """Why the native worker that ran is not the one deployed (a file of its bundle with another
+    sha256 when the run read it, meta.json `ran`, than bundle.json says), with the fix; None."""
+    deployed = (meta.get("native_worker") or {}).get("files") or {}
+    ran = meta.get("ran") or {}
+    differ = sorted(name for name, digest in deployed.items() if ran.get(f"worker/{name}") not in (None, digest))
+    if not differ:
+        return None
+    return (f"the native worker that ran is not the one deployed: {', '.join(differ)} had another sha256 when the run "
+            "started; its figures are not the deployed worker's: deploy again")
+
+
 def run_figures(meta: dict[str, Any], raw: dict[str, Any], events: list[dict[str, Any]],
                 columns: dict[str, np.ndarray], shared_host: bool = False) -> dict[str, Any]:
     """result.json's figures (docs/figures.md) from the run's raw records. A result without raw
@@ -77,6 +89,9 @@ def run_figures(meta: dict[str, Any], raw: dict[str, Any], events: list[dict[str
         status, detail = run_status(end, events)
     else:
         status, detail = raw.get("status") or "error", raw.get("detail") or ""
+    swapped = not_deployed(meta)
+    if swapped:
+        status, detail = "error", swapped
     stats = step_statistics(events)
     median = (stats["step_time_s"] or {}).get("median")
     predicted = next((e.get("memory") for e in events if e.get("event") == "predicted"), None)

@@ -9,6 +9,7 @@ batches.bin. The supervisor runs it exactly as it runs the Python worker.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -66,6 +67,25 @@ def start_problem(spec: Any) -> str | None:
     if not plan.is_file():
         return f"{plan}: no native plan there; deploy again"
     return None
+
+
+def files_that_run(spec: Any) -> dict[str, str]:
+    """The sha256 of every file a native run starts with, read as it starts (meta.json `ran`):
+    `worker/<file>` of its bundle (bundle.json aside), `plan/<file>`, `program/<file>`. The host
+    holds the worker's against what was deployed (edgebench.figures.run); runtime/sweep.sh records
+    the same."""
+    out: dict[str, str] = {}
+    for prefix, folder in (("worker", spec.native_worker), ("plan", spec.native_plan), ("program", spec.program)):
+        base = Path(folder) if folder else None
+        if base is None or not base.is_dir():
+            continue
+        for path in sorted(p for p in base.rglob("*") if p.is_file() and p.name != BUNDLE_FACTS):
+            digest = hashlib.sha256()
+            with open(path, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    digest.update(block)
+            out[f"{prefix}/{path.relative_to(base).as_posix()}"] = digest.hexdigest()
+    return out
 
 
 def exec_prefix() -> dict[str, str]:

@@ -137,6 +137,7 @@ class Supervisor:
             if self.native:
                 worker_dir = self.spec.native_worker
                 self._facts["native_worker"] = native.bundle_facts(worker_dir) if worker_dir else {}
+                self._facts["ran"] = native.files_that_run(self.spec)
         write_json_atomic(self.out / "meta.json", {
             "run_id": self.spec.run_id,
             "spec": self.spec.to_dict(),

@@ -395,9 +395,22 @@ write_meta() {  # $1: the end clock (JSON) or null; $2: the readings (JSON) or n
         printf '"device": {"arch": %s, "hostname": %s, "python": null, "mem_total_bytes": %s, "emulator": null},\n' \
             "$(json_text "$(uname -m)")" "$(json_text "$(uname -n)")" "$MEM_TOTAL"
         printf '"versions": {}, "native_worker": '; cat "$WORKER/bundle.json"; printf ',\n'
-        printf '"readings": %s,\n' "$2"
+        printf '"ran": %s,\n"readings": %s,\n' "$RAN" "$2"
         printf '"clock": {"start": %s, "end": %s}, "predicted": null}\n' "$CLOCK_START" "$1"
     } > "$RUN/meta.json.tmp" && mv "$RUN/meta.json.tmp" "$RUN/meta.json"
+}
+
+ran_json() {  # the sha256 of every file the run starts with, read now (as runner.native.files_that_run)
+    printf '{'
+    for part in "worker:$WORKER" "plan:$PLAN" "program:$PROGRAM"; do
+        base=${part#*:}
+        [ -d "$base" ] || continue
+        find "$base" -type f ! -name bundle.json | LC_ALL=C sort | while IFS= read -r f; do
+            digest=$(sha256sum < "$f")
+            printf ', %s: "%s"' "$(json_text "${part%%:*}/${f#"$base"/}")" "${digest%% *}"
+        done
+    done | sed 's/^, //'
+    printf '}'
 }
 
 end_json() {  # how the worker ended, as seen here (edgebench.figures.status maps it)
@@ -420,6 +433,7 @@ run_one() {
     cp "specs/$SPEC_JSON" "$RUN/spec.json"
     clock_start
     CLOCK_START=$(clock_json)
+    RAN=$(ran_json)
     write_meta null null
     times > "$RUN/.times" 2>/dev/null  # here, not in a subshell: a subshell's children are not the run's
     CPU_START=$(cpu_snapshot)
