@@ -209,3 +209,39 @@ def test_the_host_makes_the_same_figures_of_either_runtime_and_reads_the_battery
     assert xiaomi_cols["power_w"][0] == pytest.approx(0.512 * 4.310)
     assert xiaomi_account["battery_sign_origin"].startswith("calibrated on this device")
     assert xiaomi_account["power_flags"] == ["charging"] and "usb" in xiaomi_account["power_warning"]
+
+
+def test_readings_the_host_cannot_interpret_are_named_gaps_not_numbers(tmp_path):
+    """A run whose device recorded garbage (a battery current that is text, a thermal zone that is
+    not a number, a /proc/stat line that is not one, a garbage line, a cut last line): ingest and
+    the report go on, the figures those readings feed are gaps, and each gap is named."""
+    from edgebench.results.metrics import all_metrics
+    from edgebench.results.store import Store
+
+    root = tmp_path / "root"
+    sensors = pixel(root)
+    readings, sample = _shell(SHELLS["dash"], root, "battery")
+    run = tmp_path / "run"
+    run.mkdir()
+    spec = {"model": "tiny", "method": "sgd", "backend": "executorch", "runtime": "native", "batch_size": 1,
+            "sensors": sensors, "power_model": {"idle_w": 1.0, "max_w": 3.0}}
+    (run / "meta.json").write_text(json.dumps({"run_id": "garbled", "spec": spec, "readings": readings,
+                                               "device": {"mem_total_bytes": 4 << 30}}))
+    bad = {"battery_current_ua": "-352000 uA", "thermal_zone0_mc": "hot", "thermal_zone1_mc": None,
+           "proc_stat_cpu": "cpu garbage"}
+    lines = [json.dumps({**sample, **bad, "t_ns": t * 100_000_000, "worker_cpu_ticks": t * 5}) for t in range(1, 30)]
+    (run / "samples.jsonl").write_text("\n".join(lines[:10] + ["not json"] + lines[10:]) + '\n{"t_ns": 9')
+    events = [{"t_ns": t * 100_000_000 + d, "event": e, "step": t, "phase": "measure", "loss": 5.0 - t / 10,
+               "duration_s": 0.05} for t in range(2, 28) for d, e in ((0, "step_begin"), (50_000_000, "step_end"))]
+    (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    (run / "result.json").write_text(json.dumps({"run_id": "garbled", "recorded_by": "shell", "end": {
+        "exit_code": 0, "exit_signal": None}}))
+    with Store(tmp_path / "s.duckdb") as store:
+        store.ingest_run(run, device="phone")
+        (row,) = all_metrics(store)
+    assert row["status"] == "ok" and row["steps_measured"] == 26
+    assert row["energy_per_step_j"] is None and row["power_mean_w"] is None  # no number from a garbled battery
+    assert row["temp_peak_c"] is None and "its cgroup" in row["power_est_basis"]  # an estimate stands in, named
+    gaps = row["figure_gaps"]
+    for key in ("battery_current_ua", "thermal_zone0_mc", "thermal_zone1_mc", "proc_stat_cpu: 29 of 29 readings"):
+        assert key in gaps, gaps

@@ -156,4 +156,26 @@ def sample_figures(columns: dict[str, np.ndarray], readings: dict[str, Any], spe
         out["temp_c_max"] = np.where(seen, np.nanmax(np.where(np.isfinite(stacked), stacked, -np.inf), axis=0), np.nan)
     else:
         out["temp_c_max"] = _column(columns, "temp_c_max")
-    return out, account
+    gaps = figure_gaps(columns, readings)
+    return out, {**account, "gaps": gaps} if gaps else account
+
+
+def figure_gaps(columns: dict[str, np.ndarray], readings: dict[str, Any]) -> dict[str, str]:
+    """{raw key: why} for readings the host could not turn into a figure: a source the device
+    named but whose values are missing or not numbers (a store keeps such a value as null), a
+    /proc/stat line that is not one. Each is a gap in its figure, never a wrong number."""
+    gaps: dict[str, str] = {}
+    expected = [*(readings.get("temperatures") or {}), *((readings.get("rails") or {}).get("total_rails") or [])]
+    if readings.get("battery") is not None:
+        expected += ["battery_current_ua", "battery_voltage_uv"]
+    if (readings.get("cgroup_cpu") or {}).get("cores"):
+        expected.append("cgroup_cpu_usage_ns")
+    for key in expected:
+        if len(columns["t_ns"]) and not np.isfinite(_column(columns, key)).any():
+            gaps[key] = "named in the run's readings, but no reading is a number"
+    stat = columns.get("proc_stat_cpu")
+    texts = [v for v in (stat if stat is not None else []) if isinstance(v, str)]
+    bad = sum(1 for v in texts if stat_fields(v) is None)
+    if bad:
+        gaps["proc_stat_cpu"] = f"{bad} of {len(texts)} readings are not /proc/stat's cpu fields"
+    return gaps

@@ -35,7 +35,8 @@ METRIC_COLUMNS = [
     "power_covers", "power_flags", "power_warning",
     "energy_per_step_j_est", "energy_per_sample_j_est", "power_mean_w_est", "power_peak_w_est", "power_est_basis",
     "temp_peak_c", "time_throttled_s", "loss_first", "loss_last",
-    "cpu_others_pct", "cpu_steal_pct", "load_avg_1m", "disturbed", "disturbed_why", "align_source", "on_frontier",
+    "cpu_others_pct", "cpu_steal_pct", "load_avg_1m", "disturbed", "disturbed_why", "figure_gaps", "align_source",
+    "on_frontier",
 ]
 
 
@@ -205,6 +206,8 @@ def run_metrics(store: Store, run: dict[str, Any]) -> dict[str, Any]:
     out["time_throttled_s"] = _throttled_s(s["t_ns"], s["throttle_flags"])
     out["loss_first"] = float(losses[0]) if len(losses) else result.get("loss_first")
     out["loss_last"] = float(losses[-1]) if len(losses) else result.get("loss_last")
+    gaps = (result.get("power") or {}).get("gaps") or {}
+    out["figure_gaps"] = "; ".join(f"{key}: {why}" for key, why in gaps.items()) or None
     out["on_frontier"] = None
     return {k: out.get(k) for k in METRIC_COLUMNS}
 
