@@ -10,6 +10,7 @@ the ones the other export tests make (session cache).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import shutil
@@ -226,5 +227,8 @@ def test_a_worker_that_crashes_is_an_error(export_cache, worker_bundle, tmp_path
     crashing = tmp_path / "bundle"
     shutil.copytree(worker_bundle, crashing)
     (crashing / "edgebench-worker").write_text(f"#!/bin/sh\nkill -{signal.SIGSEGV.value} $$\n")
+    facts = json.loads((crashing / "bundle.json").read_text())  # deployed as such: bundle.json has its hash
+    facts["files"]["edgebench-worker"] = hashlib.sha256((crashing / "edgebench-worker").read_bytes()).hexdigest()
+    (crashing / "bundle.json").write_text(json.dumps(facts))
     result = _bad_run(tmp_path, crashing, _spec("sgd", _program("sgd")))
     assert result["status"] == "error" and "crashed (SIGSEGV)" in result["detail"], result["detail"]

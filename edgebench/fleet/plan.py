@@ -102,10 +102,11 @@ def memory_budget(ram_bytes: int, headroom: float, cgroup_limit: int | None, whe
     )
 
 
-def memory_refusals(specs: list[RunSpec], usable: int, budget: str, profile: Profile) -> tuple[dict[str, int], str]:
+def memory_refusals(specs: list[RunSpec], usable: int, budget: str,
+                    speed: DeviceSpeed) -> tuple[dict[str, int], str]:
     """The methods whose runs' predicted peak (methods.memory: an estimate) exceeds `usable`
-    (memory_budget), with that peak, and one line saying so with the fix (methods that fit on the
-    profile's device, else a smaller shape). The one memory-fit preflight of bench and deploy;
+    (memory_budget), with that peak, and one line saying so with the fix (methods that fit,
+    fastest first at the device's rates `speed`, else a smaller shape). The one memory-fit preflight of bench and deploy;
     specs share one shape."""
     from edgebench.methods import memory, parse_method
     from edgebench.methods.fit import rank
@@ -124,7 +125,7 @@ def memory_refusals(specs: list[RunSpec], usable: int, budget: str, profile: Pro
             refused[spec.method] = peak
             if fitting is None:
                 fitting = [r["method"] for r in rank(cfg, spec.batch_size, spec.text_length, spec.image_size, usable,
-                                                     profile.device_speed()) if r["fits_est"]]
+                                                     speed) if r["fits_est"]]
     if not refused:
         return {}, ""
     spec = next(s for s in specs if s.method in refused)
@@ -204,13 +205,13 @@ def attach_native(spec: RunSpec, arch: str, on_stage: Callable[[str], None] = la
     from edgebench.backends.base import UnsupportedBackend
     from edgebench.native.build import NativeBuildError, bundle
     from edgebench.native.plan import write_plan
-    from edgebench.runner.worker import predicted_memory
     from exporters.manifest import cache_root
 
     asked, spec.runtime = spec.runtime, "python"
     try:
         worker = bundle(arch, log=on_stage)
-        spec.native_plan = str(write_plan(spec, cache_root(), predicted_memory(spec)))
+        # no prediction: the memory model describes a torch process, not this worker (docs/native.md)
+        spec.native_plan = str(write_plan(spec, cache_root()))
     except (UnsupportedBackend, NativeBuildError) as exc:
         if asked == "native":
             return str(exc)

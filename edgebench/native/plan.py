@@ -12,7 +12,6 @@ run share one, and deploy ships it once per device.
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +44,7 @@ def _kind(method: Any) -> str:
     return "updating" if update_in_program(method) else "joint"
 
 
-def _lines(spec: RunSpec, method: Any, manifest: dict[str, Any], batch_count: int,
-           predicted: Any) -> list[str]:
+def _lines(spec: RunSpec, method: Any, manifest: dict[str, Any], batch_count: int) -> list[str]:
     from edgebench.methods import optim
     from edgebench.methods.optimizers import optimizer
 
@@ -88,7 +86,6 @@ def _lines(spec: RunSpec, method: Any, manifest: dict[str, Any], batch_count: in
     sizes = {i["name"]: int(np.prod(i["shape"])) for i in manifest["inputs"]}
     for name in manifest["trainable_parameters"]:
         lines.append(f"param {name} {1 if optim.is_projector(name) else 0} {sizes.get(name, 0)}")
-    lines.append(f"predicted {json.dumps(predicted)}")
     return lines
 
 
@@ -106,7 +103,7 @@ def _micro_batches(batch: dict[str, Any], parts: int) -> list[dict[str, np.ndarr
     return [{k: batch_rows(v, size, i, parts) for k, v in batch.items()} for i in range(parts)]
 
 
-def write_plan(spec: RunSpec, cache: Path, predicted: Any = None) -> Path:
+def write_plan(spec: RunSpec, cache: Path) -> Path:
     """Writes (or finds) the plan of `spec` against its exported program; returns its folder.
 
     Raises UnsupportedBackend when the native worker cannot run the method."""
@@ -129,7 +126,7 @@ def write_plan(spec: RunSpec, cache: Path, predicted: Any = None) -> Path:
     for _ in range(steps):
         micro += _micro_batches(next(batches), method.accumulation)
     check_batch(manifest, micro[0], program)
-    lines = _lines(spec, method, manifest, len(micro), predicted)
+    lines = _lines(spec, method, manifest, len(micro))
     digest = hashlib.sha256("\n".join(lines).encode())
     for batch in micro:
         for name in BATCH_INPUTS:
