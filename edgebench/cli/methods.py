@@ -52,15 +52,17 @@ def methods_command(as_json: bool) -> None:
 
 
 def _device(device: str | None, ram_bytes: int | None) -> tuple[int, str, DeviceSpeed]:
-    """The RAM budget and the rates of the step-time estimate (Profile.device_speed):
-    --ram-bytes (no device: a reference host's rates), a lab device's memory limit (this host's
-    CPU), a profile's, or an inventory device's profile's."""
+    """The RAM budget and the rates of the step-time estimate: --ram-bytes (no device: a
+    reference host's rates), a lab device's memory limit (its rates from `devices calibrate`,
+    else this host's CPU's), a profile's (Profile.device_speed), or an inventory device's
+    profile's RAM (its calibrated rates, else its profile's: Device.device_speed)."""
     from edgebench.methods.device_speed import REFERENCE
 
     if ram_bytes is not None:
         return ram_bytes, "--ram-bytes", REFERENCE
     if device is None:
         raise click.UsageError("give --device PROFILE (see device_profiles/) or --ram-bytes N")
+    from edgebench.devices.inventory import InventoryError, get_device
     from edgebench.devices.lab import read_state
     from edgebench.devices.profiles import ProfileError, load_profile
 
@@ -68,19 +70,22 @@ def _device(device: str | None, ram_bytes: int | None) -> tuple[int, str, Device
     if lab and lab.get("memory_bytes"):
         from edgebench.methods.device_speed import host_speed
 
-        return int(lab["memory_bytes"]), f"lab device {device}", host_speed()
+        try:
+            calibrated = get_device(device).speed
+        except (InventoryError, ProfileError):
+            calibrated = None
+        return (int(lab["memory_bytes"]), f"lab device {device}",
+                calibrated.rates() if calibrated else host_speed())
     try:
         profile = load_profile(device)
         return int(profile.ram_bytes), device, profile.device_speed()
     except ProfileError as exc:
-        from edgebench.devices.inventory import InventoryError, get_device
-
         try:
-            profile = get_device(device).profile
+            found = get_device(device)
         except (InventoryError, ProfileError):
             raise click.BadParameter(f"{exc} (nor is {device!r} a lab or inventory device)",
                                      param_hint="--device") from None
-        return int(profile.ram_bytes), f"inventory device {device}", profile.device_speed()
+        return int(found.profile.ram_bytes), f"inventory device {device}", found.device_speed()
 
 
 @click.command("predict")
@@ -157,7 +162,8 @@ def _print_ranking(rows: list[dict], model_name: str, batch_size: int, verdict: 
     speed = verdict["speed"]
     cost = speed["bf16_matmul_cost"]
     bf16_note = (f"; bf16 matmuls {cost:.2f}x fp32's time" if cost else
-                 "; -: a bf16 method, this device's bf16 matmul speed unknown (profile field `speed`)")
+                 "; -: a bf16 method, this device's bf16 matmul speed unknown (`edgebench devices calibrate "
+                 "DEVICE` measures it)")
     table = Table(title=f"methods for {model_name} in {verdict['usable_bytes_est'] / 2**20:,.0f} MiB usable "
                         f"({verdict['ram_bytes'] / 2**20:,.0f} MiB RAM from {verdict['ram_source']}, "
                         f"{verdict['headroom']:.0%} headroom), batch {batch_size}: estimates",

@@ -14,8 +14,9 @@ A user file, `$EDGEBENCH_INVENTORY` or `~/.config/edgebench/inventory.yaml`:
         serial: 3A1B2C3D
 
 Any transport field of the profile (kind, host, port, user, key, known_hosts, serial,
-connect_timeout_s) plus `python`, `workdir` and `root` can be set per device. The name `local`
-always means this machine unless the file defines it.
+connect_timeout_s) plus `python`, `workdir` and `root` can be set per device. `speed` holds the
+step-time model's rates `edgebench devices calibrate` measured on the device (devices/calibrate.py).
+The name `local` always means this machine unless the file defines it.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from edgebench.devices.profiles import Profile, ProfileError, Transport, load_profile
+from edgebench.devices.profiles import Profile, ProfileError, Speed, Transport, load_profile
 from edgebench.errors import EdgebenchError
+from edgebench.methods.device_speed import DeviceSpeed
 from edgebench.untrusted import UnsafeName, path_name
 
 
@@ -39,6 +41,21 @@ class InventoryError(EdgebenchError, ValueError):
 
 def inventory_path() -> Path:
     return Path(os.environ.get("EDGEBENCH_INVENTORY") or "~/.config/edgebench/inventory.yaml").expanduser()
+
+
+class MeasuredSpeed(Speed):
+    """The rates `edgebench devices calibrate` measured on the device itself, with when (UTC, ISO
+    8601) and on what: they hold for that CPU, torch and thread count."""
+
+    measured_at: str
+    cpu: str
+    torch: str
+    threads: int = Field(ge=1)
+
+    def rates(self) -> DeviceSpeed:
+        return DeviceSpeed(**self.model_dump(include=set(Speed.model_fields)),
+                           source=f"this device's own, measured on {self.measured_at[:10]} ({self.cpu}, "
+                                  f"torch {self.torch}, {self.threads} threads)")
 
 
 class InventoryEntry(BaseModel):
@@ -57,6 +74,7 @@ class InventoryEntry(BaseModel):
     workdir: str | None = None
     lab: str | None = None  # the lab directory that registered this entry
     root: str | None = None  # board files (/proc, /sys, /etc) are read under this directory: emulated boards
+    speed: MeasuredSpeed | None = None
 
 
 NO_PYTHON = "none"  # `python: none`: the device has no Python (a phone over adb, a bare board)
@@ -75,6 +93,12 @@ class Device:
     root: str | None = None  # where `devices check` reads board files; None: /
     place: str | None = None  # a labgrid place the device is reached through (devices/labgrid.py)
     coordinator: str | None = None  # ... on this labgrid coordinator
+    speed: MeasuredSpeed | None = None  # its own rates, when `devices calibrate` measured them
+
+    def device_speed(self) -> DeviceSpeed:
+        """The rates the step-time estimate ranks methods by here: the device's own when
+        calibrated, else its profile's (Profile.device_speed)."""
+        return self.speed.rates() if self.speed else self.profile.device_speed()
 
     @property
     def has_python(self) -> bool:
@@ -175,6 +199,7 @@ def make_device(name: str, entry: dict[str, Any], source: str = "inventory") -> 
         workdir=parsed.workdir or profile.workdir,
         lab=parsed.lab,
         root=parsed.root,
+        speed=parsed.speed,
     )
 
 

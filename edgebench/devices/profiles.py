@@ -111,7 +111,8 @@ class Emulation(_Strict):
 
 class Speed(_Strict):
     """The device's rates the step-time estimate weighs its terms by (methods.device_speed:
-    `edgebench.methods.device_speed.measure()` prints them on the device)."""
+    `python -m edgebench.methods.device_speed` prints them on the device; `edgebench devices
+    calibrate` stores an inventory device's own in its entry)."""
 
     matmul_gflops: float = Field(gt=0)
     bf16_matmul_cost: float | None = Field(None, gt=0)

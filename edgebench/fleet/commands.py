@@ -519,7 +519,7 @@ def _memory_preflight(specs: list[RunSpec], ram_bytes: int, cgroup_limit: int | 
     from edgebench.fleet.plan import force_memory, memory_budget, memory_refusals
 
     refused, why = memory_refusals(specs, *memory_budget(ram_bytes, profile.memory_headroom, cgroup_limit, where),
-                                   profile)
+                                   profile.device_speed)
     if refused and not force:
         raise click.ClickException(f"{why}; or --force to run anyway")
     if refused:

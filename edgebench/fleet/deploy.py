@@ -186,8 +186,8 @@ def deploy_one(name: str, specs: list[RunSpec], local_root: Path = Path("runs"),
         ready = readiness.check(device, transport, backends={readiness.need(s) for s in specs})
         problems = ready.messages() + preflight(device, facts, specs, payload)
         ram = min(v for v in (facts.get("mem_total_bytes"), int(device.profile.ram_bytes)) if v)
-        too_big, why = memory_refusals(specs, *memory_budget(ram, device.profile.memory_headroom,
-                                                             facts.get("cgroup_limit_bytes"), name), device.profile)
+        budget = memory_budget(ram, device.profile.memory_headroom, facts.get("cgroup_limit_bytes"), name)
+        too_big, why = memory_refusals(specs, *budget, device.device_speed)
         if too_big and not force:
             problems.append(f"{why}; or --force to run anyway")
         elif too_big:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from edgebench.runner.spec import RunSpec
 
 if TYPE_CHECKING:
-    from edgebench.devices.profiles import Profile
+    from edgebench.methods.device_speed import DeviceSpeed
 
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600}
 MAX_DURATION_S = 7 * 24 * 3600
@@ -103,11 +103,11 @@ def memory_budget(ram_bytes: int, headroom: float, cgroup_limit: int | None, whe
 
 
 def memory_refusals(specs: list[RunSpec], usable: int, budget: str,
-                    speed: DeviceSpeed) -> tuple[dict[str, int], str]:
+                    rates: Callable[[], DeviceSpeed]) -> tuple[dict[str, int], str]:
     """The methods whose runs' predicted peak (methods.memory: an estimate) exceeds `usable`
     (memory_budget), with that peak, and one line saying so with the fix (methods that fit,
-    fastest first at the device's rates `speed`, else a smaller shape). The one memory-fit preflight of bench and deploy;
-    specs share one shape."""
+    fastest first at the device's `rates()`, asked only then; else a smaller shape). The one
+    memory-fit preflight of bench and deploy; specs share one shape."""
     from edgebench.methods import memory, parse_method
     from edgebench.methods.fit import rank
 
@@ -125,7 +125,7 @@ def memory_refusals(specs: list[RunSpec], usable: int, budget: str,
             refused[spec.method] = peak
             if fitting is None:
                 fitting = [r["method"] for r in rank(cfg, spec.batch_size, spec.text_length, spec.image_size, usable,
-                                                     speed) if r["fits_est"]]
+                                                     rates()) if r["fits_est"]]
     if not refused:
         return {}, ""
     spec = next(s for s in specs if s.method in refused)

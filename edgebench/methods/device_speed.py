@@ -7,6 +7,10 @@ five times faster than fp32 on a core with AMX and many times slower on one with
 instructions; a matmul-rich core with narrow memory makes optimizer updates weigh more. So
 the ranking of methods holds for the device the rates were taken on. Measured once per CPU
 model, torch version and thread count, and cached.
+
+Its source runs alone (standard library and torch): `edgebench devices calibrate` runs it with
+a device's own Python over its transport (`python -c`, before edgebench is shipped), and
+`python -m edgebench.methods.device_speed` prints the same JSON here.
 """
 
 from __future__ import annotations
@@ -14,13 +18,12 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import cast
-
-from edgebench.cache import cache_dir
 
 # (rows, inner, columns) of nanovlm-222m's matmuls for one sample: the decoder's MLP over
 # 96 positions and the vision encoder's over 196 patches; each timed as a linear layer's
@@ -101,6 +104,8 @@ def host_speed() -> DeviceSpeed:
     """This host's measure(), from the cache when it was taken for this CPU, torch and thread count."""
     import torch
 
+    from edgebench.cache import cache_dir  # here: the module's source also runs alone on a device
+
     key = json.dumps([_cpu_model(), torch.__version__, torch.get_num_threads(), SHAPES, PASS_ELEMENTS])
     path = cache_dir("host") / f"speed-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
     try:
@@ -111,3 +116,20 @@ def host_speed() -> DeviceSpeed:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"key": json.loads(key), "speed": asdict(speed)}))
     return speed
+
+
+def main() -> None:
+    """Prints this process's rates and what they were measured on as one JSON object; without
+    torch, `{"missing": "torch", "python": ...}` (the host names the fix)."""
+    try:
+        import torch
+    except ImportError:
+        print(json.dumps({"missing": "torch", "python": sys.executable}))
+        return
+    speed = {k: v for k, v in asdict(measure()).items() if k != "source"}
+    print(json.dumps({"speed": speed, "cpu": _cpu_model(), "torch": torch.__version__,
+                      "threads": torch.get_num_threads()}))
+
+
+if __name__ == "__main__":
+    main()

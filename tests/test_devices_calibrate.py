@@ -1,0 +1,82 @@
+"""`devices calibrate`: the step-time model's rates measured on a device, stored in its inventory
+entry, and what predict (and deploy's preflight, through Device.device_speed) rank methods by."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from edgebench.cli import cli
+from edgebench.devices import lab
+from edgebench.devices.inventory import InventoryError, get_device, read_inventory
+from lab_fixtures import lab_in
+
+MEASURED = {"matmul_gflops": 20.0, "bf16_matmul_cost": 3.5, "pass_ns": 2.5, "normal_ns": 30.0,
+            "measured_at": "2026-01-02T03:04:05+00:00", "cpu": "Cortex-A72", "torch": "2.13.0", "threads": 4}
+
+
+def _predict(device: str) -> dict:
+    out = CliRunner().invoke(cli, ["predict", "--device", device, "--model", "tiny", "--json"])
+    assert out.exit_code == 0, out.output
+    return json.loads(out.output)
+
+
+def test_stored_rates_rank_an_inventory_devices_methods(tmp_path, monkeypatch):
+    """A calibrated entry's rates replace the reference host's, bf16 methods get an estimate and
+    the source says whose rates and when; a bad stored figure names its field."""
+    path = tmp_path / "inventory.yaml"
+    monkeypatch.setenv("EDGEBENCH_INVENTORY", str(path))
+    path.write_text(yaml.safe_dump({"devices": {"pi": {"profile": "raspberry-pi-4-4gb", "host": "10.0.0.9"}}}))
+    before = _predict("pi")
+    assert before["speed"]["source"].startswith("a reference x86 host's rates")
+    assert next(r for r in before["methods"] if r["method"] == "adamw-bf16")["step_time_vs_sgd_est"] is None
+    path.write_text(yaml.safe_dump({"devices": {"pi": {"profile": "raspberry-pi-4-4gb", "host": "10.0.0.9",
+                                                       "speed": MEASURED}}}))
+    after = _predict("pi")
+    assert after["speed"]["matmul_gflops"] == 20.0 and after["speed"]["bf16_matmul_cost"] == 3.5
+    assert after["speed"]["source"] == "this device's own, measured on 2026-01-02 (Cortex-A72, torch 2.13.0, 4 threads)"
+    assert next(r for r in after["methods"] if r["method"] == "adamw-bf16")["step_time_vs_sgd_est"] > 1
+    assert get_device("pi").device_speed() == get_device("pi").speed.rates()  # deploy's preflight ranks by these
+    path.write_text(yaml.safe_dump({"devices": {"pi": {"profile": "raspberry-pi-4-4gb", "host": "10.0.0.9",
+                                                       "speed": {**MEASURED, "pass_ns": -1}}}}))
+    with pytest.raises(InventoryError, match="speed.pass_ns"):
+        get_device("pi")
+
+
+def test_calibrate_refuses_what_it_cannot_store(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGEBENCH_INVENTORY", str(tmp_path / "inventory.yaml"))
+    for name, says in (("local", "`speed: measure`"), ("nosuch", "nowhere to be stored")):
+        out = CliRunner().invoke(cli, ["devices", "calibrate", name])
+        assert out.exit_code == 2 and says in out.output and len(out.output.strip().splitlines()) == 1, out.output
+
+
+@pytest.mark.lab
+def test_calibrate_a_lab_device_and_predict_ranks_by_its_rates(tmp_path):
+    """Measured over SSH by the device's own python, under its cgroup's CPU quota; a device with
+    no Python is refused in one line that says why and what fixes it."""
+    devices = [lab.LabDevice("raspberry-pi-4-4gb", name="lab-cal", memory_bytes=2 * 2**30, cpus=1),
+               lab.LabDevice("raspberry-pi-4-4gb", no_python=True, memory_bytes=512 * 2**20, cpus=1)]
+    with lab_in(tmp_path, devices):
+        out = CliRunner().invoke(cli, ["devices", "calibrate", "lab-cal", "--json"])
+        assert out.exit_code == 0, out.output
+        shown = json.loads(out.output)["speed"]
+        stored = read_inventory()["lab-cal"]["speed"]
+        assert stored == shown and stored["matmul_gflops"] > 0 and stored["bf16_matmul_cost"] > 0
+        assert stored["threads"] >= 1 and stored["torch"] and stored["cpu"]
+        today = datetime.now(timezone.utc).date().isoformat()
+        predicted = _predict("lab-cal")
+        assert predicted["speed"]["source"].startswith(f"this device's own, measured on {today}")
+        assert predicted["speed"]["matmul_gflops"] == stored["matmul_gflops"]
+        assert all(r["step_time_vs_sgd_est"] is not None for r in predicted["methods"])  # bf16 ones too
+        table = CliRunner().invoke(cli, ["predict", "--device", "lab-cal", "--model", "tiny"], env={"COLUMNS": "300"})
+        assert table.exit_code == 0 and f"Rates: this device's own, measured on {today}" in table.output
+
+        refused = CliRunner().invoke(cli, ["devices", "calibrate", "lab-pi4-nopy"])
+        assert refused.exit_code == 2 and len(refused.output.strip().splitlines()) == 1, refused.output
+        assert "lab-pi4-nopy has no Python" in refused.output and "no rates mode" in refused.output
+        assert "set `python:` in its inventory entry" in refused.output
+        assert "speed" not in read_inventory()["lab-pi4-nopy"]
