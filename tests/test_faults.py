@@ -492,3 +492,14 @@ def test_kernel_oom_record_is_the_evidence_for_a_kill(memory_cgroup):
     assert run_status({"exit_signal": signal.SIGKILL, "kernel_oom": record}, [])[0] == "oom"
     unrelated = kernel_oom_record(os.getpid(), started)
     assert run_status({"exit_signal": signal.SIGKILL, "kernel_oom": unrelated}, [])[0] == "killed"
+
+
+def test_save_to_a_disk_without_room_for_the_weights_is_refused_before_any_run(small_tmpfs, tmp_path):
+    """tiny's fp32 weights (8 MiB) do not fit a 2 MiB disk: refused in one line naming both sizes,
+    before anything trains, not found out after the last step."""
+    done = subprocess.run([PY, "-m", "edgebench.cli", "bench", "--methods", "sgd", "--save", str(small_tmpfs / "w")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "MiB of trained weights to write (1 runs, fp32) and 2 MiB free there" in lines[0], lines[0]
+    assert not (tmp_path / "runs").exists()

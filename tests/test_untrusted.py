@@ -223,6 +223,11 @@ def _broken_checkpoint(tmp_path: Path, good: Path, kind: str) -> Path:
         data["lm_hidden_dim"] = 96
         data["lm_n_heads"] = 4
         data["lm_n_kv_heads"] = 2
+    elif kind == "int32":  # the right names and shapes, the wrong dtype (a quantised export, say)
+        import torch
+        from safetensors.torch import load_file, save_file
+
+        save_file({k: v.to(torch.int32) for k, v in load_file(str(weights)).items()}, str(weights))
     config.write_text(json.dumps(data))
     return folder
 
@@ -233,6 +238,7 @@ def _broken_checkpoint(tmp_path: Path, good: Path, kind: str) -> Path:
     ("missing-key", ["config.json: missing field(s) vit_hidden_dim"]),
     ("negative-blocks", ["config.json: VLMConfig.lm_n_blocks: -3 is out of range"]),
     ("other-shape", ["does not match the model", "shape mismatch"]),
+    ("int32", ["tensors are not floating point", "(I32)"]),
 ])
 def test_a_broken_checkpoint_is_refused_before_any_run(tmp_path, checkpoint, kind, words):
     folder = _broken_checkpoint(tmp_path, checkpoint, kind)

@@ -266,6 +266,22 @@ def _check_save(save: str | None, backend: str) -> None:
                                  param_hint="--save") from None
 
 
+def _check_save_room(save: str, specs: list[RunSpec]) -> None:
+    """Before any run: room on --save's disk for every run's weights (fp32 safetensors, as
+    methods.saving writes them), so no run trains for an hour and then finds the disk full."""
+    import shutil
+
+    from edgebench.fleet.plan import spec_config
+    from edgebench.model.config import parameter_count
+
+    needed = sum(4 * parameter_count(cfg) for cfg in map(spec_config, specs) if cfg is not None)
+    free = shutil.disk_usage(save).free
+    if needed > free:
+        raise click.BadParameter(f"{save}: {needed / 2**20:,.0f} MiB of trained weights to write ({len(specs)} runs, "
+                                 f"fp32) and {free / 2**20:,.0f} MiB free there; free some room or pass another "
+                                 "folder", param_hint="--save")
+
+
 def run_options(command: Callable) -> Callable:
     """The run-shape options every command that starts runs takes (bench, deploy), so the
     two can never drift apart. They arrive as one `shape` dict of RunSpec fields plus
@@ -432,6 +448,8 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str,
     specs = for_device(device, profile, make_specs(methods, **shape))
     for spec in specs if save else []:
         spec.save_dir = str(Path(save).resolve() / spec.run_id)
+    if save:
+        _check_save_room(save, specs)
     _memory_preflight(specs, *host_memory(), profile, "this host", force)
     results = []
     # Ctrl-C: the running run ends `interrupted` (result.json written), no further run starts,

@@ -108,10 +108,14 @@ def _check_keys(model: VisionLanguageModel, shapes: dict[str, list[int]], source
         raise CheckpointError(f"{source}: checkpoint does not match the model; " + "; ".join(parts))
 
 
+FLOAT_DTYPES = ("F32", "BF16", "F16")  # safetensors' names of the dtypes nanoVLM's weights come in
+
+
 def check_checkpoint(folder: str | Path) -> VLMConfig:
     """A checkpoint folder checked before any run, nothing loaded: config.json (every field, each
     in range), and model.safetensors present, whole (its header and length agree) and holding
-    exactly the config's tensors (names and shapes, read from the header). Returns the config."""
+    exactly the config's tensors (names and shapes, read from the header), each floating point.
+    Returns the config."""
     import torch
 
     from edgebench.model.vision_language_model import VisionLanguageModel
@@ -129,9 +133,15 @@ def check_checkpoint(folder: str | Path) -> VLMConfig:
     try:
         with safe_open(str(weights), framework="pt") as fh:
             shapes = {k: list(fh.get_slice(k).get_shape()) for k in fh.keys()}
+            dtypes = {k: str(fh.get_slice(k).get_dtype()) for k in fh.keys()}
     except Exception as exc:  # safetensors raises its own error type for a truncated or foreign file
         raise CheckpointError(f"{weights}: damaged or not a safetensors file ({' '.join(str(exc).split())}); "
                               "download or save the checkpoint again") from None
+    not_float = sorted(f"{k} ({d})" for k, d in dtypes.items() if d not in FLOAT_DTYPES)
+    if not_float:
+        raise CheckpointError(f"{weights}: {len(not_float)} tensors are not floating point, e.g. "
+                              f"{', '.join(not_float[:3])}; a nanoVLM checkpoint holds F32, BF16 or F16 weights: "
+                              "save or download it again")
     with torch.device("meta"):
         _check_keys(VisionLanguageModel(cfg), shapes, str(weights))
     return cfg
