@@ -308,6 +308,8 @@ def test_place_released_after_ctrl_c(farm, tmp_path):
         os.setsid()
         signal.signal(signal.SIGINT, signal.SIG_DFL)
 
+    sweeps_dir = farm.root / "work" / "farm-b" / "sweeps"
+    before = set(sweeps_dir.glob("*"))  # other tests' sweeps on this farm
     proc = subprocess.Popen([sys.executable, "-m", "edgebench.cli", "deploy", "--device", "farm-b", "--spec", str(spec),
                              "--runs-dir", str(tmp_path / "runs")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, preexec_fn=terminal)
@@ -325,5 +327,5 @@ def test_place_released_after_ctrl_c(farm, tmp_path):
     assert proc.returncode != 0
     assert "farm-b: released labgrid place farm-b" in rest, rest
     assert farm.place("farm-b").acquired is None
-    sweeps = list((farm.root / "work" / "farm-b" / "sweeps").glob("*"))
-    assert not any((s / "sweep.pid").exists() for s in sweeps)  # shipped (or not), never started
+    ours = set(sweeps_dir.glob("*")) - before
+    assert not any((s / "sweep.pid").exists() for s in ours)  # shipped (or not), never started

@@ -117,7 +117,7 @@ def test_the_native_plan_carries_the_methods_own_constants():
 
     def plan(method: str) -> dict[str, str]:
         spec = RunSpec(model="tiny", method=method, backend="executorch", run_id="x")
-        return dict(line.split(" ", 1) for line in _lines(spec, parse_method(method), manifest, 1, None))
+        return dict(line.split(" ", 1) for line in _lines(spec, parse_method(method), manifest, 1))
 
     assert float(plan("sgd-momentum")["momentum"]) == optimizer("sgd-momentum").momentum
     adamw = plan("adamw")
