@@ -1,7 +1,7 @@
 """A campaign of bad inputs and faults against the real CLI, runner and collect; prints
 how many ended badly. Every count should be zero.
 
-    .venv/bin/python bench/faults.py            # ~110 cases, about 6 minutes on 2 cores (needs root, sshd)
+    .venv/bin/python bench/faults.py            # 121 cases, 2-6 minutes on 2 cores (needs root, sshd)
 
 Counts: tracebacks shown to the user, exit code 0 for an error, run directories without
 result.json, corrupted run directories (unparsable result.json, garbage lines inside a
