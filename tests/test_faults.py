@@ -503,3 +503,52 @@ def test_save_to_a_disk_without_room_for_the_weights_is_refused_before_any_run(s
     assert done.returncode == 2 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
     assert "MiB of trained weights to write (1 runs, fp32) and 2 MiB free there" in lines[0], lines[0]
     assert not (tmp_path / "runs").exists()
+
+
+def test_one_sweep_per_device_even_when_two_deploys_start_together(tmp_path):
+    """Two sweeps in one device's sweeps folder: the second starts nothing and says which sweep
+    holds the device; once the first is gone (killed, its host away), the lock is free again."""
+    device = tmp_path / "work" / "sweeps"
+    first, second = device / "first", device / "second"
+    for sweep, spec in ((first, tiny(run_id="a", steps=100_000)), (second, tiny(run_id="b", steps=1))):
+        (sweep / "specs").mkdir(parents=True)
+        spec.save(sweep / "specs" / f"00-{spec.run_id}.json")
+    proc = start([PY, "-m", "edgebench.runner.sweep", str(first)], cwd=tmp_path)
+    try:
+        wait_for(lambda: stepping(first / "runs" / "a"), what="a step")
+        refused = subprocess.run([PY, "-m", "edgebench.runner.sweep", str(second)], capture_output=True, text=True,
+                                 timeout=60)
+        state = json.loads((second / "sweep.json").read_text())
+        assert refused.returncode == 2 and state["state"] == "refused" and state["runs"] == {"b": "not started"}
+        assert "sweep first is running on this device" in state["why"] and not (second / "runs").exists()
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the first sweep dies without a word: its lock goes with it
+        proc.communicate(timeout=30)
+    assert run_sweep(second)["runs"] == {"b": "ok"}
+
+
+def test_one_sweep_per_device_in_the_shell_sweep(tmp_path):
+    """The shell sweep keeps the same rule: a live sweep.sh holding the device's lock folder makes
+    a second one record `refused` and start nothing; a holder that is gone leaves it free."""
+    sweep_sh = Path(__file__).resolve().parents[1] / "edgebench" / "runner" / "sweep.sh"
+    device = tmp_path / "work" / "sweeps"
+    second = device / "second"
+    (second / "specs").mkdir(parents=True)
+    (second / "specs" / "00-b.env").write_text("RUN_ID=b\n")
+    holder = subprocess.Popen(["sh", "-c", "sleep 60", "sweep.sh"])  # its command line names sweep.sh
+    try:
+        lock = device / ".one-sweep-at-a-time.d"
+        lock.mkdir()
+        (lock / "pid").write_text(f"{holder.pid}\n")
+        (lock / "sweep").write_text("first\n")
+        refused = subprocess.run(["sh", str(sweep_sh), str(second)], capture_output=True, text=True, timeout=60)
+        state = json.loads((second / "sweep.json").read_text())
+        assert refused.returncode == 2 and state["state"] == "refused" and state["runs"] == {"b": "not started"}
+        assert "sweep first is running on this device" in state["why"]
+    finally:
+        holder.kill()
+        holder.wait()
+    (second / "specs" / "00-b.env").unlink()  # nothing to run: the sweep takes the lock and ends
+    done = subprocess.run(["sh", str(sweep_sh), str(second)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and json.loads((second / "sweep.json").read_text())["state"] == "finished"
+    assert not lock.exists()  # given back as it ended

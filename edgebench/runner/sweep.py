@@ -44,6 +44,14 @@ def spec_files(sweep_dir: Path) -> list[Path]:
     return sorted((sweep_dir / "specs").glob("*.json"))
 
 
+def _run_id(path: Path) -> str:
+    """The run id a spec file names (its file name's stem where it cannot be read)."""
+    try:
+        return RunSpec.load(path).run_id or path.stem
+    except (OSError, ValueError, TypeError):
+        return path.stem
+
+
 def disk_needed_est(specs: list[RunSpec]) -> int:
     """Bytes the sweep's run directories need on the device (an estimate: a step count is
     taken at STEP_S_GUESS per step, a duration or timeout as given)."""
@@ -98,6 +106,33 @@ def _lock(sweep_dir: Path) -> Any:
     return fh
 
 
+# In the device's sweeps folder, beside every sweep: held by the one sweep running there
+# (runner/sweep.sh keeps the same rule with a lock folder of the same name + ".d").
+DEVICE_LOCK = ".one-sweep-at-a-time"
+
+
+def _device_lock(sweep_dir: Path) -> tuple[Any, str | None]:
+    """(the lock, None) once this sweep holds the device's one-sweep lock for its process's life;
+    (None, why) while another sweep holds it, naming that sweep. The kernel drops the lock when
+    the holder dies, so a sweep killed while its host was away leaves none behind."""
+    import fcntl
+
+    fh = open(sweep_dir.parent / DEVICE_LOCK, "a+")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.seek(0)
+        holder = fh.read().strip() or "another one"
+        fh.close()
+        return None, (f"sweep {holder} is running on this device (one sweep at a time: two at once share its RAM "
+                      "and CPU, and neither's figures hold); deploy again once it has ended (edgebench status)")
+    fh.seek(0)
+    fh.truncate()
+    fh.write(sweep_dir.name)
+    fh.flush()
+    return fh, None
+
+
 def _no_space(sweep_dir: Path) -> str | None:
     free = shutil.disk_usage(sweep_dir).free
     if free < RESERVE_BYTES + MIN_TRACE_ROOM:  # room for result.json and a little trace, or do not start
@@ -112,6 +147,11 @@ def run_sweep(sweep_dir: str | Path) -> dict[str, Any]:
     (sweep_dir / "sweep.pid").write_text(f"{os.getpid()}\n")  # `edgebench status` checks this process
     state: dict[str, Any] = {"pid": os.getpid(), "state": "running", "started_wall_ns": time.time_ns(),
                              "runs": {}}
+    device_lock, busy = _device_lock(sweep_dir)  # noqa: F841 (held until run_sweep returns)
+    if busy:  # two deploys started together both passed deploy's check: this one starts nothing
+        state.update(state="refused", why=busy, runs={_run_id(p): "not started" for p in spec_files(sweep_dir)})
+        write_json_atomic(sweep_dir / "sweep.json", state)
+        return state
     stop: dict[str, Any] = {"signal": None}
     reserve = Reserve(sweep_dir / ".sweep-reserve", 64 * 1024)
 
@@ -199,7 +239,9 @@ def main(argv: list[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         return 2
     print(json.dumps(state["runs"]))
-    return {"finished": 0, "interrupted": 130}.get(state["state"], 1)
+    if state["state"] == "refused":
+        print(state["why"], file=sys.stderr)
+    return {"finished": 0, "interrupted": 130, "refused": 2}.get(state["state"], 1)
 
 
 if __name__ == "__main__":

@@ -486,6 +486,28 @@ set_run() {  # $1 run id, $2 state: replaces the run's line
 }
 
 WHY=""
+# One sweep per device (as runner/sweep.py's DEVICE_LOCK): two deploys started together both pass
+# deploy's check; the second sweep starts nothing. A holder that is gone (killed while its host
+# was away) leaves its folder behind: it is this sweep's then.
+DEVICE_LOCK=../.one-sweep-at-a-time.d
+if ! mkdir "$DEVICE_LOCK" 2>/dev/null; then
+    holder=$(cat "$DEVICE_LOCK/pid" 2>/dev/null)
+    if [ -n "$holder" ] && kill -0 "$holder" 2>/dev/null && grep -q sweep.sh "/proc/$holder/cmdline" 2>/dev/null; then
+        for env in specs/*.env; do
+            [ -f "$env" ] || continue
+            # shellcheck source=/dev/null  # the host's .env of a run (RUN_ID)
+            . "./$env"
+            set_run "$RUN_ID" "not started"
+        done
+        WHY=$(json_text "sweep $(cat "$DEVICE_LOCK/sweep" 2>/dev/null) is running on this device (one sweep at a time: two at once share its RAM and CPU, and neither's figures hold); deploy again once it has ended (edgebench status)")
+        save refused
+        echo "$SWEEP: refused: another sweep runs on this device" >&2
+        rmdir .sweep.lock.d 2>/dev/null
+        exit 2
+    fi
+fi
+echo $$ > "$DEVICE_LOCK/pid"
+echo "${SWEEP##*/}" > "$DEVICE_LOCK/sweep"
 MEM_TOTAL=null
 while read -r key value _; do [ "$key" = MemTotal: ] && bytes_of_kb "$value" && MEM_TOTAL=$B; done < /proc/meminfo
 for env in specs/*.env; do
@@ -515,5 +537,6 @@ for env in specs/*.env; do
     save running
 done
 if [ -n "$STOP" ]; then WHY=$(json_text "stopped by $STOP"); save interrupted; else save finished; fi
+[ "$(cat "$DEVICE_LOCK/pid" 2>/dev/null)" = $$ ] && rm -r "$DEVICE_LOCK"
 rmdir .sweep.lock.d 2>/dev/null
 [ -z "$STOP" ]
