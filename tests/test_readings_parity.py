@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgebench.figures.readings import is_sample_key
+from edgebench.figures.readings import READINGS_FIELDS, is_sample_key
 from edgebench.figures.samples import columns_of, raw_columns, sample_figures
 from edgebench.telemetry.sampler import Sampler
 from edgebench.telemetry.trace import read_trace
@@ -172,6 +172,7 @@ def test_the_shell_sweep_records_what_the_python_sampler_records(tmp_path, devic
         del os.environ["EDGEBENCH_STATE_DIR"]
     sh_readings, sh_sample = _shell(SHELLS[shell], root, "battery" if sensors["power"]["source"] == "battery" else
                                     "none")
+    assert set(py_readings) <= set(READINGS_FIELDS) and set(sh_readings) <= set(READINGS_FIELDS)
     assert py_readings.pop("recorded_by") == "python" and sh_readings.pop("recorded_by") == "shell"
     assert sh_readings == json.loads(json.dumps(py_readings))
     py_sample.pop("t_ns"), sh_sample.pop("t_ns")
