@@ -379,3 +379,14 @@ def test_shellcheck(script):
     proc = subprocess.run([shellcheck, "--shell=sh", "--format=gcc", script], cwd=REPO, capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 0 and not proc.stdout, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("count,size", [(18863343, 4096), (999999999999, 4096), (0, 4096), (7, 512),
+                                        (2147483647, 65536)])
+def test_the_shells_products_stay_exact_in_32_bits(toolbin, count, size):
+    """common.sh's times_text (free disk = blocks x block size) on mksh's 32-bit integers: exact for
+    a board's disk of any size (a 4 KiB block size and 18.9 M blocks overflowed once)."""
+    common = Path(__file__).resolve().parents[1] / "edgebench" / "fleet" / "device_scripts" / "common.sh"
+    done = subprocess.run([str(toolbin / "sh"), "-c", f'. "{common}"; times_text {count} {size}'],
+                          capture_output=True, text=True, env={"PATH": str(toolbin)}, timeout=30)
+    assert done.returncode == 0 and done.stdout == str(count * size), (done.stdout, done.stderr)

@@ -34,11 +34,18 @@ kb_to_bytes() {  # kB * 1024 as text, each part below 2^31 (Android's mksh has 3
     lo=$((r * 1024)); hi=$((q * 1024 + lo / 1000000)); lo=$((lo % 1000000))
     if [ "$hi" -gt 0 ]; then printf '%d%06d' "$hi" "$lo"; else printf '%d' "$lo"; fi
 }
-times_text() {  # $1 * $2 as text for $1 of up to 12 digits and $2 up to 2000, each part below 2^31
-    case $1 in ???????*) hi=${1%??????}; lo=${1#"$hi"} ;; *) hi=0; lo=$1 ;; esac
-    while :; do case $lo in 0?*) lo=${lo#0} ;; *) break ;; esac; done  # not octal
-    lo=$((lo * $2)); hi=$((hi * $2 + lo / 1000000)); lo=$((lo % 1000000))
-    if [ "$hi" -gt 0 ]; then printf '%d%06d' "$hi" "$lo"; else printf '%d' "$lo"; fi
+times_text() {  # $1 * $2 as text, $1 of any length, $2 up to 100000: 4 digits at a time, each part below 2^31
+    n=$1; out=""; carry=0
+    while [ -n "$n" ]; do
+        case $n in ?????*) chunk=${n#"${n%????}"}; n=${n%????} ;; *) chunk=$n; n="" ;; esac
+        while :; do case $chunk in 0?*) chunk=${chunk#0} ;; *) break ;; esac; done  # not octal
+        v=$((chunk * $2 + carry)); carry=$((v / 10000)); v=$((v % 10000))
+        while [ ${#v} -lt 4 ]; do v=0$v; done
+        out=$v$out
+    done
+    out=$carry$out
+    while :; do case $out in 0?*) out=${out#0} ;; *) break ;; esac; done
+    printf '%s' "$out"
 }
 size_of() {  # a file's size in bytes, as text (no arithmetic: 32-bit shells)
     set -- "$(wc -c < "$1")"
