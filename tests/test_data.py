@@ -412,8 +412,9 @@ def _hf_path_rows(root: Path, paths: list[str]) -> Path:
 
 @pytest.mark.parametrize("outside", ["absolute", "dotdot", "symlink"])
 def test_hf_image_path_outside_the_folder_is_refused_before_anything_is_copied(tmp_path, monkeypatch, outside):
-    """A row's {bytes: null, path} naming a host file (absolute, ../, a symlink out) is refused with
-    the file, row and field named, and nothing of it lands in the dataset cache."""
+    """A row's {bytes: null, path} naming a host file (absolute, ../) is refused with the file, row
+    and field named; a link out of the folder is refused naming it before any file is read (the
+    folder's digest would read its target); nothing of it lands in the dataset cache."""
     from edgebench.data.folder import DatasetError
     from edgebench.fleet.assets import as_folder_dataset
 
@@ -424,9 +425,12 @@ def test_hf_image_path_outside_the_folder_is_refused_before_anything_is_copied(t
             "symlink": "link.png"}[outside]
     folder = _hf_path_rows(tmp_path, ["a.png", path])
     (folder / "a.png").write_bytes((tmp_path / "a.png").read_bytes())
-    (folder / "link.png").symlink_to(secret)
+    if outside == "symlink":
+        (folder / "link.png").symlink_to(secret)
     monkeypatch.setenv("EDGEBENCH_CACHE", str(tmp_path / "cache"))
-    with pytest.raises(DatasetError, match=r"train.parquet row 1: images\[0\] field 'path' .*(inside|outside)"):
+    refusal = r"link.png: a link to .*, outside the dataset folder" if outside == "symlink" else \
+        r"train.parquet row 1: images\[0\] field 'path' .*(inside|outside)"
+    with pytest.raises(DatasetError, match=refusal):
         as_folder_dataset(folder)
     cached = [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
     assert cached == []  # not the secret, not the good row's image, no partial folder

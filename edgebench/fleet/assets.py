@@ -61,12 +61,25 @@ def as_folder_dataset(folder: Path) -> Path:
 
     if not hf.is_hf_dataset(folder):
         return folder
+    refuse_links_out(folder)  # before its digest reads every file in it
     digest, _ = folder_digest(folder)
     out = cache_dir("datasets", digest[:24], folder.name)
     if not (out / "data.jsonl").is_file():
         out.parent.mkdir(parents=True, exist_ok=True)
         hf.convert(folder, out)
     return out
+
+
+def refuse_links_out(folder: Path) -> None:
+    """A dataset folder holding a link that leads outside it is refused before any of its files
+    is read (the folder format's rule: data names files inside its folder only)."""
+    from edgebench.data.folder import DatasetError
+
+    root = folder.resolve()
+    for path in sorted(folder.rglob("*")):
+        if path.is_symlink() and not path.resolve().is_relative_to(root):
+            raise DatasetError(f"{path}: a link to {path.resolve()}, outside the dataset folder {folder}; refused "
+                               "before anything is read: copy the file into the folder instead")
 
 
 def dataset_files(folder: Path) -> list[str] | None:
