@@ -445,4 +445,7 @@ def export_for_spec(spec: Any, profile: Any | None = None,
                   batch_size=spec.batch_size, image_size=spec.image_size,
                   text_length=spec.text_length, seed=spec.seed)
     request = request_from_profile(profile, **fields) if profile is not None else ExportRequest(**fields)
-    return str(export(request, profile=profile, on_stage=on_stage).directory)
+    result = export(request, profile=profile, on_stage=on_stage)
+    for path in result.replaced:  # bench and deploy say so too, as `edgebench export` does
+        on_stage(f"{path}: not the file the export wrote (its sha256 differs); replaced")
+    return str(result.directory)
