@@ -9,6 +9,7 @@ and exit code 2; nothing is written outside the runs folder.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -552,3 +553,17 @@ def test_one_sweep_per_device_in_the_shell_sweep(tmp_path):
     done = subprocess.run(["sh", str(sweep_sh), str(second)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and json.loads((second / "sweep.json").read_text())["state"] == "finished"
     assert not lock.exists()  # given back as it ended
+
+
+def test_saved_weights_on_a_disk_that_fills_up_leave_nothing_that_looks_saved(small_tmpfs):
+    """A real ENOSPC half-way through the weights (8 MiB into a 2 MiB tmpfs): the write fails
+    with the kernel's error and leaves neither model.safetensors nor its partial file behind."""
+    import torch
+
+    from edgebench.model.checkpoint import write_safetensors
+
+    layout = {f"w{i}": torch.empty(256, 1024, device="meta") for i in range(8)}  # 1 MiB each
+    with pytest.raises(OSError) as err:
+        write_safetensors(small_tmpfs / "model.safetensors", layout, lambda name: torch.ones(256, 1024))
+    assert err.value.errno == errno.ENOSPC
+    assert list(small_tmpfs.iterdir()) == []
