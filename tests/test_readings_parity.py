@@ -246,3 +246,16 @@ def test_readings_the_host_cannot_interpret_are_named_gaps_not_numbers(tmp_path)
     gaps = row["figure_gaps"]
     for key in ("battery_current_ua", "thermal_zone0_mc", "thermal_zone1_mc", "proc_stat_cpu: 29 of 29 readings"):
         assert key in gaps, gaps
+
+
+def test_the_native_worker_ends_with_the_exit_codes_the_host_reads():
+    """figures/status.py defines the worker's exit codes (the Python worker imports them); the
+    native worker's C++ declares its own: held here to the same names and numbers."""
+    import re
+
+    from edgebench.figures import status
+
+    source = (Path(__file__).resolve().parents[1] / "edgebench" / "native" / "worker.cpp").read_text()
+    declared = dict(re.findall(r"\b(EXIT_[A-Z_]+) = (\d+)", source))
+    defined = {name: str(getattr(status, name)) for name in dir(status) if re.fullmatch(r"EXIT_[A-Z_]+", name)}
+    assert declared == defined
