@@ -52,8 +52,10 @@ key_name() {  # a sensor's name as a key part, as edgebench.telemetry.sysfs.key_
     printf '%s' "${k:-unnamed}"
 }
 
-first_line() {  # the first line of file $1, or nothing (at detection; readings use rd)
-    { read -r v < "$1"; } 2>/dev/null && printf '%s' "$v"
+rd() {  # V: the first line of file $1, or empty (read by the shell itself: no process started)
+    V=""
+    { read -r V < "$1"; } 2>/dev/null
+    return 0
 }
 
 if [ -n "${KSH_VERSION:-}" ]; then  # mksh (Android): print is its builtin, printf may be a program
@@ -124,12 +126,12 @@ find_sources() {  # $1 the worker's pid: sets MEM_CG, CPU_CG, CPU_USAGE, CPU_COR
     CPU_DIR=$CGDIR
     if [ -n "$CGDIR" ]; then
         if [ "$CGVER" = v2 ]; then
-            v=$(first_line "$CGDIR/cpu.max")
+            rd "$CGDIR/cpu.max"; v=$V
             # shellcheck disable=SC2086  # quota and period, split on purpose
             set -- ${v:-max} 100000
             quota=$1; period=$2; CPU_USAGE=$CGDIR/cpu.stat
         else
-            quota=$(first_line "$CGDIR/cpu.cfs_quota_us"); period=$(first_line "$CGDIR/cpu.cfs_period_us")
+            rd "$CGDIR/cpu.cfs_quota_us"; quota=$V; rd "$CGDIR/cpu.cfs_period_us"; period=$V
             cpath=$CGPATH
             cgroup_of "$1" cpuacct
             [ -n "$CGDIR" ] && [ -f "$CGDIR/cpuacct.usage" ] && CPU_USAGE=$CGDIR/cpuacct.usage
@@ -146,11 +148,11 @@ find_sources() {  # $1 the worker's pid: sets MEM_CG, CPU_CG, CPU_USAGE, CPU_COR
     done
     ZONES=$(for z in $ZONES; do printf '%s %s\n' "${z##*thermal_zone}" "$z"; done | sort -n | while read -r _ z; do printf '%s ' "$z"; done)
     mirrored=" "
-    for z in $ZONES; do t=$(first_line "$z/type"); mirrored="$mirrored$(key_name "${t:-${z##*/}}") "; done
+    for z in $ZONES; do rd "$z/type"; mirrored="$mirrored$(key_name "${V:-${z##*/}}") "; done
     HWMON=""
     for h in "$R"/sys/class/hwmon/hwmon*; do
         [ -d "$h" ] || continue
-        chip=$(first_line "$h/name"); chip=$(key_name "${chip:-${h##*/}}")
+        rd "$h/name"; chip=$(key_name "${V:-${h##*/}}")
         case $mirrored in *" $chip "*) continue ;; esac
         for t in "$h"/temp*_input; do [ -e "$t" ] && HWMON="$HWMON $t"; done
     done
@@ -159,10 +161,13 @@ find_sources() {  # $1 the worker's pid: sets MEM_CG, CPU_CG, CPU_USAGE, CPU_COR
         if [ -e "$R/sys/class/power_supply/battery" ]; then BAT=$R/sys/class/power_supply/battery
         else
             for s in "$R"/sys/class/power_supply/*; do
-                [ -z "$BAT" ] && [ "$(first_line "$s/type")" = Battery ] && BAT=$s
+                rd "$s/type"; [ -z "$BAT" ] && [ "$V" = Battery ] && BAT=$s
             done
         fi
-        [ -n "$BAT" ] && { is_int "$(first_line "$BAT/current_now")" && [ -n "$(first_line "$BAT/voltage_now")" ]; } || BAT=""
+        if [ -n "$BAT" ]; then
+            rd "$BAT/current_now"; ua=$V; rd "$BAT/voltage_now"
+            { is_int "$ua" && [ -n "$V" ]; } || BAT=""
+        fi
     fi
 }
 
@@ -176,12 +181,12 @@ readings_json() {  # meta.json's `readings` for the sources find_sources found
     printf '{"recorded_by": "shell", "clock_ticks": %s, "temperatures": {' "$(getconf CLK_TCK 2>/dev/null || echo 100)"
     sep=""
     for z in $ZONES; do
-        t=$(first_line "$z/type")
+        rd "$z/type"; t=$V
         printf '%s"%s_mc": %s' "$sep" "${z##*/}" "$(json_text "${t:-${z##*/}}")"; sep=", "
     done
     for t in $HWMON; do
         h=${t%/*}; stem=${t##*/}; stem=${stem%_input}
-        chip=$(first_line "$h/name"); label=$(first_line "$h/${stem}_label")
+        rd "$h/name"; chip=$V; rd "$h/${stem}_label"; label=$V
         printf '%s"%s_%s_mc": %s' "$sep" "${h##*/}" "$stem" "$(json_text "$(key_name "${chip:-${h##*/}}") ${label:-$stem}")"
         sep=", "
     done
@@ -194,8 +199,9 @@ readings_json() {  # meta.json's `readings` for the sources find_sources found
         sep=""
         for s in "$R"/sys/class/power_supply/*; do
             [ -e "$s" ] || continue
+            rd "$s/type"; type=$V; rd "$s/online"
             printf '%s%s: {"type": %s, "online": %s}' "$sep" "$(json_text "${s##*/}")" \
-                "$(json_or_null "$(first_line "$s/type")")" "$(json_or_null "$(first_line "$s/online")")"
+                "$(json_or_null "$type")" "$(json_or_null "$V")"
             sep=", "
         done
         calibration=null
@@ -208,12 +214,6 @@ readings_json() {  # meta.json's `readings` for the sources find_sources found
 
 # --- readings: each appends `,"key":value` to LINE, with no process started (a phone's shell
 # forks slowly; a reading that costs a fork per file would slow the sampling it measures) -----
-
-rd() {  # V: the first line of file $1, or empty
-    V=""
-    { read -r V < "$1"; } 2>/dev/null
-    return 0
-}
 
 add() {  # LINE gets "$1": $2 (a JSON value)
     LINE="$LINE,\"$1\":$2"
