@@ -5,7 +5,9 @@ and device). None of it affects a run:
 - torchao logs "Failed to load ..._C_mxfp8....so" for CUDA-only kernels on every CPU import;
 - torch's pytree logs a deprecation for torchao's Enum registrations, and warns
   "`isinstance(treespec, LeafSpec)` is deprecated" while exporting;
-- ExecuTorch's memory planning warns "... out0 kwarg value is None" for backward ops.
+- ExecuTorch's memory planning warns "... out0 kwarg value is None" for backward ops;
+- asyncssh, as it is imported, makes cryptography warn five times that DSA is deprecated (edgebench
+  offers no DSA key; the warning is cryptography's CryptographyDeprecationWarning, a UserWarning).
 
 Their loggers keep ERROR and above; only these warnings (by message) are dropped.
 
@@ -27,7 +29,8 @@ from types import ModuleType
 
 QUIET_LOGGERS = ("torchao", "torch.utils._pytree", "bitsandbytes.backends.cpu.ops", "kernels")
 QUIET_WARNINGS = ((FutureWarning, r"`isinstance\(treespec, LeafSpec\)` is deprecated"),
-                  (UserWarning, r"Function aten\..* kwarg value is None"))
+                  (UserWarning, r"Function aten\..* kwarg value is None"),
+                  (UserWarning, r"DSA is deprecated"))
 
 
 def quiet_libraries() -> None:

@@ -79,3 +79,14 @@ def test_nothing_points_outside_the_repository():
              for path in root.rglob(pattern) if ".venv" not in path.parts and path.name != "test_architecture.py"
              for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1) if outside.search(line)]
     assert not found, found
+
+
+def test_reaching_a_device_prints_no_library_warnings():
+    """Importing the SSH transport (asyncssh, cryptography) in a fresh process prints nothing:
+    cryptography's five DSA deprecation warnings used to precede every command that touches SSH."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-W", "default", "-c", "import edgebench.devices.ssh"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
