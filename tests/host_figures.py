@@ -40,6 +40,12 @@ def measured(source: Any, spec: dict[str, Any] | None = None, t: float = 0.0) ->
     return (watts[0] if watts else None), account
 
 
+def rail_watts(source: Any, t: float = 0.0) -> dict[str, float]:
+    """{rail_<name>_w: watts} of one read of a rail source that meters power directly, as the host makes them."""
+    columns, _ = figures_of(reads(source, t), {"rails": source.readings()})
+    return {k: finite(v)[0] for k, v in columns.items() if k.startswith("rail_") and finite(v)}
+
+
 def temperatures(zones: Any) -> dict[str, float]:
     """{temp_<name>_c: °C} of one read of a temperature source, as the host names them."""
     columns, _ = figures_of(reads(zones, 0.0), {"temperatures": zones.names()})

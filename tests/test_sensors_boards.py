@@ -23,7 +23,7 @@ from edgebench.telemetry import battery, power, rails, thermal
 from edgebench.telemetry.battery import CalibrationError, calibrate_battery_sign
 from edgebench.telemetry.sampler import Sampler
 from edgebench.telemetry.sysfs import ProfileMismatch
-from tests.host_figures import figures_of, figures_of_file, finite, measured, reads, temperatures
+from tests.host_figures import figures_of, figures_of_file, finite, measured, rail_watts, reads, temperatures
 
 DEVICES = Path(__file__).parent / "fixtures" / "devices"
 NANO, AGX, ORIN_NANO = DEVICES / "jetson-nano-jp4", DEVICES / "jetson-agx-orin-jp5", DEVICES / "jetson-orin-nano"
@@ -72,7 +72,8 @@ def test_nano_jetpack4_power_through_iio_counts_the_input_once():
     source, reasons = power.measured_power_source(NANO, None, profile_sensors("jetson-nano-4gb"))
     assert source.name == "ina3221", reasons
     rec = source.read(1.0)
-    assert rec["rail_pom_5v_in_w"] == 2.434 and rec["rail_pom_5v_gpu_w"] == 0.04 and rec["rail_pom_5v_cpu_w"] == 0.485
+    assert rec["rail_pom_5v_in_mw"] == 2434 and rec["rail_pom_5v_gpu_mw"] == 40  # in_power<k>_input as read
+    assert rail_watts(source) == {"rail_pom_5v_in_w": 2.434, "rail_pom_5v_gpu_w": 0.04, "rail_pom_5v_cpu_w": 0.485}
     watts, described = measured(source)
     assert watts == 2.434  # POM_5V_IN holds the GPU and CPU rails: not 2.959
     assert described["power_total"] == "POM_5V_IN" and "t/73608" in described["power_total_source"]
@@ -91,8 +92,7 @@ def test_nano_thermal_zones_leave_out_pmic_die():
 
 def test_agx_orin_total_sums_the_roots_only():
     source = power.Ina3221Power(AGX, rail_tree="jetson-agx-orin")
-    rec = source.read(0.0)
-    rails_w = {k: v for k, v in rec.items() if k.startswith("rail_")}
+    rails_w = rail_watts(source)
     assert set(rails_w) == {"rail_vdd_gpu_soc_w", "rail_vdd_cpu_cv_w", "rail_vin_sys_5v0_w", "rail_vddq_vdd2_1v8ao_w"}
     assert sum(rails_w.values()) == pytest.approx(13.2277, abs=1e-3)  # every rail: VDDQ counted twice
     watts, account = measured(source)
@@ -100,7 +100,7 @@ def test_agx_orin_total_sums_the_roots_only():
     assert account["power_total"] == "VDD_GPU_SOC + VDD_CPU_CV + VIN_SYS_5V0"
     assert power.Ina3221Power(AGX).readings() == source.readings()  # the tree is recognised from the rails
     narrow = power.Ina3221Power(AGX, rails=["VDD_GPU_SOC"], rail_tree="jetson-agx-orin")
-    assert measured(narrow)[0] == watts and "rail_vddq_vdd2_1v8ao_w" not in narrow.read(0.0)  # roots always read
+    assert measured(narrow)[0] == watts and "rail_vddq_vdd2_1v8ao_mv" not in narrow.read(0.0)  # roots always read
 
 
 def test_agx_orin_unreadable_root_rail_drops_the_total_not_part_of_it(tmp_path):
@@ -111,7 +111,7 @@ def test_agx_orin_unreadable_root_rail_drops_the_total_not_part_of_it(tmp_path):
     (chip / "in3_input").mkdir()  # VIN_SYS_5V0's read now fails, as an I2C error would
     (chip / "in3_input" / "EIO").write_text("stands in for a failing read\n")
     rec = source.read(0.0)
-    assert "rail_vin_sys_5v0_w" not in rec and "rail_vdd_gpu_soc_w" in rec
+    assert "rail_vin_sys_5v0_mv" not in rec and "rail_vdd_gpu_soc_mv" in rec
     assert measured(source)[0] is None  # a total missing a root would under-read: none this time
 
 
@@ -161,12 +161,13 @@ class RecordedJtop:
         self.closed = True
 
 
-def test_jtop_fallback_gives_the_sysfs_keys_and_total():
+def test_jtop_fallback_gives_the_sysfs_rails_and_total():
     recorded = json.loads((ORIN_NANO / "jtop" / "power.json").read_text())
     assert "VDD_IN" not in recorded["rail"]  # jtop moved it into 'tot'
     client = RecordedJtop(recorded)
     jtop, sysfs = power.JtopPower(client=client), power.Ina3221Power(ORIN_NANO)
-    via_jtop, via_sysfs = jtop.read(5.0), sysfs.read(5.0)
+    assert jtop.read(5.0)["rail_vdd_in_mw"] == 6359  # jtop's power as given
+    via_jtop, via_sysfs = rail_watts(jtop), rail_watts(sysfs)
     assert set(via_jtop) == set(via_sysfs)  # rail_vdd_in_w included
     for key in via_sysfs:
         assert via_jtop[key] == pytest.approx(via_sysfs[key], abs=2e-3)  # jtop truncates to whole mW
@@ -177,7 +178,7 @@ def test_jtop_fallback_gives_the_sysfs_keys_and_total():
            "tot": {"power": 13227, "avg": 13227}}  # no input rail: jtop's 'tot' is its own sum of every rail
     source = power.JtopPower(client=RecordedJtop(agx))
     watts, account = measured(source)
-    assert watts == pytest.approx(12.618) and "rail_vdd_gpu_soc_w" in source.read(0.0)
+    assert watts == pytest.approx(12.618) and source.read(0.0)["rail_vdd_gpu_soc_mw"] == 4000
     assert account["power_total"] == "VDD_GPU_SOC + VDD_CPU_CV + VIN_SYS_5V0"
     source.close()
     assert not client.closed
@@ -189,13 +190,14 @@ def test_rapl_skips_the_control_directory_and_follows_zone_links(tmp_path):
     assert (X86 / "sys/class/powercap/intel-rapl").is_symlink()  # the control type, no energy_uj
     root = copy_device(X86, tmp_path)
     source = power.RaplPower(root)
-    assert [key for key, *_ in source._zones] == ["rail_package_0_w", "rail_core_w", "rail_uncore_w"]
+    assert list(source.readings()["raw"]) == ["rail_package_0_w", "rail_core_w", "rail_uncore_w"]
     records = reads(source, 10.0)
     zone = root / "sys/class/powercap/intel-rapl:0:1"  # a link: the write lands in /sys/devices
     (zone / "energy_uj").write_text("7000000\n")
     records += reads(source, 11.0)
-    assert records[1]["rail_uncore_w"] == 2.0  # sub-zones are inside the package: not in the total
-    assert finite(figures_of(records, {"rails": source.readings()})[0]["power_w"]) == [0.0]
+    columns, _ = figures_of(records, {"rails": source.readings()})
+    assert finite(columns["rail_uncore_w"]) == [2.0]  # sub-zones are inside the package: not in the total
+    assert finite(columns["power_w"]) == [0.0]
 
 
 # -- Android: the battery sign is determined; external power is flagged --------------------------

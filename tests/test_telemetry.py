@@ -19,7 +19,7 @@ from edgebench.telemetry import clock, cpu, gpu, memory, power, thermal
 from edgebench.telemetry.sampler import Sampler
 from edgebench.telemetry.sysfs import ProfileMismatch, SourceUnavailable
 from edgebench.telemetry.trace import TraceWriter, read_trace
-from tests.host_figures import figures_of, figures_of_file, finite, reads
+from tests.host_figures import figures_of, figures_of_file, finite, rail_watts, reads
 
 DEVICES = Path(__file__).parent / "fixtures" / "devices"
 JETSON, PI5, ANDROID, X86 = (DEVICES / d for d in ("jetson-orin-nano", "raspberry-pi-5", "android-phone", "x86-rapl"))
@@ -68,14 +68,16 @@ def test_ina3221_rails_skip_nc_and_sum_channel_and_total_is_vdd_in():
     source = power.Ina3221Power(JETSON)
     records = reads(source, 10.0, 12.0)
     first = records[0]
-    assert first["rail_vdd_in_w"] == pytest.approx(5.096 * 1.248, abs=1e-4)
-    assert first["rail_vdd_cpu_gpu_cv_w"] == pytest.approx(5.088 * 0.416, abs=1e-4)
-    assert first["rail_vdd_soc_w"] == pytest.approx(5.096 * 0.704, abs=1e-4)
-    assert "power_w" not in first  # the device records rails; the host sums them
+    assert first["rail_vdd_in_mv"] == 5096 and first["rail_vdd_in_ma"] == 1248  # as hwmon gives them
+    assert "power_w" not in first and "rail_vdd_in_w" not in first  # the device records rails; the host makes watts
     rails = sorted(k for k in first if k.startswith("rail_"))
-    assert rails == ["rail_vdd_cpu_gpu_cv_w", "rail_vdd_in_w", "rail_vdd_soc_w"]  # no NC, no sum channel
+    assert rails == ["rail_vdd_cpu_gpu_cv_ma", "rail_vdd_cpu_gpu_cv_mv", "rail_vdd_in_ma", "rail_vdd_in_mv",
+                     "rail_vdd_soc_ma", "rail_vdd_soc_mv"]  # no NC, no sum channel
+    watts = rail_watts(source)
+    assert watts == {"rail_vdd_in_w": pytest.approx(5.096 * 1.248), "rail_vdd_soc_w": pytest.approx(5.096 * 0.704),
+                     "rail_vdd_cpu_gpu_cv_w": pytest.approx(5.088 * 0.416)}
     columns, account = figures_of(records, {"rails": source.readings()})
-    assert finite(columns["power_w"]) == [first["rail_vdd_in_w"]] * 2
+    assert finite(columns["power_w"]) == [watts["rail_vdd_in_w"]] * 2
     assert account["power_total"] == "VDD_IN" and source.readings()["total_rails"] == ["rail_vdd_in_w"]
 
 
@@ -84,16 +86,16 @@ def test_ina3221_missing_rail_and_no_input_rail(tmp_path):
     chip = root / "sys/bus/i2c/devices/1-0040/hwmon/hwmon1"  # a symlink into /sys/devices, as on the board
     (chip / "curr2_input").unlink()  # a rail whose current file is missing
     source = power.Ina3221Power(root)
-    rec = source.read(0.0)
-    assert "rail_vdd_cpu_gpu_cv_w" not in rec
-    assert finite(figures_of(reads(source, 0.0), {"rails": source.readings()})[0]["power_w"]) == [rec["rail_vdd_in_w"]]
+    assert "rail_vdd_cpu_gpu_cv_mv" not in source.read(0.0)
+    assert finite(figures_of(reads(source, 0.0), {"rails": source.readings()})[0]["power_w"]) == \
+        [rail_watts(source)["rail_vdd_in_w"]]
     (chip / "in1_label").write_text("VDD_GPU_SOC\n")  # rails no tree knows: every rail summed, labelled so
     source = power.Ina3221Power(root)
-    rec = source.read(0.0)
+    rails = rail_watts(source)
     assert source.readings()["power_total"] == "sum of rails"
     assert "no rail tree is known" in source.readings()["power_total_source"]
     watts = finite(figures_of(reads(source, 0.0), {"rails": source.readings()})[0]["power_w"])
-    assert watts == [pytest.approx(rec["rail_vdd_gpu_soc_w"] + rec["rail_vdd_soc_w"], abs=1e-3)]
+    assert watts == [pytest.approx(rails["rail_vdd_gpu_soc_w"] + rails["rail_vdd_soc_w"])]
     with pytest.raises(ProfileMismatch, match="total_rail 'VDD_IN' is not among .*'VDD_GPU_SOC'"):
         power.Ina3221Power(root, total_rail="VDD_IN")
     source, reasons = power.measured_power_source(X86, recorded_runner(X86), {"power": {"source": "ina3221"}})
@@ -176,8 +178,8 @@ def test_sampler_on_jetson_fixture(tmp_path):
     lines = read_trace(out).records
     assert lines and all(isinstance(r["t_ns"], int) for r in lines)
     assert all(b["t_ns"] > a["t_ns"] for a, b in zip(lines, lines[1:]))
-    power_line = next(r for r in lines if "rail_vdd_in_w" in r)
-    assert power_line["rail_vdd_in_w"] == pytest.approx(6.3598)
+    power_line = next(r for r in lines if "rail_vdd_in_mv" in r)
+    assert (power_line["rail_vdd_in_mv"], power_line["rail_vdd_in_ma"]) == (5096, 1248)
     assert "rss_bytes" in lines[0] and "thermal_zone0_mc" not in lines[0]  # slow sources wait their interval
     columns, account = figures_of(lines, readings, {"power_model": {"idle_w": 4, "max_w": 15}})
     assert max(finite(columns["temp_c_max"])) == 48.218
@@ -198,17 +200,19 @@ def test_sampler_on_jetson_fixture(tmp_path):
 def test_pi5_pmic_power_pairs_rails():
     source = power.PiPmicPower(recorded_runner(PI5))  # current firmware: 12 paired rails
     rec = source.read(0.0)
-    rails = {k: v for k, v in rec.items() if k.startswith("rail_")}
+    assert rec["rail_vdd_core_a"] == 1.54489 and rec["rail_vdd_core_v"] == 0.8872518  # as printed
+    rails = rail_watts(source)
     assert len(rails) == 12 and "rail_ext5v_w" not in rails and "rail_batt_w" not in rails
-    assert rails["rail_vdd_core_w"] == pytest.approx(1.54489 * 0.8872518, abs=1e-4)
-    assert rails["rail_hdmi_w"] == pytest.approx(0.017094 * 4.9044, abs=1e-4)
+    assert not any(k.startswith("rail_ext5v") for k in rec)  # a voltage with no current is no rail
+    assert rails["rail_vdd_core_w"] == pytest.approx(1.54489 * 0.8872518)
+    assert rails["rail_hdmi_w"] == pytest.approx(0.017094 * 4.9044)
     assert finite(figures_of(reads(source, 0.0), {"rails": source.readings()})[0]["power_w"]) == \
-        [pytest.approx(sum(rails.values()), abs=1e-3)]
+        [pytest.approx(sum(rails.values()))]
     assert source.readings()["power_total"] == "sum of rails"
     older = (PI5 / "older-firmware" / "pmic_read_adc.txt").read_text()  # 8 rails before the firmware update
-    old_rec = power.PiPmicPower(lambda argv: older).read(0.0)
-    assert len([k for k in old_rec if k.startswith("rail_")]) == 8
-    assert old_rec["rail_vdd_core_w"] == pytest.approx(1.11625 * 0.7494, abs=1e-4)
+    old_rails = rail_watts(power.PiPmicPower(lambda argv: older))
+    assert len(old_rails) == 8
+    assert old_rails["rail_vdd_core_w"] == pytest.approx(1.11625 * 0.7494)
     with pytest.raises(SourceUnavailable, match="pmic_read_adc"):
         power.PiPmicPower(recorded_runner(JETSON))
 
@@ -263,23 +267,65 @@ def test_android_battery_sign_and_unreadable_zone(tmp_path, monkeypatch):
 
 # -- x86: RAPL wrap-around, cgroup v1 -----------------------------------------------------
 
-def test_rapl_energy_across_wraparound(tmp_path):
+def test_rapl_records_counters_and_the_host_makes_watts_across_the_wrap(tmp_path):
     root = copy_device(X86, tmp_path)
     package, core = root / "sys/class/powercap/intel-rapl:0", root / "sys/class/powercap/intel-rapl:0:0"
     source = power.RaplPower(root)
-    assert source.read(100.0) == {}  # counters need a previous read
+    readings = {"rails": source.readings()}
     max_range = 262143328850
+    assert readings["rails"]["max_energy_range_uj"]["rapl_package_0_energy_uj"] == max_range  # once, in meta.json
+    records = reads(source, 100.0)
+    assert records[0]["rapl_package_0_energy_uj"] == 262143000000  # the counter as read: no watts on the device
     (package / "energy_uj").write_text(f"{1_000_000 - (max_range - 262143000000)}\n")  # wrapped, +1 J in all
     (core / "energy_uj").write_text(f"{100_000_000 + 500_000}\n")
-    rec = source.read(100.5)
-    assert rec["rail_package_0_w"] == pytest.approx(2.0) and rec["rail_core_w"] == pytest.approx(1.0)
+    records += reads(source, 100.5)
     (package / "energy_uj").write_text(f"{1_000_000 - (max_range - 262143000000) + 3_000_000}\n")
-    later = source.read(101.5)
-    assert later["rail_package_0_w"] == pytest.approx(3.0)
-    records = [{"t_ns": 100_500_000_000, **rec}, {"t_ns": 101_500_000_000, **later}]
-    columns, account = figures_of(records, {"rails": source.readings()})
+    records += reads(source, 101.5)
+    columns, account = figures_of(records, readings)
+    assert [finite(columns[k][:1]) for k in ("rail_package_0_w", "rail_core_w", "power_w")] == [[], [], []]  # first
+    assert finite(columns["rail_package_0_w"]) == [pytest.approx(2.0), pytest.approx(3.0)]
+    assert finite(columns["rail_core_w"]) == [pytest.approx(1.0), 0.0]
     assert finite(columns["power_w"]) == [pytest.approx(2.0), pytest.approx(3.0)]  # the package zones, not core
-    assert account["power_total"] == "sum of package zones"
+    assert account["power_total"] == "sum of package zones" and "gaps" not in account
+
+
+def test_rapl_counters_the_host_cannot_make_watts_of_are_named_gaps(tmp_path):
+    root = copy_device(X86, tmp_path)
+    package = root / "sys/class/powercap/intel-rapl:0"
+    source = power.RaplPower(root)
+    rails = source.readings()
+    records = reads(source, 1.0)
+    (package / "energy_uj").write_text("garbage\n")
+    records += reads(source, 2.0)
+    assert records[1]["rapl_package_0_energy_uj"] == "garbage"  # as read
+    (package / "energy_uj").write_text("262143500000\n")
+    records += reads(source, 3.0)
+    columns, account = figures_of(records, {"rails": rails})
+    assert finite(columns["power_w"]) == [pytest.approx(0.25)]  # 0.5 J over 2 s, across the garbage reading
+    assert "gaps" not in account
+
+    stat = ["1000 0 1000 8000 0 0 0 0 0 0", "1500 0 1500 9000 0 0 0 0 0 0", "2000 0 2000 10000 0 0 0 0 0 0"]
+    garbled = [{**r, "rapl_package_0_energy_uj": "garbage", "proc_stat_cpu": cpu} for r, cpu in zip(records, stat)]
+    columns, account = figures_of(garbled, {"rails": rails}, {"power_model": {"idle_w": 5, "max_w": 45}})
+    assert not finite(columns["power_w"]) and "no reading is a number" in account["gaps"]["rapl_package_0_energy_uj"]
+    assert account["power_source"] == "estimate"  # labelled as such, where the meter gave nothing
+    assert finite(columns["power_w_est"]) == [25.0, 25.0]  # half the board's CPU busy
+    no_core = [{k: v for k, v in r.items() if k != "rapl_core_energy_uj"} for r in records]  # a zone never recorded
+    assert "rapl_core_energy_uj" in figures_of(no_core, {"rails": rails})[1]["gaps"]
+    wrapped = [records[0], {**records[2], "rapl_package_0_energy_uj": 1_000_000}]
+    columns, account = figures_of(wrapped, {"rails": {**rails, "max_energy_range_uj": {}}})  # where it wraps: unknown
+    assert not finite(columns["power_w"])  # not a negative or a guessed number
+    assert "no max_energy_range_uj" in account["gaps"]["rapl_package_0_energy_uj"]
+    assert finite(figures_of(wrapped, {"rails": rails})[0]["power_w"]) == [pytest.approx(0.6644, abs=1e-4)]
+
+
+def test_rails_recorded_as_watts_before_rails_were_raw_still_make_power():
+    readings = {"rails": {"source": "ina3221", "total_rails": ["rail_vdd_in_w"], "power_total": "VDD_IN",
+                          "power_total_source": "VDD_IN meters the module input (NVIDIA)"}}
+    records = [{"t_ns": 1_000_000_000, "rail_vdd_in_w": 6.3598, "rail_vdd_soc_w": 3.5876}]
+    columns, account = figures_of(records, readings)
+    assert finite(columns["power_w"]) == finite(columns["rail_vdd_in_w"]) == [6.3598]
+    assert account["power_total"] == "VDD_IN" and "gaps" not in account
 
 
 def test_cgroup_v1_memory_and_cpu_throttle():
@@ -381,8 +427,9 @@ def test_sensors_command_reports_sources_as_json():
     result = CliRunner().invoke(sensors_command, ["--root", str(JETSON), "--seconds", "0.2", "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
-    assert "ina3221" in report["sources_active"] and report["latest"]["rail_vdd_in_w"] == pytest.approx(6.3598)
-    assert report["figures"]["power_w"] == pytest.approx(6.3598) and report["power"]["power_total"] == "VDD_IN"
+    assert "ina3221" in report["sources_active"] and report["latest"]["rail_vdd_in_mv"] == 5096
+    assert report["figures"]["rail_vdd_in_w"] == report["figures"]["power_w"] == pytest.approx(5.096 * 1.248)
+    assert report["power"]["power_total"] == "VDD_IN"
     assert "process_rss" in report["sources_unavailable"]  # this process is not in the fixture's /proc
 
 

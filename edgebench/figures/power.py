@@ -10,14 +10,19 @@ readings; else the profile's sign; else the kernel ABI's (current_now < 0 while 
 the last two marked unverified. A run that saw the phone on external power is flagged: the
 battery current then leaves out what the supply provides.
 
-Rails (Jetson INA3221, x86 RAPL, Pi 5 PMIC) are recorded as each rail's value; the device's
-power is the sum of the rails its readings name as the total (the rail tree's roots, or the
-module input), decided from the rail names when the run started.
+Rails (Jetson INA3221, x86 RAPL, Pi 5 PMIC) are recorded as their meters give them, the unit
+in each key: mV and mA, mW, V and A, or a RAPL zone's energy counter in µJ. Each rail's watts
+are made here from the keys the run's readings name for it (`raw`); a RAPL rail's from the
+counter's rise between successive readings, across its wrap at max_energy_range_uj (the first
+reading has none). The device's power is the sum of the rails its readings name as the total
+(the rail tree's roots, or the module input), decided from the rail names when the run started.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import numpy as np
 
 # A discharging phone draws tens to hundreds of mA; below 10 mA the sign could be noise.
 MIN_CALIBRATION_UA = 10_000
@@ -86,3 +91,47 @@ def profile_sign(spec: dict[str, Any]) -> int | str:
     power = sensors.get("power") or {}
     sign = power.get("battery_current_sign", sensors.get("battery_current_sign", "auto"))
     return sign if sign in (1, -1) else "auto"
+
+
+def rail_keys(rails: dict[str, Any]) -> dict[str, list[str]]:
+    """{rail_<name>_w: the raw keys it is made from} of the readings' `rails`; a run recorded
+    before rails were raw names only its total rails, recorded in watts under those keys."""
+    raw = rails.get("raw")
+    return raw if isinstance(raw, dict) else {key: [key] for key in rails.get("total_rails") or []}
+
+
+def rail_watts(t_ns: np.ndarray, raw: dict[str, np.ndarray], wraps_at: dict[str, Any]) -> tuple[np.ndarray, str | None]:
+    """(watts per sample, why some or all are missing) of one rail from its raw columns
+    ({key: values}), by the unit each key ends with; `wraps_at`: {counter key: max_energy_range_uj}."""
+    units = {key.rsplit("_", 1)[-1]: values for key, values in raw.items()}
+    if set(units) == {"w"}:  # recorded as watts (runs before rails were raw)
+        return units["w"], None
+    if set(units) == {"mw"}:
+        return units["mw"] / 1e3, None
+    if set(units) == {"mv", "ma"}:
+        return units["mv"] * units["ma"] / 1e6, None
+    if set(units) == {"v", "a"}:
+        return units["v"] * units["a"], None
+    if len(raw) == 1 and next(iter(raw)).endswith("_energy_uj"):
+        key, counter = next(iter(raw.items()))
+        top = wraps_at.get(key)
+        return counter_watts(t_ns, counter, top if isinstance(top, (int, float)) and top > 0 else None)
+    return np.full(len(t_ns), np.nan), "not a rail reading this host knows how to make watts of"
+
+
+def counter_watts(t_ns: np.ndarray, uj: np.ndarray, wraps_at: float | None) -> tuple[np.ndarray, str | None]:
+    """Watts between successive readings of an energy counter (µJ), at the later one: the counter
+    starts again from 0 past `wraps_at`. A fall with no known wrap gives no watts, named."""
+    out = np.full(len(t_ns), np.nan)
+    have = np.flatnonzero(np.isfinite(uj))
+    if len(have) < 2:
+        return out, None
+    dt = np.diff(t_ns[have]) / 1e9
+    rise = np.diff(uj[have])
+    if wraps_at is not None:
+        rise = np.where(rise < 0, rise + wraps_at, rise)
+    ok = (dt > 0) & (rise >= 0)
+    out[have[1:][ok]] = rise[ok] / 1e6 / dt[ok]
+    falls = int((rise < 0).sum())
+    return out, (f"{falls} readings fall below the one before and the run's readings give no max_energy_range_uj "
+                 "to wrap at: no watts across them" if falls else None)

@@ -38,7 +38,9 @@ SAMPLE_KEYS = {
 SAMPLE_KEY_PATTERNS = {
     r"thermal_zone\d+_mc": "a thermal zone's temp (m°C); meta.json readings.temperatures names it",
     r"hwmon\d+_temp\d+_mc": "an hwmon temp*_input (m°C); meta.json readings.temperatures names it",
-    r"rail_[a-z0-9_]+_w": "a power rail's value as its meter gives it (W)",
+    r"rail_[a-z0-9_]+_(mv|ma|mw)": "an INA3221 rail's voltage, current (hwmon) or power (IIO, jtop), as read",
+    r"rail_[a-z0-9_]+_(v|a)": "a Pi 5 PMIC rail's volts or amps, as `vcgencmd pmic_read_adc` prints them",
+    r"rapl_[a-z0-9_]+_energy_uj": "a RAPL zone's energy counter (µJ; wraps at its max_energy_range_uj)",
     r"cpu\d+_freq_mhz": "a core's scaling_cur_freq",
     r"gpu_[a-z0-9_]+": "the GPU's own counters (NVML, Jetson)",
 }
@@ -49,8 +51,8 @@ READINGS_FIELDS = {
     "temperatures": "{raw key: the zone type or hwmon chip/label as read}",
     "battery": "{path, supplies: {name: {type, online}}, calibration: stored sign record or null}",
     "cgroup_cpu": "{path, cores: the CPU quota in cores} of a CPU-limited cgroup the run lives in",
-    "rails": "{source, total_rails: the rail keys whose sum is the device's power, power_total, "
-             "power_total_source}",
+    "rails": "{source, raw: {rail_<name>_w: the raw keys its watts are made from}, total_rails: the rails whose "
+             "sum is the device's power, power_total, power_total_source; RAPL: max_energy_range_uj {raw key: µJ}}",
     "memory_cgroup": "the memory cgroup folder, and `peak_scope` (run: reset at start, or why not)",
 }
 

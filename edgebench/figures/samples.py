@@ -1,9 +1,12 @@
-"""Per-sample figures from a run's raw readings: CPU shares, measured and estimated power,
-temperatures, on the device's clock. The store, the report and the live view all read a run's
-samples through `sample_figures`, so every runtime's samples give the same figures.
+"""Per-sample figures from a run's raw readings: CPU shares, each rail's watts, measured and
+estimated power, temperatures, on the device's clock. The store, the report and the live view
+all read a run's samples through `sample_figures`, so every runtime's samples give the same
+figures.
 
 A run recorded before devices recorded raw readings carries the figure columns themselves
-(`power_w`, `power_w_est`, `temp_c_max`): they are used where no raw reading stands.
+(`power_w`, `power_w_est`, `temp_c_max`): they are used where no raw reading stands. One
+recorded before rails were raw has its rails in watts under the figure's own key
+(`rail_<name>_w`, edgebench.figures.power.rail_keys).
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ FIGURE_COLUMNS = ("power_w", "power_w_est", "temp_c_max", "cpu_sys_pct", "cpu_pr
 
 def raw_columns(readings: dict[str, Any]) -> tuple[list[str], list[str]]:
     """(number columns, text columns) the figures of a run with these readings are made from."""
+    rails = power.rail_keys(readings.get("rails") or {})
     numbers = [*NUMBER_COLUMNS, *LEGACY_COLUMNS, *(readings.get("temperatures") or {}),
-               *((readings.get("rails") or {}).get("total_rails") or [])]
+               *(key for keys in rails.values() for key in keys)]
     return list(dict.fromkeys(numbers)), list(TEXT_COLUMNS)
 
 
@@ -98,9 +102,21 @@ def _statuses(column: np.ndarray | None) -> list[str]:
     return seen
 
 
-def _measured_power(columns: dict[str, np.ndarray], readings: dict[str, Any], spec: dict[str, Any]
-                    ) -> tuple[np.ndarray | None, dict[str, Any]]:
-    """Watts per sample from the battery or the rails, and what they cover; None without a meter."""
+def _rail_watts(columns: dict[str, np.ndarray], rails: dict[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """({rail_<name>_w: watts per sample}, {raw keys: why they make no watts}) of the readings' rails."""
+    watts, gaps = {}, {}
+    for rail, keys in power.rail_keys(rails).items():
+        watts[rail], why = power.rail_watts(columns["t_ns"], {key: _column(columns, key) for key in keys},
+                                            rails.get("max_energy_range_uj") or {})
+        if why:
+            gaps[", ".join(keys)] = why
+    return watts, gaps
+
+
+def _measured_power(columns: dict[str, np.ndarray], readings: dict[str, Any], spec: dict[str, Any],
+                    rail_watts: dict[str, np.ndarray]) -> tuple[np.ndarray | None, dict[str, Any]]:
+    """Watts per sample from the battery or the rails, and what they cover; None without a meter
+    or where none of its readings makes watts (the estimate then stands in)."""
     ua, uv = _column(columns, "battery_current_ua"), _column(columns, "battery_voltage_uv")
     battery = readings.get("battery")
     if battery is not None and np.isfinite(ua).any():
@@ -114,10 +130,12 @@ def _measured_power(columns: dict[str, np.ndarray], readings: dict[str, Any], sp
     rails = readings.get("rails") or {}
     total = rails.get("total_rails") or []
     if total:
-        watts = np.sum([_column(columns, key) for key in total], axis=0)
-        return watts, {"power_source": rails.get("source"), "power_total": rails.get("power_total"),
-                       "power_total_source": rails.get("power_total_source"), "power_flags": [],
-                       "power_warning": None}
+        empty = np.full(len(columns["t_ns"]), np.nan)
+        watts = np.sum([rail_watts.get(key, empty) for key in total], axis=0)
+        if np.isfinite(watts).any():
+            return watts, {"power_source": rails.get("source"), "power_total": rails.get("power_total"),
+                           "power_total_source": rails.get("power_total_source"), "power_flags": [],
+                           "power_warning": None}
     legacy = _column(columns, "power_w")
     return (legacy, {"power_source": "recorded power_w"}) if np.isfinite(legacy).any() else (None, {})
 
@@ -137,7 +155,9 @@ def sample_figures(columns: dict[str, np.ndarray], readings: dict[str, Any], spe
         "cpu_cgroup_pct": (np.minimum(100.0, 100.0 * _rate(t_ns, _column(columns, "cgroup_cpu_usage_ns")) / 1e9 / cores)
                            if cores else np.full(len(t_ns), np.nan)),
     }
-    measured, account = _measured_power(columns, readings, spec)
+    rail_watts, rail_gaps = _rail_watts(columns, readings.get("rails") or {})
+    out.update(rail_watts)
+    measured, account = _measured_power(columns, readings, spec, rail_watts)
     out["power_w"] = measured if measured is not None else np.full(len(t_ns), np.nan)
     out["power_w_est"] = _column(columns, "power_w_est")
     model = estimate.power_model(spec)
@@ -156,7 +176,7 @@ def sample_figures(columns: dict[str, np.ndarray], readings: dict[str, Any], spe
         out["temp_c_max"] = np.where(seen, np.nanmax(np.where(np.isfinite(stacked), stacked, -np.inf), axis=0), np.nan)
     else:
         out["temp_c_max"] = _column(columns, "temp_c_max")
-    gaps = figure_gaps(columns, readings)
+    gaps = {**figure_gaps(columns, readings), **rail_gaps}
     return out, {**account, "gaps": gaps} if gaps else account
 
 
@@ -165,7 +185,8 @@ def figure_gaps(columns: dict[str, np.ndarray], readings: dict[str, Any]) -> dic
     named but whose values are missing or not numbers (a store keeps such a value as null), a
     /proc/stat line that is not one. Each is a gap in its figure, never a wrong number."""
     gaps: dict[str, str] = {}
-    expected = [*(readings.get("temperatures") or {}), *((readings.get("rails") or {}).get("total_rails") or [])]
+    rails = power.rail_keys(readings.get("rails") or {})
+    expected = [*(readings.get("temperatures") or {}), *(key for keys in rails.values() for key in keys)]
     if readings.get("battery") is not None:
         expected += ["battery_current_ua", "battery_voltage_uv"]
     if (readings.get("cgroup_cpu") or {}).get("cores"):

@@ -1,20 +1,23 @@
-"""Power meters, read raw: each rail's value, a battery's current, voltage and status.
+"""Power meters, read raw: each rail's values as its meter gives them, a battery's current,
+voltage and status.
 
 Measured sources (the first present wins, unless the profile's `sensors.power.source` names one;
 each is one `PowerSource` descriptor in `POWER_SOURCES`, at the end of this module):
-- `ina3221`: Jetson INA3221 rails in hwmon (JetPack 5+: in{k}_input mV x curr{k}_input mA) or
+- `ina3221`: Jetson INA3221 rails in hwmon (JetPack 5+: in{k}_input mV and curr{k}_input mA) or
   NVIDIA's ina3221x IIO driver (JetPack 4: in_power{k}_input mW); the total sums the roots of
   the module's rail tree (`rails` module), so no rail is counted twice. Where the sysfs files cannot
-  be read, jetson-stats' `jtop` service (if installed) gives the same rails and total,
+  be read, jetson-stats' `jtop` service (if installed) gives the same rails (mW) and total,
   updated about once a second.
 - `rapl`: x86 RAPL energy counters (energy_uj, wrapping at max_energy_range_uj).
-- `pmic`: Raspberry Pi 5 `vcgencmd pmic_read_adc`, sum of V x I over paired rails
-  (under-reads the 5 V input).
+- `pmic`: Raspberry Pi 5 `vcgencmd pmic_read_adc`, the paired rails' V and A
+  (their sum under-reads the 5 V input).
 - `battery`: Android power_supply/battery current_now (uA), voltage_now (uV) and status as read.
-Rail sources yield `rail_<name>_w`; `readings()` says which of them sum to the device's power
-(`total_rails`, decided from the rail names at the start) and what that total covers. The host
-makes the figures (edgebench.figures.power: the battery's sign, power, what it covers;
-edgebench.figures.estimate where no meter exists): a device records no figure.
+Rail sources record each rail under keys with the unit as read (`rail_<name>_mv`, `_ma`, `_mw`,
+`_v`, `_a`; `rapl_<zone>_energy_uj`); `readings()` says which keys make each rail's watts (`raw`),
+which rails sum to the device's power (`total_rails`, decided from the rail names at the start)
+and what that total covers. The host makes the figures (edgebench.figures.power: rail watts,
+the battery's sign, power, what it covers; edgebench.figures.estimate where no meter exists):
+a device records no figure.
 """
 
 from __future__ import annotations
@@ -43,54 +46,53 @@ from edgebench.telemetry.sysfs import (
 )
 
 
-class _Hwmon:
-    """One INA3221 channel in hwmon (JetPack 5+): in<k>_input mV x curr<k>_input mA."""
-
-    def __init__(self, directory: Path, k: str):
-        self.volts, self.amps = PreadFile(directory / f"in{k}_input", 32), PreadFile(directory / f"curr{k}_input", 32)
-
-    def watts(self) -> float | None:
-        mv, ma = self.volts.read(), self.amps.read()  # a disabled channel fails with ENODATA: None
-        return int(mv) * int(ma) / 1e6 if mv and ma else None
-
-    def close(self) -> None:
-        self.volts.close()
-        self.amps.close()
+def _as_read(text: str) -> int | str:
+    """A counter file's value: the integer it holds, else the text itself (the host names it a gap)."""
+    return int(text) if text.lstrip("-").isdigit() else text
 
 
-class _Iio:
-    """One INA3221 channel of NVIDIA's `ina3221x` IIO driver (JetPack 4): in_power<k>_input mW."""
+class _Channel:
+    """One INA3221 rail's files, by the unit of each (hwmon, JetPack 5+: in<k>_input mV and
+    curr<k>_input mA; the ina3221x IIO driver, JetPack 4: in_power<k>_input mW), kept open."""
 
-    def __init__(self, directory: Path, k: str):
-        self.power = PreadFile(directory / f"in_power{k}_input", 32)
+    def __init__(self, files: dict[str, Path]):
+        self.files = {unit: PreadFile(path, 32) for unit, path in files.items()}
 
-    def watts(self) -> float | None:
-        mw = self.power.read()
-        return int(mw) / 1e3 if mw else None
+    def read(self) -> dict[str, int | str]:
+        """{unit: value as read}; {} when a file cannot be read (a disabled channel fails with ENODATA)."""
+        values: dict[str, int | str] = {}
+        for unit, fh in self.files.items():
+            text = fh.read()
+            if not text:
+                return {}
+            values[unit] = _as_read(text)
+        return values
 
     def close(self) -> None:
-        self.power.close()
+        for fh in self.files.values():
+            fh.close()
 
 
-def ina3221_channels(root: str | Path) -> list[tuple[str, _Hwmon | _Iio]]:
+def ina3221_channels(root: str | Path) -> list[tuple[str, _Channel]]:
     """(label, channel) for every connected INA3221 rail, through hwmon (name `ina3221`,
     in<k>_label) or IIO (`ina3221x`, rail_name_<k>); skips `NC` rails and the sum channel."""
-    channels: list[tuple[str, _Hwmon | _Iio]] = []
+    channels: list[tuple[str, _Channel]] = []
     for directory in hwmon_dirs(root):
         if read_text(directory / "name") != "ina3221":
             continue
         for label_path in sorted(directory.glob("in[0-9]*_label")):
             k = label_path.name[2:-len("_label")]
             label = read_text(label_path) or ""
+            files = {"mv": directory / f"in{k}_input", "ma": directory / f"curr{k}_input"}
             if label and label.upper() != "NC" and "sum" not in label.lower() \
-                    and (directory / f"in{k}_input").exists() and (directory / f"curr{k}_input").exists():
-                channels.append((label, _Hwmon(directory, k)))
+                    and all(path.exists() for path in files.values()):
+                channels.append((label, _Channel(files)))
     for directory in iio_dirs(root):
         for label_path in sorted(directory.glob("rail_name_[0-9]*")):
             k = label_path.name[len("rail_name_"):]
             label = read_text(label_path) or ""
             if label and label.upper() != "NC" and (directory / f"in_power{k}_input").exists():
-                channels.append((label, _Iio(directory, k)))
+                channels.append((label, _Channel({"mw": directory / f"in_power{k}_input"})))
     return channels
 
 
@@ -101,21 +103,27 @@ def _wanted(label: str, rails: list[str] | None, total_rail: str | None, rail_tr
 
 
 class _Rails:
-    """Rails by label -> `rail_<label>_w` keys, with a RailTotal saying which sum to the device's
-    power; shared by the sysfs reader and the jtop fallback so both give the same keys."""
+    """Rails by label, each value recorded as `rail_<label>_<unit>`, with a RailTotal saying which
+    sum to the device's power; shared by the sysfs reader and the jtop fallback."""
 
     name: str
 
-    def _setup(self, labels: list[str], total_rail: str | None, rail_tree: str | None) -> None:
-        self._keys = dict(zip(labels, unique_names([f"rail_{key_name(label)}_w" for label in labels])))
-        self.total = RailTotal(set(labels), total_rail, rail_tree)
+    def _setup(self, units: dict[str, list[str]], total_rail: str | None, rail_tree: str | None) -> None:
+        """`units`: {label: the units its values are read in}, in the order found."""
+        self._names = dict(zip(units, unique_names([key_name(label) for label in units])))
+        self._raw = {f"rail_{self._names[label]}_w": [f"rail_{self._names[label]}_{u}" for u in label_units]
+                     for label, label_units in units.items()}
+        self.total = RailTotal(set(units), total_rail, rail_tree)
 
-    def _record(self, now_s: float, watts: dict[str, float]) -> dict[str, float]:
-        return {self._keys[label]: round(w, 4) for label, w in watts.items() if label in self._keys}
+    def _record(self, values: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        """Sample keys of {label: {unit: value as read}}; rails not set up are left out."""
+        return {f"rail_{self._names[label]}_{unit}": value for label, by_unit in values.items()
+                if label in self._names for unit, value in by_unit.items()}
 
     def readings(self) -> dict[str, Any]:
         what = self.total.describe()
-        return {"source": self.name, "total_rails": [self._keys[r] for r in self.total.rails],
+        return {"source": self.name, "raw": self._raw,
+                "total_rails": [f"rail_{self._names[r]}_w" for r in self.total.rails],
                 "power_total": what["power_total"], "power_total_source": what["power_total_source"]}
 
 
@@ -136,38 +144,34 @@ class Ina3221Power(_Rails):
             if (label, ch) not in keep:
                 ch.close()
         self._channels = keep
-        self._setup([label for label, _ in keep], total_rail, rail_tree)
+        self._setup({label: list(ch.files) for label, ch in keep}, total_rail, rail_tree)
 
-    def read(self, now_s: float) -> dict[str, float]:
-        watts = {}
-        for label, channel in self._channels:
-            w = channel.watts()
-            if w is not None:  # a rail that cannot be read this time is simply absent
-                watts[label] = w
-        return self._record(now_s, watts)
+    def read(self, now_s: float) -> dict[str, Any]:
+        # a rail that cannot be read this time is simply absent
+        return self._record({label: channel.read() for label, channel in self._channels})
 
     def close(self) -> None:
         for _, channel in self._channels:
             channel.close()
 
 
-def jtop_rail_watts(power: dict[str, Any]) -> dict[str, float]:
-    """{rail label: watts} from jtop's `jetson.power` ({'rail': {name: {'power': mW, 'online'}},
+def jtop_rail_mw(power: dict[str, Any]) -> dict[str, Any]:
+    """{rail label: mW} from jtop's `jetson.power` ({'rail': {name: {'power': mW, 'online'}},
     'tot': {...}}). jtop moves the input rail (VDD_IN, POM_5V_IN) out of 'rail' into 'tot' with
     its 'name'; it is put back here. A 'tot' without a name is jtop's own sum: left out."""
-    watts = {name: rail["power"] / 1000.0 for name, rail in (power.get("rail") or {}).items()
-             if rail.get("online", True) and rail.get("power") is not None}
+    mw = {name: rail["power"] for name, rail in (power.get("rail") or {}).items()
+          if rail.get("online", True) and rail.get("power") is not None}
     total = power.get("tot") or {}
     if total.get("name") and total.get("power") is not None:
-        watts[total["name"]] = total["power"] / 1000.0
-    return watts
+        mw[total["name"]] = total["power"]
+    return mw
 
 
 class JtopPower(_Rails):
     """The same INA3221 rails through jetson-stats (`jtop`), where the sysfs files cannot be
-    read; the keys and the total are those of Ina3221Power. Values refresh at the service
-    interval (1 s by default). `client`: an object with `.power` and `.close()` (a started
-    `jtop.jtop()` by default)."""
+    read: each rail's power as jtop gives it (mW), the total as Ina3221Power's. Values refresh
+    at the service interval (1 s by default). `client`: an object with `.power` and `.close()`
+    (a started `jtop.jtop()` by default)."""
 
     name = "jtop"
 
@@ -184,14 +188,14 @@ class JtopPower(_Rails):
             except JtopException as exc:
                 raise SourceUnavailable(f"jtop service not reachable: {exc} (sudo systemctl start jtop)") from None
         self._client = client
-        labels = [label for label in jtop_rail_watts(client.power) if _wanted(label, rails, total_rail, rail_tree)]
+        labels = [label for label in jtop_rail_mw(client.power) if _wanted(label, rails, total_rail, rail_tree)]
         if not labels:
             client.close()
             raise SourceUnavailable("jtop reports no power rails")
-        self._setup(labels, total_rail, rail_tree)
+        self._setup({label: ["mw"] for label in labels}, total_rail, rail_tree)
 
-    def read(self, now_s: float) -> dict[str, float]:
-        return self._record(now_s, jtop_rail_watts(self._client.power))
+    def read(self, now_s: float) -> dict[str, Any]:
+        return self._record({label: {"mw": mw} for label, mw in jtop_rail_mw(self._client.power).items()})
 
     def close(self) -> None:
         self._client.close()
@@ -210,8 +214,9 @@ def jetson_power(root: str | Path, rails: list[str] | None, total_rail: str | No
 
 
 class RaplPower:
-    """x86 RAPL zones, each as a rail (watts over the time since the last read, from its
-    wrapping energy counter); the device's power is the sum of the package zones."""
+    """x86 RAPL zones, each as a rail: its energy counter as read (`rapl_<zone>_energy_uj`), and
+    where it wraps (max_energy_range_uj) once in the readings; the host makes watts from
+    successive reads. The device's power is the sum of the package zones."""
 
     name = "rapl"
 
@@ -228,29 +233,16 @@ class RaplPower:
                 raise SourceUnavailable(f"{zone}/energy_uj is not readable (root-only since Linux 5.10: run as root "
                                         "or make it readable)")
             top_level = zone.name.count(":") == 1
-            self._zones.append((f"rail_{name}_w", name.startswith("package") and top_level, fh,
+            self._zones.append((name, name.startswith("package") and top_level, fh,
                                 read_int(zone / "max_energy_range_uj")))
-        self._last: dict[str, tuple[float, int]] = {}
 
-    def read(self, now_s: float) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for key, _, fh, max_range in self._zones:
-            text = fh.read()
-            if not text:
-                continue
-            uj = int(text)
-            last = self._last.get(key)
-            self._last[key] = (now_s, uj)
-            if last is None or now_s <= last[0]:
-                continue
-            delta = uj - last[1]
-            if delta < 0 and max_range:
-                delta += max_range  # the counter wrapped
-            out[key] = round(delta / 1e6 / (now_s - last[0]), 4)
-        return out
+    def read(self, now_s: float) -> dict[str, int | str]:
+        return {f"rapl_{name}_energy_uj": _as_read(text) for name, _, fh, _ in self._zones if (text := fh.read())}
 
     def readings(self) -> dict[str, Any]:
-        return {"source": self.name, "total_rails": [key for key, package, _, _ in self._zones if package],
+        return {"source": self.name, "raw": {f"rail_{name}_w": [f"rapl_{name}_energy_uj"] for name, *_ in self._zones},
+                "max_energy_range_uj": {f"rapl_{name}_energy_uj": top for name, _, _, top in self._zones},
+                "total_rails": [f"rail_{name}_w" for name, package, _, _ in self._zones if package],
                 "power_total": "sum of package zones", "power_total_source": "RAPL package zones (CPU package only)"}
 
     def close(self) -> None:
@@ -261,20 +253,20 @@ class RaplPower:
 PMIC_LINE = re.compile(r"^\s*(\S+)_([AV])\s+(?:current|volt)\(\d+\)=([-\d.eE+]+)[AV]\s*$")
 
 
-def parse_pmic_read_adc(text: str) -> dict[str, float]:
-    """Rail name -> watts from `vcgencmd pmic_read_adc` output; rails without both a
-    current and a voltage line (e.g. EXT5V_V) are left out."""
-    amps: dict[str, float] = {}
-    volts: dict[str, float] = {}
+def parse_pmic_read_adc(text: str) -> dict[str, dict[str, float]]:
+    """Rail name -> {"v": volts, "a": amps} as `vcgencmd pmic_read_adc` prints them; rails
+    without both a current and a voltage line (e.g. EXT5V_V) are left out."""
+    read: dict[str, dict[str, float]] = {}
     for line in text.splitlines():
         match = PMIC_LINE.match(line)
         if match:
-            (amps if match.group(2) == "A" else volts)[match.group(1)] = float(match.group(3))
-    return {rail: volts[rail] * amps[rail] for rail in amps if rail in volts}
+            read.setdefault(match.group(1), {})[match.group(2).lower()] = float(match.group(3))
+    return {rail: values for rail, values in read.items() if len(values) == 2}
 
 
 class PiPmicPower:
-    """Raspberry Pi 5 PMIC rails through `vcgencmd pmic_read_adc` (via the command runner)."""
+    """Raspberry Pi 5 PMIC rails through `vcgencmd pmic_read_adc` (via the command runner):
+    each paired rail's volts and amps as printed (`rail_<name>_v`, `rail_<name>_a`)."""
 
     name = "pmic"
     command = ("vcgencmd", "pmic_read_adc")
@@ -287,14 +279,17 @@ class PiPmicPower:
             raise SourceUnavailable(f"`{' '.join(self.command)}` failed: {exc}") from None
         if not rails:
             raise SourceUnavailable(f"`{' '.join(self.command)}` printed no paired current/volt rails (not a Pi 5?)")
-        self._keys = [f"rail_{key_name(rail)}_w" for rail in rails]
+        self._names = [key_name(rail) for rail in rails]
 
     def read(self, now_s: float) -> dict[str, float]:
         rails = parse_pmic_read_adc(self._runner(self.command))
-        return {f"rail_{key_name(rail)}_w": round(watts, 4) for rail, watts in rails.items()}
+        return {f"rail_{key_name(rail)}_{unit}": value for rail, values in rails.items()
+                for unit, value in values.items()}
 
     def readings(self) -> dict[str, Any]:
-        return {"source": self.name, "total_rails": list(self._keys), "power_total": SUM_OF_RAILS,
+        return {"source": self.name,
+                "raw": {f"rail_{name}_w": [f"rail_{name}_v", f"rail_{name}_a"] for name in self._names},
+                "total_rails": [f"rail_{name}_w" for name in self._names], "power_total": SUM_OF_RAILS,
                 "power_total_source": "V x I over the PMIC's paired rails; under-reads the 5 V input (EXT5V_V has no "
                                       "current)"}
 
