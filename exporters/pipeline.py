@@ -103,7 +103,11 @@ def _model_facts(model) -> dict[str, Any]:
     return {"config": model.cfg.to_dict() if hasattr(model.cfg, "to_dict") else None,
             "vit_img_size": model.cfg.vit_img_size, "lm_vocab_size": model.cfg.lm_vocab_size,
             "parameters": sum(p.numel() for p in model.parameters()),
-            "trainable_elements": sum(p.numel() for p in model.parameters() if p.requires_grad)}
+            "trainable_elements": sum(p.numel() for p in model.parameters() if p.requires_grad),
+            # the native worker's memory prediction (edgebench.native.memory): trained weights as stored
+            "trainable_bytes": sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad),
+            "largest_trainable_bytes": max((p.numel() * p.element_size() for p in model.parameters()
+                                            if p.requires_grad), default=0)}
 
 
 def _inputs(arrays: dict[str, Any]) -> list[dict[str, Any]]:

@@ -88,6 +88,46 @@ def _device(device: str | None, ram_bytes: int | None) -> tuple[int, str, Device
         return int(found.profile.ram_bytes), f"inventory device {device}", found.device_speed()
 
 
+def _profile(device: str | None):
+    """The profile the native worker's programs are exported for: the device's, or this host's."""
+    from edgebench.devices.inventory import InventoryError, get_device
+    from edgebench.devices.profiles import ProfileError, load_profile
+
+    try:
+        return load_profile(device or "local")
+    except ProfileError:
+        try:
+            return get_device(str(device)).profile
+        except (InventoryError, ProfileError) as exc:
+            raise click.BadParameter(str(exc), param_hint="--device") from None
+
+
+def _native_peaks(model_name: str, device: str | None, text_length: int, image_size: int | None, quiet: bool):
+    """The native worker's predicted figures of a method at a batch size (edgebench.native.memory),
+    from its program exported for the device's profile (cached: the first export of a large
+    model takes minutes); None where the native worker cannot run the method."""
+    from edgebench.native import memory as native_memory
+    from edgebench.native.plan import native_reason
+    from exporters.pipeline import ExportRefused, export, request_from_profile
+
+    profile = _profile(device)
+
+    def figures(method, batch_size: int):
+        if native_reason(method):
+            return None
+        if not quiet:
+            click.echo(f"predict: {method.name}: the native worker's program (export, cached)", err=True)
+        request = request_from_profile(profile, model=model_name, method=method.name, backend="executorch",
+                                       batch_size=batch_size, image_size=image_size, text_length=text_length)
+        try:
+            program = export(request, profile=profile).directory
+        except ExportRefused:
+            return None
+        return native_memory.predict_for(program, method)
+
+    return figures
+
+
 @click.command("predict")
 @click.option("--device",
               help="Device profile name or YAML path, a lab device or an inventory device (its RAM is the budget).")
@@ -101,13 +141,19 @@ def _device(device: str | None, ram_bytes: int | None) -> tuple[int, str, Device
 @click.option("--image-size", type=click.IntRange(min=1), help="Square image side (default: the config's).")
 @click.option("--headroom", default=DEFAULT_HEADROOM, show_default=True, type=click.FloatRange(0, 1, max_open=True),
               help="Fraction of RAM kept free for the OS and runtime.")
+@click.option("--runtime", type=click.Choice(["python", "native"]), default="python", show_default=True,
+              help="python: a Python process with torch (eager; ExecuTorch's Python worker); native: the native "
+                   "ExecuTorch worker (no Python, no torch), predicted from each method's program, exported for "
+                   "the device's profile first (cached; minutes for a large model's first export).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 def predict_command(device, ram_bytes, model_name, method, batch_size, text_length, image_size,
-                    headroom, as_json) -> None:
+                    headroom, runtime, as_json) -> None:
     """Predict a method's memory (weights, gradients, optimizer state, activations,
     temporaries, runtime baseline, peak) before running it, and whether it fits the device's
     RAM with headroom. Without --method: which methods fit, best first by predicted step time
-    (relative to SGD, from a FLOP and memory-traffic model). All figures are estimates."""
+    (relative to SGD, from a FLOP and memory-traffic model); with --runtime native, the
+    methods the native worker runs, by its own memory (planned arena, mapped program, its
+    runtime). All figures are estimates."""
     from edgebench.methods import memory
     from edgebench.model.checkpoint import read_config
     from edgebench.model.config import ConfigError, get_config
@@ -121,11 +167,19 @@ def predict_command(device, ram_bytes, model_name, method, batch_size, text_leng
     usable = usable_bytes(budget, headroom)
     verdict = {"ram_bytes": budget, "ram_source": source, "headroom": headroom, "usable_bytes_est": usable,
                "speed": asdict(speed)}
+    native = _native_peaks(model_name, device, text_length, image_size, as_json) if runtime == "native" else None
+    verdict["runtime"] = runtime
     if parsed is None:
-        _print_ranking(rank(cfg, batch_size, text_length, image_size, usable, speed), model_name,
+        _print_ranking(rank(cfg, batch_size, text_length, image_size, usable, speed, native), model_name,
                        batch_size, verdict, as_json)
         return
-    figures = memory.predict(cfg, parsed, batch_size, text_length, image_size=image_size)
+    figures = memory.predict(cfg, parsed, batch_size, text_length, image_size=image_size) if native is None \
+        else native(parsed, batch_size)
+    if figures is None:
+        from edgebench.native.plan import native_reason
+
+        raise click.BadParameter(f"the native ExecuTorch worker does not run {parsed.name}: "
+                                 f"{native_reason(parsed) or 'its program cannot be exported'}", param_hint="--method")
     verdict["fits_est"] = figures["peak_bytes"] <= usable
     if as_json:
         click.echo(json.dumps({"model": model_name, "method": parsed.name, "batch_size": batch_size,
@@ -134,7 +188,8 @@ def predict_command(device, ram_bytes, model_name, method, batch_size, text_leng
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{parsed.name} on {model_name}, batch {batch_size} (estimates)")
+    worker = " (native worker)" if native else ""
+    table = Table(title=f"{parsed.name} on {model_name}, batch {batch_size}{worker} (estimates)")
     table.add_column("part")
     table.add_column("MiB (est.)", justify="right")
     for key, value in figures.items():
@@ -142,8 +197,9 @@ def predict_command(device, ram_bytes, model_name, method, batch_size, text_leng
             table.add_row(key[: -len("_bytes")].replace("_", " "), f"{value / 2**20:,.1f}")
     console = Console()
     console.print(table)
-    console.print(f"sequence: {figures['sequence_length']:,} decoder positions a sample "
-                  f"({figures['image_tiles']} image(s) through the vision encoder)")
+    if not native:
+        console.print(f"sequence: {figures['sequence_length']:,} decoder positions a sample "
+                      f"({figures['image_tiles']} image(s) through the vision encoder)")
     word = "fits" if verdict["fits_est"] else "does NOT fit"
     console.print(f"{word}: peak {figures['peak_bytes'] / 2**20:,.0f} MiB vs {usable / 2**20:,.0f} MiB usable "
                   f"({budget / 2**20:,.0f} MiB RAM from {source}, {headroom:.0%} headroom)")
@@ -164,7 +220,8 @@ def _print_ranking(rows: list[dict], model_name: str, batch_size: int, verdict: 
     bf16_note = (f"; bf16 matmuls {cost:.2f}x fp32's time" if cost else
                  "; -: a bf16 method, this device's bf16 matmul speed unknown (`edgebench devices calibrate "
                  "DEVICE` measures it)")
-    table = Table(title=f"methods for {model_name} in {verdict['usable_bytes_est'] / 2**20:,.0f} MiB usable "
+    worker = "the native worker's " if verdict["runtime"] == "native" else ""
+    table = Table(title=f"{worker}methods for {model_name} in {verdict['usable_bytes_est'] / 2**20:,.0f} MiB usable "
                         f"({verdict['ram_bytes'] / 2**20:,.0f} MiB RAM from {verdict['ram_source']}, "
                         f"{verdict['headroom']:.0%} headroom), batch {batch_size}: estimates",
                   caption="step time (est.): the step's work at the device's rates, relative to sgd on it; "

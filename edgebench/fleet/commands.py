@@ -483,7 +483,8 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str,
                     if plain:
                         plain(f"{label}: step {done}/{total or '?'}" if done else f"{label}: loading")
 
-                refused = attach_program(spec, profile, on_stage=stage) or attach_native(spec, machine_arch(), stage)
+                refused = (attach_program(spec, profile, on_stage=stage) or attach_native(spec, machine_arch(), stage)
+                           or _native_memory_refusal(spec, profile, force))
                 if refused is not None:
                     stage("unsupported")
                     results.append(unsupported_result(spec, refused))
@@ -529,6 +530,25 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str,
                     fg="red" if not ended["ok"] else "yellow", err=True)
     if results and not ended["ok"]:
         raise SystemExit(1)
+
+
+def _native_memory_refusal(spec: RunSpec, profile: Profile, force: bool) -> str | None:
+    """The memory preflight of a native worker's run, once its program is exported (the
+    prediction reads it): why it is refused (recorded `unsupported`, the sweep goes on), or None."""
+    from edgebench.fleet.local import host_memory
+    from edgebench.fleet.plan import force_memory, memory_budget, memory_refusals
+
+    if spec.runtime != "native":
+        return None
+    ram, limit = host_memory()
+    refused, why = memory_refusals([spec], *memory_budget(ram, profile.memory_headroom, limit, "this host"),
+                                   profile.device_speed)
+    if refused and not force:
+        return f"{why}; or --force to run anyway"
+    if refused:
+        force_memory([spec], refused, why)
+        _echo_err(f"forced (--force): {why}")
+    return None
 
 
 def _memory_preflight(specs: list[RunSpec], ram_bytes: int, cgroup_limit: int | None, profile: Profile,

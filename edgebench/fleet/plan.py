@@ -104,32 +104,42 @@ def memory_budget(ram_bytes: int, headroom: float, cgroup_limit: int | None, whe
 
 def memory_refusals(specs: list[RunSpec], usable: int, budget: str,
                     rates: Callable[[], DeviceSpeed]) -> tuple[dict[str, int], str]:
-    """The methods whose runs' predicted peak (methods.memory: an estimate) exceeds `usable`
+    """The methods whose runs' predicted peak (an estimate: methods.memory for a torch process,
+    native.memory for the native worker once its program is exported) exceeds `usable`
     (memory_budget), with that peak, and one line saying so with the fix (methods that fit,
     fastest first at the device's `rates()`, asked only then; else a smaller shape). The one
     memory-fit preflight of bench and deploy; specs share one shape."""
     from edgebench.methods import memory, parse_method
     from edgebench.methods.fit import rank
+    from edgebench.native import memory as native_memory
 
     refused: dict[str, int] = {}
     fitting: list[str] | None = None
+    native = False
     for spec in specs:
         cfg = spec_config(spec)
-        # the model describes a torch process: not the native ExecuTorch worker (no Python, no torch)
-        native = spec.backend == "executorch" and spec.runtime != "python"
-        if cfg is None or native or spec.method in refused:
+        if cfg is None or spec.method in refused:
             continue
-        peak = memory.predict(cfg, parse_method(spec.method), spec.batch_size, spec.text_length,
-                              image_size=spec.image_size)["peak_bytes"]
-        if peak > usable:
-            refused[spec.method] = peak
-            if fitting is None:
+        if spec.backend == "executorch" and spec.runtime != "python":
+            # the native worker's own model, from its program: known once the program is exported
+            # and the worker settled (attach_program, attach_native); not a torch process's
+            if spec.runtime != "native" or not spec.program:
+                continue
+            peak = native_memory.predict_for(spec.program, parse_method(spec.method))["peak_bytes"]
+            native = native or peak > usable
+        else:
+            peak = memory.predict(cfg, parse_method(spec.method), spec.batch_size, spec.text_length,
+                                  image_size=spec.image_size)["peak_bytes"]
+            if peak > usable and fitting is None:
                 fitting = [r["method"] for r in rank(cfg, spec.batch_size, spec.text_length, spec.image_size, usable,
                                                      rates()) if r["fits_est"]]
+        if peak > usable:
+            refused[spec.method] = peak
     if not refused:
         return {}, ""
     spec = next(s for s in specs if s.method in refused)
     fix = (f"methods that fit (fastest first): {', '.join(fitting[:4])}" if fitting else
+           "`edgebench predict --runtime native` ranks what fits the native worker" if native else
            f"no method fits batch {spec.batch_size} with text length {spec.text_length}: lower --batch-size or "
            "--text-length")
     peaks = ", ".join(f"{method} {size_text(peak)}" for method, peak in refused.items())
@@ -210,7 +220,6 @@ def attach_native(spec: RunSpec, arch: str, on_stage: Callable[[str], None] = la
     asked, spec.runtime = spec.runtime, "python"
     try:
         worker = bundle(arch, log=on_stage)
-        # no prediction: the memory model describes a torch process, not this worker (docs/native.md)
         spec.native_plan = str(write_plan(spec, cache_root()))
     except (UnsupportedBackend, NativeBuildError) as exc:
         if asked == "native":

@@ -6,10 +6,11 @@ peak exceeds the device's RAM less the profile's headroom, naming methods that f
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from edgebench.methods.device_speed import DeviceSpeed
-from edgebench.methods.knobs import PRESETS, parse_method
+from edgebench.methods.knobs import PRESETS, Method, parse_method
 
 if TYPE_CHECKING:
     from edgebench.model.config import VLMConfig
@@ -27,11 +28,13 @@ def usable_bytes(ram_bytes: int, headroom: float) -> int:
 
 
 def rank(cfg: VLMConfig, batch_size: int, text_length: int, image_size: int | None, usable: int,
-         speed: DeviceSpeed) -> list[dict[str, Any]]:
+         speed: DeviceSpeed, native: Callable[[Method, int], dict[str, Any] | None] | None = None,
+         ) -> list[dict[str, Any]]:
     """Every preset and combination with its predicted peak and its step time relative to sgd at
     the device's rates (estimates; methods.steptime, None for a bf16 method where the device's
     bf16 matmul cost is unknown): the ones that fit first, fastest first (unknown last); then the
-    rest, smallest peak first."""
+    rest, smallest peak first. `native(method, batch)`: the native worker's figures instead of
+    a torch process's (edgebench.native.memory), None for a method it does not run (left out)."""
     from edgebench.methods import memory
     from edgebench.methods.steptime import relative_step_time
 
@@ -40,9 +43,15 @@ def rank(cfg: VLMConfig, batch_size: int, text_length: int, image_size: int | No
         method = parse_method(name)
         batch = max(batch_size, method.accumulation)
         figures = memory.predict(cfg, method, batch, text_length, image_size=image_size)
+        peak = figures["peak_bytes"]
+        if native is not None:
+            worker = native(method, batch)
+            if worker is None:
+                continue
+            peak = worker["peak_bytes"]
         relative = relative_step_time(cfg.with_image_size(image_size), method, batch, text_length, speed)
-        rows.append({"method": name, "batch_size": batch, "peak_bytes_est": figures["peak_bytes"],
-                     "fits_est": figures["peak_bytes"] <= usable,
+        rows.append({"method": name, "batch_size": batch, "peak_bytes_est": peak,
+                     "fits_est": peak <= usable,
                      "trainable_params": figures["trainable_params"],
                      "step_time_vs_sgd_est": None if relative is None else round(relative, 3)})
     return sorted(rows, key=lambda r: (not r["fits_est"], (r["step_time_vs_sgd_est"] is None,

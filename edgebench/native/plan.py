@@ -12,12 +12,14 @@ run share one, and deploy ships it once per device.
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from edgebench.backends.program import BATCH_INPUTS, check_batch, open_program, program_lr
+from edgebench.native.memory import predict_for
 from edgebench.runner.native import BATCHES, PLAN, PLAN_FORMAT
 from edgebench.runner.spec import RunSpec
 
@@ -82,6 +84,8 @@ def _lines(spec: RunSpec, method: Any, manifest: dict[str, Any], batch_count: in
     ]
     for name in BATCH_INPUTS:
         lines.append(" ".join(["input", name, shapes[name]["dtype"], *map(str, shapes[name]["shape"])]))
+    # the host's prediction of the worker's peak, one word the worker echoes as its `predicted` event
+    lines.append("predicted " + json.dumps(predict_for(str(spec.program), method), separators=(",", ":")))
     # a forward-only program's weights are inputs of known size; 0: the program's own (joint)
     sizes = {i["name"]: int(np.prod(i["shape"])) for i in manifest["inputs"]}
     for name in manifest["trainable_parameters"]:
