@@ -72,6 +72,17 @@ def session_shared_root(tmp_path_factory) -> Path:
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
+@pytest.fixture
+def small_rates(monkeypatch, export_cache):
+    """methods.device_speed's sizes shrunk so the native worker's rates (edgebench/native/rates.py
+    reads them when called) take well under a second: one small matmul shape, one repeat."""
+    from edgebench.methods import device_speed
+
+    for name, value in (("SHAPES", ((16, 32, 64),)), ("REPEATS", 1), ("PASS_ELEMENTS", 1 << 18),
+                        ("NORMAL_ELEMENTS", 1 << 16)):
+        monkeypatch.setattr(device_speed, name, value)
+
+
 @pytest.fixture(scope="session")
 def export_cache(tmp_path_factory):
     """One export cache for the test session: the same request is exported once, also across

@@ -27,7 +27,8 @@ def _predict(device: str) -> dict:
 
 def test_stored_rates_rank_an_inventory_devices_methods(tmp_path, monkeypatch):
     """A calibrated entry's rates replace the reference host's, bf16 methods get an estimate and
-    the source says whose rates and when; a bad stored figure names its field."""
+    the source says whose rates, when and what measured them (a rate the native worker could
+    not take, why); a bad stored figure names its field."""
     path = tmp_path / "inventory.yaml"
     monkeypatch.setenv("EDGEBENCH_INVENTORY", str(path))
     path.write_text(yaml.safe_dump({"devices": {"pi": {"profile": "raspberry-pi-4-4gb", "host": "10.0.0.9"}}}))
@@ -41,6 +42,13 @@ def test_stored_rates_rank_an_inventory_devices_methods(tmp_path, monkeypatch):
     assert after["speed"]["source"] == "this device's own, measured on 2026-01-02 (Cortex-A72, torch 2.13.0, 4 threads)"
     assert next(r for r in after["methods"] if r["method"] == "adamw-bf16")["step_time_vs_sgd_est"] > 1
     assert get_device("pi").device_speed() == get_device("pi").speed.rates()  # deploy's preflight ranks by these
+    native = {**MEASURED, "torch": None, "executorch": "1.5.1", "bf16_matmul_cost": None,
+              "unmeasured": {"bf16_matmul_cost": "no bf16 kernel"}}
+    path.write_text(yaml.safe_dump({"devices": {"pi": {"profile": "raspberry-pi-4-4gb", "host": "10.0.0.9",
+                                                       "speed": native}}}))
+    assert _predict("pi")["speed"]["source"] == ("this device's own, measured on 2026-01-02 (Cortex-A72, the native "
+                                                 "worker, executorch 1.5.1, 4 threads; bf16_matmul_cost unknown: no "
+                                                 "bf16 kernel)")
     path.write_text(yaml.safe_dump({"devices": {"pi": {"profile": "raspberry-pi-4-4gb", "host": "10.0.0.9",
                                                        "speed": {**MEASURED, "pass_ns": -1}}}}))
     with pytest.raises(InventoryError, match="speed.pass_ns"):
@@ -56,10 +64,8 @@ def test_calibrate_refuses_what_it_cannot_store(tmp_path, monkeypatch):
 
 @pytest.mark.lab
 def test_calibrate_a_lab_device_and_predict_ranks_by_its_rates(tmp_path):
-    """Measured over SSH by the device's own python, under its cgroup's CPU quota; a device with
-    no Python is refused in one line that says why and what fixes it."""
-    devices = [lab.LabDevice("raspberry-pi-4-4gb", name="lab-cal", memory_bytes=2 * 2**30, cpus=1),
-               lab.LabDevice("raspberry-pi-4-4gb", no_python=True, memory_bytes=512 * 2**20, cpus=1)]
+    """Measured over SSH by the device's own python, under its cgroup's CPU quota."""
+    devices = [lab.LabDevice("raspberry-pi-4-4gb", name="lab-cal", memory_bytes=2 * 2**30, cpus=1)]
     with lab_in(tmp_path, devices):
         out = CliRunner().invoke(cli, ["devices", "calibrate", "lab-cal", "--json"])
         assert out.exit_code == 0, out.output
@@ -75,8 +81,28 @@ def test_calibrate_a_lab_device_and_predict_ranks_by_its_rates(tmp_path):
         table = CliRunner().invoke(cli, ["predict", "--device", "lab-cal", "--model", "tiny"], env={"COLUMNS": "300"})
         assert table.exit_code == 0 and f"Rates: this device's own, measured on {today}" in table.output
 
-        refused = CliRunner().invoke(cli, ["devices", "calibrate", "lab-pi4-nopy"])
-        assert refused.exit_code == 2 and len(refused.output.strip().splitlines()) == 1, refused.output
-        assert "lab-pi4-nopy has no Python" in refused.output and "no rates mode" in refused.output
-        assert "set `python:` in its inventory entry" in refused.output
-        assert "speed" not in read_inventory()["lab-pi4-nopy"]
+
+
+@pytest.mark.lab
+def test_calibrate_a_device_without_python_with_the_native_worker(tmp_path, small_rates):
+    """The host builds the worker for the arch the device reports, ships it and the rates programs
+    as deploy ships its assets, and the worker measures there: the entry stores its rates and
+    says what measured them (no torch: the native worker and its executorch)."""
+    from importlib import metadata
+
+    with lab_in(tmp_path, [lab.LabDevice("raspberry-pi-4-4gb", no_python=True, memory_bytes=512 * 2**20, cpus=1)]):
+        out = CliRunner().invoke(cli, ["devices", "calibrate", "lab-pi4-nopy", "--json"])
+        assert out.exit_code == 0, out.output
+        stored = read_inventory()["lab-pi4-nopy"]["speed"]
+        assert stored == json.loads(out.stdout)["speed"] and "shipping native worker" in out.stderr
+        for name in ("matmul_gflops", "bf16_matmul_cost", "pass_ns", "normal_ns"):
+            assert stored[name] > 0, (name, stored)
+        assert stored["torch"] is None and stored["executorch"] == metadata.version("executorch")
+        assert stored["unmeasured"] == {} and stored["threads"] >= 1 and stored["cpu"]
+        today = datetime.now(timezone.utc).date().isoformat()
+        source = _predict("lab-pi4-nopy")["speed"]["source"]
+        assert source.startswith(f"this device's own, measured on {today} ({stored['cpu']}, the native worker, "
+                                 f"executorch {stored['executorch']}"), source
+        again = CliRunner().invoke(cli, ["devices", "calibrate", "lab-pi4-nopy"])  # the cached copies are used
+        assert again.exit_code == 0 and "already on the device" in again.stderr, again.output
+        assert "the native worker, executorch" in again.stdout

@@ -12,9 +12,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import shutil
 import signal
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +25,7 @@ import pytest
 from conftest import EXPORTED_MODEL
 from edgebench.backends import create
 from edgebench.figures.run import figures_of_run_dir
+from edgebench.native import rates
 from edgebench.native.build import bundle
 from edgebench.native.plan import write_plan
 from edgebench.runner.spec import RunSpec
@@ -232,3 +235,26 @@ def test_a_worker_that_crashes_is_an_error(export_cache, worker_bundle, tmp_path
     (crashing / "bundle.json").write_text(json.dumps(facts))
     result = _bad_run(tmp_path, crashing, _spec("sgd", _program("sgd")))
     assert result["status"] == "error" and "crashed (SIGSEGV)" in result["detail"], result["detail"]
+
+
+def test_rates_mode_prints_every_rate(small_rates, worker_bundle, tmp_path):
+    """`--rates`: every field methods.device_speed measures, positive and finite, taken by the
+    worker; a rate it cannot take is null with why, never a number; no fp32 program is an error."""
+    folder = rates.program()
+    done = subprocess.run(rates.command(str(worker_bundle), str(folder)), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    found = rates.read(done.stdout, "here")
+    for name in ("matmul_gflops", "bf16_matmul_cost", "pass_ns", "normal_ns"):
+        assert isinstance(found[name], float) and math.isfinite(found[name]) and found[name] > 0, (name, found)
+    assert found["source"].startswith("measured by the native worker") and found["unmeasured"] == {}
+    assert found["threads"] >= 1
+    partial = tmp_path / "no-bf16"
+    shutil.copytree(folder, partial)
+    (partial / "bf16.pte").unlink()
+    done = subprocess.run(rates.command(str(worker_bundle), str(partial)), capture_output=True, text=True)
+    found = rates.read(done.stdout, "here")
+    assert found["bf16_matmul_cost"] is None and "bf16.pte" in found["unmeasured"]["bf16_matmul_cost"]
+    assert found["matmul_gflops"] > 0
+    (partial / "fp32.pte").unlink()
+    done = subprocess.run(rates.command(str(worker_bundle), str(partial)), capture_output=True, text=True)
+    assert done.returncode == 1 and done.stdout == "" and "fp32.pte" in done.stderr, (done.stdout, done.stderr)

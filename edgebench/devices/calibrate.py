@@ -3,18 +3,23 @@
 predict and deploy's preflight rank methods by a device's rates (methods.device_speed), which
 differ between CPUs more than the methods differ, most of all for bf16 matmuls; a reference
 x86 host's stand in for a board's until they are measured there, with the board's own Python
-and torch, and stored in its inventory entry (inventory.MeasuredSpeed).
+and torch, and stored in its inventory entry (inventory.MeasuredSpeed). A device without
+Python (a phone) runs only the native worker, so the worker measures them there as it spends
+time (native.rates), shipped with its rates programs as deploy ships its assets.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
 from edgebench.devices.inventory import Device, MeasuredSpeed, inventory_path, read_inventory, write_inventory
+from edgebench.devices.profiles import Speed
 from edgebench.errors import EdgebenchError
 
-# `import torch` and measure() take seconds on a board, minutes under the arm64 lab's emulation.
+# `import torch` and measure() take seconds on a board, minutes under the arm64 lab's emulation;
+# the native worker's rates a few seconds.
 TIMEOUT_S = 900
 
 
@@ -22,24 +27,61 @@ class CalibrationError(EdgebenchError):
     """Rates that cannot be measured on a device; the message names it and the fix."""
 
 
-def measure_on(device: Device) -> MeasuredSpeed:
-    """The device's rates, measured there by methods/device_speed.py's source under its python."""
+def measure_on(device: Device, log: Callable[[str], None] = lambda _: None) -> MeasuredSpeed:
+    """The device's rates, measured there by methods/device_speed.py's source under its python,
+    or by the native worker on a device without one (`log` hears the worker's build and shipping)."""
     from edgebench.devices import connect
     from edgebench.fleet.remote import run_program
     from edgebench.methods import device_speed
 
     if not device.has_python:
-        raise CalibrationError(
-            f"{device.name} has no Python (`python: none`), and the native worker has no rates mode yet, so its rates "
-            f"cannot be measured there and predict keeps a reference host's; install Python 3.10+ and torch on it, "
-            f"set `python:` in its inventory entry, then calibrate again")
+        return _measure_native(device, log)
     with connect(device) as transport:
         found = run_program(transport, device, device_speed, timeout=TIMEOUT_S)
     if "missing" in found:
         raise CalibrationError(f"{device.name}: {found['python']} has no {found['missing']}, which the rates are "
                                f"measured with; `edgebench devices check {device.name} --fix` installs it")
     return MeasuredSpeed(**found["speed"], cpu=found["cpu"], torch=found["torch"], threads=found["threads"],
-                         measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                         measured_at=_now())
+
+
+def _measure_native(device: Device, log: Callable[[str], None]) -> MeasuredSpeed:
+    """The native worker's rates on a device without Python: the worker bundle for the arch the
+    device reports and the rates programs, shipped (cached, sha256-checked) to its workdir, then
+    `sh run.sh --rates` there."""
+    from edgebench.devices import connect
+    from edgebench.fleet.deploy import ship_folders
+    from edgebench.fleet.device_scripts import facts as facts_script
+    from edgebench.fleet.remote import run_program
+    from edgebench.methods.device_speed import cpu_model
+    from edgebench.native import rates
+    from edgebench.native.build import NativeBuildError, bundle
+    from edgebench.runner.native import bundle_facts
+
+    with connect(device) as transport:
+        facts = run_program(transport, device, facts_script, device.workdir)
+        try:
+            worker = bundle(facts["arch"], log=log)
+        except NativeBuildError as exc:
+            raise CalibrationError(f"{device.name}: its rates are measured by the native worker (it has no "
+                                   f"Python), which cannot be built for it: {exc}") from None
+        log(f"{device.name}: rates programs (exported once)")
+        remote_worker, remote_rates = ship_folders(
+            transport, device, {worker: "native worker", rates.program(): "rates programs"}, facts["workdir"], log)
+        log(f"{device.name}: measuring")
+        done = transport.run(rates.command(remote_worker, remote_rates), timeout=TIMEOUT_S)
+        cpuinfo = transport.run(["cat", "/proc/cpuinfo"]).stdout
+    if done.rc != 0:
+        raise CalibrationError(f"{device.name}: the native worker's rates mode failed (exit {done.rc}): "
+                               f"{done.stderr.strip()[-1500:]}")
+    found = rates.read(done.stdout, device.name)
+    return MeasuredSpeed(**{k: found[k] for k in Speed.model_fields}, cpu=cpu_model(cpuinfo) or facts["arch"],
+                         executorch=bundle_facts(worker).get("executorch"), unmeasured=found["unmeasured"],
+                         threads=found["threads"], measured_at=_now())
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def store(name: str, speed: MeasuredSpeed, path: Path | None = None) -> None:

@@ -218,8 +218,10 @@ def devices_calibrate(name: str, as_json: bool) -> None:
     x86 host's rates and leave the bf16 methods unestimated; the ratios between methods differ
     between CPUs. Takes seconds on a board, minutes under the arm64 lab's emulation. Run it
     again after changing the board's torch. Needs torch on the device (`devices check NAME
-    --fix`); a device without Python cannot be calibrated yet (the native worker has no rates
-    mode).
+    --fix`). On a device without Python (`python: none`: a phone) the native ExecuTorch worker
+    measures them as its runs spend time (matmuls as ExecuTorch programs, its own update loop
+    and MeZO generator): the host builds it for the device's arch and ships it with its rates
+    programs, as deploy does.
 
     \b
     edgebench devices calibrate orin && edgebench predict --device orin --model nanovlm-222m
@@ -233,7 +235,7 @@ def devices_calibrate(name: str, as_json: bool) -> None:
                         f"{name} is not in {inventory_path()}, so its rates have nowhere to be stored; add it with "
                         f"`edgebench devices add {name} --host HOST`")
     try:
-        speed = measure_on(get_device(name))
+        speed = measure_on(get_device(name), log=lambda line: click.echo(printable(line), err=True))
         store(name, speed)
     except (InventoryError, CalibrationError, TransportError) as exc:
         raise UserError(printable(str(exc), newlines=False)) from None
@@ -245,7 +247,7 @@ def devices_calibrate(name: str, as_json: bool) -> None:
     click.echo(printable(
         f"{name}: fp32 matmuls {speed.matmul_gflops:.0f} GFLOP/s, bf16 matmuls "
         f"{'unknown' if bf16 is None else f'{bf16:.2f}x fp32 time'}, {speed.pass_ns:.2f} ns per elementwise pass, "
-        f"{speed.normal_ns:.2f} ns per normal sample ({speed.cpu}, torch {speed.torch}, {speed.threads} threads); "
+        f"{speed.normal_ns:.2f} ns per normal sample ({speed.cpu}, {speed.measured_with()}, {speed.threads} threads); "
         f"stored in {inventory_path()}: `edgebench predict --device {name}` ranks by them", newlines=False))
 
 

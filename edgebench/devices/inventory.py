@@ -45,17 +45,26 @@ def inventory_path() -> Path:
 
 class MeasuredSpeed(Speed):
     """The rates `edgebench devices calibrate` measured on the device itself, with when (UTC, ISO
-    8601) and on what: they hold for that CPU, torch and thread count."""
+    8601) and on what: they hold for that CPU, runtime and thread count. `torch`: the torch that
+    measured them (methods.device_speed); None on a device without Python, where the native
+    worker did (native.rates), built against `executorch`, and `unmeasured` says why a rate it
+    could not take is None."""
 
     measured_at: str
     cpu: str
-    torch: str
+    torch: str | None = None
+    executorch: str | None = None
+    unmeasured: dict[str, str] = Field(default_factory=dict)
     threads: int = Field(ge=1)
 
+    def measured_with(self) -> str:
+        return f"torch {self.torch}" if self.torch else f"the native worker, executorch {self.executorch}"
+
     def rates(self) -> DeviceSpeed:
+        why = "".join(f"; {name} unknown: {reason}" for name, reason in self.unmeasured.items())
         return DeviceSpeed(**self.model_dump(include=set(Speed.model_fields)),
                            source=f"this device's own, measured on {self.measured_at[:10]} ({self.cpu}, "
-                                  f"torch {self.torch}, {self.threads} threads)")
+                                  f"{self.measured_with()}, {self.threads} threads{why})")
 
 
 class InventoryEntry(BaseModel):

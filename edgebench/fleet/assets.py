@@ -101,6 +101,12 @@ def folder_digest(folder: Path, files: list[str] | None = None) -> tuple[str, di
     return hashlib.sha256(json.dumps(per_file, sort_keys=True).encode()).hexdigest(), per_file
 
 
+def folder_asset(folder: Path, what: str, subset: list[str] | None = None) -> Asset:
+    """`folder` as an asset to ship: whole, or only the `subset` of its files (relative paths)."""
+    digest, files = folder_digest(folder, subset)
+    return Asset(folder, files, digest, sum((folder / rel).stat().st_size for rel in files), subset is None, what)
+
+
 def plan_assets(specs: list[Any]) -> dict[str, Asset]:
     """Every host folder the specs name (checkpoint: whole; dataset: what its JSONL uses), by path."""
     out: dict[str, Asset] = {}
@@ -109,10 +115,7 @@ def plan_assets(specs: list[Any]) -> dict[str, Asset]:
             if local in out or not Path(local).is_dir():
                 continue  # already planned, or already a device path (a spec file written for that device)
             folder = Path(local)
-            subset = dataset_files(folder) if attr == "data_dir" else None
-            digest, files = folder_digest(folder, subset)
-            out[local] = Asset(folder, files, digest, sum((folder / rel).stat().st_size for rel in files),
-                               subset is None, what)
+            out[local] = folder_asset(folder, what, dataset_files(folder) if attr == "data_dir" else None)
     return out
 
 

@@ -33,7 +33,7 @@ from edgebench.devices.labgrid import interrupt_reservations, reserve
 from edgebench.devices.transport import Transport, TransportError
 from edgebench.errors import EdgebenchError
 from edgebench.fleet import shell_sweep
-from edgebench.fleet.assets import check_cache, plan_assets, ship_assets, unshipped_bytes
+from edgebench.fleet.assets import check_cache, folder_asset, plan_assets, ship_assets, ship_folder, unshipped_bytes
 from edgebench.fleet.clock import probe_clock
 from edgebench.fleet.device_scripts import facts as facts_script
 from edgebench.fleet.device_scripts import sweeps as sweeps_script
@@ -142,6 +142,17 @@ def _ship_tar(transport: Transport, archive: Path, remote_dir: str) -> None:
     transport.put(archive, remote_archive)
     transport.check(["tar", "-xf", remote_archive, "-C", remote_dir])  # tar detects gzip itself
     transport.check(["rm", "-f", remote_archive])
+
+
+def ship_folders(transport: Transport, device: Device, folders: dict[Path, str], workdir: str,
+                 log: Callable[[str], None] = lambda _: None) -> list[str]:
+    """The device paths of whole host folders (each named by what it is: "native worker"), cached
+    and verified there as deploy's assets are: for what else runs on a device (calibrate's rates)."""
+    assets = {str(folder): folder_asset(folder, what) for folder, what in folders.items()}
+    found = check_cache(transport, device, workdir, assets)
+    with tempfile.TemporaryDirectory(prefix="edgebench-ship-") as staging:
+        return [ship_folder(transport, device, asset, workdir, Path(staging), _ship_tar, _tar_dir, log, found[local])
+                for local, asset in assets.items()]
 
 
 def _runnable(name: str, specs: list[RunSpec], refused: dict[str, str],

@@ -10,7 +10,8 @@ model, torch version and thread count, and cached.
 
 Its source runs alone (standard library and torch): `edgebench devices calibrate` runs it with
 a device's own Python over its transport (`python -c`, before edgebench is shipped), and
-`python -m edgebench.methods.device_speed` prints the same JSON here.
+`python -m edgebench.methods.device_speed` prints the same JSON here. A device without Python
+is measured by the native worker instead (edgebench/native/rates.py), at these sizes.
 """
 
 from __future__ import annotations
@@ -54,14 +55,21 @@ REFERENCE = DeviceSpeed(matmul_gflops=230.0, bf16_matmul_cost=None, pass_ns=0.44
                         source="a reference x86 host's rates (this device's own are unknown)")
 
 
+def cpu_model(cpuinfo: str) -> str | None:
+    """The CPU model /proc/cpuinfo's text names (None: it names none); the host reads a device's
+    without Python with it."""
+    for line in cpuinfo.splitlines():
+        if line.lower().startswith(("model name", "hardware", "cpu part")):
+            return line.split(":", 1)[1].strip()
+    return None
+
+
 def _cpu_model() -> str:
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith(("model name", "hardware", "cpu part")):
-                return line.split(":", 1)[1].strip()
+        found = cpu_model(Path("/proc/cpuinfo").read_text())
     except OSError:
-        pass
-    return platform.processor() or platform.machine()
+        found = None
+    return found or platform.processor() or platform.machine()
 
 
 # what _fastest times (mypy infers no type for a lambda with defaults against it: a cast each time)

@@ -5,6 +5,9 @@
 //
 //   edgebench-worker PLAN --program EXPORT_DIR --out RUN_DIR
 //   edgebench-worker --clock    (monotonic and wall clock: the shell sweep's timestamps)
+//   edgebench-worker --rates RATES_DIR --repeats N --pass-elements N --normal-elements N
+//                               (the step-time model's rates as this worker spends time: `edgebench
+//                               devices calibrate` on a device without Python; see rates() below)
 //
 // PLAN is plan.txt (written on the host by edgebench/native/plan.py: one `key values...` per
 // line) with batches.bin beside it (each step's inputs, raw, in the program's input order).
@@ -38,6 +41,7 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <new>
@@ -52,6 +56,7 @@ namespace executorch::extension::threadpool {
 class ThreadPool {
  public:
   bool _unsafe_reset_threadpool(uint32_t num_threads);
+  size_t get_thread_count() const;
 };
 ThreadPool* get_threadpool();
 }  // namespace executorch::extension::threadpool
@@ -273,6 +278,62 @@ struct Param {
   std::vector<float> m, v;  // optimizer state (momentum buffer / Adam's moments)
 };
 
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+// z for parameter `index` under `seed`: standard normal (Box-Muller over splitmix64), the
+// same sequence every time it is regenerated, never stored.
+struct Normal {
+  uint64_t state;
+  bool has_spare = false;
+  float spare = 0.0f;
+  float next() {
+    if (has_spare) {
+      has_spare = false;
+      return spare;
+    }
+    double u1 = (double(splitmix64(state) >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
+    double u2 = double(splitmix64(state) >> 11) * 0x1.0p-53;
+    double r = std::sqrt(-2.0 * std::log(u1));
+    spare = float(r * std::sin(2.0 * M_PI * u2));
+    has_spare = true;
+    return float(r * std::cos(2.0 * M_PI * u2));
+  }
+};
+
+// The update's element loops, split over the cores between program calls (the runtime's
+// threads are idle then); small tensors stay on the calling thread.
+size_t update_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
+constexpr size_t kSerialBelow = 1 << 16;
+
+template <typename F>
+void parallel_for(size_t threads, size_t n, F f) {
+  size_t parts = n < kSerialBelow ? 1 : threads;
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < parts; ++t)
+    pool.emplace_back([=] { for (size_t k = n * t / parts; k < n * (t + 1) / parts; ++k) f(k); });
+  for (size_t k = 0; k < n / parts; ++k) f(k);
+  for (auto& th : pool) th.join();
+}
+
+template <typename F>
+double parallel_sum(size_t threads, size_t n, F f) {
+  size_t parts = n < kSerialBelow ? 1 : threads;
+  std::vector<double> sums(parts, 0.0);
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < parts; ++t)
+    pool.emplace_back([&, t] { for (size_t k = n * t / parts; k < n * (t + 1) / parts; ++k) sums[t] += f(k); });
+  for (size_t k = 0; k < n / parts; ++k) sums[0] += f(k);
+  for (auto& th : pool) th.join();
+  double total = 0.0;
+  for (double v : sums) total += v;
+  return total;
+}
+
 class Worker {
  public:
   Worker(const Plan& plan, const std::string& program_dir) : plan_(plan), dir_(program_dir) {
@@ -362,6 +423,7 @@ class Worker {
   std::vector<std::vector<float>> weights_;  // forward-only: the trainable weights (inputs)
   uint64_t mezo_state_ = 0;
   long long updates_done_ = 0;
+  size_t threads_ = update_threads();  // the plan's `threads` where it sets them
 
   void check_signal() {
     if (g_signal) {
@@ -480,7 +542,7 @@ class Worker {
       double total = 0.0;
       for (size_t i = 0; i < params_.size(); ++i) {
         const float* g = grads_[i];
-        total += parallel_sum(params_[i].numel, [g](size_t k) { return double(g[k]) * double(g[k]); });
+        total += parallel_sum(threads_, params_[i].numel, [g](size_t k) { return double(g[k]) * double(g[k]); });
       }
       float norm = float(std::sqrt(total)) / parts;
       c = float(std::min(1.0, double(float(clip_) / (norm + 1e-6f)))) / parts;
@@ -498,12 +560,12 @@ class Worker {
       const float* g = grads_[i];
       float lr = float(group_lr_[size_t(p.group)] * factor);
       if (optimizer_ == "sgd") {
-        parallel_for(p.numel, [=](size_t k) { w[k] -= lr * (g[k] * c); });
+        parallel_for(threads_, p.numel, [=](size_t k) { w[k] -= lr * (g[k] * c); });
       } else if (optimizer_ == "sgd-momentum") {  // torch.optim.SGD(momentum=0.9, dampening 0)
         bool first = p.m.empty();
         if (first) p.m.resize(p.numel);
         float* m = p.m.data();
-        parallel_for(p.numel, [=](size_t k) {
+        parallel_for(threads_, p.numel, [=](size_t k) {
           m[k] = first ? g[k] * c : m[k] * mu + g[k] * c;
           w[k] -= lr * m[k];
         });
@@ -518,7 +580,7 @@ class Worker {
         float one_minus_b1 = 1.0f - b1, one_minus_b2 = 1.0f - b2;
         float* m = p.m.data();
         float* v = p.v.data();
-        parallel_for(p.numel, [=](size_t k) {
+        parallel_for(threads_, p.numel, [=](size_t k) {
           float gk = g[k] * c;
           if (wd != 0.0f) w[k] *= decay;
           m[k] += one_minus_b1 * (gk - m[k]);  // lerp(grad, 1 - beta1)
@@ -528,35 +590,6 @@ class Worker {
         });
       }
     }
-  }
-
-  // The update's element loops, split over the cores between program calls (the runtime's
-  // threads are idle then); small tensors stay on this thread.
-  size_t threads_ = std::max(1u, std::thread::hardware_concurrency());
-  static constexpr size_t kSerialBelow = 1 << 16;
-
-  template <typename F>
-  void parallel_for(size_t n, F f) const {
-    size_t parts = n < kSerialBelow ? 1 : threads_;
-    std::vector<std::thread> pool;
-    for (size_t t = 1; t < parts; ++t)
-      pool.emplace_back([=] { for (size_t k = n * t / parts; k < n * (t + 1) / parts; ++k) f(k); });
-    for (size_t k = 0; k < n / parts; ++k) f(k);
-    for (auto& th : pool) th.join();
-  }
-
-  template <typename F>
-  double parallel_sum(size_t n, F f) const {
-    size_t parts = n < kSerialBelow ? 1 : threads_;
-    std::vector<double> sums(parts, 0.0);
-    std::vector<std::thread> pool;
-    for (size_t t = 1; t < parts; ++t)
-      pool.emplace_back([&, t] { for (size_t k = n * t / parts; k < n * (t + 1) / parts; ++k) sums[t] += f(k); });
-    for (size_t k = 0; k < n / parts; ++k) sums[0] += f(k);
-    for (auto& th : pool) th.join();
-    double total = 0.0;
-    for (double v : sums) total += v;
-    return total;
   }
 
   // The program applies the update; this step's scalars are its last input (see
@@ -599,33 +632,6 @@ class Worker {
     std::fclose(fh);
     mezo_state_ = uint64_t(plan_.integer("seed")) * 0x9E3779B97F4A7C15ULL + 1;
   }
-
-  static uint64_t splitmix64(uint64_t& state) {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-  }
-
-  // z for parameter `index` under `seed`: standard normal (Box-Muller over splitmix64), the
-  // same sequence every time it is regenerated, never stored.
-  struct Normal {
-    uint64_t state;
-    bool has_spare = false;
-    float spare = 0.0f;
-    float next() {
-      if (has_spare) {
-        has_spare = false;
-        return spare;
-      }
-      double u1 = (double(splitmix64(state) >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
-      double u2 = double(splitmix64(state) >> 11) * 0x1.0p-53;
-      double r = std::sqrt(-2.0 * std::log(u1));
-      spare = float(r * std::sin(2.0 * M_PI * u2));
-      has_spare = true;
-      return float(r * std::cos(2.0 * M_PI * u2));
-    }
-  };
 
   // theta += scale * z; with `record`, the elements whose rounding would not undo exactly keep
   // their old value, so the weights come back bitwise (edgebench.methods.exact).
@@ -744,13 +750,123 @@ int train(const Plan& plan, const std::string& program_dir, Events& events) {
   return EXIT_OK;
 }
 
+// --rates: the step-time model's rates (edgebench/methods/device_speed.py's fields), each taken
+// the way this worker spends time in training, the fastest of `repeats` after one warm-up:
+//   matmul_gflops     RATES_DIR/fp32.pte (edgebench/native/rates.py: per shape, a linear layer's
+//                     forward and its two backward products, lowered as training programs are);
+//   bf16_matmul_cost  RATES_DIR/bf16.pte's time over fp32.pte's (null, with why, if it cannot run);
+//   pass_ns           the updates' loop shape: read two fp32 arrays, write one (parallel_for);
+//   normal_ns         MeZO's generator (Normal), one thread, as perturb draws.
+double fastest_s(long long repeats, const std::function<void()>& call) {
+  call();
+  double best = INFINITY;
+  for (long long i = 0; i < repeats; ++i) {
+    int64_t begin = now_ns();
+    call();
+    best = std::min(best, double(now_ns() - begin) / 1e9);
+  }
+  return best;
+}
+
+struct Matmuls {
+  double seconds, flops;
+};
+
+// A rates program's inputs are x (rows, inner) and g (rows, columns) per shape, then each
+// shape's weight w (inner, columns); they are filled with normal samples in the dtype each declares.
+Matmuls time_matmuls(const std::string& pte, long long repeats) {
+  if (access(pte.c_str(), R_OK) != 0) fail(pte + ": " + std::strerror(errno));
+  Module module(pte, Module::LoadMode::Mmap);
+  Error e = module.load_method("forward");
+  if (e != Error::Ok) runtime_failure(e, "loading " + pte);
+  auto meta = module.method_meta("forward");
+  if (!meta.ok()) runtime_failure(meta.error(), "reading " + pte);
+  size_t n = meta->num_inputs();
+  if (n == 0 || n % 3 != 0) fail(pte + ": not a rates program (" + std::to_string(n) + " inputs)");
+  std::vector<std::vector<float>> floats(n);
+  std::vector<std::vector<uint16_t>> halves(n);
+  std::vector<std::vector<executorch::aten::SizesType>> shapes(n);
+  std::vector<TensorPtr> tensors;
+  std::vector<EValue> inputs;
+  Normal z{1};
+  for (size_t i = 0; i < n; ++i) {
+    auto tm = meta->input_tensor_meta(i);
+    if (!tm.ok()) fail(pte + ": input " + std::to_string(i) + " is not a tensor");
+    shapes[i].assign(tm->sizes().begin(), tm->sizes().end());
+    size_t numel = 1;
+    for (auto d : shapes[i]) numel *= size_t(d);
+    if (tm->scalar_type() == ScalarType::Float) {
+      floats[i].resize(numel);
+      for (auto& v : floats[i]) v = z.next();
+      tensors.push_back(executorch::extension::from_blob(floats[i].data(), shapes[i], ScalarType::Float));
+    } else if (tm->scalar_type() == ScalarType::BFloat16) {
+      halves[i].resize(numel);
+      for (auto& v : halves[i]) {
+        float f = z.next();
+        uint32_t bits;
+        std::memcpy(&bits, &f, sizeof bits);
+        v = uint16_t(bits >> 16);
+      }
+      tensors.push_back(executorch::extension::from_blob(halves[i].data(), shapes[i], ScalarType::BFloat16));
+    } else {
+      fail(pte + ": input " + std::to_string(i) + " is neither float32 nor bfloat16");
+    }
+    inputs.emplace_back(*tensors.back());
+  }
+  double flops = 0.0;
+  for (size_t k = 0; k < n / 3; ++k) {
+    const auto &x = shapes[2 * k], &g = shapes[2 * k + 1];
+    if (x.size() != 2 || g.size() != 2) fail(pte + ": not a rates program (x and g are matrices)");
+    flops += 3.0 * 2.0 * double(x[0]) * double(x[1]) * double(g[1]);
+  }
+  double seconds = fastest_s(repeats, [&] {
+    auto out = module.execute("forward", inputs);
+    if (!out.ok()) runtime_failure(out.error(), "running " + pte);
+  });
+  return {seconds, flops};
+}
+
+int rates(const std::string& dir, long long repeats, long long pass_elements, long long normal_elements) {
+  if (repeats < 1 || pass_elements < 1 || normal_elements < 1)
+    fail("--rates needs --repeats, --pass-elements and --normal-elements, each at least 1");
+  Matmuls fp32 = time_matmuls(dir + "/fp32.pte", repeats);
+  std::string bf16_cost = "null", unmeasured = "{}";
+  try {
+    Matmuls bf16 = time_matmuls(dir + "/bf16.pte", repeats);
+    bf16_cost = json_number(bf16.seconds / fp32.seconds);
+  } catch (const Failure& f) {
+    unmeasured = "{\"bf16_matmul_cost\": " + json_string(std::string("ExecuTorch cannot run the bf16 matmuls here: ") + f.what()) + "}";
+  }
+  size_t threads = update_threads(), n = size_t(pass_elements);
+  std::vector<float> a(n, 1.0f), b(n, 2.0f), out(n);
+  float *pa = a.data(), *pb = b.data(), *po = out.data();
+  double pass_s = fastest_s(repeats, [&] { parallel_for(threads, n, [=](size_t k) { po[k] = pa[k] + pb[k]; }); });
+  std::vector<float> samples(static_cast<size_t>(normal_elements));
+  Normal z{2};
+  double normal_s = fastest_s(repeats, [&] { for (auto& v : samples) v = z.next(); });
+  if (!std::isfinite(out[n / 2] + samples[samples.size() / 2])) fail("--rates: a non-finite sample");  // keeps both loops
+  std::printf("{\"matmul_gflops\": %s, \"bf16_matmul_cost\": %s, \"pass_ns\": %s, \"normal_ns\": %s, "
+              "\"source\": \"measured by the native worker (edgebench-worker --rates)\", \"unmeasured\": %s, "
+              "\"threads\": %zu}\n",
+              json_number(fp32.flops / fp32.seconds / 1e9).c_str(), bf16_cost.c_str(),
+              json_number(pass_s / double(pass_elements) * 1e9).c_str(),
+              json_number(normal_s / double(normal_elements) * 1e9).c_str(), unmeasured.c_str(),
+              executorch::extension::threadpool::get_threadpool()->get_thread_count());
+  return EXIT_OK;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string plan_path, program_dir, out;
+  std::string plan_path, program_dir, out, rates_dir;
+  long long repeats = 0, pass_elements = 0, normal_elements = 0;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--program" && i + 1 < argc) program_dir = argv[++i];
+    else if (arg == "--rates" && i + 1 < argc) rates_dir = argv[++i];
+    else if (arg == "--repeats" && i + 1 < argc) repeats = std::atoll(argv[++i]);
+    else if (arg == "--pass-elements" && i + 1 < argc) pass_elements = std::atoll(argv[++i]);
+    else if (arg == "--normal-elements" && i + 1 < argc) normal_elements = std::atoll(argv[++i]);
     else if (arg == "--out" && i + 1 < argc) out = argv[++i];
     else if (arg == "--version") { std::puts("edgebench-worker 1"); return 0; }
     else if (arg == "--clock") {  // for a shell with no clock of its own: monotonic and wall, seconds and ns apart
@@ -762,8 +878,17 @@ int main(int argc, char** argv) {
     }
     else plan_path = arg;
   }
+  if (!rates_dir.empty()) {  // one JSON line on stdout; a failure is one line on stderr and exit 1
+    try {
+      return rates(rates_dir, repeats, pass_elements, normal_elements);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "native worker --rates: %s\n", e.what());
+      return EXIT_ERROR;
+    }
+  }
   if (plan_path.empty() || program_dir.empty() || out.empty()) {
-    std::fprintf(stderr, "usage: %s PLAN --program EXPORT_DIR --out RUN_DIR\n", argv[0]);
+    std::fprintf(stderr, "usage: %s PLAN --program EXPORT_DIR --out RUN_DIR\n"
+                         "       %s --rates RATES_DIR --repeats N --pass-elements N --normal-elements N\n", argv[0], argv[0]);
     return EXIT_ERROR;
   }
   die_with_parent();
