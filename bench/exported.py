@@ -169,7 +169,7 @@ def cells(row: dict) -> list[str]:
 
 
 def render(rows: list[dict], title: str, markdown: bool = False) -> None:
-    """The rows as a rich table, or (`markdown`) as the README's Markdown table."""
+    """The rows as a rich table, or (`markdown`) as docs/measurements.md's Markdown table."""
     if markdown:
         right = [c not in ("preset", "runtime", "over target; note") for c in COLUMNS]
         print(f"{title}\n\n| {' | '.join(COLUMNS)} |\n|{'|'.join('---:' if r else '---' for r in right)}|")
@@ -236,7 +236,7 @@ def main() -> None:
                         help="With XNNPACK, how bf16 methods' ExecuTorch programs compute, comma-separated: "
                              "rounded (eager's values), fp32 (unrounded; its own row). Default: both.")
     parser.add_argument("--rounds", type=int, default=1, help="Interleaved rounds per preset (default 1).")
-    parser.add_argument("--markdown", action="store_true", help="Print the table as Markdown (the README's).")
+    parser.add_argument("--markdown", action="store_true", help="Print the table as Markdown (docs/measurements.md's).")
     parser.add_argument("--from-json", default=None, nargs="+", metavar="FILE",
                         help="Print the table of earlier runs' --json files instead of measuring; a later "
                              "file's rows of a preset replace an earlier file's.")

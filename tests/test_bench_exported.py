@@ -1,4 +1,4 @@
-"""bench/exported.py's table from earlier runs' --json files (the README's table is printed so)."""
+"""bench/exported.py's table from earlier runs' --json files (docs/measurements.md's table is printed so)."""
 
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 # The terms below were fitted together, on nanovlm-222m on a 2-core x86 host (AVX-512, AMX), to
 # two runs of `bench/step_model.py --steps 4` (each preset within 24 % in both); a third checks
-# them (README).
+# them (docs/measurements.md).
 # Elementwise work of forward and backward (norms, activations, softmax, residual adds) as a
 # share of their fp32 matmul time (torch's profiler: 0.4-0.5 of aten::mm's time in SGD and LoRA
 # steps, some of which the weight streaming below stands for).
