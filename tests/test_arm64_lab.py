@@ -6,7 +6,8 @@ Debian and PyPI; then cached), a sweep of the tiny model (eager SGD, an ExecuTor
 exported on this host run by the Python worker and by the native worker cross-compiled for
 aarch64, and with EDGEBENCH_FULL=1 eager LoRA: each emulated run costs a minute
 of `import torch` alone) runs there and is collected; its losses equal this host's
-within LOSS_RTOL; a second device whose memory limit cannot hold torch's import ends `oom`.
+within LOSS_RTOL; `devices calibrate` measures its rates there; a second device whose memory
+limit cannot hold torch's import ends `oom`.
 Without apt or network the build's one-line error is checked instead; in CI (CI set) it must run.
 """
 
@@ -16,10 +17,12 @@ import json
 import os
 
 import pytest
+from click.testing import CliRunner
 
 from conftest import FULL
+from edgebench.cli import cli
 from edgebench.devices import arm64, connect, detect, lab
-from edgebench.devices.inventory import get_device, make_device
+from edgebench.devices.inventory import get_device, make_device, read_inventory
 from edgebench.devices.readiness import TORCH_CPU_INDEX, _Checker
 from edgebench.figures.run import figures_of_run_dir
 from edgebench.fleet.collect import collect_device
@@ -150,6 +153,15 @@ def test_sweep_on_an_emulated_arm64_device(emulation, tmp_path, export_cache):
         store_path = tmp_path / "edgebench.duckdb"
         for name in ("lab-arm64", "lab-arm64-small"):
             collect_device(name, local_root=runs, store_path=store_path)
+        # `devices calibrate` under emulation: the device's own arm64 Python and torch measure the
+        # step-time model's rates, the inventory keeps them, predict ranks by them
+        calibrated = CliRunner().invoke(cli, ["devices", "calibrate", "lab-arm64", "--json"])
+        assert calibrated.exit_code == 0, calibrated.output
+        stored = read_inventory()["lab-arm64"]["speed"]
+        assert stored == json.loads(calibrated.output)["speed"] and stored["torch"].startswith("2.13.0")
+        assert stored["matmul_gflops"] > 0 and stored["pass_ns"] > 0 and stored["normal_ns"] > 0
+        ranked = CliRunner().invoke(cli, ["predict", "--device", "lab-arm64", "--model", "tiny", "--json"])
+        assert json.loads(ranked.output)["speed"]["source"].startswith("this device's own, measured on"), ranked.output
     with Store(store_path, read_only=True) as store:
         rows = {r["run_id"]: r for r in store.runs()}
         notes = emulated_notes(store.runs(device="lab-arm64"))
