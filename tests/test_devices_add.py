@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 from pathlib import Path
@@ -19,9 +20,9 @@ import yaml
 from click.testing import CliRunner
 
 from edgebench.cli import cli
-from edgebench.devices import detect, lab
+from edgebench.devices import connect, detect, lab
 from edgebench.devices.inventory import get_device, make_device, read_inventory
-from edgebench.devices.profiles import ProfileError, load_profile, resolve_profile
+from edgebench.devices.profiles import ProfileError, Transport, load_profile, resolve_profile
 from edgebench.devices.readiness import ADB_LIMITS, TORCH_CPU_INDEX, _Checker, check
 from edgebench.devices.transport import LocalTransport
 from lab_fixtures import lab_in
@@ -32,6 +33,20 @@ PI5, JETSON, ANDROID, X86 = (FIXTURES / d for d in ("raspberry-pi-5", "jetson-or
 
 def _fixture_device(root: Path, profile: str, tmp_path: Path):
     return make_device("t", {"profile": profile, "kind": "local", "root": str(root), "workdir": str(tmp_path / "w")})
+
+
+def _board(root: Path, arch: str, model: str = "", mem_kib: int = 16_000_000, cores: int = 8) -> Path:
+    """A bare board's files: arch, RAM, cores, OS and a device-tree model if given; no sensor."""
+    (root / "proc" / "sys" / "kernel").mkdir(parents=True)
+    (root / "proc" / "sys" / "kernel" / "arch").write_text(f"{arch}\n")
+    (root / "proc" / "meminfo").write_text(f"MemTotal:       {mem_kib} kB\n")
+    (root / "proc" / "cpuinfo").write_text("".join(f"processor\t: {i}\n\n" for i in range(cores)))
+    (root / "etc").mkdir()
+    (root / "etc" / "os-release").write_text('PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\n')
+    if model:
+        (root / "proc" / "device-tree").mkdir()
+        (root / "proc" / "device-tree" / "model").write_bytes(model.encode() + b"\0")
+    return root
 
 
 # --- without sshd: the probe on fixture trees, proposals, aliases, the torch build rule ------------
@@ -57,10 +72,12 @@ def test_probe_facts_mismatching_a_profile_are_named(tmp_path):
     facts = detect.probe(LocalTransport(device), device)
     assert facts.os == "Debian GNU/Linux 12 (bookworm)" and ("cpu-thermal", "52650") in facts.thermal
     (note,) = detect.profile_mismatches(facts, "raspberry-pi-4-4gb")
-    assert "7.9 GiB of RAM, profile raspberry-pi-4-4gb says 4.0 GiB" in note and "$EDGEBENCH_PROFILES" in note
+    assert "7.9 GiB of RAM, profile raspberry-pi-4-4gb says 4.0 GiB: its entry keeps the board's" in note
+    assert detect.board_figures(facts, load_profile("raspberry-pi-4-4gb")) == {"ram_bytes": facts.ram_bytes}
     assert detect.profile_mismatches(facts, "raspberry-pi-5-8gb") == []
+    assert detect.board_figures(facts, load_profile("raspberry-pi-5-8gb")) == {}  # 7.86 GiB of 8: the kernel's share
     x86 = detect.probe(LocalTransport(device), _fixture_device(X86, "local", tmp_path))
-    assert x86.model == "" and detect.propose_profiles(x86) == []  # no device-tree model: nothing proposed
+    assert x86.model == "" and detect.propose_profiles(x86) == [f"linux-{x86.arch}"]  # no model: the generic one
 
 
 @pytest.mark.parametrize("model,ram_gib,first", [
@@ -73,7 +90,61 @@ def test_probe_facts_mismatching_a_profile_are_named(tmp_path):
 def test_board_models_map_to_profiles(model, ram_gib, first):
     proposed = detect.propose_profiles(detect.BoardFacts(model=model, arch="aarch64", ram_bytes=int(ram_gib * 2**30)))
     assert proposed[0] == first
-    assert detect.propose_profiles(detect.BoardFacts(model=model, arch="x86_64")) == []  # wrong arch: none
+    # wrong arch: the arch's generic profile; an arch without one: none
+    assert detect.propose_profiles(detect.BoardFacts(model=model, arch="x86_64")) == ["linux-x86_64"]
+    assert detect.propose_profiles(detect.BoardFacts(model=model, arch="armv7l")) == []
+
+
+@pytest.mark.parametrize("arch,model,profile", [("x86_64", "", "linux-x86_64"),
+                                                ("aarch64", "Radxa ROCK 5B", "linux-aarch64"),
+                                                ("armv7l", "", None)])
+def test_a_board_of_no_known_family_gets_its_archs_generic_profile_and_keeps_its_own_figures(tmp_path, arch, model,
+                                                                                               profile):
+    device = _fixture_device(_board(tmp_path / "board", arch, model), "local", tmp_path)
+    facts = detect.probe(LocalTransport(device), device)
+    assert detect.propose_profiles(facts) == ([profile] if profile else [])
+    if profile is None:
+        return
+    own = detect.board_figures(facts, load_profile(profile))
+    assert own == {"ram_bytes": 16_000_000 * 1024, "cores": 8}
+    assert any("its entry keeps the board's (detected)" in n for n in detect.profile_mismatches(facts, profile))
+    board = make_device("b", {"profile": profile, "host": "board.local", **own})
+    assert (int(board.profile.ram_bytes), board.profile.cores) == (16_000_000 * 1024, 8)
+    assert board.profile.sensors.power.source == "auto" and board.profile.sensors.thermal_zones == ["*"]
+
+
+def test_the_default_work_dir_is_in_the_login_users_home(tmp_path, monkeypatch):
+    """The profile's work dir is relative: the board resolves it in the home of whoever logs in."""
+    home = tmp_path / "home" / "someone"
+    home.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    device = detect.first_contact_device("b", Transport(kind="local"), load_profile("linux-x86_64").workdir, str(PI5))
+    assert detect.probe(LocalTransport(device), device).workdir == str(home / "edgebench-work")
+
+
+def test_check_suggests_only_fixes_that_apply(tmp_path):
+    """A fix is named only where it can work: chmod where RAPL zones exist but are unreadable,
+    nothing where the board has no powercap at all or (a generic profile) no sensor."""
+    def check_on(root, profile):
+        device = make_device("t", {"profile": profile, "kind": "local", "root": str(root),
+                                   "python": "/usr/bin/python3", "workdir": str(tmp_path / "w")})
+        return {f.item: f for f in check(device).findings}
+
+    bare = _board(tmp_path / "bare", "aarch64", "Radxa ROCK 5B")
+    generic = check_on(bare, "linux-aarch64")
+    assert generic["power"].status == "n/a" and "not measured" in generic["power"].detail
+    assert generic["thermal"].status == "n/a" and not generic["power"].fix and not generic["thermal"].fix
+    no_powercap = check_on(bare, "local")  # names RAPL; the board has no /sys/class/powercap
+    assert no_powercap["power"].status == "warn" and "no RAPL zones" in no_powercap["power"].detail
+    assert no_powercap["power"].fix is None
+    zone = bare / "sys" / "class" / "powercap" / "intel-rapl:0"
+    zone.mkdir(parents=True)
+    (zone / "name").write_text("package-0\n")
+    (zone / "energy_uj").mkdir()  # a read that fails, as for a user who may not read it (fixtures README)
+    locked = check_on(bare, "local")
+    assert locked["power"].status == "warn" and locked["power"].fix.startswith("sudo chmod a+r /sys/class/powercap/")
+    x86 = check_on(X86, "linux-x86_64")  # auto: the RAPL zones it has
+    assert x86["power"].status == "ok" and x86["power"].detail.startswith("RAPL ")
 
 
 def test_profile_aliases_resolve_or_ask():
@@ -183,12 +254,12 @@ def board(tmp_path_factory):
                "fingerprint": fingerprint, "host_pub": host_pub.read_text().split()[:2]}
 
 
-def _add(board, name, root, *extra, known_hosts="kh", input=None):
+def _add(board, name, root, *extra, known_hosts="kh", input=None, workdir=None):
     return CliRunner().invoke(cli, [
         "devices", "add", name, "--host", "127.0.0.1", "--port", str(board["port"]), "--user", "root",
         "--key", board["key"], "--known-hosts", str(board["root"] / known_hosts), "--root", str(root),
         "--python", "/usr/bin/python3",
-        "--workdir", str(board["root"] / f"work-{name}"), *extra], input=input)
+        "--workdir", workdir or str(board["root"] / f"work-{name}"), *extra], input=input)
 
 
 @pytest.mark.lab
@@ -239,9 +310,36 @@ def test_add_refuses_changed_host_key_and_unknown_board(board, tmp_path):
         f"[127.0.0.1]:{board['port']} {' '.join(Path(f'{other}.pub').read_text().split()[:2])}\n")
     out = _add(board, "evil", PI5, "--no-check", known_hosts="kh-changed")
     assert out.exit_code == 2 and "HOST KEY CHANGED" in out.output and "ssh-keygen -R" in out.output
-    out = _add(board, "box", X86, "--no-check", "--trust-host-key", board["fingerprint"], known_hosts="kh-box")
-    assert out.exit_code == 2 and "no profile matches" in out.output and "--profile" in out.output
+    armv7 = _board(tmp_path / "armv7", "armv7l")  # a 32-bit board: no profile of its arch
+    out = _add(board, "box", armv7, "--no-check", "--trust-host-key", board["fingerprint"], known_hosts="kh-box")
+    assert out.exit_code == 2 and "no profile matches 'unknown armv7l'" in out.output and "--profile" in out.output
     assert not {"evil", "box"} & set(read_inventory())
+
+
+@pytest.mark.lab
+def test_add_a_generic_x86_64_board_with_its_own_figures_and_work_dir_in_the_login_home(board, tmp_path):
+    """An x86_64 board of no known family (a lab machine's sshd) gets linux-x86_64 with the RAM and
+    cores detected; a relative work dir lands in the home of the user who logged in."""
+    x86 = _board(tmp_path / "x86", "x86_64", mem_kib=32_000_000, cores=16)
+    shutil.copytree(X86 / "sys", x86 / "sys", symlinks=True)  # its RAPL zones
+    relative = f"edgebench-test-{os.getpid()}"
+    out = _add(board, "x86", x86, "--yes", "--json", "--trust-host-key", board["fingerprint"], known_hosts="kh-x86",
+               workdir=relative)
+    assert out.exit_code == 0, out.output
+    report = json.loads(out.stdout)
+    entry = report["entry"]
+    assert (entry["profile"], entry["ram_bytes"], entry["cores"]) == ("linux-x86_64", 32_000_000 * 1024, 16)
+    with connect(get_device("x86")) as transport:
+        home = transport.check(["sh", "-c", 'echo "$HOME"']).strip()
+    try:
+        assert report["facts"]["workdir"] == f"{home}/{relative}"
+    finally:
+        shutil.rmtree(f"{home}/{relative}")
+    found = {f["item"]: f for f in report["readiness"]["findings"]}
+    assert found["power"]["status"] == "ok" and found["power"]["detail"].startswith("RAPL ")
+    listed = json.loads(CliRunner().invoke(cli, ["devices", "--no-check", "--json"]).output)["devices"]
+    rows = {r["name"]: r for r in listed}
+    assert (rows["x86"]["ram_bytes"], rows["x86"]["cores"], rows["x86"]["arch"]) == (32_000_000 * 1024, 16, "x86_64")
 
 
 @pytest.mark.lab
@@ -290,8 +388,6 @@ def test_add_without_a_terminal_points_at_trust_host_key(board):
 
 @pytest.mark.lab
 def test_add_shows_the_boards_strings_without_escape_sequences(board, tmp_path):
-    import shutil
-
     evil = tmp_path / "evil-board"
     shutil.copytree(PI5, evil, symlinks=True)
     (evil / "proc" / "device-tree" / "model").write_bytes(b"Raspberry Pi 5\x1b]0;pwned\x07\x1b[2J Model B "
@@ -307,8 +403,6 @@ def test_add_shows_the_boards_strings_without_escape_sequences(board, tmp_path):
 
 
 def test_a_boards_long_strings_are_cut_short(tmp_path):
-    import shutil
-
     board = tmp_path / "board"
     shutil.copytree(PI5, board, symlinks=True)
     (board / "proc" / "device-tree" / "model").write_bytes(b"Raspberry Pi 5 Model B " + b"x" * 20_000_000)

@@ -49,9 +49,9 @@ def test_every_term_of_a_power_source_exists(name, tmp_path):
 def test_a_profile_names_exactly_the_described_sources():
     from edgebench.devices.profiles import Power
 
-    for name in ("none", *NAMES):
+    for name in ("none", "auto", *NAMES):
         assert Power(source=name).source == name
-    with pytest.raises(ValueError, match="unknown power source 'ina219'; use none or one of ina3221"):
+    with pytest.raises(ValueError, match="unknown power source 'ina219'; use none, auto or one of ina3221"):
         Power(source="ina219")
     data = {**load_profile("raspberry-pi-5-8gb").model_dump(mode="json"), "sensors": {"power": {"source": "ina219"}}}
     with pytest.raises(ProfileError, match="unknown power source 'ina219'"):

@@ -287,7 +287,8 @@ def _choose_profile(candidates: list[str], proposed: list[str], ask: bool, name:
               help="Trust the host key without asking, only if it has this fingerprint (for scripts).")
 @click.option("--known-hosts", help="known_hosts file to check and extend (default ~/.ssh/known_hosts).")
 @click.option("--python", help="The board's Python (default: the profile's, e.g. python3, else one that runs).")
-@click.option("--workdir", help="Where edgebench keeps its files on the board (default: the profile's, in the home).")
+@click.option("--workdir", help="Where edgebench keeps its files on the board (default: the profile's, "
+                                "edgebench-work, in the login user's home there).")
 @click.option("--root", help="Read board files (/proc, /sys, /etc) under this directory: emulated boards.")
 @click.option("--yes", "-y", is_flag=True, help="Accept the proposed profile without asking.")
 @click.option("--no-check", is_flag=True, help="Do not run `devices check` afterwards.")
@@ -300,7 +301,9 @@ def devices_add(name: str, host: str | None, serial: str | None, user: str | Non
     Connects over SSH (or adb with --serial), shows the host key's fingerprint and asks
     before trusting it (--trust-host-key SHA256:... for scripts: it is compared, never
     skipped), detects the board (device-tree model, arch, RAM, cores, OS, Python), proposes
-    the matching profile, writes the inventory entry and runs `devices check`.
+    the matching profile (a board of no known family: linux-x86_64 or linux-aarch64), writes
+    the inventory entry (with the board's RAM and cores where the profile's differ) and runs
+    `devices check`.
 
     \b
     edgebench devices add pi5 --host 192.168.1.30 --user pi
@@ -400,6 +403,7 @@ def devices_add(name: str, host: str | None, serial: str | None, user: str | Non
     for note in notes:
         say(printable(f"note: {note}", newlines=False))
     entry["profile"] = chosen
+    entry.update(detect.board_figures(facts, chosen_profile))
     if python is None and facts.python(chosen_profile.python) is None and facts.pythons:
         entry["python"] = facts.pythons[0][1]  # the profile's python does not run there; one that does
     entry = {k: v for k, v in entry.items() if not (k == "kind" and v == chosen_profile.transport.kind)}
@@ -407,7 +411,7 @@ def devices_add(name: str, host: str | None, serial: str | None, user: str | Non
         add_entry(name, entry)
     except InventoryError as exc:
         raise UserError(str(exc)) from None
-    say(f"added {name} ({chosen}) to {inventory_path()}")
+    say(printable(f"added {name} ({chosen}) to {inventory_path()}; its work dir: {facts.workdir}", newlines=False))
     result = None if no_check else _check_and_fix(name, False, (), as_json)[0]
     if as_json:
         click.echo(json.dumps({"name": name, "entry": entry, "facts": vars(facts), "notes": notes,

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from edgebench.devices.inventory import Device
-from edgebench.devices.profiles import ProfileError, load_profile, resolve_profile
+from edgebench.devices.profiles import Profile, ProfileError, list_profiles, load_profile, resolve_profile
 from edgebench.devices.profiles import Transport as TransportSettings
 from edgebench.devices.transport import Transport, TransportError
 from edgebench.telemetry.power import POWER_SOURCES
@@ -178,7 +178,8 @@ BOARD_MODELS = (
 
 
 def propose_profiles(facts: BoardFacts) -> list[str]:
-    """Profile ids that fit the board, closest RAM first (empty: nothing fits)."""
+    """Profile ids that fit the board, closest RAM first; a board no profile of its family fits
+    gets its arch's generic one (`linux-x86_64`, `linux-aarch64`); empty: nothing fits."""
     family = next((name for pattern, name in BOARD_MODELS if re.search(pattern, facts.model)), None)
     if facts.android_model or facts.termux:
         family = "android"
@@ -192,22 +193,38 @@ def propose_profiles(facts: BoardFacts) -> list[str]:
         if facts.arch and profile.arch != facts.arch:
             continue
         scored.append((abs(int(profile.ram_bytes) - (facts.ram_bytes or 0)), pid))
+    generic = f"linux-{facts.arch}"
+    if not scored and facts.arch and generic in list_profiles():
+        return [generic]
     return [pid for _, pid in sorted(scored)]
 
 
+def board_figures(facts: BoardFacts, profile: Profile) -> dict[str, int]:
+    """The board's own RAM and cores where its profile's differ (RAM by more than the kernel's
+    share, cores at all): `devices add` keeps them in the board's inventory entry, which wins
+    over the profile, so predictions and fit checks use the board's."""
+    own = {}
+    ram = facts.ram_bytes or 0
+    if ram and not 0.75 * int(profile.ram_bytes) <= ram <= 1.05 * int(profile.ram_bytes):
+        own["ram_bytes"] = ram
+    if facts.cores and facts.cores != profile.cores:
+        own["cores"] = facts.cores
+    return own
+
+
 def profile_mismatches(facts: BoardFacts, profile_id: str) -> list[str]:
-    """Where the board differs from the profile (arch: fatal; RAM, cores: the figures are off)."""
+    """Where the board differs from the profile (arch: fatal; RAM, cores: its entry keeps the board's)."""
     profile = load_profile(profile_id)
     notes = []
     if facts.arch and facts.arch != profile.arch:
         notes.append(f"the board is {facts.arch} but profile {profile.id} is {profile.arch}")
-    ram = facts.ram_bytes or 0
-    if ram and not 0.75 * int(profile.ram_bytes) <= ram <= 1.05 * int(profile.ram_bytes):
-        notes.append(f"the board has {ram / 2**30:.1f} GiB of RAM, profile {profile.id} says "
-                     f"{int(profile.ram_bytes) / 2**30:.1f} GiB: copy {profile.source} under a new id with the right "
-                     f"ram_bytes and point $EDGEBENCH_PROFILES at its folder")
-    if facts.cores and facts.cores != profile.cores:
-        notes.append(f"the board has {facts.cores} cores, profile {profile.id} says {profile.cores}")
+    own = board_figures(facts, profile)
+    if "ram_bytes" in own:
+        notes.append(f"the board has {own['ram_bytes'] / 2**30:.1f} GiB of RAM, profile {profile.id} says "
+                     f"{int(profile.ram_bytes) / 2**30:.1f} GiB: its entry keeps the board's (detected)")
+    if "cores" in own:
+        notes.append(f"the board has {own['cores']} cores, profile {profile.id} says {profile.cores}: its entry keeps "
+                     "the board's (detected)")
     return notes
 
 

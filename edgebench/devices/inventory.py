@@ -14,7 +14,9 @@ A user file, `$EDGEBENCH_INVENTORY` or `~/.config/edgebench/inventory.yaml`:
         serial: 3A1B2C3D
 
 Any transport field of the profile (kind, host, port, user, key, known_hosts, serial,
-connect_timeout_s) plus `python`, `workdir` and `root` can be set per device. `speed` holds the
+connect_timeout_s) plus `python`, `workdir` and `root` can be set per device. `ram_bytes` and
+`cores` are the board's own where its profile's differ (`edgebench devices add` writes them as
+it detects them: a generic profile's, `linux-x86_64`, are stand-ins). `speed` holds the
 step-time model's rates `edgebench devices calibrate` measured on the device (devices/calibrate.py).
 The name `local` always means this machine unless the file defines it.
 """
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationError
 
 from edgebench.devices.profiles import Profile, ProfileError, Speed, Transport, load_profile
 from edgebench.errors import EdgebenchError
@@ -83,6 +85,8 @@ class InventoryEntry(BaseModel):
     workdir: str | None = None
     lab: str | None = None  # the lab directory that registered this entry
     root: str | None = None  # board files (/proc, /sys, /etc) are read under this directory: emulated boards
+    ram_bytes: ByteSize | None = None  # the board's own, over its profile's
+    cores: int | None = Field(None, ge=1)  # likewise
     speed: MeasuredSpeed | None = None
 
 
@@ -194,6 +198,8 @@ def make_device(name: str, entry: dict[str, Any], source: str = "inventory") -> 
         profile = load_profile(parsed.profile)
     except ProfileError as exc:
         raise InventoryError(f"{source}: device {name!r}: profile: {exc}") from None
+    own = parsed.model_dump(include={"ram_bytes", "cores"}, exclude_none=True)
+    profile = profile.model_copy(update=own) if own else profile
     overrides = parsed.model_dump(include=set(Transport.model_fields), exclude_none=True)
     transport = profile.transport.model_copy(update=overrides)
     if transport.kind == "ssh" and not transport.host:

@@ -52,7 +52,9 @@ class Transport(_Strict):
 class Power(_Strict):
     """Where measured power comes from (edgebench/telemetry/power.py says what each source reads)."""
 
-    source: str = "none"  # none, or a measured source of telemetry.power.POWER_SOURCES
+    # none, auto (the first measured source the board has: telemetry.power.measured_power_source),
+    # or a measured source of telemetry.power.POWER_SOURCES
+    source: str = "none"
     rails: list[str] = Field(default_factory=list)  # ["*"]: every rail found
     total_rail: str | None = None  # one rail metering the whole input (VDD_IN); None: see rail_tree
     rail_tree: str | None = None  # the module's rail tree (telemetry/rails.py): power_w sums its roots
@@ -61,8 +63,8 @@ class Power(_Strict):
     @field_validator("source")
     @classmethod
     def _known_source(cls, value: str) -> str:
-        if value != "none" and value not in POWER_SOURCES:
-            raise ValueError(f"unknown power source {value!r}; use none or one of {', '.join(POWER_SOURCES)}")
+        if value not in ("none", "auto") and value not in POWER_SOURCES:
+            raise ValueError(f"unknown power source {value!r}; use none, auto or one of {', '.join(POWER_SOURCES)}")
         return value
 
     @field_validator("rail_tree")

@@ -267,11 +267,15 @@ class _Checker:
     def sensors(self) -> None:
         f, sensors = self.facts, self.device.profile.sensors
         source = sensors.power.source
-        if source == "none":
-            self.add("power", "n/a", "no power sensor on this board: power is estimated (power_w_est)")
+        # auto: the sources the probe found on the board, a readable one first (as the sampler takes them)
+        present = [s for s in POWER_SOURCES if f.power.get(s)] if source == "auto" else [source]
+        if source == "none" or not present:
+            self.add("power", "n/a", "no power sensor on this board: power is "
+                     + ("estimated (power_w_est)" if self.device.profile.power_model else "not measured"))
         else:  # what the probe found for the source, read by its descriptor (telemetry/power.py)
-            described = POWER_SOURCES[source]
-            status, detail, needs_fix = described.ready(f.power.get(source, []), sensors.power.model_dump())
+            readings = [(POWER_SOURCES[s], POWER_SOURCES[s].ready(f.power.get(s, []), sensors.power.model_dump()))
+                        for s in present]
+            described, (status, detail, needs_fix) = next((r for r in readings if r[1][0] == "ok"), readings[0])
             self.add("power", status, detail, described.fix if needs_fix else None)
         zones = sorted({name for name, temp in f.thermal if temp.strip() and temp.strip() != "-256000"})
         patterns = sensors.thermal_zones  # names or case-insensitive patterns; "*": all
@@ -279,6 +283,8 @@ class _Checker:
         unmatched = [p for p in patterns if not any(fnmatch.fnmatch(z.lower(), p.lower()) for z in zones)]
         if not patterns:
             self.add("thermal", "n/a", "the profile lists no thermal zones")
+        elif patterns == ["*"] and not zones:
+            self.add("thermal", "n/a", "no readable thermal zone on this board")
         elif matched and not unmatched:
             self.add("thermal", "ok", f"zones {', '.join(matched)} readable")
         else:

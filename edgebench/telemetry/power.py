@@ -432,6 +432,8 @@ def _rapl_ready(found: list[str], power: dict[str, Any]) -> tuple[str, str, bool
     zones = _pairs(found)
     if any(value.strip() for _, value in zones):
         return "ok", f"RAPL {', '.join(name for name, _ in zones)}", False
+    if not zones:  # nothing to make readable: no chmod applies
+        return "warn", "no RAPL zones under /sys/class/powercap (no powercap driver here): power is estimated", False
     return "warn", "RAPL energy counters not readable: power is estimated", True
 
 
