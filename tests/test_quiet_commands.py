@@ -80,7 +80,7 @@ def test_commands_warn_nothing(tmp_path):
     report of the temporary store it made."""
     runs = tmp_path / "runs"
     commands = [["bench", "--device", "local", "--model", "tiny", "--methods", "sgd", "--steps", "1", "--warmup", "0",
-                 "--runs-dir", str(runs)],
+                 "--runs-dir", str(runs), "--store", str(runs / "edgebench.duckdb")],
                 ["models"], ["methods"], ["predict", "--device", "raspberry-pi-4-4gb", "--model", "tiny"],
                 ["sensors"], ["devices"], ["export", "--help"]]
     env = _user_env(tmp_path)
