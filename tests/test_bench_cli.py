@@ -126,9 +126,49 @@ def test_bench_fine_tunes_my_checkpoint_on_my_data_with_repeats(tmp_path):
         assert {r["model"] for r in store.runs()} == {"my-vlm"}
 
 
+@pytest.mark.parametrize("where", ["beside the model", "--tokenizer"])
+def test_bench_reads_the_tokenizer_beside_the_model_or_where_tokenizer_says(tmp_path, where):
+    """Hugging Face saves a model's tokenizer.json beside its config.json: a dataset without one
+    trains with it. --tokenizer wins over both (theirs are no tokenizers here)."""
+    model, data = _checkpoint_and_data(tmp_path)
+    mine = tmp_path / "tokenizers" / "tokenizer.json"
+    if where == "beside the model":
+        (data / "tokenizer.json").rename(model / "tokenizer.json")
+        args = []
+    else:
+        mine.parent.mkdir()
+        (data / "tokenizer.json").rename(mine)
+        for folder in (data, model):
+            (folder / "tokenizer.json").write_text("{}")
+        args = ["--tokenizer", str(mine.parent)]
+    out = subprocess.run(
+        [sys.executable, "-m", "edgebench.cli", "bench", "--model", str(model), "--data", str(data), *args,
+         "--methods", "sgd", "--steps", "1", "--text-length", "16", "--json", "--runs-dir", str(tmp_path / "runs")],
+        capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    (result,) = json.loads(out.stdout)
+    assert result["status"] == "ok", result["detail"]
+    spec = json.loads((Path(result["run_dir"]) / "spec.json").read_text())
+    assert spec["tokenizer"] == (None if where == "beside the model" else str(mine.resolve()))
+
+
+def test_bench_without_a_tokenizer_names_where_it_looked_in_one_line(tmp_path):
+    model, data = _checkpoint_and_data(tmp_path)
+    (data / "tokenizer.json").unlink()
+    out = subprocess.run([sys.executable, "-m", "edgebench.cli", "bench", "--model", str(model), "--data", str(data),
+                          "--methods", "sgd", "--runs-dir", str(tmp_path / "runs")],
+                         capture_output=True, text=True, timeout=300)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert (f"no tokenizer.json in {data.resolve()} or beside the model's config.json in {model.resolve()}; "
+            "give --tokenizer PATH") in lines[0]
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.mark.parametrize("args, names", [
     (["--model", "/no/such/checkpoint"], "--model"),
-    (["--data", "DATA_WITHOUT_TOKENIZER"], "tokenizer.json"),
+    (["--data", "DATA_WITHOUT_TOKENIZER"], "no tokenizer.json in"),
+    (["--tokenizer", "DATA_WITHOUT_TOKENIZER"], "--tokenizer goes with --data"),
     (["--data", "PARQUET_WITHOUT_TEXTS"], "captions.parquet: no texts column (found images, caption)"),
     (["--backend", "onnxruntime", "--save", "trained"], "use --backend eager with --save"),
     (["--methods", "sgd,adamw-accum4", "--batch-size", "2"], "a multiple of 4 (got 2)"),
@@ -207,6 +247,48 @@ def test_deploy_ships_a_folder_once_verified_by_sha256_and_cached(tmp_path):
         with pytest.raises(assets.AssetError, match="config.json"):
             ship([RunSpec(checkpoint=str(folder))], ship_tar=damaging)
         assert len(list((work / "cache").iterdir())) == 1  # the damaged copy was removed
+
+
+def test_deploy_ships_a_tokenizer_file_alone_verified_and_the_device_finds_the_same_one(tmp_path):
+    """--tokenizer's file ships alone (not what lies beside it), sha256-verified, and the spec
+    names the device's copy; without it, the one beside the checkpoint travels inside the
+    checkpoint, the dataset ships without one, and the device's lookup finds the same file."""
+    from edgebench.data.folder import FolderDataset
+    from edgebench.devices.inventory import get_device
+    from edgebench.devices.transport import LocalTransport
+    from edgebench.fleet import assets
+    from edgebench.fleet.deploy import _ship_tar, _tar_dir
+
+    model, data = _checkpoint_and_data(tmp_path)
+    mine = tmp_path / "downloads" / "my-tokenizer.json"
+    mine.parent.mkdir()
+    (data / "tokenizer.json").rename(mine)
+    (mine.parent / "big.bin").write_bytes(os.urandom(4096))  # beside it, not ours to ship
+    device, work, logs = get_device("local"), tmp_path / "device-workdir", []
+    with LocalTransport(device) as transport:
+        def ship(spec, ship_tar=_ship_tar):
+            assets.ship_assets(transport, device, [spec], str(work), tmp_path, ship_tar, _tar_dir, logs.append)
+            return spec
+
+        given = ship(RunSpec(checkpoint=str(model), data_dir=str(data), tokenizer=str(mine)))
+        shipped = Path(given.tokenizer)
+        assert shipped.parent.parent == work / "cache" and [p.name for p in shipped.parent.iterdir()] == [mine.name]
+        assert shipped.read_bytes() == mine.read_bytes() and f"shipping tokenizer {mine} (" in "\n".join(logs)
+        assert FolderDataset(given.data_dir, given.tokenizer, checkpoint=given.checkpoint).tokenizer_path == shipped
+
+        mine.rename(model / "tokenizer.json")
+        beside = ship(RunSpec(checkpoint=str(model), data_dir=str(data)))
+        assert beside.tokenizer is None and not (Path(beside.data_dir) / "tokenizer.json").exists()
+        found = FolderDataset(beside.data_dir, checkpoint=beside.checkpoint).tokenizer_path
+        assert found == Path(beside.checkpoint) / "tokenizer.json" and found.read_bytes() == shipped.read_bytes()
+
+        def damaging(transport, archive, remote):
+            _ship_tar(transport, archive, remote)
+            (Path(remote) / "tokenizer.json").write_text("{ }")  # a byte changed on the way
+
+        (mine.parent / "tokenizer.json").write_text('{"a": 1}')
+        with pytest.raises(assets.AssetError, match="tokenizer.json"):
+            ship(RunSpec(data_dir=str(data), tokenizer=str(mine.parent / "tokenizer.json")), ship_tar=damaging)
 
 
 def test_library_chatter_is_silenced_in_every_process():

@@ -224,6 +224,46 @@ def test_folder_text_too_long_names_line(tmp_path):
         next(folder_batches(folder, TINY, 1, 4, seed=1))
 
 
+def test_tokenizer_is_tokenizer_option_else_the_datasets_else_the_one_beside_the_model(tmp_path):
+    """--tokenizer (a file or its folder) first, the dataset folder's next, then the one beside the
+    checkpoint's config.json (where Hugging Face saves it); none: one line naming where it looked."""
+    from edgebench.data.folder import DatasetError, FolderDataset, find_tokenizer
+
+    (tmp_path / "data").mkdir()
+    data = _folder(tmp_path / "data", GOOD)
+    model, mine = tmp_path / "model", tmp_path / "mine"
+    model.mkdir()
+    mine.mkdir()
+    for folder in (model, mine):
+        (folder / "tokenizer.json").write_bytes((data / "tokenizer.json").read_bytes())
+    assert find_tokenizer(data, model) == data / "tokenizer.json"
+    assert find_tokenizer(data, model, mine) == find_tokenizer(data, model, mine / "tokenizer.json") == \
+        mine / "tokenizer.json"
+    (data / "tokenizer.json").unlink()
+    assert FolderDataset(data, checkpoint=model).tokenizer_path == model / "tokenizer.json"
+    with pytest.raises(DatasetError) as err:
+        FolderDataset(data, checkpoint=tmp_path / "bare-model")
+    assert str(err.value) == (f"no tokenizer.json in {data} or beside the model's config.json in "
+                              f"{tmp_path / 'bare-model'}; give --tokenizer PATH (the model's tokenizer.json or its "
+                              "folder)")
+    with pytest.raises(DatasetError, match=r"nothing.json: no such tokenizer file; give --tokenizer"):
+        find_tokenizer(data, model, tmp_path / "nothing.json")
+    (data / "tokenizer.json").symlink_to(mine / "tokenizer.json")  # a link out of the dataset folder
+    with pytest.raises(DatasetError, match=r"tokenizer 'tokenizer.json' leads outside .*data"):
+        FolderDataset(data, checkpoint=model)
+
+
+def test_folder_batches_read_the_tokenizer_beside_the_checkpoint(tmp_path):
+    from edgebench.data.folder import folder_batches
+
+    same = next(folder_batches(_folder(tmp_path, GOOD), TINY, 2, 13, seed=0, image_size=16))
+    model = tmp_path / "model"
+    model.mkdir()
+    (tmp_path / "tokenizer.json").rename(model / "tokenizer.json")
+    beside = next(folder_batches(tmp_path, TINY, 2, 13, seed=0, image_size=16, checkpoint=model))
+    assert all(beside[k].tobytes() == same[k].tobytes() for k in same)
+
+
 # ---------------------------------------------------------------- Hugging Face datasets (the_cauldron's shape)
 
 
@@ -304,6 +344,19 @@ def test_hf_dataset_errors_name_the_file_and_row(tmp_path, change, message):
     with pytest.raises(DatasetError, match=message) as err:
         FolderDataset(converted)
     assert "train-00000-of-00001.parquet row 0" in str(err.value)
+
+
+def test_hf_dataset_without_a_tokenizer_converts_and_reads_the_models(tmp_path):
+    from edgebench.data.folder import FolderDataset
+    from edgebench.data.hf import convert
+
+    source = _hf_dataset(tmp_path, COLOUR_ROWS, "parquet")
+    model = tmp_path / "model"
+    model.mkdir()
+    (source / "tokenizer.json").rename(model / "tokenizer.json")
+    converted = convert(source, tmp_path / "converted")
+    assert not (converted / "tokenizer.json").exists()
+    assert len(FolderDataset(converted, checkpoint=model).examples) == 2
 
 
 def test_hf_dataset_dict_and_damaged_files_are_refused_naming_the_fix(tmp_path):

@@ -2,8 +2,9 @@
 
 A line may instead carry the_cauldron's shape, as nanoVLM's datasets do: {"images": [paths],
 "texts": [{"user", "assistant"}, ...]} (edgebench.data.hf writes such folders from Hugging
-Face datasets). Tokenised with a local `tokenizer.json` (the `tokenizers` library) and
-batched like the synthetic task, in the config's nanoVLM layout (edgebench.data.layout):
+Face datasets). Tokenised with a local `tokenizer.json` (the `tokenizers` library; see
+`find_tokenizer` for where it is looked for) and batched like the synthetic task, in the
+config's nanoVLM layout (edgebench.data.layout):
 
     v0.1   "Question: {user} Answer:" assistant <eos> of the first turn, the first image
            resized to vit_img_size (nanoVLM v0.1's VQADataset)
@@ -76,6 +77,31 @@ def _find_jsonl(folder: Path) -> Path:
     return found[0]
 
 
+def find_tokenizer(folder: str | Path, checkpoint: str | Path | None = None,
+                   tokenizer: str | Path | None = None) -> Path:
+    """The tokenizer.json a run reads: `tokenizer` (--tokenizer: the file, or a folder holding
+    it) when given, else the dataset folder's, else the one beside the checkpoint's config.json
+    (where Hugging Face saves a model's). The same lookup on the host and on the device, where
+    deploy has shipped each of them; a dataset's or checkpoint's tokenizer.json that links out
+    of its folder is refused (edgebench.untrusted.inside)."""
+    if tokenizer:
+        path = Path(tokenizer) / "tokenizer.json" if Path(tokenizer).is_dir() else Path(tokenizer)
+        if not path.is_file():
+            raise DatasetError(f"{path}: no such tokenizer file; give --tokenizer the model's tokenizer.json "
+                               "or the folder holding it")
+        return path
+    for where in (folder, checkpoint) if checkpoint else (folder,):
+        try:
+            path = inside(where, "tokenizer.json", "tokenizer")
+        except UnsafeName as exc:
+            raise DatasetError(str(exc)) from None
+        if path.is_file():
+            return path
+    beside = f" or beside the model's config.json in {checkpoint}" if checkpoint else ""
+    raise DatasetError(f"no tokenizer.json in {folder}{beside}; give --tokenizer PATH (the model's tokenizer.json "
+                       "or its folder)")
+
+
 def _special_id(tokenizer: Tokenizer, candidates: tuple[str, ...]) -> int | None:
     for token in candidates:
         token_id: int | None = tokenizer.token_to_id(token)
@@ -85,22 +111,22 @@ def _special_id(tokenizer: Tokenizer, candidates: tuple[str, ...]) -> int | None
 
 
 class FolderDataset:
-    """Examples from `folder` (JSONL + images, paths relative to the folder)."""
+    """Examples from `folder` (JSONL + images, paths relative to the folder), tokenised with
+    find_tokenizer(folder, checkpoint, tokenizer_path)."""
 
     def __init__(self, folder: str | Path, tokenizer_path: str | Path | None = None,
-                 jsonl: str | Path | None = None):
+                 jsonl: str | Path | None = None, checkpoint: str | Path | None = None):
         from tokenizers import Tokenizer
 
         self.folder = Path(folder)
         if not self.folder.is_dir():
             raise DatasetError(f"{self.folder}: no such dataset folder")
-        tokenizer_path = Path(tokenizer_path) if tokenizer_path else self.folder / "tokenizer.json"
-        if not tokenizer_path.is_file():
-            raise DatasetError(f"{tokenizer_path}: tokenizer.json not found (pass its path)")
+        self.tokenizer_path = find_tokenizer(self.folder, checkpoint, tokenizer_path)
         try:
-            self.tokenizer = Tokenizer.from_file(str(tokenizer_path))
+            self.tokenizer = Tokenizer.from_file(str(self.tokenizer_path))
         except Exception as exc:  # tokenizers raises a bare Exception on bad files
-            raise DatasetError(f"{tokenizer_path}: not a readable tokenizer.json ({exc})") from exc
+            raise DatasetError(f"{self.tokenizer_path}: not a readable tokenizer.json ({exc}); give --tokenizer "
+                               "the model's tokenizer.json") from exc
         self.vocab_size = self.tokenizer.get_vocab_size()
         self.eos_id = _special_id(self.tokenizer, EOS_CANDIDATES)
         pad = _special_id(self.tokenizer, PAD_CANDIDATES)
@@ -311,6 +337,7 @@ def _to_array(img: PILImage) -> np.ndarray:
 
 def folder_batches(folder: str | Path, cfg: VLMConfig, batch_size: int, text_length: int, seed: int,
                    image_size: int | None = None, tokenizer_path: str | Path | None = None,
-                   packing: bool = False) -> Iterator[dict[str, np.ndarray]]:
+                   packing: bool = False, checkpoint: str | Path | None = None) -> Iterator[dict[str, np.ndarray]]:
     """`synthetic_batches`' counterpart for a folder dataset."""
-    return FolderDataset(folder, tokenizer_path).batches(cfg, batch_size, text_length, seed, image_size, packing)
+    return FolderDataset(folder, tokenizer_path, checkpoint=checkpoint).batches(cfg, batch_size, text_length, seed,
+                                                                                 image_size, packing)

@@ -5,8 +5,9 @@ by `datasets` as {bytes, path}) and a `texts` column (a list of {user, assistant
 Users have it on disk as a `save_to_disk` folder (state.json + Arrow stream files) or as
 parquet files. This reads both with pyarrow (no `datasets`, no hub) and writes the folder
 format of edgebench.data.folder: the image bytes as files, one JSONL line per row naming
-the row it came from, and the dataset folder's tokenizer.json. The device then reads what
-it always reads, and deploy ships the folder like any other.
+the row it came from, and the dataset folder's tokenizer.json where it has one (else the run
+finds the model's: edgebench.data.folder.find_tokenizer). The device then reads what it
+always reads, and deploy ships the folder like any other.
 
 An image stored as a path (`{bytes: null, path: ...}`) follows the folder format's rule
 (edgebench.untrusted.inside): a relative path inside the dataset folder, else the row is
@@ -153,15 +154,13 @@ def _write_rows(folder: Path, staging: Path) -> None:
 def convert(folder: Path, out: Path) -> Path:
     """Writes `folder`'s rows as a folder dataset into `out` (replaced whole); returns `out`."""
     tokenizer = _inside(folder, "tokenizer.json", "tokenizer")
-    if not tokenizer.is_file():
-        raise DatasetError(f"{tokenizer}: tokenizer.json not found; put the model's tokenizer.json in the dataset "
-                           "folder")
     staging = out.with_name(out.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     (staging / "images").mkdir(parents=True)
     try:
         _write_rows(folder, staging)
-        _write(staging / "tokenizer.json", tokenizer.read_bytes(), _mode(tokenizer))
+        if tokenizer.is_file():
+            _write(staging / "tokenizer.json", tokenizer.read_bytes(), _mode(tokenizer))
     except BaseException:  # a refused or interrupted conversion leaves nothing behind
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -1,6 +1,6 @@
-"""A user's checkpoint and dataset folders, exported programs, and the native worker with its
-plans, shipped to a device once; a Hugging Face dataset is first turned into the folder format,
-once per content.
+"""A user's checkpoint and dataset folders, the tokenizer file --tokenizer names, exported
+programs, and the native worker with its plans, shipped to a device once; a Hugging Face
+dataset is first turned into the folder format, once per content.
 
 Each folder is content-addressed: the sha256 of every file, and of that list. It lands in
 `<workdir>/cache/<digest>-<name>/` and stays there for later sweeps. Before every sweep the
@@ -8,9 +8,10 @@ device hashes its cached copy (fleet/device_scripts/digests.py): a copy whose fi
 is used as is; any other (a byte flipped, a line appended, a file truncated, added or missing
 since it was shipped) is sent again, and deploy says so. Nothing vouches for a copy but its
 content: a copy checked once may have changed since. After unpacking, the device hashes it
-again. A dataset folder ships only what its JSONL references (the JSONL, tokenizer.json, each
-image named), not whatever else lies in the folder; deploy's disk estimate counts what is to be
-shipped.
+again. A dataset folder ships only what its runs read (the JSONL, each image named, its
+tokenizer.json when that is the one they use), not whatever else lies in the folder; a
+tokenizer file ships alone, in a folder of its own. Deploy's disk estimate counts what is to
+be shipped.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from edgebench.fleet.device_scripts.digests import digests, file_digest
 from edgebench.fleet.remote import run_program
 from edgebench.untrusted import printable
 
-ASSET_FIELDS = {"checkpoint": "checkpoint", "data_dir": "dataset", "program": "program",
+ASSET_FIELDS = {"checkpoint": "checkpoint", "data_dir": "dataset", "tokenizer": "tokenizer", "program": "program",
                 "native_worker": "native worker", "native_plan": "native plan"}  # spec field -> what deploy calls it
 
 
@@ -48,6 +49,7 @@ class Asset:
     size_bytes: int
     whole: bool  # every file of the folder (a checkpoint), else the subset a dataset uses
     what: str = "folder"  # checkpoint, dataset, program, ... (for deploy's lines)
+    entry: str | None = None  # the one file of it a spec names (a tokenizer); None: the spec names the folder
 
     def remote(self, workdir: str) -> str:
         return f"{workdir}/cache/{self.digest[:24]}-{re.sub(r'[^A-Za-z0-9._-]+', '_', self.local.name)}"
@@ -82,16 +84,18 @@ def refuse_links_out(folder: Path) -> None:
                                "before anything is read: copy the file into the folder instead")
 
 
-def dataset_files(folder: Path) -> list[str] | None:
-    """What a dataset folder's runs read: its JSONL, tokenizer.json and every image a line names
-    (relative paths); None when the folder is not a dataset (then it ships whole)."""
+def dataset_files(folder: Path, spec: Any) -> list[str] | None:
+    """What the spec's runs read of a dataset folder: its JSONL, every image a line names and its
+    tokenizer.json when that is theirs (relative paths); None when the folder is not a dataset
+    (then it ships whole)."""
     from edgebench.data.folder import DatasetError, FolderDataset
 
     try:
-        data = FolderDataset(folder)
+        data = FolderDataset(folder, spec.tokenizer, checkpoint=spec.checkpoint)
     except DatasetError:
         return None
-    used = [data.jsonl, folder / "tokenizer.json", *(image for e in data.examples for image in e.images)]
+    tokenizer = [data.tokenizer_path] if data.tokenizer_path.is_relative_to(folder) else []
+    used = [data.jsonl, *tokenizer, *(image for e in data.examples for image in e.images)]
     return sorted({str(p.relative_to(folder)).replace("\\", "/") for p in used})
 
 
@@ -101,21 +105,28 @@ def folder_digest(folder: Path, files: list[str] | None = None) -> tuple[str, di
     return hashlib.sha256(json.dumps(per_file, sort_keys=True).encode()).hexdigest(), per_file
 
 
-def folder_asset(folder: Path, what: str, subset: list[str] | None = None) -> Asset:
+def folder_asset(folder: Path, what: str, subset: list[str] | None = None, entry: str | None = None) -> Asset:
     """`folder` as an asset to ship: whole, or only the `subset` of its files (relative paths)."""
     digest, files = folder_digest(folder, subset)
-    return Asset(folder, files, digest, sum((folder / rel).stat().st_size for rel in files), subset is None, what)
+    return Asset(folder, files, digest, sum((folder / rel).stat().st_size for rel in files), subset is None, what,
+                 entry)
 
 
 def plan_assets(specs: list[Any]) -> dict[str, Asset]:
-    """Every host folder the specs name (checkpoint: whole; dataset: what its JSONL uses), by path."""
+    """Every host folder or file the specs name (checkpoint: whole; dataset: what its runs read;
+    tokenizer: the file alone), by path."""
     out: dict[str, Asset] = {}
     for attr, what in ASSET_FIELDS.items():
         for local in dict.fromkeys(getattr(s, attr) for s in specs if getattr(s, attr)):
-            if local in out or not Path(local).is_dir():
+            path = Path(local)
+            if local in out or not (path.is_file() if attr == "tokenizer" else path.is_dir()):
                 continue  # already planned, or already a device path (a spec file written for that device)
-            folder = Path(local)
-            out[local] = folder_asset(folder, what, dataset_files(folder) if attr == "data_dir" else None)
+            if attr == "tokenizer":
+                out[local] = folder_asset(path.parent, what, [path.name], entry=path.name)
+            else:
+                subset = dataset_files(path, next(s for s in specs if s.data_dir == local)) if attr == "data_dir" \
+                    else None
+                out[local] = folder_asset(path, what, subset)
     return out
 
 
@@ -151,16 +162,16 @@ def ship_folder(transport: Any, device: Any, asset: Asset, workdir: str, staging
                 log: Callable[[str], None] = lambda _: None, differing: list[str] | None = None) -> str:
     """The device path of the asset's content: the cached copy when `differing` (check_cache's
     finding) is [], else shipped again and verified."""
-    local, remote = asset.local, asset.remote(workdir)
+    local, remote = asset.local / (asset.entry or ""), asset.remote(workdir)
     if differing == []:
         log(f"{device.name}: {asset.what} {local} already on the device ({remote}, sha256 of each file checked)")
         return remote
     if differing:
         log(f"{device.name}: the device's cached copy of {asset.what} {local} differs from it "
             f"({_named(differing)}); sending it again")
-    archive = tar_dir(local, ".", staging / f"asset-{asset.digest[:12]}.tar", compress=False,
+    archive = tar_dir(asset.local, ".", staging / f"asset-{asset.digest[:12]}.tar", compress=False,
                       files=None if asset.whole else sorted(asset.files))
-    subset = "" if asset.whole else f" ({len(asset.files)} files its JSONL uses)"
+    subset = "" if asset.whole or asset.entry else f" ({len(asset.files)} files its runs read)"
     log(f"{device.name}: shipping {asset.what} {local}{subset} ({archive.stat().st_size / 2**20:.1f} MiB) to {remote}")
     transport.check(["rm", "-rf", remote])
     ship_tar(transport, archive, remote)
@@ -178,11 +189,11 @@ def ship_assets(transport: Any, device: Any, specs: list[Any], workdir: str, sta
                 found: dict[str, list[str] | None] | None = None) -> None:
     """Ships every folder the specs name that the device does not hold whole (once each;
     `assets`, `found`: plan_assets and check_cache of them, made beforehand) and points the
-    specs at the device's copies."""
+    specs at the device's copies (a tokenizer: its file in the copy)."""
     assets = plan_assets(specs) if assets is None else assets
     found = check_cache(transport, device, workdir, assets) if found is None else found
     remotes = {local: ship_folder(transport, device, asset, workdir, staging, ship_tar, tar_dir, log, found[local])
-               for local, asset in assets.items()}
+               + (f"/{asset.entry}" if asset.entry else "") for local, asset in assets.items()}
     for spec in specs:
         for attr in ASSET_FIELDS:
             if getattr(spec, attr) in remotes:

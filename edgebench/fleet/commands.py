@@ -166,8 +166,9 @@ def _config(shape: dict[str, Any]):
 
 
 def _check_shape(shape: dict[str, Any]) -> None:
-    """The sequence fits the model's positions, and a --data folder fits the model: every line, its
-    text within --text-length, every image a readable image within the model's pixel limit."""
+    """The sequence fits the model's positions, and a --data folder fits the model: its tokenizer
+    found (--tokenizer, the folder's, the checkpoint's), every line, its text within --text-length,
+    every image a readable image within the model's pixel limit."""
     cfg = _config(shape)
     positions = cfg.with_image_size(shape.get("image_size")).sequence_length(shape["text_length"])
     if positions > cfg.lm_max_position_embeddings:
@@ -176,15 +177,21 @@ def _check_shape(shape: dict[str, Any]) -> None:
                                  f"more than {shape['model']}'s lm_max_position_embeddings "
                                  f"{cfg.lm_max_position_embeddings:,}; use at most {max(room, 0):,}",
                                  param_hint="--text-length")
+    if shape["tokenizer"] and not shape["data_dir"]:
+        raise click.BadParameter("the synthetic task has its own words: --tokenizer goes with --data",
+                                 param_hint="--tokenizer")
     if shape["data_dir"]:
         from edgebench.data.folder import DatasetError, FolderDataset
         from edgebench.fleet.assets import as_folder_dataset
 
         try:
             shape["data_dir"] = str(as_folder_dataset(Path(shape["data_dir"]).resolve()))
-            FolderDataset(shape["data_dir"]).check(cfg, shape["text_length"], shape["packing"])
+            data = FolderDataset(shape["data_dir"], shape["tokenizer"], checkpoint=shape.get("checkpoint"))
+            data.check(cfg, shape["text_length"], shape["packing"])
         except DatasetError as exc:
             raise click.BadParameter(str(exc), param_hint="--data") from None
+        if shape["tokenizer"]:  # the file itself, which deploy ships
+            shape["tokenizer"] = str(data.tokenizer_path.resolve())
 
 
 def _check_image_budget(shape: dict[str, Any]) -> None:
@@ -233,10 +240,14 @@ MODEL_OPTION = click.option("--model", default="tiny", show_default=True,
                             help="Model config (see `edgebench models`) or a nanoVLM checkpoint folder "
                                  "(config.json + model.safetensors) to fine-tune.")
 DATA_OPTION = click.option("--data", "data_dir", default=None, type=click.Path(exists=True, file_okay=False),
-                           help="A dataset folder to train on, with its tokenizer.json: images and one JSONL of "
-                                "{image, question, answer} lines, or a Hugging Face dataset as nanoVLM reads it "
-                                "(save_to_disk folder or parquet files with the_cauldron's images/texts columns). "
-                                "Default: the synthetic task.")
+                           help="A dataset folder to train on: images and one JSONL of {image, question, answer} "
+                                "lines, or a Hugging Face dataset as nanoVLM reads it (save_to_disk folder or "
+                                "parquet files with the_cauldron's images/texts columns). Default: the synthetic "
+                                "task.")
+TOKENIZER_OPTION = click.option("--tokenizer", default=None, type=click.Path(exists=True),
+                                help="The model's tokenizer.json for --data (the file, or a folder holding it). "
+                                     "Default: the dataset folder's, else the one beside --model's config.json "
+                                     "(where Hugging Face saves it).")
 LR_OPTION = click.option("--lr", default=None, type=FinitePositive(),
                          help="Learning rate (default: the method's own).")
 
@@ -289,6 +300,7 @@ def run_options(command: Callable) -> Callable:
     options = [
         MODEL_OPTION,
         DATA_OPTION,
+        TOKENIZER_OPTION,
         LR_OPTION,
         click.option(
             "--repeats",
@@ -374,6 +386,7 @@ def run_options(command: Callable) -> Callable:
     shape_fields = (
         "model",
         "data_dir",
+        "tokenizer",
         "lr",
         "backend",
         "runtime",
@@ -584,9 +597,9 @@ def deploy(devices: tuple[str, ...], shape: dict[str, Any], methods: list[str], 
     their program exported for each device's profile (or --program); then edgebench's own
     source (no dependencies are installed on the device), the programs and one spec per
     method are shipped and the sweep starts with setsid/nohup, so it survives a dropped
-    connection. Programs, a --model checkpoint folder, a --data dataset folder and the native
-    worker are shipped once and cached on the device; before every sweep the device checks each
-    file's sha256, and a copy that changed there is sent again. One sweep runs on a device at a
+    connection. Programs, a --model checkpoint folder, a --data dataset folder, a --tokenizer
+    file and the native worker are shipped once and cached on the device; before every sweep
+    the device checks each file's sha256, and a copy that changed there is sent again. One sweep runs on a device at a
     time: while one is running there, deploy is refused. With --save DIR each run keeps
     its trained weights, which `collect` brings back into DIR/<run_id>/. Clock probes are recorded
     for alignment. Fetch results with
@@ -688,7 +701,7 @@ def _checked_spec(path: str) -> RunSpec:
         field = {"--methods": "method", "--data": "data_dir"}.get(str(exc.param_hint),
                                                                   str(exc.param_hint).lstrip("-").replace("-", "_"))
         raise click.BadParameter(f"{path}: {field}: {exc.message}", param_hint="--spec") from None
-    spec.data_dir = shape["data_dir"]
+    spec.data_dir, spec.tokenizer = shape["data_dir"], shape["tokenizer"]
     return spec
 
 

@@ -31,7 +31,10 @@ class RunSpec:
     method: str = "adamw"
     backend: str = "eager"
     checkpoint: str | None = None
-    data_dir: str | None = None  # a folder dataset (images + JSONL + tokenizer.json); None: synthetic
+    data_dir: str | None = None  # a folder dataset (images + JSONL); None: synthetic
+    # --tokenizer: the data's tokenizer.json; None: the dataset folder's, else the checkpoint's
+    # (edgebench.data.folder.find_tokenizer)
+    tokenizer: str | None = None
     batch_size: int = 1
     image_size: int | None = None  # None: the model config's own
     # main layout: the long side images are resized to before tiling, i.e. the image budget

@@ -78,7 +78,8 @@ def batches_for(spec: RunSpec) -> Iterator[dict[str, np.ndarray]]:
         from edgebench.data.folder import folder_batches
 
         return folder_batches(spec.data_dir, cfg, spec.batch_size, spec.text_length, spec.seed,
-                              image_size=spec.image_size, packing=spec.packing)
+                              image_size=spec.image_size, tokenizer_path=spec.tokenizer, packing=spec.packing,
+                              checkpoint=spec.checkpoint)
     return synthetic_batches(cfg, spec.batch_size, spec.text_length, spec.seed, image_size=spec.image_size,
                              packing=spec.packing)
 
