@@ -40,6 +40,7 @@ class FakeRun:
     status: str | None = "ok"
     loss0: float = 10.0
     loss_rate: float = 0.9  # each step's loss over the one before (> 1: the run does not learn)
+    predicted_peak: int | None = None  # the memory model's prediction, as the worker records it
     extra_fields: dict = field(default_factory=dict)
 
     @property
@@ -114,6 +115,8 @@ class FakeRun:
     def events(self) -> list[dict]:
         ev = [{"t_ns": self.mono0_ns, "event": "load_begin"},
               {"t_ns": self.mono0_ns + int(self.load_s * 1e9), "event": "load_end"}]
+        if self.predicted_peak is not None:
+            ev.insert(0, {"t_ns": self.mono0_ns, "event": "predicted", "memory": {"peak_bytes": self.predicted_peak}})
         for i, (phase, step, begin, end) in enumerate(self.step_windows_ns()):
             ev.append({"t_ns": begin, "event": "step_begin", "step": step, "phase": phase})
             ev.append({"t_ns": end, "event": "step_end", "step": step, "phase": phase, "loss": self.loss(i),

@@ -288,6 +288,56 @@ def test_study_ratios_to_the_baseline_in_every_format(repeat_store, tmp_path):
     assert "no finished lora run" in missing["notes"][0]
 
 
+def test_predicted_peak_beside_the_measured_with_its_error_in_report_study_and_html(tmp_path):
+    """A run's predicted peak (est. MiB) beside its measured kernel peak, with (predicted -
+    measured) / measured; `-` where a run has no prediction."""
+    path = tmp_path / "edgebench.duckdb"
+    with Store(path) as store:
+        for run_id, method, rss, predicted in (("p", "adamw", 300, 330 << 20), ("q", "sgd", 200, None)):
+            run = FakeRun(run_id=run_id, method=method, rss_base=rss << 20, predicted_peak=predicted)
+            store.ingest_run(run.write(tmp_path / "src"), device="pi")
+    error = 100 * (330 - 315) / 315  # the kernel peak: base + 11 steps' MiB + 4 MiB
+    runs = {r["method"]: r for r in json.loads(_invoke("--store", str(path), "--json"))["runs"]}
+    assert runs["adamw"]["predicted_peak_bytes_est"] == 330 << 20
+    assert runs["adamw"]["predicted_peak_error_pct"] == pytest.approx(error)
+    assert runs["sgd"]["predicted_peak_bytes_est"] is None and runs["sgd"]["predicted_peak_error_pct"] is None
+
+    def cells(text: str, *headers: str) -> dict[str, tuple[str, ...]]:
+        """Each row's cells under `headers` (right-aligned: a cell ends where its header does)."""
+        lines = text.splitlines()
+        head = next(line for line in lines if all(h in line for h in headers))
+        ends = [head.index(h) + len(h) for h in headers]
+        return {m: tuple(line[:end].split()[-1] for end in ends) for m in ("adamw", "sgd")
+                for line in lines if line.lstrip().startswith(m + " ")}
+
+    from edgebench.report.build import collect
+    from edgebench.report.study import study_terminal
+    from edgebench.report.tables import terminal_report
+
+    with Store(path, read_only=True) as store:
+        report = collect(store, figures=False, baseline="sgd")
+    for shown in (terminal_report(report.rows, report.runs, width=120),
+                  study_terminal(report.study, report.study_notes, width=120)):
+        text = "\n".join(_lines(shown, 120))
+        assert cells(text, "peak MiB", "est. MiB", "est. err") == {"adamw": ("315", "330", "+4.8%"),
+                                                                   "sgd": ("215", "-", "-")}
+        assert "est. err: its error against the measured kernel peak, (predicted - measured) / measured" in \
+            " ".join(text.split())
+    cards = _lines(terminal_report(report.rows, report.runs, width=80), 80)  # too wide for a table: cards
+    assert max(len(line) for line in cards) <= 80
+    assert "    predicted peak's error, (predicted - measured) / measured: +4.8%" in [line.rstrip() for line in cards]
+    rows = {r["method"]: r for r in json.loads(_invoke("--store", str(path), "--study", "--json"))["rows"]}
+    assert rows["adamw"]["predicted_peak_error_pct"] == pytest.approx(error)
+    assert rows["sgd"]["predicted_peak_error_pct"] is None
+    html_path = tmp_path / "report.html"
+    _invoke("--store", str(path), "--study", "--format", "html", "--out", str(html_path))
+    html = html_path.read_text()
+    for section in ("study", "configurations", "runs"):
+        part = html.split(f'<h2 id="{section}"')[1].split("<h2")[0]
+        assert re.search(r"<td[^>]*>315(\.\d)?</td><td[^>]*>330(\.0)?</td><td[^>]*>\+4\.8%?</td>", part), part[:200]
+        assert re.search(r"<td[^>]*>215(\.\d)?</td><td[^>]*>-</td><td[^>]*>-</td>", part), part[:200]
+
+
 def test_no_empty_panels_a_device_without_sensors_is_said_once(tmp_path):
     path = tmp_path / "edgebench.duckdb"
     with Store(path) as store:

@@ -33,3 +33,12 @@ def device_ram(cgroup_bytes: float | None, cgroup_limit: float | None, mem_total
         return {"bytes": int(mem_total - mem_available), "limit_bytes": int(mem_total),
                 "what": HOST_RAM if shared_host else BOARD_RAM}
     return None
+
+
+def prediction_error_pct(predicted: float | None, measured: float | None) -> float | None:
+    """How far the memory model's predicted peak (`predicted_peak_bytes_est`) is from the worker's
+    measured kernel peak: (predicted - measured) / measured in % (+: it predicted too much), so a
+    report shows how far to trust a prediction for a run not yet made; None without either."""
+    if not predicted or not measured:
+        return None
+    return 100.0 * (predicted - measured) / measured

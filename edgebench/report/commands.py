@@ -39,18 +39,19 @@ def open_store(path: Path):
               help="Output file (html, csv, json) or folder (png). Defaults: report.html, report/, stdout.")
 @click.option("--study", is_flag=True,
               help="The study table: per device, model and backend, each method's peak memory, time per step "
-                   "and energy per step as ratios to --baseline, with n and spread (the Pareto frontier "
-                   "beside it in HTML).")
+                   "and energy per step as ratios to --baseline, with n and spread, and its peak beside the "
+                   "memory model's prediction and that one's error (the Pareto frontier beside it in HTML).")
 @click.option("--baseline", default="sgd", show_default=True, help="The method --study compares against.")
 def report_command(store_path: Path, device: str | None, model: str | None, fmt: str, as_json: bool,
                    out: Path | None, study: bool, baseline: str) -> None:
     """Report the runs in the store: per device, one row per configuration with its key
-    figures (model, method, backend, status, n, peak memory (the worker's kernel RSS), the
-    device's RAM at peak against its limit, time per step, energy per step, loss
-    first->last and its change) laid out to fit the terminal (a card per configuration
-    when a table would not); the Pareto frontier of memory against time per step for each
-    device and model (energy as colour, device RAM as a line, error bars), memory and
-    power/temperature timelines per run, and a comparison across devices.
+    figures (model, method, backend, status, n, peak memory (the worker's kernel RSS) beside
+    the memory model's predicted peak and its error, the device's RAM at peak against its
+    limit, time per step, energy per step, loss first->last and its change) laid out to fit
+    the terminal (a card per configuration when a table would not); the Pareto frontier of
+    memory against time per step for each device and model (energy as colour, device RAM as
+    a line, error bars), memory and power/temperature timelines per run, and a comparison
+    across devices.
 
     Repeats of a configuration (device, model, method, backend, and the run shape: batch,
     steps, text length, image size, data) fold into one row: each figure is the median of

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from html import escape
 
 from edgebench.report.build import Figure, Report, safe_name
-from edgebench.report.study import STUDY_FIELDS, STUDY_IDENT, STUDY_LEGEND, setting_title, settings
+from edgebench.report.study import STUDY_IDENT, STUDY_LEGEND, setting_title, settings, study_fields
 from edgebench.report.tables import (
     FRONTIER_LEGEND,
     LEGEND,
@@ -71,7 +71,7 @@ def _study(report: Report) -> str:
     for key, rows in settings(report.study).items():
         fig = pareto.get(safe_name("pareto", key[0], key[1]))
         parts.append(f"<h3>{escape(setting_title(key, rows))}</h3><div class=\"side\"><div>"
-                     f"{_fields_table(STUDY_IDENT + STUDY_FIELDS, rows)}</div>{_img(fig) if fig else ''}</div>")
+                     f"{_fields_table(STUDY_IDENT + study_fields(rows), rows)}</div>{_img(fig) if fig else ''}</div>")
     if report.study_notes:
         parts.append('<ul class="note">' + "".join(f"<li>{escape(n)}</li>" for n in report.study_notes) + "</ul>")
     return "".join(parts)

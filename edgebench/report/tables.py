@@ -19,6 +19,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from edgebench.figures.memory import prediction_error_pct
 from edgebench.results.aggregate import config_label, group_runs
 from edgebench.results.pareto import loss_drop_pct
 from edgebench.runner.native import backend_label
@@ -63,6 +64,8 @@ COLUMNS = [
     Column("data", "data", str),
     Column("status", "status", str),
     Column("peak_mem_bytes", "worker peak RSS MiB (kernel)", _num(",.1f", MIB)),
+    Column("predicted_peak_bytes_est", "predicted peak MiB (est.)", _num(",.1f", MIB), estimated=True),
+    Column("predicted_peak_error_pct", "predicted peak's error %", _num("+.1f")),
     Column("device_ram_peak_bytes", "device RAM peak MiB", _num(",.1f", MIB)),
     Column("device_ram_limit_bytes", "device RAM limit MiB", _num(",.0f", MIB)),
     Column("device_ram_peak_what", "device RAM is", str),
@@ -150,6 +153,20 @@ def loss_cell(group: dict[str, Any]) -> str:
     return f"{first:.3g}->{last:.3g}" + ("" if drop is None else f" {-drop:+.0f}%")
 
 
+def error_cell(row: dict[str, Any]) -> str:
+    """The predicted peak's error against the measured one, in % (the median of the runs')."""
+    error = row.get("predicted_peak_error_pct")
+    return "-" if error is None else f"{error:+.1f}%"
+
+
+# The memory model's predicted peak beside the measured one, for a configuration or a study row.
+PREDICTED_FIELDS = [Field("est. MiB", "predicted peak, an estimate (MiB)",
+                          lambda r: _num(",.0f", MIB)(r.get("predicted_peak_bytes_est"))),
+                    Field("est. err", "predicted peak's error, (predicted - measured) / measured", error_cell)]
+PREDICTED_LEGEND = ("est. MiB: the memory model's predicted peak, made before the run; est. err: its error "
+                    "against the measured kernel peak, (predicted - measured) / measured.")
+
+
 def status_cell(group: dict[str, Any]) -> str:
     return group["status"] + (" !" if group.get("disturbed") else "") + (" ★" if group.get("on_frontier") else "")
 
@@ -177,6 +194,7 @@ def common_names(title: str, ident: list[Field], groups: list[dict[str, Any]]) -
 
 REPORT_FIGURES = [Field("peak MiB", "peak memory: kernel RSS of the worker (MiB)",
                         lambda g: figure(g, "peak_mem_bytes", ",.0f", MIB)),
+                  *PREDICTED_FIELDS,
                   Field("dev RAM", "device RAM at peak, % of its limit", device_ram_cell),
                   Field("step s", "time per step, median (s)", lambda g: figure(g, "step_time_median_s", ".3g")),
                   Field("J/step", "energy per step (J)", energy_cell),
@@ -186,9 +204,10 @@ FRONTIER_LEGEND = ("★ = on the Pareto frontier: the loss fell and no other con
                    "and run shape that learned is both smaller (peak memory) and faster (step time); a "
                    "configuration whose loss did not fall is never on it.")
 LEGEND = ("n = runs behind each figure: the median, [min-max] over them. peak MiB: the worker's kernel RSS "
-          "(ru_maxrss; it counts shared library pages). dev RAM: the device's RAM at peak, as % of the limit "
-          "that applies to it (a lab device: its cgroup, page cache included; a board: MemTotal - MemAvailable). "
-          "step s: median step time. W: mean power over the measured steps (Sensors says what it covers). "
+          "(ru_maxrss; it counts shared library pages). " + PREDICTED_LEGEND + " dev RAM: the device's RAM at "
+          "peak, as % of the limit that applies to it (a lab device: its cgroup, page cache included; a board: "
+          "MemTotal - MemAvailable). step s: median step time. W: mean power over the measured steps (Sensors "
+          "says what it covers). "
           "est = estimated from the device's power model, not measured. "
           "! = disturbed: other processes or steal took >10% of the CPU in a run. " + FRONTIER_LEGEND +
           " docs/figures.md defines each figure.")
@@ -318,6 +337,8 @@ def bench_rows(results: list[dict[str, Any]], device: str = "local") -> list[dic
                      "peak_mem_bytes": r.get("peak_rss_bytes_kernel") or r.get("peak_rss_bytes_sampled"),
                      "peak_rss_bytes_sampled": r.get("peak_rss_bytes_sampled"),
                      "predicted_peak_bytes_est": r.get("predicted_peak_bytes_est"),
+                     "predicted_peak_error_pct": prediction_error_pct(r.get("predicted_peak_bytes_est"),
+                                                                      r.get("peak_rss_bytes_kernel")),
                      "step_time_median_s": (r.get("step_time_s") or {}).get("median"),
                      "samples_per_s": r.get("samples_per_s"),
                      "loss_first": r.get("loss_first"), "loss_last": r.get("loss_last"),
@@ -338,15 +359,14 @@ BENCH_IDENT = [
     Field("n", "runs (n)", lambda g: str(g["n"])),
 ]
 BENCH_FIGURES = [Field("peak MiB", "peak memory, kernel (MiB)", lambda g: figure(g, "peak_mem_bytes", ",.0f", MIB)),
-                 Field("est. MiB", "predicted peak, an estimate (MiB)",
-                       lambda g: figure(g, "predicted_peak_bytes_est", ",.0f", MIB)),
+                 *PREDICTED_FIELDS,
                  Field("step s", "time per step, median (s)", lambda g: figure(g, "step_time_median_s", ".3g")),
                  Field("samples/s", "samples per second (batch / median step)",
                        lambda g: figure(g, "samples_per_s", ".3g")),
                  Field("loss", "loss first->last, change", loss_cell)]
-BENCH_LEGEND = ("peak MiB: kernel ru_maxrss; est. MiB: the method's memory model (an estimate); step s: median "
-                "step time; samples/s: batch / median step; n = runs, each figure their median [min-max]; "
-                "! = disturbed (other processes took >10% of the CPU). " + FRONTIER_LEGEND + " docs/figures.md")
+BENCH_LEGEND = ("peak MiB: kernel ru_maxrss; " + PREDICTED_LEGEND + " step s: median step time; samples/s: "
+                "batch / median step; n = runs, each figure their median [min-max]; ! = disturbed (other "
+                "processes took >10% of the CPU). " + FRONTIER_LEGEND + " docs/figures.md")
 
 
 def render_bench_results(results: list[dict[str, Any]], title: str, console: Console | None = None) -> None:

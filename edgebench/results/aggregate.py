@@ -41,6 +41,7 @@ FIGURE_KEYS = (
     "loss_last",
     "cpu_others_pct",
     "predicted_peak_bytes_est",
+    "predicted_peak_error_pct",
 )
 
 

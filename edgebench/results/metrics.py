@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from edgebench.figures import steps as figures
-from edgebench.figures.memory import device_ram
+from edgebench.figures.memory import device_ram, prediction_error_pct
 from edgebench.figures.samples import raw_columns, sample_figures
 from edgebench.results.energy import window_energy_j, window_mean_peak_w
 from edgebench.results.pareto import mark_frontier
@@ -28,7 +28,8 @@ from edgebench.runner.native import backend_label
 METRIC_COLUMNS = [
     "device", "run_id", "model", "method", "backend", "status", "detail", "batch_size", "steps", "text_length",
     "image_size", "data", "steps_measured",
-    "peak_rss_bytes_sampled", "peak_rss_bytes_kernel", "cgroup_peak_bytes", "peak_mem_bytes", "device_ram_bytes",
+    "peak_rss_bytes_sampled", "peak_rss_bytes_kernel", "cgroup_peak_bytes", "peak_mem_bytes",
+    "predicted_peak_bytes_est", "predicted_peak_error_pct", "device_ram_bytes",
     "device_ram_peak_bytes", "device_ram_limit_bytes", "device_ram_peak_what",
     "step_time_median_s", "step_time_p90_s", "samples_per_s", "tokens_per_s",
     "energy_per_step_j", "energy_per_sample_j", "power_mean_w", "power_peak_w", "energy_source",
@@ -185,6 +186,9 @@ def run_metrics(store: Store, run: dict[str, Any]) -> dict[str, Any]:
     out["peak_rss_bytes_kernel"] = result.get("peak_rss_bytes_kernel")
     out["cgroup_peak_bytes"] = result.get("cgroup_peak_bytes") or _finite_max(s["cgroup_peak_bytes"])
     out["peak_mem_bytes"] = out["peak_rss_bytes_kernel"] or out["peak_rss_bytes_sampled"]
+    out["predicted_peak_bytes_est"] = result.get("predicted_peak_bytes_est")
+    out["predicted_peak_error_pct"] = prediction_error_pct(out["predicted_peak_bytes_est"],
+                                                           out["peak_rss_bytes_kernel"])
     ram = ({"bytes": result["device_ram_peak_bytes"], "limit_bytes": result.get("device_ram_limit_bytes"),
             "what": result.get("device_ram_peak_what")} if result.get("device_ram_peak_bytes") else
            device_ram(out["cgroup_peak_bytes"], run.get("cgroup_limit_bytes"), None, None) or {})

@@ -1,10 +1,11 @@
 """The study table: each method against a baseline method, per device, model and backend.
 
 For peak memory, time per step and energy per step it gives the method's median and its
-ratio to the baseline's median. The ratio's range divides the method's min by the
-baseline's max and the method's max by the baseline's min, so every pairing of their
-runs lies inside it. Energy is measured where both have a measurement, else the estimate:
-then its figure and ratios sit in the `_est` columns (`energy_estimated` says which).
+ratio to the baseline's median (beside the peak, the memory model's prediction and its
+error). The ratio's range divides the method's min by the baseline's max and the method's
+max by the baseline's min, so every pairing of their runs lies inside it. Energy is
+measured where both have a measurement, else the estimate: then its figure and ratios sit
+in the `_est` columns (`energy_estimated` says which).
 Configurations of another run shape (steps, text length, image size, data) are another
 setting with their own baseline.
 """
@@ -19,6 +20,7 @@ STUDY_FIGURES = (("peak_mem", "peak_mem_bytes"), ("step_time", "step_time_median
 STUDY_COLUMNS = [
     "device", "model", "backend", *SHAPE_KEYS, "method", "baseline", "status", "n", "n_baseline",
     "peak_mem_bytes", "peak_mem_ratio", "peak_mem_ratio_min", "peak_mem_ratio_max",
+    "predicted_peak_bytes_est", "predicted_peak_error_pct",
     "step_time_s", "step_time_ratio", "step_time_ratio_min", "step_time_ratio_max",
     "energy_per_step_j", "energy_ratio", "energy_ratio_min", "energy_ratio_max",
     "energy_per_step_j_est", "energy_ratio_est", "energy_ratio_min_est", "energy_ratio_max_est", "energy_estimated",
@@ -60,7 +62,9 @@ def study_rows(groups: list[dict[str, Any]], baseline: str = "sgd") -> tuple[lis
                                    "baseline": baseline, "status": g["status"], "n": g["n"],
                                    "n_baseline": base["n"] if base else None, "disturbed": g["disturbed"],
                                    "on_frontier": g["on_frontier"],
-                                   "peak_mem_bytes": g["peak_mem_bytes"], "step_time_s": g["step_time_median_s"]}
+                                   "peak_mem_bytes": g["peak_mem_bytes"], "step_time_s": g["step_time_median_s"],
+                                   "predicted_peak_bytes_est": g["predicted_peak_bytes_est"],
+                                   "predicted_peak_error_pct": g["predicted_peak_error_pct"]}
             for name, key in STUDY_FIGURES:
                 ratio = _ratio(g["spread"][key], base["spread"][key] if base else None) if _finished(g) else (None,) * 3
                 row.update(zip((f"{name}_ratio", f"{name}_ratio_min", f"{name}_ratio_max"), ratio))
