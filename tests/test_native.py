@@ -202,6 +202,22 @@ def test_inputs_of_the_wrong_shape_are_an_error(export_cache, worker_bundle, tmp
     assert "export again" in result["detail"]
 
 
+@pytest.mark.parametrize("line,bad", [("clip", "abc"), ("total_steps", "12x"), ("group_lr", "")])
+def test_a_plan_value_that_is_not_a_number_is_an_error_naming_its_line(export_cache, worker_bundle, tmp_path, line,
+                                                                        bad):
+    """Read whole, never as 0: a `clip` of "abc" would otherwise turn clipping off."""
+    spec = _spec("sgd", _program("sgd"))
+    plan = tmp_path / "bad-plan"
+    shutil.copytree(write_plan(spec, tmp_path / "plans"), plan)
+    lines = (plan / "plan.txt").read_text().splitlines()
+    lines = [f"{line} {bad}" if text.split()[0] == line else text for text in lines]
+    (plan / "plan.txt").write_text("\n".join(lines) + "\n")
+    result = _bad_run(tmp_path, worker_bundle, spec, plan)
+    assert result["status"] == "error"
+    said = "no `group_lr` line" if not bad else f"`{line}` line: '{bad}' is not a number"
+    assert said in result["detail"] and "write the plan again" in result["detail"], result["detail"]
+
+
 def test_a_missing_library_is_an_error_naming_it(export_cache, worker_bundle, tmp_path):
     broken = tmp_path / "bundle"
     shutil.copytree(worker_bundle, broken)

@@ -179,9 +179,28 @@ struct Plan {
   double num(const std::string& key, size_t i = 0) const {
     const auto& v = get(key);
     if (i >= v.size()) fail("native plan: `" + key + "` has too few values");
-    return std::strtod(v[i].c_str(), nullptr);
+    return number(key, v[i]);
   }
-  long long integer(const std::string& key) const { return std::strtoll(str(key).c_str(), nullptr, 10); }
+  long long integer(const std::string& key) const { return whole(key, str(key)); }
+  // A value of line `key` read whole, or an error naming the line: "abc" is never 0 (a `clip`
+  // of 0 would turn clipping off).
+  static double number(const std::string& key, const std::string& text) {
+    char* end = nullptr;
+    errno = 0;
+    double v = std::strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0' || errno == ERANGE) bad_value(key, text);
+    return v;
+  }
+  static long long whole(const std::string& key, const std::string& text) {
+    char* end = nullptr;
+    errno = 0;
+    long long v = std::strtoll(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || errno == ERANGE) bad_value(key, text);
+    return v;
+  }
+  [[noreturn]] static void bad_value(const std::string& key, const std::string& text) {
+    fail("native plan: `" + key + "` line: '" + text + "' is not a number; write the plan again with this edgebench");
+  }
   std::vector<std::vector<std::string>> all(const std::string& key) const {
     std::vector<std::vector<std::string>> out;
     auto range = lines.equal_range(key);
@@ -349,8 +368,10 @@ class Worker {
       Input in{words[0], dtype_of(words[1]), {}};
       size_t n = 1;
       for (size_t i = 2; i < words.size(); ++i) {
-        in.shape.push_back(executorch::aten::SizesType(std::stoll(words[i])));
-        n *= size_t(std::stoll(words[i]));
+        long long size = Plan::whole("input " + words[0], words[i]);
+        if (size < 1) Plan::bad_value("input " + words[0], words[i]);
+        in.shape.push_back(executorch::aten::SizesType(size));
+        n *= size_t(size);
       }
       in.bytes = n * element_size(in.dtype);
       inputs_.push_back(std::move(in));
@@ -359,8 +380,11 @@ class Worker {
       if (words.size() < 3) fail("native plan: a `param` line needs a name, a group and a size");
       Param p;
       p.name = words[0];
-      p.group = std::stoi(words[1]);
-      p.numel = size_t(std::stoull(words[2]));
+      p.group = int(Plan::whole("param " + p.name, words[1]));
+      if (p.group < 0 || size_t(p.group) >= group_lr_.size()) Plan::bad_value("param " + p.name, words[1]);
+      long long numel = Plan::whole("param " + p.name, words[2]);
+      if (numel < 0) Plan::bad_value("param " + p.name, words[2]);
+      p.numel = size_t(numel);
       params_.push_back(std::move(p));
     }
     batches_ = std::make_unique<Batches>(plan.dir + "/" + plan.str("batches"), inputs_, plan.integer("batch_count"));
