@@ -202,6 +202,34 @@ def test_inputs_of_the_wrong_shape_are_an_error(export_cache, worker_bundle, tmp
     assert "export again" in result["detail"]
 
 
+def _with_optimizer(tmp_path: Path, spec: RunSpec, name: str) -> Path:
+    """sgd's plan with its `optimizer` line naming `name` (the descriptor's constants stay sgd's)."""
+    plan = tmp_path / f"plan-{name}"
+    shutil.copytree(write_plan(spec, tmp_path / "plans"), plan)
+    lines = (plan / "plan.txt").read_text().splitlines()
+    (plan / "plan.txt").write_text("\n".join(f"optimizer {name}" if text.startswith("optimizer ") else text
+                                              for text in lines) + "\n")
+    return plan
+
+
+def test_the_worker_runs_every_optimizer_said_to_be_native_and_refuses_the_rest(export_cache, worker_bundle,
+                                                                                  tmp_path):
+    """Each optimizer whose descriptor says the native worker updates it between program calls
+    trains a step there; one it does not have ends `unsupported`, named (methods/optimizers.py)."""
+    from edgebench.methods.optimizers import OPTIMIZERS
+
+    spec = _spec("sgd", _program("sgd"), steps=1)
+    for name, opt in OPTIMIZERS.items():
+        if opt.update_in_backward:  # its update is written into the program: no branch of the worker's
+            continue
+        result = _bad_run(tmp_path / name, worker_bundle, spec, _with_optimizer(tmp_path, spec, name))
+        if opt.native:
+            assert result["status"] == "ok", (name, result["detail"])
+        else:
+            assert result["status"] == "unsupported" and f"optimizer {name} is not in the native worker" in \
+                result["detail"], (name, result["detail"])
+
+
 @pytest.mark.parametrize("line,bad", [("clip", "abc"), ("total_steps", "12x"), ("group_lr", "")])
 def test_a_plan_value_that_is_not_a_number_is_an_error_naming_its_line(export_cache, worker_bundle, tmp_path, line,
                                                                         bad):
