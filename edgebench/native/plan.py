@@ -84,8 +84,6 @@ def _lines(spec: RunSpec, method: Any, manifest: dict[str, Any], batch_count: in
     ]
     for name in BATCH_INPUTS:
         lines.append(" ".join(["input", name, shapes[name]["dtype"], *map(str, shapes[name]["shape"])]))
-    # the host's prediction of the worker's peak, one word the worker echoes as its `predicted` event
-    lines.append("predicted " + json.dumps(predict_for(str(spec.program), method), separators=(",", ":")))
     # a forward-only program's weights are inputs of known size; 0: the program's own (joint)
     sizes = {i["name"]: int(np.prod(i["shape"])) for i in manifest["inputs"]}
     for name in manifest["trainable_parameters"]:
@@ -131,6 +129,8 @@ def write_plan(spec: RunSpec, cache: Path) -> Path:
         micro += _micro_batches(next(batches), method.accumulation)
     check_batch(manifest, micro[0], program)
     lines = _lines(spec, method, manifest, len(micro))
+    # the host's prediction of the worker's peak, which the worker echoes as its `predicted` event
+    lines.append("predicted " + json.dumps(predict_for(spec.program, method), separators=(",", ":")))
     digest = hashlib.sha256("\n".join(lines).encode())
     for batch in micro:
         for name in BATCH_INPUTS:
