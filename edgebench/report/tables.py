@@ -204,7 +204,8 @@ FRONTIER_LEGEND = ("★ = on the Pareto frontier: the loss fell and no other con
                    "and run shape that learned is both smaller (peak memory) and faster (step time); a "
                    "configuration whose loss did not fall is never on it.")
 LEGEND = ("n = runs behind each figure: the median, [min-max] over them. peak MiB: the worker's kernel RSS "
-          "(ru_maxrss; it counts shared library pages). " + PREDICTED_LEGEND + " dev RAM: the device's RAM at "
+          "(ru_maxrss, or the native worker's own VmHWM; it counts shared library pages). " + PREDICTED_LEGEND
+          + " dev RAM: the device's RAM at "
           "peak, as % of the limit that applies to it (a lab device: its cgroup, page cache included; a board: "
           "MemTotal - MemAvailable). step s: median step time. W: mean power over the measured steps (Sensors "
           "says what it covers). "
@@ -364,7 +365,8 @@ BENCH_FIGURES = [Field("peak MiB", "peak memory, kernel (MiB)", lambda g: figure
                  Field("samples/s", "samples per second (batch / median step)",
                        lambda g: figure(g, "samples_per_s", ".3g")),
                  Field("loss", "loss first->last, change", loss_cell)]
-BENCH_LEGEND = ("peak MiB: kernel ru_maxrss; " + PREDICTED_LEGEND + " step s: median step time; samples/s: "
+BENCH_LEGEND = ("peak MiB: the worker's kernel peak (ru_maxrss; native: its own VmHWM); " + PREDICTED_LEGEND
+                + " step s: median step time; samples/s: "
                 "batch / median step; n = runs, each figure their median [min-max]; ! = disturbed (other "
                 "processes took >10% of the CPU). " + FRONTIER_LEGEND + " docs/figures.md")
 
