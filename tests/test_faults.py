@@ -126,6 +126,19 @@ def test_ctrl_c_twice_during_bench_records_ingests_and_exits_130(tmp_path):
     assert not children(proc.pid)
 
 
+def test_ctrl_c_during_bench_is_named_alike_in_events_and_result(tmp_path):
+    """The worker is passed the signal the user sent: its event and result.json name the same one."""
+    proc = start([PY, "-m", "edgebench.cli", "bench", "--methods", "sgd", "--steps", "100000",
+                  "--text-length", "16", "--runs-dir", "runs"], cwd=tmp_path)
+    wait_for(lambda: any(stepping(d) for d in (tmp_path / "runs").glob("*") if d.is_dir()), what="a step")
+    os.killpg(proc.pid, signal.SIGINT)
+    proc.communicate(timeout=120)
+    (run_dir,) = [d for d in (tmp_path / "runs").iterdir() if d.is_dir() and d.name != "raw"]
+    result = json.loads((run_dir / "result.json").read_text())
+    (event,) = [e for e in read_trace(run_dir / "events.jsonl").records if e["event"] == "interrupted"]
+    assert event["detail"] == result["detail"] == "stopped by Ctrl-C (SIGINT)", (event, result)
+
+
 def _supervised(tmp_path: Path, **spec) -> tuple[subprocess.Popen, Path]:
     tiny(steps=100_000, run_id="r", **spec).save(tmp_path / "spec.json")
     run_dir = tmp_path / "run"

@@ -113,7 +113,7 @@ def test_live_follows_a_sweep_from_run_to_run(tmp_path):
     time.sleep(0.05)
     write_run(runs / "second", steps=3, step_s=0.01, sample_s=0.005)  # the sweep's next run
     console = Console(file=open(os.devnull, "w"), width=100)
-    state = run_live(source, LiveState(source=source.label), refresh_hz=30, exit_when_finished=True, console=console,
+    state = run_live(source, LiveState(source=source.label), refresh_hz=30, console=console,
                      sweep=sweep)
     assert state.run_id == "second" and state.finished and state.steps_done["measure"] == 3
 
@@ -174,11 +174,9 @@ def test_live_view_in_tmux_follows_a_run_being_written(tmp_path):
         time.sleep(1.0)
         second = _capture(session)
         writer.wait(timeout=30)
-        time.sleep(0.6)
-        done = _capture(session)
-        subprocess.run(["tmux", "send-keys", "-t", session, "C-c"], check=True)
-        time.sleep(1.0)
-        after = _capture(session)
+        deadline = time.monotonic() + 30  # the view leaves by itself once the run has ended
+        while "LIVE-EXIT=" not in (done := _capture(session)) and time.monotonic() < deadline:
+            time.sleep(0.1)
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
         if writer.poll() is None:
@@ -194,7 +192,7 @@ def test_live_view_in_tmux_follows_a_run_being_written(tmp_path):
     assert step2 > step1 and ram2 > ram1, (first, second)
     assert len(clocks) >= 4, clocks
     assert "finished: summary" in done and "[ok]" in done and "step 16/16" in done
-    assert "LIVE-EXIT=0" in after and "Traceback" not in after
+    assert "run live-run ended: ok" in done and "LIVE-EXIT=0" in done and "Traceback" not in done
 
 
 @pytest.mark.lab
@@ -231,3 +229,72 @@ def test_live_follows_a_run_on_a_lab_device_over_ssh(tmp_path, monkeypatch):
     assert "step 6/6" in result.output and f"/ {budget_mib:,.0f} MiB" in result.output
     # the device figure is the cgroup's (its label may wrap inside the view's box)
     assert "device RAM (its cgroup" in re.sub(r"[\s│]+", " ", result.output)
+
+
+def _sweep_run(root: Path, sweep: str, run: str, state: str, runs: dict) -> Path:
+    import json
+
+    write_run(root / "sweeps" / sweep / "runs" / run, steps=2, step_s=0.01, sample_s=0.005)
+    (root / "sweeps" / sweep / "sweep.json").write_text(json.dumps({"state": state, "runs": runs}))
+    return root / "sweeps" / sweep / "runs" / run
+
+
+def test_live_leaves_a_finished_sweep_with_a_line_saying_so(tmp_path):
+    from click.testing import CliRunner
+
+    from edgebench.live.commands import live_command
+
+    _sweep_run(tmp_path, "s1", "a", "finished", {"a": "ok", "b": "oom"})
+    result = CliRunner().invoke(live_command, ["--root", str(tmp_path), "--hz", "30"], env={"COLUMNS": "130"})
+    assert result.exit_code == 0, result.output
+    assert "sweep s1 ended (finished): 1 ok, 1 oom" in result.output and "waiting" not in result.output
+
+
+def test_live_follow_waits_for_the_next_sweep_and_says_so(tmp_path):
+    """--follow: the ended sweep's line says it waits; the next sweep's run is followed (looks, not clocks)."""
+    import io
+
+    from edgebench.live.app import run_live
+    from edgebench.live.follow import Sweep
+
+    first = _sweep_run(tmp_path, "s1", "a", "finished", {"a": "ok"})
+    looks: list[Path] = []
+
+    def find() -> Path:
+        looks.append(find_local_run(tmp_path, None))
+        if len(looks) == 2:  # s1 has been seen ended: the next sweep starts
+            return _sweep_run(tmp_path, "s2", "b", "finished", {"b": "ok"})
+        if len(looks) == 3:  # s2 seen through to its end: leave as Ctrl-C does
+            raise KeyboardInterrupt
+        return looks[-1]
+
+    console = Console(record=True, file=io.StringIO(), force_terminal=True, width=130)
+    state = run_live(LocalRun(first), LiveState(source=str(first)), refresh_hz=30, console=console,
+                     sweep=Sweep(find, LocalRun, first, interval_s=0), follow=True)
+    assert "sweep s1 ended (finished): 1 ok; waiting for the next sweep on this machine" in console.export_text()
+    assert state.run_id == "b" and state.finished
+
+
+def test_live_step_time_is_the_summarys_and_the_stores(tmp_path):
+    """Every measured step counts (not a window, not warmup), as in the summary and the store."""
+    import json
+
+    from edgebench.fleet.plan import ingest_runs
+    from edgebench.results.metrics import run_metrics
+    from edgebench.results.store import Store
+
+    run_dir = tmp_path / "r1"
+    write_run(run_dir, steps=30, step_s=0.001, sample_s=0.005)
+    meta = json.loads((run_dir / "meta.json").read_text())
+    (run_dir / "meta.json").write_text(json.dumps({**meta, "readings": {}}))  # as a runner writes it: raw readings
+    (run_dir / "result.json").write_text(json.dumps({"run_id": "r1", "end": {"exit_code": 0}}))
+    source = LocalRun(run_dir)
+    state = LiveState(source=source.label)
+    state.apply(source.poll())
+    ingest_runs(tmp_path / "s.duckdb", [run_dir], "local")
+    with Store(tmp_path / "s.duckdb", read_only=True) as store:
+        stored = run_metrics(store, store.runs(run_id="r1")[0])["step_time_median_s"]
+    assert state.step_time_s == pytest.approx(stored, rel=1e-9) and state.figures is not None
+    assert state.figures["step_time_s"]["median"] == state.step_time_s
+    text = _text(state, width=130)
+    assert f"{stored:.3f} s/step (median of 30 steps)" in text and f"{stored:.3f} / " in text

@@ -507,7 +507,8 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str,
                 result["run_dir"] = str(run_dir)
                 if spec.save_dir and result["status"] == "ok" and (Path(spec.save_dir) / "model.safetensors").is_file():
                     result["saved_to"] = spec.save_dir
-                progress.update(task, completed=total or result.get("steps_done") or 0)
+                if result["status"] == "ok":  # a run stopped early keeps its bar where it stopped
+                    progress.update(task, completed=total or result.get("steps_done") or 0)
                 stage(result["status"])
                 results.append(result)
                 if interrupts.signal:

@@ -1,21 +1,23 @@
-"""The live loop: poll the follower, re-render, repeat at a fixed rate until Ctrl-C."""
+"""The live loop: poll the follower, re-render, repeat at a fixed rate until what it follows has ended."""
 
 from __future__ import annotations
 
 import time
+from pathlib import PurePosixPath
 
 from rich.console import Console
 from rich.live import Live
 
 from edgebench.live.follow import Sweep
 from edgebench.live.state import LiveState
-from edgebench.live.view import render
+from edgebench.live.view import ended_line, render
 
 
-def run_live(source, state: LiveState, refresh_hz: float = 8.0, exit_when_finished: bool = False,
-             console: Console | None = None, sweep: Sweep | None = None) -> LiveState:
-    """Shows the dashboard until Ctrl-C (or the run's end with `exit_when_finished`); with
-    `sweep`, a finished run gives way to the next one the sweep starts.
+def run_live(source, state: LiveState, refresh_hz: float = 8.0, console: Console | None = None,
+             sweep: Sweep | None = None, follow: bool = False) -> LiveState:
+    """Shows the dashboard until the run has ended, or with `sweep` (run after run) until the
+    sweep has; the last frame ends with a line saying so. With `follow`, it then waits for the
+    next sweep, saying so, until Ctrl-C. Ctrl-C leaves at any time.
 
     Rendering is driven here, not by rich's refresh thread, so every frame shows fresh data.
     """
@@ -26,13 +28,19 @@ def run_live(source, state: LiveState, refresh_hz: float = 8.0, exit_when_finish
             while True:
                 started = time.monotonic()
                 state.apply(source.poll())
-                newer = sweep.next_run(started, force=exit_when_finished) if sweep and state.finished else None
-                if newer is not None:
-                    source.close()
-                    source, state = newer, LiveState(source=newer.label, device=state.device)
-                    continue
+                if state.finished and sweep is None:
+                    state.ended = ended_line(state, None)
+                elif state.finished and sweep is not None and sweep.due(started):
+                    newer = sweep.next_run()
+                    if newer is not None:
+                        source.close()
+                        source, state = newer, LiveState(source=newer.label, device=state.device)
+                        continue
+                    swept = source.sweep_json()
+                    if swept is None or swept.get("state") != "running":
+                        state.ended = ended_line(state, swept, PurePosixPath(source.run_dir).parent.parent.name, follow)
                 live.update(render(state), refresh=True)
-                if exit_when_finished and state.finished:
+                if state.ended and not follow:
                     break
                 time.sleep(max(0.0, period - (time.monotonic() - started)))
     except KeyboardInterrupt:

@@ -14,13 +14,16 @@ import click
 @click.option("--root", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,
               help="Where to look for local runs by id (ROOT/ID, ROOT/DEVICE/ID, ROOT/sweeps/*/runs/ID).")
 @click.option("--hz", type=click.FloatRange(1, 30), default=8.0, show_default=True, help="Refreshes per second.")
-@click.option("--exit-when-done", is_flag=True, help="Leave once result.json appears (default: stay until Ctrl-C).")
+@click.option("--follow", is_flag=True, help="Once the sweep has ended, wait for the next one (until Ctrl-C).")
+@click.option("--exit-when-done", is_flag=True, hidden=True, help="What live does anyway; kept for scripts.")
 def live_command(device: str | None, run_id: str | None, run_dir: str | None, root: Path, hz: float,
-                 exit_when_done: bool) -> None:
+                 follow: bool, exit_when_done: bool) -> None:
     """Watch a run live: the device's RAM against its limit (a lab device's cgroup, else the
     board's own accounting) beside the worker's kernel RSS, power, temperature, step progress
     and rate, a loss sparkline, the method and backend; a finished run shows its summary.
     Without --run or --dir it follows the device's sweep: when a run ends, the next one.
+    It leaves when the run (or the sweep) has ended, with a line saying so and the runs'
+    statuses; --follow waits for the next sweep instead.
 
     Works on this machine, on a device over SSH (tails its run directory with `tail -F`),
     and inside an SSH terminal on the device itself (run it there without --device).
@@ -31,12 +34,15 @@ def live_command(device: str | None, run_id: str | None, run_dir: str | None, ro
       edgebench live                              # newest run under ./runs
       edgebench live --dir runs/adamw-eager-0
       edgebench live --device lab-pi4             # the device's sweep, run after run
+      edgebench live --device lab-pi4 --follow    # and every sweep after it
       edgebench live --device lab-pi4 --run lora-eager-0
     """
     from edgebench.live.app import run_live
     from edgebench.live.follow import LocalRun, RemoteRun, Sweep, find_local_run, find_remote_run
     from edgebench.live.state import LiveState
 
+    if follow and (run_id or run_dir):
+        raise click.UsageError("--follow follows the device's sweeps; leave out --run and --dir")
     try:
         if device:
             from edgebench.devices import connect
@@ -62,7 +68,7 @@ def live_command(device: str | None, run_id: str | None, run_dir: str | None, ro
     except FileNotFoundError as exc:
         raise click.ClickException(str(exc)) from exc
     try:
-        run_live(source, state, refresh_hz=hz, exit_when_finished=exit_when_done, sweep=sweep)
+        run_live(source, state, refresh_hz=hz, sweep=sweep, follow=follow)
     finally:
         if device:
             transport.close()

@@ -63,6 +63,10 @@ class LocalRun:
             self.result = up.result = _read_json(self.run_dir / "result.json")
         return up
 
+    def sweep_json(self) -> dict[str, Any] | None:
+        """The sweep.json of the sweep the run is in (None: a run outside a sweep)."""
+        return _read_json(self.run_dir.parent.parent / "sweep.json")
+
     def close(self) -> None:
         pass
 
@@ -127,6 +131,15 @@ class RemoteRun:
                 return
             self.stop.wait(self.interval)
 
+    def sweep_json(self) -> dict[str, Any] | None:
+        """The sweep.json of the sweep the run is in (None: a run outside a sweep); unreadable
+        (the connection lost: `poll` says so), it counts as still running."""
+        try:
+            return self._cat("../../sweep.json")
+        except Exception as exc:
+            self.queue.put(("error", f"{self.label}: cannot read sweep.json ({exc})"))
+            return {"state": "running"}
+
     def poll(self) -> Update:
         up = Update()
         while True:
@@ -154,17 +167,21 @@ class RemoteRun:
 
 class Sweep:
     """A sweep followed from run to run: once the followed run has finished, `find()` names
-    the newest run (at most every `interval_s`), and a newer one is opened with `open_run`."""
+    the newest run (looked for at most every `interval_s`), and a newer one is opened with `open_run`."""
 
     def __init__(self, find: Callable[[], Any], open_run: Callable[[Any], Any], current: Any, interval_s: float = 1.0):
         self.find, self.open_run, self.current = find, open_run, str(current)
         self.interval_s, self._due_s = interval_s, 0.0
 
-    def next_run(self, now_s: float, force: bool = False) -> Any | None:
-        """The newer run's follower, or None (none yet, or checked less than `interval_s` ago)."""
-        if now_s < self._due_s and not force:
-            return None
+    def due(self, now_s: float) -> bool:
+        """Whether `interval_s` has passed since the last look (the caller looks now)."""
+        if now_s < self._due_s:
+            return False
         self._due_s = now_s + self.interval_s
+        return True
+
+    def next_run(self) -> Any | None:
+        """The newest run's follower when it is not the one followed, else None."""
         try:
             newest = str(self.find()).rstrip("/")
         except FileNotFoundError:

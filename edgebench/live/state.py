@@ -6,9 +6,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from edgebench.figures import steps
 from edgebench.figures.memory import device_ram
+from edgebench.figures.run import run_figures
 from edgebench.figures.samples import FIGURE_COLUMNS, columns_of, raw_columns, sample_figures
+from edgebench.figures.steps import step_statistics
 from edgebench.live.follow import Update
 
 HISTORY = 120  # samples kept for sparklines
@@ -21,14 +22,16 @@ class LiveState:
     device: str | None = None
     meta: dict[str, Any] | None = None
     result: dict[str, Any] | None = None
+    figures: dict[str, Any] | None = None  # once result.json is there: the run's figures, as the store makes them
+    ended: str | None = None  # the line saying the run (or its sweep) ended, once the view has nothing more to follow
     last_sample: dict[str, Any] = field(default_factory=dict)  # latest value of every field (lines are sparse)
-    recent: deque = field(default_factory=lambda: deque(maxlen=WINDOW))
+    samples: list[dict[str, Any]] = field(default_factory=list)  # every raw sample: the summary's figures need them
+    events: list[dict[str, Any]] = field(default_factory=list)
     samples_seen: int = 0
     peak_rss_bytes: int = 0
     rss_history: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
     power_history: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
     losses: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
-    durations: deque = field(default_factory=lambda: deque(maxlen=20))
     steps_done: dict[str, int] = field(default_factory=lambda: {"warmup": 0, "measure": 0})
     last_step: dict[str, Any] | None = None
     phase: str = "waiting"
@@ -48,11 +51,15 @@ class LiveState:
             self._sample(rec)
         for ev in up.events:
             self._event(ev)
+        if self.result is not None and (up.result or up.samples or up.events):
+            readings = (self.meta or {}).get("readings") or {}
+            self.figures = run_figures(self.meta or {}, self.result, self.events,
+                                       columns_of(self.samples, *raw_columns(readings)), self.device == "local")
 
     def _sample(self, rec: dict[str, Any]) -> None:
         self.samples_seen += 1
         self.last_sample.update(rec)
-        self.recent.append(rec)
+        self.samples.append(rec)
         rss = rec.get("rss_bytes")
         if isinstance(rss, (int, float)):
             self.peak_rss_bytes = max(self.peak_rss_bytes, int(rss))
@@ -66,11 +73,12 @@ class LiveState:
     def _figures_now(self) -> dict[str, float]:
         """The figures of the latest sample, made by the host's functions from the recent raw ones."""
         readings = (self.meta or {}).get("readings") or {}
-        columns, _ = sample_figures(columns_of(self.recent, *raw_columns(readings)), readings, self.spec)
+        columns, _ = sample_figures(columns_of(self.samples[-WINDOW:], *raw_columns(readings)), readings, self.spec)
         latest = {key: float(columns[key][-1]) for key in FIGURE_COLUMNS if len(columns[key])}
         return {key: value for key, value in latest.items() if value == value}  # NaN: not read at this sample
 
     def _event(self, ev: dict[str, Any]) -> None:
+        self.events.append(ev)
         kind = ev.get("event")
         if kind == "load_begin":
             self.phase = "loading"
@@ -84,8 +92,6 @@ class LiveState:
             self.last_step = ev
             if isinstance(ev.get("loss"), (int, float)):
                 self.losses.append(float(ev["loss"]))
-            if isinstance(ev.get("duration_s"), (int, float)):
-                self.durations.append(float(ev["duration_s"]))
         elif kind in ("error", "diverged"):
             self.errors.append(f"{kind}: {ev.get('detail', '')}".strip(": "))
 
@@ -104,7 +110,7 @@ class LiveState:
 
     @property
     def status(self) -> str:
-        return str(self.result.get("status")) if self.result else self.phase
+        return str(self.figures["status"]) if self.figures else self.phase
 
     @property
     def device_ram(self) -> dict[str, Any] | None:
@@ -115,9 +121,16 @@ class LiveState:
                           shared_host=self.device == "local")
 
     @property
+    def step_stats(self) -> dict[str, float] | None:
+        """The measured steps' time statistics so far, as the summary and the store make them
+        (edgebench.figures.steps.step_statistics)."""
+        return step_statistics(self.events)["step_time_s"]
+
+    @property
     def step_time_s(self) -> float | None:
-        """Median of the last steps seen (edgebench.figures.steps' definition, over a window)."""
-        return steps.percentile(self.durations, 50) if self.durations else None
+        """The median step time so far (the summary's `median`)."""
+        stats = self.step_stats
+        return stats["median"] if stats else None
 
     @property
     def steps_total(self) -> int | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -105,9 +106,9 @@ def progress(state: LiveState) -> Table:
     total = state.steps_total
     done = state.steps_done.get("measure", 0)
     warm = state.steps_done.get("warmup", 0)
-    step_s = state.step_time_s
-    rate = f"{step_s:.3f} s/step (median of the last {len(state.durations)})" if step_s else "-"
-    if step_s and _emulator(state.meta):
+    stats = state.step_stats  # the summary's figure: the median of every measured step so far
+    rate = f"{stats['median']:.3f} s/step (median of {stats['n']:.0f} steps)" if stats else "-"
+    if stats and _emulator(state.meta):
         rate += f" {NOT_REPRESENTATIVE}"
     grid.add_row("steps", _bar(done, total), f"step {done}/{total if total else '?'} (+{warm} warmup)  {rate}  "
                  f"ETA {_fmt_s(state.eta_s)}")
@@ -134,6 +135,7 @@ def _emulator(meta: dict[str, Any] | None) -> str | None:
 
 
 def summary(result: dict[str, Any], meta: dict[str, Any] | None = None) -> Table:
+    """The run's figures (edgebench.figures.run.run_figures, as the store and report make them)."""
     t = Table.grid(padding=(0, 2))
     t.add_column(style="bold")
     t.add_column()
@@ -182,6 +184,20 @@ def summary(result: dict[str, Any], meta: dict[str, Any] | None = None) -> Table
     return t
 
 
+def ended_line(state: LiveState, sweep: dict[str, Any] | None, name: str = "", follow: bool = False) -> str:
+    """What ended: the run (outside a sweep), or its sweep `name` (its sweep.json) with its runs'
+    statuses counted; with `follow`, that the view waits for the next sweep."""
+    if sweep is None:
+        line = f"run {state.run_id} ended: {state.status}"
+    else:
+        counts = Counter(str(status) for status in (sweep.get("runs") or {}).values())
+        line = f"sweep {name} ended ({sweep.get('state')}): " + ", ".join(f"{n} {s}" for s, n in counts.items())
+        line += f"; {sweep['why']}" if sweep.get("why") else ""
+    if follow:
+        line += f"; waiting for the next sweep on {state.device or 'this machine'}  ·  Ctrl-C to leave"
+    return line
+
+
 def render(state: LiveState, now: float | None = None) -> Group:
     now = time.time() if now is None else now
     parts: list[Any] = [header(state, now), Panel(gauges(state), title="device", title_align="left"),
@@ -193,12 +209,14 @@ def render(state: LiveState, now: float | None = None) -> Group:
         notes.append(f"{state.bad_lines} unreadable trace line(s) skipped")
     if notes:
         parts.append(Text("\n".join(printable(note) for note in notes), style="yellow"))
-    if state.finished:
+    if state.figures:
         parts.append(
             Panel(
-                summary(state.result, state.meta), title="finished: summary", title_align="left", border_style="green"
+                summary(state.figures, state.meta), title="finished: summary", title_align="left", border_style="green"
             )
         )
+    if state.ended:
+        parts.append(Text(printable(state.ended, newlines=False), style="bold"))
     else:
         parts.append(Text(f"following {state.source}  ·  Ctrl-C to leave", style="dim"))
     return Group(*parts)

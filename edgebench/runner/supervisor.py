@@ -149,9 +149,9 @@ class Supervisor:
         })
 
     def _on_signal(self, signum: int, frame: object) -> None:
-        """Ctrl-C or SIGTERM: the worker is asked to stop (it records `interrupted`), and is
-        killed after GRACE_S; a second signal kills it at once. The sweep's own handler is
-        called too, so it starts no further run."""
+        """Ctrl-C or SIGTERM: the worker gets the same signal (so its `interrupted` event and
+        result.json name the same one) and is killed after GRACE_S; a second signal kills it
+        at once. The sweep's own handler is called too, so it starts no further run."""
         name = "Ctrl-C (SIGINT)" if signum == signal.SIGINT else signal.Signals(signum).name
         # returncode is set only once _wait has reaped the worker (poll() here could reap it first)
         child_alive = self.child is not None and self.child.returncode is None
@@ -161,7 +161,7 @@ class Supervisor:
             self.interrupted = name
             self._kill_at = time.monotonic() + GRACE_S
             if child_alive:
-                self._kill(signal.SIGTERM)
+                self._kill(signum)
         else:
             self._kill_at = time.monotonic()
         previous = self._previous.get(signum)

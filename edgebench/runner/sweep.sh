@@ -449,7 +449,8 @@ run_one() {
     while alive; do
         sample 0 >> "$RUN/samples.jsonl"  # NOW_S: its wall seconds
         if [ -n "$STOP" ] && [ -z "$STOPPED" ]; then
-            STOPPED=$STOP; kill -TERM "$PID" 2>/dev/null; KILL_AT=$((NOW_S + GRACE_S))
+            STOPPED=$STOP; KILL_AT=$((NOW_S + GRACE_S))
+            case $STOP in *SIGINT*) kill -INT "$PID" 2>/dev/null ;; *) kill -TERM "$PID" 2>/dev/null ;; esac
         fi
         if [ "$TIMEOUT_S" -gt 0 ] && [ -z "$TIMED_OUT" ] && [ $((NOW_S - START_S)) -ge "$TIMEOUT_S" ]; then
             TIMED_OUT=1; kill -KILL "$PID" 2>/dev/null
