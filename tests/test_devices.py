@@ -108,7 +108,8 @@ ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
 
 def test_a_profile_or_inventory_alias_bomb_or_binary_file_is_refused_quickly_naming_the_file(tmp_path, monkeypatch):
     """YAML aliases expand to a billion values in ten lines: refused before anything walks them
-    (the validation error used to format the whole expansion and grow to GBs), in one line."""
+    (the validation error used to format the whole expansion and grow to GBs), in one line.
+    Quickly is in this process's CPU seconds, which a loaded host does not stretch."""
     import time
 
     from click.testing import CliRunner
@@ -117,9 +118,9 @@ def test_a_profile_or_inventory_alias_bomb_or_binary_file_is_refused_quickly_nam
 
     bomb = tmp_path / "prof.yaml"
     bomb.write_text(ALIAS_BOMB)
-    started = time.monotonic()
+    started = time.process_time()
     result = CliRunner().invoke(cli, ["predict", "--method", "adamw", "--device", str(bomb)])
-    assert result.exit_code == 2 and "Traceback" not in result.output and time.monotonic() - started < 10
+    assert result.exit_code == 2 and "Traceback" not in result.output and time.process_time() - started < 10
     assert f"{bomb}: its aliases expand to more than 100,000 values" in " ".join(result.output.split())
     assert len(result.output) < 300 + 2 * len(str(bomb))  # the error names the file: short, whatever its path
     (tmp_path / "cycle.yaml").write_text("id: &a [*a]\n")  # a recursive alias: unbounded too

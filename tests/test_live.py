@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -106,12 +107,13 @@ def test_live_follows_a_sweep_from_run_to_run(tmp_path):
 
     runs = tmp_path / "sweeps" / "s1" / "runs"
     write_run(runs / "first", steps=2, step_s=0.01, sample_s=0.005)
+    write_run(runs / "second", steps=3, step_s=0.01, sample_s=0.005)  # the sweep's next run
+    for name, mtime in (("first", 1_000), ("second", 2_000)):  # which is newer is set, not slept for
+        os.utime(runs / name, (mtime, mtime))
     transport = LocalTransport(SimpleNamespace(name="here"))
     source = RemoteRun(transport, str(runs / "first"), json_interval_s=0.05)
     sweep = Sweep(lambda: find_remote_run(transport, str(tmp_path), None),
                   lambda path: RemoteRun(transport, path, json_interval_s=0.05), runs / "first", interval_s=0.05)
-    time.sleep(0.05)
-    write_run(runs / "second", steps=3, step_s=0.01, sample_s=0.005)  # the sweep's next run
     console = Console(file=open(os.devnull, "w"), width=100)
     state = run_live(source, LiveState(source=source.label), refresh_hz=30, console=console,
                      sweep=sweep)
@@ -119,12 +121,14 @@ def test_live_follows_a_sweep_from_run_to_run(tmp_path):
 
 
 def test_find_local_run_by_id_and_newest(tmp_path):
-    for path in ("a", "pi/b", "sweeps/s1/runs/c"):
+    """Catches a newest run picked by anything but its meta.json's time (the order of creation or
+    of the patterns): the times are set, not slept for, and the newest is neither first nor last."""
+    for path, mtime in (("a", 1_000), ("pi/b", 3_000), ("sweeps/s1/runs/c", 2_000)):
         (tmp_path / path).mkdir(parents=True)
         (tmp_path / path / "meta.json").write_text("{}")
-        time.sleep(0.01)
-    assert find_local_run(tmp_path, "b") == tmp_path / "pi" / "b"
-    assert find_local_run(tmp_path, None) == tmp_path / "sweeps" / "s1" / "runs" / "c"
+        os.utime(tmp_path / path / "meta.json", (mtime, mtime))
+    assert find_local_run(tmp_path, "c") == tmp_path / "sweeps" / "s1" / "runs" / "c"
+    assert find_local_run(tmp_path, None) == tmp_path / "pi" / "b"
     with pytest.raises(FileNotFoundError, match="no run 'zz'"):
         find_local_run(tmp_path, "zz")
 
@@ -149,50 +153,60 @@ def test_remote_follower_tails_through_a_transport(tmp_path):
     assert state.steps_done == {"warmup": 1, "measure": 5} and state.samples_seen > 10 and state.bad_lines == 0
 
 
+CLOCK = re.compile(r"(\d\d):(\d\d):(\d\d)\.(\d)")  # the header's clock: the time of the frame, in tenths
+
+
 def _capture(session: str) -> str:
     return subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
 
 
+def _pane_when(session: str, shows) -> str:
+    """The pane's text once `shows(text)` holds: a slow host only takes longer, a view that
+    never gets there fails after 60 s."""
+    deadline = time.monotonic() + 60
+    while not shows(text := _capture(session)):
+        assert time.monotonic() < deadline, text
+        time.sleep(0.1)
+    return text
+
+
+def _figures(text: str) -> tuple[int, float] | None:
+    """The step and the device RAM (MiB) the view shows, or None before it shows both."""
+    step, ram = re.search(r"step (\d+)/16", text), re.search(r"([\d,.]+) MiB / 1,024 MiB", text)
+    return (int(step.group(1)), float(ram.group(1).replace(",", ""))) if step and ram else None
+
+
 def test_live_view_in_tmux_follows_a_run_being_written(tmp_path):
+    """The real view in a terminal follows a run as it is written (catches a view stuck on its
+    first figures), refreshes at least 4 times a second by its own header clock over every frame
+    it drew (catches a view refreshing once a second), and leaves by itself once the run has ended.
+    It waits for what the pane shows, never for set times."""
     assert shutil.which("tmux"), "tmux is needed for this test: apt-get install -y tmux"
-    run_dir = tmp_path / "live-run"
+    run_dir, frames = tmp_path / "live-run", tmp_path / "frames"
+    run_dir.mkdir()
     session = f"ebtest{int(time.time() * 1000) % 10**8}"
-    writer = subprocess.Popen([sys.executable, str(TESTS / "live_writer.py"), str(run_dir), "--steps", "16",
-                               "--step-s", "0.3", "--sample-s", "0.05"])
-    deadline = time.monotonic() + 30  # the view follows a run that has begun (the writer's imports take a while)
-    while not (run_dir / "meta.json").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
     command = f"{sys.executable} -m edgebench.live --dir {run_dir}; echo LIVE-EXIT=$?; sleep 60"
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "130", "-y", "45", command], check=True)
+    writer = None
     try:
-        time.sleep(1.5)
-        first = _capture(session)
-        clocks = set()
-        for _ in range(10):  # >= 4 refreshes a second: the header clock shows tenths
-            clocks.update(re.findall(r"\d\d:\d\d:\d\d\.\d", _capture(session)))
-            time.sleep(0.1)
-        time.sleep(1.0)
-        second = _capture(session)
-        writer.wait(timeout=30)
-        deadline = time.monotonic() + 30  # the view leaves by itself once the run has ended
-        while "LIVE-EXIT=" not in (done := _capture(session)) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        subprocess.run(["tmux", "pipe-pane", "-t", session, f"cat > {shlex.quote(str(frames))}"], check=True)
+        _pane_when(session, CLOCK.search)  # the view is up before the run begins: it sees all of it
+        writer = subprocess.Popen([sys.executable, str(TESTS / "live_writer.py"), str(run_dir), "--steps", "16",
+                                   "--step-s", "0.3", "--sample-s", "0.05"])
+        step1, ram1 = _figures(_pane_when(session, _figures))
+        _pane_when(session, lambda text: (now := _figures(text)) is not None and now[0] > step1 and now[1] > ram1)
+        writer.wait(timeout=60)
+        done = _pane_when(session, lambda text: "LIVE-EXIT=" in text)
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
-        if writer.poll() is None:
+        if writer is not None and writer.poll() is None:
             writer.kill()
-
-    def figures(text: str) -> tuple[int, float]:
-        step = re.search(r"step (\d+)/16", text)
-        ram = re.search(r"([\d,.]+) MiB / 1,024 MiB", text)
-        assert step and ram, text
-        return int(step.group(1)), float(ram.group(1).replace(",", ""))
-
-    (step1, ram1), (step2, ram2) = figures(first), figures(second)
-    assert step2 > step1 and ram2 > ram1, (first, second)
-    assert len(clocks) >= 4, clocks
     assert "finished: summary" in done and "[ok]" in done and "step 16/16" in done
     assert "run live-run ended: ok" in done and "LIVE-EXIT=0" in done and "Traceback" not in done
+    drawn = list(dict.fromkeys((3600 * int(h) + 60 * int(m) + int(s)) * 10 + int(t)  # tenths of the day, in order
+                               for h, m, s, t in CLOCK.findall(frames.read_text(errors="replace"))))
+    span_s = (drawn[-1] - drawn[0]) % 864_000 / 10  # from its first frame to its last, across midnight too
+    assert span_s >= 5 and len(drawn) >= 4 * span_s, (len(drawn), span_s)
 
 
 @pytest.mark.lab
