@@ -72,9 +72,10 @@ def run_cgroup(run_id: str) -> Any:
     """A cgroup of the run's own (devices.cgroups.Limits) holding the host's RAM and every core;
     None where this user cannot make one."""
     from edgebench.devices.cgroups import CgroupError, Limits
+    from edgebench.fleet.device_scripts.facts import meminfo
 
-    try:
-        return Limits.create(f"{LOCAL_GROUP}/{run_id}", host_memory()[0], float(os.cpu_count() or 1))
+    try:  # the host's RAM as the kernel has it: the group accounts, it does not limit
+        return Limits.create(f"{LOCAL_GROUP}/{run_id}", meminfo()["MemTotal"], float(os.cpu_count() or 1))
     except (CgroupError, OSError):
         return None
 
