@@ -126,21 +126,17 @@ def test_bench_fine_tunes_my_checkpoint_on_my_data_with_repeats(tmp_path):
         assert {r["model"] for r in store.runs()} == {"my-vlm"}
 
 
-@pytest.mark.parametrize("where", ["beside the model", "--tokenizer"])
-def test_bench_reads_the_tokenizer_beside_the_model_or_where_tokenizer_says(tmp_path, where):
-    """Hugging Face saves a model's tokenizer.json beside its config.json: a dataset without one
-    trains with it. --tokenizer wins over both (theirs are no tokenizers here)."""
+def test_bench_reads_the_tokenizer_where_tokenizer_says(tmp_path):
+    """--tokenizer wins over the dataset's and the model's (theirs are no tokenizers here). The
+    README's example trains with the tokenizer beside the model's config.json, where Hugging Face
+    saves it, and a dataset without one (test_readme_your_model_your_data_example_runs_as_written)."""
     model, data = _checkpoint_and_data(tmp_path)
     mine = tmp_path / "tokenizers" / "tokenizer.json"
-    if where == "beside the model":
-        (data / "tokenizer.json").rename(model / "tokenizer.json")
-        args = []
-    else:
-        mine.parent.mkdir()
-        (data / "tokenizer.json").rename(mine)
-        for folder in (data, model):
-            (folder / "tokenizer.json").write_text("{}")
-        args = ["--tokenizer", str(mine.parent)]
+    mine.parent.mkdir()
+    (data / "tokenizer.json").rename(mine)
+    for folder in (data, model):
+        (folder / "tokenizer.json").write_text("{}")
+    args = ["--tokenizer", str(mine.parent)]
     out = subprocess.run(
         [sys.executable, "-m", "edgebench.cli", "bench", "--model", str(model), "--data", str(data), *args,
          "--methods", "sgd", "--steps", "1", "--text-length", "16", "--json", "--runs-dir", str(tmp_path / "runs")],
@@ -149,7 +145,7 @@ def test_bench_reads_the_tokenizer_beside_the_model_or_where_tokenizer_says(tmp_
     (result,) = json.loads(out.stdout)
     assert result["status"] == "ok", result["detail"]
     spec = json.loads((Path(result["run_dir"]) / "spec.json").read_text())
-    assert spec["tokenizer"] == (None if where == "beside the model" else str(mine.resolve()))
+    assert spec["tokenizer"] == str(mine.resolve())
 
 
 def test_bench_without_a_tokenizer_names_where_it_looked_in_one_line(tmp_path):

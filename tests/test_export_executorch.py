@@ -641,6 +641,7 @@ def _attention_program(path, autocast=False, **patches):
     return path.read_bytes(), losses
 
 
+@pytest.mark.large  # upstream's own, slow lowering beside ours (~30-70 s): CI's `-m 'arm64 or large'`
 def test_fast_xnnpack_lowering_trains_like_executorchs_own(tmp_path, monkeypatch):
     import warnings
 
@@ -871,6 +872,7 @@ def test_lowering_retraces_the_whole_graph_once(monkeypatch):
     assert not retraced_besides & set(retraced)
 
 
+@pytest.mark.large  # upstream's own, slow lowering beside ours (~30-70 s): CI's `-m 'arm64 or large'`
 def test_spec_propagation_without_its_retrace_gives_the_same_micro_program(monkeypatch):
     """exporters.idle_passes: SpecPropPass's specs from the values to_edge's re-trace left, marked
     as needing grad as its re-trace marks them, are the re-trace's byte for byte, and no re-trace
