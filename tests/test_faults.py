@@ -419,6 +419,7 @@ def test_status_exits_non_zero_when_a_device_cannot_be_asked(tmp_path, inventory
 
 @pytest.mark.lab
 @pytest.mark.slow
+@pytest.mark.large  # ~55 s on the lab's one worker, the suite's longest path: CI's `-m 'arm64 or large'`
 def test_lab_up_after_sshd_died_keeps_the_running_sweep(tmp_path, monkeypatch):
     from edgebench.devices import lab
     from edgebench.fleet.deploy import deploy_one
