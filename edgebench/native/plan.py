@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from edgebench.backends.program import BATCH_INPUTS, check_batch, open_program, program_lr
-from edgebench.native.memory import predict_for
+from edgebench.native.memory import PTE, predict
 from edgebench.runner.native import BATCHES, PLAN, PLAN_FORMAT
 from edgebench.runner.spec import RunSpec
 
@@ -130,7 +130,8 @@ def write_plan(spec: RunSpec, cache: Path) -> Path:
     check_batch(manifest, micro[0], program)
     lines = _lines(spec, method, manifest, len(micro))
     # the host's prediction of the worker's peak, which the worker echoes as its `predicted` event
-    lines.append("predicted " + json.dumps(predict_for(spec.program, method), separators=(",", ":")))
+    predicted = predict(manifest, (program / PTE).stat().st_size, method)
+    lines.append("predicted " + json.dumps(predicted, separators=(",", ":")))
     digest = hashlib.sha256("\n".join(lines).encode())
     for batch in micro:
         for name in BATCH_INPUTS:
