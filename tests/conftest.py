@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -20,6 +21,11 @@ CGROUP_V1_MEMORY = Path("/sys/fs/cgroup/memory")
 # step with one). One thread per process, for the tests and every process they start.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+# A command run without --store or --runs-dir writes to the user's store (edgebench.results): the
+# tests' go to a folder of their own, never the person's ~/.local/share/edgebench.
+os.environ.pop("EDGEBENCH_STORE", None)
+os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="edgebench-test-data-")
 
 
 @pytest.fixture

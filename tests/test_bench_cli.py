@@ -303,7 +303,7 @@ def test_readme_your_model_your_data_example_runs_as_written(tmp_path):
     section = readme.split("## Your model, your data", 1)[1].split("\n## ", 1)[0]
     script = section.split("```bash\n", 1)[1].split("\n```", 1)[0]
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-           "EDGEBENCH_CACHE": str(tmp_path / "cache")}
+           "EDGEBENCH_CACHE": str(tmp_path / "cache"), "XDG_DATA_HOME": str(tmp_path / "data")}
     out = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
@@ -314,7 +314,8 @@ def test_readme_your_model_your_data_example_runs_as_written(tmp_path):
     # Piped, bench still shows where it is: one plain line per stage and step, with the elapsed time.
     for line in ("lora (eager): loading", "lora (eager): step 4/4", "lora (eager): ok"):
         assert re.search(r"^\[ +\d+\.\d s\] " + re.escape(line) + "$", out.stderr, re.M), out.stderr
-    spec = json.loads((tmp_path / "runs" / saved.name / "spec.json").read_text())
+    runs = tmp_path / "data" / "edgebench"  # the user's store and run directories (edgebench.results)
+    spec = json.loads((runs / saved.name / "spec.json").read_text())
     assert Path(spec["data_dir"]).is_relative_to(tmp_path / "cache" / "datasets")  # converted once, by content
-    result = figures_of_run_dir(tmp_path / "runs" / saved.name)
+    result = figures_of_run_dir(runs / saved.name)
     assert result["status"] == "ok" and result["predicted_peak_bytes_est"] > 0

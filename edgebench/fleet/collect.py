@@ -36,6 +36,7 @@ from edgebench.fleet.deploy import deployments
 from edgebench.fleet.device_scripts import listing
 from edgebench.fleet.device_scripts import sweeps as sweeps_script
 from edgebench.fleet.remote import run_program
+from edgebench.results import runs_dir_for
 from edgebench.runner.spec import WEIGHTS_DIR
 from edgebench.untrusted import UnsafeName, inside, path_name
 
@@ -147,10 +148,11 @@ def _fresh_probes(transport: Transport, device: Device, manifest: dict[str, Any]
                        worker=None if device.has_python else f"{sweep}/{shell_sweep.WORKER_LINK}")
 
 
-def collect_device(name: str, run_id: str | None = None, local_root: Path = Path("runs"),
+def collect_device(name: str, run_id: str | None = None, local_root: Path | None = None,
                    store_path: Path | None = None, log: Callable[[str], None] = lambda _: None) -> Collected:
-    """Fetches one device's runs (or one run), then ingests them when a store is given;
-    under the collect lock, fetch and ingest both."""
+    """Fetches one device's runs (or one run) into local_root (default: beside the user's store),
+    then ingests them when a store is given; under the collect lock, fetch and ingest both."""
+    local_root = runs_dir_for(local_root)
     with collect_lock(local_root, log):
         return _collect_device(name, run_id, local_root, store_path, log)
 

@@ -30,7 +30,7 @@ from edgebench.fleet.plan import (
     unsupported_result,
 )
 from edgebench.fleet.progress import plain_progress
-from edgebench.results import DEFAULT_STORE
+from edgebench.results import STORE_DEFAULT_HELP, default_store, runs_dir_for, store_for
 from edgebench.runner.native import machine_arch
 from edgebench.runner.spec import MAX_STEPS, MAX_THREADS, WEIGHTS_DIR, RunSpec
 from edgebench.terminal import VALUE_CHARS
@@ -92,7 +92,7 @@ def _shielded(active: bool) -> Iterator[None]:
             signal.signal(signal.SIGINT, previous)
 
 
-def _stop_started(known: dict[str, int], runs_dir: Path) -> None:
+def _stop_started(known: dict[str, int], runs_dir: Path, store_path: Path) -> None:
     """After a Ctrl-C in deploy: the sweeps it had already started are stopped (their running
     run ends `interrupted`), collected and ingested, so nothing started is left behind."""
     from edgebench.fleet.collect import collect_device
@@ -103,7 +103,7 @@ def _stop_started(known: dict[str, int], runs_dir: Path) -> None:
         for record in deployments(name, runs_dir)[count:]:
             try:
                 state = stop_sweep(name, record["sweep_dir"])
-                got = collect_device(name, None, runs_dir, runs_dir / "edgebench.duckdb")
+                got = collect_device(name, None, runs_dir, store_path)
                 _echo_err(f"{name}: interrupted: sweep {record['sweep_id']} stopped ({state.get('state')}); "
                           f"{len(got.ingested)} runs collected and ingested")
             except (RuntimeError, ValueError, OSError) as exc:
@@ -370,10 +370,10 @@ def run_options(command: Callable) -> Callable:
         click.option("--seed", default=0, show_default=True, help="Seed of the fresh weights and the data."),
         click.option(
             "--runs-dir",
-            default="runs",
-            show_default=True,
+            default=None,
             type=click.Path(file_okay=False),
-            help="Local folder for run directories, clock probes and deployment records.",
+            help="Local folder for run directories, clock probes and deployment records (its store inside it). "
+                 "Default: beside your store, so `edgebench report` finds every run from any folder.",
         ),
         click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts."),
         click.option(
@@ -428,9 +428,10 @@ def run_options(command: Callable) -> Callable:
               help="Where to run. `local` is this host; remote devices go through `edgebench deploy`.")
 @run_options
 @click.option("--store", default=None, type=click.Path(dir_okay=False),
-              help="Results store to ingest into (default: RUNS_DIR/edgebench.duckdb); see `edgebench report`.")
+              help=f"Results store to ingest into (default: RUNS_DIR/edgebench.duckdb with --runs-dir, else "
+                   f"{STORE_DEFAULT_HELP}); see `edgebench report`.")
 @SAVE_OPTION
-def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str, as_json: bool,
+def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str | None, as_json: bool,
           store: str | None, save: str | None, force: bool) -> None:
     """Benchmark fine-tuning methods on this host: `deploy` to the local device, in the foreground.
 
@@ -457,6 +458,7 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str,
             f"bench runs on this host only (--device local); for device {device!r} use "
             f"`edgebench deploy --device {device}` and then `edgebench collect`")
     _check_save(save, shape["backend"])
+    store_path, runs = store_for(store, runs_dir), runs_dir_for(runs_dir)
     profile = load_profile(device)
     specs = for_device(device, profile, make_specs(methods, **shape))
     for spec in specs if save else []:
@@ -502,7 +504,7 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str,
                     stage("unsupported")
                     results.append(unsupported_result(spec, refused))
                     continue
-                run_dir = Path(runs_dir) / spec.run_id
+                run_dir = runs / spec.run_id
                 result = run_local(spec, run_dir, on_progress=step, interrupts=interrupts)
                 result["run_dir"] = str(run_dir)
                 if spec.save_dir and result["status"] == "ok" and (Path(spec.save_dir) / "model.safetensors").is_file():
@@ -515,9 +517,8 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str,
                     break
     except KeyboardInterrupt:  # between runs (e.g. during an export): nothing running to record
         interrupts.signal = interrupts.signal or "Ctrl-C (SIGINT)"
-    store_path = Path(store) if store else Path(runs_dir) / "edgebench.duckdb"
     with _shielded(bool(interrupts.signal)):
-        ingest_runs(store_path, [d for d in (Path(runs_dir) / s.run_id for s in specs) if (d / "result.json").exists()],
+        ingest_runs(store_path, [d for d in (runs / s.run_id for s in specs) if (d / "result.json").exists()],
                     device)
     if interrupts.signal:
         click.echo(f"interrupted by {interrupts.signal}: {len(results)} of {len(specs)} runs recorded and ingested "
@@ -530,7 +531,8 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str,
         for r in results:
             if r.get("saved_to"):
                 click.echo(f"{r['method']}: trained weights saved to {r['saved_to']}")
-        click.echo(f"run directories under {runs_dir}/; store {store_path} (edgebench report --store {store_path})")
+        see = "edgebench report" if store_path == default_store() else f"edgebench report --store {store_path}"
+        click.echo(f"run directories under {runs}/; store {store_path} ({see})")
     refused = {r["method"]: " ".join(str(r["detail"]).split()) for r in results if r["status"] == "unsupported"}
     if results and len(refused) == len(results):  # as deploy: a sweep where nothing could run failed
         click.secho(f"{device}: no method can run there ({shape['backend']}): "
@@ -589,7 +591,7 @@ def _memory_preflight(specs: list[RunSpec], ram_bytes: int, cgroup_limit: int | 
 @click.option("--spec", "spec_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="RunSpec JSON file to run as is (repeatable); replaces --methods and the shape options.")
 @SAVE_OPTION
-def deploy(devices: tuple[str, ...], shape: dict[str, Any], methods: list[str], runs_dir: str, as_json: bool,
+def deploy(devices: tuple[str, ...], shape: dict[str, Any], methods: list[str], runs_dir: str | None, as_json: bool,
            program: str | None, spec_files: tuple[str, ...], save: str | None, force: bool) -> None:
     """Start a sweep of methods on one or more devices, detached; print the run ids.
 
@@ -618,15 +620,16 @@ def deploy(devices: tuple[str, ...], shape: dict[str, Any], methods: list[str], 
     for spec in specs:
         _check_save(save, spec.backend)
         spec.save_dir = WEIGHTS_DIR if save else spec.save_dir  # in the run directory; collect brings it back
-    known = {name: len(deployments(name, Path(runs_dir))) for name in devices}
+    runs = runs_dir_for(runs_dir)
+    known = {name: len(deployments(name, runs)) for name in devices}
     try:
         # Each stage is a line on stderr; off a terminal each carries the elapsed time too.
         log = (lambda _: None) if as_json else plain_progress(sys.stderr) or _echo_err
-        results = deploy_many(list(devices), specs, Path(runs_dir), log=log,
+        results = deploy_many(list(devices), specs, runs, log=log,
                               save_to=str(Path(save).resolve()) if save else None, force=force)
     except KeyboardInterrupt:
         with _shielded(True):
-            _stop_started(known, Path(runs_dir))
+            _stop_started(known, runs, store_for(None, runs_dir))
         raise SystemExit(130) from None
     busy = [r for r in results.values() if isinstance(r, DeviceBusy)]
     if busy and len(busy) == len(results):  # nothing started, nothing to report but that: one line, exit 2
@@ -709,12 +712,13 @@ def _checked_spec(path: str) -> RunSpec:
 @click.command()
 @click.option("--device", "devices", multiple=True, help="Inventory name (repeatable). Default: every device.")
 @click.option("--run", "run_id", default=None, help="Only this run id.")
-@click.option("--store", default=str(DEFAULT_STORE), show_default=True, help="DuckDB results store to ingest into.")
+@click.option("--store", default=None, help=f"DuckDB results store to ingest into (default: RUNS_DIR/edgebench.duckdb "
+                                            f"with --runs-dir, else {STORE_DEFAULT_HELP}).")
 @click.option("--no-ingest", is_flag=True, help="Fetch only; do not touch the store.")
-@click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False),
-              help="Local folder: runs land in RUNS_DIR/<device>/<run_id>/.")
+@click.option("--runs-dir", default=None, type=click.Path(file_okay=False),
+              help="Local folder: runs land in RUNS_DIR/<device>/<run_id>/ (default: beside the store).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def collect(devices: tuple[str, ...], run_id: str | None, store: str, no_ingest: bool, runs_dir: str,
+def collect(devices: tuple[str, ...], run_id: str | None, store: str | None, no_ingest: bool, runs_dir: str | None,
             as_json: bool) -> None:
     """Fetch finished and partial runs from devices and ingest them into the store.
 
@@ -725,10 +729,11 @@ def collect(devices: tuple[str, ...], run_id: str | None, store: str, no_ingest:
     from edgebench.fleet.collect import collect_device
 
     names, report = _device_names(devices, with_local=False)
-    errors = bool(report)
+    errors, store_path = bool(report), store_for(store, runs_dir)
     for name in names:  # one at a time: the store takes one writer
         try:
-            got = collect_device(name, run_id, Path(runs_dir), None if no_ingest else Path(store),
+            got = collect_device(name, run_id, runs_dir_for(runs_dir),
+                                 None if no_ingest else store_path,
                                  log=(lambda _: None) if as_json else _echo_err)
         except (RuntimeError, ValueError, OSError) as exc:
             errors = True
@@ -741,7 +746,7 @@ def collect(devices: tuple[str, ...], run_id: str | None, store: str, no_ingest:
         errors = errors or bool(got.refused)
         if not as_json:
             click.echo(f"{name}: {len(got.runs)} runs, {got.files_fetched} files ({got.bytes_fetched / 1024:.0f} KiB) "
-                       f"fetched, {len(got.ingested)} ingested into {store if not no_ingest else '(no store)'}")
+                       f"fetched, {len(got.ingested)} ingested into {store_path if not no_ingest else '(no store)'}")
             for rid, why in got.not_ingested.items():
                 _echo(f"  not ingested {rid}: {why}")
             for rid, why in got.refused.items():

@@ -170,7 +170,7 @@ def _runnable(name: str, specs: list[RunSpec], refused: dict[str, str],
     return specs
 
 
-def deploy_one(name: str, specs: list[RunSpec], local_root: Path = Path("runs"),
+def deploy_one(name: str, specs: list[RunSpec], local_root: Path,
                log: Callable[[str], None] = lambda _: None, save_to: str | None = None,
                force: bool = False) -> Deployment:
     """Preflight, ship and start one device's sweep; returns what was started. `force`: runs the
@@ -266,7 +266,7 @@ def _record(directory: Path, deployment: Deployment) -> None:
         fh.write(json.dumps(dataclasses.asdict(deployment)) + "\n")
 
 
-def deployments(name: str, local_root: Path = Path("runs")) -> list[dict[str, Any]]:
+def deployments(name: str, local_root: Path) -> list[dict[str, Any]]:
     """This host's records of sweeps started on a device, oldest first.
 
     A run's directory on the device is `<sweep_dir>/runs/<run_id>` (e.g. for a live
@@ -278,7 +278,7 @@ def deployments(name: str, local_root: Path = Path("runs")) -> list[dict[str, An
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def remote_run_dir(name: str, run_id: str, local_root: Path = Path("runs")) -> str | None:
+def remote_run_dir(name: str, run_id: str, local_root: Path) -> str | None:
     """Where run `run_id` lives on device `name`, if this host deployed it."""
     for record in deployments(name, local_root):
         if run_id in record["run_ids"]:
@@ -286,7 +286,7 @@ def remote_run_dir(name: str, run_id: str, local_root: Path = Path("runs")) -> s
     return None
 
 
-def deploy_many(names: list[str], specs: list[RunSpec], local_root: Path = Path("runs"),
+def deploy_many(names: list[str], specs: list[RunSpec], local_root: Path,
                 log: Callable[[str], None] = lambda _: None, save_to: str | None = None,
                 force: bool = False) -> dict[str, Deployment | Exception]:
     """Deploys to every device at once (one thread each); a failure stays that device's."""

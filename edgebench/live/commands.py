@@ -11,12 +11,13 @@ import click
 @click.option("--device", help="Follow a run on this device (inventory name) over its transport (SSH, adb).")
 @click.option("--run", "run_id", help="The run id (default: the most recently started run).")
 @click.option("--dir", "run_dir", help="The run directory itself (on the device when --device is given).")
-@click.option("--root", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,
-              help="Where to look for local runs by id (ROOT/ID, ROOT/DEVICE/ID, ROOT/sweeps/*/runs/ID).")
+@click.option("--root", type=click.Path(path_type=Path), default=None,
+              help="Where to look for local runs by id (ROOT/ID, ROOT/DEVICE/ID, ROOT/sweeps/*/runs/ID); "
+                   "default: beside your store (`edgebench bench`'s and `collect`'s runs).")
 @click.option("--hz", type=click.FloatRange(1, 30), default=8.0, show_default=True, help="Refreshes per second.")
 @click.option("--follow", is_flag=True, help="Once the sweep has ended, wait for the next one (until Ctrl-C).")
 @click.option("--exit-when-done", is_flag=True, hidden=True, help="What live does anyway; kept for scripts.")
-def live_command(device: str | None, run_id: str | None, run_dir: str | None, root: Path, hz: float,
+def live_command(device: str | None, run_id: str | None, run_dir: str | None, root: Path | None, hz: float,
                  follow: bool, exit_when_done: bool) -> None:
     """Watch a run live: the device's RAM against its limit (a lab device's cgroup, else the
     board's own accounting) beside the worker's kernel RSS, power, temperature, step progress
@@ -31,8 +32,8 @@ def live_command(device: str | None, run_id: str | None, run_dir: str | None, ro
 
     \b
     Examples:
-      edgebench live                              # newest run under ./runs
-      edgebench live --dir runs/adamw-eager-0
+      edgebench live                              # your newest run on this host
+      edgebench live --dir ~/.local/share/edgebench/adamw-eager-0
       edgebench live --device lab-pi4             # the device's sweep, run after run
       edgebench live --device lab-pi4 --follow    # and every sweep after it
       edgebench live --device lab-pi4 --run lora-eager-0
@@ -40,6 +41,7 @@ def live_command(device: str | None, run_id: str | None, run_dir: str | None, ro
     from edgebench.live.app import run_live
     from edgebench.live.follow import LocalRun, RemoteRun, Sweep, find_local_run, find_remote_run
     from edgebench.live.state import LiveState
+    from edgebench.results import runs_dir_for
 
     if follow and (run_id or run_dir):
         raise click.UsageError("--follow follows the device's sweeps; leave out --run and --dir")
@@ -59,11 +61,12 @@ def live_command(device: str | None, run_id: str | None, run_dir: str | None, ro
                 lambda: find_remote_run(transport, transport.device.workdir, None),
                 lambda path: RemoteRun(transport, path), remote_dir)
         else:
+            where = runs_dir_for(root)
             if run_dir and not Path(run_dir).is_dir():
-                raise FileNotFoundError(f"{run_dir}: no such run directory; `ls {root}` shows the runs here")
-            source = LocalRun(Path(run_dir) if run_dir else find_local_run(root, run_id))
+                raise FileNotFoundError(f"{run_dir}: no such run directory; `ls {where}` shows the runs here")
+            source = LocalRun(Path(run_dir) if run_dir else find_local_run(where, run_id))
             state = LiveState(source=source.label)
-            sweep = None if run_dir or run_id else Sweep(lambda: find_local_run(root, None), LocalRun,
+            sweep = None if run_dir or run_id else Sweep(lambda: find_local_run(where, None), LocalRun,
                                                          source.run_dir)
     except FileNotFoundError as exc:
         raise click.ClickException(str(exc)) from exc

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from edgebench.results import DEFAULT_STORE
+from edgebench.results import STORE_DEFAULT_HELP, default_store
 
 FORMATS = ["term", "html", "png", "csv", "json"]
 
@@ -27,8 +27,9 @@ def open_store(path: Path):
 
 
 @click.command("report")
-@click.option("--store", "store_path", type=click.Path(path_type=Path), default=DEFAULT_STORE, show_default=True,
-              help="The results store (DuckDB file).")
+@click.option("--store", "store_path", type=click.Path(path_type=Path), default=None,
+              help=f"The results store (DuckDB file). Default: {STORE_DEFAULT_HELP}: every run of yours, "
+                   "from any folder.")
 @click.option("--device", help="Only runs of this device.")
 @click.option("--model", help="Only runs of this model config.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="term", show_default=True,
@@ -42,7 +43,7 @@ def open_store(path: Path):
                    "and energy per step as ratios to --baseline, with n and spread, and its peak beside the "
                    "memory model's prediction and that one's error (the Pareto frontier beside it in HTML).")
 @click.option("--baseline", default="sgd", show_default=True, help="The method --study compares against.")
-def report_command(store_path: Path, device: str | None, model: str | None, fmt: str, as_json: bool,
+def report_command(store_path: Path | None, device: str | None, model: str | None, fmt: str, as_json: bool,
                    out: Path | None, study: bool, baseline: str) -> None:
     """Report the runs in the store: per device, one row per configuration with its key
     figures (model, method, backend, status, n, peak memory (the worker's kernel RSS) beside
@@ -72,6 +73,13 @@ def report_command(store_path: Path, device: str | None, model: str | None, fmt:
     from edgebench.report import build, export
 
     fmt = "json" if as_json else fmt
+    if store_path is None:
+        from edgebench.results.merge import older_store_note
+
+        store_path = default_store()
+        note = older_store_note(store_path)
+        if note:
+            click.secho(note, fg="yellow", err=True)
     with open_store(store_path) as store:
         report = build.collect(store, device=device, model=model, figures=fmt in ("html", "png"),
                                baseline=baseline if study else None)

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from edgebench.results import DEFAULT_STORE
+from edgebench.results import STORE_DEFAULT_HELP
 from edgebench.untrusted import UnsafeName, path_name
+
+if TYPE_CHECKING:
+    from edgebench.results.store import Store
 
 
 def device_option(**kw):
@@ -23,24 +27,39 @@ def device_option(**kw):
 
     return click.option("--device", callback=check, **kw)
 
-store_option = click.option("--store", "store_path", type=click.Path(path_type=Path), default=DEFAULT_STORE,
-                            show_default=True, help="The results store (DuckDB file; created if missing).")
+store_option = click.option("--store", "store_path", type=click.Path(path_type=Path), default=None,
+                            help=f"The results store (DuckDB file; created if missing). Default: {STORE_DEFAULT_HELP}.")
 
 
 @click.command("ingest")
-@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @device_option(default="local", show_default=True, help="Device the runs came from (its inventory name).")
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print what was ingested as JSON.")
-def ingest_command(run_dirs: tuple[Path, ...], device: str, store_path: Path, as_json: bool) -> None:
+def ingest_command(run_dirs: tuple[Path, ...], device: str, store_path: Path | None, as_json: bool) -> None:
     """Load run directories (meta.json, samples.jsonl, events.jsonl, result.json) into the
     store. Re-ingesting a run replaces it. `edgebench collect` does this for you; use this
-    for runs copied by hand or made with `python -m edgebench.runner`."""
+    for runs copied by hand or made with `python -m edgebench.runner`.
+
+    Given another store (a .duckdb file, e.g. the ./runs/edgebench.duckdb an earlier
+    edgebench kept per folder), brings in every run it has that this store lacks, from the run
+    files it names, with its clock probes and power traces (each run keeps its own device;
+    --device is not used).
+
+    \b
+    Examples:
+      edgebench ingest runs/adamw-eager-0
+      edgebench ingest --device my-pi copied/sgd-eager-0
+      edgebench ingest runs/edgebench.duckdb     # merge a per-folder store into yours
+    """
     from edgebench.results.store import Store
 
-    done = []
+    done: list[dict[str, Any]] = []
     with Store(store_path) as store:
         for run_dir in run_dirs:
+            if run_dir.is_file():
+                done += _merged(store, run_dir)
+                continue
             try:
                 run_id = store.ingest_run(run_dir, device=device)
             except (FileNotFoundError, ValueError) as exc:
@@ -52,10 +71,24 @@ def ingest_command(run_dirs: tuple[Path, ...], device: str, store_path: Path, as
         click.echo(json.dumps(done, indent=2))
         return
     for d in done:
+        if "merged_from" in d:
+            click.echo(f"{d['merged_from']}: {d['device']}/{d['run_id']}: {d['status']}")
+            continue
         skipped = f", {d['samples_bad_lines']} bad line(s)" if d["samples_bad_lines"] else ""
         skipped += ", truncated last line" if d["samples_truncated"] else ""
         click.echo(f"{d['device']}/{d['run_id']}: {d['status']}, {d['samples_count']} samples{skipped}, "
                    f"clock from {d['align_source']}")
+
+
+def _merged(store: Store, other: Path) -> list[dict[str, Any]]:
+    """One line per run of another store: ingested, already here, or lost (and why)."""
+    from edgebench.results.merge import merge_store
+
+    merged = merge_store(store, other)
+    lines = [(key, "ingested") for key in merged.ingested] + [(key, "already in the store") for key in merged.kept]
+    lines += [(key, f"not brought in: {why}") for key, why in merged.lost.items()]
+    return [{"merged_from": str(other), "device": device, "run_id": run_id, "status": status}
+            for (device, run_id), status in lines]
 
 
 @click.command("import-trace")
@@ -79,7 +112,7 @@ def ingest_command(run_dirs: tuple[Path, ...], device: str, store_path: Path, as
 @click.option("--current-col", help="Column holding current.")
 @click.option("--current-unit", default="A", show_default=True, help="A, mA or uA.")
 @click.option("--delimiter", default=",", show_default=True)
-def import_trace_command(csv_path: Path, device: str, store_path: Path, trace_id: str | None, **mapping) -> None:
+def import_trace_command(csv_path: Path, device: str, store_path: Path | None, trace_id: str | None, **mapping) -> None:
     """Import a host-side power meter's CSV log (USB meter, smart plug) for a device.
 
     Its times are put on the host clock; the device's runs, aligned by clock probes, then

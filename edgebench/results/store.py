@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from edgebench.errors import EdgebenchError
-from edgebench.results import DEFAULT_STORE
+from edgebench.results import default_store
 from edgebench.results.alignment import Alignment, align_run
 from edgebench.results.external import CsvMapping, read_power_csv
 from edgebench.results.runfiles import INTEGER_SUFFIXES, RunFiles, SampleScan, read_events, read_run_dir, scan_samples
@@ -219,8 +219,8 @@ def _connect(path: Path, read_only: bool, wait_s: float = LOCK_WAIT_S) -> duckdb
 class Store:
     """One DuckDB results file. Not safe for two writing processes at once (DuckDB's rule)."""
 
-    def __init__(self, path: str | Path = DEFAULT_STORE, read_only: bool = False):
-        self.path = Path(path)
+    def __init__(self, path: str | Path | None = None, read_only: bool = False):
+        self.path = Path(path) if path else default_store()
         if read_only and not self.path.exists():
             raise FileNotFoundError(f"{self.path}: no results store here; run `edgebench collect` or "
                                     "`edgebench ingest RUN_DIR` first, or pass --store")
