@@ -45,6 +45,13 @@ class EagerBackend:
         assert self.trainer is not None, "setup() first"
         return self.trainer.step(to_torch(batch, device=self.device))
 
+    def evaluate(self, batch: dict[str, Any]) -> dict[str, float]:
+        """Raw counts of one held-out batch (edgebench.methods.evaluate), with the method's autocast."""
+        from edgebench.methods.evaluate import evaluate_batch
+
+        assert self.trainer is not None, "setup() first"
+        return evaluate_batch(self.trainer.model, to_torch(batch, device=self.device), self.trainer.autocast())
+
     def save(self, folder: str | Path) -> None:
         """The trained weights as a nanoVLM checkpoint (and peft adapter), edgebench.methods.saving."""
         from edgebench.methods.saving import save_trained

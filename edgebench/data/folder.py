@@ -257,6 +257,20 @@ class FolderDataset:
         return Sample(ids[:prefix] + image + ids[prefix:], labels[:prefix] + [IGNORE] * len(image) + labels[prefix:],
                       np.concatenate([tiles for tiles, _ in loaded]))
 
+    def longest_answer_tokens(self) -> int:
+        return max(len(self._encode(answer)) for example in self.examples for _, answer in example.turns)
+
+    def hold_out(self, fraction: float, seed: int, part: str) -> None:
+        """Keeps only `part` ("train" or "heldout") of a seed-fixed split that holds out `fraction`
+        of the examples (at least one, and at least one left to train on)."""
+        count = len(self.examples)
+        if count < 2:
+            raise DatasetError(f"{self.jsonl}: {count} example; a held-out evaluation needs at least 2 "
+                               "(one to train on, one held out)")
+        held = int(min(count - 1, max(1, round(fraction * count))))
+        out = set(np.random.default_rng(seed).permutation(count)[:held].tolist())
+        self.examples = [e for i, e in enumerate(self.examples) if (i in out) == (part == "heldout")]
+
     def batches(self, cfg: VLMConfig, batch_size: int, text_length: int, seed: int,
                 image_size: int | None = None, packing: bool = False) -> Iterator[dict[str, np.ndarray]]:
         """Endless shuffled batches, the same dicts as `synthetic_batches` (main: N varies with the images)."""
@@ -337,7 +351,11 @@ def _to_array(img: PILImage) -> np.ndarray:
 
 def folder_batches(folder: str | Path, cfg: VLMConfig, batch_size: int, text_length: int, seed: int,
                    image_size: int | None = None, tokenizer_path: str | Path | None = None,
-                   packing: bool = False, checkpoint: str | Path | None = None) -> Iterator[dict[str, np.ndarray]]:
-    """`synthetic_batches`' counterpart for a folder dataset."""
-    return FolderDataset(folder, tokenizer_path, checkpoint=checkpoint).batches(cfg, batch_size, text_length, seed,
-                                                                                 image_size, packing)
+                   packing: bool = False, checkpoint: str | Path | None = None,
+                   split: tuple[float, int, str] | None = None) -> Iterator[dict[str, np.ndarray]]:
+    """`synthetic_batches`' counterpart for a folder dataset; `split` (fraction, seed, part) keeps
+    one part of a held-out split (FolderDataset.hold_out)."""
+    data = FolderDataset(folder, tokenizer_path, checkpoint=checkpoint)
+    if split is not None:
+        data.hold_out(*split)
+    return data.batches(cfg, batch_size, text_length, seed, image_size, packing)

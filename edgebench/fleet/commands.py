@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from edgebench.backends import BACKENDS
+from edgebench.figures.learning import DEFAULT_EVAL_EVERY
 from edgebench.fleet.plan import (
     attach_native,
     attach_program,
@@ -222,6 +223,35 @@ def _check_packing(shape: dict[str, Any]) -> None:
                                  param_hint="--packing")
 
 
+def _check_evaluation(shape: dict[str, Any]) -> None:
+    """--target names a figure the run can evaluate, on a backend that evaluates (eager); an
+    accuracy target needs short answers (the synthetic task's, or a dataset's of at most
+    SHORT_ANSWER_TOKENS tokens each)."""
+    from edgebench.figures.learning import SHORT_ANSWER_TOKENS, TargetError, parse_target
+
+    if not (shape["eval_every"] or shape["target"]):
+        return
+    if shape["backend"] != "eager":
+        raise click.BadParameter(f"held-out evaluation runs on the eager backend so far ({shape['backend']} "
+                                 "programs have no evaluation step yet): use --backend eager, or drop "
+                                 "--eval-every and --target", param_hint="--backend")
+    if not shape["target"]:
+        return
+    try:
+        metric, _ = parse_target(shape["target"])
+    except TargetError as exc:
+        raise click.BadParameter(str(exc), param_hint="--target") from None
+    if metric == "accuracy" and shape["data_dir"]:
+        from edgebench.data.folder import FolderDataset
+
+        data = FolderDataset(shape["data_dir"], shape["tokenizer"], checkpoint=shape.get("checkpoint"))
+        longest = data.longest_answer_tokens()
+        if longest > SHORT_ANSWER_TOKENS:
+            raise click.BadParameter(f"{shape['data_dir']}: answers up to {longest} tokens long; exact-match "
+                                     f"accuracy needs short answers (at most {SHORT_ANSWER_TOKENS} tokens): "
+                                     "use --target loss=VALUE", param_hint="--target")
+
+
 class FinitePositive(click.ParamType):
     """A number more than 0 that is finite (FloatRange lets inf and nan through)."""
 
@@ -354,6 +384,30 @@ def run_options(command: Callable) -> Callable:
             "per row with its attention mask.",
         ),
         click.option(
+            "--eval-every",
+            default=None,
+            type=click.IntRange(min=1),
+            help="Evaluate on held-out data (never trained on) before the first step, every N steps "
+            f"and after the last: held-out loss and exact-match answer accuracy (eager backend; default "
+            f"with --target: every {DEFAULT_EVAL_EVERY}). Evaluation time is kept apart from step times.",
+        ),
+        click.option(
+            "--eval-samples", default=32, show_default=True, type=click.IntRange(min=1),
+            help="Held-out samples each evaluation reads.",
+        ),
+        click.option(
+            "--eval-fraction", default=0.1, show_default=True,
+            type=click.FloatRange(0, 1, min_open=True, max_open=True),
+            help="With --data: the share of the dataset held out for evaluation (seed-fixed; training never sees it).",
+        ),
+        click.option(
+            "--target",
+            default=None,
+            help="Stop a run once its held-out figure reaches this, e.g. accuracy=0.9 or loss=2.0; "
+            "--steps/--duration are the cap. Records the steps, seconds and joules it took, or that the "
+            "cap came first.",
+        ),
+        click.option(
             "--threads", default=None, type=THREADS, help="torch threads (default: torch's own)."
         ),
         click.option("--accelerator", default="cpu", show_default=True, type=click.Choice(["cpu", "cuda"])),
@@ -399,6 +453,10 @@ def run_options(command: Callable) -> Callable:
         "sample_hz",
         "timeout_s",
         "seed",
+        "eval_every",
+        "eval_samples",
+        "eval_fraction",
+        "target",
     )
 
     @functools.wraps(command)
@@ -416,6 +474,7 @@ def run_options(command: Callable) -> Callable:
         _check_image_budget(shape)
         _check_packing(shape)
         _check_shape(shape)
+        _check_evaluation(shape)
         return command(shape=shape, methods=methods * kwargs.pop("repeats"), **kwargs)
 
     for option in reversed(options):

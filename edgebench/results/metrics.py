@@ -36,6 +36,9 @@ METRIC_COLUMNS = [
     "power_covers", "power_flags", "power_warning",
     "energy_per_step_j_est", "energy_per_sample_j_est", "power_mean_w_est", "power_peak_w_est", "power_est_basis",
     "temp_peak_c", "time_throttled_s", "loss_first", "loss_last",
+    "eval_loss_first", "eval_loss_last", "eval_accuracy_first", "eval_accuracy_last", "eval_count", "eval_time_s",
+    "target", "target_reached", "steps_to_target", "time_to_target_s", "energy_to_target_j",
+    "energy_to_target_j_est",
     "cpu_others_pct", "cpu_steal_pct", "load_avg_1m", "disturbed", "disturbed_why", "figure_gaps", "align_source",
     "on_frontier",
 ]
@@ -137,6 +140,29 @@ def _measured_energy(store: Store, run: dict[str, Any], steps: dict[str, np.ndar
     return _energy(t_ns, p_w, begin[measured], end[measured], batch), source
 
 
+LEARNING_COLUMNS = ("eval_loss_first", "eval_loss_last", "eval_accuracy_first", "eval_accuracy_last", "eval_count",
+                    "eval_time_s", "target", "target_reached", "steps_to_target", "time_to_target_s")
+
+
+def _energy_to_target(store: Store, run: dict[str, Any], steps: dict[str, np.ndarray], samples: dict[str, np.ndarray],
+                      steps_to_target: int | None) -> dict[str, float | None]:
+    """Joules of the steps trained until the target was first reached (warmup included, the
+    evaluations not), measured where the power trace covers every one of them, and estimated."""
+    out: dict[str, float | None] = {"energy_to_target_j": None, "energy_to_target_j_est": None}
+    if not steps_to_target:
+        return out
+    t_ns, p_w, begin, end, _ = _measured_power(store, run, steps, samples)
+    for key, (times, watts, b, e) in (("energy_to_target_j", (t_ns, p_w, begin, end)),
+                                      ("energy_to_target_j_est", (samples["t_ns"], samples["power_w_est"],
+                                                                  steps["begin_ns"].astype(np.int64),
+                                                                  steps["end_ns"].astype(np.int64)))):
+        if np.isfinite(watts).sum() < 2:
+            continue
+        joules = window_energy_j(times, watts, b[:steps_to_target], e[:steps_to_target])
+        out[key] = float(joules.sum()) if len(joules) == steps_to_target and np.isfinite(joules).all() else None
+    return out
+
+
 def forward_fill(values: np.ndarray) -> np.ndarray:
     """Each missing value takes the last one seen (sample lines carry only some fields)."""
     idx = np.where(np.isfinite(values), np.arange(len(values)), 0)
@@ -210,6 +236,8 @@ def run_metrics(store: Store, run: dict[str, Any]) -> dict[str, Any]:
     out["time_throttled_s"] = _throttled_s(s["t_ns"], s["throttle_flags"])
     out["loss_first"] = float(losses[0]) if len(losses) else result.get("loss_first")
     out["loss_last"] = float(losses[-1]) if len(losses) else result.get("loss_last")
+    out.update({k: result.get(k) for k in LEARNING_COLUMNS})
+    out.update(_energy_to_target(store, run, steps, s, result.get("steps_to_target")))
     gaps = (result.get("power") or {}).get("gaps") or {}
     out["figure_gaps"] = "; ".join(f"{key}: {why}" for key, why in gaps.items()) or None
     out["on_frontier"] = None

@@ -59,6 +59,13 @@ class RunSpec:
     runtime: str = "python"
     native_worker: str | None = None  # worker bundle (edgebench-worker, lib/, bundle.json)
     native_plan: str | None = None  # plan.txt + batches.bin (edgebench.native.plan)
+    # held-out evaluation (eager): after every `eval_every` steps, before the first and after the
+    # last, on `eval_samples` samples training never sees (a --data folder: a seed-fixed
+    # `eval_fraction` of it); `target` ("accuracy=0.9", "loss=2.0") ends the run once reached
+    eval_every: int | None = None
+    eval_samples: int = 32
+    eval_fraction: float = 0.1
+    target: str | None = None
     run_id: str | None = None
     # where the worker writes the trained weights after the last step (eager): a nanoVLM
     # checkpoint, plus the LoRA adapter in peft's format; a relative path is inside the run directory

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgebench.errors import EdgebenchError
+from edgebench.figures.learning import DEFAULT_EVAL_EVERY, eval_point, parse_target, reached
 from edgebench.figures.status import (
     EXIT_DIVERGED,
     EXIT_ERROR,
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from edgebench.model.config import VLMConfig
 
 SUPERVISOR_PID_ENV = "EDGEBENCH_SUPERVISOR_PID"
+HELDOUT_SEED = 1 << 31  # the held-out stream's seed offset (batches_for)
 PR_SET_PDEATHSIG = 1
 
 
@@ -69,19 +71,28 @@ def die_with_parent(sig: int, env: str) -> None:
         sys.exit(EXIT_INTERRUPTED)
 
 
-def batches_for(spec: RunSpec) -> Iterator[dict[str, np.ndarray]]:
-    """The run's batches: its folder dataset, else the synthetic task (numpy, no torch)."""
+def batches_for(spec: RunSpec, part: str = "train") -> Iterator[dict[str, np.ndarray]]:
+    """The run's batches: its folder dataset, else the synthetic task (numpy, no torch).
+
+    With held-out evaluation, part "heldout" is what training never sees: a seed-fixed share
+    of a folder dataset (the rest is "train"), or the synthetic task drawn from a stream of
+    its own (seed + HELDOUT_SEED; training seeds stay below it). Held-out rows are never packed.
+    """
     from edgebench.data.synthetic import synthetic_batches
 
     cfg = run_config(spec)
+    heldout = part == "heldout"
+    seed = spec.seed + HELDOUT_SEED if heldout else spec.seed
+    packing = spec.packing and not heldout
     if spec.data_dir:
         from edgebench.data.folder import folder_batches
 
-        return folder_batches(spec.data_dir, cfg, spec.batch_size, spec.text_length, spec.seed,
-                              image_size=spec.image_size, tokenizer_path=spec.tokenizer, packing=spec.packing,
-                              checkpoint=spec.checkpoint)
-    return synthetic_batches(cfg, spec.batch_size, spec.text_length, spec.seed, image_size=spec.image_size,
-                             packing=spec.packing)
+        split = (spec.eval_fraction, spec.seed + HELDOUT_SEED, part) if spec.eval_every or spec.target else None
+        return folder_batches(spec.data_dir, cfg, spec.batch_size, spec.text_length, seed,
+                              image_size=spec.image_size, tokenizer_path=spec.tokenizer, packing=packing,
+                              checkpoint=spec.checkpoint, split=split)
+    return synthetic_batches(cfg, spec.batch_size, spec.text_length, seed, image_size=spec.image_size,
+                             packing=packing)
 
 
 def image_budget(cfg: VLMConfig, max_image_size: int | None) -> VLMConfig:
@@ -140,10 +151,13 @@ def train(spec: RunSpec, events: TraceWriter, out: str = ".") -> int:
     # The CUDA allocator is readable only from inside this process: record it per step.
     gpu_memory = cuda_memory_sample if spec.accelerator == "cuda" else dict
     deadline = None if spec.duration_s is None else time.monotonic() + spec.duration_s
+    evaluation = Evaluation(spec, backend, events)
     step = 0
     while True:
         phase = "warmup" if step < spec.warmup_steps else "measure"
         measured = step - spec.warmup_steps
+        if evaluation.due(step) and evaluation.run(step):
+            break  # the target is reached: what it cost is what the run is for
         if phase == "measure":
             if deadline is None and measured >= spec.steps:
                 break
@@ -160,6 +174,8 @@ def train(spec: RunSpec, events: TraceWriter, out: str = ".") -> int:
             events.write({"t_ns": end, "event": "diverged", "step": step, "loss": loss})
             return EXIT_DIVERGED
         step += 1
+    if evaluation.wanted and evaluation.last != step:
+        evaluation.run(step)  # after the last step
     if spec.save_dir:
         folder = Path(out) / spec.save_dir  # an absolute save_dir stays as it is
         events.write({"t_ns": time.monotonic_ns(), "event": "save_begin", "path": str(folder)})
@@ -167,6 +183,45 @@ def train(spec: RunSpec, events: TraceWriter, out: str = ".") -> int:
         events.write({"t_ns": time.monotonic_ns(), "event": "save_end", "path": str(folder)})
     backend.close()
     return EXIT_OK
+
+
+class Evaluation:
+    """Held-out evaluation inside the training loop: before the first step, after every
+    `eval_every` steps and after the last. Each is one `eval` event of raw counts
+    (edgebench.figures.learning makes the figures), timed apart from the steps. An evaluation
+    that fails is recorded (`eval_failed`) and training goes on without it."""
+
+    def __init__(self, spec: RunSpec, backend: Any, events: TraceWriter):
+        self.spec, self.backend, self.events = spec, backend, events
+        self.wanted = bool(spec.eval_every or spec.target)
+        self.every = spec.eval_every or DEFAULT_EVAL_EVERY
+        self.batches = -(-spec.eval_samples // spec.batch_size)
+        self.target = parse_target(spec.target) if spec.target else None
+        self.last: int | None = None
+
+    def due(self, step: int) -> bool:
+        return self.wanted and step % self.every == 0
+
+    def run(self, step: int) -> bool:
+        """Evaluates after `step` steps; True when the target is reached."""
+        self.last = step
+        begin = time.monotonic_ns()
+        counts = {"samples": 0, "tokens": 0, "loss_sum": 0.0, "correct": 0}
+        try:
+            heldout = batches_for(self.spec, "heldout")
+            for _ in range(self.batches):
+                for key, value in self.backend.evaluate(next(heldout)).items():
+                    counts[key] += value
+        except (Interrupted, MemoryError):
+            raise
+        except Exception as exc:  # the training figures stand without it
+            self.events.write({"t_ns": begin, "event": "eval_failed", "after_steps": step,
+                               "detail": f"{type(exc).__name__}: {exc}"})
+            self.wanted = False
+            return False
+        event = {"t_ns": begin, "end_ns": time.monotonic_ns(), "event": "eval", "after_steps": step, **counts}
+        self.events.write(event)
+        return self.target is not None and reached(eval_point(event), *self.target)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,85 @@
+"""What a run learned, from the held-out evaluations the worker recorded as raw counts
+(events.jsonl `eval`: samples, summed loss, answer tokens, exactly matched answers), and
+what it cost to get there: the steps, the seconds of training (evaluation time is not
+training time) and, in results.metrics, the joules until the target was first reached.
+
+One definition of a target for the command line, the worker (which stops once it is
+reached) and the host (which finds where it was reached).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from edgebench.errors import EdgebenchError
+
+# metric: True where higher is better
+TARGET_METRICS = {"accuracy": True, "loss": False}
+TARGET_EXAMPLE = "accuracy=0.9 or loss=2.0"
+DEFAULT_EVAL_EVERY = 10  # steps between evaluations when only a target is given
+SHORT_ANSWER_TOKENS = 16  # an accuracy target needs answers no longer (exact match of a long text says little)
+
+
+class TargetError(EdgebenchError, ValueError):
+    """A --target that names no metric edgebench evaluates, or no number."""
+
+
+def parse_target(text: str) -> tuple[str, float]:
+    """'accuracy=0.9' -> ('accuracy', 0.9); the error names what can be asked."""
+    metric, sep, number = text.partition("=")
+    metric = metric.strip().lower()
+    if not sep or metric not in TARGET_METRICS:
+        raise TargetError(f"{text!r}: a target is METRIC=VALUE with METRIC one of {', '.join(TARGET_METRICS)} "
+                          f"(held-out), e.g. {TARGET_EXAMPLE}")
+    try:
+        value = float(number)
+    except ValueError:
+        raise TargetError(f"{text!r}: {number.strip()!r} is not a number; e.g. {TARGET_EXAMPLE}") from None
+    if not math.isfinite(value) or (metric == "accuracy" and not 0 < value <= 1) or value < 0:
+        raise TargetError(f"{text!r}: accuracy is a fraction in (0, 1], loss a number >= 0; e.g. {TARGET_EXAMPLE}")
+    return metric, value
+
+
+def eval_point(event: dict[str, Any]) -> dict[str, Any]:
+    """One evaluation's figures from its raw counts: held-out loss per answer token, and the
+    share of samples whose whole answer greedy decoding reproduced."""
+    tokens, samples = event.get("tokens") or 0, event.get("samples") or 0
+    return {"after_steps": event.get("after_steps"),
+            "loss": event["loss_sum"] / tokens if tokens else None,
+            "accuracy": event["correct"] / samples if samples else None,
+            "seconds": (event["end_ns"] - event["t_ns"]) / 1e9}
+
+
+def reached(point: dict[str, Any], metric: str, value: float) -> bool:
+    got = point.get(metric)
+    if got is None:
+        return False
+    return bool(got >= value) if TARGET_METRICS[metric] else bool(got <= value)
+
+
+def learning_figures(events: list[dict[str, Any]], target: str | None) -> dict[str, Any]:
+    """The held-out curve's first and last points, evaluation time, and where the target was
+    first reached: steps trained (warmup included: it trains too) and seconds of training."""
+    points = [eval_point(e) for e in events if e.get("event") == "eval"]
+    failed = next((e.get("detail") for e in events if e.get("event") == "eval_failed"), None)
+    out: dict[str, Any] = {"eval_count": len(points), "eval_failed": failed}
+    if not points and not target:
+        return out
+    first, last = (points[0], points[-1]) if points else ({}, {})
+    out.update(eval_loss_first=first.get("loss"), eval_loss_last=last.get("loss"),
+               eval_accuracy_first=first.get("accuracy"), eval_accuracy_last=last.get("accuracy"),
+               eval_time_s=sum(p["seconds"] for p in points), eval_curve=points, target=target)
+    if target:
+        metric, value = parse_target(target)
+        hit = next((p for p in points if reached(p, metric, value)), None)
+        out["target_reached"] = hit is not None
+        out["steps_to_target"] = hit["after_steps"] if hit else None
+        out["time_to_target_s"] = _training_seconds(events, hit["after_steps"]) if hit else None
+    return out
+
+
+def _training_seconds(events: list[dict[str, Any]], steps: int) -> float:
+    """Seconds spent in the first `steps` steps (warmup included), evaluations left out."""
+    durations = [e.get("duration_s") or 0.0 for e in events if e.get("event") == "step_end"]
+    return float(sum(durations[:steps]))

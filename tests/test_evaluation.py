@@ -1,0 +1,153 @@
+"""Held-out evaluation and the cost to a target: the worker's raw counts, the host's figures
+from them (edgebench.figures.learning, results.metrics), the held-out split, and the refusals
+of what cannot be evaluated."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from edgebench.data.synthetic import synthetic_batches, to_torch
+from edgebench.figures.learning import TargetError, learning_figures, parse_target
+from edgebench.figures.run import figures_of_run_dir
+from edgebench.fleet.local import run_local
+from edgebench.methods.evaluate import evaluate_batch
+from edgebench.model import build_model
+from edgebench.model.config import get_config
+from edgebench.results.metrics import all_metrics
+from edgebench.results.store import Store
+from edgebench.runner.spec import RunSpec
+from results_fixtures import FakeRun
+from test_data import GOOD, _folder
+
+
+def test_counts_are_the_models_own_loss_and_greedy_decodings_exact_match():
+    torch.manual_seed(0)
+    model = build_model("tiny")
+    batch = to_torch(next(synthetic_batches(get_config("tiny"), 6, 32, seed=3)))
+    counts = evaluate_batch(model, batch)
+    with torch.no_grad():
+        assert counts["loss_sum"] / counts["tokens"] == pytest.approx(float(model(**batch)), rel=1e-5)
+    assert counts["samples"] == 6 and counts["tokens"] == int((batch["labels"][:, 1:] != -100).sum())
+    # greedy decoding, token by token from each answer's start, against the count
+    matched, decoded = 0, {k: v.clone() for k, v in batch.items()}
+    with torch.no_grad():
+        for row in range(6):
+            labels = batch["labels"][row]
+            start, last = int((labels != -100).nonzero()[0]), int((labels != -100).nonzero()[-1])
+            ids = batch["input_ids"][row : row + 1, :start].clone()
+            for position in range(start, last + 1):
+                logits = model.logits(ids, batch["images"][row : row + 1],
+                                      batch["attention_mask"][row : row + 1, :position])
+                ids = torch.cat((ids, logits[:, -1].argmax(-1, keepdim=True)), dim=1)
+            matched += bool((ids[0, start:] == labels[start:last + 1]).all())
+            # the same row with the model's own greedy answer as its answer: matched by definition
+            decoded["input_ids"][row, start:last + 1] = decoded["labels"][row, start:last + 1] = ids[0, start:]
+    assert counts["correct"] == matched
+    assert evaluate_batch(model, decoded)["correct"] == 6
+
+
+def _eval_event(after: int, loss: float, correct: int, t_ns: int) -> dict:
+    return {"event": "eval", "after_steps": after, "t_ns": t_ns, "end_ns": t_ns + 500_000_000, "samples": 10,
+            "tokens": 20, "loss_sum": loss * 20, "correct": correct}
+
+
+def test_target_is_the_first_evaluation_that_reaches_it_and_costs_the_steps_before_it():
+    steps = [{"event": "step_end", "duration_s": d} for d in (0.5, 0.25, 0.25, 1.0, 2.0)]
+    events = [_eval_event(0, 4.0, 0, 0), *steps[:2], _eval_event(2, 2.5, 4, 10),
+              *steps[2:4], _eval_event(4, 1.9, 9, 20), steps[4], _eval_event(5, 1.5, 10, 30)]
+    got = learning_figures(events, "accuracy=0.9")
+    assert got["eval_count"] == 4 and got["eval_time_s"] == pytest.approx(2.0)
+    assert (got["eval_loss_first"], got["eval_loss_last"]) == (4.0, 1.5)
+    assert (got["eval_accuracy_first"], got["eval_accuracy_last"]) == (0.0, 1.0)
+    assert got["target_reached"] and got["steps_to_target"] == 4 and got["time_to_target_s"] == pytest.approx(2.0)
+    assert learning_figures(events, "loss=2.5")["steps_to_target"] == 2
+    missed = learning_figures(events, "loss=1.0")
+    assert missed["target_reached"] is False and missed["time_to_target_s"] is None
+    assert learning_figures(steps, None) == {"eval_count": 0, "eval_failed": None}
+
+
+@pytest.mark.parametrize("text, said", [("acc=0.9", "one of accuracy, loss"), ("accuracy", "METRIC=VALUE"),
+                                        ("loss=low", "'low' is not a number"), ("accuracy=1.5", "fraction")])
+def test_a_target_that_cannot_be_evaluated_says_what_can(text, said):
+    with pytest.raises(TargetError, match=said):
+        parse_target(text)
+
+
+def test_energy_to_target_is_the_joules_of_the_steps_before_it(tmp_path):
+    run = FakeRun(power=lambda t: np.full_like(t, 2.0), steps=6, step_s=0.5)
+    run_dir = run.write(tmp_path)
+    windows = run.step_windows_ns()
+    events = run.events() + [_eval_event(0, 5.0, 0, windows[0][2]), _eval_event(3, 2.0, 0, windows[3][2])]
+    (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    meta = json.loads((run_dir / "meta.json").read_text())
+    meta["spec"]["target"] = "loss=2.0"
+    (run_dir / "meta.json").write_text(json.dumps(meta))
+    with Store(tmp_path / "s.duckdb") as store:
+        store.ingest_run(run_dir, device="pi")
+        (row,) = all_metrics(store)
+    assert row["steps_to_target"] == 3 and row["time_to_target_s"] == pytest.approx(1.5)
+    assert row["energy_to_target_j"] == pytest.approx(2.0 * 1.5, rel=0.02)  # 2 W for three 0.5 s steps
+
+
+def test_a_run_evaluates_on_schedule_and_stops_at_its_target(tmp_path):
+    spec = RunSpec(model="tiny", method="adamw", lr=3e-3, batch_size=2, steps=4, warmup_steps=1, eval_every=2,
+                   eval_samples=4, run_id="scheduled")
+    result = run_local(spec, tmp_path / "scheduled")
+    events = [json.loads(line) for line in (tmp_path / "scheduled" / "events.jsonl").read_text().splitlines()]
+    assert [e["after_steps"] for e in events if e["event"] == "eval"] == [0, 2, 4, 5]  # 1 warmup + 4 steps
+    assert result["status"] == "ok" and result["eval_count"] == 4
+    assert result["eval_loss_last"] < result["eval_loss_first"]
+    stopped = run_local(RunSpec(**{**spec.to_dict(), "run_id": "stopped", "steps": 50, "target": "loss=100"}),
+                        tmp_path / "stopped")
+    assert stopped["status"] == "ok" and stopped["target_reached"] and stopped["steps_to_target"] == 0
+    assert stopped["steps_done"] == 0  # reached before training: nothing more to pay
+    again = figures_of_run_dir(tmp_path / "stopped")
+    assert again is not None and again["steps_to_target"] == 0
+
+
+def test_heldout_part_of_a_folder_dataset_is_never_trained_on(tmp_path):
+    from edgebench.data.folder import FolderDataset
+
+    lines = [json.dumps({"image": "a.png", "question": f"what colour is the ball {'?' * i}", "answer": "red"})
+             for i in range(1, 11)]
+    folder = _folder(tmp_path, lines)
+    parts = {}
+    for part in ("train", "heldout"):
+        data = FolderDataset(folder)
+        data.hold_out(0.2, seed=7, part=part)
+        parts[part] = {e.where for e in data.examples}
+    assert len(parts["heldout"]) == 2 and len(parts["train"]) == 8 and not parts["train"] & parts["heldout"]
+    (tmp_path / "one").mkdir()
+    one = FolderDataset(_folder(tmp_path / "one", GOOD[:1]))
+    with pytest.raises(ValueError, match="at least 2"):
+        one.hold_out(0.1, seed=0, part="train")
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--target", "acc=0.9"], "one of accuracy, loss"),
+    (["--backend", "onnxruntime", "--eval-every", "2"], "eager backend"),
+])
+def test_bench_refuses_what_it_cannot_evaluate_before_any_run(args, said, tmp_path):
+    from edgebench.fleet.commands import bench
+
+    result = CliRunner().invoke(bench, ["--model", "tiny", "--methods", "sgd", "--runs-dir", str(tmp_path / "r"),
+                                        *args])
+    assert result.exit_code == 2 and said in result.output, result.output
+    assert not (tmp_path / "r").exists()
+
+
+def test_an_accuracy_target_needs_short_answers(tmp_path):
+    from edgebench.fleet.commands import bench
+
+    long_answer = " ".join(["red blue"] * 10)  # 20 tokens
+    folder = _folder(tmp_path, [json.dumps({"image": "a.png", "question": "what colour is the ball ?",
+                                            "answer": long_answer}), GOOD[1]])
+    args = ["--model", "tiny", "--methods", "sgd", "--text-length", "64", "--data", str(folder),
+            "--tokenizer", str(folder / "tokenizer.json"), "--runs-dir", str(tmp_path / "r")]
+    result = CliRunner().invoke(bench, [*args, "--target", "accuracy=0.5"])
+    assert result.exit_code == 2 and "answers up to 20 tokens" in result.output and "loss=" in result.output
