@@ -78,17 +78,22 @@ def test_a_target_that_cannot_be_evaluated_says_what_can(text, said):
         parse_target(text)
 
 
+def _evaluated(run: FakeRun, root, losses: dict[int, float], target: str):
+    """The run's directory with held-out evaluations (after_steps: loss) and its target in the spec."""
+    run_dir = run.write(root)
+    windows = run.step_windows_ns()
+    evals = [_eval_event(after, loss, 0, windows[min(after, len(windows) - 1)][2]) for after, loss in losses.items()]
+    (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in run.events() + evals))
+    meta = json.loads((run_dir / "meta.json").read_text())
+    meta["spec"]["target"] = target
+    (run_dir / "meta.json").write_text(json.dumps(meta))
+    return run_dir
+
+
 def test_energy_to_target_is_the_joules_of_the_steps_before_it(tmp_path):
     run = FakeRun(power=lambda t: np.full_like(t, 2.0), steps=6, step_s=0.5)
-    run_dir = run.write(tmp_path)
-    windows = run.step_windows_ns()
-    events = run.events() + [_eval_event(0, 5.0, 0, windows[0][2]), _eval_event(3, 2.0, 0, windows[3][2])]
-    (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
-    meta = json.loads((run_dir / "meta.json").read_text())
-    meta["spec"]["target"] = "loss=2.0"
-    (run_dir / "meta.json").write_text(json.dumps(meta))
     with Store(tmp_path / "s.duckdb") as store:
-        store.ingest_run(run_dir, device="pi")
+        store.ingest_run(_evaluated(run, tmp_path, {0: 5.0, 3: 2.0}, "loss=2.0"), device="pi")
         (row,) = all_metrics(store)
     assert row["steps_to_target"] == 3 and row["time_to_target_s"] == pytest.approx(1.5)
     assert row["energy_to_target_j"] == pytest.approx(2.0 * 1.5, rel=0.02)  # 2 W for three 0.5 s steps
@@ -151,3 +156,29 @@ def test_an_accuracy_target_needs_short_answers(tmp_path):
             "--tokenizer", str(folder / "tokenizer.json"), "--runs-dir", str(tmp_path / "r")]
     result = CliRunner().invoke(bench, [*args, "--target", "accuracy=0.5"])
     assert result.exit_code == 2 and "answers up to 20 tokens" in result.output and "loss=" in result.output
+
+
+def test_the_study_ranks_by_what_reaching_the_target_cost(tmp_path):
+    from edgebench.results.aggregate import group_runs
+    from edgebench.results.study import study_rows
+
+    runs = {  # method: (peak MiB, step s, held-out loss after each evaluation)
+        "sgd": (300, 0.2, {0: 5.0, 4: 3.0, 8: 2.0}),  # reaches loss 2 after 8 steps: 1.6 s
+        "adamw": (400, 0.3, {0: 5.0, 4: 1.5}),  # after 4: 1.2 s, more memory
+        "lora": (200, 0.1, {0: 5.0, 4: 4.0, 8: 3.5}),  # never: smallest and fastest per step, and no result
+        "mezo": (250, 0.1, {0: 5.0, 4: 4.0, 8: 1.9}),  # after 8: 0.8 s
+    }
+    with Store(tmp_path / "s.duckdb") as store:
+        for method, (mib, step_s, losses) in runs.items():
+            run = FakeRun(run_id=method, method=method, rss_base=mib << 20, step_s=step_s, steps=8, warmup_steps=1)
+            store.ingest_run(_evaluated(run, tmp_path / "src", losses, "loss=2.0"), device="pi")
+        rows, notes = study_rows(group_runs(all_metrics(store)), baseline="sgd")
+    by = {r["method"]: r for r in rows}
+    assert notes == [] and by["sgd"]["time_to_target_s"] == pytest.approx(1.6)
+    assert by["adamw"]["steps_to_target"] == 4 and by["adamw"]["time_to_target_ratio"] == pytest.approx(1.2 / 1.6)
+    assert by["mezo"]["time_to_target_ratio"] == pytest.approx(0.8 / 1.6)
+    assert (by["lora"]["reached"], by["lora"]["time_to_target_s"], by["lora"]["on_frontier"]) == (0, None, False)
+    # peak memory against time to the target: mezo (250 MiB, 0.8 s) beats sgd on both; adamw is faster than none
+    assert {m for m, r in by.items() if r["on_frontier"]} == {"mezo"}
+    assert by["sgd"]["energy_to_target_j"] is not None and by["mezo"]["energy_to_target_ratio"] == pytest.approx(
+        by["mezo"]["energy_to_target_j"] / by["sgd"]["energy_to_target_j"])

@@ -2,7 +2,7 @@
 its runs with min, max and n (definitions: edgebench.figures, docs/figures.md).
 
 A configuration is (device, model, method, backend) and the run shape (batch size, steps,
-text length, image size, data): runs that differ in any of them stay apart. Figures come
+text length, image size, data, held-out target): runs that differ in any of them stay apart. Figures come
 from the runs that finished (`ok`); a configuration where none finished shows its failed
 runs' figures (an OOM's peak is still the story) with their status. `config_label` names a
 configuration the same way in every table and chart.
@@ -17,7 +17,8 @@ from edgebench.figures.steps import spread
 from edgebench.results.pareto import SHAPE_KEYS, mark_frontier
 
 GROUP_KEYS = ("device", "model", "method", "backend", *SHAPE_KEYS)
-SHAPE_NAMES = {"batch_size": "batch", "steps": "steps", "text_length": "text", "image_size": "image", "data": "data"}
+SHAPE_NAMES = {"batch_size": "batch", "steps": "steps", "text_length": "text", "image_size": "image", "data": "data",
+               "target": "target"}
 FIGURE_KEYS = (
     "peak_mem_bytes",
     "device_ram_peak_bytes",
@@ -42,6 +43,12 @@ FIGURE_KEYS = (
     "cpu_others_pct",
     "predicted_peak_bytes_est",
     "predicted_peak_error_pct",
+    "eval_loss_last",
+    "eval_accuracy_last",
+    "steps_to_target",  # of the runs that reached the target
+    "time_to_target_s",
+    "energy_to_target_j",
+    "energy_to_target_j_est",
 )
 
 
@@ -96,6 +103,8 @@ def group_runs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         group["power_flags"] = ",".join(sorted(flags)) or None
         group["device_ram_bytes"] = next((r.get("device_ram_bytes") for r in used if r.get("device_ram_bytes")), None)
         group["detail"] = next((r.get("detail") for r in members if r.get("status") != "ok" and r.get("detail")), None)
+        group["reached"] = sum(1 for r in used if r.get("target_reached"))
+        group["target_reached"] = bool(group["target"]) and group["reached"] == len(used)  # every run reached it
         group["on_frontier"] = None
         out.append(group)
     differ = [k for k in SHAPE_KEYS if len({g.get(k) for g in out}) > 1]

@@ -51,7 +51,7 @@ def run_shape(run: dict[str, Any]) -> dict[str, Any]:
     data = str(spec["data_dir"]).rstrip("/").rsplit("/", 1)[-1] if spec.get("data_dir") else "synthetic"
     return {"steps": spec.get("steps") if not spec.get("duration_s") else f"{spec['duration_s']:g} s",
             "text_length": run.get("text_length"), "image_size": run.get("image_size"),
-            "data": data + (" packed" if spec.get("packing") else "")}
+            "data": data + (" packed" if spec.get("packing") else ""), "target": spec.get("target")}
 
 
 def cpu_figures(result: dict[str, Any]) -> dict[str, Any]:

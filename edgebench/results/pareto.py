@@ -4,10 +4,14 @@ study and the HTML all use.
 
 A run is on the frontier when its loss fell (last < first) and no other finished run that
 learned, of the same device, model and run shape (batch, steps, text length, image size,
-data), is at least as good on both and better on one. A finished run whose loss did not
-fall is never on it (on_frontier False): being small and fast without learning is no
+data, target), is at least as good on both and better on one. A finished run whose loss did
+not fall is never on it (on_frontier False): being small and fast without learning is no
 result. Runs that did not finish (oom, error, ...) or lack either figure are not compared
 (on_frontier stays None).
+
+Runs with a held-out target (`--target`) are ranked by what learning cost: peak memory
+against the time to the target, among the runs that reached it; one that did not reach it
+within its cap is never on the frontier.
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-X_KEY, Y_KEY = "peak_mem_bytes", "step_time_median_s"
-SHAPE_KEYS = ("batch_size", "steps", "text_length", "image_size", "data")  # runs that differ here stay apart
+X_KEY, Y_KEY, TARGET_Y_KEY = "peak_mem_bytes", "step_time_median_s", "time_to_target_s"
+# runs that differ here stay apart
+SHAPE_KEYS = ("batch_size", "steps", "text_length", "image_size", "data", "target")
 
 
 def frontier_indices(points: list[tuple[float, float]]) -> set[int]:
@@ -53,13 +58,15 @@ def mark_frontier(rows: list[dict[str, Any]], finished: Callable[[dict[str, Any]
     device, model and run shape."""
     groups: dict[tuple, list[int]] = defaultdict(list)
     for i, row in enumerate(rows):
-        if finished(row) and row.get(X_KEY) is not None and row.get(Y_KEY) is not None:
-            if learned(row):
+        y_key, qualifies = (TARGET_Y_KEY, row.get("target_reached")) if row.get("target") else (Y_KEY, learned(row))
+        if finished(row) and row.get(X_KEY) is not None and (row.get(y_key) is not None or row.get("target")):
+            if qualifies:
                 groups[(row["device"], row["model"], *(row.get(k) for k in SHAPE_KEYS))].append(i)
             else:
                 row["on_frontier"] = False
     for members in groups.values():
-        on = frontier_indices([(rows[i][X_KEY], rows[i][Y_KEY]) for i in members])
+        y_key = TARGET_Y_KEY if rows[members[0]].get("target") else Y_KEY
+        on = frontier_indices([(rows[i][X_KEY], rows[i][y_key]) for i in members])
         for j, i in enumerate(members):
             rows[i]["on_frontier"] = j in on
     return rows

@@ -6,8 +6,13 @@ error). The ratio's range divides the method's min by the baseline's max and the
 max by the baseline's min, so every pairing of their runs lies inside it. Energy is
 measured where both have a measurement, else the estimate: then its figure and ratios sit
 in the `_est` columns (`energy_estimated` says which).
-Configurations of another run shape (steps, text length, image size, data) are another
-setting with their own baseline.
+Configurations of another run shape (steps, text length, image size, data, target) are
+another setting with their own baseline.
+
+Where the setting has a held-out target (`--target`), the study also ranks by what learning
+cost: steps, seconds and joules to the target (medians of the runs that reached it), their
+ratios to the baseline's, and how many runs reached it (`reached` of `n`); the frontier is
+then peak memory against time to the target.
 """
 
 from __future__ import annotations
@@ -24,7 +29,12 @@ STUDY_COLUMNS = [
     "step_time_s", "step_time_ratio", "step_time_ratio_min", "step_time_ratio_max",
     "energy_per_step_j", "energy_ratio", "energy_ratio_min", "energy_ratio_max",
     "energy_per_step_j_est", "energy_ratio_est", "energy_ratio_min_est", "energy_ratio_max_est", "energy_estimated",
-    "loss_first", "loss_last", "disturbed", "on_frontier",
+    "loss_first", "loss_last", "eval_loss_last", "eval_accuracy_last",
+    "reached", "steps_to_target", "time_to_target_s", "time_to_target_ratio", "time_to_target_ratio_min",
+    "time_to_target_ratio_max", "energy_to_target_j", "energy_to_target_ratio", "energy_to_target_ratio_min",
+    "energy_to_target_ratio_max", "energy_to_target_j_est", "energy_to_target_ratio_est",
+    "energy_to_target_ratio_min_est", "energy_to_target_ratio_max_est",
+    "disturbed", "on_frontier",
 ]
 
 
@@ -38,6 +48,18 @@ def _ratio(
 
 def _finished(group: dict[str, Any]) -> bool:
     return group["status"] == "ok" or group["status"].startswith("ok ")
+
+
+def _energy(row: dict[str, Any], g: dict[str, Any], base: dict[str, Any] | None, figure: str, name: str) -> None:
+    """An energy figure and its ratios: measured where both sides have it, else the estimates (`_est`)."""
+    measured = bool(g["spread"][figure]) and bool(base and base["spread"][figure])
+    key = figure if measured or (base is None and g["spread"][figure]) else f"{figure}_est"
+    est = "_est" if key.endswith("_est") else ""
+    row[f"{figure}{est}"] = g[key]
+    if name == "energy":
+        row["energy_estimated"] = bool(est) if g[key] is not None else None
+    ratio = _ratio(g["spread"][key], base["spread"][key] if base else None) if _finished(g) else (None,) * 3
+    row.update(zip((f"{name}_ratio{est}", f"{name}_ratio_min{est}", f"{name}_ratio_max{est}"), ratio))
 
 
 def study_rows(groups: list[dict[str, Any]], baseline: str = "sgd") -> tuple[list[dict[str, Any]], list[str]]:
@@ -64,17 +86,16 @@ def study_rows(groups: list[dict[str, Any]], baseline: str = "sgd") -> tuple[lis
                                    "on_frontier": g["on_frontier"],
                                    "peak_mem_bytes": g["peak_mem_bytes"], "step_time_s": g["step_time_median_s"],
                                    "predicted_peak_bytes_est": g["predicted_peak_bytes_est"],
-                                   "predicted_peak_error_pct": g["predicted_peak_error_pct"]}
-            for name, key in STUDY_FIGURES:
+                                   "predicted_peak_error_pct": g["predicted_peak_error_pct"],
+                                   **{k: g.get(k) for k in ("eval_loss_last", "eval_accuracy_last",
+                                                            "steps_to_target", "time_to_target_s")}}
+            figures = STUDY_FIGURES + ((("time_to_target", "time_to_target_s"),) if g.get("target") else ())
+            for name, key in figures:
                 ratio = _ratio(g["spread"][key], base["spread"][key] if base else None) if _finished(g) else (None,) * 3
                 row.update(zip((f"{name}_ratio", f"{name}_ratio_min", f"{name}_ratio_max"), ratio))
-            measured = bool(g["spread"]["energy_per_step_j"]) and bool(base and base["spread"]["energy_per_step_j"])
-            key = "energy_per_step_j" if measured or (base is None and g["spread"]["energy_per_step_j"]) \
-                else "energy_per_step_j_est"
-            est = "_est" if key.endswith("_est") else ""
-            row[f"energy_per_step_j{est}"] = g[key]
-            row["energy_estimated"] = bool(est) if g[key] is not None else None
-            ratio = _ratio(g["spread"][key], base["spread"][key] if base else None) if _finished(g) else (None,) * 3
-            row.update(zip((f"energy_ratio{est}", f"energy_ratio_min{est}", f"energy_ratio_max{est}"), ratio))
+            _energy(row, g, base, "energy_per_step_j", "energy")
+            if g.get("target"):
+                row["reached"] = g["reached"]
+                _energy(row, g, base, "energy_to_target_j", "energy_to_target")
             rows.append(row)
     return [{k: r.get(k) for k in [*STUDY_COLUMNS, "shape"]} for r in rows], notes
