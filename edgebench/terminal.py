@@ -1,14 +1,20 @@
-"""Tables that read at any terminal width (a tmux pane of 80 columns too): one table when
-it fits, else one card per row, its names on the first line and one figure a line below.
-Nothing is cut but a value longer than VALUE_CHARS (a device's 20 MB string), and no name sits
-apart from its figures; a word longer than the window is the only thing folded. Used by every
-command that prints a table of rows. Every text is shown printable only (edgebench.untrusted: a
-board's strings may carry escape sequences), never as rich markup."""
+"""Tables that read at any terminal width (a tmux pane of 80 columns too): the full table when
+it fits; else a compact one (short headers, their units in one line below it), leaving out, in
+a stated order, figures a narrow window can spare (that line names them; --json has them all);
+only when not even that fits, one card per row, its names on the first line and one figure a
+line below. Several tables (a report's devices, a study's settings) take the same layout, so a
+reader never meets tables and cards side by side. Piped (stdout not a terminal), tables are as
+wide as their rows: never cards, never wrapped (`console`). Nothing is cut but a value longer
+than VALUE_CHARS (a device's 20 MB string), and no name sits apart from its figures; a word
+longer than the window is the only thing folded. Used by every command that prints a table of
+rows. Every text is shown printable only (edgebench.untrusted: a board's strings may carry
+escape sequences), never as rich markup."""
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rich import box
@@ -21,6 +27,7 @@ from edgebench.untrusted import printable
 
 EMPTY = ("", "-")  # a figure a row does not have
 VALUE_CHARS = 300  # longer than any name edgebench makes (a model's path, a run id)
+PIPED_WIDTH = 10_000  # piped output is as wide as its rows: nothing a table holds is wrapped
 
 
 @dataclass(frozen=True)
@@ -29,6 +36,33 @@ class Field:
     label: str  # spelt out, for cards
     value: Callable[[dict[str, Any]], str]
     name: bool = False  # a name: left-aligned, never shortened
+    short: str = ""  # the compact table's header; its unit goes to the line below the table
+    unit: str = ""  # what `short` leaves out, e.g. "MiB"
+    drop: int = 0  # narrow windows leave figures out by this rank, 1 first (0: never)
+
+
+@dataclass(frozen=True)
+class Section:
+    """One table of a command's output: its rows under a title, a caption below."""
+
+    title: str | None
+    ident: list[Field]
+    figures: list[Field]
+    rows: list[dict[str, Any]]
+    caption: str | None = None
+
+
+def console() -> Console:
+    """Where a command prints its tables: the terminal at its width; piped, as wide as the
+    rows need, so a script or a file gets whole table rows, never cards."""
+    out = Console()
+    return out if out.is_terminal else Console(width=PIPED_WIDTH)
+
+
+def wrapped(text: str, width: int) -> str:
+    """Prose wrapped at spaces, never inside a word: a path or a command longer than the
+    window stays whole (and copyable) on its own line."""
+    return textwrap.fill(text, width, break_long_words=False, break_on_hyphens=False)
 
 
 def _failed(row: dict[str, Any]) -> bool:
@@ -45,10 +79,13 @@ def _value(f: Field, row: dict[str, Any]) -> str:
     return printable(f.value(row), newlines=False, limit=VALUE_CHARS)
 
 
-def _table(fields: list[Field], rows: list[dict[str, Any]]) -> Table:
-    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), header_style="bold")
+def _table(fields: list[Field], rows: list[dict[str, Any]], compact: bool = False) -> Table:
+    """The rows under `fields`; compact: short headers, one space between columns, none around."""
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 0) if compact else (0, 1), show_edge=not compact,
+                  header_style="bold")
     for f in fields:
-        table.add_column(f.header, justify="left" if f.name else "right", overflow="fold")
+        table.add_column(f.short or f.header if compact else f.header, justify="left" if f.name else "right",
+                         overflow="fold")
     for row in rows:
         table.add_row(*[_text(_value(f, row)) for f in fields], style="red" if _failed(row) else None)
     return table
@@ -56,7 +93,7 @@ def _table(fields: list[Field], rows: list[dict[str, Any]]) -> Table:
 
 def fits(renderable: RenderableType, width: int) -> bool:
     """Whether `renderable` fits `width` columns without wrapping a cell."""
-    return Console(width=10_000).measure(renderable).maximum <= width
+    return Console(width=PIPED_WIDTH).measure(renderable).maximum <= width
 
 
 def _cards(ident: list[Field], figures: list[Field], rows: list[dict[str, Any]]) -> Group:
@@ -76,12 +113,54 @@ def _cards(ident: list[Field], figures: list[Field], rows: list[dict[str, Any]])
     return Group(*parts)
 
 
+def _units(fields: list[Field], left_out: list[Field]) -> list[str]:
+    """The compact table's legend: one line of each short header's unit (`peak, est.: MiB; t:
+    s/step`), and one naming the figures this width left out."""
+    by_unit: dict[str, list[str]] = {}
+    for f in fields:
+        if f.unit:
+            by_unit.setdefault(f.unit, []).append(f.short or f.header)
+    lines = ["; ".join(f"{', '.join(names)}: {unit}" for unit, names in by_unit.items())]
+    if left_out:
+        lines.append("left out at this width: " + ", ".join(f.header for f in left_out)
+                     + " (a wider window shows them; --json has every figure)")
+    return [line for line in lines if line]
+
+
+def _layout(section: Section, level: int) -> tuple[Table, list[str]]:
+    """The section's table at `level`: 0 the full one, 1 compact, 1 + k compact without the
+    figures of drop rank 1 to k; with the legend that goes below it."""
+    if level == 0:
+        return _table(section.ident + section.figures, section.rows), []
+    kept = [f for f in section.figures if not 0 < f.drop < level]
+    left_out = [f for f in section.figures if f not in kept]
+    fields = section.ident + kept
+    return _table(fields, section.rows, compact=True), _units(fields, left_out)
+
+
+def fitted_sections(sections: list[Section], width: int) -> list[RenderableType]:
+    """Each section, title above and caption below (wrapped whole), all in one layout: the
+    widest tables that all fit `width`, else cards for all. A figure no row of a section has is
+    left out of it."""
+    sections = [replace(s, figures=[f for f in s.figures if any(f.value(row) not in EMPTY for row in s.rows)])
+                for s in sections]
+    ranks = max((f.drop for s in sections for f in s.figures), default=0)
+    chosen: list[tuple[Table, list[str]]] | None = None
+    for level in range(ranks + 2):
+        laid = [_layout(s, level) for s in sections]
+        if all(fits(table, width) for table, _ in laid):
+            chosen = laid
+            break
+    parts: list[RenderableType] = []
+    for i, s in enumerate(sections):
+        body, legend = chosen[i] if chosen else (_cards(s.ident, s.figures, s.rows), [])
+        parts += [_text(s.title, style="bold")] if s.title else []
+        parts += [body, *(_text(line, style="dim") for line in legend)]
+        parts += [_text(s.caption, style="dim")] if s.caption else []
+    return parts
+
+
 def fitted(title: str | None, ident: list[Field], figures: list[Field], rows: list[dict[str, Any]],
            width: int, caption: str | None = None) -> list[RenderableType]:
-    """One table if it fits `width`, else one card per row (its names, then its figures);
-    the title above and the caption below, wrapped whole. A figure no row has is left out."""
-    figures = [f for f in figures if any(f.value(row) not in EMPTY for row in rows)]
-    head: list[RenderableType] = [_text(title, style="bold")] if title else []
-    tail: list[RenderableType] = [_text(caption, style="dim")] if caption else []
-    one = _table(ident + figures, rows)
-    return head + [one if fits(one, width) else _cards(ident, figures, rows)] + tail
+    """One section laid out to fit `width` (fitted_sections)."""
+    return fitted_sections([Section(title, ident, figures, rows, caption)], width)

@@ -234,22 +234,20 @@ def test_cgroup_v2_limits_are_written_and_read_back(tmp_path):
 def test_devices_methods_sensors_and_devices_check_read_at_80_columns(inventory):
     """Each name whole and beside its figures in a tmux pane: an unreachable board's long
     error, the methods' descriptions and `devices check`'s fixes wrap inside their own card."""
-    from click.testing import CliRunner
-
     from edgebench.cli import cli
-    from layout_checks import names_beside_figures
+    from layout_checks import in_terminal, names_beside_figures
 
     inventory({"far-away-board": {"profile": "raspberry-pi-4-4gb", "host": "127.0.0.1", "port": _free_port(),
                                   "user": "pi"}})
     for args, names in ((["devices"], ["far-away-board", "local"]), (["methods"], ["adafactor", "fused-adamw"]),
                         (["devices", "check", "local"], ["python", "torch", "disk"]),
                         (["sensors"], ["process_rss", "system_cpu", "cpu_freq"])):
-        result = CliRunner().invoke(cli, args, env={"COLUMNS": "80"})
-        lines = result.output.splitlines()
-        assert result.exit_code == 0 and max(len(line) for line in lines) <= 80, result.output
-        assert "optimizer=adafacto\n" not in result.output  # no word cut at the column's edge
+        output = in_terminal(cli, args)
+        lines = output.splitlines()
+        assert max(len(line) for line in lines) <= 80, output
+        assert "optimizer=adafacto\n" not in output  # no word cut at the column's edge
         names_beside_figures(lines, names)
-    board = CliRunner().invoke(cli, ["devices"], env={"COLUMNS": "80"}).output.split("far-away-board")[1]
+    board = in_terminal(cli, ["devices"]).split("far-away-board")[1]
     assert "\n    readiness: " in board  # why it is not ready, in its own card however long
 
 

@@ -17,7 +17,7 @@ from PIL import Image
 from edgebench.report import plots
 from edgebench.report.commands import report_command
 from edgebench.results.store import Store
-from layout_checks import names_beside_figures
+from layout_checks import in_terminal, names_beside_figures
 from results_fixtures import FakeRun, store_of
 
 RUNS = {  # device -> [(run_id, method, rss MiB, step s, status, power measured?)]
@@ -142,7 +142,7 @@ def test_terminal_report_and_filters(store_path):
 def test_power_shows_what_it_covers_and_its_flags_in_every_format(store_path):
     """Measured power with what the sampler says it covers (VDD_IN) and its flags (charging);
     the estimate labelled est; at 80 columns, in CSV and JSON (HTML: the test above)."""
-    text = CliRunner().invoke(report_command, ["--store", str(store_path)], terminal_width=80).output
+    text = in_terminal(report_command, ["--store", str(store_path)])
     lines = text.splitlines()
     assert max(len(line) for line in lines) <= 80 and "…" not in text
     assert "pi: power measured; it covers VDD_IN" in text
@@ -218,10 +218,13 @@ def test_terminal_report_fits_the_window_with_every_key_figure(repeat_store, wid
     lines = _lines(terminal_report(report.rows, report.runs, width=width), width)
     text = "\n".join(lines)
     assert max(len(line) for line in lines) <= width and "…" not in text
-    table = not any(line.startswith("#1 ") for line in lines)  # else a card per configuration
-    assert table == (width >= 100)
-    for word in ("tiny", "adamw", "sgd", "mezo", "eager", "oom", *(("peak MiB", "step s", "J/step", "loss") if table
-                 else ("kernel RSS of the worker (MiB)", "time per step, median (s)", "energy per step (J)", "loss"))):
+    assert not any(line.startswith("#1 ") for line in lines)  # a table at every width, never a card a row
+    compact = width < 100  # short headers, their units in one line below the table
+    header = next(line for line in lines if line.split()[:1] == ["method"]).split()
+    assert header == ["method", "status", "n", *(["peak", "t", "E", "P"] if compact else
+                                                 ["peak", "MiB", "step", "s", "J/step", "W"]), "loss"]
+    assert ("peak: MiB; t: s/step; E: J/step; P: W" in lines) == compact
+    for word in ("tiny", "adamw", "sgd", "mezo", "eager", "oom"):
         assert word in text, word
     names_beside_figures(lines, ["adamw", "sgd", "mezo"])
     assert "0.25 [0.2-0.3]" in text  # adamw: the median of 3 runs with its min-max
@@ -230,17 +233,21 @@ def test_terminal_report_fits_the_window_with_every_key_figure(repeat_store, wid
         "steal took 42% of the CPU" in " ".join(line.strip() for line in lines)
 
 
-def test_long_names_wrap_whole_as_cards_never_cut(tmp_path):
+def test_long_names_wrap_whole_never_cut_cards_only_where_no_table_fits(tmp_path):
+    """The long model every row shares heads the table (folded whole); at 40 columns not even the
+    compact table fits: a card per configuration."""
     from edgebench.report.build import collect
     from edgebench.report.tables import terminal_report
 
     model = "/home/user/checkpoints/nanoVLM-222M-finetuned-on-my-own-data-" + "x" * 40
     with Store(_repeat_store(tmp_path, long_model=model), read_only=True) as store:
         report = collect(store, figures=False)
-    lines = _lines(terminal_report(report.rows, report.runs, width=80), 80)
-    assert max(len(line) for line in lines) <= 80 and "…" not in "".join(lines)
-    assert model in "".join(line.strip() for line in lines)  # folded across lines, every character kept
-    assert any(line.startswith("#1 ") for line in lines)  # the card layout
+    for width in (80, 40):
+        lines = _lines(terminal_report(report.rows, report.runs, width=width), width)
+        assert max(len(line) for line in lines) <= width and "…" not in "".join(lines)
+        assert model in "".join(line.strip() for line in lines)  # folded across lines, every character kept
+        assert any(line.startswith("#1 ") for line in lines) == (width == 40)  # the card layout
+        names_beside_figures(lines, ["adamw", "sgd", "mezo"])
 
 
 def test_repeats_fold_into_median_min_max_and_n(repeat_store):
@@ -274,7 +281,7 @@ def test_study_ratios_to_the_baseline_in_every_format(repeat_store, tmp_path):
     assert rows["mezo"]["step_time_ratio"] is None and rows["mezo"]["status"] == "oom"
     table = list(csv.DictReader(io.StringIO(_invoke("--store", str(path), "--study", "--format", "csv"))))
     assert float(next(r for r in table if r["method"] == "adamw")["step_time_ratio"]) == pytest.approx(0.25 / 0.11)
-    text = CliRunner().invoke(report_command, ["--store", str(path), "--study"], terminal_width=80).output
+    text = in_terminal(report_command, ["--store", str(path), "--study"])
     assert "2.27x [1.67-3.00]" in text and "baseline sgd" in text
     assert max(len(line) for line in text.splitlines()) <= 80
     names_beside_figures(text.splitlines(), ["adamw", "sgd", "mezo"])
@@ -323,9 +330,11 @@ def test_predicted_peak_beside_the_measured_with_its_error_in_report_study_and_h
                                                                    "sgd": ("215", "-", "-")}
         assert "est. err: its error against the measured kernel peak, (predicted - measured) / measured" in \
             " ".join(text.split())
-    cards = _lines(terminal_report(report.rows, report.runs, width=80), 80)  # too wide for a table: cards
-    assert max(len(line) for line in cards) <= 80
-    assert "    predicted peak's error, (predicted - measured) / measured: +4.8%" in [line.rstrip() for line in cards]
+    narrow = _lines(terminal_report(report.rows, report.runs, width=80), 80)  # the compact table, units below
+    assert max(len(line) for line in narrow) <= 80
+    assert cells("\n".join(narrow), "peak", "est.", "err") == {"adamw": ("315", "330", "+4.8%"),
+                                                              "sgd": ("215", "-", "-")}
+    assert "peak, est.: MiB; err: %; t: s/step; E: J/step; P: W" in narrow
     rows = {r["method"]: r for r in json.loads(_invoke("--store", str(path), "--study", "--json"))["rows"]}
     assert rows["adamw"]["predicted_peak_error_pct"] == pytest.approx(error)
     assert rows["sgd"]["predicted_peak_error_pct"] is None
@@ -416,7 +425,7 @@ def test_html_names_every_row_and_figure_and_has_contents(two_models_store, tmp_
 
 
 def test_terminal_report_keeps_configurations_of_other_steps_apart(two_models_store):
-    text = CliRunner().invoke(report_command, ["--store", str(two_models_store)], terminal_width=120).output
+    text = in_terminal(report_command, ["--store", str(two_models_store)], 120)
     assert "steps 10" in text and "steps 5" in text and "Across devices" in text
     assert "nanovlm-222m / sgd / eager (steps 5)" in text  # the comparison's rows name the model
 
@@ -442,7 +451,7 @@ def test_one_frontier_that_asks_for_learning_in_bench_report_study_and_html(tmp_
     report = json.loads(_invoke("--store", str(path), "--json"))
     assert {g["method"]: g["on_frontier"] for g in report["configurations"]} == bench
     assert {r["method"]: r["on_frontier"] for r in report["runs"]} == bench
-    text = CliRunner().invoke(report_command, ["--store", str(path), "--study"], terminal_width=80).output
+    text = in_terminal(report_command, ["--store", str(path), "--study"])
     mezo = next(line for line in text.splitlines() if " mezo " in line)  # a row of the table: name and figures
     assert "10->16.3 +63%" in mezo and "★" not in mezo
     html_path = tmp_path / "r.html"
@@ -467,9 +476,12 @@ def test_device_ram_is_the_cgroups_on_a_lab_device_and_the_workers_rss_is_named(
         store.ingest_run(run_dir, device="lab-pizero")
     row = json.loads(_invoke("--store", str(path), "--json"))["runs"][0]
     assert row["peak_mem_bytes"] > row["device_ram_limit_bytes"] > row["device_ram_peak_bytes"] == 500 << 20
-    text = CliRunner().invoke(report_command, ["--store", str(path)], terminal_width=80).output
-    flat = " ".join(line.strip() for line in text.splitlines())
-    assert "device RAM at peak, % of its limit: 98%" in flat and "kernel RSS of the worker (MiB): 575" in flat
+    text = in_terminal(report_command, ["--store", str(path)])
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert next(line for line in lines if line.split()[:1] == ["method"]).split()[3:5] == ["peak", "RAM"]
+    assert re.search(r" 575 +98% ", next(line for line in lines if line.startswith("adamw "))), lines
+    assert any(line.startswith("peak: MiB; RAM: %; t: s/step;") for line in lines)
 
 
 def test_a_device_without_a_sensor_says_once_what_its_estimate_is_built_from(tmp_path):
@@ -504,3 +516,42 @@ def test_study_puts_estimated_energy_in_est_columns_and_keeps_other_steps_apart(
     )
     adamw_csv = next(r for r in csv_rows if (r["device"], r["model"], r["method"]) == ("pi", "tiny", "adamw"))
     assert adamw_csv["energy_ratio"] == "" and float(adamw_csv["energy_ratio_est"]) == pytest.approx(2.0, rel=1e-3)
+
+
+def test_charts_have_no_overlapping_labels_no_cut_titles_no_legend_over_a_plot(two_models_store, tmp_path,
+                                                                                 monkeypatch):
+    """Measured with matplotlib's renderer as each PNG is saved: the comparison of 24 configurations
+    on two devices (horizontal bars, a name a row), a frontier whose points sit at the right edge
+    with long names, and every chart `report --format png` draws."""
+    from layout_checks import chart_problems
+
+    problems: list[tuple[str, list[str]]] = []
+    save = plots.png_bytes
+
+    def checked(fig):
+        title = fig._suptitle.get_text() if fig._suptitle else fig.axes[0].get_title()
+        found = chart_problems(fig)
+        if title.startswith(("power", "temperature")):  # panels of their own: legends in their corner
+            found = [p for p in found if "legend" not in p]
+        problems.append((title, found))
+        return save(fig)
+
+    monkeypatch.setattr(plots, "png_bytes", checked)
+
+    def config(device, method, backend, peak, step_s, front=False, status="ok"):
+        return {"device": device, "model": "tiny", "method": method, "backend": backend, "status": status, "n": 1,
+                "peak_mem_bytes": peak << 20, "step_time_median_s": step_s, "energy_per_step_j_est": step_s * 4,
+                "on_frontier": front, "loss_first": 10.0, "loss_last": 3.0, "spread": {}}
+
+    methods = ["sgd", "adamw", "mezo", "lora", "lora+ckpt", "adamw+ckpt", "sgd+bf16", "adamw+bf16+accum4"]
+    plots.compare_devices_figure([config(device, m, b, 200 + 10 * i, 0.1 + 0.02 * i)
+                                  for device in ("lab-pi4", "jetson-orin-nano-8gb") for i, (m, b) in
+                                  enumerate((m, b) for m in methods for b in ("eager", "onnxruntime", "executorch"))])
+    plots.pareto_figure([config("pi", "adamw+ckpt+bf16+accum4", "executorch", 900, 0.9, front=True),
+                         config("pi", "adamw", "executorch", 890, 0.89),
+                         config("pi", "sgd", "eager", 200, 0.1, front=True),
+                         config("pi", "sgd", "onnxruntime", 205, 0.102),
+                         config("pi", "mezo", "eager", 880, 0.12, status="oom")], "pi / tiny: the right edge")
+    _invoke("--store", str(two_models_store), "--format", "png", "--out", str(tmp_path / "figs"))
+    assert len(problems) == 2 + len(list((tmp_path / "figs").glob("*.png")))
+    assert [(title, found) for title, found in problems if found] == []

@@ -37,11 +37,10 @@ def methods_command(as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    from rich.console import Console
-
     from edgebench.terminal import Field, fitted
+    from edgebench.terminal import console as terminal
 
-    console = Console()
+    console = terminal()
     for part in fitted("edgebench methods (combine with +: ckpt, bf16, accumN, fused, frozen-bf16, frozen-int8)",
                        [Field("preset", "preset", lambda r: r["name"], True)],
                        [Field("what it does", "what it does", lambda r: r["description"]),
@@ -185,8 +184,9 @@ def predict_command(device, ram_bytes, model_name, method, batch_size, text_leng
         click.echo(json.dumps({"model": model_name, "method": parsed.name, "batch_size": batch_size,
                                "text_length": text_length, **figures, **verdict}, indent=2))
         return
-    from rich.console import Console
     from rich.table import Table
+
+    from edgebench.terminal import console as terminal
 
     worker = " (native worker)" if native else ""
     table = Table(title=f"{parsed.name} on {model_name}, batch {batch_size}{worker} (estimates)")
@@ -195,7 +195,7 @@ def predict_command(device, ram_bytes, model_name, method, batch_size, text_leng
     for key, value in figures.items():
         if key.endswith("_bytes"):
             table.add_row(key[: -len("_bytes")].replace("_", " "), f"{value / 2**20:,.1f}")
-    console = Console()
+    console = terminal()
     console.print(table)
     if not native:
         console.print(f"sequence: {figures['sequence_length']:,} decoder positions a sample "
@@ -212,8 +212,9 @@ def _print_ranking(rows: list[dict], model_name: str, batch_size: int, verdict: 
                                "step_time_model": "FLOPs + bytes moved, relative to sgd (edgebench.methods.steptime)",
                                "fits_est": [r["method"] for r in fitting], "methods": rows}, indent=2))
         return
-    from rich.console import Console
     from rich.table import Table
+
+    from edgebench.terminal import console as terminal
 
     speed = verdict["speed"]
     cost = speed["bf16_matmul_cost"]
@@ -233,7 +234,7 @@ def _print_ranking(rows: list[dict], model_name: str, batch_size: int, verdict: 
         table.add_row(r["method"], "yes" if r["fits_est"] else "no", f"{r['peak_bytes_est'] / 2**20:,.0f}",
                       "-" if r["step_time_vs_sgd_est"] is None else f"{r['step_time_vs_sgd_est']:.2f}",
                       f"{r['trainable_params'] / 1e6:,.1f} M")
-    Console().print(table)
+    terminal().print(table)
     best = fitting[0]["method"] if fitting else None
     click.echo(f"best that fits (est.): {best}" if best else
                "nothing fits: the smallest predicted peak is listed first among the rest")

@@ -41,8 +41,9 @@ def _mib(n: int) -> str:
 
 
 def _render(rows: list[dict]) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from edgebench.terminal import console as terminal
 
     table = Table(title="nanoVLM configs: weights memory (training needs more); sequence: decoder "
                         f"positions of a sample with {TEXT_LENGTH} text tokens, image tokens included")
@@ -51,7 +52,7 @@ def _render(rows: list[dict]) -> None:
     for r in rows:
         table.add_row(r["name"], f"{r['parameters']:,}", _mib(r["weights_fp32_bytes"]), _mib(r["weights_bf16_bytes"]),
                       str(r["image_size"]), f"{r['sequence_length']:,}")
-    Console().print(table)
+    terminal().print(table)
 
 
 def _render_loaded(r: dict) -> None:

@@ -50,10 +50,10 @@ def sensors_command(root: str, sensors_json: str, seconds: float, as_json: bool,
     if as_json:
         click.echo(json.dumps(report, indent=2, default=str))
         return
-    from rich.console import Console
     from rich.table import Table
 
     from edgebench.terminal import Field, fitted
+    from edgebench.terminal import console as terminal
 
     rows = [{"source": name, "status": "active"} for name in report["sources_active"]]
     rows += [{"source": name, "status": why} for name, why in {**report["sources_unavailable"],
@@ -61,7 +61,7 @@ def sensors_command(root: str, sensors_json: str, seconds: float, as_json: bool,
     rows += [{"source": key, "status": str(report["power"][key])}  # what power_w covers; why it may not
              for key in ("power_total", "battery_sign_origin", "power_warning", "power_est_basis")
              if report["power"].get(key)]
-    console = Console()
+    console = terminal()
     for part in fitted(f"telemetry sources under {root}", [Field("source", "source", lambda r: r["source"], True),
                                                            Field("status", "status", lambda r: r["status"], True)],
                        [], rows, console.width):

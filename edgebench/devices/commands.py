@@ -104,16 +104,15 @@ def devices(ctx: click.Context, no_check: bool, as_json: bool) -> None:
 
 def _print_devices(rows: list[dict[str, Any]]) -> None:
     """The inventory as a table that fits the terminal, else a card per device (edgebench.terminal)."""
-    from rich.console import Console
-
     from edgebench.terminal import Field, fitted
+    from edgebench.terminal import console as terminal
 
     def readiness(r: dict[str, Any]) -> str:
         ready = r["readiness"].startswith(("ready", "not checked"))
         return r["readiness"] if ready or r["reachable"] == "ok" else r["reachable"]
 
     kind = lambda r: " (lab)" if r["lab"] else " (labgrid)" if r.get("labgrid_place") else ""  # noqa: E731
-    console = Console()
+    console = terminal()
     for part in fitted(f"devices ({inventory_path()})",
                        [Field("name", "name", lambda r: r["name"] + kind(r), True),
                         Field("profile", "profile", lambda r: r["profile"] or "-", True)],
@@ -127,11 +126,10 @@ def _print_devices(rows: list[dict[str, Any]]) -> None:
 
 def _print_readiness(readiness: Readiness) -> None:
     """Each finding with the command that fixes it: a table that fits the terminal, else a card each."""
-    from rich.console import Console
-
     from edgebench.terminal import Field, fitted
+    from edgebench.terminal import console as terminal
 
-    console = Console()
+    console = terminal()
     for part in fitted(f"{readiness.device}: {readiness.summary()}",
                        [Field("item", "item", lambda f: f["item"], True),
                         Field("status", "status", lambda f: f["status"], True)],

@@ -34,7 +34,7 @@ from edgebench.fleet.progress import plain_progress
 from edgebench.results import STORE_DEFAULT_HELP, default_store, runs_dir_for, store_for
 from edgebench.runner.native import machine_arch
 from edgebench.runner.spec import MAX_STEPS, MAX_THREADS, WEIGHTS_DIR, RunSpec
-from edgebench.terminal import VALUE_CHARS
+from edgebench.terminal import VALUE_CHARS, console, wrapped
 from edgebench.untrusted import printable
 
 if TYPE_CHECKING:
@@ -591,7 +591,8 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str 
             if r.get("saved_to"):
                 click.echo(f"{r['method']}: trained weights saved to {r['saved_to']}")
         see = "edgebench report" if store_path == default_store() else f"edgebench report --store {store_path}"
-        click.echo(f"run directories under {runs}/; store {store_path} ({see})")
+        # wrapped at spaces: the command and its path stay whole (a terminal breaks a line anywhere)
+        click.echo(wrapped(f"run directories under {runs}/; store {store_path} ({see})", console().width))
     refused = {r["method"]: " ".join(str(r["detail"]).split()) for r in results if r["status"] == "unsupported"}
     if results and len(refused) == len(results):  # as deploy: a sweep where nothing could run failed
         click.secho(f"{device}: no method can run there ({shape['backend']}): "

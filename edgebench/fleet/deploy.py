@@ -18,6 +18,7 @@ import secrets
 import shlex
 import tarfile
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -286,14 +287,28 @@ def remote_run_dir(name: str, run_id: str, local_root: Path) -> str | None:
     return None
 
 
+def _device_lines(name: str, log: Callable[[str], None], lock: threading.Lock) -> Callable[[str], None]:
+    """`log` for one of several devices deploying at once: a message's lines go out together (one
+    device at a time, under `lock`), each starting with the device's name, so piped, the lines of
+    two devices never run into one another."""
+
+    def say(text: str) -> None:
+        with lock:
+            for line in text.splitlines() or [""]:
+                log(line if line.startswith(f"{name}: ") else f"{name}: {line}")
+
+    return say
+
+
 def deploy_many(names: list[str], specs: list[RunSpec], local_root: Path,
                 log: Callable[[str], None] = lambda _: None, save_to: str | None = None,
                 force: bool = False) -> dict[str, Deployment | Exception]:
     """Deploys to every device at once (one thread each); a failure stays that device's."""
+    lock = threading.Lock()
 
     def one(name: str) -> Deployment | Exception:
         try:
-            return deploy_one(name, specs, local_root, log, save_to, force)
+            return deploy_one(name, specs, local_root, _device_lines(name, log, lock), save_to, force)
         except (PreflightError, TransportError, ValueError, OSError) as exc:
             return exc
 

@@ -24,7 +24,9 @@ class ProgressLines:
         if text == self.last:
             return
         self.last = text
-        print(f"[{time.monotonic() - self.start:7.1f} s] {text}", file=self.stream, flush=True)
+        # one write a line: print() writes its end apart, where another thread's line can slip in
+        self.stream.write(f"[{time.monotonic() - self.start:7.1f} s] {text}\n")
+        self.stream.flush()
 
 
 def plain_progress(stream: TextIO) -> ProgressLines | None:

@@ -88,9 +88,9 @@ def report_command(store_path: Path | None, device: str | None, model: str | Non
         raise click.ClickException(f"{store_path}: {f'no runs of {asked}' if asked else 'no runs yet'}; "
                                    "ingest some with `edgebench collect` or `edgebench ingest RUN_DIR`")
     if fmt == "term":
-        from rich.console import Console
+        from edgebench.terminal import console as terminal
 
-        console = Console()
+        console = terminal()  # piped: tables as wide as their rows
         if study:
             from edgebench.report.study import study_terminal
 

@@ -91,6 +91,38 @@ def _off_scale(ax: plt.Axes, text: str, colour: str) -> None:
     ax.plot([], [], ls="--", color=colour, label=text)
 
 
+def _legend_below(fig: plt.Figure, ax: plt.Axes) -> None:
+    """The axes' legend under the plot (the constrained layout makes room): it never covers a curve."""
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", ncols=min(len(handles), 3), fontsize=8)
+
+
+def _place_labels(fig: plt.Figure, ax: plt.Axes, texts: list[Any]) -> None:
+    """Point labels apart and inside the axes: each starts on its point's side toward the centre (a
+    point at the right edge is labelled to its left); adjustText moves them apart on the settled
+    layout, which is then frozen so saving cannot move the axes under them; last, any label still
+    past an edge is pushed back in."""
+    from adjustText import adjust_text
+
+    fig.canvas.draw()  # the constrained layout settles (colorbar, legend) first
+    to_axes = ax.transData + ax.transAxes.inverted()
+    for t in texts:
+        at_x, at_y = to_axes.transform(t.get_position())
+        t.set_horizontalalignment("right" if at_x > 0.5 else "left")
+        t.set_verticalalignment("top" if at_y > 0.5 else "bottom")
+    adjust_text(texts, ax=ax, arrowprops={"arrowstyle": "-", "color": "grey", "lw": 0.5})
+    fig.set_layout_engine("none")
+    renderer = fig.canvas.get_renderer()
+    for t in texts:
+        box, frame = t.get_window_extent(renderer), ax.bbox
+        dx = max(0.0, frame.x0 - box.x0) + min(0.0, frame.x1 - box.x1)
+        dy = max(0.0, frame.y0 - box.y0) + min(0.0, frame.y1 - box.y1)
+        if dx or dy:
+            at = ax.transData.transform(t.get_position())
+            t.set_position(ax.transData.inverted().transform((at[0] + dx, at[1] + dy)))
+
+
 def _err(group: dict[str, Any], key: str, scale: float = 1.0) -> tuple[float, float]:
     s = (group.get("spread") or {}).get(key)
     if not s:
@@ -122,8 +154,6 @@ def _merged_labels(groups: list[dict[str, Any]], x: np.ndarray, y: np.ndarray) -
 def pareto_figure(groups: list[dict[str, Any]], title: str) -> bytes:
     """Peak memory vs median step time for one device and model, one point per configuration
     (error bars: min-max over its runs); frontier, RAM line, energy colour; labels kept apart."""
-    from adjustText import adjust_text
-
     groups = [_names(g) for g in groups]
     fig, ax = plt.subplots(figsize=PARETO_SIZE, layout="constrained")
     done = [g for g in groups if g.get("peak_mem_bytes") and g.get("step_time_median_s")]
@@ -166,10 +196,9 @@ def pareto_figure(groups: list[dict[str, Any]], title: str) -> bytes:
     ax.set_ylabel("time per step, median (s)")
     _title(ax, title)
     ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(loc="best", fontsize=8)
+    _legend_below(fig, ax)
     if texts:
-        adjust_text(texts, ax=ax, arrowprops={"arrowstyle": "-", "color": "grey", "lw": 0.5})
+        _place_labels(fig, ax, texts)
     return png_bytes(fig)
 
 
@@ -200,7 +229,7 @@ def memory_timeline_figure(store: Store, run: dict[str, Any]) -> bytes:
     ax.set_ylabel("MiB")
     _title(ax, f"memory: {run_label(run)}")
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
+    _legend_below(fig, ax)
     return png_bytes(fig)
 
 
@@ -274,18 +303,23 @@ def compare_devices_figure(groups: list[dict[str, Any]]) -> bytes:
         (energy_key, "energy per step (J)" + (", ESTIMATED" if energy_key.endswith("_est") else ""), 1),
     ]
     panels = [p for p in panels if any(g.get(p[0]) is not None for g in finished)]
-    fig, axes = plt.subplots(1, max(1, len(panels)), figsize=COMPARE_SIZE, squeeze=False, layout="constrained")
-    width = 0.8 / max(1, len(devices))
-    x = np.arange(len(methods))
+    fig, axes = plt.subplots(1, max(1, len(panels)), figsize=COMPARE_SIZE, squeeze=False, sharey=True,
+                             layout="constrained")
+    height = 0.8 / max(1, len(devices))
+    y = np.arange(len(methods))
     for ax, (key, label, scale) in zip(axes[0], panels):
         for j, dev in enumerate(devices):
             got = [by[m].get(dev) for m in methods]
             vals = [np.nan if g is None or g.get(key) is None else g[key] / scale for g in got]
             err = np.array([(0.0, 0.0) if g is None else _err(g, key, scale) for g in got]).T
-            ax.bar(x + j * width, vals, width, yerr=err, capsize=2, label=dev)
-        ax.set_xticks(x + width * (len(devices) - 1) / 2, methods, rotation=45, ha="right", fontsize=8)
-        ax.set_title(label, fontsize=10)
-        ax.grid(alpha=0.3, axis="y")
-    axes[0][0].legend(fontsize=8)
+            ax.barh(y + j * height, vals, height, xerr=err, capsize=2, label=dev)
+        head, _, tail = label.rpartition(", ")  # the unit or ESTIMATED on a line of its own
+        ax.set_title(f"{head}\n{tail}" if head else label, fontsize=10)
+        ax.grid(alpha=0.3, axis="x")
+    # one name a row, down the shared axis: names of any length never overlap, at most 8 pt
+    axes[0][0].set_yticks(y + height * (len(devices) - 1) / 2, methods,
+                          fontsize=min(8.0, 0.7 * COMPARE_SIZE[1] * 72 * 0.6 / max(1, len(methods))))
+    axes[0][0].invert_yaxis()  # the first configuration on top
+    _legend_below(fig, axes[0][0])
     fig.suptitle("comparison across devices (finished configurations; error bars: min-max over repeats)")
     return png_bytes(fig)

@@ -9,12 +9,12 @@ import io
 import json
 from typing import Any
 
-from rich.console import Group, RenderableType
+from rich.console import Group
 from rich.text import Text
 
 from edgebench.report.tables import FRONTIER_LEGEND, MIB, PREDICTED_FIELDS, PREDICTED_LEGEND, loss_cell
 from edgebench.results.study import STUDY_COLUMNS
-from edgebench.terminal import Field, fitted
+from edgebench.terminal import Field, Section, fitted_sections
 from edgebench.untrusted import printable
 
 
@@ -33,13 +33,17 @@ STUDY_IDENT = [Field("method", "method", lambda r: str(r["method"]), True),
                Field("status", "status", lambda r: str(r["status"]) + (" !" if r.get("disturbed") else "")
                      + (" ★" if r.get("on_frontier") else ""), True),
                Field("n", "runs (n)", lambda r: str(r["n"]))]
-PEAK_MIB = Field("peak MiB", "peak memory, kernel RSS of the worker (MiB)",
-                 lambda r: "-" if r.get("peak_mem_bytes") is None else f"{r['peak_mem_bytes'] / MIB:,.0f}")
-STUDY_FIELDS = [Field("peak mem", "peak memory vs baseline", lambda r: ratio_cell(r, "peak_mem")),
+PEAK_MIB = Field("peak MiB", "peak memory, kernel RSS of the worker (MiB)",  # a narrow window can spare it
+                 lambda r: "-" if r.get("peak_mem_bytes") is None else f"{r['peak_mem_bytes'] / MIB:,.0f}",
+                 short="peak", unit="MiB", drop=1)
+STUDY_FIELDS = [Field("peak mem", "peak memory vs baseline", lambda r: ratio_cell(r, "peak_mem"), short="mem",
+                      unit="x the baseline's"),
                 PEAK_MIB,
                 *PREDICTED_FIELDS,
-                Field("time/step", "time per step vs baseline", lambda r: ratio_cell(r, "step_time")),
-                Field("energy/step", "energy per step vs baseline", lambda r: ratio_cell(r, "energy")),
+                Field("time/step", "time per step vs baseline", lambda r: ratio_cell(r, "step_time"), short="t",
+                      unit="x the baseline's"),
+                Field("energy/step", "energy per step vs baseline", lambda r: ratio_cell(r, "energy"), short="E",
+                      unit="x the baseline's"),
                 Field("loss", "loss first->last, change", loss_cell)]
 STUDY_LEGEND = ("Ratios of medians to the baseline's (1.00x = the same; <1 = less). [low-high]: the method's "
                 "min over the baseline's max to its max over the baseline's min. n = the method's runs. "
@@ -75,9 +79,8 @@ def setting_title(key: tuple, rows: list[dict[str, Any]]) -> str:
 
 
 def study_terminal(rows: list[dict[str, Any]], notes: list[str], width: int) -> Group:
-    parts: list[RenderableType] = []
-    for key, members in settings(rows).items():
-        parts += fitted(setting_title(key, members), STUDY_IDENT, study_fields(members), members, width)
+    parts = fitted_sections([Section(setting_title(key, members), STUDY_IDENT, study_fields(members), members)
+                             for key, members in settings(rows).items()], width)
     parts.append(Text(STUDY_LEGEND, style="dim", overflow="fold"))
     if notes:
         parts.append(

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
@@ -23,7 +23,8 @@ from edgebench.figures.memory import prediction_error_pct
 from edgebench.results.aggregate import config_label, group_runs
 from edgebench.results.pareto import loss_drop_pct
 from edgebench.runner.native import backend_label
-from edgebench.terminal import VALUE_CHARS, Field, fits, fitted
+from edgebench.terminal import VALUE_CHARS, Field, Section, fits, fitted, fitted_sections
+from edgebench.terminal import console as terminal
 from edgebench.untrusted import printable
 
 MIB = 1 << 20
@@ -161,8 +162,9 @@ def error_cell(row: dict[str, Any]) -> str:
 
 # The memory model's predicted peak beside the measured one, for a configuration or a study row.
 PREDICTED_FIELDS = [Field("est. MiB", "predicted peak, an estimate (MiB)",
-                          lambda r: _num(",.0f", MIB)(r.get("predicted_peak_bytes_est"))),
-                    Field("est. err", "predicted peak's error, (predicted - measured) / measured", error_cell)]
+                          lambda r: _num(",.0f", MIB)(r.get("predicted_peak_bytes_est")), short="est.", unit="MiB"),
+                    Field("est. err", "predicted peak's error, (predicted - measured) / measured", error_cell,
+                          short="err", unit="%")]
 PREDICTED_LEGEND = ("est. MiB: the memory model's predicted peak, made before the run; est. err: its error "
                     "against the measured kernel peak, (predicted - measured) / measured.")
 
@@ -192,13 +194,18 @@ def common_names(title: str, ident: list[Field], groups: list[dict[str, Any]]) -
     return " / ".join(names), [f for f in ident if f not in shared]
 
 
-REPORT_FIGURES = [Field("peak MiB", "peak memory: kernel RSS of the worker (MiB)",
-                        lambda g: figure(g, "peak_mem_bytes", ",.0f", MIB)),
+PEAK_FIELD = Field("peak MiB", "peak memory: kernel RSS of the worker (MiB)",
+                   lambda g: figure(g, "peak_mem_bytes", ",.0f", MIB), short="peak", unit="MiB")
+STEP_FIELD = Field("step s", "time per step, median (s)", lambda g: figure(g, "step_time_median_s", ".3g"),
+                   short="t", unit="s/step")
+# The order a narrow window leaves figures out (Field.drop): power first, then the device's RAM.
+REPORT_FIGURES = [PEAK_FIELD,
                   *PREDICTED_FIELDS,
-                  Field("dev RAM", "device RAM at peak, % of its limit", device_ram_cell),
-                  Field("step s", "time per step, median (s)", lambda g: figure(g, "step_time_median_s", ".3g")),
-                  Field("J/step", "energy per step (J)", energy_cell),
-                  Field("W", "power, mean over the steps (W)", power_cell),
+                  Field("dev RAM", "device RAM at peak, % of its limit", device_ram_cell, short="RAM",
+                        unit="%", drop=2),
+                  STEP_FIELD,
+                  Field("J/step", "energy per step (J)", energy_cell, short="E", unit="J/step"),
+                  Field("W", "power, mean over the steps (W)", power_cell, short="P", unit="W", drop=1),
                   Field("loss", "loss first->last, change", loss_cell)]
 FRONTIER_LEGEND = ("★ = on the Pareto frontier: the loss fell and no other configuration of the device, model "
                    "and run shape that learned is both smaller (peak memory) and faster (step time); a "
@@ -308,11 +315,12 @@ def _notes(title: str, lines: list[str]) -> Text:
 def terminal_report(rows: list[dict[str, Any]], runs: list[dict[str, Any]], width: int = 120) -> Group:
     """Per device, one row per configuration with every key figure, laid out to fit `width`."""
     groups = group_runs(rows)
-    parts: list[RenderableType] = []
+    sections = []
     for device in dict.fromkeys(g["device"] for g in groups):
         mine = [g for g in groups if g["device"] == device]
         title, ident = common_names(device, with_shape(REPORT_IDENT, mine), mine)
-        parts += fitted(title, ident, REPORT_FIGURES, mine, width)
+        sections.append(Section(title, ident, REPORT_FIGURES, mine))
+    parts = fitted_sections(sections, width)
     parts.append(Text(LEGEND, style="dim", overflow="fold"))
     comparison = comparison_table(groups)
     if comparison is not None:
@@ -359,11 +367,11 @@ BENCH_IDENT = [
     Field("status", "status", status_cell, True),
     Field("n", "runs (n)", lambda g: str(g["n"])),
 ]
-BENCH_FIGURES = [Field("peak MiB", "peak memory, kernel (MiB)", lambda g: figure(g, "peak_mem_bytes", ",.0f", MIB)),
+BENCH_FIGURES = [PEAK_FIELD,
                  *PREDICTED_FIELDS,
-                 Field("step s", "time per step, median (s)", lambda g: figure(g, "step_time_median_s", ".3g")),
+                 STEP_FIELD,
                  Field("samples/s", "samples per second (batch / median step)",
-                       lambda g: figure(g, "samples_per_s", ".3g")),
+                       lambda g: figure(g, "samples_per_s", ".3g"), drop=1),
                  Field("loss", "loss first->last, change", loss_cell)]
 BENCH_LEGEND = ("peak MiB: the worker's kernel peak (ru_maxrss; native: its own VmHWM); " + PREDICTED_LEGEND
                 + " step s: median step time; samples/s: "
@@ -373,7 +381,7 @@ BENCH_LEGEND = ("peak MiB: the worker's kernel peak (ru_maxrss; native: its own 
 
 def render_bench_results(results: list[dict[str, Any]], title: str, console: Console | None = None) -> None:
     """The table `edgebench bench` prints: one row per method (repeats folded), then each failure."""
-    console = console or Console()
+    console = console or terminal()  # piped: the table as wide as its rows
     groups = group_runs(bench_rows(results))
     for part in fitted(title, BENCH_IDENT, BENCH_FIGURES, groups, console.width):
         console.print(part)
