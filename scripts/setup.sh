@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up edgebench on a fresh machine: system tools the tests and the lab need
-# (sshd, adb, tmux, C++ compilers), then a virtual environment in .venv with everything
+# (sshd, adb, tmux, Chromium, C++ compilers), then a virtual environment in .venv with everything
 # pinned, then the native ExecuTorch worker for this host.
 # Safe to run again: it only installs what is missing.
 set -euo pipefail
@@ -10,6 +10,8 @@ need=()
 command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v adb >/dev/null 2>&1 || need+=(adb)
 command -v tmux >/dev/null 2>&1 || need+=(tmux)
+# the HTML report's browser test draws it in headless Chromium (tests/test_report_browser.py)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 # the shells and tools of a device with no Python, and shellcheck: the device scripts' parity test
 # runs their shell twins under each (tests/test_device_script_parity.py)
 for tool in dash busybox mksh toybox shellcheck; do

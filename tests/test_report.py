@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import base64
 import csv
 import io
 import json
 import re
+from html import unescape
 from html.parser import HTMLParser
 
 import numpy as np
@@ -81,22 +81,51 @@ class _Refs(HTMLParser):
         self.refs += [v for k, v in attrs if k in ("src", "href") and v]
 
 
+def _charts(html: str) -> dict[str, dict]:
+    """Each chart of the page by name: the plotly figure in the JSON beside its div."""
+    charts = {name: json.loads(data) for name, data in
+              re.findall(r'<script type="application/json" id="data-([^"]+)">(.*?)</script>', html, re.S)}
+    assert set(re.findall(r'<div class="chart" id="chart-[^"]+" data-chart="([^"]+)">', html)) == set(charts)
+    return charts
+
+
+def _chart_texts(fig: dict) -> set[str]:
+    """What a chart says in text: trace names, category names and each line of its tooltips."""
+    texts = set()
+    for trace in fig["data"]:
+        lines = [trace.get("name") or "", *(v for v in trace.get("y", []) if isinstance(v, str))]
+        lines += [line for text in trace.get("hovertext") or [] if text for line in text.split("<br>")]
+        lines += [line for meta in trace.get("meta") or [] for line in meta.split("<br>")]
+        texts |= {unescape(line.replace("<br>", " ")) for line in lines}
+    return texts
+
+
 def test_html_is_one_offline_file_with_every_run(store_path, tmp_path):
+    from plotly.offline import get_plotlyjs
+
     out = tmp_path / "report.html"
     _invoke("--store", str(store_path), "--format", "html", "--out", str(out))
     html = out.read_text()
     for device, runs in RUNS.items():
         for run_id, *_ in runs:
             assert f'id="run-{device}-{run_id}"' in html
-    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", html, re.I)
+    assert html.count(get_plotlyjs()) == 1  # plotly.js inlined once (its own code holds links it never loads)
+    page = html.replace(get_plotlyjs(), "")
+    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", page, re.I)
+    assert "http://" not in page and "https://" not in page  # nor in any chart's figure
     parser = _Refs()
     parser.feed(html)
-    assert "script" not in parser.tags and "link" not in parser.tags
-    images = [r for r in parser.refs if not r.startswith("#")]  # "#...": the contents' links inside the file
-    assert images and all(r.startswith("data:image/png;base64,") for r in images)
-    for ref in images:
-        Image.open(io.BytesIO(base64.b64decode(ref.split(",", 1)[1]))).verify()
-    assert "J/step (est.)" in html and "ESTIMATED" in html
+    assert not {"link", "img", "iframe", "object", "embed"} & set(parser.tags)
+    assert all(r.startswith("#") for r in parser.refs)  # the contents' links inside the file: nothing loaded
+    charts = _charts(html)
+    n_runs = sum(len(v) for v in RUNS.values())
+    assert len(charts) == len(RUNS) + 3 + 2 * n_runs  # a frontier per device/model, 3 comparisons, 2 per run
+    assert all(fig["data"] for fig in charts.values())
+    assert "J/step (est.)" in html
+    phone = _chart_texts(charts["pareto_phone_tiny-0"])  # the phone's power is only estimated
+    assert charts["pareto_phone_tiny-0"]["layout"]["coloraxis"]["colorbar"]["title"]["text"].endswith("ESTIMATED)")
+    assert any(re.fullmatch(r"energy per step: [\d.]+ J \(estimated\) \[.*\], n=1", t) for t in phone), phone
+    assert not any(t.endswith("(estimated)") for t in _chart_texts(charts["pareto_pi_tiny-0"]))
     assert "power covers" in html and "VDD_IN" in html and "power flagged charging" in html  # what W covers
 
 
@@ -289,8 +318,9 @@ def test_study_ratios_to_the_baseline_in_every_format(repeat_store, tmp_path):
     _invoke("--store", str(path), "--study", "--format", "html", "--out", str(html_path))
     html = html_path.read_text()
     assert "Study: each method against the baseline" in html and "2.27x [1.67-3.00]" in html
-    study_part = html.split("Study:")[1].split("<h2>Configurations")[0]
-    assert "data:image/png;base64," in study_part  # the Pareto frontier beside the table
+    study_part = html.split('id="study"')[1].split('id="configurations"')[0]
+    assert 'data-chart="pareto_pi_tiny-0"' in study_part  # the Pareto frontier above the study's table
+    assert html.count('data-chart="pareto_pi_tiny-0"') == 1  # and not again among the figures
     missing = json.loads(_invoke("--store", str(path), "--study", "--baseline", "lora", "--json"))
     assert "no finished lora run" in missing["notes"][0]
 
@@ -410,9 +440,22 @@ def test_html_names_every_row_and_figure_and_has_contents(two_models_store, tmp_
     html = out.read_text()
     parser = _Refs()
     parser.feed(html)
-    pngs = [_png_texts(base64.b64decode(r.split(",", 1)[1])) for r in parser.refs if r.startswith("data:image/png")]
-    assert any("nanovlm-222m / lora / eager (steps 5)" in t.splitlines() and "tiny / sgd / eager (steps 10)"
-               in t.splitlines() for t in pngs)  # the comparison across devices, as embedded
+    charts = _charts(html)
+    compared = [_chart_texts(fig) for name, fig in charts.items() if name.startswith("compare_devices-")]
+    assert len(compared) == 3  # time, memory, energy: a chart each
+    for texts in compared:  # a bar's axis name (model / method / backend (shape)) and a device's legend entry
+        assert {"nanovlm-222m / lora / eager (steps 5)", "tiny / sgd / eager (steps 10)", "pi", "phone"} <= texts
+        assert not any(t.startswith(("sgd", "lora", "adamw")) for t in texts), texts  # never without its model
+    for name, fig in charts.items():  # every point, bar and line hovers with what it is
+        for trace in fig["data"]:
+            assert trace.get("hoverinfo") != "skip" and (trace.get("hovertext") or trace.get("hovertemplate")), name
+    pi_tiny = _chart_texts(charts["pareto_pi_tiny-0"])
+    assert {"device: pi", "model: tiny", "method: sgd", "backend: eager", "run shape: steps 10"} <= pi_tiny
+    assert {"sgd / eager (steps 5) n=1 ★", "sgd / eager (steps 10) n=1 ★"} <= pi_tiny  # legend: each its own shape's
+    assert not any("nanovlm" in t for t in pi_tiny)
+    assert any(re.fullmatch(r"time per step, median: 0\.1 s \[0\.1–0\.1\], n=1", t) for t in pi_tiny), pi_tiny
+    memory = _chart_texts(charts["memory_phone_f-0"])
+    assert {"device: phone", "model: nanovlm-222m", "method: lora", "run shape: steps 5", "run: f"} <= memory
     anchors = [r for r in parser.refs if r.startswith("#")]
     assert {"#configurations", "#runs", "#figures", "#fig-compare_devices"} <= set(anchors)
     assert all(f'id="{a[1:]}"' in html for a in anchors)  # every contents link lands

@@ -1,5 +1,6 @@
 """Gathers what a report shows: the per-run metrics, the configurations they fold into
-(repeats: median, min-max, n), the study rows when asked, and the figures, from one store."""
+(repeats: median, min-max, n), the study rows when asked, and the figures, from one store:
+PNGs (plots.py) or, for the HTML report, interactive charts (charts.py) of the same data."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ from edgebench.results.study import study_rows
 class Figure:
     name: str  # file name stem, safe for file systems
     title: str
-    png: bytes
+    png: bytes = b""  # --format png
+    charts: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # --format html: (its title, a plotly
+    # figure) for each chart it draws (charts.py); the title is empty where the figure's own says it all
 
 
 @dataclass
@@ -37,10 +40,17 @@ def safe_name(*parts: str) -> str:
     return "_".join(re.sub(r"[^A-Za-z0-9.-]+", "-", str(p)) for p in parts)
 
 
+def _figure(name: str, title: str, drawn: bytes | dict[str, Any] | list[tuple[str, dict[str, Any]]]) -> Figure:
+    if isinstance(drawn, bytes):
+        return Figure(name, title, png=drawn)
+    return Figure(name, title, charts=drawn if isinstance(drawn, list) else [("", drawn)])
+
+
 def collect(store: Store, device: str | None = None, model: str | None = None, figures: bool = True,
-            baseline: str | None = None) -> Report:
+            baseline: str | None = None, interactive: bool = False) -> Report:
     """Metrics for the matching runs, their configurations, the study against `baseline`
-    when one is given, and, when asked, every figure of the report."""
+    when one is given, and, when asked, every figure of the report: PNGs, or interactive
+    charts (`interactive`) drawn by the same functions of charts.py."""
     rows = all_metrics(store, device=device, model=model)
     report = Report(rows, store.runs(device=device, model=model), group_runs(rows))
     report.notes = sensor_notes(report.groups)
@@ -48,29 +58,34 @@ def collect(store: Store, device: str | None = None, model: str | None = None, f
         report.study, report.study_notes = study_rows(report.groups, baseline)
     if not figures or not report.rows:
         return report
+    if interactive:
+        from edgebench.report import charts
+    draw: Any = charts if interactive else plots  # the same functions, the same inputs
     by_setting: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for g in report.groups:
         by_setting.setdefault((g["device"], g["model"]), []).append(g)
     for (dev, mdl), groups in sorted(by_setting.items()):
-        report.figures.append(Figure(safe_name("pareto", dev, mdl), f"Pareto frontier: device {dev}, model {mdl}",
-                                     plots.pareto_figure(groups, f"{dev} / {mdl}: peak memory vs time per step")))
+        drawn = charts.pareto_figure(groups) if interactive else \
+            plots.pareto_figure(groups, f"{dev} / {mdl}: peak memory vs time per step")  # HTML: the title in the page
+        report.figures.append(_figure(safe_name("pareto", dev, mdl), f"Pareto frontier: device {dev}, model {mdl}",
+                                      drawn))
     if len({g["device"] for g in report.groups}) > 1:
-        report.figures.append(Figure("compare_devices", "Comparison across devices",
-                                     plots.compare_devices_figure(report.groups)))
+        report.figures.append(_figure("compare_devices", "Comparison across devices",
+                                      draw.compare_devices_figure(report.groups)))
     metrics_by_run = {(r["device"], r["run_id"]): r for r in report.rows}
     shapes = {(g["device"], run_id): g["shape"] for g in report.groups for run_id in g["run_ids"]}
     for run in report.runs:
         key = (run["device"], run["run_id"])
         run = {**run, "shape": shapes.get(key)}  # named as its configuration is
-        report.figures.append(Figure(safe_name("memory", *key), f"Memory timeline: {plots.run_label(run)}",
-                                     plots.memory_timeline_figure(store, run)))
+        report.figures.append(_figure(safe_name("memory", *key), f"Memory timeline: {plots.run_label(run)}",
+                                      draw.memory_timeline_figure(store, run)))
         source = metrics_by_run[key].get("energy_source") or ""
         external = None
         if source.startswith("external:"):
             host_t, watts = store.external_arrays(source.removeprefix("external:"))
             external = (store.alignment(*key).to_mono_ns(host_t), watts)
-        png = plots.power_temp_figure(store, run, external)
-        if png is not None:
-            report.figures.append(Figure(safe_name("power", *key), f"Power and temperature: {plots.run_label(run)}",
-                                         png))
+        power = draw.power_temp_figure(store, run, external)
+        if power is not None:
+            report.figures.append(_figure(safe_name("power", *key), f"Power and temperature: {plots.run_label(run)}",
+                                          power))
     return report

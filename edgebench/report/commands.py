@@ -33,7 +33,8 @@ def open_store(path: Path):
 @click.option("--device", help="Only runs of this device.")
 @click.option("--model", help="Only runs of this model config.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="term", show_default=True,
-              help="term: tables in the terminal; html: one self-contained file; png: one file per figure; "
+              help="term: tables in the terminal; html: one self-contained file that opens offline, its charts "
+                   "interactive (hover, zoom, a legend that hides what it names); png: one file per figure; "
                    "csv/json: one row per run (json adds the configurations).")
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json (for scripts).")
 @click.option("--out", type=click.Path(path_type=Path),
@@ -41,7 +42,8 @@ def open_store(path: Path):
 @click.option("--study", is_flag=True,
               help="The study table: per device, model and backend, each method's peak memory, time per step "
                    "and energy per step as ratios to --baseline, with n and spread, and its peak beside the "
-                   "memory model's prediction and that one's error (the Pareto frontier beside it in HTML).")
+                   "memory model's prediction and that one's error (in HTML, each device and model's Pareto "
+                   "frontier once, above its tables).")
 @click.option("--baseline", default="sgd", show_default=True, help="The method --study compares against.")
 def report_command(store_path: Path | None, device: str | None, model: str | None, fmt: str, as_json: bool,
                    out: Path | None, study: bool, baseline: str) -> None:
@@ -82,7 +84,7 @@ def report_command(store_path: Path | None, device: str | None, model: str | Non
             click.secho(note, fg="yellow", err=True)
     with open_store(store_path) as store:
         report = build.collect(store, device=device, model=model, figures=fmt in ("html", "png"),
-                               baseline=baseline if study else None)
+                               baseline=baseline if study else None, interactive=fmt == "html")
     if not report.rows:
         asked = " and ".join(f"{k} {v!r}" for k, v in (("device", device), ("model", model)) if v)
         raise click.ClickException(f"{store_path}: {f'no runs of {asked}' if asked else 'no runs yet'}; "

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import textwrap
-from collections import defaultdict
 from typing import Any
 
 import matplotlib
@@ -21,8 +20,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from edgebench.report.series import MIB, comparison, memory_samples, pareto_sets, power_samples, thinned  # noqa: E402
+from edgebench.report.series import energy_colour as _energy_colour  # noqa: E402
+from edgebench.report.series import err as _err  # noqa: E402
+from edgebench.report.series import names as _names  # noqa: E402
 from edgebench.results.aggregate import config_label  # noqa: E402
-from edgebench.results.metrics import forward_fill, sample_columns  # noqa: E402
 from edgebench.results.pareto import learned  # noqa: E402
 from edgebench.results.store import Store  # noqa: E402
 from edgebench.untrusted import printable  # noqa: E402
@@ -32,10 +34,7 @@ PARETO_SIZE = (10, 6)  # inches: 1000 x 600 px
 TIMELINE_SIZE = (10, 4)
 POWER_SIZE = (10, 5)
 COMPARE_SIZE = (12, 5)
-MAX_POINTS = 4000
 TITLE_CHARS = 100  # a 10-inch figure at 11 pt holds about this many
-NAME_CHARS = 120  # a name from a device (a method, a status) is cut to this
-MIB = 1 << 20
 
 
 def drawn_texts(fig: plt.Figure) -> list[str]:
@@ -51,30 +50,10 @@ def png_bytes(fig: plt.Figure) -> bytes:
 
 
 def _plot(ax: plt.Axes, t: np.ndarray, values: np.ndarray, **style: Any) -> None:
-    """One line through the samples that have this field (lines are sparse), at most
-    ~MAX_POINTS points, always keeping the peak (a peak is the story)."""
-    have = np.isfinite(values)
-    if not have.any():
-        return
-    t, values = t[have], values[have]
-    if len(t) > MAX_POINTS:
-        keep = np.union1d(np.linspace(0, len(t) - 1, MAX_POINTS).astype(int), [int(np.argmax(values))])
-        t, values = t[keep], values[keep]
-    ax.plot(t, values, **style)
-
-
-def _energy_colour(rows: list[dict[str, Any]]) -> tuple[list[float | None], str]:
-    """Measured energy per step when any run has it, else the estimate, labelled as such."""
-    if any(r.get("energy_per_step_j") is not None for r in rows):
-        return [r.get("energy_per_step_j") for r in rows], "energy per step (J, measured)"
-    return [r.get("energy_per_step_j_est") for r in rows], "energy per step (J, ESTIMATED)"
-
-
-def _names(row: dict[str, Any]) -> dict[str, Any]:
-    """The row with its texts (device, model, method, status, ...) as a chart draws them: printable,
-    cut short. A control character would also reach the terminal, in matplotlib's "Glyph missing"
-    warning."""
-    return {k: printable(v, newlines=False, limit=NAME_CHARS) if isinstance(v, str) else v for k, v in row.items()}
+    """One line through the samples that have this field (series.thinned)."""
+    t, values = thinned(t, values)
+    if len(t):
+        ax.plot(t, values, **style)
 
 
 def _title(ax_or_fig: Any, text: str, size: int = 11) -> None:
@@ -123,13 +102,6 @@ def _place_labels(fig: plt.Figure, ax: plt.Axes, texts: list[Any]) -> None:
             t.set_position(ax.transData.inverted().transform((at[0] + dx, at[1] + dy)))
 
 
-def _err(group: dict[str, Any], key: str, scale: float = 1.0) -> tuple[float, float]:
-    s = (group.get("spread") or {}).get(key)
-    if not s:
-        return 0.0, 0.0
-    return (s["median"] - s["min"]) / scale, (s["max"] - s["median"]) / scale
-
-
 def _label(group: dict[str, Any]) -> str:
     """A point of one device's and model's frontier (the title names them)."""
     flags = (" !" if group.get("disturbed") else "") + (" loss did not fall" if learned(group) is False else "")
@@ -154,11 +126,8 @@ def _merged_labels(groups: list[dict[str, Any]], x: np.ndarray, y: np.ndarray) -
 def pareto_figure(groups: list[dict[str, Any]], title: str) -> bytes:
     """Peak memory vs median step time for one device and model, one point per configuration
     (error bars: min-max over its runs); frontier, RAM line, energy colour; labels kept apart."""
-    groups = [_names(g) for g in groups]
+    done, finished, failed, rams = pareto_sets(groups)
     fig, ax = plt.subplots(figsize=PARETO_SIZE, layout="constrained")
-    done = [g for g in groups if g.get("peak_mem_bytes") and g.get("step_time_median_s")]
-    finished = [g for g in done if str(g.get("status")).startswith("ok")]
-    failed = [g for g in done if not str(g.get("status")).startswith("ok")]
     texts = []
     if finished:
         x = np.array([g["peak_mem_bytes"] / MIB for g in finished])
@@ -185,7 +154,6 @@ def pareto_figure(groups: list[dict[str, Any]], title: str) -> bytes:
         ax.scatter([gx], [gy], marker="x", color="grey", s=60, zorder=3)
         texts.append(ax.text(gx, gy, f"{config_label(g, device=False, model=False)} ({g['status']})", fontsize=8,
                              color="grey"))
-    rams = sorted({g["device_ram_bytes"] for g in groups if g.get("device_ram_bytes")})
     widest = max((g["peak_mem_bytes"] for g in done), default=0)
     for ram in rams:
         if ram <= 4 * widest:
@@ -209,16 +177,13 @@ def run_label(run: dict[str, Any]) -> str:
 
 def memory_timeline_figure(store: Store, run: dict[str, Any]) -> bytes:
     """RSS (and cgroup usage) over the run, step starts marked, the RAM budget as a line."""
-    s = store.samples(run["device"], run["run_id"], ["rss_bytes", "cgroup_usage_bytes"])
-    steps = store.steps(run["device"], run["run_id"])
-    t0 = s["t_ns"][0] if len(s["t_ns"]) else 0
+    t, s, starts = memory_samples(store, run)
     fig, ax = plt.subplots(figsize=TIMELINE_SIZE, layout="constrained")
-    t = (s["t_ns"] - t0) / 1e9
     _plot(ax, t, s["rss_bytes"] / MIB, label="RSS of the worker's process tree (sampled)", color="tab:blue")
     _plot(ax, t, s["cgroup_usage_bytes"] / MIB, label="device RAM: its cgroup's usage (page cache too; the limit "
           "applies to it)", color="tab:purple", alpha=0.7)
-    for i, b in enumerate(steps["begin_ns"]):
-        ax.axvline((b - t0) / 1e9, color="grey", lw=0.5, alpha=0.5, label="step start" if i == 0 else None)
+    for i, b in enumerate(starts):
+        ax.axvline(b, color="grey", lw=0.5, alpha=0.5, label="step start" if i == 0 else None)
     ram = run.get("device_ram_bytes")
     peak = np.nanmax(s["rss_bytes"]) if np.isfinite(s["rss_bytes"]).any() else 0
     if ram and ram <= 4 * peak:
@@ -244,25 +209,20 @@ def power_temp_figure(store: Store, run: dict[str, Any], external: tuple[np.ndar
     sensor and what the estimate is built from. `external` is an external meter's trace
     already mapped onto the device clock.
     """
-    s = sample_columns(store, run)
-    has_ext = external is not None and len(external[0]) > 0
+    t, s, inside, throttled = power_samples(store, run, external)
+    has_ext = inside is not None
     has_power = has_ext or np.isfinite(s["power_w"]).any()
     has_temp = np.isfinite(s["temp_c_max"]).any()
     if not (has_power or has_temp):
         return None
-    t0 = s["t_ns"][0] if len(s["t_ns"]) else 0
     fig, axes = plt.subplots(int(has_power) + int(has_temp), 1, figsize=POWER_SIZE, sharex=True, squeeze=False,
                              layout="constrained")
     panels = list(axes[:, 0])
-    t = (s["t_ns"] - t0) / 1e9
     if has_power:
         ax_p = panels.pop(0)
         _plot(ax_p, t, s["power_w"], label="power (device sensor)", color="tab:red")
-        if has_ext:
-            end = t[-1] if len(t) else 0
-            et = (external[0] - t0) / 1e9
-            inside = (et >= 0) & (et <= end)
-            ax_p.plot(et[inside], external[1][inside], label="power (external meter)", color="tab:green")
+        if inside is not None:
+            ax_p.plot(*inside, label="power (external meter)", color="tab:green")
         ax_p.set_ylabel("W")
         ax_p.grid(alpha=0.3)
         ax_p.legend(loc="upper right", fontsize=8)
@@ -270,7 +230,6 @@ def power_temp_figure(store: Store, run: dict[str, Any], external: tuple[np.ndar
     if has_temp:
         ax_t = panels.pop(0)
         _plot(ax_t, t, s["temp_c_max"], color="tab:orange", label="max temperature")
-        throttled = np.nan_to_num(forward_fill(s["throttle_flags"])) != 0
         if throttled.any():
             ax_t.fill_between(t, 0, 1, where=throttled, transform=ax_t.get_xaxis_transform(), color="red",
                               alpha=0.15, label="throttled")
@@ -287,22 +246,7 @@ def compare_devices_figure(groups: list[dict[str, Any]]) -> bytes:
     """Per configuration (model, method, backend, shape), each device's step time, peak memory
     and energy per step side by side (medians, error bars min-max); a panel no device has a
     figure for is left out."""
-    groups = [_names(g) for g in groups]
-    devices = sorted({g["device"] for g in groups})
-    methods = sorted({config_label(g, device=False) for g in groups})  # model / method / backend (shape)
-    by = defaultdict(dict)
-    for g in groups:
-        if str(g.get("status")).startswith("ok"):
-            by[config_label(g, device=False)][g["device"]] = g
-    finished = [g for m in by.values() for g in m.values()]
-    energy_key = "energy_per_step_j" if any(g.get("energy_per_step_j") is not None for g in finished) \
-        else "energy_per_step_j_est"
-    panels = [
-        ("step_time_median_s", "time per step, median (s)", 1),
-        ("peak_mem_bytes", "peak memory, kernel (MiB)", MIB),
-        (energy_key, "energy per step (J)" + (", ESTIMATED" if energy_key.endswith("_est") else ""), 1),
-    ]
-    panels = [p for p in panels if any(g.get(p[0]) is not None for g in finished)]
+    devices, methods, by, panels = comparison(groups)
     fig, axes = plt.subplots(1, max(1, len(panels)), figsize=COMPARE_SIZE, squeeze=False, sharey=True,
                              layout="constrained")
     height = 0.8 / max(1, len(devices))
