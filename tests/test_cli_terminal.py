@@ -24,13 +24,15 @@ from test_export import TEXT
 EXPORTED = ("--model", EXPORTED_MODEL, "--text-length", str(TEXT))
 
 
-def run(*args: str) -> str:
-    result = CliRunner().invoke(cli, list(args), catch_exceptions=True)
+def run(*args: str, width: int | None = None) -> str:
+    """`edgebench ARGS` in-process; with `width`, as a terminal that wide (its escape sequences removed)."""
+    env = None if width is None else {"TTY_COMPATIBLE": "1", "COLUMNS": str(width)}
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=True, env=env)
     assert result.exception is None or isinstance(result.exception, SystemExit), \
         f"edgebench {' '.join(args)}: {type(result.exception).__name__}: {result.exception}"
     assert result.exit_code == 0, result.output
     assert "Traceback" not in result.output and "internal error" not in result.output
-    return result.output
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", result.output)
 
 
 @pytest.mark.parametrize("backend, method", [("executorch", "sgd"), ("onnxruntime", "adamw")])
@@ -65,10 +67,14 @@ def test_methods_predict_models_and_sensors_print_their_tables():
 def test_bench_and_report_print_their_tables_for_each_backend(backend, tmp_path, export_cache):
     runs = tmp_path / "runs"
     runtime = ["--runtime", "python"] if backend == "executorch" else []  # the native worker: test_native
+    width = 60 if backend == "eager" else None  # eager: in a terminal 60 columns wide
     out = run("bench", *EXPORTED, "--methods", "sgd", "--backend", backend, *runtime, "--steps", "1",
-              "--warmup", "0", "--runs-dir", str(runs))
+              "--warmup", "0", "--runs-dir", str(runs), width=width)
     assert f"{EXPORTED_MODEL} on local, batch 1, {backend}" in " ".join(out.split()) and "sgd" in out
     assert f"edgebench report --store {runs / 'edgebench.duckdb'}" in " ".join(out.split())
+    if width:  # the last line wrapped at spaces: no word (the path, --store) broken by the terminal
+        last = out[out.index("run directories under"):].splitlines()
+        assert all(len(line) <= width or " " not in line for line in last), last
     report = run("report", "--store", str(runs / "edgebench.duckdb"))
     assert "sgd" in report and "local" in report
     if backend == "eager":  # the live view of the finished run: its last frame, then it leaves
