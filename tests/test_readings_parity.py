@@ -248,14 +248,20 @@ def test_readings_the_host_cannot_interpret_are_named_gaps_not_numbers(tmp_path)
         assert key in gaps, gaps
 
 
-def test_the_native_worker_ends_with_the_exit_codes_the_host_reads():
-    """figures/status.py defines the worker's exit codes (the Python worker imports them); the
-    native worker's C++ declares its own: held here to the same names and numbers."""
+def test_the_native_worker_ends_with_the_exit_codes_the_host_reads(monkeypatch):
+    """figures/status.py defines the workers' exit codes (the Python worker imports them); build.py
+    generates the native worker's exit_codes.h from them, no native source defines one of its
+    own, and a changed code changes the bundle's key (a cached worker with the old ones is rebuilt)."""
     import re
 
     from edgebench.figures import status
+    from edgebench.native import build
 
-    source = (Path(__file__).resolve().parents[1] / "edgebench" / "native" / "worker.cpp").read_text()
-    declared = dict(re.findall(r"\b(EXIT_[A-Z_]+) = (\d+)", source))
-    defined = {name: str(getattr(status, name)) for name in dir(status) if re.fullmatch(r"EXIT_[A-Z_]+", name)}
-    assert declared == defined
+    header = dict(re.findall(r"constexpr int (EXIT_[A-Z_]+) = (\d+);", build.exit_codes_header()))
+    assert header == {name: str(getattr(status, name)) for name in dir(status) if re.fullmatch(r"EXIT_[A-Z_]+", name)}
+    for source in build.SOURCES.iterdir():
+        if source.suffix in (".cpp", ".h"):
+            assert not re.search(r"\bEXIT_[A-Z_]+\s*=[^=]", source.read_text()), source.name
+    key = build.bundle_key("x86_64")
+    monkeypatch.setattr(status, "EXIT_OOM", 40)
+    assert "constexpr int EXIT_OOM = 40;" in build.exit_codes_header() and build.bundle_key("x86_64") != key

@@ -23,8 +23,10 @@
 //   forward-only  MeZO (Malladi et al. 2023, arXiv:2305.17333): the trainable weights are inputs,
 //                 perturbed in place by +-eps*z and restored bitwise.
 //
-// Exit codes are the Python worker's: 0 ok, 1 error, 3 diverged, 4 oom, 5 unsupported,
-// 6 interrupted, 7 no space.
+// Exit codes are the Python worker's, from exit_codes.h, which build.py generates from
+// edgebench/figures/status.py.
+
+#include "exit_codes.h"
 
 #include <executorch/extension/module/module.h>
 #include <executorch/extension/tensor/tensor.h>
@@ -70,8 +72,7 @@ using executorch::runtime::EValue;
 
 namespace {
 
-constexpr int EXIT_OK = 0, EXIT_ERROR = 1, EXIT_DIVERGED = 3, EXIT_OOM = 4, EXIT_UNSUPPORTED = 5,
-              EXIT_INTERRUPTED = 6, EXIT_NO_SPACE = 7;
+using namespace edgebench;  // the exit codes
 
 volatile std::sig_atomic_t g_signal = 0;
 
