@@ -25,6 +25,7 @@ import pytest
 from conftest import EXPORTED_MODEL
 from edgebench.backends import create
 from edgebench.figures.run import figures_of_run_dir
+from edgebench.figures.status import EXIT_ERROR
 from edgebench.native import rates
 from edgebench.native.build import bundle
 from edgebench.native.plan import write_plan
@@ -233,17 +234,23 @@ def test_the_worker_runs_every_optimizer_said_to_be_native_and_refuses_the_rest(
 @pytest.mark.parametrize("line,bad", [("clip", "abc"), ("total_steps", "12x"), ("group_lr", "")])
 def test_a_plan_value_that_is_not_a_number_is_an_error_naming_its_line(export_cache, worker_bundle, tmp_path, line,
                                                                         bad):
-    """Read whole, never as 0: a `clip` of "abc" would otherwise turn clipping off."""
+    """Read whole, never as 0: a `clip` of "abc" would otherwise turn clipping off. The error
+    names the file, the line and the key, and the run ends before its first step."""
     spec = _spec("sgd", _program("sgd"))
     plan = tmp_path / "bad-plan"
     shutil.copytree(write_plan(spec, tmp_path / "plans"), plan)
     lines = (plan / "plan.txt").read_text().splitlines()
-    lines = [f"{line} {bad}" if text.split()[0] == line else text for text in lines]
+    number = next(i for i, text in enumerate(lines, 1) if text.split()[0] == line)
+    lines[number - 1] = f"{line} {bad}"
     (plan / "plan.txt").write_text("\n".join(lines) + "\n")
     result = _bad_run(tmp_path, worker_bundle, spec, plan)
     assert result["status"] == "error"
-    said = "no `group_lr` line" if not bad else f"`{line}` line: '{bad}' is not a number"
+    what = "a whole number" if line == "total_steps" else "a number"
+    said = f'plan.txt:{number}: {line}: "{bad}" is not {what}'
     assert said in result["detail"] and "write the plan again" in result["detail"], result["detail"]
+    events = [json.loads(text)["event"] for text in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
+    assert "error" in events and "step_begin" not in events, events
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["end"]["exit_code"] == EXIT_ERROR
 
 
 def test_a_missing_library_is_an_error_naming_it(export_cache, worker_bundle, tmp_path):

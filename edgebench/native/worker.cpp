@@ -27,6 +27,7 @@
 // edgebench/figures/status.py.
 
 #include "exit_codes.h"
+#include "plan.h"
 
 #include <executorch/extension/module/module.h>
 #include <executorch/extension/tensor/tensor.h>
@@ -47,7 +48,6 @@
 #include <map>
 #include <memory>
 #include <new>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -137,79 +137,6 @@ class Events {
   std::FILE* fh_;
 };
 
-// plan.txt: `key value...` lines; repeated keys (input, param) keep every line.
-struct Plan {
-  std::multimap<std::string, std::vector<std::string>> lines;
-  std::string dir;
-
-  static Plan read(const std::string& path) {
-    std::ifstream in(path);
-    if (!in) fail(path + ": cannot read the native plan (" + std::strerror(errno) + "); deploy or bench writes it");
-    Plan plan;
-    auto slash = path.rfind('/');
-    plan.dir = slash == std::string::npos ? "." : path.substr(0, slash);
-    std::string line;
-    bool first = true;
-    while (std::getline(in, line)) {
-      if (first) {
-        if (line != "edgebench-native-plan 1")
-          fail(path + ": not a native plan of this worker's format (first line '" + line + "'); rebuild the worker and plan with the same edgebench");
-        first = false;
-        continue;
-      }
-      if (line.empty()) continue;
-      std::istringstream words(line);
-      std::string key, word;
-      words >> key;
-      std::vector<std::string> values;
-      if (key == "predicted") {  // the rest of the line is JSON, kept as is
-        values.push_back(line.substr(std::min(line.size(), key.size() + 1)));
-      } else {
-        while (words >> word) values.push_back(word);
-      }
-      plan.lines.emplace(key, values);
-    }
-    return plan;
-  }
-  const std::vector<std::string>& get(const std::string& key) const {
-    auto it = lines.find(key);
-    if (it == lines.end() || it->second.empty()) fail("native plan: no `" + key + "` line; write the plan again with this edgebench");
-    return it->second;
-  }
-  std::string str(const std::string& key) const { return get(key)[0]; }
-  double num(const std::string& key, size_t i = 0) const {
-    const auto& v = get(key);
-    if (i >= v.size()) fail("native plan: `" + key + "` has too few values");
-    return number(key, v[i]);
-  }
-  long long integer(const std::string& key) const { return whole(key, str(key)); }
-  // A value of line `key` read whole, or an error naming the line: "abc" is never 0 (a `clip`
-  // of 0 would turn clipping off).
-  static double number(const std::string& key, const std::string& text) {
-    char* end = nullptr;
-    errno = 0;
-    double v = std::strtod(text.c_str(), &end);
-    if (text.empty() || *end != '\0' || errno == ERANGE) bad_value(key, text);
-    return v;
-  }
-  static long long whole(const std::string& key, const std::string& text) {
-    char* end = nullptr;
-    errno = 0;
-    long long v = std::strtoll(text.c_str(), &end, 10);
-    if (text.empty() || *end != '\0' || errno == ERANGE) bad_value(key, text);
-    return v;
-  }
-  [[noreturn]] static void bad_value(const std::string& key, const std::string& text) {
-    fail("native plan: `" + key + "` line: '" + text + "' is not a number; write the plan again with this edgebench");
-  }
-  std::vector<std::vector<std::string>> all(const std::string& key) const {
-    std::vector<std::vector<std::string>> out;
-    auto range = lines.equal_range(key);
-    for (auto it = range.first; it != range.second; ++it) out.push_back(it->second);
-    return out;
-  }
-};
-
 std::string error_text(Error e) {
   switch (e) {
     case Error::InvalidArgument: return "InvalidArgument";
@@ -239,10 +166,11 @@ struct Input {
   std::vector<uint8_t> data;  // this step's values
 };
 
-ScalarType dtype_of(const std::string& name) {
+ScalarType dtype_of(const PlanLine& line) {
+  const std::string& name = line.text(1);
   if (name == "int64") return ScalarType::Long;
   if (name == "float32") return ScalarType::Float;
-  fail("native plan: input dtype " + name + " is not one the worker reads (int64, float32)");
+  line.error("dtype " + name + " is not one the worker reads (int64, float32)");
 }
 
 size_t element_size(ScalarType t) { return t == ScalarType::Long ? 8 : 4; }
@@ -356,39 +284,42 @@ double parallel_sum(size_t threads, size_t n, F f) {
 
 class Worker {
  public:
-  Worker(const Plan& plan, const std::string& program_dir) : plan_(plan), dir_(program_dir) {
-    kind_ = plan.str("kind");
-    optimizer_ = plan.str("optimizer");
-    group_lr_ = {plan.num("group_lr", 0), plan.num("group_lr", 1)};
-    schedule_ = {plan.integer("total_steps"), plan.num("warmup_fraction"), plan.num("min_lr_fraction")};
-    clip_ = plan.num("clip");
+  // Every value of the plan is read here, once: a bad one fails the run before its first step.
+  Worker(const Plan& plan, const std::string& program_dir) : dir_(program_dir) {
+    kind_ = plan.text("kind");
+    optimizer_ = plan.text("optimizer");
+    group_lr_ = {plan.real("group_lr", 0), plan.real("group_lr", 1)};
+    schedule_ = {plan.integer("total_steps"), plan.real("warmup_fraction"), plan.real("min_lr_fraction")};
+    clip_ = plan.real("clip");
     accumulation_ = std::max(1LL, plan.integer("accumulation"));
     if (plan.integer("threads") > 0) threads_ = size_t(plan.integer("threads"));
-    for (const auto& words : plan.all("input")) {
-      if (words.size() < 2) fail("native plan: an `input` line needs a name and a dtype");
-      Input in{words[0], dtype_of(words[1]), {}};
+    momentum_ = plan.real("momentum");
+    beta1_ = plan.real("betas", 0);
+    beta2_ = plan.real("betas", 1);
+    eps_ = plan.real("eps");
+    weight_decay_ = plan.real("weight_decay");
+    seed_ = plan.integer("seed");
+    mezo_eps_ = plan.real("mezo_eps");
+    for (const PlanLine* line : plan.all("input")) {
+      Input in{line->text(0), dtype_of(*line), {}};
       size_t n = 1;
-      for (size_t i = 2; i < words.size(); ++i) {
-        long long size = Plan::whole("input " + words[0], words[i]);
-        if (size < 1) Plan::bad_value("input " + words[0], words[i]);
+      for (size_t i = 2; i < line->size(); ++i) {
+        long long size = line->integer_at_least(i, 1);
         in.shape.push_back(executorch::aten::SizesType(size));
         n *= size_t(size);
       }
       in.bytes = n * element_size(in.dtype);
       inputs_.push_back(std::move(in));
     }
-    for (const auto& words : plan.all("param")) {
-      if (words.size() < 3) fail("native plan: a `param` line needs a name, a group and a size");
+    for (const PlanLine* line : plan.all("param")) {
       Param p;
-      p.name = words[0];
-      p.group = int(Plan::whole("param " + p.name, words[1]));
-      if (p.group < 0 || size_t(p.group) >= group_lr_.size()) Plan::bad_value("param " + p.name, words[1]);
-      long long numel = Plan::whole("param " + p.name, words[2]);
-      if (numel < 0) Plan::bad_value("param " + p.name, words[2]);
-      p.numel = size_t(numel);
+      p.name = line->text(0);
+      p.group = int(line->integer_at_least(1, 0));
+      if (size_t(p.group) >= group_lr_.size()) line->error("group " + line->text(1) + " is not 0 or 1");
+      p.numel = size_t(line->integer_at_least(2, 0));
       params_.push_back(std::move(p));
     }
-    batches_ = std::make_unique<Batches>(plan.dir + "/" + plan.str("batches"), inputs_, plan.integer("batch_count"));
+    batches_ = std::make_unique<Batches>(plan.dir() + "/" + plan.text("batches"), inputs_, plan.integer("batch_count"));
   }
 
   void load() {
@@ -432,12 +363,14 @@ class Worker {
   }
 
  private:
-  const Plan& plan_;
   std::string dir_;
   std::string kind_, optimizer_;
   std::vector<double> group_lr_;
   Schedule schedule_{};
   double clip_ = 0.0;
+  double momentum_ = 0.0, beta1_ = 0.0, beta2_ = 0.0, eps_ = 0.0, weight_decay_ = 0.0;  // the optimizer's constants
+  long long seed_ = 0;
+  double mezo_eps_ = 0.0;
   long long accumulation_ = 1;
   std::vector<Input> inputs_;
   std::vector<Param> params_;
@@ -576,9 +509,9 @@ class Worker {
     bool adam = optimizer_ == "adam" || optimizer_ == "adamw";
     if (!adam && optimizer_ != "sgd" && optimizer_ != "sgd-momentum")
       throw Failure(EXIT_UNSUPPORTED, "unsupported", "optimizer " + optimizer_ + " is not in the native worker; use --runtime python");
-    float mu = float(plan_.num("momentum"));
-    float b1 = float(plan_.num("betas", 0)), b2 = float(plan_.num("betas", 1)), eps = float(plan_.num("eps"));
-    float wd = float(plan_.num("weight_decay"));
+    float mu = float(momentum_);
+    float b1 = float(beta1_), b2 = float(beta2_), eps = float(eps_);
+    float wd = float(weight_decay_);
     for (size_t i = 0; i < params_.size(); ++i) {
       Param& p = params_[i];
       float* w = p.data;
@@ -625,7 +558,7 @@ class Worker {
     batches_->load(step_index);
     double factor = schedule_.factor(step_index);
     bool adam = optimizer_ == "adam" || optimizer_ == "adamw";
-    double b1 = plan_.num("betas", 0), b2 = plan_.num("betas", 1), wd = plan_.num("weight_decay");
+    double b1 = beta1_, b2 = beta2_, wd = weight_decay_;
     double t = double(step_index + 1);
     for (int g = 0; g < 2; ++g) {
       double lr = group_lr_[size_t(g)] * factor;
@@ -655,7 +588,7 @@ class Worker {
       }
     }
     std::fclose(fh);
-    mezo_state_ = uint64_t(plan_.integer("seed")) * 0x9E3779B97F4A7C15ULL + 1;
+    mezo_state_ = uint64_t(seed_) * 0x9E3779B97F4A7C15ULL + 1;
   }
 
   // theta += scale * z; with `record`, the elements whose rounding would not undo exactly keep
@@ -706,7 +639,7 @@ class Worker {
   double mezo_step(long long step_index) {
     check_signal();
     batches_->load(step_index);
-    float eps = float(plan_.num("mezo_eps"));
+    float eps = float(mezo_eps_);
     uint64_t seed = splitmix64(mezo_state_) % 2147483647ULL;
     double plus = loss_at(seed, eps);
     check_signal();
@@ -742,9 +675,11 @@ void volunteer_for_oom_kill() {  // the OOM killer takes the worker, never the s
   }
 }
 
-int train(const Plan& plan, const std::string& program_dir, Events& events) {
-  auto predicted = plan.lines.find("predicted");
-  events.write("predicted", std::string("\"memory\": ") + (predicted == plan.lines.end() ? "null" : predicted->second[0]));
+// A plan that cannot be read ends the run as an error naming its line.
+int train(const std::string& plan_path, const std::string& program_dir, Events& events) try {
+  Plan plan = Plan::read(plan_path);
+  const PlanLine* predicted = plan.find("predicted");  // the host's prediction, JSON, echoed as it is
+  events.write("predicted", std::string("\"memory\": ") + (predicted && !predicted->rest().empty() ? predicted->rest() : "null"));
   long long threads = plan.integer("threads");
   if (threads > 0) executorch::extension::threadpool::get_threadpool()->_unsafe_reset_threadpool(uint32_t(threads));
   events.write("load_begin");
@@ -752,7 +687,7 @@ int train(const Plan& plan, const std::string& program_dir, Events& events) {
   worker.load();
   events.write("load_end");
   long long warmup = plan.integer("warmup_steps"), steps = plan.integer("steps");
-  double duration = plan.num("duration_s");  // 0: run `steps` measured steps
+  double duration = plan.real("duration_s");  // 0: run `steps` measured steps
   int64_t deadline = duration > 0 ? now_ns() + int64_t(duration * 1e9) : -1;  // from here, as the Python worker
   for (long long step = 0;; ++step) {
     bool measure = step >= warmup;
@@ -773,6 +708,8 @@ int train(const Plan& plan, const std::string& program_dir, Events& events) {
     }
   }
   return EXIT_OK;
+} catch (const PlanError& e) {
+  fail(e.what());
 }
 
 // --rates: the step-time model's rates (edgebench/methods/device_speed.py's fields), each taken
@@ -929,8 +866,7 @@ int main(int argc, char** argv) {
   }
   int code = EXIT_ERROR;
   try {
-    Plan plan = Plan::read(plan_path);
-    code = train(plan, program_dir, *events);
+    code = train(plan_path, program_dir, *events);
   } catch (const Failure& f) {
     if (f.code == EXIT_NO_SPACE || f.event.empty()) {
       std::fprintf(stderr, "%s\n", f.what());
