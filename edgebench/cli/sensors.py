@@ -15,7 +15,8 @@ from edgebench.telemetry.probe import probe
 @click.option("--sensors", "sensors_json", default="{}", show_default=True,
               help='The profile\'s sensors block as JSON, e.g. \'{"power": {"source": "rapl"}}\'; '
                    "empty: detect every source.")
-@click.option("--seconds", default=1.0, show_default=True, help="How long to sample before reporting.")
+@click.option("--seconds", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="How long to sample before reporting.")
 @click.option("--json", "as_json", is_flag=True, help="Print the full report as JSON.")
 @click.option("--calibrate", is_flag=True,
               help="Phones: store which sign of the battery's current_now means discharging (run once on the "

@@ -289,6 +289,24 @@ SAVE_OPTION = click.option("--save", "save", default=None, type=click.Path(file_
                                 "`collect` brings them back).")
 
 
+def _check_program(program: str | None, backend: str) -> None:
+    """--program names a folder `edgebench export` wrote, for the backend asked for."""
+    if not program:
+        return
+    if backend == "eager":
+        raise click.BadParameter("--program is an exported program: give --backend executorch or onnxruntime "
+                                 "with it (eager runs torch and exports nothing)", param_hint="--program")
+    try:
+        manifest = json.loads((Path(program) / "manifest.json").read_text())
+    except (OSError, ValueError):
+        raise click.BadParameter(f"{program}: no readable manifest.json, so not a folder `edgebench export` "
+                                 "wrote; export one (`edgebench export --backend ...`) or leave --program out",
+                                 param_hint="--program") from None
+    if isinstance(manifest, dict) and manifest.get("backend") not in (None, backend):
+        raise click.BadParameter(f"{program}: a {manifest['backend']} program, and --backend is {backend}",
+                                 param_hint="--program")
+
+
 def _check_save(save: str | None, backend: str) -> None:
     """Before any run: --save names a folder this user can create files in (made if missing),
     and the backend has weights to save."""
@@ -676,6 +694,7 @@ def deploy(devices: tuple[str, ...], shape: dict[str, Any], methods: list[str], 
     if spec_files:
         specs = [_checked_spec(path) for path in spec_files]
     else:
+        _check_program(program, shape["backend"])
         specs = make_specs(methods, program=program, **shape)
     for spec in specs:
         _check_save(save, spec.backend)
