@@ -362,3 +362,16 @@ def test_sample_rows_carry_only_a_run_key_and_older_stores_upgrade_in_place(tmp_
         np.testing.assert_array_equal(after["rss_bytes"], before["rss_bytes"])
         assert len(store.steps("pi", "run-a")["step"]) == a.steps + a.warmup_steps
         assert "device" not in store.sample_columns()
+
+
+def test_a_counter_rate_wraps_where_its_maximum_is_known_and_has_no_rate_where_it_falls():
+    from edgebench.figures.counters import counter_rate
+
+    t = np.array([0, 1, 2, 3, 4], dtype=np.int64) * 10**9
+    counter = np.array([10.0, 30.0, np.nan, 5.0, 25.0])  # a missed reading, then a fall from 30 to 5
+    rate, falls = counter_rate(t, counter)
+    np.testing.assert_array_equal(rate, [np.nan, 20.0, np.nan, np.nan, 20.0])
+    assert falls == 1
+    wrapped, falls = counter_rate(t, counter, wraps_at=40.0)  # 30 -> 40 = 0 -> 5 over two seconds
+    np.testing.assert_array_equal(wrapped, [np.nan, 20.0, np.nan, 7.5, 20.0])
+    assert falls == 0

@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from edgebench.figures.counters import counter_rate
+
 # A discharging phone draws tens to hundreds of mA; below 10 mA the sign could be noise.
 MIN_CALIBRATION_UA = 10_000
 EXTERNAL_SUPPLY_TYPES = ("USB", "Mains", "Wireless")  # power_supply `type`s (USB_PD, USB_DCP... start with USB)
@@ -122,16 +124,7 @@ def rail_watts(t_ns: np.ndarray, raw: dict[str, np.ndarray], wraps_at: dict[str,
 def counter_watts(t_ns: np.ndarray, uj: np.ndarray, wraps_at: float | None) -> tuple[np.ndarray, str | None]:
     """Watts between successive readings of an energy counter (µJ), at the later one: the counter
     starts again from 0 past `wraps_at`. A fall with no known wrap gives no watts, named."""
-    out = np.full(len(t_ns), np.nan)
-    have = np.flatnonzero(np.isfinite(uj))
-    if len(have) < 2:
-        return out, None
-    dt = np.diff(t_ns[have]) / 1e9
-    rise = np.diff(uj[have])
-    if wraps_at is not None:
-        rise = np.where(rise < 0, rise + wraps_at, rise)
-    ok = (dt > 0) & (rise >= 0)
-    out[have[1:][ok]] = rise[ok] / 1e6 / dt[ok]
-    falls = int((rise < 0).sum())
-    return out, (f"{falls} readings fall below the one before and the run's readings give no max_energy_range_uj "
-                 "to wrap at: no watts across them" if falls else None)
+    uj_per_s, falls = counter_rate(t_ns, uj, wraps_at)
+    why = (f"{falls} readings fall below the one before and the run's readings give no max_energy_range_uj "
+           "to wrap at: no watts across them")
+    return uj_per_s / 1e6, why if falls else None

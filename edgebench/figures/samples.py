@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from edgebench.figures import estimate, power, thermal
+from edgebench.figures.counters import counter_rate
 from edgebench.figures.cpu import DEFAULT_CLOCK_TICKS, busy_idle_ticks, stat_fields
 from edgebench.telemetry.trace import read_trace
 
@@ -57,19 +58,6 @@ def columns_of(records: Iterable[dict[str, Any]], numbers: Iterable[str], texts:
 
 def _number(value: Any) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else np.nan
-
-
-def _rate(t_ns: np.ndarray, counter: np.ndarray) -> np.ndarray:
-    """Per second between consecutive readings of a cumulative counter, at the later one."""
-    out = np.full(len(t_ns), np.nan)
-    have = np.flatnonzero(np.isfinite(counter))
-    if len(have) < 2:
-        return out
-    dt = np.diff(t_ns[have]) / 1e9
-    delta = np.diff(counter[have])
-    ok = dt > 0
-    out[have[1:][ok]] = np.maximum(delta[ok], 0.0) / dt[ok]
-    return out
 
 
 def _system_pct(stat: np.ndarray) -> np.ndarray:
@@ -148,11 +136,12 @@ def sample_figures(columns: dict[str, np.ndarray], readings: dict[str, Any], spe
     clock = readings.get("clock_ticks") or DEFAULT_CLOCK_TICKS
     cores = float((readings.get("cgroup_cpu") or {}).get("cores") or 0)
     stat = columns.get("proc_stat_cpu")
+    cgroup_ns_per_s = counter_rate(t_ns, _column(columns, "cgroup_cpu_usage_ns"))[0]
     out: dict[str, np.ndarray] = {
         "t_ns": t_ns,
         "cpu_sys_pct": _system_pct(stat) if stat is not None else np.full(len(t_ns), np.nan),
-        "cpu_proc_pct": 100.0 * _rate(t_ns, _column(columns, "worker_cpu_ticks")) / clock,
-        "cpu_cgroup_pct": (np.minimum(100.0, 100.0 * _rate(t_ns, _column(columns, "cgroup_cpu_usage_ns")) / 1e9 / cores)
+        "cpu_proc_pct": 100.0 * counter_rate(t_ns, _column(columns, "worker_cpu_ticks"))[0] / clock,
+        "cpu_cgroup_pct": (np.minimum(100.0, 100.0 * cgroup_ns_per_s / 1e9 / cores)
                            if cores else np.full(len(t_ns), np.nan)),
     }
     rail_watts, rail_gaps = _rail_watts(columns, readings.get("rails") or {})
