@@ -24,7 +24,8 @@ from edgebench.figures import status
 from edgebench.runner.native import BUNDLE_FACTS, LAUNCHER, WORKER, machine_arch
 
 SOURCES = Path(__file__).resolve().parent
-SOURCE_FILES = ("CMakeLists.txt", "worker.cpp", "plan.h", "plan.cpp", "run.sh")
+SOURCE_FILES = ("CMakeLists.txt", "worker.cpp", "plan.h", "plan.cpp", "optimizers.h", "optimizers.cpp", "parallel.h",
+                "run.sh")
 EXIT_CODES_HEADER = "exit_codes.h"  # generated into the build's GENERATED folder (CMake's EDGEBENCH_GENERATED_DIR)
 GENERATED = "generated"
 LIBRARIES = ("libexecutorch.so", "libexecutorch_kernels_optimized.so", "libexecutorch_backend_xnnpack.so",

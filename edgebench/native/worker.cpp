@@ -27,6 +27,8 @@
 // edgebench/figures/status.py.
 
 #include "exit_codes.h"
+#include "optimizers.h"
+#include "parallel.h"
 #include "plan.h"
 
 #include <executorch/extension/module/module.h>
@@ -50,15 +52,15 @@
 #include <new>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
-// The wheel ships libexecutorch_threadpool.so but not its header: the two calls used here.
+// The plan's `threads` sizes the runtime's pool. The wheel ships libexecutorch_threadpool.so
+// but not threadpool.h, and offers no public way to size the pool (thread_parallel_interface.h
+// only reads its size): the one private call it has for that, declared as the library defines it.
 namespace executorch::extension::threadpool {
 class ThreadPool {
  public:
   bool _unsafe_reset_threadpool(uint32_t num_threads);
-  size_t get_thread_count() const;
 };
 ThreadPool* get_threadpool();
 }  // namespace executorch::extension::threadpool
@@ -223,7 +225,6 @@ struct Param {
   int group = 0;  // 0 backbones, 1 projector (nanoVLM's higher lr)
   float* data = nullptr;
   size_t numel = 0;
-  std::vector<float> m, v;  // optimizer state (momentum buffer / Adam's moments)
 };
 
 uint64_t splitmix64(uint64_t& state) {
@@ -253,51 +254,27 @@ struct Normal {
   }
 };
 
-// The update's element loops, split over the cores between program calls (the runtime's
-// threads are idle then); small tensors stay on the calling thread.
-size_t update_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
-constexpr size_t kSerialBelow = 1 << 16;
-
-template <typename F>
-void parallel_for(size_t threads, size_t n, F f) {
-  size_t parts = n < kSerialBelow ? 1 : threads;
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < parts; ++t)
-    pool.emplace_back([=] { for (size_t k = n * t / parts; k < n * (t + 1) / parts; ++k) f(k); });
-  for (size_t k = 0; k < n / parts; ++k) f(k);
-  for (auto& th : pool) th.join();
-}
-
-template <typename F>
-double parallel_sum(size_t threads, size_t n, F f) {
-  size_t parts = n < kSerialBelow ? 1 : threads;
-  std::vector<double> sums(parts, 0.0);
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < parts; ++t)
-    pool.emplace_back([&, t] { for (size_t k = n * t / parts; k < n * (t + 1) / parts; ++k) sums[t] += f(k); });
-  for (size_t k = 0; k < n / parts; ++k) sums[0] += f(k);
-  for (auto& th : pool) th.join();
-  double total = 0.0;
-  for (double v : sums) total += v;
-  return total;
-}
-
 class Worker {
  public:
   // Every value of the plan is read here, once: a bad one fails the run before its first step.
   Worker(const Plan& plan, const std::string& program_dir) : dir_(program_dir) {
     kind_ = plan.text("kind");
-    optimizer_ = plan.text("optimizer");
+    optimizer_name_ = plan.text("optimizer");
     group_lr_ = {plan.real("group_lr", 0), plan.real("group_lr", 1)};
     schedule_ = {plan.integer("total_steps"), plan.real("warmup_fraction"), plan.real("min_lr_fraction")};
     clip_ = plan.real("clip");
     accumulation_ = std::max(1LL, plan.integer("accumulation"));
-    if (plan.integer("threads") > 0) threads_ = size_t(plan.integer("threads"));
-    momentum_ = plan.real("momentum");
     beta1_ = plan.real("betas", 0);
     beta2_ = plan.real("betas", 1);
-    eps_ = plan.real("eps");
     weight_decay_ = plan.real("weight_decay");
+    if (kind_ == "joint") {  // the update runs here: chosen once
+      OptimizerConstants constants{float(plan.real("momentum")), float(beta1_), float(beta2_), float(plan.real("eps")),
+                                   float(weight_decay_)};
+      optimizer_ = make_optimizer(optimizer_name_, constants);
+      if (!optimizer_)
+        throw Failure(EXIT_UNSUPPORTED, "unsupported",
+                      "optimizer " + optimizer_name_ + " is not in the native worker; use --runtime python");
+    }
     seed_ = plan.integer("seed");
     mezo_eps_ = plan.real("mezo_eps");
     for (const PlanLine* line : plan.all("input")) {
@@ -364,11 +341,12 @@ class Worker {
 
  private:
   std::string dir_;
-  std::string kind_, optimizer_;
+  std::string kind_, optimizer_name_;
+  std::unique_ptr<Optimizer> optimizer_;  // a joint program's update
   std::vector<double> group_lr_;
   Schedule schedule_{};
   double clip_ = 0.0;
-  double momentum_ = 0.0, beta1_ = 0.0, beta2_ = 0.0, eps_ = 0.0, weight_decay_ = 0.0;  // the optimizer's constants
+  double beta1_ = 0.0, beta2_ = 0.0, weight_decay_ = 0.0;  // an updating program's hyper input needs them
   long long seed_ = 0;
   double mezo_eps_ = 0.0;
   long long accumulation_ = 1;
@@ -380,8 +358,6 @@ class Worker {
   std::vector<float*> grads_;  // this call's gradients, accumN's sums (views of the program's arena)
   std::vector<std::vector<float>> weights_;  // forward-only: the trainable weights (inputs)
   uint64_t mezo_state_ = 0;
-  long long updates_done_ = 0;
-  size_t threads_ = update_threads();  // the plan's `threads` where it sets them
 
   void check_signal() {
     if (g_signal) {
@@ -495,59 +471,19 @@ class Worker {
     double factor = schedule_.factor(step_index);
     // accumN's gradients are the program's sums over N micro-batches: divided by N (eager's loss/N)
     float parts = float(accumulation_);
-    float c = 1.0f / parts;  // the clip's coefficient (and 1/N), applied to each gradient as it is read
+    Gradients grads{{grads_.begin(), grads_.end()}, 1.0f / parts};
     if (clip_ > 0) {  // torch.nn.utils.clip_grad_norm_: max_norm / (norm + 1e-6), at most 1
       double total = 0.0;
       for (size_t i = 0; i < params_.size(); ++i) {
         const float* g = grads_[i];
-        total += parallel_sum(threads_, params_[i].numel, [g](size_t k) { return double(g[k]) * double(g[k]); });
+        total += parallel_sum(params_[i].numel, [g](size_t k) { return double(g[k]) * double(g[k]); });
       }
       float norm = float(std::sqrt(total)) / parts;
-      c = float(std::min(1.0, double(float(clip_) / (norm + 1e-6f)))) / parts;
+      grads.scale = float(std::min(1.0, double(float(clip_) / (norm + 1e-6f)))) / parts;
     }
-    long long t = ++updates_done_;
-    bool adam = optimizer_ == "adam" || optimizer_ == "adamw";
-    if (!adam && optimizer_ != "sgd" && optimizer_ != "sgd-momentum")
-      throw Failure(EXIT_UNSUPPORTED, "unsupported", "optimizer " + optimizer_ + " is not in the native worker; use --runtime python");
-    float mu = float(momentum_);
-    float b1 = float(beta1_), b2 = float(beta2_), eps = float(eps_);
-    float wd = float(weight_decay_);
-    for (size_t i = 0; i < params_.size(); ++i) {
-      Param& p = params_[i];
-      float* w = p.data;
-      const float* g = grads_[i];
-      float lr = float(group_lr_[size_t(p.group)] * factor);
-      if (optimizer_ == "sgd") {
-        parallel_for(threads_, p.numel, [=](size_t k) { w[k] -= lr * (g[k] * c); });
-      } else if (optimizer_ == "sgd-momentum") {  // torch.optim.SGD(momentum=0.9, dampening 0)
-        bool first = p.m.empty();
-        if (first) p.m.resize(p.numel);
-        float* m = p.m.data();
-        parallel_for(threads_, p.numel, [=](size_t k) {
-          m[k] = first ? g[k] * c : m[k] * mu + g[k] * c;
-          w[k] -= lr * m[k];
-        });
-      } else {  // torch's single-tensor Adam(W)
-        if (p.m.empty()) {
-          p.m.assign(p.numel, 0.0f);
-          p.v.assign(p.numel, 0.0f);
-        }
-        float step_size = float(double(lr) / (1.0 - std::pow(double(b1), double(t))));
-        float bc2s = float(std::sqrt(1.0 - std::pow(double(b2), double(t))));
-        float decay = 1.0f - lr * wd;
-        float one_minus_b1 = 1.0f - b1, one_minus_b2 = 1.0f - b2;
-        float* m = p.m.data();
-        float* v = p.v.data();
-        parallel_for(threads_, p.numel, [=](size_t k) {
-          float gk = g[k] * c;
-          if (wd != 0.0f) w[k] *= decay;
-          m[k] += one_minus_b1 * (gk - m[k]);  // lerp(grad, 1 - beta1)
-          v[k] = v[k] * b2 + one_minus_b2 * gk * gk;
-          float denom = std::sqrt(v[k]) / bc2s + eps;
-          w[k] -= step_size * (m[k] / denom);
-        });
-      }
-    }
+    std::vector<Weights> weights;
+    for (const Param& p : params_) weights.push_back({p.data, p.numel, float(group_lr_[size_t(p.group)] * factor)});
+    optimizer_->step(weights, grads);
   }
 
   // The program applies the update; this step's scalars are its last input (see
@@ -557,7 +493,7 @@ class Worker {
     check_signal();
     batches_->load(step_index);
     double factor = schedule_.factor(step_index);
-    bool adam = optimizer_ == "adam" || optimizer_ == "adamw";
+    bool adam = optimizer_name_ == "adam" || optimizer_name_ == "adamw";
     double b1 = beta1_, b2 = beta2_, wd = weight_decay_;
     double t = double(step_index + 1);
     for (int g = 0; g < 2; ++g) {
@@ -717,7 +653,7 @@ int train(const std::string& plan_path, const std::string& program_dir, Events& 
 //   matmul_gflops     RATES_DIR/fp32.pte (edgebench/native/rates.py: per shape, a linear layer's
 //                     forward and its two backward products, lowered as training programs are);
 //   bf16_matmul_cost  RATES_DIR/bf16.pte's time over fp32.pte's (null, with why, if it cannot run);
-//   pass_ns           the updates' loop shape: read two fp32 arrays, write one (parallel_for);
+//   pass_ns           the updates' loop shape: read two fp32 arrays, write one (parallel_each);
 //   normal_ns         MeZO's generator (Normal), one thread, as perturb draws.
 double fastest_s(long long repeats, const std::function<void()>& call) {
   call();
@@ -799,10 +735,10 @@ int rates(const std::string& dir, long long repeats, long long pass_elements, lo
   } catch (const Failure& f) {
     unmeasured = "{\"bf16_matmul_cost\": " + json_string(std::string("ExecuTorch cannot run the bf16 matmuls here: ") + f.what()) + "}";
   }
-  size_t threads = update_threads(), n = size_t(pass_elements);
+  size_t n = size_t(pass_elements);
   std::vector<float> a(n, 1.0f), b(n, 2.0f), out(n);
   float *pa = a.data(), *pb = b.data(), *po = out.data();
-  double pass_s = fastest_s(repeats, [&] { parallel_for(threads, n, [=](size_t k) { po[k] = pa[k] + pb[k]; }); });
+  double pass_s = fastest_s(repeats, [&] { parallel_each(n, [=](size_t k) { po[k] = pa[k] + pb[k]; }); });
   std::vector<float> samples(static_cast<size_t>(normal_elements));
   Normal z{2};
   double normal_s = fastest_s(repeats, [&] { for (auto& v : samples) v = z.next(); });
@@ -813,7 +749,7 @@ int rates(const std::string& dir, long long repeats, long long pass_elements, lo
               json_number(fp32.flops / fp32.seconds / 1e9).c_str(), bf16_cost.c_str(),
               json_number(pass_s / double(pass_elements) * 1e9).c_str(),
               json_number(normal_s / double(normal_elements) * 1e9).c_str(), unmeasured.c_str(),
-              executorch::extension::threadpool::get_threadpool()->get_thread_count());
+              size_t(executorch::extension::get_thread_count()));
   return EXIT_OK;
 }
 
