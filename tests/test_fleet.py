@@ -306,3 +306,24 @@ def test_parallel_deploys_keep_each_devices_lines_whole(tmp_path, monkeypatch, c
             text for i in range(40) for text in (f"{name}: stage {i}", f"{name}: export sgd: lowering {i}",
                                                  f"{name}:   - a second line", f"{name}:   - a third")]
     assert capsys.readouterr().out.splitlines() == ["box1: sweep sweep-box1", "  r1", "box2: sweep sweep-box2", "  r1"]
+
+
+def test_deploy_refuses_what_the_profiles_ram_rules_out_before_exporting_anything(tmp_path, monkeypatch):
+    """An export takes minutes on a real model: a run the memory model already rules out on the
+    device's profile is refused first, without exporting (or connecting)."""
+    from edgebench.fleet import deploy
+
+    inventory = tmp_path / "inventory.yaml"
+    # 192.0.2.1: TEST-NET, never reached
+    inventory.write_text("devices:\n  zero: {profile: raspberry-pi-zero-2w, host: 192.0.2.1}\n")
+    monkeypatch.setenv("EDGEBENCH_INVENTORY", str(inventory))
+
+    def no_export(*args, **kwargs):
+        raise AssertionError("exported before the memory preflight")
+
+    monkeypatch.setattr(deploy, "attach_program", no_export)
+    monkeypatch.setattr(deploy, "connect", no_export)
+    spec = RunSpec(model="nanovlm-222m", method="adamw", backend="executorch", runtime="python")
+    with pytest.raises(deploy.PreflightError, match=r"zero .*cannot run this sweep:\n  - .*adamw 4.2 GiB, more than "
+                                                    r"the .* usable on zero.*--force to run anyway"):
+        deploy.deploy_one("zero", [spec], tmp_path / "runs")

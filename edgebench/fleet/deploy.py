@@ -178,6 +178,12 @@ def deploy_one(name: str, specs: list[RunSpec], local_root: Path,
     memory model predicts do not fit go ahead (their meta.json records it)."""
     device = get_device(name)
     specs = for_device(device.name, device.profile, specs)
+    if not force:  # what the profile's RAM already rules out is refused before any export (minutes)
+        usable = memory_budget(int(device.profile.ram_bytes), device.profile.memory_headroom, None, name)
+        too_big, why = memory_refusals(specs, *usable, device.device_speed)
+        if too_big:
+            raise PreflightError(f"{name} ({device.address}) cannot run this sweep:\n  - {why}; or --force to run "
+                                 "anyway")
     refused: dict[str, str] = {}
     specs = _runnable(name, specs, refused, lambda spec: attach_program(
         spec, device.profile, on_stage=lambda stage, m=spec.method: log(f"{name}: export {m}: {stage}")))
