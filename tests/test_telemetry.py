@@ -190,7 +190,10 @@ def test_cpu_rates_and_frequencies(tmp_path):
 def test_sampler_on_jetson_fixture(tmp_path):
     out = tmp_path / "samples.jsonl"
     sampler = Sampler(out, 4242, rate_hz=50, root=JETSON, runner=recorded_runner(JETSON)).start()
-    time.sleep(0.3)
+    deadline = time.monotonic() + 30  # every source read at least once, however slowly the host runs it
+    while not any("thermal_zone0_mc" in r for r in read_trace(out).records):
+        assert time.monotonic() < deadline, "no thermal reading in 30 s"
+        time.sleep(0.05)
     summary = sampler.stop()
     readings = sampler.readings()
     lines = read_trace(out).records
