@@ -1,12 +1,13 @@
 """Backends execute one training step: eagerly in torch, or through an exported program.
 
-`BACKENDS` (in `base.py`) is the one table of backend names; `create(spec)` builds the
-backend named by `spec.backend`, importing only that one. Each backend takes numpy
+`BACKENDS` (in `base.py`) is the one table of backends; `create(spec)` builds the backend
+named by `spec.backend`, importing only its implementation. Each backend takes numpy
 batches, so the ONNX Runtime path never needs torch on the device.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from edgebench.backends.base import BACKENDS, Backend, BackendInfo, UnsupportedBackend
@@ -16,13 +17,9 @@ __all__ = ["BACKENDS", "Backend", "BackendInfo", "UnsupportedBackend", "create"]
 
 def create(spec: Any) -> Backend:
     """Returns the backend for `spec.backend`, not yet set up."""
-    cls: type[Backend]
-    if spec.backend == "eager":
-        from edgebench.backends.eager import EagerBackend as cls
-    elif spec.backend == "executorch":
-        from edgebench.backends.executorch import ExecutorchBackend as cls
-    elif spec.backend == "onnxruntime":
-        from edgebench.backends.onnxruntime import OnnxRuntimeBackend as cls
-    else:
+    info = BACKENDS.get(spec.backend)
+    if info is None:
         raise UnsupportedBackend(f"unknown backend {spec.backend!r}; choose one of {', '.join(BACKENDS)}")
-    return cls()
+    module, cls = info.implementation.split(":")
+    backend: Backend = getattr(importlib.import_module(module), cls)()
+    return backend

@@ -25,10 +25,12 @@ class Backend(Protocol):
 
 @dataclass(frozen=True)
 class BackendInfo:
-    """A backend: whether its device process stays torch-free, and the CPU architectures its
-    runtime has wheels for (None: every arch torch has)."""
+    """A backend: its implementation ("module:Class", imported only when built, so a device
+    loads one runtime), whether its device process stays torch-free, and the CPU
+    architectures its runtime has wheels for (None: every arch torch has)."""
 
     name: str
+    implementation: str
     torch_free: bool = False
     arches: tuple[str, ...] | None = None
     package: str = ""  # the runtime's wheel, named when an arch has none
@@ -36,10 +38,11 @@ class BackendInfo:
 
 
 BACKENDS: dict[str, BackendInfo] = {b.name: b for b in (
-    BackendInfo("eager"),
-    BackendInfo("executorch"),
+    BackendInfo("eager", "edgebench.backends.eager:EagerBackend"),
+    BackendInfo("executorch", "edgebench.backends.executorch:ExecutorchBackend"),
     # onnxruntime-training-cpu 1.19.2 has Linux wheels for x86_64 only.
-    BackendInfo("onnxruntime", torch_free=True, arches=("x86_64",), package="onnxruntime-training",
+    BackendInfo("onnxruntime", "edgebench.backends.onnxruntime:OnnxRuntimeBackend", torch_free=True,
+                arches=("x86_64",), package="onnxruntime-training",
                 elsewhere="build ONNX Runtime from source with --enable_training_apis on the device "
                           "(https://onnxruntime.ai/docs/build/training.html), or use --backend executorch"),
 )}
