@@ -33,7 +33,7 @@ from exporters.bf16_in_fp32 import (
     weight_values_at_each_use,
 )
 from exporters.graph_code_on_demand import graph_code_on_demand
-from exporters.greedy_memory_plan import greedy_planning_sooner
+from exporters.greedy_memory_plan import memory_planning_pass
 from exporters.idle_passes import skipping_idle_passes
 from exporters.lookups_once import lookups_once
 from exporters.recorded_delegate_outputs import delegate_outputs_as_recorded
@@ -516,8 +516,7 @@ def _executorch_stages_patched() -> Iterator[None]:
     """to_edge and to_executorch without ExecuTorch's idle re-traces (exporters.idle_passes),
     repeated signature look-ups (exporters.signature_lookups), delegates run only for their
     outputs' shapes (exporters.recorded_delegate_outputs), graph code generated at every
-    change (exporters.graph_code_on_demand), the greedy memory plan's slow walks
-    (exporters.greedy_memory_plan), look-ups worked out per use (exporters.lookups_once)
+    change (exporters.graph_code_on_demand), look-ups worked out per use (exporters.lookups_once)
     and a deep copy of the program to serialise it (exporters.serialise_in_place): the same
     program, sooner. Off,
     ExecuTorch's stages as they are, with any release but the one they were read for."""
@@ -528,7 +527,7 @@ def _executorch_stages_patched() -> Iterator[None]:
             yield
             return
         with skipping_idle_passes(), signature_mappings_once_per_phase(), delegate_outputs_as_recorded(), \
-                graph_code_on_demand(), greedy_planning_sooner(), lookups_once(), \
+                graph_code_on_demand(), lookups_once(), \
                 serialised_in_place():
             yield
     finally:
@@ -615,7 +614,7 @@ def lower_training_step(
     (dynamo) drops autocast's casts around frozen bf16 weights, and at nanoVLM-222M size took
     25 s against 5 s for LoRA-ckpt's model (13.7 against 3.8 s for SGD's), for the same operators.
     """
-    from executorch.exir import to_edge
+    from executorch.exir import ExecutorchBackendConfig, to_edge
     from torch.export.experimental import _export_forward_backward
 
     _check_delegate(delegate)
@@ -655,7 +654,7 @@ def lower_training_step(
             edge = to_edge(_already_decomposed(ep), compile_config=config)
         del ep
         on_stage("to_executorch")
-        et = edge.to_executorch()
+        et = edge.to_executorch(ExecutorchBackendConfig(memory_planning_pass=memory_planning_pass()))
         del edge
     return LoweredProgram(
         program=et,
@@ -682,7 +681,6 @@ def lower_forward(
     program's are (a trained weight is a runtime input, so no delegate can keep a stale copy);
     `bf16` as for lower_training_step."""
     from executorch.exir import ExecutorchBackendConfig, to_edge
-    from executorch.exir.passes import MemoryPlanningPass
 
     _check_delegate(delegate)
     named = dict(model.named_parameters())
@@ -723,7 +721,7 @@ def lower_forward(
         on_stage("to_executorch")
         # Inputs are used in place (not copied into the arena): the weights stay in Python.
         et = edge.to_executorch(
-            ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False))
+            ExecutorchBackendConfig(memory_planning_pass=memory_planning_pass(alloc_graph_input=False))
         )
     return LoweredProgram(
         program=et,

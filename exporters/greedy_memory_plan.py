@@ -10,17 +10,18 @@ every comparison. nanoVLM-222M's SGD program spent 5.5 s there, LoRA's 15 s (py-
 tensors as (first use, last use, end offset) kept beside it, sizes computed once per tensor,
 then hands over to ExecuTorch's own storage-base and total-size steps: the same spec
 results and buffer sizes (tests/test_export_executorch.py compares both on random
-lifetimes, and the programs byte for byte). Written for executorch
-xnnpack_lowering.WRITTEN_FOR: `exporters.executorch` patches with it only.
+lifetimes, and the programs byte for byte). It reaches ExecuTorch through its public
+`MemoryPlanningPass(memory_planning_algo=...)` (`memory_planning_pass`), never a patch; it
+reads ExecuTorch's private planning helpers as of xnnpack_lowering.WRITTEN_FOR, so with any
+other release the pass keeps ExecuTorch's own algorithm.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections import defaultdict
-from collections.abc import Iterator
+from typing import Any
 
-from exporters.xnnpack_lowering import _replaced
+from exporters.xnnpack_lowering import WRITTEN_FOR, installed_executorch
 
 
 def greedy_same_plan(alignment, specs, graph_module, graph_signature, extra_padding=0, *,
@@ -86,19 +87,14 @@ def _pick(plan, objects: list, placed: list, spec, allow_overlapping_allocations
     return chosen
 
 
-@contextlib.contextmanager
-def greedy_planning_sooner() -> Iterator[None]:
-    """While lowering: every memory planning suite runs `greedy_same_plan` where it would run
-    ExecuTorch's `greedy` (the suite of ExecutorchBackendConfig's default pass is made at
-    import, holding `greedy` itself, so the suite's call is where to swap it)."""
+def memory_planning_pass(**options: Any) -> Any:
+    """ExecuTorch's MemoryPlanningPass (`options` as its own) planning with `greedy_same_plan`
+    where the installed executorch is the release it was read from, else with ExecuTorch's
+    default suite."""
     from executorch.exir import memory_planning as plan
+    from executorch.exir.passes import MemoryPlanningPass
 
-    suite_call = plan.MemoryPlanningAlgorithmSuite.__call__
-
-    def call(suite, *args, **kwargs):
-        algorithms = [greedy_same_plan if a is plan.greedy else a for a in suite.algo_list]
-        with _replaced(suite, algo_list=algorithms):
-            return suite_call(suite, *args, **kwargs)
-
-    with _replaced(plan.MemoryPlanningAlgorithmSuite, __call__=call):
-        yield
+    if installed_executorch() != WRITTEN_FOR:
+        return MemoryPlanningPass(**options)
+    return MemoryPlanningPass(memory_planning_algo=plan.MemoryPlanningAlgorithmSuite(algo_list=[greedy_same_plan]),
+                              **options)

@@ -829,6 +829,8 @@ def test_lowering_speedups_leave_the_program_byte_for_byte(monkeypatch, delegate
     program (its moments are mutable buffers, which memory planning and emission look up)."""
     import contextlib
 
+    from executorch.exir.passes import MemoryPlanningPass
+
     import exporters.executorch as et
     from exporters.et_methods import write_update
 
@@ -842,7 +844,7 @@ def test_lowering_speedups_leave_the_program_byte_for_byte(monkeypatch, delegate
     monkeypatch.setattr(et, "_without_stack_traces", contextlib.nullcontext)
     monkeypatch.setattr(et, "delegate_outputs_as_recorded", contextlib.nullcontext)
     monkeypatch.setattr(et, "graph_code_on_demand", contextlib.nullcontext)
-    monkeypatch.setattr(et, "greedy_planning_sooner", contextlib.nullcontext)
+    monkeypatch.setattr(et, "memory_planning_pass", MemoryPlanningPass)  # ExecuTorch's own algorithm
     monkeypatch.setattr(et, "lookups_once", contextlib.nullcontext)
     monkeypatch.setattr(et, "serialised_in_place", contextlib.nullcontext)
     assert et.lower_training_step(model, inputs, delegate=delegate, joint_rewrite=rewrite).buffer == fast
@@ -1242,7 +1244,8 @@ def test_greedy_same_plan_is_executorchs_greedy_plan(monkeypatch):
     """exporters.greedy_memory_plan: the same memory ids, objects and offsets for every tensor
     and the same buffer sizes as ExecuTorch's greedy, over tensors of three dtypes whose
     lifetimes meet and miss each other, in two memory ids, some of them views of another's
-    storage; and the suite runs it in greedy's place while patched, greedy again after."""
+    storage; and the memory planning pass runs it through ExecuTorch's public option (its own
+    greedy with another executorch release)."""
     import copy
     import random
     from types import SimpleNamespace
@@ -1274,15 +1277,12 @@ def test_greedy_same_plan_is_executorchs_greedy_plan(monkeypatch):
     assert ours == planned(plan.greedy, specs)
     assert len({allocation["mem_obj_id"] for allocation in ours[1]}) > 10  # objects shared, not one each
 
-    ran = []
-    monkeypatch.setattr(greedy_memory_plan, "greedy_same_plan",
-                        lambda *args, **kwargs: ran.append(1) or greedy_same_plan(*args, **kwargs))
-    suite = plan.MemoryPlanningAlgorithmSuite()
-    with greedy_memory_plan.greedy_planning_sooner():
-        assert suite(16, copy.deepcopy(specs), SimpleNamespace(), None, 0) == ours[0]
-    assert ran == [1] and suite.algo_list == [plan.greedy]
-    suite(16, copy.deepcopy(specs), SimpleNamespace(), None, 0)
-    assert ran == [1]
+    # reached through ExecuTorch's public option, with the release it was read from only
+    planning = greedy_memory_plan.memory_planning_pass(alloc_graph_input=False)
+    assert planning.memory_planning_algo.algo_list == [greedy_same_plan] and not planning.alloc_graph_input
+    assert planning.memory_planning_algo(16, copy.deepcopy(specs), SimpleNamespace(), None, 0) == ours[0]
+    monkeypatch.setattr(greedy_memory_plan, "installed_executorch", lambda: "0.0")
+    assert greedy_memory_plan.memory_planning_pass().memory_planning_algo.algo_list == [plan.greedy]
 
 
 def test_idle_pass_rules_see_the_work_their_passes_do():
