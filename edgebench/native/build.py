@@ -25,7 +25,8 @@ from edgebench.runner.native import BUNDLE_FACTS, LAUNCHER, WORKER, machine_arch
 
 SOURCES = Path(__file__).resolve().parent
 SOURCE_FILES = ("CMakeLists.txt", "worker.cpp", "plan.h", "plan.cpp", "optimizers.h", "optimizers.cpp", "parallel.h",
-                "run.sh")
+                "run.sh")  # what the bundle is built from (worker_tests.cpp is not in it)
+UNIT_TESTS = "edgebench-worker-tests"  # CMakeLists.txt's target of worker_tests.cpp
 EXIT_CODES_HEADER = "exit_codes.h"  # generated into the build's GENERATED folder (CMake's EDGEBENCH_GENERATED_DIR)
 GENERATED = "generated"
 LIBRARIES = ("libexecutorch.so", "libexecutorch_kernels_optimized.so", "libexecutorch_backend_xnnpack.so",
@@ -96,12 +97,12 @@ def bundle_key(arch: str) -> str:
     return digest.hexdigest()[:16]
 
 
-def cmake() -> str:
-    """CMake >= 3.28 (executorch's package needs it): the one in this environment (PyPI's)."""
-    here = Path(sys.executable).parent / "cmake"
-    found = str(here) if here.exists() else shutil.which("cmake")
+def cmake(tool: str = "cmake") -> str:
+    """CMake >= 3.28 (executorch's package needs it), or its `tool` (ctest): this environment's (PyPI's)."""
+    here = Path(sys.executable).parent / tool
+    found = str(here) if here.exists() else shutil.which(tool)
     if not found:
-        raise NativeBuildError("cmake not found: `pip install 'cmake>=3.28'` (bash scripts/setup.sh installs it)")
+        raise NativeBuildError(f"{tool} not found: `pip install 'cmake>=3.28'` (bash scripts/setup.sh installs it)")
     return found
 
 
@@ -140,16 +141,29 @@ def bundle(arch: str | None = None, log: Callable[[str], None] = lambda _: None)
     return entry
 
 
+def _cmake_build(arch: str, package: Path, build: Path, target: str) -> None:
+    """Configures `build` for `arch` and builds CMakeLists.txt's `target` there."""
+    for step in ([cmake(), "-S", str(SOURCES), "-B", str(build), *_configure_args(arch, package, build)],
+                 [cmake(), "--build", str(build), "--target", target, "-j", "2"]):
+        done = subprocess.run(step, capture_output=True, text=True)
+        if done.returncode != 0:
+            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+            raise NativeBuildError(f"building {target} for {arch} failed ({' '.join(step[:2])}):\n{tail}")
+
+
+def unit_tests(build: Path) -> Path:
+    """Builds the worker's C++ unit tests for this host in `build` (a folder of its own);
+    `ctest --test-dir BUILD` runs them. Returns `build`."""
+    arch = machine_arch()
+    _cmake_build(arch, executorch_package(arch), build, UNIT_TESTS)
+    return build
+
+
 def _build(arch: str, work: Path, log: Callable[[str], None]) -> None:
     package = executorch_package(arch)
     build = work / "build"
     log(f"native worker: building for {arch} against {package}")
-    for step in ([cmake(), "-S", str(SOURCES), "-B", str(build), *_configure_args(arch, package, build)],
-                 [cmake(), "--build", str(build), "-j", "2"]):
-        done = subprocess.run(step, capture_output=True, text=True)
-        if done.returncode != 0:
-            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
-            raise NativeBuildError(f"building the native worker for {arch} failed ({' '.join(step[:2])}):\n{tail}")
+    _cmake_build(arch, package, build, WORKER)
     (work / "lib").mkdir()
     shutil.copy2(build / WORKER, work / WORKER)
     shutil.copy2(SOURCES / "run.sh", work / LAUNCHER)

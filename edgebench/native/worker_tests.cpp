@@ -1,0 +1,193 @@
+// The native worker's C++ unit tests (CMake target edgebench-worker-tests, run by ctest from
+// tests/test_native_cpp.py): the optimizers against steps worked out by hand from torch.optim's
+// formulas, the plan reader on good and bad plans, the thread pool's loops.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "optimizers.h"
+#include "parallel.h"
+#include "plan.h"
+
+using namespace edgebench;
+
+namespace {
+
+int g_failures = 0;
+
+// A failed check prints where and goes on, so one run shows every failure.
+#define CHECK(cond)                                                      \
+  do {                                                                   \
+    if (!(cond)) {                                                       \
+      std::fprintf(stderr, "%s:%d: failed: %s\n", __FILE__, __LINE__, #cond); \
+      ++g_failures;                                                      \
+    }                                                                    \
+  } while (0)
+
+bool near(double got, double want, double rel = 1e-6) {
+  bool ok = std::fabs(got - want) <= rel * std::max(1.0, std::fabs(want));
+  if (!ok) std::fprintf(stderr, "  got %.9g, want %.9g\n", got, want);
+  return ok;
+}
+
+// One step of `opt` over one tensor `w` with gradient `g` at learning rate `lr`.
+void step(Optimizer& opt, std::vector<float>& w, const std::vector<float>& g, float lr, float scale = 1.0f) {
+  opt.step({{w.data(), w.size(), lr}}, Gradients{{g.data()}, scale});
+}
+
+void sgd() {
+  SGD plain(SGDOptions{});
+  std::vector<float> w{1.0f, 2.0f};
+  step(plain, w, {0.5f, -1.0f}, 0.1f);  // w - lr * g
+  CHECK(near(w[0], 0.95) && near(w[1], 2.1));
+  step(plain, w, {0.5f, -1.0f}, 0.1f, 0.5f);  // the gradient read at half (the clip's coefficient)
+  CHECK(near(w[0], 0.925) && near(w[1], 2.15));
+}
+
+void sgd_momentum() {
+  SGD opt(SGDOptions{0.9f});
+  std::vector<float> w{1.0f, 2.0f};
+  step(opt, w, {0.5f, -1.0f}, 0.1f);  // buffer = g = [0.5, -1]
+  CHECK(near(w[0], 0.95) && near(w[1], 2.1));
+  step(opt, w, {0.25f, 0.5f}, 0.1f);  // buffer = 0.9 * [0.5, -1] + [0.25, 0.5] = [0.7, -0.4]
+  CHECK(near(w[0], 0.88) && near(w[1], 2.14));
+}
+
+// lr 0.1, betas (0.9, 0.999), eps 1e-8, g = 0.5 then -0.25 from w = 1:
+//   step 1: m = 0.05, v = 0.00025; m^ = 0.5, v^ = 0.25: w = 1 - 0.1 * 0.5 / (0.5 + 1e-8) = 0.900000002
+//   step 2: m = 0.02, v = 0.00031225; m^ = 0.02 / 0.19, v^ = 0.00031225 / 0.001999:
+//           w = 0.900000002 - 0.1 * 0.105263158 / 0.395225377 = 0.873366299
+// AdamW (decay 0.01) first multiplies w by 1 - lr * 0.01 = 0.999 each step: 0.899000002, 0.871467299.
+void adam(float weight_decay, double first, double second) {
+  Adam opt(AdamOptions{0.9f, 0.999f, 1e-8f, weight_decay});
+  std::vector<float> w{1.0f}, other{3.0f, 3.0f};  // a second tensor: state kept per tensor
+  std::vector<float> g1{0.5f}, g2{-0.25f}, zero{0.0f, 0.0f};
+  opt.step({{w.data(), 1, 0.1f}, {other.data(), 2, 0.1f}}, Gradients{{g1.data(), zero.data()}});
+  CHECK(near(w[0], first));
+  opt.step({{w.data(), 1, 0.1f}, {other.data(), 2, 0.1f}}, Gradients{{g2.data(), zero.data()}});
+  CHECK(near(w[0], second));
+  double decayed = 3.0 * std::pow(1.0 - 0.1 * weight_decay, 2);  // a zero gradient moves it by decay only
+  CHECK(near(other[0], decayed) && near(other[1], decayed));
+}
+
+void optimizers_by_name() {
+  OptimizerConstants constants{0.9f, 0.9f, 0.999f, 1e-8f, 0.01f};
+  for (const char* name : {"sgd", "sgd-momentum", "adam", "adamw"}) CHECK(make_optimizer(name, constants) != nullptr);
+  CHECK(make_optimizer("adafactor", constants) == nullptr);
+  CHECK(make_optimizer("", constants) == nullptr);
+}
+
+const char* kGood =
+    "edgebench-native-plan 1\n"
+    "kind joint\n"
+    "group_lr 0.001 0.00512\n"
+    "\n"
+    "clip 1.0\n"
+    "total_steps 12\n"
+    "input input_ids int64 1 16\n"
+    "input pixel_values float32 1 3 32 32\n"
+    "predicted {\"total_bytes\": 1024, \"parts\": {}}\n";
+
+Plan parse(const std::string& text) {
+  std::istringstream in(text);
+  return Plan::parse(in, "plan.txt", "/plans/x");
+}
+
+// The message of the PlanError `f` throws; "" if it throws none.
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const PlanError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool says(const std::string& message, const std::string& part) {
+  bool ok = message.find(part) != std::string::npos;
+  if (!ok) std::fprintf(stderr, "  \"%s\" does not say \"%s\"\n", message.c_str(), part.c_str());
+  return ok;
+}
+
+void good_plan() {
+  Plan plan = parse(kGood);
+  CHECK(plan.dir() == "/plans/x");
+  CHECK(plan.text("kind") == "joint");
+  CHECK(plan.real("group_lr", 1) == 0.00512);
+  CHECK(plan.real("clip") == 1.0);
+  CHECK(plan.integer("total_steps") == 12);
+  auto inputs = plan.all("input");
+  CHECK(inputs.size() == 2 && inputs[1]->text(0) == "pixel_values" && inputs[1]->integer_at_least(5, 1) == 32);
+  CHECK(inputs[1]->number() == 8 && inputs[1]->size() == 6);
+  CHECK(plan.line("predicted").rest() == "{\"total_bytes\": 1024, \"parts\": {}}");
+  CHECK(plan.find("momentum") == nullptr);
+}
+
+// kGood with line `number` (1-based) replaced by `line`.
+std::string with_line(int number, const std::string& line) {
+  std::istringstream in(kGood);
+  std::string out, text;
+  for (int i = 1; std::getline(in, text); ++i) out += (i == number ? line : text) + "\n";
+  return out;
+}
+
+void bad_plans() {
+  const std::string fix = "write the plan again";
+  std::string e = error_of([] { parse(with_line(5, "clip abc")).real("clip"); });
+  CHECK(says(e, "plan.txt:5: clip: \"abc\" is not a number") && says(e, fix));
+  e = error_of([] { parse(with_line(5, "clip 1.5x")).real("clip"); });
+  CHECK(says(e, "plan.txt:5: clip: \"1.5x\" is not a number"));
+  e = error_of([] { parse(with_line(5, "clip")).real("clip"); });
+  CHECK(says(e, "plan.txt:5: clip: \"\" is not a number"));
+  e = error_of([] { parse(with_line(3, "group_lr 0.001")).real("group_lr", 1); });
+  CHECK(says(e, "plan.txt:3: group_lr: \"\" is not a number"));
+  e = error_of([] { parse(with_line(6, "total_steps 1.5")).integer("total_steps"); });
+  CHECK(says(e, "plan.txt:6: total_steps: \"1.5\" is not a whole number"));
+  e = error_of([] { parse(with_line(6, "total_steps 99999999999999999999")).integer("total_steps"); });
+  CHECK(says(e, "plan.txt:6: total_steps: \"99999999999999999999\" is not a whole number"));
+  e = error_of([] { parse(with_line(7, "input input_ids int64 1 0")).all("input")[0]->integer_at_least(3, 1); });
+  CHECK(says(e, "plan.txt:7: input: \"0\" is below 1"));
+  e = error_of([] { parse(with_line(7, "input")).all("input")[0]->text(0); });
+  CHECK(says(e, "plan.txt:7: input: has 0 values, needs 1"));
+  e = error_of([] { parse(kGood).real("steps"); });
+  CHECK(says(e, "plan.txt: no `steps` line") && says(e, fix));
+  e = error_of([] { parse(with_line(1, "edgebench-native-plan 2")); });
+  CHECK(says(e, "plan.txt: not a native plan of this worker's format"));
+  e = error_of([] { parse(""); });
+  CHECK(says(e, "plan.txt: empty"));
+  e = error_of([] { Plan::read("/nonexistent/plan.txt"); });
+  CHECK(says(e, "/nonexistent/plan.txt: cannot read the native plan"));
+}
+
+void parallel_loops() {
+  size_t n = 3 * kGrain + 5;  // several chunks and a partial one
+  std::vector<int> hits(n, 0);
+  parallel_each(n, [&](size_t k) { hits[k] += 1; });
+  bool once = true;
+  for (int h : hits) once = once && h == 1;
+  CHECK(once);
+  CHECK(parallel_sum(n, [](size_t k) { return double(k); }) == double(n) * double(n - 1) / 2.0);
+  CHECK(parallel_sum(0, [](size_t) { return 1.0; }) == 0.0);
+  CHECK(parallel_sum(7, [](size_t) { return 1.0; }) == 7.0);
+}
+
+}  // namespace
+
+int main() {
+  sgd();
+  sgd_momentum();
+  adam(0.0f, 0.900000002, 0.873366299);
+  adam(0.01f, 0.899000002, 0.871467299);
+  optimizers_by_name();
+  good_plan();
+  bad_plans();
+  parallel_loops();
+  if (g_failures) std::fprintf(stderr, "%d check(s) failed\n", g_failures);
+  else std::puts("edgebench-worker-tests: all checks passed");
+  return g_failures ? 1 : 0;
+}
