@@ -138,12 +138,17 @@ def _layout(section: Section, level: int) -> tuple[Table, list[str]]:
     return _table(fields, section.rows, compact=True), _units(fields, left_out)
 
 
+def present(fields: list[Field], rows: list[dict[str, Any]]) -> list[Field]:
+    """The fields some row has a value for: a table shows no column that is empty throughout
+    (held-out figures without evaluations, energy without power)."""
+    return [f for f in fields if any(f.value(row) not in EMPTY for row in rows)]
+
+
 def fitted_sections(sections: list[Section], width: int) -> list[RenderableType]:
     """Each section, title above and caption below (wrapped whole), all in one layout: the
     widest tables that all fit `width`, else cards for all. A figure no row of a section has is
     left out of it."""
-    sections = [replace(s, figures=[f for f in s.figures if any(f.value(row) not in EMPTY for row in s.rows)])
-                for s in sections]
+    sections = [replace(s, figures=present(s.figures, s.rows)) for s in sections]
     ranks = max((f.drop for s in sections for f in s.figures), default=0)
     chosen: list[tuple[Table, list[str]]] | None = None
     for level in range(ranks + 2):

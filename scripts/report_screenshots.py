@@ -1,4 +1,4 @@
-"""The HTML report's screenshots in docs/report.md: a study of two devices (the browser
+"""The HTML report's screenshots in docs/report.md: a study of three devices (the browser
 test's store, tests/report_demo.py) drawn by headless Chromium at 1,400 px and at a phone's
 390 px, each 2,200 px tall.
 

@@ -1,7 +1,8 @@
-"""A study of two devices for the HTML report's browser test and its screenshots
+"""A study of three devices for the HTML report's browser test and its screenshots
 (scripts/report_screenshots.py): a board with a power sensor that throttles, a phone with
-only a power model, several methods with repeats, a run that ran out of memory, and run
-ids as long as real ones. Also how both load a page in headless Chromium (`browse`)."""
+only a power model, several methods with repeats, a run that ran out of memory, run ids as
+long as real ones, and a board whose runs evaluated on held-out data with a target. Also
+how both load a page in headless Chromium (`browse`)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from results_fixtures import FakeRun, store_of
+from edgebench.results.store import Store
+from results_fixtures import FakeRun, evaluated, store_of
 
 DEVICES = {  # device -> [(method, rss MiB, step s, status, repeats)]
     "jetson-orin-nano": [("sgd", 240, 0.30, "ok", 2), ("adamw", 330, 0.34, "ok", 2), ("lora", 210, 0.26, "ok", 1),
@@ -26,8 +28,31 @@ DEVICES = {  # device -> [(method, rss MiB, step s, status, repeats)]
 }
 
 
+# A board with only a power model whose runs evaluated on held-out data with a target: its
+# frontier is peak memory against time to the target, and lora never reaches it within its cap.
+EVALUATED = {"raspberry-pi-5": [("sgd", 250, 0.9, {0: 4.0, 4: 3.1, 8: 2.4}, 2),
+                                ("adamw", 340, 1.0, {0: 4.0, 4: 2.3}, 1),
+                                ("lora", 215, 0.7, {0: 4.0, 4: 3.6, 8: 3.3}, 1)]}
+TARGET = "loss=2.5"
+
+
 def demo_store(root: Path) -> Path:
     """The study's store at root/edgebench.duckdb."""
+    path = store_of(root, _runs())
+    with Store(path) as store:
+        for device, methods in EVALUATED.items():
+            for i, (method, rss, step_s, losses, repeats) in enumerate(methods):
+                for r in range(repeats):
+                    run = FakeRun(run_id=f"20261206-080{i}-{method}-{r}d41e5b2", model="nanovlm-222m", method=method,
+                                  rss_base=(rss + 4 * r) << 20, step_s=step_s * (1 + 0.05 * r), steps=8, power=None,
+                                  power_est=lambda t: 5.0 + 0 * t)
+                    correct = {after: min(10, 3 * k) for k, after in enumerate(losses)}
+                    store.ingest_run(evaluated(run, root / "src" / device, losses, TARGET, correct), device=device)
+    return path
+
+
+def _runs() -> dict[str, list[FakeRun]]:
+    """DEVICES' runs, by device."""
     runs = {}
     for d, (device, methods) in enumerate(DEVICES.items()):
         runs[device] = [
@@ -37,7 +62,7 @@ def demo_store(root: Path) -> Path:
                     power_est=None if d == 0 else (lambda t: 4.5 + 0 * t), throttle_after_s=2.0 if d == 0 else None,
                     loss_rate=0.9 if method != "mezo" else 0.99)
             for i, (method, rss, step_s, status, repeats) in enumerate(methods) for r in range(repeats)]
-    return store_of(root, runs)
+    return runs
 
 
 def chromium() -> str:

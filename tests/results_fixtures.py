@@ -157,6 +157,27 @@ class FakeRun:
         return out
 
 
+def eval_event(after: int, loss: float, correct: int, t_ns: int) -> dict:
+    """A held-out evaluation as the worker records it: 10 samples, 20 answer tokens."""
+    return {"event": "eval", "after_steps": after, "t_ns": t_ns, "end_ns": t_ns + 500_000_000, "samples": 10,
+            "tokens": 20, "loss_sum": loss * 20, "correct": correct}
+
+
+def evaluated(run: FakeRun, root: Path, losses: dict[int, float], target: str | None,
+              correct: dict[int, int] | None = None) -> Path:
+    """The run's directory with held-out evaluations (after_steps: loss; `correct` of 10 samples
+    each) and its target in the spec."""
+    run_dir = run.write(root)
+    windows = run.step_windows_ns()
+    evals = [eval_event(after, loss, (correct or {}).get(after, 0), windows[min(after, len(windows) - 1)][2])
+             for after, loss in losses.items()]
+    (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in run.events() + evals))
+    meta = json.loads((run_dir / "meta.json").read_text())
+    meta["spec"]["target"] = target
+    (run_dir / "meta.json").write_text(json.dumps(meta))
+    return run_dir
+
+
 def store_of(root: Path, runs: dict[str, list[FakeRun]], result: Callable[[FakeRun], dict] | None = None) -> Path:
     """A real DuckDB store at root/edgebench.duckdb holding `runs` by device; `result(run)`
     gives fields to add to a run's result.json (what a supervisor would have written)."""

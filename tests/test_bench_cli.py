@@ -319,3 +319,75 @@ def test_readme_your_model_your_data_example_runs_as_written(tmp_path):
     assert Path(spec["data_dir"]).is_relative_to(tmp_path / "cache" / "datasets")  # converted once, by content
     result = figures_of_run_dir(runs / saved.name)
     assert result["status"] == "ok" and result["predicted_peak_bytes_est"] > 0
+
+
+def test_rerun_disturbed_runs_a_disturbed_run_again_within_its_budget_and_keeps_both(tmp_path, monkeypatch):
+    """A fake supervisor whose runs are disturbed while an `others` schedule says so (no real
+    load needed): each disturbed run is run again, at most N times in the sweep; every run,
+    disturbed or not, is ingested; the last lines say how many re-runs happened."""
+    from edgebench.fleet import local
+    from edgebench.results.store import Store
+    from results_fixtures import FakeRun
+
+    started = []
+
+    def fake_run_local(spec, run_dir, on_progress=None, interrupts=None):
+        disturbed = spec.method == "sgd" and len([s for s in started if s.method == "sgd"]) < 2  # sgd twice
+        started.append(spec)
+        FakeRun(run_id=spec.run_id, method=spec.method, model=spec.model, steps=2).write(run_dir.parent)
+        result = json.loads((run_dir / "result.json").read_text())
+        return {**result, "batch_size": 1, "cpu": {"others_share": 0.4 if disturbed else 0.0, "disturbed": disturbed,
+                                                   "disturbed_why": "other processes used 40% of the CPU"
+                                                   if disturbed else None}}
+
+    monkeypatch.setattr(local, "run_local", fake_run_local)
+    args = ["--model", "tiny", "--methods", "sgd,adamw", "--runs-dir", str(tmp_path)]
+    once = CliRunner().invoke(bench, [*args, "--rerun-disturbed", "1"], env={"COLUMNS": "200"})
+    assert once.exit_code == 0, once.output
+    assert [s.method for s in started] == ["sgd", "adamw", "sgd"]  # the one re-run the budget allows
+    assert started[2].extra["rerun_of"] == started[0].run_id and started[2].run_id != started[0].run_id
+    text = " ".join(once.output.split())
+    assert "--rerun-disturbed 1: 1 disturbed run re-run" in text
+    assert "1 disturbed run not re-run: the 1 re-runs were spent" in text  # the re-run was disturbed too
+    with Store(tmp_path / "edgebench.duckdb", read_only=True) as store:
+        assert sorted(r["run_id"] for r in store.runs()) == sorted(s.run_id for s in started)  # nothing lost
+
+    started.clear()
+    (tmp_path / "edgebench.duckdb").unlink()
+    twice = CliRunner().invoke(bench, [*args, "--rerun-disturbed", "5"], env={"COLUMNS": "200"})
+    assert twice.exit_code == 0, twice.output
+    assert [s.method for s in started] == ["sgd", "adamw", "sgd", "sgd"]  # until it ran undisturbed
+    assert "2 disturbed runs re-run" in " ".join(twice.output.split()) and "not re-run" not in twice.output
+    started.clear()
+    (tmp_path / "edgebench.duckdb").unlink()
+    never = CliRunner().invoke(bench, args, env={"COLUMNS": "200"})
+    assert never.exit_code == 0 and [s.method for s in started] == ["sgd", "adamw"]
+    assert "re-run" not in never.output and "1 of 2 runs" in " ".join(never.output.split())  # flagged, not re-run
+
+
+def test_bench_table_shows_heldout_figures_and_the_target_only_where_runs_evaluated():
+    def result(method, steps_to_target, seconds, eval_loss_last=None, target="loss=2.0"):
+        learned = {} if eval_loss_last is None else {
+            "eval_loss_first": 4.0, "eval_loss_last": eval_loss_last, "eval_accuracy_last": 0.25, "target": target,
+            "target_reached": steps_to_target is not None, "steps_to_target": steps_to_target,
+            "time_to_target_s": seconds}
+        return {"method": method, "model": "tiny", "backend": "eager", "batch_size": 1, "status": "ok",
+                "run_id": f"{method}-{steps_to_target}", "peak_rss_bytes_kernel": 350 << 20,
+                "step_time_s": {"median": 0.1}, "samples_per_s": 10.0, "loss_first": 5.0, "loss_last": 4.0,
+                **learned}
+
+    def shown(results, width=200):
+        console = Console(width=width, record=True, color_system=None)
+        render_bench_results(results, "tiny on local, batch 1, eager", console=console)
+        return console.export_text()
+
+    text = shown([result("adamw", 4, 0.4, 1.9), result("adamw", 6, 0.6, 1.8), result("sgd", None, None, 2.6)])
+    for header in ("held-out loss", "held-out acc", "reached", "steps to target", "s to target"):
+        assert header in text, text
+    adamw = next(line for line in text.splitlines() if line.lstrip().startswith("adamw"))
+    assert adamw.split()[-6:] == ["25%", "2/2", "5", "[4-6]", "0.5", "[0.4-0.6]"], adamw
+    sgd = next(line for line in text.splitlines() if line.lstrip().startswith("sgd"))
+    assert sgd.split()[-3:] == ["0/1", "-", "-"] and "4->2.6 -35%" in sgd
+    assert "held-out" not in shown([result("adamw", None, None)])  # no evaluation: no such columns
+    narrow = shown([result("adamw", 4, 0.4, 1.9), result("adamw", 6, 0.6, 1.8)], width=80)
+    assert max(len(line) for line in narrow.splitlines()) <= 80 and "2/2" in narrow and "#1" not in narrow

@@ -21,7 +21,7 @@ from edgebench.model.config import get_config
 from edgebench.results.metrics import all_metrics
 from edgebench.results.store import Store
 from edgebench.runner.spec import RunSpec
-from results_fixtures import FakeRun
+from results_fixtures import FakeRun, eval_event, evaluated
 from test_data import GOOD, _folder
 
 
@@ -51,15 +51,10 @@ def test_counts_are_the_models_own_loss_and_greedy_decodings_exact_match():
     assert evaluate_batch(model, decoded)["correct"] == 6
 
 
-def _eval_event(after: int, loss: float, correct: int, t_ns: int) -> dict:
-    return {"event": "eval", "after_steps": after, "t_ns": t_ns, "end_ns": t_ns + 500_000_000, "samples": 10,
-            "tokens": 20, "loss_sum": loss * 20, "correct": correct}
-
-
 def test_target_is_the_first_evaluation_that_reaches_it_and_costs_the_steps_before_it():
     steps = [{"event": "step_end", "duration_s": d} for d in (0.5, 0.25, 0.25, 1.0, 2.0)]
-    events = [_eval_event(0, 4.0, 0, 0), *steps[:2], _eval_event(2, 2.5, 4, 10),
-              *steps[2:4], _eval_event(4, 1.9, 9, 20), steps[4], _eval_event(5, 1.5, 10, 30)]
+    events = [eval_event(0, 4.0, 0, 0), *steps[:2], eval_event(2, 2.5, 4, 10),
+              *steps[2:4], eval_event(4, 1.9, 9, 20), steps[4], eval_event(5, 1.5, 10, 30)]
     got = learning_figures(events, "accuracy=0.9")
     assert got["eval_count"] == 4 and got["eval_time_s"] == pytest.approx(2.0)
     assert (got["eval_loss_first"], got["eval_loss_last"]) == (4.0, 1.5)
@@ -78,22 +73,10 @@ def test_a_target_that_cannot_be_evaluated_says_what_can(text, said):
         parse_target(text)
 
 
-def _evaluated(run: FakeRun, root, losses: dict[int, float], target: str):
-    """The run's directory with held-out evaluations (after_steps: loss) and its target in the spec."""
-    run_dir = run.write(root)
-    windows = run.step_windows_ns()
-    evals = [_eval_event(after, loss, 0, windows[min(after, len(windows) - 1)][2]) for after, loss in losses.items()]
-    (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in run.events() + evals))
-    meta = json.loads((run_dir / "meta.json").read_text())
-    meta["spec"]["target"] = target
-    (run_dir / "meta.json").write_text(json.dumps(meta))
-    return run_dir
-
-
 def test_energy_to_target_is_the_joules_of_the_steps_before_it(tmp_path):
     run = FakeRun(power=lambda t: np.full_like(t, 2.0), steps=6, step_s=0.5)
     with Store(tmp_path / "s.duckdb") as store:
-        store.ingest_run(_evaluated(run, tmp_path, {0: 5.0, 3: 2.0}, "loss=2.0"), device="pi")
+        store.ingest_run(evaluated(run, tmp_path, {0: 5.0, 3: 2.0}, "loss=2.0"), device="pi")
         (row,) = all_metrics(store)
     assert row["steps_to_target"] == 3 and row["time_to_target_s"] == pytest.approx(1.5)
     assert row["energy_to_target_j"] == pytest.approx(2.0 * 1.5, rel=0.02)  # 2 W for three 0.5 s steps
@@ -171,7 +154,7 @@ def test_the_study_ranks_by_what_reaching_the_target_cost(tmp_path):
     with Store(tmp_path / "s.duckdb") as store:
         for method, (mib, step_s, losses) in runs.items():
             run = FakeRun(run_id=method, method=method, rss_base=mib << 20, step_s=step_s, steps=8, warmup_steps=1)
-            store.ingest_run(_evaluated(run, tmp_path / "src", losses, "loss=2.0"), device="pi")
+            store.ingest_run(evaluated(run, tmp_path / "src", losses, "loss=2.0"), device="pi")
         rows, notes = study_rows(group_runs(all_metrics(store)), baseline="sgd")
     by = {r["method"]: r for r in rows}
     assert notes == [] and by["sgd"]["time_to_target_s"] == pytest.approx(1.6)
@@ -182,3 +165,33 @@ def test_the_study_ranks_by_what_reaching_the_target_cost(tmp_path):
     assert {m for m, r in by.items() if r["on_frontier"]} == {"mezo"}
     assert by["sgd"]["energy_to_target_j"] is not None and by["mezo"]["energy_to_target_ratio"] == pytest.approx(
         by["mezo"]["energy_to_target_j"] / by["sgd"]["energy_to_target_j"])
+
+
+def test_predict_says_its_figures_are_per_step_and_shows_what_reaching_a_target_took(tmp_path):
+    from edgebench.cli.methods import predict_command
+
+    with Store(tmp_path / "s.duckdb") as store:  # lora reaches loss=1.0 after 4 and after 6 steps; sgd never
+        for i, (method, losses) in enumerate([("lora", {0: 5.0, 4: 1.0}), ("lora", {0: 5.0, 6: 0.9}),
+                                              ("sgd", {0: 5.0, 8: 3.0})]):
+            run = FakeRun(run_id=f"r{i}", method=method, steps=8, step_s=0.25)
+            store.ingest_run(evaluated(run, tmp_path / "src", losses, "loss=1.0"), device="pi")
+        other = FakeRun(run_id="other-model", method="lora", model="nanovlm-222m", steps=8)
+        store.ingest_run(evaluated(other, tmp_path / "src", {0: 5.0, 2: 0.5}, "loss=1.0"), device="pi")
+    args = ["--ram-bytes", str(4 << 30), "--store", str(tmp_path / "s.duckdb")]
+    ranked = CliRunner().invoke(predict_command, args, env={"COLUMNS": "220"})
+    assert ranked.exit_code == 0, ranked.output
+    said = " ".join(ranked.output.split())
+    assert "per-step estimates" in said and "to target (measured)" in said
+    lora = next(line for line in ranked.output.splitlines() if line.split()[1:2] == ["lora"])
+    assert "reached loss=1.0 in 5 steps, 1.25 s (n=2, batch 2)" in lora  # medians: 5 steps of 0.25 s
+    sgd = next(line for line in ranked.output.splitlines() if line.split()[1:2] == ["sgd"])
+    assert "loss=1.0 not reached within the cap (n=1, batch 2)" in sgd
+    one = CliRunner().invoke(predict_command, [*args, "--method", "lora", "--json"])
+    assert json.loads(one.output)["measured_to_target"] == [
+        {"target": "loss=1.0", "batch_size": 2, "n": 2, "reached": 2, "steps": 5.0, "seconds": 1.25}]
+    text = CliRunner().invoke(predict_command, [*args, "--method", "lora"], env={"COLUMNS": "220"}).output
+    assert "lora: measured: reached loss=1.0 in 5 steps, 1.25 s (n=2, batch 2)" in text
+    none = CliRunner().invoke(predict_command, ["--ram-bytes", str(4 << 30), "--store", str(tmp_path / "no.duckdb")],
+                              env={"COLUMNS": "220"})
+    assert none.exit_code == 0 and "to target" not in none.output and "per-step estimates" in none.output
+    assert not (tmp_path / "no.duckdb").exists()  # read only: nothing made

@@ -598,3 +598,84 @@ def test_charts_have_no_overlapping_labels_no_cut_titles_no_legend_over_a_plot(t
     _invoke("--store", str(two_models_store), "--format", "png", "--out", str(tmp_path / "figs"))
     assert len(problems) == 2 + len(list((tmp_path / "figs").glob("*.png")))
     assert [(title, found) for title, found in problems if found] == []
+
+
+@pytest.fixture(scope="module")
+def evaluated_store(tmp_path_factory):
+    """report_demo's store: raspberry-pi-5's runs evaluated with the target loss=2.5 (sgd reaches
+    it after 8 steps of 0.9 and 0.945 s, adamw after 4 of 1.0 s, lora never; 5 W estimated)."""
+    from report_demo import demo_store
+
+    return demo_store(tmp_path_factory.mktemp("evaluated"))
+
+
+def test_heldout_figures_and_the_cost_to_the_target_in_report_and_study_tables(evaluated_store):
+    def rows(lines):
+        """The three rows under the table's header, by method, in their order."""
+        table = lines[next(i for i, line in enumerate(lines) if line.split()[:1] == ["method"]) + 2:]
+        return {line.split()[0]: line for line in table[:3]}
+
+    lines = in_terminal(report_command, ["--store", str(evaluated_store), "--device", "raspberry-pi-5"]).splitlines()
+    (header,) = [line.split() for line in lines if line.split()[:1] == ["method"]]
+    # at 80 columns: the compact table, the steps to the target, held-out loss, joules, loss and J/step left out
+    assert header == ["method", "status", "n", "peak", "t", "acc", "hit", "tgt"], lines
+    got = rows(lines)
+    assert got["sgd"].split()[-4:] == ["60%", "2/2", "7.38", "[7.2-7.56]"], got
+    assert got["adamw"].split()[-3:] == ["30%", "1/1", "4"] and got["lora"].split()[-3:] == ["60%", "0/1", "-"]
+    assert "acc: %; tgt: s to target" in " ".join(lines)
+    wide = in_terminal(report_command, ["--store", str(evaluated_store), "--device", "raspberry-pi-5"], width=220)
+    assert all(h in wide for h in ("held-out loss", "held-out acc", "reached", "steps to target", "s to target",
+                                   "J to target"))
+    assert "4->2.4 -40%" in wide and "36.9 [36-37.8] est" in wide  # held-out loss; joules from the power model
+    plain = in_terminal(report_command, ["--store", str(evaluated_store), "--device", "pixel-8-termux"], width=220)
+    assert "held-out" not in plain and "reached" not in plain and "target" not in plain  # no empty columns
+
+    study = in_terminal(report_command, ["--store", str(evaluated_store), "--device", "raspberry-pi-5", "--study"])
+    lines = study.splitlines()
+    (header,) = [line.split() for line in lines if line.split()[:1] == ["method"]]
+    assert header == ["method", "status", "n", "mem", "t", "acc", "hit", "Ttgt"], lines
+    got = rows(lines)
+    assert list(got) == ["adamw", "sgd", "lora"]  # ranked by time to the target; lora never reached it
+    assert got["adamw"].split()[-2:] == ["0.54x", "[0.53-0.56]"] and got["lora"].split()[-1] == "-"
+    said = " ".join(study.split())
+    assert "Target not reached: raspberry-pi-5 / nanovlm-222m / lora / eager: 1 of 1 runs did not reach loss=2.5 " \
+           "within their cap of 8 steps" in said
+    wide = in_terminal(report_command, ["--store", str(evaluated_store), "--device", "raspberry-pi-5", "--study"],
+                       width=220)
+    assert "time to target" in wide and "energy to target" in wide and "0.54x [0.53-0.56] est" in wide
+
+
+def test_html_draws_heldout_curves_against_seconds_and_joules_and_the_frontier_against_time_to_target(
+        evaluated_store, tmp_path):
+    from edgebench.report.build import collect
+    from edgebench.report.html import render_html
+
+    with Store(evaluated_store, read_only=True) as store:
+        report = collect(store, baseline="sgd", interactive=True)
+    figures = {f.name: f for f in report.figures}
+    assert [n for n in figures if n.startswith("learning_")] == ["learning_raspberry-pi-5_nanovlm-222m"]
+    (seconds_title, seconds), (joules_title, joules) = figures["learning_raspberry-pi-5_nanovlm-222m"].charts
+    assert "training time (s)" in seconds_title and "energy (J, ESTIMATED)" in joules_title
+    sgd_loss = next(t for t in seconds["data"] if t["name"].startswith("sgd") and t["yaxis"] == "y")
+    def rounded(values):
+        return [v if v is None else round(v, 6) for v in values]
+
+    assert rounded(sgd_loss["x"]) == [0, 3.6, 7.2, None, 0, 3.78, 7.56]  # seconds of its steps: each run a line
+    assert rounded(sgd_loss["y"]) == [4.0, 3.1, 2.4, None, 4.0, 3.1, 2.4]
+    sgd_accuracy = next(t for t in seconds["data"] if t["name"].startswith("sgd") and t["yaxis"] == "y2")
+    assert sgd_accuracy["y"][:3] == pytest.approx([0, 30, 60])  # % of the 10 samples each evaluation read
+    sgd_joules = next(t for t in joules["data"] if t["name"].startswith("sgd") and t["yaxis"] == "y")
+    assert sgd_joules["x"][:3] == pytest.approx([0, 18, 36], rel=0.01)  # 5 W for 0.9 s steps
+    assert "(estimated)" in sgd_joules["hovertext"][1] and "run: 20261206-0800-sgd-0" in sgd_joules["hovertext"][1]
+    assert [s["y0"] for s in seconds["layout"]["shapes"]] == [2.5]  # the target, dashed
+    pareto = figures["pareto_raspberry-pi-5_nanovlm-222m"]
+    assert pareto.title.endswith("peak memory vs time to the target (loss=2.5)")
+    chart = pareto.charts[0][1]
+    assert chart["layout"]["yaxis"]["title"]["text"] == "time to the target (loss=2.5), median (s)"
+    assert sorted(y for t in chart["data"] if t["name"].startswith(("sgd", "adamw")) for y in t["y"]) == \
+        pytest.approx([4.0, 7.38])
+    assert figures["pareto_pixel-8-termux_nanovlm-222m"].title.endswith("peak memory vs time per step")
+    page = unescape(render_html(report))
+    assert "held-out loss" in page and "s to target" in page and "J to target (est.)" in page
+    assert "lora / eager: 1 of 1 runs did not reach loss=2.5 within their cap of 8 steps" in page
+    assert "sgd / eager (steps 10, no target)" in page  # the other devices' runs are named apart

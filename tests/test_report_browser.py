@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from edgebench.report.commands import report_command
-from report_demo import DEVICES, browse, demo_store
+from report_demo import DEVICES, EVALUATED, browse, demo_store
 
 
 @pytest.fixture(scope="module")
@@ -31,9 +31,11 @@ def test_every_chart_draws_without_an_error_and_the_page_fits(study_page, width)
     summary = page.summary
     assert summary["errors"] == ""  # what the page's own error handler caught
     charts = summary["charts"]
-    runs = sum(repeats for methods in DEVICES.values() for *_, repeats in methods)
-    # a frontier per device (in the study), 3 comparisons, per run its memory and (measured or temperature) power
-    assert len(charts) == len(DEVICES) + 3 + 2 * runs == int(summary["checks"]["charts"])
+    runs = sum(repeats for methods in (*DEVICES.values(), *EVALUATED.values()) for *_, repeats in methods)
+    # a frontier per device (in the study), 3 comparisons, per run its memory and (measured or temperature) power,
+    # the evaluated device's held-out curves against seconds and joules
+    assert len(charts) == len(DEVICES) + len(EVALUATED) + 3 + 2 * runs + 2 == int(summary["checks"]["charts"])
+    assert {"learning_raspberry-pi-5_nanovlm-222m-0", "learning_raspberry-pi-5_nanovlm-222m-1"} <= set(charts)
     assert all(layers >= 2 for layers in charts.values()), charts  # plotly's SVG layers: each chart drawn
     assert summary["width"] == width
     assert summary["pageWidth"] <= width and summary["bodyWidth"] <= width  # nothing widens the page

@@ -11,6 +11,7 @@ import click
 from edgebench.methods.device_speed import DeviceSpeed
 from edgebench.methods.fit import DEFAULT_HEADROOM, rank, usable_bytes
 from edgebench.methods.knobs import PRESETS, MethodError, parse_method
+from edgebench.results import STORE_DEFAULT_HELP
 
 
 def _knob_text(knobs: dict) -> str:
@@ -144,15 +145,20 @@ def _native_peaks(model_name: str, device: str | None, text_length: int, image_s
               help="python: a Python process with torch (eager; ExecuTorch's Python worker); native: the native "
                    "ExecuTorch worker (no Python, no torch), predicted from each method's program, exported for "
                    "the device's profile first (cached; minutes for a large model's first export).")
+@click.option("--store", default=None, type=click.Path(dir_okay=False),
+              help=f"Results store whose runs of this model with a --target show what reaching it took, measured, "
+                   f"beside the estimates (default: {STORE_DEFAULT_HELP}; none there: no such figures).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 def predict_command(device, ram_bytes, model_name, method, batch_size, text_length, image_size,
-                    headroom, runtime, as_json) -> None:
+                    headroom, runtime, store, as_json) -> None:
     """Predict a method's memory (weights, gradients, optimizer state, activations,
     temporaries, runtime baseline, peak) before running it, and whether it fits the device's
     RAM with headroom. Without --method: which methods fit, best first by predicted step time
     (relative to SGD, from a FLOP and memory-traffic model); with --runtime native, the
     methods the native worker runs, by its own memory (planned arena, mapped program, its
-    runtime). All figures are estimates."""
+    runtime). All figures are per-step estimates; where the results store holds runs of the
+    model with a held-out target (`bench --target`), each method's measured steps and seconds
+    to it are shown beside them."""
     from edgebench.methods import memory
     from edgebench.model.checkpoint import read_config
     from edgebench.model.config import ConfigError, get_config
@@ -168,9 +174,12 @@ def predict_command(device, ram_bytes, model_name, method, batch_size, text_leng
                "speed": asdict(speed)}
     native = _native_peaks(model_name, device, text_length, image_size, as_json) if runtime == "native" else None
     verdict["runtime"] = runtime
+    measured = _measured(store, model_name)
     if parsed is None:
-        _print_ranking(rank(cfg, batch_size, text_length, image_size, usable, speed, native), model_name,
-                       batch_size, verdict, as_json)
+        rows = rank(cfg, batch_size, text_length, image_size, usable, speed, native)
+        for r in rows:
+            r["measured_to_target"] = measured.get(r["method"], [])
+        _print_ranking(rows, model_name, batch_size, verdict, as_json)
         return
     figures = memory.predict(cfg, parsed, batch_size, text_length, image_size=image_size) if native is None \
         else native(parsed, batch_size)
@@ -180,9 +189,11 @@ def predict_command(device, ram_bytes, model_name, method, batch_size, text_leng
         raise click.BadParameter(f"the native ExecuTorch worker does not run {parsed.name}: "
                                  f"{native_reason(parsed) or 'its program cannot be exported'}", param_hint="--method")
     verdict["fits_est"] = figures["peak_bytes"] <= usable
+    mine = measured.get(parsed.name, [])
     if as_json:
         click.echo(json.dumps({"model": model_name, "method": parsed.name, "batch_size": batch_size,
-                               "text_length": text_length, **figures, **verdict}, indent=2))
+                               "text_length": text_length, **figures, **verdict, "measured_to_target": mine},
+                              indent=2))
         return
     from rich.table import Table
 
@@ -203,6 +214,41 @@ def predict_command(device, ram_bytes, model_name, method, batch_size, text_leng
     word = "fits" if verdict["fits_est"] else "does NOT fit"
     console.print(f"{word}: peak {figures['peak_bytes'] / 2**20:,.0f} MiB vs {usable / 2**20:,.0f} MiB usable "
                   f"({budget / 2**20:,.0f} MiB RAM from {source}, {headroom:.0%} headroom)")
+    console.print(PER_STEP_NOTE)
+    for entry in mine:
+        console.print(f"{parsed.name}: measured: {_to_target_text(entry)}")
+
+
+PER_STEP_NOTE = ("These figures are per-step estimates, made before any run: what reaching a held-out target "
+                 "costs is measured (`edgebench bench --target`), and shown where the store has such runs.")
+
+
+def _measured(store: str | None, model_name: str) -> dict[str, list[dict]]:
+    """Per method, what its stored runs of this model took to reach their targets
+    (results.study.measured_to_target); nothing where there is no store or it is busy."""
+    from edgebench.errors import EdgebenchError
+    from edgebench.results import default_store
+    from edgebench.results.store import Store
+    from edgebench.results.study import measured_to_target
+
+    path = Path(store) if store else default_store()
+    if not path.is_file():
+        return {}
+    try:
+        with Store(path, read_only=True, wait_s=0) as opened:
+            return measured_to_target(opened.runs(model=model_name))
+    except EdgebenchError:  # a writer holds it, or it is no store: the estimates stand alone
+        return {}
+
+
+def _to_target_text(entry: dict) -> str:
+    """`reached loss=1.0 in 40 steps, 2.1 s (n=3, batch 1)`: medians of the runs that reached it."""
+    n, reached, target = entry["n"], entry["reached"], entry["target"]
+    where = f"n={n}, batch {entry['batch_size']}"
+    if not reached:
+        return f"{target} not reached within the cap ({where})"
+    who = "reached" if reached == n else f"{reached} of {n} runs reached"
+    return f"{who} {target} in {entry['steps']:.3g} steps, {entry['seconds']:.3g} s ({where})"
 
 
 def _print_ranking(rows: list[dict], model_name: str, batch_size: int, verdict: dict, as_json: bool) -> None:
@@ -227,14 +273,19 @@ def _print_ranking(rows: list[dict], model_name: str, batch_size: int, verdict: 
                         f"{verdict['headroom']:.0%} headroom), batch {batch_size}: estimates",
                   caption="step time (est.): the step's work at the device's rates, relative to sgd on it; "
                           f"it ranks, it does not time. Rates: {speed['source']}{bf16_note}")
-    for column in ("method", "fits (est.)", "peak MiB (est.)", "step time x sgd (est.)", "trained params"):
+    measured = any(r["measured_to_target"] for r in rows)
+    columns = ["method", "fits (est.)", "peak MiB (est.)", "step time x sgd (est.)", "trained params"]
+    for column in columns + ["to target (measured)"] * measured:
         table.add_column(column, justify="left" if column == "method" else "right",
                          no_wrap=column == "method")  # a name must stay whole and typeable
     for r in rows:
+        to_target = ["; ".join(_to_target_text(e) for e in r["measured_to_target"])
+                     or "-"] if measured else []
         table.add_row(r["method"], "yes" if r["fits_est"] else "no", f"{r['peak_bytes_est'] / 2**20:,.0f}",
                       "-" if r["step_time_vs_sgd_est"] is None else f"{r['step_time_vs_sgd_est']:.2f}",
-                      f"{r['trainable_params'] / 1e6:,.1f} M")
+                      f"{r['trainable_params'] / 1e6:,.1f} M", *to_target)
     terminal().print(table)
     best = fitting[0]["method"] if fitting else None
     click.echo(f"best that fits (est.): {best}" if best else
                "nothing fits: the smallest predicted peak is listed first among the rest")
+    click.echo(PER_STEP_NOTE)

@@ -19,6 +19,9 @@ TARGET_METRICS = {"accuracy": True, "loss": False}
 TARGET_EXAMPLE = "accuracy=0.9 or loss=2.0"
 DEFAULT_EVAL_EVERY = 10  # steps between evaluations when only a target is given
 SHORT_ANSWER_TOKENS = 16  # an accuracy target needs answers no longer (exact match of a long text says little)
+# learning_figures' figures a table row carries (the store's metrics, bench's table); eval_curve stays in result.json
+LEARNING_COLUMNS = ("eval_loss_first", "eval_loss_last", "eval_accuracy_first", "eval_accuracy_last", "eval_count",
+                    "eval_time_s", "target", "target_reached", "steps_to_target", "time_to_target_s")
 
 
 class TargetError(EdgebenchError, ValueError):

@@ -24,10 +24,12 @@ from edgebench.fleet.plan import (
     attach_program,
     check_method,
     check_model,
+    disturbed_rerun,
     for_device,
     ingest_runs,
     make_specs,
     parse_duration,
+    rerun_summary,
     unsupported_result,
 )
 from edgebench.fleet.progress import plain_progress
@@ -507,9 +509,12 @@ def run_options(command: Callable) -> Callable:
 @click.option("--store", default=None, type=click.Path(dir_okay=False),
               help=f"Results store to ingest into (default: RUNS_DIR/edgebench.duckdb with --runs-dir, else "
                    f"{STORE_DEFAULT_HELP}); see `edgebench report`.")
+@click.option("--rerun-disturbed", default=0, show_default=True, type=click.IntRange(min=0), metavar="N",
+              help="Run a configuration again when its run was disturbed (other processes took >10% of the CPU), "
+                   "at most N extra runs in all; the disturbed run stays in the store beside its re-run.")
 @SAVE_OPTION
 def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str | None, as_json: bool,
-          store: str | None, save: str | None, force: bool) -> None:
+          store: str | None, rerun_disturbed: int, save: str | None, force: bool) -> None:
     """Benchmark fine-tuning methods on this host: `deploy` to the local device, in the foreground.
 
     Each method runs in a fresh process so its memory is its own, sampled while it runs;
@@ -520,9 +525,10 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str 
     Each run leaves a run directory under --runs-dir and is ingested into the store.
     With --repeats N the table gives each figure as the median of the N runs with
     [min-max] and n; a run that other processes disturbed (they took >10% of the CPU)
-    is flagged "!". Fine-tune your own model on your own data with --model CHECKPOINT_DIR
-    --data DATASET_DIR --lr 1e-4 --save DIR (README: "Your model, your data"). Piped, it
-    prints one line per stage and step. docs/figures.md defines every figure.
+    is flagged "!" (--rerun-disturbed N runs it again, N extra runs at most). Fine-tune
+    your own model on your own data with --model CHECKPOINT_DIR --data DATASET_DIR --lr 1e-4
+    --save DIR (README: "Your model, your data"). Piped, it prints one line per stage and step.
+    docs/figures.md defines every figure.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -548,6 +554,7 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str 
     # what ran is ingested, exit code 130.
     interrupts = Interrupts()
     plain = None if as_json else plain_progress(sys.stdout)  # piped: one line per stage and step
+    queue = list(specs)  # and the re-runs of disturbed runs (--rerun-disturbed)
     try:
         with (
             interrupts,
@@ -560,8 +567,9 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str 
                 transient=False,
             ) as progress,
         ):
-            for spec in specs:
-                label = f"{spec.method} ({spec.backend})"
+            for spec in queue:  # a disturbed run's re-run joins the queue's end
+                label = f"{spec.method} ({spec.backend})" + (" re-run: disturbed" if spec.extra.get("rerun_of")
+                                                             else "")
                 total = None if spec.duration_s else spec.warmup_steps + spec.steps
                 task = progress.add_task(label, total=total)
 
@@ -592,10 +600,13 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str 
                 results.append(result)
                 if interrupts.signal:
                     break
+                again = disturbed_rerun(spec, result, device) if len(queue) - len(specs) < rerun_disturbed else None
+                if again is not None:
+                    queue.append(again)
     except KeyboardInterrupt:  # between runs (e.g. during an export): nothing running to record
         interrupts.signal = interrupts.signal or "Ctrl-C (SIGINT)"
     with _shielded(bool(interrupts.signal)):
-        ingest_runs(store_path, [d for d in (runs / s.run_id for s in specs) if (d / "result.json").exists()],
+        ingest_runs(store_path, [d for d in (runs / s.run_id for s in queue) if (d / "result.json").exists()],
                     device)
     if interrupts.signal:
         click.echo(f"interrupted by {interrupts.signal}: {len(results)} of {len(specs)} runs recorded and ingested "
@@ -605,6 +616,8 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str 
         click.echo(json.dumps(results, indent=2, default=str))
     else:
         render_bench_results(results, f"{shape['model']} on {device}, batch {shape['batch_size']}, {shape['backend']}")
+        if rerun_disturbed:
+            click.echo(wrapped(rerun_summary(results, len(queue) - len(specs), rerun_disturbed), console().width))
         for r in results:
             if r.get("saved_to"):
                 click.echo(f"{r['method']}: trained weights saved to {r['saved_to']}")

@@ -174,6 +174,29 @@ def make_specs(methods: list[str], **shape: Any) -> list[RunSpec]:
     return specs
 
 
+def disturbed_rerun(spec: RunSpec, result: dict[str, Any], device_name: str) -> RunSpec | None:
+    """The spec again under a fresh run id where its run was disturbed (other processes or steal
+    took more than the noise guard's share of the CPU: its step times read too long), else None.
+    The disturbed run stays recorded; the re-run's spec names it (`extra.rerun_of`)."""
+    if not (result.get("cpu") or {}).get("disturbed"):
+        return None
+    again = dataclasses.replace(spec, sensors=dict(spec.sensors), extra={**spec.extra, "rerun_of": spec.run_id})
+    again.run_id = new_run_id(device_name, again)
+    if spec.save_dir:
+        again.save_dir = str(Path(spec.save_dir).parent / again.run_id)
+    return again
+
+
+def rerun_summary(results: list[dict[str, Any]], reran: int, budget: int) -> str:
+    """What --rerun-disturbed did, under bench's table: the re-runs, and any disturbed run left
+    as it was once the budget was spent."""
+    left = sum(1 for r in results if (r.get("cpu") or {}).get("disturbed")) - reran
+    return (f"--rerun-disturbed {budget}: {reran} disturbed run{'s' * (reran != 1)} re-run; each stays in the "
+            "store beside its re-run (the table's n counts both)"
+            + (f"; {left} disturbed run{'s' * (left != 1)} not re-run: the {budget} re-runs were spent" if left > 0
+               else ""))
+
+
 def for_device(device_name: str, profile: Any, specs: list[RunSpec]) -> list[RunSpec]:
     """Per-device copies: fresh run ids, and the profile's sensors and power model where
     the spec has none of its own."""

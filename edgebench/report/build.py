@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edgebench.report import plots
+from edgebench.report.series import learning_curves, pareto_y
 from edgebench.report.tables import sensor_notes
 from edgebench.results.aggregate import group_runs
 from edgebench.results.metrics import all_metrics
@@ -66,9 +67,16 @@ def collect(store: Store, device: str | None = None, model: str | None = None, f
         by_setting.setdefault((g["device"], g["model"]), []).append(g)
     for (dev, mdl), groups in sorted(by_setting.items()):
         drawn = charts.pareto_figure(groups) if interactive else \
-            plots.pareto_figure(groups, f"{dev} / {mdl}: peak memory vs time per step")  # HTML: the title in the page
-        report.figures.append(_figure(safe_name("pareto", dev, mdl), f"Pareto frontier: device {dev}, model {mdl}",
-                                      drawn))
+            plots.pareto_figure(groups, f"{dev} / {mdl}")  # HTML: the title in the page
+        report.figures.append(_figure(safe_name("pareto", dev, mdl), f"Pareto frontier: device {dev}, model {mdl}: "
+                                      f"peak memory vs {pareto_y(groups)[1]}", drawn))
+        if interactive:  # the held-out curves against training time and joules, where runs evaluated
+            curves, basis = learning_curves(store, [r for r in report.runs if (r["device"], r["model"]) == (dev, mdl)],
+                                            groups)
+            if curves:
+                report.figures.append(_figure(safe_name("learning", dev, mdl),
+                                              f"Held-out learning curves: device {dev}, model {mdl}",
+                                              charts.learning_figure(curves, basis)))
     if len({g["device"] for g in report.groups}) > 1:
         report.figures.append(_figure("compare_devices", "Comparison across devices",
                                       draw.compare_devices_figure(report.groups)))

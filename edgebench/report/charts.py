@@ -19,6 +19,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from edgebench.figures.learning import parse_target
 from edgebench.report.series import (
     MIB,
     comparison,
@@ -27,6 +28,7 @@ from edgebench.report.series import (
     memory_samples,
     names,
     pareto_sets,
+    pareto_y,
     power_samples,
     thinned,
 )
@@ -97,6 +99,13 @@ def _group_hover(group: dict[str, Any]) -> str:
                                    _value(group, "step_time_median_s", "time per step, median", "s"),
                                    _value(group, energy, "energy per step", "J")]
     lines += [] if first is None or last is None else [f"loss: {first:.4g} → {last:.4g}"]
+    if group.get("eval_loss_last") is not None:
+        accuracy = group.get("eval_accuracy_last")
+        lines.append(f"held-out loss: {group.get('eval_loss_first'):.4g} → {group['eval_loss_last']:.4g}"
+                     + ("" if accuracy is None else f", accuracy {100 * accuracy:.0f}%"))
+    if group.get("target"):
+        lines += [f"target {group['target']}: reached by {group.get('reached')} of {group.get('n')} runs",
+                  _value(group, "time_to_target_s", "time to the target", "s")]
     return "<br>".join(escape(line) for line in lines)
 
 
@@ -112,10 +121,12 @@ def _errors(groups: list[dict[str, Any]], key: str, scale: float = 1.0) -> dict[
 
 
 def pareto_figure(groups: list[dict[str, Any]]) -> dict[str, Any]:
-    """Peak memory vs median step time for one device and model: a trace per configuration
-    (symbol: which; colour: energy per step; error bars: min-max over its runs), the frontier,
-    the device's RAM. The page names the device and model above the chart (html.py)."""
-    done, finished, failed, rams = pareto_sets(groups)
+    """Peak memory vs median step time (with targets: time to the target, series.pareto_y) for one
+    device and model: a trace per configuration (symbol: which; colour: energy per step; error
+    bars: min-max over its runs), the frontier, the device's RAM. The page names the device and
+    model above the chart (html.py)."""
+    y_key, y_what = pareto_y(groups)
+    done, finished, failed, rams = pareto_sets(groups, y_key)
     fig = go.Figure()
     energy, energy_label = energy_colour(finished)
     known = [e for e in energy if e is not None]
@@ -123,22 +134,22 @@ def pareto_figure(groups: list[dict[str, Any]]) -> dict[str, Any]:
         marker: dict[str, Any] = {"symbol": SYMBOLS[i % len(SYMBOLS)], "size": 12,
                                   "line": {"color": "black", "width": 1}}
         marker.update({"color": [e], "coloraxis": "coloraxis"} if e is not None else {"color": "white"})
-        fig.add_scatter(x=[g["peak_mem_bytes"] / MIB], y=[g["step_time_median_s"]], mode="markers", marker=marker,
+        fig.add_scatter(x=[g["peak_mem_bytes"] / MIB], y=[g[y_key]], mode="markers", marker=marker,
                         name=_point_name(g), hovertext=[_group_hover(g)], hoverinfo="text",
-                        error_x=_errors([g], "peak_mem_bytes", MIB), error_y=_errors([g], "step_time_median_s"))
+                        error_x=_errors([g], "peak_mem_bytes", MIB), error_y=_errors([g], y_key))
     front = sorted((g for g in finished if g.get("on_frontier")), key=lambda g: g["peak_mem_bytes"])
     if front:
-        fig.add_scatter(x=[g["peak_mem_bytes"] / MIB for g in front], y=[g["step_time_median_s"] for g in front],
+        fig.add_scatter(x=[g["peak_mem_bytes"] / MIB for g in front], y=[g[y_key] for g in front],
                         mode="lines+markers", line={"color": "#d62728", "shape": "hv", "width": 2},
                         marker={"symbol": "circle-open", "size": 22, "color": "#d62728"}, name="Pareto frontier",
                         hovertext=[_group_hover(g) for g in front], hoverinfo="text")
     for g in failed:
-        fig.add_scatter(x=[g["peak_mem_bytes"] / MIB], y=[g["step_time_median_s"]], mode="markers",
+        fig.add_scatter(x=[g["peak_mem_bytes"] / MIB], y=[g[y_key]], mode="markers",
                         marker={"symbol": "x", "color": "grey", "size": 11},
                         name=_wrap(f"{config_label(g, device=False, model=False)} ({g['status']})", LEGEND_CHARS),
                         hovertext=[_group_hover(g)], hoverinfo="text")
     widest = max((g["peak_mem_bytes"] for g in done), default=0)
-    top = 1.1 * max((g["step_time_median_s"] for g in done), default=1.0)
+    top = 1.1 * max((g[y_key] for g in done), default=1.0)
     for ram in rams:
         off = ram > 4 * widest  # drawn, it would squash every point against the axis: a click on its entry shows it
         fig.add_scatter(x=[ram / MIB] * 2, y=[0, top], mode="lines", line={"color": RAM, "dash": "dash"},
@@ -149,7 +160,7 @@ def pareto_figure(groups: list[dict[str, Any]]) -> dict[str, Any]:
                             "colorbar": {"title": {"text": energy_label, "side": "right"}, "thickness": 12}}} \
         if known else {}
     fig.update_layout(**_layout(480, xaxis=_axis("peak memory, kernel (MiB)"),
-                                yaxis=_axis("time per step, median (s)", rangemode="tozero"), **colour))
+                                yaxis=_axis(f"{y_what}, median (s)", rangemode="tozero"), **colour))
     return _plain(fig)
 
 
@@ -262,3 +273,54 @@ def power_temp_figure(store: Store, run: dict[str, Any], external: tuple[np.ndar
     fig.update_xaxes(title_text="time since start (s)", row=rows, col=1)
     fig.update_layout(**_layout(220 + 160 * rows))
     return _plain(fig)
+
+
+def learning_figure(curves: list[tuple[dict[str, Any], list[dict[str, Any]]]], basis: str | None
+                    ) -> list[tuple[str, dict[str, Any]]]:
+    """The held-out loss (and, where evaluated, accuracy) of each configuration's runs against
+    the seconds of training before each evaluation, and against its joules (estimated where
+    the power is: series.learning_curves); a trace per configuration, its runs apart, the
+    target a dashed line."""
+    energy = None if basis is None else "energy (J, ESTIMATED)" if basis == "estimated" else "energy (J, measured)"
+    out = []
+    for x_key, x_title in (("seconds", "training time (s), evaluations left out"), ("joules", energy)):
+        if x_title is None:
+            continue
+        rows = [("loss", "held-out loss", 1)] + ([("accuracy", "held-out accuracy", 100)] if any(
+            p.get("accuracy") is not None for _, points in curves for p in points) else [])
+        fig = make_subplots(rows=len(rows), cols=1, shared_xaxes=True, vertical_spacing=0.1)
+        for i, (group, points) in enumerate(curves):
+            label = _wrap(f"{config_label(group, device=False, model=False)} n={group.get('n', 1)}", LEGEND_CHARS)
+            for r, (key, title, scale) in enumerate(rows, 1):
+                xs: list[float | None] = []
+                ys: list[float | None] = []
+                hover: list[str | None] = []
+                for j, p in enumerate(points):
+                    if j and p["run_id"] != points[j - 1]["run_id"]:  # each run its own line
+                        xs, ys, hover = xs + [None], ys + [None], hover + [None]
+                    value = p.get(key)
+                    xs.append(p[x_key])
+                    ys.append(None if value is None else value * scale)
+                    hover.append("<br>".join(escape(line) for line in _names_lines(group) + [
+                        f"run: {p['run_id']}", f"after {p['after_steps']} steps, {p['seconds']:.4g} s of training"
+                        + ("" if p.get("joules") is None else f", {p['joules']:.4g} J"
+                           + (" (estimated)" if basis == "estimated" else "")),
+                        f"held-out loss: {'-' if p.get('loss') is None else format(p['loss'], '.4g')}",
+                        "held-out accuracy: " + ("-" if p.get("accuracy") is None
+                                                 else f"{100 * p['accuracy']:.0f}%")]))
+                fig.add_scatter(x=xs, y=ys, mode="lines+markers", name=label, legendgroup=label, showlegend=r == 1,
+                                marker={"symbol": SYMBOLS[i % len(SYMBOLS)], "size": 8}, line={"width": 1.5},
+                                hovertext=hover, hoverinfo="text", row=r, col=1)
+                fig.update_yaxes(title_text=title + (" (%)" if scale == 100 else ""), automargin=True, row=r, col=1)
+        targets = {g["target"] for g, _ in curves if g.get("target")}
+        for target in sorted(targets):
+            metric, value = parse_target(target)
+            row = next((r for r, (key, *_) in enumerate(rows, 1) if key == metric), None)
+            if row is not None:
+                fig.add_hline(y=value * (100 if metric == "accuracy" else 1), line_dash="dash", line_color="#d62728",
+                              annotation_text=escape(f"target {target}"), row=row, col=1)
+        fig.update_xaxes(automargin=True)
+        fig.update_xaxes(title_text=x_title, row=len(rows), col=1)
+        fig.update_layout(**_layout(220 + 160 * len(rows)))
+        out.append((f"held-out {' and '.join(k for k, *_ in rows)} against {x_title}", _plain(fig)))
+    return out

@@ -18,7 +18,7 @@ from plotly.io.json import to_json_plotly
 from plotly.offline import get_plotlyjs
 
 from edgebench.report.build import Figure, Report, safe_name
-from edgebench.report.study import STUDY_IDENT, STUDY_LEGEND, setting_title, settings, study_fields
+from edgebench.report.study import STUDY_IDENT, setting_title, settings, study_fields, study_legend, unreached_notes
 from edgebench.report.tables import (
     FRONTIER_LEGEND,
     LEGEND,
@@ -27,10 +27,11 @@ from edgebench.report.tables import (
     alignment_notes,
     cell,
     emulated_notes,
+    heldout_legend,
     visible_columns,
     with_shape,
 )
-from edgebench.terminal import Field
+from edgebench.terminal import Field, present
 
 STYLE = """
 * { box-sizing: border-box; }
@@ -104,6 +105,8 @@ def _wide(table: str) -> str:
 
 
 def _fields_table(fields: list[Field], rows: list[dict]) -> str:
+    """The rows under the fields some row has (as the terminal's tables)."""
+    fields = present(fields, rows)
     head = "".join(f"<th>{escape(f.header)}</th>" for f in fields)
     body = "".join("<tr>" + "".join(f'<td class="{"text" if f.name else ""}">{escape(f.value(r))}</td>' for f in fields)
                    + "</tr>" for r in rows)
@@ -124,29 +127,31 @@ def _by_device(groups: list[dict]) -> dict[str, list[dict]]:
 
 
 def _study(report: Report) -> tuple[str, set[str]]:
-    """The study's tables, per device and model its Pareto frontier once above the tables of
-    its settings (backend, run shape); and the names of the figures shown here."""
+    """The study's tables, per device and model its Pareto frontier (and held-out curves) once
+    above the tables of its settings (backend, run shape); and the names of the figures shown here."""
     if report.study is None:
         return "", set()
     parts = [
         '<h2 id="study">Study: each method against the baseline</h2>',
-        f'<p class="note">{escape(STUDY_LEGEND)}</p>',
+        f'<p class="note">{escape(study_legend(report.study))}</p>',
     ]
-    pareto = {f.name: f for f in report.figures if f.name.startswith("pareto_")}
+    charts = {f.name: f for f in report.figures if f.name.startswith(("pareto_", "learning_"))}
     shown: set[str] = set()
     by_model: dict[tuple[str, str], list[tuple[tuple, list[dict]]]] = {}
     for key, rows in settings(report.study).items():
         by_model.setdefault((key[0], key[1]), []).append((key, rows))
     for (device, model), members in by_model.items():
         parts.append(f"<h3>{escape(device)} / {escape(model)}</h3>")
-        fig = pareto.get(safe_name("pareto", device, model))
-        if fig:
-            parts.append(_chart(fig))
-            shown.add(fig.name)
+        for kind in ("pareto", "learning"):  # the held-out curves, where runs evaluated, below the frontier
+            fig = charts.get(safe_name(kind, device, model))
+            if fig:
+                parts.append(_chart(fig))
+                shown.add(fig.name)
         parts += [f"<h4>{escape(setting_title(key, rows))}</h4>{_fields_table(STUDY_IDENT + study_fields(rows), rows)}"
                   for key, rows in members]
-    if report.study_notes:
-        parts.append('<ul class="note">' + "".join(f"<li>{escape(n)}</li>" for n in report.study_notes) + "</ul>")
+    notes = report.study_notes + unreached_notes(report.study)
+    if notes:
+        parts.append('<ul class="note">' + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>")
     return "".join(parts), shown
 
 
@@ -201,7 +206,7 @@ bar or line for what it is; drag to zoom (double-click: back); click a legend en
 {_contents(report, bool(notes), studied, figures)}
 {study}
 <h2 id="configurations">Configurations</h2>
-<p class="note">{escape(LEGEND)}</p>
+<p class="note">{escape(LEGEND + heldout_legend(report.groups))}</p>
 {configurations}
 {f'<h2 id="notes">Notes</h2><ul class="note">{notes}</ul>' if notes else ''}
 <h2 id="runs">Runs</h2>

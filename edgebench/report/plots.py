@@ -20,7 +20,15 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from edgebench.report.series import MIB, comparison, memory_samples, pareto_sets, power_samples, thinned  # noqa: E402
+from edgebench.report.series import (  # noqa: E402
+    MIB,
+    comparison,
+    memory_samples,
+    pareto_sets,
+    pareto_y,
+    power_samples,
+    thinned,
+)
 from edgebench.report.series import energy_colour as _energy_colour  # noqa: E402
 from edgebench.report.series import err as _err  # noqa: E402
 from edgebench.report.series import names as _names  # noqa: E402
@@ -125,15 +133,17 @@ def _merged_labels(groups: list[dict[str, Any]], x: np.ndarray, y: np.ndarray) -
 
 def pareto_figure(groups: list[dict[str, Any]], title: str) -> bytes:
     """Peak memory vs median step time for one device and model, one point per configuration
-    (error bars: min-max over its runs); frontier, RAM line, energy colour; labels kept apart."""
-    done, finished, failed, rams = pareto_sets(groups)
+    (error bars: min-max over its runs; with targets: time to the target, series.pareto_y); frontier, RAM line,
+    energy colour; labels kept apart. The title says which time."""
+    y_key, y_what = pareto_y(groups)
+    done, finished, failed, rams = pareto_sets(groups, y_key)
     fig, ax = plt.subplots(figsize=PARETO_SIZE, layout="constrained")
     texts = []
     if finished:
         x = np.array([g["peak_mem_bytes"] / MIB for g in finished])
-        y = np.array([g["step_time_median_s"] for g in finished])
+        y = np.array([g[y_key] for g in finished])
         xerr = np.array([_err(g, "peak_mem_bytes", MIB) for g in finished]).T
-        yerr = np.array([_err(g, "step_time_median_s") for g in finished]).T
+        yerr = np.array([_err(g, y_key) for g in finished]).T
         ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt="none", ecolor="grey", elinewidth=1, capsize=3, zorder=2)
         energy, label = _energy_colour(finished)
         c = np.array([np.nan if e is None else e for e in energy])
@@ -146,11 +156,11 @@ def pareto_figure(groups: list[dict[str, Any]], title: str) -> bytes:
                        label="no energy figure")
         front = sorted((g for g in finished if g.get("on_frontier")), key=lambda g: g["peak_mem_bytes"])
         if front:
-            ax.step([g["peak_mem_bytes"] / MIB for g in front], [g["step_time_median_s"] for g in front],
+            ax.step([g["peak_mem_bytes"] / MIB for g in front], [g[y_key] for g in front],
                     where="post", color="tab:red", lw=1.5, zorder=1, label="Pareto frontier")
         texts += [ax.text(xi, yi, label, fontsize=8) for (xi, yi), label in _merged_labels(finished, x, y)]
     for g in failed:
-        gx, gy = g["peak_mem_bytes"] / MIB, g["step_time_median_s"]
+        gx, gy = g["peak_mem_bytes"] / MIB, g[y_key]
         ax.scatter([gx], [gy], marker="x", color="grey", s=60, zorder=3)
         texts.append(ax.text(gx, gy, f"{config_label(g, device=False, model=False)} ({g['status']})", fontsize=8,
                              color="grey"))
@@ -161,8 +171,8 @@ def pareto_figure(groups: list[dict[str, Any]], title: str) -> bytes:
         else:  # a line that far out would squash every point against the axis
             _off_scale(ax, f"device RAM {ram / MIB:,.0f} MiB (off scale, right)", "tab:orange")
     ax.set_xlabel("peak memory, kernel (MiB)")
-    ax.set_ylabel("time per step, median (s)")
-    _title(ax, title)
+    ax.set_ylabel(f"{y_what}, median (s)")
+    _title(ax, f"{title}: peak memory vs {y_what}")
     ax.grid(alpha=0.3)
     _legend_below(fig, ax)
     if texts:

@@ -7,13 +7,14 @@ figure a panel shows (measured energy, else the estimate, labelled as such).
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from typing import Any
 
 import numpy as np
 
 from edgebench.results.aggregate import config_label
-from edgebench.results.metrics import forward_fill, sample_columns
+from edgebench.results.metrics import forward_fill, joules_of_first, sample_columns, step_joules
 from edgebench.results.store import Store
 from edgebench.untrusted import printable
 
@@ -78,11 +79,21 @@ def comparison(groups: list[dict[str, Any]]
     return devices, methods, by, [p for p in panels if any(g.get(p[0]) is not None for g in finished)]
 
 
-def pareto_sets(groups: list[dict[str, Any]]
+def pareto_y(groups: list[dict[str, Any]]) -> tuple[str, str]:
+    """The frontier's y figure and what it is (titles and axes say it): the time to the target
+    where every configuration has one (the frontier ranks them by it: results.pareto), else
+    the time per step."""
+    targets = {g.get("target") for g in groups}
+    if groups and None not in targets:
+        return "time_to_target_s", f"time to the target ({', '.join(sorted(targets))})"
+    return "step_time_median_s", "time per step"
+
+
+def pareto_sets(groups: list[dict[str, Any]], y_key: str = "step_time_median_s"
                 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], list[int]]:
-    """A frontier's points: those with a peak and a step time, the finished ones, the failed
-    ones, and the devices' RAM sizes (bytes)."""
-    done = [names(g) for g in groups if g.get("peak_mem_bytes") and g.get("step_time_median_s")]
+    """A frontier's points: those with a peak and a `y_key` figure, the finished ones, the
+    failed ones, and the devices' RAM sizes (bytes)."""
+    done = [names(g) for g in groups if g.get("peak_mem_bytes") and g.get(y_key)]
     finished = [g for g in done if str(g.get("status")).startswith("ok")]
     failed = [g for g in done if not str(g.get("status")).startswith("ok")]
     return done, finished, failed, sorted({g["device_ram_bytes"] for g in groups if g.get("device_ram_bytes")})
@@ -111,3 +122,32 @@ def power_samples(store: Store, run: dict[str, Any], external: tuple[np.ndarray,
         keep = (et >= 0) & (et <= (t[-1] if len(t) else 0))
         inside = (et[keep], external[1][keep])
     return t, s, inside, np.nan_to_num(forward_fill(s["throttle_flags"])) != 0
+
+
+def learning_curves(store: Store, runs: list[dict[str, Any]], groups: list[dict[str, Any]]
+                    ) -> tuple[list[tuple[dict[str, Any], list[dict[str, Any]]]], str | None]:
+    """The held-out curve of each run that evaluated, by configuration: (configuration, its
+    points: after_steps, loss, accuracy, `run_id`, the training seconds before the
+    evaluation (step times, evaluations left out) and `joules`), and what the joules are:
+    "measured" where every point has measured power, else "estimated" where every point has
+    the power model's; None (no joules) otherwise."""
+    by_run = {(g["device"], run_id): g for g in groups for run_id in g["run_ids"]}
+    curves: dict[int, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
+    for run in runs:
+        curve = (json.loads(run.get("result_json") or "{}") or {}).get("eval_curve")
+        group = by_run.get((run["device"], run["run_id"]))
+        if not curve or group is None:
+            continue
+        steps = store.steps(run["device"], run["run_id"])
+        joules = step_joules(store, run, steps, sample_columns(store, run))
+        for p in curve:
+            k = int(p["after_steps"] or 0)
+            curves.setdefault(id(group), (names(group), []))[1].append(
+                {**p, "run_id": printable(run["run_id"], newlines=False, limit=NAME_CHARS),
+                 "seconds": float(steps["duration_s"][:k].sum()),
+                 "measured": joules_of_first(joules["measured"], k), "estimated": joules_of_first(joules["est"], k)})
+    points = [p for _, mine in curves.values() for p in mine]
+    basis = next((b for b in ("measured", "estimated") if points and all(p[b] is not None for p in points)), None)
+    for p in points:
+        p["joules"] = p[basis] if basis else None
+    return list(curves.values()), basis

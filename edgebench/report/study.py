@@ -12,14 +12,22 @@ from typing import Any
 from rich.console import Group
 from rich.text import Text
 
-from edgebench.report.tables import FRONTIER_LEGEND, MIB, PREDICTED_FIELDS, PREDICTED_LEGEND, loss_cell
+from edgebench.report.tables import (
+    FRONTIER_LEGEND,
+    LOSS_FIELD,
+    MIB,
+    PREDICTED_FIELDS,
+    PREDICTED_LEGEND,
+    heldout_fields,
+)
 from edgebench.results.study import STUDY_COLUMNS
 from edgebench.terminal import Field, Section, fitted_sections
 from edgebench.untrusted import printable
 
 
 def ratio_cell(row: dict[str, Any], name: str) -> str:
-    est = "_est" if name == "energy" and row.get("energy_estimated") else ""
+    """`0.80x [0.70-0.90]`; an energy ratio between estimates (only its `_est` columns set) ends `est`."""
+    est = "_est" if row.get(f"{name}_ratio") is None and row.get(f"{name}_ratio_est") is not None else ""
     ratio, low, high = (row.get(f"{name}_ratio{k}{est}") for k in ("", "_min", "_max"))
     if ratio is None:
         return "-"
@@ -43,12 +51,25 @@ STUDY_FIELDS = [Field("peak mem", "peak memory vs baseline", lambda r: ratio_cel
                 Field("time/step", "time per step vs baseline", lambda r: ratio_cell(r, "step_time"), short="t",
                       unit="x the baseline's"),
                 Field("energy/step", "energy per step vs baseline", lambda r: ratio_cell(r, "energy"), short="E",
-                      unit="x the baseline's"),
-                Field("loss", "loss first->last, change", loss_cell)]
+                      unit="x the baseline's", drop=7),
+                LOSS_FIELD,
+                *heldout_fields([  # what reaching the target cost, beside the per-step ratios' units
+                    Field("time to target", "time to the target vs baseline", lambda r: ratio_cell(r, "time_to_target"),
+                          short="Ttgt", unit="x the baseline's"),
+                    Field("energy to target", "energy to the target vs baseline",
+                          lambda r: ratio_cell(r, "energy_to_target"), short="Etgt", unit="x the baseline's", drop=5)])]
+TARGET_LEGEND = ("With a target: reached = runs that met it (of n) before their cap; time/energy to target: the "
+                 "median seconds (step times only) and joules until the target, as ratios to the baseline's; the "
+                 "rows run cheapest to the target first, and ★ is then peak memory against time to the target.")
 STUDY_LEGEND = ("Ratios of medians to the baseline's (1.00x = the same; <1 = less). [low-high]: the method's "
                 "min over the baseline's max to its max over the baseline's min. n = the method's runs. "
                 "peak MiB: the method's median kernel peak. " + PREDICTED_LEGEND + " est = from a power model, "
                 "not measured. ! = a disturbed run. " + FRONTIER_LEGEND)
+
+
+def study_legend(rows: list[dict[str, Any]]) -> str:
+    """STUDY_LEGEND, with what the target's columns mean where some setting has a target."""
+    return STUDY_LEGEND + (" " + TARGET_LEGEND if any(r.get("target") for r in rows) else "")
 
 
 def study_fields(rows: list[dict[str, Any]]) -> list[Field]:
@@ -59,11 +80,22 @@ def study_fields(rows: list[dict[str, Any]]) -> list[Field]:
 
 
 def settings(rows: list[dict[str, Any]]) -> dict[tuple, list[dict[str, Any]]]:
-    """The study's rows by setting: device, model, backend and run shape (each has its own baseline)."""
+    """The study's rows by setting: device, model, backend and run shape (each has its own
+    baseline). A setting with a target ranks by what reaching it cost: the least time to the
+    target first, those that never reached it last."""
     out: dict[tuple, list[dict[str, Any]]] = {}
     for r in rows:
         out.setdefault((r["device"], r["model"], r["backend"], r.get("shape") or ""), []).append(r)
-    return out
+    return {key: sorted(members, key=lambda r: (r["time_to_target_s"] is None, r["time_to_target_s"] or 0))
+            if members[0].get("target") else members for key, members in out.items()}
+
+
+def unreached_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """The configurations some of whose runs did not reach the target within their cap (steps or duration)."""
+    return [f"{r['device']} / {r['model']} / {r['method']} / {r['backend']}: {r['n'] - (r['reached'] or 0)} of "
+            f"{r['n']} runs did not reach {r['target']} within their cap of "
+            + (str(r["steps"]) if str(r["steps"]).endswith(" s") else f"{r['steps']} steps")
+            for r in rows if r.get("target") and (r["reached"] or 0) < r["n"]]
 
 
 def setting_title(key: tuple, rows: list[dict[str, Any]]) -> str:
@@ -74,14 +106,19 @@ def setting_title(key: tuple, rows: list[dict[str, Any]]) -> str:
         return title
     joules = base["energy_per_step_j_est" if base["energy_estimated"] else "energy_per_step_j"]
     energy = "" if joules is None else f", {joules:.3g} J" + (" est" if base["energy_estimated"] else "")
+    to_target = "" if base["time_to_target_s"] is None else f", {base['time_to_target_s']:.3g} s to {base['target']}"
     return (f"{title}: baseline {base['baseline']} = {(base['peak_mem_bytes'] or 0) / MIB:,.0f} MiB, "
-            f"{base['step_time_s']:.3g} s/step{energy} (n={base['n']})")
+            f"{base['step_time_s']:.3g} s/step{energy}{to_target} (n={base['n']})")
 
 
 def study_terminal(rows: list[dict[str, Any]], notes: list[str], width: int) -> Group:
     parts = fitted_sections([Section(setting_title(key, members), STUDY_IDENT, study_fields(members), members)
                              for key, members in settings(rows).items()], width)
-    parts.append(Text(STUDY_LEGEND, style="dim", overflow="fold"))
+    parts.append(Text(study_legend(rows), style="dim", overflow="fold"))
+    unreached = unreached_notes(rows)
+    if unreached:
+        parts.append(Text("Target not reached:\n  " + "\n  ".join(printable(n, newlines=False) for n in unreached),
+                          style="yellow", overflow="fold"))
     if notes:
         parts.append(
             Text(

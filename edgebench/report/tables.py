@@ -19,6 +19,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from edgebench.figures.learning import LEARNING_COLUMNS
 from edgebench.figures.memory import prediction_error_pct
 from edgebench.results.aggregate import config_label, group_runs
 from edgebench.results.pareto import loss_drop_pct
@@ -38,6 +39,10 @@ def shown(value: Any) -> Text:
 
 def _num(fmt: str, scale: float = 1.0) -> Callable[[Any], str]:
     return lambda v: "-" if v is None else format(v / scale, fmt)
+
+
+def _yes_no(value: Any) -> str:
+    return "yes" if value else ("no" if value is False else "-")
 
 
 @dataclass(frozen=True)
@@ -87,8 +92,17 @@ COLUMNS = [
     Column("temp_peak_c", "°C peak", _num(".1f")),
     Column("time_throttled_s", "throttled s", _num(".1f")),
     Column("loss", "loss first → last", str),
+    Column("eval_loss_first", "held-out loss first", _num(".4g")),
+    Column("eval_loss_last", "held-out loss last", _num(".4g")),
+    Column("eval_accuracy_last", "held-out accuracy % (last)", _num(".0f", 0.01)),
+    Column("target", "target", str),
+    Column("target_reached", "reached", _yes_no),
+    Column("steps_to_target", "steps to target", _num(".0f")),
+    Column("time_to_target_s", "s to target", _num(".4g")),
+    Column("energy_to_target_j", "J to target", _num(".4g")),
+    Column("energy_to_target_j_est", "J to target (est.)", _num(".4g"), estimated=True),
     Column("cpu_others_pct", "CPU % taken by others", _num(".0f")),
-    Column("disturbed", "disturbed", lambda v: "yes" if v else ("no" if v is False else "-")),
+    Column("disturbed", "disturbed", _yes_no),
     Column("on_frontier", "frontier", lambda v: "★" if v else ("" if v is False else "-")),
 ]
 BY_KEY = {c.key: c for c in COLUMNS}
@@ -119,12 +133,12 @@ def figure(group: dict[str, Any], key: str, fmt: str, scale: float = 1.0) -> str
     return text if s["n"] == 1 or low == high else f"{text} [{low}-{high}]"
 
 
-def energy_cell(group: dict[str, Any]) -> str:
-    """Measured energy per step, else the estimate marked `est`."""
-    if group["spread"].get("energy_per_step_j"):
-        return figure(group, "energy_per_step_j", ".3g")
-    if group["spread"].get("energy_per_step_j_est"):
-        return figure(group, "energy_per_step_j_est", ".3g") + " est"
+def energy_cell(group: dict[str, Any], key: str = "energy_per_step_j") -> str:
+    """Measured energy (per step, or to the target), else the estimate marked `est`."""
+    if group["spread"].get(key):
+        return figure(group, key, ".3g")
+    if group["spread"].get(f"{key}_est"):
+        return figure(group, f"{key}_est", ".3g") + " est"
     return "-"
 
 
@@ -146,12 +160,55 @@ def device_ram_cell(group: dict[str, Any]) -> str:
     return figure(group, "device_ram_peak_bytes", ".0f", limit / 100) + "%"
 
 
-def loss_cell(group: dict[str, Any]) -> str:
-    """First -> last loss and how much it fell (a rise reads +; such a run is never on the frontier)."""
-    first, last, drop = group.get("loss_first"), group.get("loss_last"), loss_drop_pct(group)
+def loss_cell(group: dict[str, Any], prefix: str = "loss") -> str:
+    """First -> last loss (training's, or held-out: prefix `eval_loss`) and how much it fell (a
+    rise reads +; a training loss that rose is never on the frontier)."""
+    first, last = group.get(f"{prefix}_first"), group.get(f"{prefix}_last")
     if first is None or last is None:
         return "-"
+    drop = loss_drop_pct({"loss_first": first, "loss_last": last})
     return f"{first:.3g}->{last:.3g}" + ("" if drop is None else f" {-drop:+.0f}%")
+
+
+def accuracy_cell(row: dict[str, Any]) -> str:
+    """Held-out exact-match accuracy of the last evaluation, in % (the median of the runs')."""
+    accuracy = row.get("eval_accuracy_last")
+    return "-" if accuracy is None else f"{100 * accuracy:.0f}%"
+
+
+def reached_cell(row: dict[str, Any]) -> str:
+    """How many of the runs reached the target (`2/3`); `-` without a target."""
+    return f"{row['reached']}/{row['n']}" if row.get("target") and row.get("reached") is not None else "-"
+
+
+def heldout_fields(cost: list[Field]) -> list[Field]:
+    """The held-out loss and accuracy, whether the target was reached, and `cost`: what
+    reaching it took. A table shows each only where some row has it (edgebench.terminal)."""
+    return [Field("held-out loss", "held-out loss first->last, change", lambda r: loss_cell(r, "eval_loss"),
+                  short="h-loss", drop=4),
+            Field("held-out acc", "held-out exact-match accuracy, last evaluation (%)", accuracy_cell,
+                  short="acc", unit="%"),
+            Field("reached", "runs that reached the target", reached_cell, short="hit"),
+            *cost]
+
+
+# What reaching the target took, medians of the runs that reached it; a narrow window leaves the steps out first.
+TO_TARGET_FIELDS = [Field("steps to target", "steps to the target", lambda g: figure(g, "steps_to_target", ".3g"),
+                          short="stp", unit="steps to target", drop=3),
+                    Field("s to target", "training time to the target (s)",
+                          lambda g: figure(g, "time_to_target_s", ".3g"), short="tgt", unit="s to target"),
+                    Field("J to target", "energy to the target (J)", lambda g: energy_cell(g, "energy_to_target_j"),
+                          short="Etgt", unit="J to target", drop=5)]
+HELDOUT_LEGEND = ("held-out loss: first->last evaluation on data never trained on; held-out acc: the share of "
+                  "answers greedy decoding reproduced exactly, at the last evaluation; reached: runs that met "
+                  "the target (of n) before their cap; steps/s/J to target: what the runs that reached it trained, "
+                  "medians (s: step times only, evaluations left out). With a target, ★ weighs peak memory "
+                  "against the time to the target, among configurations every run of which reached it.")
+
+
+def heldout_legend(rows: list[dict[str, Any]]) -> str:
+    """HELDOUT_LEGEND where some row evaluated, else nothing (the columns are not shown)."""
+    return " " + HELDOUT_LEGEND if any(r.get("eval_loss_last") is not None or r.get("target") for r in rows) else ""
 
 
 def error_cell(row: dict[str, Any]) -> str:
@@ -198,15 +255,20 @@ PEAK_FIELD = Field("peak MiB", "peak memory: kernel RSS of the worker (MiB)",
                    lambda g: figure(g, "peak_mem_bytes", ",.0f", MIB), short="peak", unit="MiB")
 STEP_FIELD = Field("step s", "time per step, median (s)", lambda g: figure(g, "step_time_median_s", ".3g"),
                    short="t", unit="s/step")
-# The order a narrow window leaves figures out (Field.drop): power first, then the device's RAM.
+# The order a narrow window leaves figures out (Field.drop): power first, then the device's RAM, the steps to
+# the target (its seconds say it), the held-out loss (its accuracy and the target say it), the joules to the
+# target, the training loss, the energy per step (report, study). A table of repeats with a target then still
+# fits 80 columns.
+LOSS_FIELD = Field("loss", "loss first->last, change", loss_cell, drop=6)
 REPORT_FIGURES = [PEAK_FIELD,
                   *PREDICTED_FIELDS,
                   Field("dev RAM", "device RAM at peak, % of its limit", device_ram_cell, short="RAM",
                         unit="%", drop=2),
                   STEP_FIELD,
-                  Field("J/step", "energy per step (J)", energy_cell, short="E", unit="J/step"),
+                  Field("J/step", "energy per step (J)", energy_cell, short="E", unit="J/step", drop=7),
                   Field("W", "power, mean over the steps (W)", power_cell, short="P", unit="W", drop=1),
-                  Field("loss", "loss first->last, change", loss_cell)]
+                  LOSS_FIELD,
+                  *heldout_fields(TO_TARGET_FIELDS)]
 FRONTIER_LEGEND = ("★ = on the Pareto frontier: the loss fell and no other configuration of the device, model "
                    "and run shape that learned is both smaller (peak memory) and faster (step time); a "
                    "configuration whose loss did not fall is never on it.")
@@ -321,7 +383,7 @@ def terminal_report(rows: list[dict[str, Any]], runs: list[dict[str, Any]], widt
         title, ident = common_names(device, with_shape(REPORT_IDENT, mine), mine)
         sections.append(Section(title, ident, REPORT_FIGURES, mine))
     parts = fitted_sections(sections, width)
-    parts.append(Text(LEGEND, style="dim", overflow="fold"))
+    parts.append(Text(LEGEND + heldout_legend(groups), style="dim", overflow="fold"))
     comparison = comparison_table(groups)
     if comparison is not None:
         parts.append(comparison if fits(comparison, width) else
@@ -351,6 +413,7 @@ def bench_rows(results: list[dict[str, Any]], device: str = "local") -> list[dic
                      "step_time_median_s": (r.get("step_time_s") or {}).get("median"),
                      "samples_per_s": r.get("samples_per_s"),
                      "loss_first": r.get("loss_first"), "loss_last": r.get("loss_last"),
+                     **{k: r.get(k) for k in LEARNING_COLUMNS},
                      "cpu_others_pct": None if cpu.get("others_share") is None else 100 * cpu["others_share"],
                      "cpu_steal_pct": None if cpu.get("steal_share") is None else 100 * cpu["steal_share"],
                      "disturbed": cpu.get("disturbed"), "disturbed_why": cpu.get("disturbed_why")})
@@ -372,7 +435,8 @@ BENCH_FIGURES = [PEAK_FIELD,
                  STEP_FIELD,
                  Field("samples/s", "samples per second (batch / median step)",
                        lambda g: figure(g, "samples_per_s", ".3g"), drop=1),
-                 Field("loss", "loss first->last, change", loss_cell)]
+                 LOSS_FIELD,
+                 *heldout_fields(TO_TARGET_FIELDS[:2])]  # joules to the target come from the store (report)
 BENCH_LEGEND = ("peak MiB: the worker's kernel peak (ru_maxrss; native: its own VmHWM); " + PREDICTED_LEGEND
                 + " step s: median step time; samples/s: "
                 "batch / median step; n = runs, each figure their median [min-max]; ! = disturbed (other "
@@ -385,7 +449,7 @@ def render_bench_results(results: list[dict[str, Any]], title: str, console: Con
     groups = group_runs(bench_rows(results))
     for part in fitted(title, BENCH_IDENT, BENCH_FIGURES, groups, console.width):
         console.print(part)
-    console.print(Text(BENCH_LEGEND, style="dim", overflow="fold"))
+    console.print(Text(BENCH_LEGEND + heldout_legend(groups), style="dim", overflow="fold"))
     if os.environ.get("EDGEBENCH_EMULATOR"):  # bench ran by the arm64 lab's python
         console.print(Text(f"emulated ({os.environ['EDGEBENCH_EMULATOR']}): step times not representative; memory "
                            "figures include the emulator's own", style="yellow", overflow="fold"))

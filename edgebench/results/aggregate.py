@@ -43,6 +43,7 @@ FIGURE_KEYS = (
     "cpu_others_pct",
     "predicted_peak_bytes_est",
     "predicted_peak_error_pct",
+    "eval_loss_first",
     "eval_loss_last",
     "eval_accuracy_last",
     "steps_to_target",  # of the runs that reached the target
@@ -62,8 +63,9 @@ def _status(statuses: Counter) -> str:
 
 
 def shape_text(group: dict[str, Any], keys: list[str]) -> str:
-    """The run shape's `keys` as words (`steps 5, text 32`); empty when none is asked."""
-    return ", ".join(f"{SHAPE_NAMES[k]} {'-' if group.get(k) is None else group[k]}" for k in keys)
+    """The run shape's `keys` as words (`steps 5, text 32, no target`); empty when none is asked."""
+    return ", ".join("no target" if k == "target" and group.get(k) is None else
+                     f"{SHAPE_NAMES[k]} {'-' if group.get(k) is None else group[k]}" for k in keys)
 
 
 def config_label(group: dict[str, Any], device: bool = True, model: bool = True) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from edgebench.figures import steps as figures
+from edgebench.figures.learning import LEARNING_COLUMNS
 from edgebench.figures.memory import device_ram, prediction_error_pct
 from edgebench.figures.samples import raw_columns, sample_figures
 from edgebench.results.energy import window_energy_j, window_mean_peak_w
@@ -140,27 +141,35 @@ def _measured_energy(store: Store, run: dict[str, Any], steps: dict[str, np.ndar
     return _energy(t_ns, p_w, begin[measured], end[measured], batch), source
 
 
-LEARNING_COLUMNS = ("eval_loss_first", "eval_loss_last", "eval_accuracy_first", "eval_accuracy_last", "eval_count",
-                    "eval_time_s", "target", "target_reached", "steps_to_target", "time_to_target_s")
+def step_joules(store: Store, run: dict[str, Any], steps: dict[str, np.ndarray], samples: dict[str, np.ndarray]
+                ) -> dict[str, np.ndarray | None]:
+    """Each step's joules (warmup included) from measured power (`measured`, NaN where the
+    trace does not cover a step) and from the power model (`est`); None without that power.
+    The energy to a target sums the first steps'; the HTML's learning curve accumulates them."""
+    t_ns, p_w, begin, end, _ = _measured_power(store, run, steps, samples)
+    traces = {"measured": (t_ns, p_w, begin, end),
+              "est": (samples["t_ns"], samples["power_w_est"], steps["begin_ns"].astype(np.int64),
+                      steps["end_ns"].astype(np.int64))}
+    return {key: window_energy_j(times, watts, b, e) if np.isfinite(watts).sum() >= 2 else None
+            for key, (times, watts, b, e) in traces.items()}
+
+
+def joules_of_first(per_step: np.ndarray | None, steps: int) -> float | None:
+    """The joules of the first `steps` steps; None unless every one of them has a figure."""
+    if per_step is None or len(per_step) < steps or not np.isfinite(per_step[:steps]).all():
+        return None
+    return float(per_step[:steps].sum())
 
 
 def _energy_to_target(store: Store, run: dict[str, Any], steps: dict[str, np.ndarray], samples: dict[str, np.ndarray],
                       steps_to_target: int | None) -> dict[str, float | None]:
     """Joules of the steps trained until the target was first reached (warmup included, the
     evaluations not), measured where the power trace covers every one of them, and estimated."""
-    out: dict[str, float | None] = {"energy_to_target_j": None, "energy_to_target_j_est": None}
     if not steps_to_target:
-        return out
-    t_ns, p_w, begin, end, _ = _measured_power(store, run, steps, samples)
-    for key, (times, watts, b, e) in (("energy_to_target_j", (t_ns, p_w, begin, end)),
-                                      ("energy_to_target_j_est", (samples["t_ns"], samples["power_w_est"],
-                                                                  steps["begin_ns"].astype(np.int64),
-                                                                  steps["end_ns"].astype(np.int64)))):
-        if np.isfinite(watts).sum() < 2:
-            continue
-        joules = window_energy_j(times, watts, b[:steps_to_target], e[:steps_to_target])
-        out[key] = float(joules.sum()) if len(joules) == steps_to_target and np.isfinite(joules).all() else None
-    return out
+        return {"energy_to_target_j": None, "energy_to_target_j_est": None}
+    joules = step_joules(store, run, steps, samples)
+    return {"energy_to_target_j": joules_of_first(joules["measured"], steps_to_target),
+            "energy_to_target_j_est": joules_of_first(joules["est"], steps_to_target)}
 
 
 def forward_fill(values: np.ndarray) -> np.ndarray:

@@ -219,13 +219,15 @@ def _connect(path: Path, read_only: bool, wait_s: float = LOCK_WAIT_S) -> duckdb
 class Store:
     """One DuckDB results file. Not safe for two writing processes at once (DuckDB's rule)."""
 
-    def __init__(self, path: str | Path | None = None, read_only: bool = False):
+    def __init__(self, path: str | Path | None = None, read_only: bool = False, wait_s: float = LOCK_WAIT_S):
+        """`wait_s`: how long to wait for another process's lock (a quick reader that can do
+        without the store passes 0)."""
         self.path = Path(path) if path else default_store()
         if read_only and not self.path.exists():
             raise FileNotFoundError(f"{self.path}: no results store here; run `edgebench collect` or "
                                     "`edgebench ingest RUN_DIR` first, or pass --store")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.con = _connect(self.path, read_only)
+        self.con = _connect(self.path, read_only, wait_s)
         if read_only and "device" in _columns(self.con, "samples"):
             self.con.close()  # written by an older edgebench: upgraded once, then read
             with Store(self.path):

@@ -17,8 +17,10 @@ then peak memory against time to the target.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from edgebench.figures.steps import spread
 from edgebench.results.pareto import SHAPE_KEYS
 
 STUDY_FIGURES = (("peak_mem", "peak_mem_bytes"), ("step_time", "step_time_median_s"))
@@ -29,7 +31,7 @@ STUDY_COLUMNS = [
     "step_time_s", "step_time_ratio", "step_time_ratio_min", "step_time_ratio_max",
     "energy_per_step_j", "energy_ratio", "energy_ratio_min", "energy_ratio_max",
     "energy_per_step_j_est", "energy_ratio_est", "energy_ratio_min_est", "energy_ratio_max_est", "energy_estimated",
-    "loss_first", "loss_last", "eval_loss_last", "eval_accuracy_last",
+    "loss_first", "loss_last", "eval_loss_first", "eval_loss_last", "eval_accuracy_last",
     "reached", "steps_to_target", "time_to_target_s", "time_to_target_ratio", "time_to_target_ratio_min",
     "time_to_target_ratio_max", "energy_to_target_j", "energy_to_target_ratio", "energy_to_target_ratio_min",
     "energy_to_target_ratio_max", "energy_to_target_j_est", "energy_to_target_ratio_est",
@@ -87,7 +89,7 @@ def study_rows(groups: list[dict[str, Any]], baseline: str = "sgd") -> tuple[lis
                                    "peak_mem_bytes": g["peak_mem_bytes"], "step_time_s": g["step_time_median_s"],
                                    "predicted_peak_bytes_est": g["predicted_peak_bytes_est"],
                                    "predicted_peak_error_pct": g["predicted_peak_error_pct"],
-                                   **{k: g.get(k) for k in ("eval_loss_last", "eval_accuracy_last",
+                                   **{k: g.get(k) for k in ("eval_loss_first", "eval_loss_last", "eval_accuracy_last",
                                                             "steps_to_target", "time_to_target_s")}}
             figures = STUDY_FIGURES + ((("time_to_target", "time_to_target_s"),) if g.get("target") else ())
             for name, key in figures:
@@ -99,3 +101,23 @@ def study_rows(groups: list[dict[str, Any]], baseline: str = "sgd") -> tuple[lis
                 _energy(row, g, base, "energy_to_target_j", "energy_to_target")
             rows.append(row)
     return [{k: r.get(k) for k in [*STUDY_COLUMNS, "shape"]} for r in rows], notes
+
+
+def measured_to_target(runs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """What a method's finished runs with a held-out target took to reach it, from the store's
+    run rows (their result.json figures; no samples read, so `predict` stays quick): per
+    method, one entry per target and batch size with `n` runs, how many `reached` it, and the
+    median `steps` and `seconds` of those that did."""
+    by: dict[tuple[str, str, Any], list[dict[str, Any]]] = {}
+    for run in runs:
+        result = json.loads(run.get("result_json") or "{}") or {}
+        if run.get("status") == "ok" and result.get("target"):
+            by.setdefault((run["method"], result["target"], run.get("batch_size")), []).append(result)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for (method, target, batch), results in by.items():
+        hit = [r for r in results if r.get("target_reached")]
+        steps, seconds = (spread(r.get(k) for r in hit) for k in ("steps_to_target", "time_to_target_s"))
+        out.setdefault(method, []).append({"target": target, "batch_size": batch, "n": len(results),
+                                           "reached": len(hit), "steps": steps and steps["median"],
+                                           "seconds": seconds and seconds["median"]})
+    return out
