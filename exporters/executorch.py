@@ -506,9 +506,9 @@ def _without_stack_traces():
     against 47-49 s, alternating in one process). Process-wide, so held under the patches' lock."""
     import torch.fx.config
 
-    from exporters.xnnpack_lowering import _replaced
+    from exporters.upstream import replaced
 
-    return _replaced(torch.fx.config, do_not_emit_stack_traces=True)
+    return replaced(torch.fx.config, do_not_emit_stack_traces=True)
 
 
 @contextlib.contextmanager

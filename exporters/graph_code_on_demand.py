@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from exporters.xnnpack_lowering import _replaced
+from exporters.upstream import replaced
 
 
 @contextmanager
@@ -36,6 +36,6 @@ def graph_code_on_demand() -> Iterator[None]:
     def lazy_graph_module(root, graph):
         return _LazyGraphModule(root, graph)
 
-    with _replaced(exported_program, _create_graph_module_for_export=lazy_graph_module), \
-            _replaced(fx_passes_common, GraphModule=_LazyGraphModule):
+    with replaced(exported_program, _create_graph_module_for_export=lazy_graph_module), \
+            replaced(fx_passes_common, GraphModule=_LazyGraphModule):
         yield

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from exporters.xnnpack_lowering import _replaced
+from exporters.upstream import replaced
 
 
 def _calls(gm: torch.fx.GraphModule) -> Iterator[torch.fx.Node]:
@@ -132,7 +132,7 @@ def _one_retrace_to_edge():
         def call(self, graph_module):
             return PassResult(graph_module, False)
 
-    return _replaced(_program, _get_aten_to_edge_passes=passes, OpReplacePass=DoneInOneRetrace,
+    return replaced(_program, _get_aten_to_edge_passes=passes, OpReplacePass=DoneInOneRetrace,
                      MemoryFormatOpsPass=DoneInOneRetrace)
 
 
@@ -163,7 +163,7 @@ def _view_copies_in_place():
                 modified |= swapped
             return PassResult(graph_module, modified)
 
-    return _replaced(_program, ReplaceViewOpsWithViewCopyOpsPass=ViewCopiesInPlace)
+    return replaced(_program, ReplaceViewOpsWithViewCopyOpsPass=ViewCopiesInPlace)
 
 
 def _value_as_retraced(node: torch.fx.Node):
@@ -247,7 +247,7 @@ def _spec_prop_on_known_values():
                 return retrace()(graph_module)
             return PassResult(_LazyGraphModule(graph_module, graph), True)  # code when needed
 
-    return _replaced(spec_prop_pass, ExportPass=CopyWhereValuesKnown)
+    return replaced(spec_prop_pass, ExportPass=CopyWhereValuesKnown)
 
 
 @contextlib.contextmanager
@@ -258,7 +258,7 @@ def skipping_idle_passes() -> Iterator[None]:
     graph whose values it cannot read from the graph as the re-trace would give them."""
     with contextlib.ExitStack() as stack:
         for pass_class, has_work in _idle_pass_rules().items():
-            stack.enter_context(_replaced(pass_class, call=_only_with_work(pass_class, has_work)))
+            stack.enter_context(replaced(pass_class, call=_only_with_work(pass_class, has_work)))
         stack.enter_context(_one_retrace_to_edge())
         stack.enter_context(_view_copies_in_place())
         stack.enter_context(_spec_prop_on_known_values())

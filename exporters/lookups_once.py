@@ -22,7 +22,7 @@ import contextlib
 import typing
 from collections.abc import Iterator
 
-from exporters.xnnpack_lowering import _replaced
+from exporters.upstream import replaced
 
 
 def _dim_orders_once(computed):
@@ -64,6 +64,6 @@ def lookups_once() -> Iterator[None]:
     dim_order = _dim_orders_once(tensor.dim_order_from_stride)
     with contextlib.ExitStack() as stack:
         for module in (tensor, tensor_layout, _emitter, replace_view_copy_with_view_pass):
-            stack.enter_context(_replaced(module, dim_order_from_stride=dim_order))
-        stack.enter_context(_replaced(_dataclass, get_type_hints=_type_hints_once(typing.get_type_hints)))
+            stack.enter_context(replaced(module, dim_order_from_stride=dim_order))
+        stack.enter_context(replaced(_dataclass, get_type_hints=_type_hints_once(typing.get_type_hints)))
         yield

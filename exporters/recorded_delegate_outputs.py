@@ -22,7 +22,7 @@ from contextlib import contextmanager
 
 import torch
 
-from exporters.xnnpack_lowering import _replaced
+from exporters.upstream import replaced
 
 # torch's module of the delegate call's kernels (its package exports an operator by this name).
 _KERNELS = "torch._higher_order_ops.executorch_call_delegate"
@@ -59,5 +59,5 @@ def delegate_outputs_as_recorded() -> Iterator[None]:
         recorded = recorded_outputs(lowered_module, args)
         return run(lowered_module, *args) if recorded is None else recorded
 
-    with _replaced(kernels, call_delegate_cpu=as_recorded):
+    with replaced(kernels, call_delegate_cpu=as_recorded):
         yield

@@ -19,7 +19,7 @@ import contextlib
 from collections.abc import Iterator
 from types import SimpleNamespace
 
-from exporters.xnnpack_lowering import _replaced
+from exporters.upstream import replaced
 
 _NO_COPY = SimpleNamespace(deepcopy=lambda program: program)
 
@@ -35,8 +35,8 @@ def serialised_in_place() -> Iterator[None]:
     def without_copy(emitter_output, *args, **kwargs):
         if emitter_output.external_constant_map:
             return serialise(emitter_output, *args, **kwargs)
-        with _replaced(pte_serialiser, copy=_NO_COPY):
+        with replaced(pte_serialiser, copy=_NO_COPY):
             return serialise(emitter_output, *args, **kwargs)
 
-    with _replaced(_program, serialize_for_executorch=without_copy):
+    with replaced(_program, serialize_for_executorch=without_copy):
         yield

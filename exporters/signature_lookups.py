@@ -27,7 +27,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from types import SimpleNamespace
 
-from exporters.xnnpack_lowering import _replaced
+from exporters.upstream import replaced
 
 INPUT_MAPPINGS = ("inputs_to_parameters", "inputs_to_buffers", "inputs_to_lifted_tensor_constants")
 MAPPINGS = (*INPUT_MAPPINGS, "buffers_to_mutate")
@@ -146,10 +146,10 @@ def signature_mappings_once_per_phase() -> Iterator[None]:
         return run
 
     with contextlib.ExitStack() as stack:
-        stack.enter_context(_replaced(ExportGraphSignature, replace_all_uses=renaming,
+        stack.enter_context(replaced(ExportGraphSignature, replace_all_uses=renaming,
                                       **{name: memoised(name) for name in MAPPINGS}))
-        stack.enter_context(_replaced(lowered_backend_module, _get_new_signature=partition_signature))
+        stack.enter_context(replaced(lowered_backend_module, _get_new_signature=partition_signature))
         for owner, name, kept in _phases():
             cuts_partitions = name == "_create_partitions"
-            stack.enter_context(_replaced(owner, **{name: phase(getattr(owner, name), kept, cuts_partitions)}))
+            stack.enter_context(replaced(owner, **{name: phase(getattr(owner, name), kept, cuts_partitions)}))
         yield

@@ -33,18 +33,16 @@ None changes what a delegate computes (the same operators on the same tensors); 
 check the losses against ExecuTorch's own partitioner and lowering bit for bit
 (tests/test_export_executorch.py).
 
-The patches reach into ExecuTorch's private functions and pass names as of WRITTEN_FOR:
+The patches reach into ExecuTorch's private functions and pass names as of WRITTEN_FOR, through
+the one registry of replacements (exporters.upstream: each target's fingerprint checked at use):
 `fast_lowering_problem` says why they cannot be used with the installed executorch, and the
-exporter then lowers with ExecuTorch's own partitioner (slow at 222M size, but right). They
-replace module attributes process-wide, so one lock serialises them: `deploy` exports for
-several devices in threads.
+exporter then lowers with ExecuTorch's own partitioner (slow at 222M size, but right).
 """
 
 from __future__ import annotations
 
 import contextlib
 import heapq
-import threading
 from collections import Counter
 from collections.abc import Iterator
 from importlib import metadata
@@ -52,11 +50,11 @@ from types import SimpleNamespace
 
 import torch
 
+from exporters.upstream import WRITTEN_FOR as UPSTREAM_RELEASES
+from exporters.upstream import problem, replaced
+
 # The executorch release whose private functions and pass names the patches replace.
-WRITTEN_FOR = "1.5.1"
-# Held while any patch is in place (re-entrant: the patches nest within one lowering).
-_PATCHING = threading.RLock()
-_INHERITED = object()  # `_replaced`: the attribute was its class's base's
+WRITTEN_FOR = dict(UPSTREAM_RELEASES)["executorch"]
 
 
 def sort_in_place(graph: torch.fx.Graph) -> None:
@@ -114,25 +112,6 @@ def partitions_form_no_cycle(graph: torch.fx.Graph, tags) -> bool:
     return left == 0
 
 
-@contextlib.contextmanager
-def _replaced(owner, **replacements) -> Iterator[None]:
-    """`owner`'s attributes replaced for the `with` only, restored afterwards; no other
-    thread patches or lowers with patches meanwhile."""
-    with _PATCHING:
-        own = vars(owner)
-        originals = {name: own.get(name, _INHERITED) for name in replacements}
-        for name, value in replacements.items():
-            setattr(owner, name, value)
-        try:
-            yield
-        finally:
-            for name, value in originals.items():
-                if value is _INHERITED:
-                    delattr(owner, name)  # a class's override gone, its base's again
-                else:
-                    setattr(owner, name, value)
-
-
 def _graph_module_of(nodes: list) -> SimpleNamespace:
     """What ExecuTorch's whole-graph walks read of a graph module (`.graph.nodes`), holding
     only `nodes`: the walks' own rules then run over just those."""
@@ -175,11 +154,11 @@ def linear_time_partitioning() -> Iterator[None]:
         for node in gm.graph.nodes:
             index.setdefault(node.meta.get("delegation_tag", ""), []).append(node)
         tag_index[gm.graph] = index
-        checked_once = (_replaced(fuser_utils, validate_partition=lambda nodes: True)
+        checked_once = (replaced(fuser_utils, validate_partition=lambda nodes: True)
                         if partitions_form_no_cycle(gm.graph, partition_result.partition_tags)
                         else contextlib.nullcontext())  # torch's check then finds the cycle, as before
         try:
-            with _replaced(type(gm), __str__=lambda self: f"<GraphModule of {len(self.graph.nodes)} nodes>"), \
+            with replaced(type(gm), __str__=lambda self: f"<GraphModule of {len(self.graph.nodes)} nodes>"), \
                     checked_once:
                 created = original_partitions(gm, partition_result, *args, **kwargs)
         finally:
@@ -214,11 +193,11 @@ def linear_time_partitioning() -> Iterator[None]:
             insertion_point = max(orig_outputs)  # torch.fx nodes order as they stand in the graph
         return original_insert(gm, sub_gm, orig_inputs, orig_outputs, insertion_point)
 
-    with _replaced(backend_api, create_submodule_from_nodes=create_unsorted,
+    with replaced(backend_api, create_submodule_from_nodes=create_unsorted,
                    _create_partitions_in_graph_module=partitions_then_sort,
                    _get_node_list_with_same_tag=same_tag_indexed, get_lowered_module_name=next_lowered_name,
                    _maybe_duplicate_constant_nodes=duplicate_constants_if_tagged), \
-            _replaced(lowered_backend_module, insert_subgm=insert_after_last_output):
+            replaced(lowered_backend_module, insert_subgm=insert_after_last_output):
         yield
 
 
@@ -289,7 +268,7 @@ def debug_handles_counted():
         original_insert(submodule_program, _LargestHandleOnly(owning_program, largest), *args)
         handles.add(largest + 1)  # the delegate call's own
 
-    return _replaced(backend_api, lower_all_submodules_to_backend=lower_all_counted,
+    return replaced(backend_api, lower_all_submodules_to_backend=lower_all_counted,
                      _insert_lowered_submodule=insert_counted)
 
 
@@ -378,7 +357,7 @@ def only_partition_passes():
             chosen.passes = [p for p in chosen.passes if p.__name__ in kept]
         return chosen
 
-    return _replaced(xnnpack_preprocess, XNNPACKPassManager=manager)
+    return replaced(xnnpack_preprocess, XNNPACKPassManager=manager)
 
 
 def weight_names(signature) -> frozenset:
@@ -454,7 +433,7 @@ def _source_partitions_once():
             cache[key] = original(graph, wanted_sources, filter_fn)
         return cache[key]
 
-    return _replaced(gemm_configs, get_source_partitions=once)
+    return replaced(gemm_configs, get_source_partitions=once)
 
 
 def level_partitioner(configs: list, **kwargs):
@@ -517,8 +496,9 @@ def fast_lowering_problem() -> str | None:
                         (backend_api, "_maybe_duplicate_constant_nodes"), (lowered_backend_module, "insert_subgm"),
                         (fuser_utils, "validate_partition"),
                         (xnnpack_preprocess, "XNNPACKPassManager"), (gemm_configs, "get_source_partitions")):
-        if not hasattr(owner, name):
-            return f"executorch {installed} has no {owner.__name__}.{name}"
+        changed = problem(owner, name)  # exporters.upstream's registry: there, and as it was read
+        if changed:
+            return f"executorch {installed}: {changed}"
     passes = {p.__name__ for p in xnnpack_preprocess.XNNPACKPassManager(None).passes}
     missing = sorted(set(PARTITION_PASSES) - passes)
     if missing:

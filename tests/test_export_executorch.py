@@ -12,6 +12,19 @@ from edgebench.backends.executorch import TrainingProgram
 from exporters.executorch import lower_training_step
 
 
+def observe(monkeypatch, owner, name, value) -> None:
+    """Puts a test's observer where upstream's `owner.name` was, registered as upstream's:
+    exporters.upstream applies a replacement only over what it was read against."""
+    from exporters import upstream
+
+    before = upstream.target_of(owner, name)
+    monkeypatch.setattr(owner, name, value)
+    if before in upstream.REPLACEMENTS:
+        after = upstream.target_of(owner, name)
+        monkeypatch.setitem(upstream.REPLACEMENTS, after, upstream.Replacement(
+            after, upstream.fingerprint(value), upstream.REPLACEMENTS[before].why))
+
+
 class MLP(torch.nn.Module):
     """Two linear layers (with and without bias) and a loss: the joint graph's linear patterns."""
 
@@ -866,7 +879,7 @@ def test_lowering_retraces_the_whole_graph_once(monkeypatch):
             retraced.append(type(self).__name__)
             return call(self, graph_module)
 
-        monkeypatch.setattr(base, "call", recorded)
+        observe(monkeypatch, base, "call", recorded)
     torch.manual_seed(0)
     et.lower_training_step(Attention(), (torch.randn(2, 8, 16), torch.randint(0, 10, (16,))), delegate="xnnpack")
     assert "ToEdgeInOneRetrace" in retraced
@@ -899,7 +912,7 @@ def test_spec_propagation_without_its_retrace_gives_the_same_micro_program(monke
     example = tuple(to_torch(batch)[k] for k in BATCH_INPUTS)
     retraces = []
     retrace = spec_prop_pass.ExportPass
-    monkeypatch.setattr(spec_prop_pass, "ExportPass", lambda: retraces.append(1) or retrace())
+    observe(monkeypatch, spec_prop_pass, "ExportPass", lambda: retraces.append(1) or retrace())
     fast = et.lower_training_step(model, example, delegate="xnnpack", joint_rewrite=rewrite).buffer
     assert retraces == []
     monkeypatch.setattr(idle_passes, "_spec_prop_on_known_values", contextlib.nullcontext)
@@ -962,7 +975,7 @@ def test_each_partition_signature_is_built_from_its_own_specs(monkeypatch):
                      sum(n.op == "placeholder" for n in gm.graph.nodes) + len(call_module_node.users)))
         return build(program, gm, call_module_node, *args)
 
-    monkeypatch.setattr(lowered_backend_module, "_get_new_signature", recorded)
+    observe(monkeypatch, lowered_backend_module, "_get_new_signature", recorded)
     torch.manual_seed(0)
     lowered = et.lower_training_step(Attention(), (torch.randn(2, 8, 16), torch.randint(0, 10, (16,))),
                                      delegate="xnnpack")
@@ -1004,7 +1017,7 @@ def test_lookups_once_give_executorchs_dim_order_computing_each_stride_once(monk
     computed = tensor.dim_order_from_stride
     strides = [(6, 3, 1), (1, 2, 6), (4, 3, 1, 1), (3, 1, 3, 3), (1,), (), (8, 1, 2)]
     calls = []
-    monkeypatch.setattr(tensor, "dim_order_from_stride", lambda stride: calls.append(stride) or computed(stride))
+    observe(monkeypatch, tensor, "dim_order_from_stride", lambda stride: calls.append(stride) or computed(stride))
     with lookups_once():
         assert tensor_layout.dim_order_from_stride is tensor.dim_order_from_stride
         once = [tensor.dim_order_from_stride(list(s)) for s in strides + strides]
@@ -1092,7 +1105,7 @@ def test_delegate_outputs_as_recorded_are_what_running_the_delegate_gives(monkey
 
     kernels = importlib.import_module(_KERNELS)
     run, ran = kernels.call_delegate_cpu, []
-    monkeypatch.setattr(kernels, "call_delegate_cpu", lambda *args: ran.append(args) or run(*args))
+    observe(monkeypatch, kernels, "call_delegate_cpu", lambda *args: ran.append(args) or run(*args))
     as_run = outputs_of_every_call()
     assert len(ran) == len(calls)
     with delegate_outputs_as_recorded():
@@ -1210,7 +1223,7 @@ def test_signature_mappings_are_built_once_inside_a_phase_only(monkeypatch):
 
     from torch.export.graph_signature import ExportGraphSignature
 
-    from exporters import signature_lookups
+    from exporters import signature_lookups, upstream
 
     signature = torch.export.export(MLP(), (torch.randn(6, 16), torch.tensor([0, 1, 2, 3, 4, 5]))).graph_signature
     original = vars(ExportGraphSignature)["inputs_to_buffers"]
@@ -1225,6 +1238,10 @@ def test_signature_mappings_are_built_once_inside_a_phase_only(monkeypatch):
         return before, (signature.inputs_to_parameters, signature.inputs_to_buffers), parameter
 
     phase = SimpleNamespace(read_twice=read_twice, rename_an_input_between_reads=rename_an_input_between_reads)
+    for name, function in vars(phase).items():  # this test's phases, registered as upstream's are
+        target = upstream.target_of(phase, name)
+        monkeypatch.setitem(upstream.REPLACEMENTS, target,
+                            upstream.Replacement(target, upstream.fingerprint(function), "this test's phase"))
     monkeypatch.setattr(signature_lookups, "_phases", lambda: [
         (phase, "read_twice", signature_lookups.MAPPINGS),
         (phase, "rename_an_input_between_reads", signature_lookups.INPUT_MAPPINGS)])
