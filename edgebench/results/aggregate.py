@@ -53,7 +53,7 @@ FIGURE_KEYS = (
 )
 
 
-def _status(statuses: Counter) -> str:
+def _status(statuses: Counter[str]) -> str:
     ok, total = statuses.get("ok", 0), sum(statuses.values())
     if ok == total:
         return "ok"
@@ -79,7 +79,7 @@ def config_label(group: dict[str, Any], device: bool = True, model: bool = True)
 def group_runs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per configuration, in first-seen order: each FIGURE_KEYS entry is the median,
     `spread[key]` its {median, min, max, n}; `n` counts the runs the figures come from."""
-    groups: dict[tuple, list[dict[str, Any]]] = {}
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for row in rows:
         groups.setdefault(tuple(row.get(k) for k in GROUP_KEYS), []).append(row)
     out = []
@@ -98,9 +98,9 @@ def group_runs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         group["disturbed"] = len(disturbed)
         group["disturbed_why"] = sorted({r["disturbed_why"] for r in disturbed if r.get("disturbed_why")})
         group["disturbed_pct"] = [max(r.get("cpu_others_pct") or 0, r.get("cpu_steal_pct") or 0) for r in disturbed]
-        for key in ("energy_source", "power_covers", "power_warning", "power_est_basis", "device_ram_limit_bytes",
-                    "device_ram_peak_what"):
-            group[key] = next((r.get(key) for r in used if r.get(key)), None)
+        for name in ("energy_source", "power_covers", "power_warning", "power_est_basis", "device_ram_limit_bytes",
+                     "device_ram_peak_what"):
+            group[name] = next((r.get(name) for r in used if r.get(name)), None)
         flags = {f for r in used if r.get("power_flags") for f in r["power_flags"].split(",")}
         group["power_flags"] = ",".join(sorted(flags)) or None
         group["device_ram_bytes"] = next((r.get("device_ram_bytes") for r in used if r.get("device_ram_bytes")), None)

@@ -4,8 +4,9 @@ meter logs into the results store."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -15,8 +16,10 @@ from edgebench.untrusted import UnsafeName, path_name
 if TYPE_CHECKING:
     from edgebench.results.store import Store
 
+F = TypeVar("F", bound=Callable[..., Any])
 
-def device_option(**kw):
+
+def device_option(**kw: Any) -> Callable[[F], F]:
     """--device: a device name, which names a folder (raw/<device>/): the one rule of edgebench.untrusted."""
 
     def check(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -112,7 +115,8 @@ def _merged(store: Store, other: Path) -> list[dict[str, Any]]:
 @click.option("--current-col", help="Column holding current.")
 @click.option("--current-unit", default="A", show_default=True, help="A, mA or uA.")
 @click.option("--delimiter", default=",", show_default=True)
-def import_trace_command(csv_path: Path, device: str, store_path: Path | None, trace_id: str | None, **mapping) -> None:
+def import_trace_command(csv_path: Path, device: str, store_path: Path | None, trace_id: str | None,
+                        **mapping: Any) -> None:
     """Import a host-side power meter's CSV log (USB meter, smart plug) for a device.
 
     Its times are put on the host clock; the device's runs, aligned by clock probes, then

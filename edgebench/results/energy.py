@@ -21,7 +21,8 @@ def _antiderivative(t_s: np.ndarray, p_w: np.ndarray, cum: np.ndarray, x: np.nda
     dt = t_s[k + 1] - t_s[k]
     slope = np.divide(p_w[k + 1] - p_w[k], dt, out=np.zeros_like(dt), where=dt > 0)
     p_x = p_w[k] + slope * (x - t_s[k])
-    return cum[k] + (x - t_s[k]) * (p_w[k] + p_x) / 2
+    area: np.ndarray = cum[k] + (x - t_s[k]) * (p_w[k] + p_x) / 2
+    return area
 
 
 def clean_trace(t_ns: np.ndarray, p_w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

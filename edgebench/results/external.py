@@ -9,9 +9,11 @@ is a series of (host wall-clock ns, watts) that the store merges onto aligned st
 from __future__ import annotations
 
 import csv
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import numpy as np
@@ -43,7 +45,7 @@ class CsvMapping:
     offset_s: float = 0.0
     delimiter: str = ","
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -55,7 +57,7 @@ def _parse_datetime_ns(text: str, fmt: str, tz: ZoneInfo) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
 
 
-def _number(text: str, path: Path, line: int, column: str, parse=float):
+def _number(text: str, path: Path, line: int, column: str, parse: Callable[[str], float] = float) -> float:
     """One cell as a number; else ValueError naming the file, line and column."""
     try:
         value = parse(text)
@@ -67,7 +69,7 @@ def _number(text: str, path: Path, line: int, column: str, parse=float):
     return value
 
 
-def _time_ns(rows: list[tuple[int, dict]], m: CsvMapping, path: Path) -> np.ndarray:
+def _time_ns(rows: list[tuple[int, dict[str, str]]], m: CsvMapping, path: Path) -> np.ndarray:
     tz = ZoneInfo(m.timezone)
     if m.time_format in EPOCH_UNITS_NS:
         origin = _parse_datetime_ns(m.time_origin, "iso", tz) if m.time_origin else 0
@@ -124,6 +126,7 @@ def read_power_csv(path: str | Path, mapping: CsvMapping) -> tuple[np.ndarray, n
     if mapping.power_col:
         power = column(mapping.power_col, mapping.power_unit, "--power-unit")
     else:
+        assert mapping.voltage_col and mapping.current_col  # else the check above raised
         power = (column(mapping.voltage_col, mapping.voltage_unit, "--voltage-unit")
                  * column(mapping.current_col, mapping.current_unit, "--current-unit"))
     order = np.argsort(t_ns, kind="stable")

@@ -55,11 +55,14 @@ def run_shape(run: dict[str, Any]) -> dict[str, Any]:
             "data": data + (" packed" if spec.get("packing") else ""), "target": spec.get("target")}
 
 
+def _pct(share: float | None) -> float | None:
+    return None if share is None else round(100 * share, 1)
+
+
 def cpu_figures(result: dict[str, Any]) -> dict[str, Any]:
     """The noise guard's record (result.json `cpu`): others' and stolen CPU as % of all cores' time."""
     cpu = result.get("cpu") or {}
-    pct = lambda v: None if v is None else round(100 * v, 1)  # noqa: E731
-    return {"cpu_others_pct": pct(cpu.get("others_share")), "cpu_steal_pct": pct(cpu.get("steal_share")),
+    return {"cpu_others_pct": _pct(cpu.get("others_share")), "cpu_steal_pct": _pct(cpu.get("steal_share")),
             "load_avg_1m": cpu.get("load_1m"), "disturbed": cpu.get("disturbed"),
             "disturbed_why": cpu.get("disturbed_why")}
 
@@ -82,7 +85,7 @@ def _finite_max(values: np.ndarray) -> float | None:
     return float(values.max()) if len(values) else None
 
 
-def _or_none(value: float) -> float | None:
+def _or_none(value: float | None) -> float | None:
     return float(value) if value is not None and np.isfinite(value) else None
 
 
@@ -92,7 +95,8 @@ def _energy(
     """Energy per step and per sample, mean and peak power over the measured steps the power trace
     covers, when it covers at least half of them (a trace begins a reading or two into a run: a
     CPU-use estimate needs two readings of its counter)."""
-    none = {"energy_per_step_j": None, "energy_per_sample_j": None, "power_mean_w": None, "power_peak_w": None}
+    none: dict[str, float | None] = {"energy_per_step_j": None, "energy_per_sample_j": None,
+                                     "power_mean_w": None, "power_peak_w": None}
     if np.isfinite(p_w).sum() < 2 or not len(begin):
         return none
     per_step = window_energy_j(t_ns, p_w, begin, end)

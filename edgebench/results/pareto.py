@@ -56,7 +56,7 @@ def mark_frontier(rows: list[dict[str, Any]], finished: Callable[[dict[str, Any]
                   ) -> list[dict[str, Any]]:
     """Sets `on_frontier` on each row, comparing the finished rows that learned within one
     device, model and run shape."""
-    groups: dict[tuple, list[int]] = defaultdict(list)
+    groups: dict[tuple[Any, ...], list[int]] = defaultdict(list)
     for i, row in enumerate(rows):
         y_key, qualifies = (TARGET_Y_KEY, row.get("target_reached")) if row.get("target") else (Y_KEY, learned(row))
         if finished(row) and row.get(X_KEY) is not None and (row.get(y_key) is not None or row.get("target")):

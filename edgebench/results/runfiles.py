@@ -12,9 +12,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    from duckdb import DuckDBPyConnection
 
 TAIL_BYTES = 1 << 16
 DETECT_LINES = 4096  # DuckDB's type detection reads this many lines (its default, 20480, costs 3x)
@@ -122,7 +125,7 @@ def _colons(path: Path) -> int:
     return total
 
 
-def scan_samples(con: Any, path: Path, full: bool = False) -> SampleScan | None:
+def scan_samples(con: DuckDBPyConnection, path: Path, full: bool = False) -> SampleScan | None:
     """The read plan for a samples.jsonl (None when there is none or it is empty).
 
     DuckDB parses the file itself straight into the store: several times faster than
@@ -222,7 +225,7 @@ NO_STEPS = ("SELECT NULL::BIGINT AS step, NULL::VARCHAR AS phase, NULL::BIGINT A
             "NULL::DOUBLE AS duration_s, NULL::DOUBLE AS loss LIMIT 0")
 
 
-def read_events(con: Any, path: Path) -> tuple[pa.Table, TraceCounts, list[dict[str, Any]]]:
+def read_events(con: DuckDBPyConnection, path: Path) -> tuple[pa.Table, TraceCounts, list[dict[str, Any]]]:
     """events.jsonl read by DuckDB: one row per step (begin/end on the device clock,
     duration, phase, loss), what could not be read, and the error/diverged events.
 
@@ -246,7 +249,7 @@ def read_events(con: Any, path: Path) -> tuple[pa.Table, TraceCounts, list[dict[
     return steps, counts, errors
 
 
-def read_run_dir(run_dir: str | Path, con: Any = None) -> RunFiles:
+def read_run_dir(run_dir: str | Path, con: DuckDBPyConnection | None = None) -> RunFiles:
     """Reads a run directory as written by `python -m edgebench.runner`: meta.json,
     result.json and, given a DuckDB connection `con`, events.jsonl."""
     path = Path(run_dir)

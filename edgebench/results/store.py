@@ -127,8 +127,8 @@ def _plain(values: Any) -> np.ndarray:
     if not values.mask.any():
         return values.data
     if values.dtype.kind in "iuf":
-        return values.astype(np.float64).filled(np.nan)
-    return values.astype(object).filled(None)
+        return np.ma.filled(values.astype(np.float64), np.nan)
+    return np.ma.filled(values.astype(object), None)
 
 
 def _columns(con: duckdb.DuckDBPyConnection, table: str) -> set[str]:
@@ -239,7 +239,7 @@ class Store:
             self.con.execute(VIEWS)
         elif not self.con.execute(
             "SELECT count(*) FROM information_schema.tables WHERE table_name = 'runs'"
-        ).fetchone()[0]:
+        ).fetchall()[0][0]:
             self.con.close()
             raise StoreError(
                 f"{self.path}: a DuckDB file but not an edgebench results store (no `runs` table); "
@@ -286,7 +286,7 @@ class Store:
             # (skips scanning the whole samples table on a first ingest). A re-ingest keeps the run's key.
             run_key = self._run_key(device, run_id)
             if run_key is None:
-                run_key = self.con.execute("SELECT coalesce(max(run_key), 0) + 1 FROM runs").fetchone()[0]
+                run_key = self.con.execute("SELECT coalesce(max(run_key), 0) + 1 FROM runs").fetchall()[0][0]
             else:
                 for table in ("runs", "samples", "steps"):
                     self.con.execute(f"DELETE FROM {table} WHERE run_key = ?", [run_key])
@@ -370,6 +370,7 @@ class Store:
             if mentions is None or got[3] != mentions.result():
                 self.con.execute("DELETE FROM samples WHERE run_key = ?", [run_key])
                 scan = scan_samples(self.con, path, full=True)
+                assert scan is not None  # None only for a missing or empty file: this one was read just now
                 self._insert_scan(scan, run_key)
                 got = self._tally(scan, run_key)
         count, unread, limit, _ = got
@@ -383,8 +384,10 @@ class Store:
         cgroup limit, and how many key/value pairs of the file arrived (one per non-null cell)."""
         pairs = " + ".join(f"count({_quote(c)})" for c in scan.columns)
         limit = "min(cgroup_limit_bytes)" if "cgroup_limit_bytes" in scan.columns else "NULL"
-        return self.con.execute(f"SELECT count(t_ns), count(*) - count(t_ns), {limit}, {pairs} FROM samples "
-                                "WHERE run_key = ?", [run_key]).fetchone()
+        count, unread, smallest, arrived = self.con.execute(
+            f"SELECT count(t_ns), count(*) - count(t_ns), {limit}, {pairs} FROM samples WHERE run_key = ?",
+            [run_key]).fetchall()[0]
+        return count, unread, smallest, arrived
 
     def _insert_scan(self, scan: SampleScan, run_key: int) -> None:
         existing = self._column_types("samples")
@@ -475,7 +478,7 @@ class Store:
         """
         rows = [(device, int(p["host_send_ns"]), int(p["device_mono_ns"]), _int_or_none(p.get("device_wall_ns")),
                  int(p["host_recv_ns"])) for p in probes]
-        before = self.con.execute("SELECT count(*) FROM clock_probes WHERE device = ?", [device]).fetchall()[0][0]
+        before: int = self.con.execute("SELECT count(*) FROM clock_probes WHERE device = ?", [device]).fetchall()[0][0]
         if rows:
             table = pa.table({name: [r[i] for r in rows] for i, name in enumerate(
                 ("device", "host_send_ns", "device_mono_ns", "device_wall_ns", "host_recv_ns"))})
@@ -485,9 +488,8 @@ class Store:
                 ON c.device = p.device AND c.host_send_ns = p.host_send_ns AND c.device_mono_ns = p.device_mono_ns""")
             self.con.unregister("_probes")
         self.realign(device)
-        return (
-            self.con.execute("SELECT count(*) FROM clock_probes WHERE device = ?", [device]).fetchall()[0][0] - before
-        )
+        after: int = self.con.execute("SELECT count(*) FROM clock_probes WHERE device = ?", [device]).fetchall()[0][0]
+        return after - before
 
     def probes(self, device: str) -> list[dict[str, Any]]:
         cur = self.con.execute("""SELECT host_send_ns, device_mono_ns, device_wall_ns, host_recv_ns

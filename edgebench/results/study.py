@@ -49,7 +49,8 @@ def _ratio(
 
 
 def _finished(group: dict[str, Any]) -> bool:
-    return group["status"] == "ok" or group["status"].startswith("ok ")
+    status: str = group["status"]
+    return status == "ok" or status.startswith("ok ")
 
 
 def _energy(row: dict[str, Any], g: dict[str, Any], base: dict[str, Any] | None, figure: str, name: str) -> None:
@@ -67,11 +68,11 @@ def _energy(row: dict[str, Any], g: dict[str, Any], base: dict[str, Any] | None,
 def study_rows(groups: list[dict[str, Any]], baseline: str = "sgd") -> tuple[list[dict[str, Any]], list[str]]:
     """Rows of the study table (STUDY_COLUMNS) and notes on what could not be compared."""
     rows, notes = [], []
-    by_setting: dict[tuple, list[dict[str, Any]]] = {}
+    by_setting: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for g in groups:
         by_setting.setdefault((g["device"], g["model"], g["backend"], *(g.get(k) for k in SHAPE_KEYS)), []).append(g)
-    for key, members in by_setting.items():
-        device, model, backend = key[:3]
+    for setting, members in by_setting.items():
+        device, model, backend = setting[:3]
         base = next((g for g in members if g["method"] == baseline and _finished(g)), None)
         if base is None:
             shape = f" ({members[0]['shape']})" if members[0].get("shape") else ""
