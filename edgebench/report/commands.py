@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from edgebench.results import STORE_DEFAULT_HELP, default_store
 
+if TYPE_CHECKING:
+    from edgebench.results.store import Store
+
 FORMATS = ["term", "html", "png", "csv", "json"]
 
 
-def open_store(path: Path):
+def open_store(path: Path) -> Store:
     """The store read-only, with an error that says what to do when it is missing or busy."""
     import duckdb
 
@@ -96,6 +100,7 @@ def report_command(store_path: Path | None, device: str | None, model: str | Non
         if study:
             from edgebench.report.study import study_terminal
 
+            assert report.study is not None  # collect makes it when given a baseline
             console.print(study_terminal(report.study, report.study_notes, width=console.width))
         else:
             from edgebench.report.tables import terminal_report
@@ -105,6 +110,7 @@ def report_command(store_path: Path | None, device: str | None, model: str | Non
         if study:
             from edgebench.report.study import study_csv, study_json
 
+            assert report.study is not None  # collect makes it when given a baseline
             text = study_csv(report.study) if fmt == "csv" else study_json(report.study, report.study_notes)
         else:
             text = export.to_csv(report.rows) if fmt == "csv" else export.to_json(report.rows, report.groups)

@@ -13,12 +13,21 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 from html import escape
+from typing import Any
 
 from plotly.io.json import to_json_plotly
 from plotly.offline import get_plotlyjs
 
 from edgebench.report.build import Figure, Report, safe_name
-from edgebench.report.study import STUDY_IDENT, setting_title, settings, study_fields, study_legend, unreached_notes
+from edgebench.report.study import (
+    STUDY_IDENT,
+    Setting,
+    setting_title,
+    settings,
+    study_fields,
+    study_legend,
+    unreached_notes,
+)
 from edgebench.report.tables import (
     FRONTIER_LEGEND,
     LEGEND,
@@ -104,7 +113,7 @@ def _wide(table: str) -> str:
     return f'<div class="wide">{table}</div>'
 
 
-def _fields_table(fields: list[Field], rows: list[dict]) -> str:
+def _fields_table(fields: list[Field], rows: list[dict[str, Any]]) -> str:
     """The rows under the fields some row has (as the terminal's tables)."""
     fields = present(fields, rows)
     head = "".join(f"<th>{escape(f.header)}</th>" for f in fields)
@@ -119,8 +128,8 @@ def _run_id(run_id: str) -> str:
     return f'<td class="text id" title="{escape(run_id)}">{escape(short)}</td>'
 
 
-def _by_device(groups: list[dict]) -> dict[str, list[dict]]:
-    out: dict[str, list[dict]] = {}
+def _by_device(groups: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
     for g in groups:
         out.setdefault(g["device"], []).append(g)
     return out
@@ -137,7 +146,7 @@ def _study(report: Report) -> tuple[str, set[str]]:
     ]
     charts = {f.name: f for f in report.figures if f.name.startswith(("pareto_", "learning_"))}
     shown: set[str] = set()
-    by_model: dict[tuple[str, str], list[tuple[tuple, list[dict]]]] = {}
+    by_model: dict[tuple[str, str], list[tuple[Setting, list[dict[str, Any]]]]] = {}
     for key, rows in settings(report.study).items():
         by_model.setdefault((key[0], key[1]), []).append((key, rows))
     for (device, model), members in by_model.items():

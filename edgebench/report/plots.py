@@ -19,6 +19,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.text import Text  # noqa: E402
 
 from edgebench.report.series import (  # noqa: E402
     MIB,
@@ -45,47 +48,47 @@ COMPARE_SIZE = (12, 5)
 TITLE_CHARS = 100  # a 10-inch figure at 11 pt holds about this many
 
 
-def drawn_texts(fig: plt.Figure) -> list[str]:
+def drawn_texts(fig: Figure) -> list[str]:
     """Every text set on the figure: titles, axis labels, named ticks, legend entries, point labels."""
     return [t.get_text() for t in fig.findobj(matplotlib.text.Text) if t.get_text().strip()]
 
 
-def png_bytes(fig: plt.Figure) -> bytes:
+def png_bytes(fig: Figure) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, metadata={"Description": "\n".join(drawn_texts(fig))})
     plt.close(fig)
     return buf.getvalue()
 
 
-def _plot(ax: plt.Axes, t: np.ndarray, values: np.ndarray, **style: Any) -> None:
+def _plot(ax: Axes, t: np.ndarray, values: np.ndarray, **style: Any) -> None:
     """One line through the samples that have this field (series.thinned)."""
     t, values = thinned(t, values)
     if len(t):
         ax.plot(t, values, **style)
 
 
-def _title(ax_or_fig: Any, text: str, size: int = 11) -> None:
+def _title(ax_or_fig: Axes | Figure, text: str, size: int = 11) -> None:
     """A title wrapped to the figure's width, so long run ids and paths are never clipped."""
     wrapped = textwrap.fill(printable(text, newlines=False, limit=4 * TITLE_CHARS), TITLE_CHARS)
-    if isinstance(ax_or_fig, plt.Figure):
+    if isinstance(ax_or_fig, Figure):
         ax_or_fig.suptitle(wrapped, fontsize=size)
     else:
         ax_or_fig.set_title(wrapped, fontsize=size)
 
 
-def _off_scale(ax: plt.Axes, text: str, colour: str) -> None:
+def _off_scale(ax: Axes, text: str, colour: str) -> None:
     """A legend entry, not text on the data, for a line too far out to draw."""
     ax.plot([], [], ls="--", color=colour, label=text)
 
 
-def _legend_below(fig: plt.Figure, ax: plt.Axes) -> None:
+def _legend_below(fig: Figure, ax: Axes) -> None:
     """The axes' legend under the plot (the constrained layout makes room): it never covers a curve."""
     handles, labels = ax.get_legend_handles_labels()
     if handles:
         fig.legend(handles, labels, loc="outside lower center", ncols=min(len(handles), 3), fontsize=8)
 
 
-def _place_labels(fig: plt.Figure, ax: plt.Axes, texts: list[Any]) -> None:
+def _place_labels(fig: Figure, ax: Axes, texts: list[Text]) -> None:
     """Point labels apart and inside the axes: each starts on its point's side toward the centre (a
     point at the right edge is labelled to its left); adjustText moves them apart on the settled
     layout, which is then frozen so saving cannot move the axes under them; last, any label still
@@ -100,14 +103,15 @@ def _place_labels(fig: plt.Figure, ax: plt.Axes, texts: list[Any]) -> None:
         t.set_verticalalignment("top" if at_y > 0.5 else "bottom")
     adjust_text(texts, ax=ax, arrowprops={"arrowstyle": "-", "color": "grey", "lw": 0.5})
     fig.set_layout_engine("none")
-    renderer = fig.canvas.get_renderer()
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]  # Agg's canvas (matplotlib.use above); the stubs type the base
     for t in texts:
         box, frame = t.get_window_extent(renderer), ax.bbox
         dx = max(0.0, frame.x0 - box.x0) + min(0.0, frame.x1 - box.x1)
         dy = max(0.0, frame.y0 - box.y0) + min(0.0, frame.y1 - box.y1)
         if dx or dy:
             at = ax.transData.transform(t.get_position())
-            t.set_position(ax.transData.inverted().transform((at[0] + dx, at[1] + dy)))
+            new_x, new_y = ax.transData.inverted().transform((at[0] + dx, at[1] + dy))
+            t.set_position((new_x, new_y))
 
 
 def _label(group: dict[str, Any]) -> str:

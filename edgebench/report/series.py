@@ -83,8 +83,8 @@ def pareto_y(groups: list[dict[str, Any]]) -> tuple[str, str]:
     """The frontier's y figure and what it is (titles and axes say it): the time to the target
     where every configuration has one (the frontier ranks them by it: results.pareto), else
     the time per step."""
-    targets = {g.get("target") for g in groups}
-    if groups and None not in targets:
+    if groups and all(g.get("target") is not None for g in groups):
+        targets: set[str] = {g["target"] for g in groups}
         return "time_to_target_s", f"time to the target ({', '.join(sorted(targets))})"
     return "step_time_median_s", "time per step"
 

@@ -79,11 +79,14 @@ def study_fields(rows: list[dict[str, Any]]) -> list[Field]:
     return [f for f in STUDY_FIELDS if predicted or f is not PEAK_MIB]
 
 
-def settings(rows: list[dict[str, Any]]) -> dict[tuple, list[dict[str, Any]]]:
+Setting = tuple[str, str, str, str]  # device, model, backend, run shape
+
+
+def settings(rows: list[dict[str, Any]]) -> dict[Setting, list[dict[str, Any]]]:
     """The study's rows by setting: device, model, backend and run shape (each has its own
     baseline). A setting with a target ranks by what reaching it cost: the least time to the
     target first, those that never reached it last."""
-    out: dict[tuple, list[dict[str, Any]]] = {}
+    out: dict[Setting, list[dict[str, Any]]] = {}
     for r in rows:
         out.setdefault((r["device"], r["model"], r["backend"], r.get("shape") or ""), []).append(r)
     return {key: sorted(members, key=lambda r: (r["time_to_target_s"] is None, r["time_to_target_s"] or 0))
@@ -98,7 +101,7 @@ def unreached_notes(rows: list[dict[str, Any]]) -> list[str]:
             for r in rows if r.get("target") and (r["reached"] or 0) < r["n"]]
 
 
-def setting_title(key: tuple, rows: list[dict[str, Any]]) -> str:
+def setting_title(key: Setting, rows: list[dict[str, Any]]) -> str:
     """`device / model / backend (shape)`, with the baseline's own figures (the 1.00x)."""
     base = next((r for r in rows if r["method"] == r["baseline"]), None)
     title = " / ".join(str(k) for k in key[:3]) + (f" ({key[3]})" if key[3] else "")

@@ -227,7 +227,8 @@ PREDICTED_LEGEND = ("est. MiB: the memory model's predicted peak, made before th
 
 
 def status_cell(group: dict[str, Any]) -> str:
-    return group["status"] + (" !" if group.get("disturbed") else "") + (" ★" if group.get("on_frontier") else "")
+    status: str = group["status"]
+    return status + (" !" if group.get("disturbed") else "") + (" ★" if group.get("on_frontier") else "")
 
 
 REPORT_IDENT = [Field("model", "model", lambda g: str(g["model"]), True),
@@ -332,7 +333,7 @@ def comparison_table(groups: list[dict[str, Any]]) -> Table | None:
     devices = sorted({g["device"] for g in groups})
     if len(devices) < 2:
         return None
-    by = defaultdict(dict)
+    by: defaultdict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
     for g in groups:
         by[config_label(g, device=False)][g["device"]] = g
     table = Table(title="Across devices: step s (median) / peak MiB (kernel)", header_style="bold",
@@ -342,9 +343,9 @@ def comparison_table(groups: list[dict[str, Any]]) -> Table | None:
     for key in sorted(by):
         cells = []
         for dev in devices:
-            g = by[key].get(dev)
-            cells.append("-" if g is None or g["step_time_median_s"] is None else
-                         f"{g['step_time_median_s']:.3g} / {(g['peak_mem_bytes'] or 0) / MIB:,.0f}")
+            found = by[key].get(dev)
+            cells.append("-" if found is None or found["step_time_median_s"] is None else
+                         f"{found['step_time_median_s']:.3g} / {(found['peak_mem_bytes'] or 0) / MIB:,.0f}")
         table.add_row(shown(key), *cells)
     return table
 
