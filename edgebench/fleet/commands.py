@@ -3,15 +3,13 @@ bringing them back."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import math
-import signal
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,27 +18,21 @@ import click
 from edgebench.backends import BACKENDS
 from edgebench.figures.learning import DEFAULT_EVAL_EVERY
 from edgebench.fleet.plan import (
-    attach_native,
-    attach_program,
     check_method,
     check_model,
-    disturbed_rerun,
-    for_device,
-    ingest_runs,
     make_specs,
     parse_duration,
     rerun_summary,
-    unsupported_result,
 )
 from edgebench.fleet.progress import plain_progress
 from edgebench.results import STORE_DEFAULT_HELP, default_store, runs_dir_for, store_for
-from edgebench.runner.native import machine_arch
 from edgebench.runner.spec import MAX_STEPS, MAX_THREADS, WEIGHTS_DIR, RunSpec
 from edgebench.terminal import VALUE_CHARS, console, wrapped
 from edgebench.untrusted import printable
 
 if TYPE_CHECKING:
     from edgebench.devices.profiles import Profile
+    from edgebench.fleet.bench import BenchSweep
 
 
 def _echo_err(message: str) -> None:
@@ -82,17 +74,6 @@ BACKEND_CHOICE = click.Choice(list(BACKENDS))
 STEPS = click.IntRange(1, MAX_STEPS)
 WARMUP_STEPS = click.IntRange(0, MAX_STEPS)
 THREADS = click.IntRange(1, MAX_THREADS)
-
-
-@contextlib.contextmanager
-def _shielded(active: bool) -> Iterator[None]:
-    """After a Ctrl-C, the finishing work (ingest) is not cut short by another one."""
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if active else None
-    try:
-        yield
-    finally:
-        if active:
-            signal.signal(signal.SIGINT, previous)
 
 
 def _stop_started(known: dict[str, int], runs_dir: Path, store_path: Path) -> None:
@@ -530,11 +511,10 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str 
     --save DIR (README: "Your model, your data"). Piped, it prints one line per stage and step.
     docs/figures.md defines every figure.
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from edgebench.devices.profiles import load_profile
-    from edgebench.fleet.local import Interrupts, host_memory, run_local
-    from edgebench.report.tables import render_bench_results
+    from edgebench.fleet.bench import bench_specs, run_bench
+    from edgebench.fleet.local import host_memory
+    from edgebench.fleet.progress import RunBars
 
     if device != "local":
         raise click.UsageError(
@@ -543,90 +523,45 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str 
     _check_save(save, shape["backend"])
     store_path, runs = store_for(store, runs_dir), runs_dir_for(runs_dir)
     profile = load_profile(device)
-    specs = for_device(device, profile, make_specs(methods, **shape))
-    for spec in specs if save else []:
-        spec.save_dir = str(Path(save).resolve() / spec.run_id)
+    specs = bench_specs(methods, shape, profile, save)
     if save:
         _check_save_room(save, specs)
     _memory_preflight(specs, *host_memory(), profile, "this host", force)
-    results = []
-    # Ctrl-C: the running run ends `interrupted` (result.json written), no further run starts,
-    # what ran is ingested, exit code 130.
-    interrupts = Interrupts()
-    plain = None if as_json else plain_progress(sys.stdout)  # piped: one line per stage and step
-    queue = list(specs)  # and the re-runs of disturbed runs (--rerun-disturbed)
-    try:
-        with (
-            interrupts,
-            Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                disable=as_json or plain is not None,
-                transient=False,
-            ) as progress,
-        ):
-            for spec in queue:  # a disturbed run's re-run joins the queue's end
-                label = f"{spec.method} ({spec.backend})" + (" re-run: disturbed" if spec.extra.get("rerun_of")
-                                                             else "")
-                total = None if spec.duration_s else spec.warmup_steps + spec.steps
-                task = progress.add_task(label, total=total)
-
-                def stage(text: str, task=task, label=label) -> None:
-                    progress.update(task, description=f"{label}: {text}")
-                    if plain:
-                        plain(f"{label}: {text}")
-
-                def step(done: int, task=task, label=label, total=total) -> None:
-                    progress.update(task, completed=done)
-                    if plain:
-                        plain(f"{label}: step {done}/{total or '?'}" if done else f"{label}: loading")
-
-                refused = (attach_program(spec, profile, on_stage=stage) or attach_native(spec, machine_arch(), stage)
-                           or _native_memory_refusal(spec, profile, force))
-                if refused is not None:
-                    stage("unsupported")
-                    results.append(unsupported_result(spec, refused))
-                    continue
-                run_dir = runs / spec.run_id
-                result = run_local(spec, run_dir, on_progress=step, interrupts=interrupts)
-                result["run_dir"] = str(run_dir)
-                if spec.save_dir and result["status"] == "ok" and (Path(spec.save_dir) / "model.safetensors").is_file():
-                    result["saved_to"] = spec.save_dir
-                if result["status"] == "ok":  # a run stopped early keeps its bar where it stopped
-                    progress.update(task, completed=total or result.get("steps_done") or 0)
-                stage(result["status"])
-                results.append(result)
-                if interrupts.signal:
-                    break
-                again = disturbed_rerun(spec, result, device) if len(queue) - len(specs) < rerun_disturbed else None
-                if again is not None:
-                    queue.append(again)
-    except KeyboardInterrupt:  # between runs (e.g. during an export): nothing running to record
-        interrupts.signal = interrupts.signal or "Ctrl-C (SIGINT)"
-    with _shielded(bool(interrupts.signal)):
-        ingest_runs(store_path, [d for d in (runs / s.run_id for s in queue) if (d / "result.json").exists()],
-                    device)
-    if interrupts.signal:
-        click.echo(f"interrupted by {interrupts.signal}: {len(results)} of {len(specs)} runs recorded and ingested "
-                   f"into {store_path}; the rest did not start", err=True)
+    sweep = run_bench(specs, profile, runs, store_path, force=force, rerun_disturbed=rerun_disturbed,
+                      display=RunBars(quiet=as_json), log=_echo_err)
+    if sweep.interrupted:
+        click.echo(f"interrupted by {sweep.interrupted}: {len(sweep.results)} of {len(specs)} runs recorded and "
+                   f"ingested into {store_path}; the rest did not start", err=True)
         raise SystemExit(130)
     if as_json:
-        click.echo(json.dumps(results, indent=2, default=str))
+        click.echo(json.dumps(sweep.results, indent=2, default=str))
     else:
-        render_bench_results(results, f"{shape['model']} on {device}, batch {shape['batch_size']}, {shape['backend']}")
-        if rerun_disturbed:
-            click.echo(wrapped(rerun_summary(results, len(queue) - len(specs), rerun_disturbed), console().width))
-        for r in results:
-            if r.get("saved_to"):
-                click.echo(f"{r['method']}: trained weights saved to {r['saved_to']}")
-        see = "edgebench report" if store_path == default_store() else f"edgebench report --store {store_path}"
-        # wrapped at spaces: the command and its path stay whole (a terminal breaks a line anywhere)
-        click.echo(wrapped(f"run directories under {runs}/; store {store_path} ({see})", console().width))
+        _show_bench(sweep, f"{shape['model']} on {device}, batch {shape['batch_size']}, {shape['backend']}",
+                    rerun_disturbed, runs, store_path)
+    _bench_exit(sweep.results, device, shape["backend"])
+
+
+def _show_bench(sweep: BenchSweep, title: str, rerun_disturbed: int, runs: Path, store_path: Path) -> None:
+    """bench's table, what --rerun-disturbed and --save did, and where the runs and the store are."""
+    from edgebench.report.tables import render_bench_results
+
+    render_bench_results(sweep.results, title)
+    if rerun_disturbed:
+        click.echo(wrapped(rerun_summary(sweep.results, sweep.reruns, rerun_disturbed), console().width))
+    for r in sweep.results:
+        if r.get("saved_to"):
+            click.echo(f"{r['method']}: trained weights saved to {r['saved_to']}")
+    see = "edgebench report" if store_path == default_store() else f"edgebench report --store {store_path}"
+    # wrapped at spaces: the command and its path stay whole (a terminal breaks a line anywhere)
+    click.echo(wrapped(f"run directories under {runs}/; store {store_path} ({see})", console().width))
+
+
+def _bench_exit(results: list[dict[str, Any]], device: str, backend: str) -> None:
+    """Exit 1 when no run ended ok (as deploy: a sweep where nothing could run failed); runs
+    that did not end ok are counted on stderr either way."""
     refused = {r["method"]: " ".join(str(r["detail"]).split()) for r in results if r["status"] == "unsupported"}
-    if results and len(refused) == len(results):  # as deploy: a sweep where nothing could run failed
-        click.secho(f"{device}: no method can run there ({shape['backend']}): "
+    if results and len(refused) == len(results):
+        click.secho(f"{device}: no method can run there ({backend}): "
                     + "; ".join(f"{m}: {why}" for m, why in refused.items()), fg="red", err=True)
         raise SystemExit(1)
     ended = Counter(str(r["status"]) for r in results)
@@ -637,25 +572,6 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str 
                     fg="red" if not ended["ok"] else "yellow", err=True)
     if results and not ended["ok"]:
         raise SystemExit(1)
-
-
-def _native_memory_refusal(spec: RunSpec, profile: Profile, force: bool) -> str | None:
-    """The memory preflight of a native worker's run, once its program is exported (the
-    prediction reads it): why it is refused (recorded `unsupported`, the sweep goes on), or None."""
-    from edgebench.fleet.local import host_memory
-    from edgebench.fleet.plan import force_memory, memory_budget, memory_refusals
-
-    if spec.runtime != "native":
-        return None
-    ram, limit = host_memory()
-    refused, why = memory_refusals([spec], *memory_budget(ram, profile.memory_headroom, limit, "this host"),
-                                   profile.device_speed)
-    if refused and not force:
-        return f"{why}; or --force to run anyway"
-    if refused:
-        force_memory([spec], refused, why)
-        _echo_err(f"forced (--force): {why}")
-    return None
 
 
 def _memory_preflight(specs: list[RunSpec], ram_bytes: int, cgroup_limit: int | None, profile: Profile,
@@ -702,6 +618,7 @@ def deploy(devices: tuple[str, ...], shape: dict[str, Any], methods: list[str], 
     deploy fails or is interrupted, else by `collect` once the sweep has ended.
     """
     from edgebench.fleet.deploy import DeviceBusy, deploy_many, deployments
+    from edgebench.fleet.local import shielded
 
     _device_names(devices, with_local=True)  # an unknown or unsafe name is refused before any work
     if spec_files:
@@ -720,7 +637,7 @@ def deploy(devices: tuple[str, ...], shape: dict[str, Any], methods: list[str], 
         results = deploy_many(list(devices), specs, runs, log=log,
                               save_to=str(Path(save).resolve()) if save else None, force=force)
     except KeyboardInterrupt:
-        with _shielded(True):
+        with shielded(True):
             _stop_started(known, runs, store_for(None, runs_dir))
         raise SystemExit(130) from None
     busy = [r for r in results.values() if isinstance(r, DeviceBusy)]

@@ -13,12 +13,13 @@ host's, labelled host-wide (edgebench.figures.memory).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,17 @@ class Interrupts:
     def __exit__(self, *exc: object) -> None:
         for signum, previous in self._previous.items():
             signal.signal(signum, previous)
+
+
+@contextlib.contextmanager
+def shielded(active: bool) -> Iterator[None]:
+    """After a Ctrl-C, the finishing work (ingest) is not cut short by another one."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if active else None
+    try:
+        yield
+    finally:
+        if active:
+            signal.signal(signal.SIGINT, previous)
 
 
 def host_memory() -> tuple[int, int | None]:

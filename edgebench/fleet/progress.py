@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TextIO
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from edgebench.runner.spec import RunSpec
 
 
 class ProgressLines:
@@ -32,3 +35,52 @@ class ProgressLines:
 def plain_progress(stream: TextIO) -> ProgressLines | None:
     """ProgressLines on stderr when `stream` (where the bars would draw) is not a terminal, else None."""
     return None if stream.isatty() else ProgressLines()
+
+
+class RunBars:
+    """bench's display of its runs: a rich bar each on a terminal, one plain line per stage and
+    step when piped, nothing with --json (stdout is the JSON). A context manager, as rich's is."""
+
+    def __init__(self, quiet: bool) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.plain = None if quiet else plain_progress(sys.stdout)
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), disable=quiet or self.plain is not None, transient=False)
+
+    def __enter__(self) -> RunBars:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.__exit__(*exc)
+
+    def add(self, spec: RunSpec) -> RunBar:
+        """The bar of one run (a re-run of a disturbed run says so); its total is the steps, warmup
+        included (unknown for a --duration run)."""
+        label = f"{spec.method} ({spec.backend})" + (" re-run: disturbed" if spec.extra.get("rerun_of") else "")
+        total = None if spec.duration_s else spec.warmup_steps + spec.steps
+        return RunBar(self, self.progress.add_task(label, total=total), label, total)
+
+
+class RunBar:
+    """One run's bar: its stage (exporting, loading, its status) and its steps."""
+
+    def __init__(self, bars: RunBars, task: Any, label: str, total: int | None) -> None:
+        self.bars, self.task, self.label, self.total = bars, task, label, total
+
+    def stage(self, text: str) -> None:
+        self.bars.progress.update(self.task, description=f"{self.label}: {text}")
+        if self.bars.plain:
+            self.bars.plain(f"{self.label}: {text}")
+
+    def step(self, done: int) -> None:
+        self.bars.progress.update(self.task, completed=done)
+        if self.bars.plain:
+            self.bars.plain(f"{self.label}: step {done}/{self.total or '?'}" if done else f"{self.label}: loading")
+
+    def ended(self, result: dict[str, Any]) -> None:
+        """The run's status; a run stopped early keeps its bar where it stopped."""
+        if result["status"] == "ok":
+            self.bars.progress.update(self.task, completed=self.total or result.get("steps_done") or 0)
+        self.stage(result["status"])

@@ -1,0 +1,128 @@
+"""bench's sweep on this host: its specs run one at a time in the foreground, a disturbed run
+again where the budget allows, a Ctrl-C stopping the sweep with what ran ingested. The
+command (fleet/commands.py) checks the options before and renders the result after."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from edgebench.fleet.local import Interrupts, run_local, shielded
+from edgebench.fleet.plan import (
+    attach_native,
+    attach_program,
+    disturbed_rerun,
+    for_device,
+    ingest_runs,
+    make_specs,
+    unsupported_result,
+)
+from edgebench.runner.native import machine_arch
+from edgebench.runner.spec import RunSpec
+
+if TYPE_CHECKING:
+    from edgebench.devices.profiles import Profile
+
+
+class Bar(Protocol):
+    """What the sweep tells the display about one run (fleet.progress.RunBar)."""
+
+    def stage(self, text: str) -> None: ...
+
+    def step(self, done: int) -> None: ...
+
+    def ended(self, result: dict[str, Any]) -> None: ...
+
+
+class Display(Protocol):
+    """Where the sweep's runs show while they run (fleet.progress.RunBars): entered for the sweep."""
+
+    def __enter__(self) -> Display: ...
+
+    def __exit__(self, *exc: Any) -> None: ...
+
+    def add(self, spec: RunSpec) -> Bar: ...
+
+
+@dataclass
+class BenchSweep:
+    """What a sweep did: every result in run order (re-runs of disturbed runs at the end), how
+    many re-runs it queued, and the signal that stopped it (None: it ran to its end)."""
+
+    specs: list[RunSpec]
+    results: list[dict[str, Any]]
+    reruns: int
+    interrupted: str | None
+
+
+def bench_specs(methods: list[str], shape: dict[str, Any], profile: Profile, save: str | None) -> list[RunSpec]:
+    """The sweep's specs for this host's profile; with --save each run keeps its weights in SAVE/<run_id>/."""
+    specs = for_device("local", profile, make_specs(methods, **shape))
+    if save:
+        for spec in specs:
+            spec.save_dir = str(Path(save).resolve() / str(spec.run_id))
+    return specs
+
+
+def run_bench(specs: list[RunSpec], profile: Profile, runs: Path, store_path: Path, *, force: bool,
+              rerun_disturbed: int, display: Display, log: Callable[[str], None]) -> BenchSweep:
+    """Runs the specs in turn, each in its own supervisor; a method the backend cannot run is
+    recorded `unsupported` and the sweep goes on. Ctrl-C: the running run ends `interrupted`
+    (result.json written), no further run starts; either way what ran is ingested into the store."""
+    results: list[dict[str, Any]] = []
+    interrupts = Interrupts()
+    queue = list(specs)  # and the re-runs of disturbed runs (--rerun-disturbed)
+    try:
+        with interrupts, display:
+            for spec in queue:  # a disturbed run's re-run joins the queue's end
+                result = _run_one(spec, profile, runs, display.add(spec), interrupts, force, log)
+                results.append(result)
+                if interrupts.signal:
+                    break
+                again = disturbed_rerun(spec, result, "local") if len(queue) - len(specs) < rerun_disturbed else None
+                if again is not None:
+                    queue.append(again)
+    except KeyboardInterrupt:  # between runs (e.g. during an export): nothing running to record
+        interrupts.signal = interrupts.signal or "Ctrl-C (SIGINT)"
+    with shielded(bool(interrupts.signal)):
+        ingest_runs(store_path, [d for d in (runs / str(s.run_id) for s in queue) if (d / "result.json").exists()],
+                    "local")
+    return BenchSweep(specs, results, len(queue) - len(specs), interrupts.signal)
+
+
+def _run_one(spec: RunSpec, profile: Profile, runs: Path, bar: Bar, interrupts: Interrupts, force: bool,
+             log: Callable[[str], None]) -> dict[str, Any]:
+    """One spec: its program exported and its worker settled first (refused: `unsupported`), then run."""
+    refused = (attach_program(spec, profile, on_stage=bar.stage) or attach_native(spec, machine_arch(), bar.stage)
+               or _native_memory_refusal(spec, profile, force, log))
+    if refused is not None:
+        bar.stage("unsupported")
+        return unsupported_result(spec, refused)
+    run_dir = runs / str(spec.run_id)  # for_device gave every spec one
+    result = run_local(spec, run_dir, on_progress=bar.step, interrupts=interrupts)
+    result["run_dir"] = str(run_dir)
+    if spec.save_dir and result["status"] == "ok" and (Path(spec.save_dir) / "model.safetensors").is_file():
+        result["saved_to"] = spec.save_dir
+    bar.ended(result)
+    return result
+
+
+def _native_memory_refusal(spec: RunSpec, profile: Profile, force: bool, log: Callable[[str], None]) -> str | None:
+    """The memory preflight of a native worker's run, once its program is exported (the
+    prediction reads it): why it is refused (recorded `unsupported`, the sweep goes on), or None."""
+    from edgebench.fleet import local
+    from edgebench.fleet.plan import force_memory, memory_budget, memory_refusals
+
+    if spec.runtime != "native":
+        return None
+    ram, limit = local.host_memory()
+    refused, why = memory_refusals([spec], *memory_budget(ram, profile.memory_headroom, limit, "this host"),
+                                   profile.device_speed)
+    if refused and not force:
+        return f"{why}; or --force to run anyway"
+    if refused:
+        force_memory([spec], refused, why)
+        log(f"forced (--force): {why}")
+    return None
