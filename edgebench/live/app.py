@@ -8,12 +8,12 @@ from pathlib import PurePosixPath
 from rich.console import Console
 from rich.live import Live
 
-from edgebench.live.follow import Sweep
+from edgebench.live.follow import RunSource, Sweep
 from edgebench.live.state import LiveState
 from edgebench.live.view import ended_line, render
 
 
-def run_live(source, state: LiveState, refresh_hz: float = 8.0, console: Console | None = None,
+def run_live(source: RunSource, state: LiveState, refresh_hz: float = 8.0, console: Console | None = None,
              sweep: Sweep | None = None, follow: bool = False) -> LiveState:
     """Shows the dashboard until the run has ended, or with `sweep` (run after run) until the
     sweep has; the last frame ends with a line saying so. With `follow`, it then waits for the

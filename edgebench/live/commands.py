@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from edgebench.live.follow import RunSource
 
 
 @click.command("live")
@@ -55,7 +59,7 @@ def live_command(device: str | None, run_id: str | None, run_dir: str | None, ro
                 remote_dir = run_dir or find_remote_run(transport, transport.device.workdir, run_id)
             except TransportError as exc:
                 raise click.ClickException(str(exc)) from exc
-            source = RemoteRun(transport, remote_dir)
+            source: RunSource = RemoteRun(transport, remote_dir)
             state = LiveState(source=source.label, device=device)
             sweep = None if run_dir or run_id else Sweep(
                 lambda: find_remote_run(transport, transport.device.workdir, None),

@@ -11,12 +11,15 @@ from __future__ import annotations
 import json
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from edgebench.telemetry.trace import TraceTail, parse_line
+
+if TYPE_CHECKING:
+    from edgebench.devices.transport import Transport
 
 TRACE_FILES = ("samples.jsonl", "events.jsonl")
 
@@ -31,6 +34,21 @@ class Update:
     result: dict[str, Any] | None = None
     bad_lines: int = 0
     error: str | None = None  # the follower stopped (connection lost, ...)
+
+
+class RunSource(Protocol):
+    """What the live view follows: a run directory here (LocalRun) or on a device (RemoteRun)."""
+
+    label: str
+
+    @property
+    def run_dir(self) -> str | Path: ...
+
+    def poll(self) -> Update: ...
+
+    def sweep_json(self) -> dict[str, Any] | None: ...
+
+    def close(self) -> None: ...
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -79,14 +97,14 @@ class RemoteRun:
     second until they exist. Both run in threads and hand records to `poll()`.
     """
 
-    def __init__(self, transport: Any, run_dir: str, json_interval_s: float = 1.0):
+    def __init__(self, transport: Transport, run_dir: str, json_interval_s: float = 1.0):
         self.transport = transport
         self.run_dir = run_dir.rstrip("/")
         self.label = f"{transport.device.name}:{self.run_dir}"
         self.interval = json_interval_s
         self.queue: queue.Queue[tuple[str, Any]] = queue.Queue()
         self.stop = threading.Event()
-        self.stream = None
+        self.stream: Iterator[str] | None = None
         self.threads = [threading.Thread(target=self._tail, daemon=True),
                         threading.Thread(target=self._fetch_json, daemon=True)]
         for t in self.threads:
@@ -96,8 +114,8 @@ class RemoteRun:
         paths = [f"{self.run_dir}/{name}" for name in TRACE_FILES]
         current = None
         try:
-            self.stream = self.transport.stream(["tail", "-n", "+1", "-F", *paths])
-            for line in self.stream:
+            self.stream = stream = self.transport.stream(["tail", "-n", "+1", "-F", *paths])
+            for line in stream:
                 if self.stop.is_set():
                     break
                 if line.startswith("==> ") and line.endswith(" <=="):
@@ -169,7 +187,8 @@ class Sweep:
     """A sweep followed from run to run: once the followed run has finished, `find()` names
     the newest run (looked for at most every `interval_s`), and a newer one is opened with `open_run`."""
 
-    def __init__(self, find: Callable[[], Any], open_run: Callable[[Any], Any], current: Any, interval_s: float = 1.0):
+    def __init__(self, find: Callable[[], str | Path], open_run: Callable[[str], RunSource], current: str | Path,
+                 interval_s: float = 1.0):
         self.find, self.open_run, self.current = find, open_run, str(current)
         self.interval_s, self._due_s = interval_s, 0.0
 
@@ -180,7 +199,7 @@ class Sweep:
         self._due_s = now_s + self.interval_s
         return True
 
-    def next_run(self) -> Any | None:
+    def next_run(self) -> RunSource | None:
         """The newest run's follower when it is not the one followed, else None."""
         try:
             newest = str(self.find()).rstrip("/")
@@ -206,7 +225,7 @@ def find_local_run(root: Path, run_id: str | None) -> Path:
     return max(found, key=lambda d: (d / "meta.json").stat().st_mtime)
 
 
-def find_remote_run(transport: Any, workdir: str, run_id: str | None) -> str:
+def find_remote_run(transport: Transport, workdir: str, run_id: str | None) -> str:
     """The run directory on the device: `<workdir>/sweeps/*/runs/<run_id>`, or the newest one."""
     script = 'ls -1td -- "$1"/sweeps/*/runs/${2:-*}/ 2>/dev/null | head -n 1'
     result = transport.run(["sh", "-c", script, "sh", workdir, run_id or ""], timeout=20)

@@ -29,9 +29,9 @@ class LiveState:
     events: list[dict[str, Any]] = field(default_factory=list)
     samples_seen: int = 0
     peak_rss_bytes: int = 0
-    rss_history: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
-    power_history: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
-    losses: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
+    rss_history: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY))
+    power_history: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY))
+    losses: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY))
     steps_done: dict[str, int] = field(default_factory=lambda: {"warmup": 0, "measure": 0})
     last_step: dict[str, Any] | None = None
     phase: str = "waiting"
@@ -124,7 +124,8 @@ class LiveState:
     def step_stats(self) -> dict[str, float] | None:
         """The measured steps' time statistics so far, as the summary and the store make them
         (edgebench.figures.steps.step_statistics)."""
-        return step_statistics(self.events)["step_time_s"]
+        stats: dict[str, float] | None = step_statistics(self.events)["step_time_s"]
+        return stats
 
     @property
     def step_time_s(self) -> float | None:

@@ -140,7 +140,7 @@ def summary(result: dict[str, Any], meta: dict[str, Any] | None = None) -> Table
     t.add_column(style="bold")
     t.add_column()
     step = result.get("step_time_s") or {}
-    rows = [
+    rows: list[tuple[str, Text | str]] = [
         (
             "status",
             Text(printable(result.get("status"), newlines=False), style=_status_style(str(result.get("status")))),
