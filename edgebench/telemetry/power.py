@@ -27,7 +27,7 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from edgebench.telemetry import battery
 from edgebench.telemetry.battery import battery_dir
@@ -44,6 +44,19 @@ from edgebench.telemetry.sysfs import (
     under,
     unique_names,
 )
+
+
+class PowerReader(Protocol):
+    """A measured power source's reader, as the sampler drives it: `read(now_s)` gives a sample's
+    keys, `readings()` says where they come from (meta.json `readings`)."""
+
+    name: str
+
+    def read(self, now_s: float) -> dict[str, Any]: ...
+
+    def readings(self) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
 
 
 def _as_read(text: str) -> int | str:
@@ -349,7 +362,7 @@ def power_settings(sensors: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def measured_power_source(root: str | Path, runner: Runner,
-                          sensors: dict[str, Any] | None) -> tuple[Any, dict[str, str]]:
+                          sensors: dict[str, Any] | None) -> tuple[PowerReader | None, dict[str, str]]:
     """The first measured power source this device has (or the one the profile names), and
     why each one tried before it is unavailable."""
     power = power_settings(sensors)
@@ -377,7 +390,7 @@ class PowerSource:
     edgebench derives from it: the reader, the sampling intervals, the board probe's lines and
     the readiness check. Adding a source = one descriptor here + its reader class above.
 
-    make(root, runner, power): the reader (`.name`, `.read(now_s)`, `.describe()`, `.close()`);
+    make(root, runner, power): the reader (a PowerReader: `.name`, `.read(now_s)`, `.readings()`, `.close()`);
       raises SourceUnavailable when the board has none. `power`: power_settings' block.
     intervals_s: seconds between reads (telemetry.sampler.INTERVALS_S), by the name of each reader
       `make` can return (ina3221 falls back to its jtop reader, which refreshes once a second).
@@ -389,7 +402,7 @@ class PowerSource:
     """
 
     name: str
-    make: Callable[[str | Path, Runner, dict[str, Any]], Any]
+    make: Callable[[str | Path, Runner, dict[str, Any]], PowerReader]
     intervals_s: dict[str, float]
     probe: str
     ready: Callable[[list[str], dict[str, Any]], tuple[str, str, bool]]

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from edgebench.telemetry import cpu, gpu, memory, power, thermal
 from edgebench.telemetry.sysfs import Runner, SourceUnavailable, run_command
@@ -52,6 +52,18 @@ INTERVALS_S = {
 # (smaps_rollup of a 2 GB process takes tens of ms).
 SLOW_S = 0.5
 CORE_SHARE_DIVISOR = 200
+
+class _Source(Protocol):
+    """What the sampler drives of every source: its reads (a sample's keys) and its release."""
+
+    def read(self, now_s: float) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+T = TypeVar("T")
+S = TypeVar("S", bound=_Source)
+
 
 @dataclass
 class _Scheduled:
@@ -91,7 +103,7 @@ class Sampler:
         self._cgroup: memory.CgroupMemory | None = None
         self._cgroup_start: dict[str, int] = {}
         self._cgroup_peak_scope: str | None = None
-        self._power_source: Any = None
+        self._power_source: power.PowerReader | None = None
         self._cgroup_cpu: cpu.CgroupCpu | None = None
         self._temperatures: list[thermal.ThermalZones | thermal.HwmonTemps] = []
         self._summary: dict[str, Any] | None = None
@@ -99,7 +111,7 @@ class Sampler:
 
     # -- detection ------------------------------------------------------------------------
 
-    def _make(self, name: str, make: Callable[[], Any]) -> Any:
+    def _make(self, name: str, make: Callable[[], T]) -> T | None:
         """Builds one source; a missing one is noted, a broken one (odd format, bad
         setting) is reported as failed: neither stops the run."""
         try:
@@ -110,7 +122,7 @@ class Sampler:
             self._failed[name] = f"{type(exc).__name__}: {exc}"
         return None
 
-    def _try(self, name: str, make: Callable[[], Any]) -> Any:
+    def _try(self, name: str, make: Callable[[], S]) -> S | None:
         """Builds a source and schedules its reads; None if it cannot be built or scheduled."""
         source = self._make(name, make)
         if source is not None:
