@@ -13,7 +13,6 @@ import click
 from edgebench.devices.inventory import (
     Device,
     InventoryError,
-    add_entry,
     get_device,
     inventory_path,
     read_inventory,
@@ -21,9 +20,10 @@ from edgebench.devices.inventory import (
     scan_devices,
 )
 from edgebench.errors import EdgebenchError
-from edgebench.untrusted import UnsafeName, path_name, printable
+from edgebench.untrusted import printable
 
 if TYPE_CHECKING:
+    from edgebench.devices.detect import HostKey
     from edgebench.devices.readiness import Readiness
 
 
@@ -262,15 +262,24 @@ def _ask(question: Callable[[], Any], unanswered: str) -> Any:
         raise UserError(unanswered) from None
 
 
-def _choose_profile(candidates: list[str], proposed: list[str], ask: bool, name: str) -> str:
-    """The candidate detection ranks first; asked for unless `ask` is off."""
-    default = next((p for p in proposed if p in candidates), candidates[0])
-    if not ask:
-        return default
-    return _ask(lambda: click.prompt(f"{name}: which profile", type=click.Choice(candidates), default=default,
-                                     err=True),
-                f"{name}: no one answered which profile (no terminal) among {', '.join(candidates)}; pass "
-                f"--profile {default} (proposed) or --yes")
+def _asked_trust(offered: HostKey) -> bool:
+    """Whether the user trusts a host key known_hosts does not list (the prompt of `devices add`)."""
+    from edgebench.devices.detect import keygen_hint
+
+    return bool(_ask(lambda: click.confirm(
+        f"Trust {offered.host_spec}'s {offered.algorithm} key {offered.fingerprint}? (compare "
+        f"`{keygen_hint(offered)}` on the board)", default=False, err=True),
+        f"{offered.host_spec} offers {offered.algorithm} key {offered.fingerprint}, and no one answered "
+        f"whether to trust it (no terminal): compare `{keygen_hint(offered)}` on the board, then "
+        "run again with --trust-host-key SHA256:...; nothing written"))
+
+
+def _asked_profile(name: str, candidates: list[str], default: str) -> str:
+    """The profile the user picks among the candidates, detection's proposal the default."""
+    return str(_ask(lambda: click.prompt(f"{name}: which profile", type=click.Choice(candidates), default=default,
+                                         err=True),
+                    f"{name}: no one answered which profile (no terminal) among {', '.join(candidates)}; pass "
+                    f"--profile {default} (proposed) or --yes"))
 
 
 @devices.command("add", short_help="Add a board: trust its host key, detect it, pick a profile, check.")
@@ -291,9 +300,7 @@ def _choose_profile(candidates: list[str], proposed: list[str], ask: bool, name:
 @click.option("--yes", "-y", is_flag=True, help="Accept the proposed profile without asking.")
 @click.option("--no-check", is_flag=True, help="Do not run `devices check` afterwards.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (what was found and written).")
-def devices_add(name: str, host: str | None, serial: str | None, user: str | None, port: int | None, key: str | None,
-                profile: str | None, fingerprint: str | None, known_hosts: str | None, python: str | None,
-                workdir: str | None, root: str | None, yes: bool, no_check: bool, as_json: bool) -> None:
+def devices_add(name: str, no_check: bool, as_json: bool, **board: Any) -> None:
     """Add a board: check its host key, detect what it is, pick its profile, write the entry.
 
     Connects over SSH (or adb with --serial), shows the host key's fingerprint and asks
@@ -308,111 +315,16 @@ def devices_add(name: str, host: str | None, serial: str | None, user: str | Non
     edgebench devices add orin --host orin.local --user nvidia --profile jetson-orin   # asks: Nano or AGX
     edgebench devices add pixel --host 192.168.1.40 --port 8022 --profile android     # SSH into Termux
     """
-    from pathlib import Path
-
-    from edgebench.devices import connect, detect
-    from edgebench.devices.profiles import ProfileError, list_profiles, load_profile, resolve_profile
-    from edgebench.devices.profiles import Transport as TransportSettings
-    from edgebench.devices.readiness import ADB_LIMITS
-    from edgebench.devices.transport import TransportError
+    from edgebench.devices.add import AddError, add_board
 
     try:
-        path_name(name, "device name")  # names runs/<device>/: checked before the board is contacted
-    except UnsafeName as exc:
-        raise UserError(f"{exc}; pick another name") from None
-    if (host is None) == (serial is None):
-        raise UserError("give the board's address: --host HOST (SSH) or --serial SERIAL (adb)")
-    if name in read_inventory():
-        raise UserError(f"{inventory_path()} already has a device {name!r}; `edgebench devices remove {name}` first "
-                        "or pick another name")
-    candidates: list[str] = []
-    if profile:
-        candidates = resolve_profile(profile)
-        if not candidates:
-            raise UserError(f"unknown profile {profile!r}; known: {', '.join(list_profiles())}")
-    say = (lambda _: None) if as_json else click.echo
-    entry: dict[str, Any] = {"kind": "adb", "serial": serial} if serial else {"kind": "ssh", "host": host}
-    entry.update({k: v for k, v in (("port", port), ("user", user), ("key", key), ("known_hosts", known_hosts),
-                                    ("python", python), ("workdir", workdir), ("root", root)) if v is not None})
-    # Connection defaults come from the profile named, else the first candidate family's.
-    defaults = load_profile(candidates[0]).transport if candidates else TransportSettings()
-    settings = defaults.model_copy(update={k: v for k, v in entry.items() if k in TransportSettings.model_fields})
-    if settings.kind == "ssh":
-        if key and not Path(key).expanduser().exists():
-            raise UserError(f"key file {key} does not exist; give --key the private key the board accepts")
-        try:
-            offered = detect.server_host_key(settings.host or "", settings.port, settings.connect_timeout_s)
-        except TransportError as exc:
-            raise UserError(str(exc)) from None
-        kh_path = Path(known_hosts or "~/.ssh/known_hosts").expanduser()
-        state = detect.host_key_status(kh_path, offered)
-        say(f"host key of {offered.host_spec}: {offered.algorithm} {offered.fingerprint}"
-            + (f" (trusted in {kh_path})" if state == "trusted" else ""))
-        if state == "changed":
-            raise UserError(
-                f"{offered.host_spec}: HOST KEY CHANGED — {kh_path} lists another key for it, so this "
-                f"may be an interception. If the board was reinstalled, compare `{detect.keygen_hint(offered)}`"
-                f" on it, then `ssh-keygen -R '{offered.host_spec}' -f {kh_path}` and run this again"
-            )
-        if state == "unknown":
-            if fingerprint is not None:
-                if not detect.same_fingerprint(fingerprint, offered):
-                    raise UserError(
-                        f"{offered.host_spec} offers {offered.fingerprint}, not {fingerprint}: not trusted, "
-                        f"nothing written. Compare `{detect.keygen_hint(offered)}` on the board"
-                    )
-            elif not _ask(lambda: click.confirm(
-                    f"Trust {offered.host_spec}'s {offered.algorithm} key {offered.fingerprint}? (compare "
-                    f"`{detect.keygen_hint(offered)}` on the board)", default=False, err=True),
-                    f"{offered.host_spec} offers {offered.algorithm} key {offered.fingerprint}, and no one answered "
-                    f"whether to trust it (no terminal): compare `{detect.keygen_hint(offered)}` on the board, then "
-                    "run again with --trust-host-key SHA256:...; nothing written"):
-                raise UserError("host key not trusted: nothing written (--trust-host-key SHA256:... for scripts)")
-            detect.trust(kh_path, offered)
-            say(f"trusted: added to {kh_path}")
-    probe_device = detect.first_contact_device(name, settings, workdir or "edgebench-work", root)
-    try:
-        with connect(probe_device) as transport:
-            facts = detect.probe(transport, probe_device, [python] if python else None)
-    except TransportError as exc:
-        extra = f". Note: {ADB_LIMITS}" if settings.kind == "adb" else ""
-        raise UserError(f"{exc}{extra}") from None
-    say(printable(f"found: {facts.board}, {facts.arch}, {_gib(facts.ram_bytes)} GiB RAM, {facts.cores} cores, "
-                  f"{facts.os or (facts.android_model and 'Android ' + facts.android_release) or 'OS unknown'}"
-                  + (f", {facts.l4t}" if facts.l4t else "")
-                  + (f", python {facts.pythons[0][2]} ({facts.pythons[0][1]})" if facts.pythons
-                     else ", no python found"), newlines=False))
-    proposed = detect.propose_profiles(facts)
-    if not candidates:
-        candidates = proposed
-        if not candidates:
-            raise UserError(f"no profile matches {facts.board!r} ({facts.arch}); pass --profile (known: "
-                            f"{', '.join(list_profiles())}) or write one (copy a device_profiles/*.yaml, "
-                            "point $EDGEBENCH_PROFILES at its folder)")
-    # Asked unless --yes, or --profile named exactly one.
-    chosen = _choose_profile(candidates, proposed, not yes and (len(candidates) > 1 or not profile), name)
-    try:
-        notes = detect.profile_mismatches(facts, chosen)
-        chosen_profile = load_profile(chosen)
-    except ProfileError as exc:
+        added = add_board(name, say=(lambda _: None) if as_json else click.echo, trust_key=_asked_trust,
+                          choose=lambda candidates, default: _asked_profile(name, candidates, default), **board)
+    except AddError as exc:
         raise UserError(str(exc)) from None
-    if facts.arch and facts.arch != chosen_profile.arch:
-        raise UserError(f"{name}: {notes[0]}; pick a profile for {facts.arch} with --profile")
-    for note in notes:
-        say(printable(f"note: {note}", newlines=False))
-    entry["profile"] = chosen
-    entry.update(detect.board_figures(facts, chosen_profile))
-    if python is None and facts.python(chosen_profile.python) is None and facts.pythons:
-        entry["python"] = facts.pythons[0][1]  # the profile's python does not run there; one that does
-    entry = {k: v for k, v in entry.items() if not (k == "kind" and v == chosen_profile.transport.kind)}
-    try:
-        add_entry(name, entry)
-    except InventoryError as exc:
-        raise UserError(str(exc)) from None
-    say(printable(f"added {name} ({chosen}) to {inventory_path()}; its work dir: {facts.workdir}", newlines=False))
     result = None if no_check else _check_and_fix(name, False, (), as_json)[0]
     if as_json:
-        click.echo(json.dumps({"name": name, "entry": entry, "facts": vars(facts), "notes": notes,
+        click.echo(json.dumps({"name": name, "entry": added.entry, "facts": vars(added.facts), "notes": added.notes,
                                "readiness": result.to_json() if result else None}, indent=2))
     elif result is not None:
         _print_readiness(result)
