@@ -375,3 +375,15 @@ def test_a_counter_rate_wraps_where_its_maximum_is_known_and_has_no_rate_where_i
     wrapped, falls = counter_rate(t, counter, wraps_at=40.0)  # 30 -> 40 = 0 -> 5 over two seconds
     np.testing.assert_array_equal(wrapped, [np.nan, 20.0, np.nan, 7.5, 20.0])
     assert falls == 0
+
+
+def test_a_fetched_text_column_reads_none_for_null_not_a_fill_character():
+    """The store's columns come back as plain arrays: a null number NaN, a null text None
+    (numpy's masked fill for text is '?')."""
+    import duckdb
+
+    from edgebench.results.store import _plain
+
+    got = duckdb.connect().execute("SELECT * FROM (VALUES ('a', 1), (NULL, NULL)) t(text, number)").fetchnumpy()
+    assert _plain(got["text"]).tolist() == ["a", None]
+    assert _plain(got["number"])[0] == 1 and np.isnan(_plain(got["number"])[1])

@@ -128,7 +128,9 @@ def _plain(values: Any) -> np.ndarray:
         return values.data
     if values.dtype.kind in "iuf":
         return np.ma.filled(values.astype(np.float64), np.nan)
-    return np.ma.filled(values.astype(object), None)
+    text = np.array(values.data, dtype=object)  # np.ma.filled(..., None) fills with the dtype's '?' instead
+    text[np.ma.getmaskarray(values)] = None
+    return text
 
 
 def _columns(con: duckdb.DuckDBPyConnection, table: str) -> set[str]:
