@@ -3,24 +3,16 @@
 from __future__ import annotations
 
 import json
-import sys
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from edgebench.fleet.commands import DATA_OPTION, LR_OPTION, MODEL_OPTION, THREADS
-from edgebench.fleet.progress import plain_progress
 from exporters.manifest import BF16_MODES, EXPORT_BACKENDS
 
-
-def _stages(backend: str, zeroth_order: bool) -> list[str]:
-    # Imported here: the exporters load torch, which `edgebench --help` should not wait for.
-    from exporters.executorch import STAGES as ET_STAGES
-    from exporters.onnxruntime import STAGES as ONNX_STAGES
-
-    if backend != "executorch":
-        return ["build model", *ONNX_STAGES, "write manifest"]
-    stages = [s for s in ET_STAGES if not (zeroth_order and s == "joint graph")]
-    return ["build model", *stages, "write manifest"]
+if TYPE_CHECKING:
+    from exporters.exporting import Exported
+    from exporters.manifest import ExportRequest
 
 
 @click.command("export")
@@ -79,86 +71,66 @@ def export_command(device: str, model: str, data_dir: str | None, lr: float | No
       edgebench export --model CHECKPOINT_DIR --data DATASET_DIR --text-length 64 --lr 1e-4
     """
     from rich.console import Console
-    from rich.markup import escape
-    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+    from edgebench.fleet.progress import StageBar
+    from exporters.exporting import export_and_profile, export_stages
+    from exporters.pipeline import ExportRefused
+
+    profile, parsed, request, data = _checked_request(
+        device, method, delegate, bf16, profile_steps, data_dir,
+        dict(model=model, backend=backend, batch_size=batch_size, text_length=text_length, image_size=image_size,
+             seed=seed))
+    console = Console(stderr=True)
+    stages = export_stages(request.backend, parsed.grad_mode == "zeroth-order", profile_steps)
+    with StageBar(f"export {request.backend}", profile.id, stages, as_json, console) as bar:
+        try:
+            exported = export_and_profile(request, out, profile, parsed, lr, profile_steps, threads, bar.stage)
+        except ExportRefused as exc:
+            raise click.ClickException(str(exc)) from None
+        bar.ended("cached" if exported.result.cached else "done")
+    if as_json:
+        extra = ({"profile": exported.report} if exported.report else {}) | ({"data": data} if data else {})
+        click.echo(json.dumps({**exported.result.manifest, "directory": str(exported.result.directory),
+                               "cached": exported.result.cached, "replaced": list(exported.result.replaced),
+                               "lr": exported.lr, **extra}, indent=2))
+    else:
+        _print_export(console, exported, data)
+
+
+def _checked_request(device: str, method: str, delegate: str, bf16: str, profile_steps: int, data_dir: str | None,
+                     fields: dict[str, Any]) -> tuple[Any, Any, ExportRequest, dict[str, Any] | None]:
+    """The profile, the method, the request the options make and --data's figures, each checked
+    before any progress display or lowering: a bad option is a usage error, what the device or
+    runtime cannot run a refusal."""
     from edgebench.devices.profiles import ProfileError, load_profile
     from edgebench.methods import MethodError, parse_method
-    from exporters.manifest import ExportRequest
-    from exporters.pipeline import ExportRefused, check_request, export, request_from_profile
+    from exporters.exporting import export_request
+    from exporters.pipeline import ExportRefused, check_request
 
     try:
         profile = load_profile(device)
         parsed = parse_method(method)
     except (ProfileError, MethodError) as exc:
         raise click.UsageError(str(exc)) from None
-    data = _check_data(data_dir, model, text_length) if data_dir else None
-    fields = dict(model=model, method=method, backend=backend, batch_size=batch_size,
-                  text_length=text_length, image_size=image_size, seed=seed)
-    request = request_from_profile(profile, **fields)
-    chosen = {**({"delegate": None if delegate == "none" else delegate} if delegate != "profile" else {}),
-              **({"bf16": bf16} if bf16 != "profile" else {})}
-    if chosen.get("delegate", "xnnpack") is None and bf16 == "profile":
-        chosen["bf16"] = "rounded"  # the profile's fp32 choice is XNNPACK's
+    data = _check_data(data_dir, fields["model"], fields["text_length"]) if data_dir else None
     try:
-        request = ExportRequest.from_dict({**request.to_dict(), **chosen})
+        request = export_request(profile, delegate, bf16, method=method, **fields)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-
     try:
-        check_request(request, profile)  # refuse before any progress display or lowering
+        check_request(request, profile)
     except ExportRefused as exc:
         raise click.ClickException(str(exc)) from None
     if profile_steps and request.backend != "executorch":
         raise click.UsageError("--profile reads ExecuTorch's per-operator profile; use it with --backend executorch")
+    return profile, parsed, request, data
 
-    console = Console(stderr=True)
-    stages = _stages(request.backend, parsed.grad_mode == "zeroth-order")
-    if profile_steps:
-        stages += ["profile executorch", "profile eager"]
-    plain = None if as_json else plain_progress(sys.stderr)  # piped: one line per stage
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=console,
-        disable=as_json or plain is not None,
-        transient=False,
-    ) as progress:
-        task = progress.add_task(f"export {request.backend} for {profile.id}", total=len(stages))
 
-        def on_stage(stage: str) -> None:
-            done = stages.index(stage) if stage in stages else 0
-            progress.update(task, completed=done, description=f"export {request.backend}: {stage}")
-            if plain:
-                plain(f"export {request.backend} for {profile.id}: {stage} ({done + 1}/{len(stages)})")
+def _print_export(console: Any, exported: Exported, data: dict[str, Any] | None) -> None:
+    """The export's files, planned memory, inputs, lowering, data and lr, then --profile's tables."""
+    from rich.markup import escape
 
-        try:
-            result = export(request, out, profile=profile, on_stage=on_stage)
-        except ExportRefused as exc:
-            raise click.ClickException(str(exc)) from None
-        report = None
-        if profile_steps:
-            from exporters.profile import profile_export
-
-            report = profile_export(result.directory, steps=profile_steps, threads=threads, on_stage=on_stage)
-        progress.update(
-            task,
-            completed=len(stages),
-            description=f"export {request.backend}: {'cached' if result.cached else 'done'}",
-        )
-        if plain:
-            plain(f"export {request.backend} for {profile.id}: {'cached' if result.cached else 'done'}")
-    manifest = result.manifest
-    run_lr = _run_lr(lr, parsed, manifest)
-    if as_json:
-        extra = {"profile": report} if report else {}
-        extra |= {"data": data} if data else {}
-        click.echo(json.dumps({**manifest, "directory": str(result.directory), "cached": result.cached,
-                               "replaced": list(result.replaced), "lr": run_lr, **extra}, indent=2))
-        return
+    result, manifest, run_lr = exported.result, exported.result.manifest, exported.lr
     for path in result.replaced:
         console.print(f"{escape(path)}: not the file the export wrote (its sha256 differs: edited or truncated); "
                       "replaced with a fresh copy" + ("" if result.cached else " of a new export"), soft_wrap=True)
@@ -182,8 +154,8 @@ def export_command(device: str, model: str, data_dir: str | None, lr: float | No
                       f"{data['text_length']} tokens ({data['dir']})")
     console.print(f"  lr                     {run_lr['value']:g} ({run_lr['source']}), applied at run time "
                   "(not in the program)")
-    if report:
-        _print_profile(console, report)
+    if exported.report:
+        _print_profile(console, exported.report)
 
 
 def _check_data(data_dir: str, model: str, text_length: int) -> dict:
@@ -213,16 +185,6 @@ def _check_data(data_dir: str, model: str, text_length: int) -> dict:
                                  f"export with --text-length {longest} (or more)", param_hint="--data")
     return {"dir": str(Path(data_dir).resolve()), "examples": len(lengths), "longest_tokens": longest,
             "text_length": text_length}
-
-
-def _run_lr(lr: float | None, method, manifest: dict) -> dict:
-    """The learning rate runs of this program use and where it is applied (no program holds one)."""
-    from edgebench.backends.program import program_lr
-
-    return {"value": program_lr(lr, method, manifest),
-            "source": "--lr" if lr is not None else "the method's default",
-            "where": "applied at run time by the update after each program call, not part of the exported "
-                     "files (pass it to bench/deploy --lr)"}
 
 
 def _print_profile(console, report: dict) -> None:

@@ -84,3 +84,37 @@ class RunBar:
         if result["status"] == "ok":
             self.bars.progress.update(self.task, completed=self.total or result.get("steps_done") or 0)
         self.stage(result["status"])
+
+
+class StageBar:
+    """export's display: one bar through its known stages on a terminal (stderr), one plain line
+    per stage when piped, nothing with --json. A context manager, as rich's is."""
+
+    def __init__(self, what: str, where: str, stages: list[str], quiet: bool, console: Any) -> None:
+        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.what, self.title, self.stages = what, f"{what} for {where}", stages
+        self.plain = None if quiet else plain_progress(sys.stderr)
+        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                                 TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=console,
+                                 disable=quiet or self.plain is not None, transient=False)
+
+    def __enter__(self) -> StageBar:
+        self.progress.__enter__()
+        self.task = self.progress.add_task(self.title, total=len(self.stages))
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.__exit__(*exc)
+
+    def stage(self, stage: str) -> None:
+        done = self.stages.index(stage) if stage in self.stages else 0
+        self.progress.update(self.task, completed=done, description=f"{self.what}: {stage}")
+        if self.plain:
+            self.plain(f"{self.title}: {stage} ({done + 1}/{len(self.stages)})")
+
+    def ended(self, how: str) -> None:
+        """Every stage done (`how`: done, cached)."""
+        self.progress.update(self.task, completed=len(self.stages), description=f"{self.what}: {how}")
+        if self.plain:
+            self.plain(f"{self.title}: {how}")
