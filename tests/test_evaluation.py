@@ -89,6 +89,7 @@ def test_a_run_evaluates_on_schedule_and_stops_at_its_target(tmp_path):
     events = [json.loads(line) for line in (tmp_path / "scheduled" / "events.jsonl").read_text().splitlines()]
     assert [e["after_steps"] for e in events if e["event"] == "eval"] == [0, 2, 4, 5]  # 1 warmup + 4 steps
     assert result["status"] == "ok" and result["eval_count"] == 4
+    assert result["eval_peak_rss_bytes_sampled"] > 0 and result["train_peak_rss_bytes_sampled"] > 0
     assert result["eval_loss_last"] < result["eval_loss_first"]
     stopped = run_local(RunSpec(**{**spec.to_dict(), "run_id": "stopped", "steps": 50, "target": "loss=100"}),
                         tmp_path / "stopped")
@@ -195,3 +196,16 @@ def test_predict_says_its_figures_are_per_step_and_shows_what_reaching_a_target_
                               env={"COLUMNS": "220"})
     assert none.exit_code == 0 and "to target" not in none.output and "per-step estimates" in none.output
     assert not (tmp_path / "no.duckdb").exists()  # read only: nothing made
+
+
+def test_memory_while_evaluating_is_kept_apart_from_training():
+    from edgebench.figures.learning import memory_apart
+
+    evaluation = eval_event(2, 3.0, 0, 10 * 10**9)  # 10.0 s to 10.5 s
+    t_ns = np.arange(0, 12 * 10**9, 5 * 10**8, dtype=np.int64)  # a sample every 0.5 s
+    rss = np.where((t_ns >= 10 * 10**9) & (t_ns <= 10 * 10**9 + 5 * 10**8), 900.0, 300.0)
+    rss[3] = 400.0
+    columns = {"t_ns": t_ns, "rss_bytes": rss}
+    assert memory_apart([evaluation], columns) == {"eval_peak_rss_bytes_sampled": 900,
+                                                   "train_peak_rss_bytes_sampled": 400}
+    assert memory_apart([], columns) == {}  # no evaluation: nothing to keep apart

@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from edgebench.errors import EdgebenchError
 
 # metric: True where higher is better
@@ -80,6 +82,21 @@ def learning_figures(events: list[dict[str, Any]], target: str | None) -> dict[s
         out["steps_to_target"] = hit["after_steps"] if hit else None
         out["time_to_target_s"] = _training_seconds(events, hit["after_steps"]) if hit else None
     return out
+
+
+def memory_apart(events: list[dict[str, Any]], columns: dict[str, np.ndarray]) -> dict[str, int | None]:
+    """The worker's sampled RSS peak inside the evaluations and outside them (none without
+    evaluations): the kernel's peak covers both, so these say whether evaluating raised it."""
+    evals = [e for e in events if e.get("event") == "eval"]
+    if not evals or "t_ns" not in columns or "rss_bytes" not in columns:
+        return {}
+    t_ns, rss = np.asarray(columns["t_ns"], dtype=np.int64), np.asarray(columns["rss_bytes"], dtype=float)
+    inside = np.zeros(len(t_ns), dtype=bool)
+    for e in evals:
+        inside |= (t_ns >= e["t_ns"]) & (t_ns <= e["end_ns"])
+    have = np.isfinite(rss)
+    return {f"{name}_peak_rss_bytes_sampled": int(rss[have & where].max()) if (have & where).any() else None
+            for name, where in (("eval", inside), ("train", ~inside))}
 
 
 def _training_seconds(events: list[dict[str, Any]], steps: int) -> float:

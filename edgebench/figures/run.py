@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from edgebench.figures.cpu import DEFAULT_CLOCK_TICKS, cpu_share
-from edgebench.figures.learning import learning_figures
+from edgebench.figures.learning import learning_figures, memory_apart
 from edgebench.figures.memory import WORKER_RSS, device_ram
 from edgebench.figures.samples import raw_columns, read_columns, sample_figures
 from edgebench.figures.status import run_status, signal_name
@@ -115,6 +115,7 @@ def run_figures(meta: dict[str, Any], raw: dict[str, Any], events: list[dict[str
         "exit_signal": signal_name((end or {}).get("exit_signal")) or raw.get("exit_signal"),
         **stats,
         **learning_figures(events, spec.get("target")),
+        **memory_apart(events, columns),
         "samples_per_s": samples_per_s(batch, median),
         "cpu": cpu_share(raw.get("cpu_start"), raw.get("cpu_end"),
                          readings.get("clock_ticks") or DEFAULT_CLOCK_TICKS) or raw.get("cpu"),
