@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -195,12 +196,19 @@ def predict_command(device, ram_bytes, model_name, method, batch_size, text_leng
                                "text_length": text_length, **figures, **verdict, "measured_to_target": mine},
                               indent=2))
         return
+    _print_prediction(parsed.name, model_name, batch_size, figures, verdict, native is not None, mine)
+
+
+def _print_prediction(method: str, model_name: str, batch_size: int, figures: dict[str, Any],
+                      verdict: dict[str, Any], native: bool, measured: list[dict[str, Any]]) -> None:
+    """One method's predicted memory as a table, whether it fits, and what its stored runs took
+    to reach their targets."""
     from rich.table import Table
 
     from edgebench.terminal import console as terminal
 
     worker = " (native worker)" if native else ""
-    table = Table(title=f"{parsed.name} on {model_name}, batch {batch_size}{worker} (estimates)")
+    table = Table(title=f"{method} on {model_name}, batch {batch_size}{worker} (estimates)")
     table.add_column("part")
     table.add_column("MiB (est.)", justify="right")
     for key, value in figures.items():
@@ -212,11 +220,12 @@ def predict_command(device, ram_bytes, model_name, method, batch_size, text_leng
         console.print(f"sequence: {figures['sequence_length']:,} decoder positions a sample "
                       f"({figures['image_tiles']} image(s) through the vision encoder)")
     word = "fits" if verdict["fits_est"] else "does NOT fit"
-    console.print(f"{word}: peak {figures['peak_bytes'] / 2**20:,.0f} MiB vs {usable / 2**20:,.0f} MiB usable "
-                  f"({budget / 2**20:,.0f} MiB RAM from {source}, {headroom:.0%} headroom)")
+    console.print(f"{word}: peak {figures['peak_bytes'] / 2**20:,.0f} MiB vs "
+                  f"{verdict['usable_bytes_est'] / 2**20:,.0f} MiB usable ({verdict['ram_bytes'] / 2**20:,.0f} MiB "
+                  f"RAM from {verdict['ram_source']}, {verdict['headroom']:.0%} headroom)")
     console.print(PER_STEP_NOTE)
-    for entry in mine:
-        console.print(f"{parsed.name}: measured: {_to_target_text(entry)}")
+    for entry in measured:
+        console.print(f"{method}: measured: {_to_target_text(entry)}")
 
 
 PER_STEP_NOTE = ("These figures are per-step estimates, made before any run: what reaching a held-out target "
