@@ -33,6 +33,7 @@ from edgebench.untrusted import printable
 if TYPE_CHECKING:
     from edgebench.devices.profiles import Profile
     from edgebench.fleet.bench import BenchSweep
+    from edgebench.fleet.deploy import Deployment
 
 
 def _echo_err(message: str) -> None:
@@ -74,25 +75,6 @@ BACKEND_CHOICE = click.Choice(list(BACKENDS))
 STEPS = click.IntRange(1, MAX_STEPS)
 WARMUP_STEPS = click.IntRange(0, MAX_STEPS)
 THREADS = click.IntRange(1, MAX_THREADS)
-
-
-def _stop_started(known: dict[str, int], runs_dir: Path, store_path: Path) -> None:
-    """After a Ctrl-C in deploy: the sweeps it had already started are stopped (their running
-    run ends `interrupted`), collected and ingested, so nothing started is left behind."""
-    from edgebench.fleet.collect import collect_device
-    from edgebench.fleet.deploy import deployments
-    from edgebench.fleet.status import stop_sweep
-
-    for name, count in known.items():
-        for record in deployments(name, runs_dir)[count:]:
-            try:
-                state = stop_sweep(name, record["sweep_dir"])
-                got = collect_device(name, None, runs_dir, store_path)
-                _echo_err(f"{name}: interrupted: sweep {record['sweep_id']} stopped ({state.get('state')}); "
-                          f"{len(got.ingested)} runs collected and ingested")
-            except (RuntimeError, ValueError, OSError) as exc:
-                _echo_err(f"{name}: interrupted: sweep {record['sweep_id']} could not be stopped ({exc}); "
-                          f"`edgebench status --device {name}` shows it")
 
 
 def _check_request(shape: dict[str, Any], methods: list[str]) -> None:
@@ -617,10 +599,33 @@ def deploy(devices: tuple[str, ...], shape: dict[str, Any], methods: list[str], 
     place) is acquired for the sweep: refused while someone holds it, given back if the
     deploy fails or is interrupted, else by `collect` once the sweep has ended.
     """
-    from edgebench.fleet.deploy import DeviceBusy, deploy_many, deployments
-    from edgebench.fleet.local import shielded
+    from edgebench.fleet.deploy import DeviceBusy, deploy_or_stop
 
     _device_names(devices, with_local=True)  # an unknown or unsafe name is refused before any work
+    specs = _deploy_specs(spec_files, program, shape, methods, save)
+    try:
+        # Each stage is a line on stderr; off a terminal each carries the elapsed time too.
+        results = deploy_or_stop(list(devices), specs, runs_dir_for(runs_dir), store_for(None, runs_dir),
+                                 log=(lambda _: None) if as_json else plain_progress(sys.stderr) or _echo_err,
+                                 said=_echo_err, save_to=str(Path(save).resolve()) if save else None, force=force)
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
+    busy = [r for r in results.values() if isinstance(r, DeviceBusy)]
+    if busy and len(busy) == len(results):  # nothing started, nothing to report but that: one line, exit 2
+        raise DeviceBusy("; ".join(map(str, busy)))
+    _show_deploy(results, as_json)
+    failed = {name: str(r) for name, r in results.items() if isinstance(r, Exception)}
+    if failed:
+        started = [r for r in results.values() if not isinstance(r, Exception)]
+        _echo_err(f"deploy: {len(started)} of {len(results)} device(s) started a sweep "
+                  f"({sum(len(r.run_ids) for r in started)} runs); {', '.join(failed)} failed")
+        raise SystemExit(1)
+
+
+def _deploy_specs(spec_files: tuple[str, ...], program: str | None, shape: dict[str, Any], methods: list[str],
+                  save: str | None) -> list[RunSpec]:
+    """The specs deploy ships: the --spec files checked, else one per method; with --save each
+    keeps its weights in its run directory (collect brings them back)."""
     if spec_files:
         specs = [_checked_spec(path) for path in spec_files]
     else:
@@ -628,42 +633,27 @@ def deploy(devices: tuple[str, ...], shape: dict[str, Any], methods: list[str], 
         specs = make_specs(methods, program=program, **shape)
     for spec in specs:
         _check_save(save, spec.backend)
-        spec.save_dir = WEIGHTS_DIR if save else spec.save_dir  # in the run directory; collect brings it back
-    runs = runs_dir_for(runs_dir)
-    known = {name: len(deployments(name, runs)) for name in devices}
-    try:
-        # Each stage is a line on stderr; off a terminal each carries the elapsed time too.
-        log = (lambda _: None) if as_json else plain_progress(sys.stderr) or _echo_err
-        results = deploy_many(list(devices), specs, runs, log=log,
-                              save_to=str(Path(save).resolve()) if save else None, force=force)
-    except KeyboardInterrupt:
-        with shielded(True):
-            _stop_started(known, runs, store_for(None, runs_dir))
-        raise SystemExit(130) from None
-    busy = [r for r in results.values() if isinstance(r, DeviceBusy)]
-    if busy and len(busy) == len(results):  # nothing started, nothing to report but that: one line, exit 2
-        raise DeviceBusy("; ".join(map(str, busy)))
-    failed = {name: str(r) for name, r in results.items() if isinstance(r, Exception)}
+        spec.save_dir = WEIGHTS_DIR if save else spec.save_dir
+    return specs
+
+
+def _show_deploy(results: dict[str, Deployment | Exception], as_json: bool) -> None:
+    """Each device's sweep and run ids (or why it failed), as lines or JSON."""
     if as_json:
         click.echo(json.dumps({name: {"error": str(r)} if isinstance(r, Exception) else
                                {"sweep_id": r.sweep_id, "sweep_dir": r.sweep_dir, "run_ids": r.run_ids,
                                 "refused": r.refused}
                                for name, r in results.items()}, indent=2))
-    else:
-        for name, r in results.items():
-            if isinstance(r, Exception):
-                _echo(f"{name}: FAILED: {r}", fg="red", err=True)
-                continue
-            click.echo(f"{name}: sweep {r.sweep_id}")
-            for run_id in r.run_ids:
-                click.echo(f"  {run_id}")
-            for method, why in r.refused.items():
-                _echo(f"  {method}: unsupported: {why}", fg="yellow")
-    if failed:
-        started = [r for r in results.values() if not isinstance(r, Exception)]
-        _echo_err(f"deploy: {len(started)} of {len(results)} device(s) started a sweep "
-                  f"({sum(len(r.run_ids) for r in started)} runs); {', '.join(failed)} failed")
-        raise SystemExit(1)
+        return
+    for name, r in results.items():
+        if isinstance(r, Exception):
+            _echo(f"{name}: FAILED: {r}", fg="red", err=True)
+            continue
+        click.echo(f"{name}: sweep {r.sweep_id}")
+        for run_id in r.run_ids:
+            click.echo(f"  {run_id}")
+        for method, why in r.refused.items():
+            _echo(f"  {method}: unsupported: {why}", fg="yellow")
 
 
 # A RunSpec file's fields checked as the options that set them are (deploy --spec).
