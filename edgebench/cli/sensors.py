@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
@@ -33,15 +34,7 @@ def sensors_command(root: str, sensors_json: str, seconds: float, as_json: bool,
       edgebench sensors --calibrate      # on a phone, unplugged
     """
     if calibrate:
-        from edgebench.telemetry.battery import CalibrationError, calibrate_battery_sign
-
-        try:
-            record = calibrate_battery_sign(root)
-        except CalibrationError as exc:
-            click.echo(f"error: {exc}", err=True)
-            raise SystemExit(2) from None
-        click.echo(json.dumps(record) if as_json else f"battery sign {record['battery_current_sign']:+d} stored in "
-                   f"{record['stored_in']} (current_now {record['current_now_ua']} uA while discharging)")
+        _calibrate(root, as_json)
         return
     try:
         sensors = json.loads(sensors_json)
@@ -51,6 +44,24 @@ def sensors_command(root: str, sensors_json: str, seconds: float, as_json: bool,
     if as_json:
         click.echo(json.dumps(report, indent=2, default=str))
         return
+    _print_sources(report, root)
+
+
+def _calibrate(root: str, as_json: bool) -> None:
+    """--calibrate: the battery's discharge sign measured and stored; a phone that cannot tell is exit 2."""
+    from edgebench.telemetry.battery import CalibrationError, calibrate_battery_sign
+
+    try:
+        record = calibrate_battery_sign(root)
+    except CalibrationError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(2) from None
+    click.echo(json.dumps(record) if as_json else f"battery sign {record['battery_current_sign']:+d} stored in "
+               f"{record['stored_in']} (current_now {record['current_now_ua']} uA while discharging)")
+
+
+def _print_sources(report: dict[str, Any], root: str) -> None:
+    """Each source's status as a table fitted to the terminal, then the latest values."""
     from rich.table import Table
 
     from edgebench.terminal import Field, fitted
