@@ -5,19 +5,16 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from edgebench.devices.inventory import (
-    Device,
     InventoryError,
     get_device,
     inventory_path,
     read_inventory,
     remove_entry,
-    scan_devices,
 )
 from edgebench.errors import EdgebenchError
 from edgebench.untrusted import printable
@@ -35,17 +32,6 @@ class UserError(EdgebenchError, click.ClickException):
 
 def _gib(value: Any) -> str:
     return "-" if value is None or value < 0 else f"{value / 2**30:.2f}"
-
-
-def _readiness(device: Device) -> Readiness:
-    from edgebench.devices.readiness import Finding, Readiness, check
-
-    if device.place:  # a board farm's device: resolved again, which checks its host key tag
-        try:
-            device = get_device(device.name)
-        except InventoryError as exc:
-            return Readiness(device.name, [Finding("reachable", "missing", str(exc))])
-    return check(device)
 
 
 @click.group(invoke_without_command=True)
@@ -73,27 +59,12 @@ def devices(ctx: click.Context, no_check: bool, as_json: bool) -> None:
     """
     if ctx.invoked_subcommand is not None:
         return
+    from edgebench.devices.listing import device_rows
+
     try:
-        found, bad = scan_devices()
+        rows = device_rows(contact=not no_check)
     except InventoryError as exc:
         raise UserError(str(exc)) from None
-    if no_check:
-        states: list[Any] = [None] * len(found)
-    else:
-        with ThreadPoolExecutor(max_workers=max(1, len(found))) as pool:
-            states = list(pool.map(_readiness, found))
-    rows = []
-    for d, r in zip(found, states):
-        unreachable = next((f.detail for f in r.findings if f.item == "reachable"), None) if r else None
-        rows.append({"name": d.name, "profile": d.profile.id, "transport": d.transport.kind, "address": d.address,
-                     "arch": d.arch, "ram_bytes": int(d.profile.ram_bytes), "cores": d.profile.cores,
-                     "backends": d.profile.backends, "lab": bool(d.lab), "labgrid_place": d.place,
-                     "reachable": "not checked" if r is None else unreachable or "ok",
-                     "readiness": "not checked" if r is None else r.summary(),
-                     "problems": [] if r is None else r.messages()})
-    rows += [{"name": name, "profile": None, "transport": None, "address": None, "arch": None, "ram_bytes": None,
-              "cores": None, "backends": [], "lab": False, "reachable": f"bad inventory entry: {problem}",
-              "readiness": "bad entry", "problems": [problem]} for name, problem in bad.items()]
     if as_json:
         click.echo(json.dumps({"inventory": str(inventory_path()), "devices": rows}, indent=2))
         return
