@@ -160,7 +160,6 @@ def predict_command(device, ram_bytes, model_name, method, batch_size, text_leng
     runtime). All figures are per-step estimates; where the results store holds runs of the
     model with a held-out target (`bench --target`), each method's measured steps and seconds
     to it are shown beside them."""
-    from edgebench.methods import memory
     from edgebench.model.checkpoint import read_config
     from edgebench.model.config import ConfigError, get_config
 
@@ -182,13 +181,7 @@ def predict_command(device, ram_bytes, model_name, method, batch_size, text_leng
             r["measured_to_target"] = measured.get(r["method"], [])
         _print_ranking(rows, model_name, batch_size, verdict, as_json)
         return
-    figures = memory.predict(cfg, parsed, batch_size, text_length, image_size=image_size) if native is None \
-        else native(parsed, batch_size)
-    if figures is None:
-        from edgebench.native.plan import native_reason
-
-        raise click.BadParameter(f"the native ExecuTorch worker does not run {parsed.name}: "
-                                 f"{native_reason(parsed) or 'its program cannot be exported'}", param_hint="--method")
+    figures = _figures(cfg, parsed, batch_size, text_length, image_size, native)
     verdict["fits_est"] = figures["peak_bytes"] <= usable
     mine = measured.get(parsed.name, [])
     if as_json:
@@ -197,6 +190,22 @@ def predict_command(device, ram_bytes, model_name, method, batch_size, text_leng
                               indent=2))
         return
     _print_prediction(parsed.name, model_name, batch_size, figures, verdict, native is not None, mine)
+
+
+def _figures(cfg: Any, parsed: Any, batch_size: int, text_length: int, image_size: int | None,
+             native: Any) -> dict[str, Any]:
+    """One method's predicted figures: torch's (methods.memory), or the native worker's from its
+    program; a method the native worker cannot run is refused as --method."""
+    from edgebench.methods import memory
+
+    figures = memory.predict(cfg, parsed, batch_size, text_length, image_size=image_size) if native is None \
+        else native(parsed, batch_size)
+    if figures is None:
+        from edgebench.native.plan import native_reason
+
+        raise click.BadParameter(f"the native ExecuTorch worker does not run {parsed.name}: "
+                                 f"{native_reason(parsed) or 'its program cannot be exported'}", param_hint="--method")
+    return figures
 
 
 def _print_prediction(method: str, model_name: str, batch_size: int, figures: dict[str, Any],
