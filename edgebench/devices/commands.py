@@ -11,6 +11,7 @@ import click
 
 from edgebench.devices.inventory import (
     InventoryError,
+    MeasuredSpeed,
     get_device,
     inventory_path,
     read_inventory,
@@ -212,6 +213,11 @@ def devices_calibrate(name: str, as_json: bool) -> None:
         click.echo(json.dumps({"device": name, "inventory": str(inventory_path()), "speed": speed.model_dump()},
                               indent=2))
         return
+    _print_rates(name, speed)
+
+
+def _print_rates(name: str, speed: MeasuredSpeed) -> None:
+    """The rates measured, with what measured them and where they are stored, on one line."""
     bf16 = speed.bf16_matmul_cost
     click.echo(printable(
         f"{name}: fp32 matmuls {speed.matmul_gflops:.0f} GFLOP/s, bf16 matmuls "
