@@ -112,7 +112,8 @@ def test_deploy_save_brings_the_trained_weights_back_with_collect(tmp_path):
     inventory.write_text(
         f"devices:\n  local: {{profile: local, python: {sys.executable}, workdir: {tmp_path / 'work'}}}\n"
     )
-    env = {**os.environ, "EDGEBENCH_INVENTORY": str(inventory)}
+    # deploy and collect keep runs beside the user's store (edgebench.results): here, tmp_path/runs
+    env = {**os.environ, "EDGEBENCH_INVENTORY": str(inventory), "EDGEBENCH_STORE": str(tmp_path / "runs" / "s.duckdb")}
 
     def edgebench_cli(*args: str) -> subprocess.CompletedProcess:
         out = subprocess.run([sys.executable, "-m", "edgebench.cli", *args], env=env, cwd=tmp_path,
