@@ -599,7 +599,8 @@ def deploy(devices: tuple[str, ...], shape: dict[str, Any], methods: list[str], 
     place) is acquired for the sweep: refused while someone holds it, given back if the
     deploy fails or is interrupted, else by `collect` once the sweep has ended.
     """
-    from edgebench.fleet.deploy import DeviceBusy, deploy_or_stop
+    from edgebench.fleet.deploy import DeviceBusy
+    from edgebench.fleet.stopping import deploy_or_stop
 
     _device_names(devices, with_local=True)  # an unknown or unsafe name is refused before any work
     specs = _deploy_specs(spec_files, program, shape, methods, save)
