@@ -9,7 +9,7 @@ in WRITTEN_FOR, and why. At use:
 
 - an attribute upstream does not have is never created: the group is not applied;
 - a fingerprint that differs (upstream changed what the replacement was written against)
-  leaves the whole group unapplied, so upstream's own path runs, and one line names it.
+  leaves the whole group unapplied, so upstream's own path runs, and one line on stderr names it.
 
 None of the replacements changes the program an export writes, only the time and memory it
 takes (tests/test_export_executorch.py compares the bytes with every group off), so upstream's
@@ -23,13 +23,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import inspect
-import logging
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-log = logging.getLogger("edgebench.exporters")
 WRITTEN_FOR = (("executorch", "1.5.1"), ("torch", "2.13.0"))
 # Held while any replacement is in place (re-entrant: they nest within one lowering); deploy
 # exports for several devices in threads.
@@ -106,7 +105,9 @@ def replaced(owner: Any, **values: Any) -> Iterator[None]:
             group = ", ".join(target_of(owner, name) for name in values)
             if group not in _SAID:
                 _SAID.add(group)
-                log.warning("exporters: not replacing %s (%s): upstream's own path runs", group, "; ".join(problems))
+                # stderr, not a logger: a library's logging set-up may have disabled ours, and this must be seen
+                print(f"edgebench: not replacing {group} ({'; '.join(problems)}): upstream's own path runs",
+                      file=sys.stderr)
             yield
             return
         own = vars(owner)

@@ -89,7 +89,8 @@ def test_a_run_evaluates_on_schedule_and_stops_at_its_target(tmp_path):
     events = [json.loads(line) for line in (tmp_path / "scheduled" / "events.jsonl").read_text().splitlines()]
     assert [e["after_steps"] for e in events if e["event"] == "eval"] == [0, 2, 4, 5]  # 1 warmup + 4 steps
     assert result["status"] == "ok" and result["eval_count"] == 4
-    assert result["eval_peak_rss_bytes_sampled"] > 0 and result["train_peak_rss_bytes_sampled"] > 0
+    assert result["train_peak_rss_bytes_sampled"] > 0  # an evaluation this short may fall between two samples
+    assert result["eval_peak_rss_bytes_sampled"] is None or result["eval_peak_rss_bytes_sampled"] > 0
     assert result["eval_loss_last"] < result["eval_loss_first"]
     stopped = run_local(RunSpec(**{**spec.to_dict(), "run_id": "stopped", "steps": 50, "target": "loss=100"}),
                         tmp_path / "stopped")
