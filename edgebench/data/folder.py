@@ -351,11 +351,7 @@ def _to_array(img: PILImage) -> np.ndarray:
 
 def folder_batches(folder: str | Path, cfg: VLMConfig, batch_size: int, text_length: int, seed: int,
                    image_size: int | None = None, tokenizer_path: str | Path | None = None,
-                   packing: bool = False, checkpoint: str | Path | None = None,
-                   split: tuple[float, int, str] | None = None) -> Iterator[dict[str, np.ndarray]]:
-    """`synthetic_batches`' counterpart for a folder dataset; `split` (fraction, seed, part) keeps
-    one part of a held-out split (FolderDataset.hold_out)."""
-    data = FolderDataset(folder, tokenizer_path, checkpoint=checkpoint)
-    if split is not None:
-        data.hold_out(*split)
-    return data.batches(cfg, batch_size, text_length, seed, image_size, packing)
+                   packing: bool = False, checkpoint: str | Path | None = None) -> Iterator[dict[str, np.ndarray]]:
+    """`synthetic_batches`' counterpart for a folder dataset."""
+    return FolderDataset(folder, tokenizer_path, checkpoint=checkpoint).batches(cfg, batch_size, text_length, seed,
+                                                                                 image_size, packing)

@@ -35,7 +35,7 @@ from edgebench.telemetry.gpu import cuda_memory_sample
 from edgebench.telemetry.trace import TraceWriter
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     import numpy as np
 
@@ -72,7 +72,13 @@ def die_with_parent(sig: int, env: str) -> None:
 
 
 def batches_for(spec: RunSpec, part: str = "train") -> Iterator[dict[str, np.ndarray]]:
-    """The run's batches: its folder dataset, else the synthetic task (numpy, no torch).
+    """The run's batches: its folder dataset, else the synthetic task (numpy, no torch)."""
+    return batch_source(spec, part)()
+
+
+def batch_source(spec: RunSpec, part: str = "train") -> Callable[[], Iterator[dict[str, np.ndarray]]]:
+    """What makes the run's batches, the dataset read and the config resolved once: each call
+    starts them again from the same seed (the held-out set is the same at every evaluation).
 
     With held-out evaluation, part "heldout" is what training never sees: a seed-fixed share
     of a folder dataset (the rest is "train"), or the synthetic task drawn from a stream of
@@ -85,14 +91,14 @@ def batches_for(spec: RunSpec, part: str = "train") -> Iterator[dict[str, np.nda
     seed = spec.seed + HELDOUT_SEED if heldout else spec.seed
     packing = spec.packing and not heldout
     if spec.data_dir:
-        from edgebench.data.folder import folder_batches
+        from edgebench.data.folder import FolderDataset
 
-        split = (spec.eval_fraction, spec.seed + HELDOUT_SEED, part) if spec.eval_every or spec.target else None
-        return folder_batches(spec.data_dir, cfg, spec.batch_size, spec.text_length, seed,
-                              image_size=spec.image_size, tokenizer_path=spec.tokenizer, packing=packing,
-                              checkpoint=spec.checkpoint, split=split)
-    return synthetic_batches(cfg, spec.batch_size, spec.text_length, seed, image_size=spec.image_size,
-                             packing=packing)
+        data = FolderDataset(spec.data_dir, spec.tokenizer, checkpoint=spec.checkpoint)
+        if spec.eval_every or spec.target:
+            data.hold_out(spec.eval_fraction, spec.seed + HELDOUT_SEED, part)
+        return lambda: data.batches(cfg, spec.batch_size, spec.text_length, seed, spec.image_size, packing)
+    return lambda: synthetic_batches(cfg, spec.batch_size, spec.text_length, seed, image_size=spec.image_size,
+                                     packing=packing)
 
 
 def image_budget(cfg: VLMConfig, max_image_size: int | None) -> VLMConfig:
@@ -197,6 +203,7 @@ class Evaluation:
         self.every = spec.eval_every or DEFAULT_EVAL_EVERY
         self.batches = -(-spec.eval_samples // spec.batch_size)
         self.target = parse_target(spec.target) if spec.target else None
+        self.heldout: Callable[[], Iterator[dict[str, np.ndarray]]] | None = None  # made at the first evaluation
         self.last: int | None = None
 
     def due(self, step: int) -> bool:
@@ -208,7 +215,8 @@ class Evaluation:
         begin = time.monotonic_ns()
         counts = {"samples": 0, "tokens": 0, "loss_sum": 0.0, "correct": 0}
         try:
-            heldout = batches_for(self.spec, "heldout")
+            self.heldout = self.heldout or batch_source(self.spec, "heldout")
+            heldout = self.heldout()
             for _ in range(self.batches):
                 for key, value in self.backend.evaluate(next(heldout)).items():
                     counts[key] += value
