@@ -57,6 +57,17 @@ def fingerprint(value: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+_SEEN: dict[int, tuple[Any, str]] = {}  # id -> (the object, kept alive so its id stays its own, its fingerprint)
+
+
+def _fingerprint_once(value: Any) -> str:
+    """`fingerprint`, read once a process per object: groups are entered many times a lowering."""
+    seen = _SEEN.get(id(value))
+    if seen is None or seen[0] is not value:
+        seen = _SEEN[id(value)] = (value, fingerprint(value))
+    return seen[1]
+
+
 def target_of(owner: Any, name: str) -> str:
     """Where upstream defines `owner.name`: the module, or the class in owner's MRO that holds it."""
     if inspect.ismodule(owner):
@@ -89,9 +100,9 @@ def problem(owner: Any, name: str) -> str | None:
         return f"{target} is gone upstream"
     if id(getattr(owner, name)) in _LIVE:  # replaced by an enclosing group, checked there
         return None
-    if fingerprint(getattr(owner, name)) != entry.fingerprint:
-        return f"{target} changed upstream (fingerprint {fingerprint(getattr(owner, name))}, " \
-               f"written against {entry.fingerprint})"
+    now = _fingerprint_once(getattr(owner, name))
+    if now != entry.fingerprint:
+        return f"{target} changed upstream (fingerprint {now}, written against {entry.fingerprint})"
     return None
 
 
