@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import time
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 from rich.console import Console
 from rich.live import Live
 
-from edgebench.live.follow import RunSource, Sweep
+from edgebench.live.follow import LocalRun, RemoteRun, RunSource, Sweep, find_local_run, find_remote_run
 from edgebench.live.state import LiveState
 from edgebench.live.view import ended_line, render
+from edgebench.results import runs_dir_for
 
 
 def run_live(source: RunSource, state: LiveState, refresh_hz: float = 8.0, console: Console | None = None,
@@ -48,3 +49,31 @@ def run_live(source: RunSource, state: LiveState, refresh_hz: float = 8.0, conso
     finally:
         source.close()
     return state
+
+
+def watch(device: str | None, run_id: str | None, run_dir: str | None, root: Path | None, refresh_hz: float,
+          follow: bool) -> None:
+    """`edgebench live`: follows the run `run_dir` or `run_id` (on `device` when given, else
+    here under `root`), or without either the newest run and the sweep after it, until it
+    has ended. A missing run raises FileNotFoundError, an unreachable device TransportError."""
+    if not device:
+        where = runs_dir_for(root)
+        if run_dir and not Path(run_dir).is_dir():
+            raise FileNotFoundError(f"{run_dir}: no such run directory; `ls {where}` shows the runs here")
+        source = LocalRun(Path(run_dir) if run_dir else find_local_run(where, run_id))
+        sweep = None if run_dir or run_id else Sweep(lambda: find_local_run(where, None), LocalRun, source.run_dir)
+        run_live(source, LiveState(source=source.label), refresh_hz=refresh_hz, sweep=sweep, follow=follow)
+        return
+    from edgebench.devices import connect
+
+    transport = connect(device)
+    try:
+        remote_dir = run_dir or find_remote_run(transport, transport.device.workdir, run_id)
+        remote = RemoteRun(transport, remote_dir)
+        sweep = None if run_dir or run_id else Sweep(
+            lambda: find_remote_run(transport, transport.device.workdir, None),
+            lambda path: RemoteRun(transport, path), remote_dir)
+        run_live(remote, LiveState(source=remote.label, device=device), refresh_hz=refresh_hz, sweep=sweep,
+                 follow=follow)
+    finally:
+        transport.close()

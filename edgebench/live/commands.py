@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
-
-if TYPE_CHECKING:
-    from edgebench.live.follow import RunSource
 
 
 @click.command("live")
@@ -42,42 +38,12 @@ def live_command(device: str | None, run_id: str | None, run_dir: str | None, ro
       edgebench live --device lab-pi4 --follow    # and every sweep after it
       edgebench live --device lab-pi4 --run lora-eager-0
     """
-    from edgebench.live.app import run_live
-    from edgebench.live.follow import LocalRun, RemoteRun, Sweep, find_local_run, find_remote_run
-    from edgebench.live.state import LiveState
-    from edgebench.results import runs_dir_for
+    from edgebench.devices.transport import TransportError
+    from edgebench.live.app import watch
 
     if follow and (run_id or run_dir):
         raise click.UsageError("--follow follows the device's sweeps; leave out --run and --dir")
     try:
-        if device:
-            from edgebench.devices import connect
-            from edgebench.devices.transport import TransportError
-
-            try:
-                transport = connect(device)
-                remote_dir = run_dir or find_remote_run(transport, transport.device.workdir, run_id)
-            except TransportError as exc:
-                raise click.ClickException(str(exc)) from exc
-            source: RunSource = RemoteRun(transport, remote_dir)
-            state = LiveState(source=source.label, device=device)
-            sweep = None if run_dir or run_id else Sweep(
-                lambda: find_remote_run(transport, transport.device.workdir, None),
-                lambda path: RemoteRun(transport, path), remote_dir)
-        else:
-            where = runs_dir_for(root)
-            if run_dir and not Path(run_dir).is_dir():
-                raise FileNotFoundError(f"{run_dir}: no such run directory; `ls {where}` shows the runs here")
-            source = LocalRun(Path(run_dir) if run_dir else find_local_run(where, run_id))
-            state = LiveState(source=source.label)
-            sweep = None if run_dir or run_id else Sweep(lambda: find_local_run(where, None), LocalRun,
-                                                         source.run_dir)
-    except FileNotFoundError as exc:
+        watch(device, run_id, run_dir, root, refresh_hz=hz, follow=follow)
+    except (FileNotFoundError, TransportError) as exc:
         raise click.ClickException(str(exc)) from exc
-    try:
-        run_live(source, state, refresh_hz=hz, sweep=sweep, follow=follow)
-    finally:
-        if device:
-            transport.close()
-
-

@@ -2,32 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
 from edgebench.results import STORE_DEFAULT_HELP, default_store
 
-if TYPE_CHECKING:
-    from edgebench.results.store import Store
-
 FORMATS = ["term", "html", "png", "csv", "json"]
-
-
-def open_store(path: Path) -> Store:
-    """The store read-only, with an error that says what to do when it is missing or busy."""
-    import duckdb
-
-    from edgebench.results.store import Store
-
-    try:
-        return Store(path, read_only=True)
-    except FileNotFoundError as exc:
-        raise click.ClickException(str(exc)) from exc
-    except duckdb.IOException as exc:
-        raise click.ClickException(f"{path}: cannot open the store ({exc}); is a collect still writing to it?") from exc
 
 
 @click.command("report")
@@ -76,7 +57,7 @@ def report_command(store_path: Path | None, device: str | None, model: str | Non
       edgebench report --json > runs.json
       edgebench report --study --baseline sgd --format html --out study.html
     """
-    from edgebench.report import build, export
+    from edgebench.report.output import ReportError, write_report
 
     fmt = "json" if as_json else fmt
     if store_path is None:
@@ -86,52 +67,9 @@ def report_command(store_path: Path | None, device: str | None, model: str | Non
         note = older_store_note(store_path)
         if note:
             click.secho(note, fg="yellow", err=True)
-    with open_store(store_path) as store:
-        report = build.collect(store, device=device, model=model, figures=fmt in ("html", "png"),
-                               baseline=baseline if study else None, interactive=fmt == "html")
-    if not report.rows:
-        asked = " and ".join(f"{k} {v!r}" for k, v in (("device", device), ("model", model)) if v)
-        raise click.ClickException(f"{store_path}: {f'no runs of {asked}' if asked else 'no runs yet'}; "
-                                   "ingest some with `edgebench collect` or `edgebench ingest RUN_DIR`")
-    if fmt == "term":
-        from edgebench.terminal import console as terminal
-
-        console = terminal()  # piped: tables as wide as their rows
-        if study:
-            from edgebench.report.study import study_terminal
-
-            assert report.study is not None  # collect makes it when given a baseline
-            console.print(study_terminal(report.study, report.study_notes, width=console.width))
-        else:
-            from edgebench.report.tables import terminal_report
-
-            console.print(terminal_report(report.rows, report.runs, width=console.width))
-    elif fmt in ("csv", "json"):
-        if study:
-            from edgebench.report.study import study_csv, study_json
-
-            assert report.study is not None  # collect makes it when given a baseline
-            text = study_csv(report.study) if fmt == "csv" else study_json(report.study, report.study_notes)
-        else:
-            text = export.to_csv(report.rows) if fmt == "csv" else export.to_json(report.rows, report.groups)
-        if out:
-            out.write_text(text)
-            click.echo(f"wrote {out} ({len(report.rows)} runs)", err=True)
-        elif sys.stdout.isatty():  # read on a terminal: what devices wrote stays text (edgebench.untrusted)
-            from edgebench.untrusted import printable
-
-            sys.stdout.write(printable(text))
-        else:
-            sys.stdout.write(text)
-    elif fmt == "html":
-        from edgebench.report.html import render_html
-
-        out = out or Path("report.html")
-        out.write_text(render_html(report), encoding="utf-8")
-        click.echo(f"wrote {out} ({len(report.rows)} runs, {len(report.figures)} figures)")
-    else:
-        out = out or Path("report")
-        out.mkdir(parents=True, exist_ok=True)
-        for fig in report.figures:
-            (out / f"{fig.name}.png").write_bytes(fig.png)
-        click.echo(f"wrote {len(report.figures)} PNG files to {out}/")
+    try:
+        said = write_report(store_path, device, model, fmt, out, study, baseline)
+    except ReportError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if said:
+        click.echo(said, err=fmt in ("csv", "json"))  # stdout may be the data itself

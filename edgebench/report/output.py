@@ -1,0 +1,91 @@
+"""`edgebench report` apart from its options: read the store, build the report and write it
+in the asked format, so the command only parses, calls `write_report` and says what was written."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from edgebench.errors import EdgebenchError
+from edgebench.report import build, export
+from edgebench.results.store import Store
+
+
+class ReportError(EdgebenchError):
+    """The store is missing or busy, or holds no run that matches: the message says what to do."""
+
+
+def open_store(path: Path) -> Store:
+    """The store read-only, with an error that says what to do when it is missing or busy."""
+    import duckdb
+
+    try:
+        return Store(path, read_only=True)
+    except FileNotFoundError as exc:
+        raise ReportError(str(exc)) from exc
+    except duckdb.IOException as exc:
+        raise ReportError(f"{path}: cannot open the store ({exc}); is a collect still writing to it?") from exc
+
+
+def write_report(store_path: Path, device: str | None, model: str | None, fmt: str, out: Path | None,
+                 study: bool, baseline: str) -> str | None:
+    """Writes the report of the matching runs: term to the terminal, csv/json to `out` or
+    stdout, html and png to files. Returns the line that says what was written (None: nothing to say)."""
+    with open_store(store_path) as store:
+        report = build.collect(store, device=device, model=model, figures=fmt in ("html", "png"),
+                               baseline=baseline if study else None, interactive=fmt == "html")
+    if not report.rows:
+        asked = " and ".join(f"{k} {v!r}" for k, v in (("device", device), ("model", model)) if v)
+        raise ReportError(f"{store_path}: {f'no runs of {asked}' if asked else 'no runs yet'}; "
+                          "ingest some with `edgebench collect` or `edgebench ingest RUN_DIR`")
+    if fmt == "term":
+        _print_terminal(report, study)
+        return None
+    if fmt in ("csv", "json"):
+        return _write_text(report, fmt, out, study)
+    if fmt == "html":
+        from edgebench.report.html import render_html
+
+        out = out or Path("report.html")
+        out.write_text(render_html(report), encoding="utf-8")
+        return f"wrote {out} ({len(report.rows)} runs, {len(report.figures)} figures)"
+    out = out or Path("report")
+    out.mkdir(parents=True, exist_ok=True)
+    for fig in report.figures:
+        (out / f"{fig.name}.png").write_bytes(fig.png)
+    return f"wrote {len(report.figures)} PNG files to {out}/"
+
+
+def _print_terminal(report: build.Report, study: bool) -> None:
+    from edgebench.terminal import console as terminal
+
+    console = terminal()  # piped: tables as wide as their rows
+    if study:
+        from edgebench.report.study import study_terminal
+
+        assert report.study is not None  # collect makes it when given a baseline
+        console.print(study_terminal(report.study, report.study_notes, width=console.width))
+    else:
+        from edgebench.report.tables import terminal_report
+
+        console.print(terminal_report(report.rows, report.runs, width=console.width))
+
+
+def _write_text(report: build.Report, fmt: str, out: Path | None, study: bool) -> str | None:
+    """CSV or JSON to `out` (returning the line that says so) or to stdout."""
+    if study:
+        from edgebench.report.study import study_csv, study_json
+
+        assert report.study is not None  # collect makes it when given a baseline
+        text = study_csv(report.study) if fmt == "csv" else study_json(report.study, report.study_notes)
+    else:
+        text = export.to_csv(report.rows) if fmt == "csv" else export.to_json(report.rows, report.groups)
+    if out:
+        out.write_text(text)
+        return f"wrote {out} ({len(report.rows)} runs)"
+    if sys.stdout.isatty():  # read on a terminal: what devices wrote stays text (edgebench.untrusted)
+        from edgebench.untrusted import printable
+
+        text = printable(text)
+    sys.stdout.write(text)
+    return None
