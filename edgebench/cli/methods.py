@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from edgebench.methods.device_speed import DeviceSpeed
 from edgebench.methods.fit import DEFAULT_HEADROOM, rank, usable_bytes
-from edgebench.methods.knobs import PRESETS, MethodError, parse_method
+from edgebench.methods.knobs import PRESETS, Method, MethodError, parse_method
 from edgebench.results import STORE_DEFAULT_HELP
 
+if TYPE_CHECKING:
+    from edgebench.devices.profiles import Profile
+    from edgebench.model.config import VLMConfig
 
-def _knob_text(knobs: dict) -> str:
+NativeFigures = Callable[[Method, int], dict[str, Any] | None]  # the native worker's figures (methods.fit.rank)
+
+
+def _knob_text(knobs: dict[str, Any]) -> str:
     defaults = parse_method("adamw").knobs()
     changed = {k: v for k, v in knobs.items() if v != defaults[k]}
     return ", ".join(f"{k}={v}" for k, v in changed.items()) or "(nanoVLM defaults)"
@@ -89,7 +96,7 @@ def _device(device: str | None, ram_bytes: int | None) -> tuple[int, str, Device
         return int(found.profile.ram_bytes), f"inventory device {device}", found.device_speed()
 
 
-def _profile(device: str | None):
+def _profile(device: str | None) -> Profile:
     """The profile the native worker's programs are exported for: the device's, or this host's."""
     from edgebench.devices.inventory import InventoryError, get_device
     from edgebench.devices.profiles import ProfileError, load_profile
@@ -103,7 +110,8 @@ def _profile(device: str | None):
             raise click.BadParameter(str(exc), param_hint="--device") from None
 
 
-def _native_peaks(model_name: str, device: str | None, text_length: int, image_size: int | None, quiet: bool):
+def _native_peaks(model_name: str, device: str | None, text_length: int, image_size: int | None,
+                  quiet: bool) -> NativeFigures:
     """The native worker's predicted figures of a method at a batch size (edgebench.native.memory),
     from its program exported for the device's profile (cached: the first export of a large
     model takes minutes); None where the native worker cannot run the method."""
@@ -113,7 +121,7 @@ def _native_peaks(model_name: str, device: str | None, text_length: int, image_s
 
     profile = _profile(device)
 
-    def figures(method, batch_size: int):
+    def figures(method: Method, batch_size: int) -> dict[str, Any] | None:
         if native_reason(method):
             return None
         if not quiet:
@@ -150,8 +158,9 @@ def _native_peaks(model_name: str, device: str | None, text_length: int, image_s
               help=f"Results store whose runs of this model with a --target show what reaching it took, measured, "
                    f"beside the estimates (default: {STORE_DEFAULT_HELP}; none there: no such figures).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-def predict_command(device, ram_bytes, model_name, method, batch_size, text_length, image_size,
-                    headroom, runtime, store, as_json) -> None:
+def predict_command(device: str | None, ram_bytes: int | None, model_name: str, method: str | None, batch_size: int,
+                    text_length: int, image_size: int | None, headroom: float, runtime: str, store: str | None,
+                    as_json: bool) -> None:
     """Predict a method's memory (weights, gradients, optimizer state, activations,
     temporaries, runtime baseline, peak) before running it, and whether it fits the device's
     RAM with headroom. Without --method: which methods fit, best first by predicted step time
@@ -192,8 +201,8 @@ def predict_command(device, ram_bytes, model_name, method, batch_size, text_leng
     _print_prediction(parsed.name, model_name, batch_size, figures, verdict, native is not None, mine)
 
 
-def _figures(cfg: Any, parsed: Any, batch_size: int, text_length: int, image_size: int | None,
-             native: Any) -> dict[str, Any]:
+def _figures(cfg: VLMConfig, parsed: Method, batch_size: int, text_length: int, image_size: int | None,
+             native: NativeFigures | None) -> dict[str, Any]:
     """One method's predicted figures: torch's (methods.memory), or the native worker's from its
     program; a method the native worker cannot run is refused as --method."""
     from edgebench.methods import memory
@@ -241,7 +250,7 @@ PER_STEP_NOTE = ("These figures are per-step estimates, made before any run: wha
                  "costs is measured (`edgebench bench --target`), and shown where the store has such runs.")
 
 
-def _measured(store: str | None, model_name: str) -> dict[str, list[dict]]:
+def _measured(store: str | None, model_name: str) -> dict[str, list[dict[str, Any]]]:
     """Per method, what its stored runs of this model took to reach their targets
     (results.study.measured_to_target); nothing where there is no store or it is busy."""
     from edgebench.errors import EdgebenchError
@@ -259,7 +268,7 @@ def _measured(store: str | None, model_name: str) -> dict[str, list[dict]]:
         return {}
 
 
-def _to_target_text(entry: dict) -> str:
+def _to_target_text(entry: dict[str, Any]) -> str:
     """`reached loss=1.0 in 40 steps, 2.1 s (n=3, batch 1)`: medians of the runs that reached it."""
     n, reached, target = entry["n"], entry["reached"], entry["target"]
     where = f"n={n}, batch {entry['batch_size']}"
@@ -269,7 +278,8 @@ def _to_target_text(entry: dict) -> str:
     return f"{who} {target} in {entry['steps']:.3g} steps, {entry['seconds']:.3g} s ({where})"
 
 
-def _print_ranking(rows: list[dict], model_name: str, batch_size: int, verdict: dict, as_json: bool) -> None:
+def _print_ranking(rows: list[dict[str, Any]], model_name: str, batch_size: int, verdict: dict[str, Any],
+                   as_json: bool) -> None:
     fitting = [r for r in rows if r["fits_est"]]
     if as_json:
         click.echo(json.dumps({"model": model_name, "batch_size": batch_size, **verdict,

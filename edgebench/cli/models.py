@@ -4,19 +4,25 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:
+    import torch
+
+    from edgebench.model.vision_language_model import VisionLanguageModel
 
 BYTES_PER_PARAM = {"fp32": 4, "bf16": 2}
 TEXT_LENGTH = 32  # bench's default text length, for the sequence length shown
 
 
-def count_parameters(model) -> int:
+def count_parameters(model: torch.nn.Module) -> int:
     """Distinct parameters (the tied embedding/head counted once)."""
     return sum(p.numel() for p in model.parameters())
 
 
-def describe(name: str, model) -> dict:
+def describe(name: str, model: VisionLanguageModel) -> dict[str, Any]:
     cfg = model.cfg
     n = count_parameters(model)
     return {
@@ -40,7 +46,7 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:,.1f} MiB"
 
 
-def _render(rows: list[dict]) -> None:
+def _render(rows: list[dict[str, Any]]) -> None:
     from rich.table import Table
 
     from edgebench.terminal import console as terminal
@@ -55,7 +61,7 @@ def _render(rows: list[dict]) -> None:
     terminal().print(table)
 
 
-def _render_loaded(r: dict) -> None:
+def _render_loaded(r: dict[str, Any]) -> None:
     v, d = r["vision"], r["decoder"]
     click.echo(f"{r['name']}: every key matched; {r['parameters']:,} parameters "
                f"({_mib(r['weights_fp32_bytes'])} fp32, {_mib(r['weights_bf16_bytes'])} bf16)")

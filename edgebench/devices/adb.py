@@ -24,11 +24,12 @@ class AdbTransport(Transport):
     def __init__(self, device: Device):
         self.device = device
         self.serial = device.transport.serial or ""
-        self.adb = shutil.which("adb")
-        if self.adb is None:
+        adb = shutil.which("adb")
+        if adb is None:
             raise TransportError(
                 f"{device.name}: the `adb` client is not installed; `apt-get install adb` (Debian/Ubuntu)"
             )
+        self.adb = adb
         state = self._adb(["get-state"], timeout=device.transport.connect_timeout_s, check=False)
         if state.rc != 0 or state.stdout.strip() != "device":
             seen = (state.stderr or state.stdout).strip()

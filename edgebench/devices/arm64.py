@@ -35,6 +35,7 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from edgebench.cache import cache_dir as edgebench_cache
 from edgebench.errors import EdgebenchError
@@ -88,7 +89,7 @@ class Emulation:
     """A built root: the device's python and what the build recorded."""
 
     root: Path
-    manifest: dict
+    manifest: dict[str, Any]  # manifest.json as the build wrote it
 
     @property
     def python(self) -> str:
@@ -96,10 +97,10 @@ class Emulation:
 
     @property
     def emulator(self) -> str:
-        return self.manifest["emulator"]
+        return str(self.manifest["emulator"])
 
 
-def status() -> dict:
+def status() -> dict[str, str]:
     """Whether the root is built here, and if not whether it can be: {"state": built | buildable
     | unavailable, "detail": ...}; "unavailable" names what is missing."""
     root = cache_dir()
@@ -136,7 +137,7 @@ def ensure(step: Callable[[int, str], None] = lambda i, what: None) -> Emulation
     return Emulation(root, manifest)
 
 
-def verify(root: Path, manifest: dict) -> None:
+def verify(root: Path, manifest: dict[str, Any]) -> None:
     """Every downloaded file still has the digest recorded when it was downloaded."""
     for rel, digest in manifest["sha256"].items():
         path = root / rel
@@ -150,7 +151,7 @@ def _sha256(path: Path) -> str:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
-def _run(argv: list[str], what: str, fix: str, env: dict | None = None, cwd: Path | None = None) -> str:
+def _run(argv: list[str], what: str, fix: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> str:
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd)
     if proc.returncode != 0:
         lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip() and "WARNING" not in ln]
@@ -160,7 +161,7 @@ def _run(argv: list[str], what: str, fix: str, env: dict | None = None, cwd: Pat
     return proc.stdout
 
 
-def _apt(work: Path, arch: str, suites: list[str]) -> dict:
+def _apt(work: Path, arch: str, suites: list[str]) -> dict[str, str]:
     """A private APT configuration (own lists, cache and empty dpkg status): the host's dpkg is never touched."""
     base = work / f"apt-{arch}"
     for sub in ("state/lists/partial", "cache/archives/partial", "etc/sources.list.d", "etc/preferences.d",
@@ -181,19 +182,19 @@ def _apt(work: Path, arch: str, suites: list[str]) -> dict:
     return {**os.environ, "APT_CONFIG": str(base / "apt.conf"), "DEBIAN_FRONTEND": "noninteractive"}
 
 
-def _apt_update(env: dict, arch: str) -> None:
+def _apt_update(env: dict[str, str], arch: str) -> None:
     mirror = os.environ.get("EDGEBENCH_DEBIAN_MIRROR", DEBIAN_MIRROR)
     _run(["apt-get", "update", "-q"], f"reading Debian's {arch} package index from {mirror}",
          f"check access to {mirror} (or set EDGEBENCH_DEBIAN_MIRROR to a Debian mirror), then run again", env)
 
 
-def _download_tools(downloads: Path, env: dict) -> None:
+def _download_tools(downloads: Path, env: dict[str, str]) -> None:
     for package, suite in TOOLS.items():
         _run(["apt-get", "download", "-q", f"{package}/{suite}"], f"downloading {package} ({suite}, amd64)",
              f"check access to the Debian mirror; `{package}` must exist in {suite}, then run again", env, downloads)
 
 
-def _download_sysroot(downloads: Path, env: dict) -> list[Path]:
+def _download_sysroot(downloads: Path, env: dict[str, str]) -> list[Path]:
     _run(["apt-get", "install", "-q", "-d", "-y", "--no-install-recommends", *SYSROOT_DEBS],
          f"downloading the arm64 debs {', '.join(SYSROOT_DEBS)} and their dependencies",
          "check access to the Debian mirror, then run again", env)
@@ -317,7 +318,8 @@ def _stubs(work: Path) -> list[str]:
         missing = [n for n in needed if n not in provided]
         if not missing:
             continue
-        versions, current = {}, None  # version name -> the library it is needed from
+        versions: dict[str, str] = {}  # version name -> the library it is needed from
+        current = None
         for line in tool("readelf", "-W", "-V", str(path)).splitlines():
             if found := re.search(r"File: (\S+)", line):
                 current = found.group(1)
@@ -337,9 +339,9 @@ def _stubs(work: Path) -> list[str]:
                 for lib in unversioned:
                     wanted[lib].setdefault("", {})[name] = row[3]
     out.mkdir(exist_ok=True)
-    for lib, versions in sorted(wanted.items()):
+    for lib, by_version in sorted(wanted.items()):
         asm, script = [".text"], []
-        for version, syms in versions.items():
+        for version, syms in by_version.items():
             for name, kind in sorted(syms.items()):
                 if kind == "OBJECT":
                     asm += [".data", f'.globl "{name}"', f'.type "{name}", %object', f'.size "{name}", 8',

@@ -106,7 +106,9 @@ class Limits:
         """Usage, limit, peak and OOM kills, named the same on v1 and v2."""
         mem = self.dirs[0]
         if self.version == 1:
-            read = lambda f: int((mem / f).read_text())  # noqa: E731
+            def read(name: str) -> int:
+                return int((mem / name).read_text())
+
             oom = dict(line.split() for line in (mem / "memory.oom_control").read_text().splitlines())
             return {
                 "usage_bytes": read("memory.usage_in_bytes"),

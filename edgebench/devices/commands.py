@@ -22,6 +22,7 @@ from edgebench.untrusted import printable
 
 if TYPE_CHECKING:
     from edgebench.devices.detect import HostKey
+    from edgebench.devices.lab import LabDevice
     from edgebench.devices.readiness import Readiness
 
 
@@ -81,9 +82,12 @@ def _print_devices(rows: list[dict[str, Any]]) -> None:
 
     def readiness(r: dict[str, Any]) -> str:
         ready = r["readiness"].startswith(("ready", "not checked"))
-        return r["readiness"] if ready or r["reachable"] == "ok" else r["reachable"]
+        said: str = r["readiness"] if ready or r["reachable"] == "ok" else r["reachable"]
+        return said
 
-    kind = lambda r: " (lab)" if r["lab"] else " (labgrid)" if r.get("labgrid_place") else ""  # noqa: E731
+    def kind(r: dict[str, Any]) -> str:
+        return " (lab)" if r["lab"] else " (labgrid)" if r.get("labgrid_place") else ""
+
     console = terminal()
     for part in fitted(f"devices ({inventory_path()})",
                        [Field("name", "name", lambda r: r["name"] + kind(r), True),
@@ -134,7 +138,7 @@ def _check_and_fix(name: str, fix: bool, only: tuple[str, ...], quiet: bool) -> 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   disable=quiet) as progress:
         task = progress.add_task(f"{name}: fixing", total=len(todo))
-        started = []
+        started: list[str] = []
 
         def step(command: str) -> None:
             if started:
@@ -375,7 +379,7 @@ def lab_up(profiles: tuple[str, ...], memory: str | None, cpus: float | None, ar
                                no_python=no_python)
              for p in (profiles or defaults)]
     try:
-        running = _lab_up(lab_mod, specs, arch, quiet=as_json)
+        running = _lab_up(specs, arch, quiet=as_json)
     except (lab_mod.LabError, CgroupError, ProfileError, InventoryError) as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
@@ -391,9 +395,10 @@ def lab_up(profiles: tuple[str, ...], memory: str | None, cpus: float | None, ar
     click.echo(f"registered in {inventory_path()}; try `edgebench deploy --device {running[0]['name']}`")
 
 
-def _lab_up(lab_mod: Any, specs: list, arch: str, quiet: bool) -> list[dict[str, Any]]:
+def _lab_up(specs: list[LabDevice], arch: str, quiet: bool) -> list[dict[str, Any]]:
     """lab.up, with a progress bar while the arm64 emulation root is built (first time only)."""
     from edgebench.devices import arm64
+    from edgebench.devices import lab as lab_mod
 
     state = arm64.status() if arch == "arm64" else {"state": "built"}
     if state["state"] == "built":

@@ -120,7 +120,8 @@ def parse_probe(text: str) -> BoardFacts:
         key, sep, value = line.partition("=")
         if not sep:
             continue
-        pair = tuple(value.split("\t", 1)) if "\t" in value else (value, "")
+        head, _, tail = value.partition("\t")
+        pair = (head, tail)  # (value, "") without a tab
         if key == "workdir":
             facts.workdir = value.strip()
         elif key in ("model", "arch", "os", "l4t", "android_model", "android_release", "jtop", "ntp"):

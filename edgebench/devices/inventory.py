@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -266,7 +267,7 @@ def get_device(name: str, path: Path | None = None) -> Device:
     )
 
 
-def _farm_devices(path: Path, taken: set[str] = frozenset(), only: str | None = None) -> tuple[list[Device],
+def _farm_devices(path: Path, taken: AbstractSet[str] = frozenset(), only: str | None = None) -> tuple[list[Device],
                                                                                              dict[str, str]]:
     """A labgrid board farm's places as devices, when a coordinator is configured (devices/labgrid.py;
     `only`: that place, its host key checked). Names in `taken` are the file's, which win."""

@@ -94,7 +94,8 @@ def _sshd() -> str:
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def _keygen(path: Path, comment: str) -> None:
@@ -194,7 +195,7 @@ Subsystem sftp internal-sftp
 """
 
 
-def _wait_listening(port: int, proc: subprocess.Popen, log: Path, timeout_s: float = 10.0) -> None:
+def _wait_listening(port: int, proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -389,7 +390,8 @@ def _stop_gracefully(dev: dict[str, Any], log: Callable[[str], None]) -> None:
     _stop(dev)
     root = Path(dev["home"]) / "work" / "sweeps"
     for sweep_dir in sorted(root.iterdir()) if root.is_dir() else []:
-        sweeps.sweep_state(str(sweep_dir))  # a sweep killed without ending gets its final record
+        # a sweep killed without ending gets its final record (a device script: untyped, for the board's Python)
+        sweeps.sweep_state(str(sweep_dir))  # type: ignore[no-untyped-call]
     if running:
         log(f"{dev['name']}: its runs stay in {root}; `edgebench lab up` then `edgebench collect` brings them in")
 

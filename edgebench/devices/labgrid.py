@@ -176,7 +176,8 @@ class Coordinator:
 
     @property
     def places(self) -> dict[str, Any]:
-        return self.session.places
+        places: dict[str, Any] = self.session.places  # labgrid is untyped
+        return places
 
     def place(self, name: str) -> Any:
         try:
@@ -192,7 +193,8 @@ class Coordinator:
                 for name, resource in sorted(resources.items()):
                     if resource.data.get("cls") == "NetworkService" and \
                             place.hasmatch((exporter, group, "NetworkService", name)):
-                        return resource.args
+                        args: dict[str, Any] = resource.args
+                        return args
         return None
 
     def _call(self, method: str, request: Any) -> str | None:
@@ -298,7 +300,7 @@ def _pin_host_key(name: str, entry: dict[str, Any], fingerprint: str) -> None:
         return  # unreachable: connecting says so
     host_spec = host if port == 22 else f"[{host}]:{port}"
     offered = key.get_fingerprint("sha256") if key is not None else "no key"
-    if offered.removeprefix("SHA256:") != fingerprint.strip().removeprefix("SHA256:"):
+    if key is None or offered.removeprefix("SHA256:") != fingerprint.strip().removeprefix("SHA256:"):
         raise FarmError(f"{name} ({host_spec}) offers host key {offered}, but its labgrid place's {HOSTKEY_TAG} tag "
                         f"says {fingerprint}: not trusted (the connection may be intercepted). If the board was "
                         f"reinstalled, compare `ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` on it and update the "
@@ -434,7 +436,7 @@ def release_finished(
     try:
         with Coordinator(device.coordinator or "") as coordinator:
             place = coordinator.place(device.place)
-            sweep = place.tags.get(SWEEP_TAG)
+            sweep: str | None = place.tags.get(SWEEP_TAG)
             if place.acquired != coordinator.identity or not sweep:
                 return None
             state = sweeps.get(sweep)

@@ -41,12 +41,12 @@ class Transport(_Strict):
 
     kind: Literal["local", "ssh", "adb"] = "ssh"
     host: str | None = None
-    port: int = Field(22, ge=1, le=65535)
+    port: int = Field(default=22, ge=1, le=65535)
     user: str | None = None
     key: str | None = None  # private key file; None: the ssh agent / default keys
     known_hosts: str | None = None  # None: ~/.ssh/known_hosts
     serial: str | None = None  # adb serial
-    connect_timeout_s: float = Field(10.0, gt=0)
+    connect_timeout_s: float = Field(default=10.0, gt=0)
 
 
 class Power(_Strict):

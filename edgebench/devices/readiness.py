@@ -15,11 +15,15 @@ import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from edgebench.devices import detect, pylibs
 from edgebench.devices.inventory import Device, read_inventory, write_inventory
 from edgebench.devices.transport import Transport, TransportError
 from edgebench.telemetry.power import POWER_SOURCES
+
+if TYPE_CHECKING:
+    from edgebench.runner.spec import RunSpec
 
 MIN_PYTHON = (3, 10)
 TORCH = "2.13.0"
@@ -108,7 +112,7 @@ class Readiness:
         """The problems as one line each, with the fix: what deploy's preflight prints."""
         return [f.line() for f in self.problems]
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"device": self.device, "summary": self.summary(), "ready": self.ready,
                 "findings": [vars(f) for f in self.findings]}
 
@@ -149,7 +153,7 @@ class _Checker:
         else:
             self.findings.append(Finding(item, status, detail, fix))
 
-    def python(self, libs: dict | None, error: str | None) -> None:
+    def python(self, libs: dict[str, Any] | None, error: str | None) -> None:
         d = self.device
         if self.board == "adb":
             self.add("python", "unknown", ADB_LIMITS)
@@ -180,7 +184,7 @@ class _Checker:
         else:
             self.add("python", "n/a", detail)
 
-    def libraries(self, libs: dict) -> None:
+    def libraries(self, libs: dict[str, Any]) -> None:
         # an emulated python (the arm64 lab) has another arch than the shell the probe ran in
         arch = (libs.get("emulator") and libs.get("machine")) or self.facts.arch or self.device.profile.arch
         # the ONNX Runtime runner and the native ExecuTorch worker are torch-free
@@ -225,7 +229,7 @@ class _Checker:
             self.add("onnxruntime", "ok" if ort else ("missing" if "onnxruntime" in self.backends else "warn"),
                      ort or "onnxruntime-training not installed (needed for --backend onnxruntime)", "onnxruntime")
 
-    def venv(self, libs: dict | None) -> None:
+    def venv(self, libs: dict[str, Any] | None) -> None:
         """The venv --fix installs into, when a safe fix needs it and it is not the python in use."""
         if not any(f.pip for f in self.findings) or self.device.python == self.venv_python:
             return
@@ -291,8 +295,9 @@ class _Checker:
             self.add("thermal", "warn", f"no readable thermal zone matches {', '.join(unmatched)} (found: "
                      f"{', '.join(zones) or 'none'}); fix `sensors.thermal_zones` in a copy of the profile")
         if sensors.throttle == "vcgencmd":
-            ok = bool(f.vcgencmd and f.vcgencmd.startswith("throttled="))
-            self.add("throttle", "ok" if ok else "warn", f.vcgencmd if ok else
+            answer = f.vcgencmd or ""
+            ok = answer.startswith("throttled=")
+            self.add("throttle", "ok" if ok else "warn", answer if ok else
                      f"vcgencmd get_throttled does not answer ({f.vcgencmd or 'not installed'})", "vcgencmd")
         if self.board == "jetson":
             ok = f.jtop == "active" or f.jtop_socket
@@ -311,7 +316,7 @@ class _Checker:
         self.add("clock", "warn" if off > CLOCK_TOLERANCE_S or f.ntp == "no" else "ok", detail, "clock")
 
 
-def _python_libs(transport: Transport, device: Device) -> tuple[dict | None, str | None]:
+def _python_libs(transport: Transport, device: Device) -> tuple[dict[str, Any] | None, str | None]:
     result = transport.run([device.python, "-c", Path(pylibs.__file__).read_text()], timeout=120)
     if result.rc != 0:
         return None, (result.stderr.strip().splitlines() or [f"exit {result.rc}"])[-1][-300:]
@@ -324,7 +329,7 @@ def _python_libs(transport: Transport, device: Device) -> tuple[dict | None, str
 NATIVE = "executorch-native"  # what a run of the native ExecuTorch worker needs: no torch, no executorch wheel
 
 
-def need(spec) -> str:
+def need(spec: RunSpec) -> str:
     """What a spec asks of the device: its backend, or NATIVE for the native ExecuTorch worker."""
     return NATIVE if spec.backend == "executorch" and spec.runtime == "native" else spec.backend
 

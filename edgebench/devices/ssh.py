@@ -154,7 +154,7 @@ class SSHTransport(Transport):
             with open(local, "ab" if offset else "wb") as fout:
                 fout.truncate(offset)
                 while chunk := await fin.read(1 << 20):
-                    fout.write(chunk)
+                    fout.write(chunk)  # type: ignore[arg-type]  # asyncssh's read() -> unbound AnyStr; "rb": bytes
 
     def put(self, local: str | Path, remote: str) -> None:
         try:
