@@ -60,7 +60,7 @@ CASES = {
                      ["{text}", "--device", "pi", "--tz", "Mars/Olympus", "--power-col", "x"]],
     "report": [["--store", NO_SUCH], ["--store", "{text}"], ["--format", "docx"], ["--store", "{empty}"]],
     "live": [["--dir", NO_SUCH], ["--device", "no-such-board"], ["--root", "{empty}"],
-             ["--root", "{empty}", "--run", "no-such-run"]],
+             ["--root", "{empty}", "--run", "no-such-run"], ["--follow", "--run", "no-such-run"]],
     "export": [["--model", "no-such-model"], ["--method", "bogus"], ["--backend", "tflite"],
                ["--profile", "no-such-profile"], ["--device", "no-such-board"]],
 }

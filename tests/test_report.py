@@ -202,6 +202,17 @@ def test_report_on_a_missing_store_says_what_to_do(tmp_path, store_path):
     assert "no runs of device 'watch'; ingest" in other.output and "model" not in other.output
 
 
+def test_report_of_no_matching_runs_is_a_user_error(tmp_path, capsys):
+    """Through `edgebench`: one line and exit code 2 (report.output.ReportError), not an internal error."""
+    from edgebench.cli import main
+
+    Store(tmp_path / "empty.duckdb").close()
+    with pytest.raises(SystemExit) as ended:
+        main(["report", "--store", str(tmp_path / "empty.duckdb"), "--model", "tiny"])
+    err = capsys.readouterr().err
+    assert ended.value.code == 2 and err.startswith("error: ") and "no runs of model 'tiny'; ingest" in err
+
+
 # ---- readable at a glance: layouts, repeats, the noise guard, the study -------------------------
 def _lines(renderable, width):
     from rich.console import Console
