@@ -29,6 +29,7 @@ from edgebench.figures.status import EXIT_ERROR
 from edgebench.native import rates
 from edgebench.native.build import bundle
 from edgebench.native.plan import write_plan
+from edgebench.runner.native import WORKER
 from edgebench.runner.spec import RunSpec
 from edgebench.runner.supervisor import run_spec
 from edgebench.runner.worker import batches_for
@@ -309,3 +310,19 @@ def test_rates_mode_prints_every_rate(small_rates, worker_bundle, tmp_path):
     (partial / "fp32.pte").unlink()
     done = subprocess.run(rates.command(str(worker_bundle), str(partial)), capture_output=True, text=True)
     assert done.returncode == 1 and done.stdout == "" and "fp32.pte" in done.stderr, (done.stdout, done.stderr)
+
+
+def test_a_number_argument_that_is_not_a_number_is_a_usage_error(worker_bundle):
+    """`--repeats abc` was once read as 0: now the worker ends with its usage exit code, naming the
+    argument and the value."""
+    done = subprocess.run([str(worker_bundle / WORKER), "--repeats", "abc"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == EXIT_ERROR and done.stdout == "", (done.returncode, done.stdout)
+    assert 'native worker: --repeats: "abc" is not a whole number' in done.stderr, done.stderr
+
+
+def test_the_bundles_key_hashes_every_worker_source():
+    """A source left out of SOURCE_FILES would leave a cached worker in place after an edit."""
+    from edgebench.native import build
+
+    sources = {path.name for path in build.SOURCES.iterdir() if path.suffix in (".cpp", ".h")}
+    assert sources - {"worker_tests.cpp"} <= set(build.SOURCE_FILES)

@@ -38,13 +38,19 @@ double PlanLine::real(size_t i) const {
   return v;
 }
 
-long long PlanLine::integer(size_t i) const {
-  std::string text = i < values_.size() ? values_[i] : "";
+std::optional<long long> whole_number(const std::string& text) {
   char* end = nullptr;
   errno = 0;
   long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno == ERANGE) error(quoted(text) + " is not a whole number");
+  if (text.empty() || *end != '\0' || errno == ERANGE) return std::nullopt;
   return v;
+}
+
+long long PlanLine::integer(size_t i) const {
+  std::string text = i < values_.size() ? values_[i] : "";
+  std::optional<long long> v = whole_number(text);
+  if (!v) error(quoted(text) + " is not a whole number");
+  return *v;
 }
 
 long long PlanLine::integer_at_least(size_t i, long long least) const {

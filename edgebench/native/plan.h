@@ -6,6 +6,7 @@
 #pragma once
 
 #include <istream>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -16,6 +17,10 @@ namespace edgebench {
 struct PlanError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// `text` read whole as a base-10 whole number: none for "abc", "12x", "1.5", "" or one out of
+// range. The plan's values and the worker's arguments are read with it.
+std::optional<long long> whole_number(const std::string& text);
 
 inline constexpr const char* kPlanFormat = "edgebench-native-plan 1";
 

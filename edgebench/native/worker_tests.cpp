@@ -1,6 +1,7 @@
 // The native worker's C++ unit tests (CMake target edgebench-worker-tests, run by ctest from
 // tests/test_native_cpp.py): the optimizers against steps worked out by hand from torch.optim's
-// formulas, the plan reader on good and bad plans, the thread pool's loops.
+// formulas, the plan reader on good and bad plans, the checked whole numbers the worker's
+// arguments are read with, the thread pool's loops.
 
 #include <algorithm>
 #include <cmath>
@@ -164,6 +165,20 @@ void bad_plans() {
   CHECK(says(e, "/nonexistent/plan.txt: cannot read the native plan"));
 }
 
+bool refused(const std::string& text) {
+  bool ok = !whole_number(text).has_value();
+  if (!ok) std::fprintf(stderr, "  \"%s\" was read as %lld\n", text.c_str(), *whole_number(text));
+  return ok;
+}
+
+// How the worker reads --repeats, --pass-elements and --normal-elements ("abc" was once 0).
+void whole_numbers() {
+  CHECK(whole_number("7") == 7LL);
+  CHECK(whole_number("-3") == -3LL);
+  CHECK(whole_number("9223372036854775807") == 9223372036854775807LL);
+  for (const char* bad : {"abc", "12x", "1.5", "", "1e3", "99999999999999999999"}) CHECK(refused(bad));
+}
+
 void parallel_loops() {
   size_t n = 3 * kGrain + 5;  // several chunks and a partial one
   std::vector<int> hits(n, 0);
@@ -186,6 +201,7 @@ int main() {
   optimizers_by_name();
   good_plan();
   bad_plans();
+  whole_numbers();
   parallel_loops();
   if (g_failures) std::fprintf(stderr, "%d check(s) failed\n", g_failures);
   else std::puts("edgebench-worker-tests: all checks passed");
