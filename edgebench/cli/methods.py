@@ -180,9 +180,8 @@ def predict_command(device: str | None, ram_bytes: int | None, model_name: str, 
     budget, source, speed = _device(device, ram_bytes)
     usable = usable_bytes(budget, headroom)
     verdict = {"ram_bytes": budget, "ram_source": source, "headroom": headroom, "usable_bytes_est": usable,
-               "speed": asdict(speed)}
+               "speed": asdict(speed), "runtime": runtime}
     native = _native_peaks(model_name, device, text_length, image_size, as_json) if runtime == "native" else None
-    verdict["runtime"] = runtime
     measured = _measured(store, model_name)
     if parsed is None:
         rows = rank(cfg, batch_size, text_length, image_size, usable, speed, native)

@@ -11,6 +11,17 @@ from edgebench.results import STORE_DEFAULT_HELP, default_store
 FORMATS = ["term", "html", "png", "csv", "json"]
 
 
+def _default_store() -> Path:
+    """The user's store, with a warning when an older store (per working folder) is left beside it."""
+    from edgebench.results.merge import older_store_note
+
+    store_path = default_store()
+    note = older_store_note(store_path)
+    if note:
+        click.secho(note, fg="yellow", err=True)
+    return store_path
+
+
 @click.command("report")
 @click.option("--store", "store_path", type=click.Path(path_type=Path), default=None,
               help=f"The results store (DuckDB file). Default: {STORE_DEFAULT_HELP}: every run of yours, "
@@ -60,13 +71,7 @@ def report_command(store_path: Path | None, device: str | None, model: str | Non
     from edgebench.report.output import ReportError, write_report
 
     fmt = "json" if as_json else fmt
-    if store_path is None:
-        from edgebench.results.merge import older_store_note
-
-        store_path = default_store()
-        note = older_store_note(store_path)
-        if note:
-            click.secho(note, fg="yellow", err=True)
+    store_path = store_path or _default_store()
     try:
         said = write_report(store_path, device, model, fmt, out, study, baseline)
     except ReportError as exc:
