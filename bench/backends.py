@@ -72,22 +72,12 @@ print(json.dumps({"setup_s": setup_s, "step_s": times, "losses": losses,
 """
 
 
-# One export in a fresh process: the bench's own process stays small between its runs (a
-# nanovlm-222m export peaks at several GiB; before exporters.executorch.forget_node_comparisons,
-# 22 of them in one process reached 24 GiB and the kernel's OOM kill).
-EXPORT_CHILD = r"""
-import json, sys
-from exporters.manifest import ExportRequest
-from exporters.pipeline import export
-request, label = ExportRequest.from_dict(json.loads(sys.argv[1])), sys.argv[2]
-result = export(request, on_stage=lambda stage: print(f"  [{label}] {stage}", file=sys.stderr, flush=True))
-print(json.dumps({"directory": str(result.directory), "manifest": result.manifest, "cached": result.cached}))
-"""
-
-
 def export_variants(model: str, method: str, text_length: int, variants: list[str],
                     batch_size: int = 1) -> dict[str, dict]:
+    """Each variant's export (in a process of its own, exporters.own_process: the bench's process
+    stays small between its runs)."""
     from exporters.manifest import ExportRequest
+    from exporters.pipeline import export
 
     out = {}
     for name in variants:
@@ -96,12 +86,10 @@ def export_variants(model: str, method: str, text_length: int, variants: list[st
             continue
         request = ExportRequest(model=model, method=method, backend=backend, delegate=delegate, bf16=bf16,
                                 text_length=text_length, batch_size=batch_size)
-        proc = subprocess.run([sys.executable, "-c", EXPORT_CHILD, json.dumps(request.to_dict()),
-                               f"{model} {method} {name}"], stdout=subprocess.PIPE, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"the {name} export of {model} {method} failed (exit {proc.returncode}; "
-                               "its error is above)")
-        out[name] = json.loads(proc.stdout.strip().splitlines()[-1])
+        label = f"{model} {method} {name}"
+        result = export(request, on_stage=lambda stage, label=label: print(f"  [{label}] {stage}", file=sys.stderr,
+                                                                            flush=True))
+        out[name] = {"directory": str(result.directory), "manifest": result.manifest, "cached": result.cached}
     return out
 
 

@@ -503,7 +503,7 @@ def _without_stack_traces():
     (`torch.fx.config.do_not_emit_stack_traces`). No `.pte` carries them (the same bytes,
     tests/test_export_executorch.py), and capturing one per node, then writing them into every
     regenerated graph module's code, took a quarter of nanoVLM-222M SGD's joint graph (61-67 s
-    against 47-49 s, alternating in one process). Process-wide, so held under the patches' lock."""
+    against 47-49 s, alternating in one process). Process-wide: the export runs in a process of its own."""
     import torch.fx.config
 
     from exporters.upstream import replaced
@@ -522,26 +522,13 @@ def _executorch_stages_patched() -> Iterator[None]:
     ExecuTorch's stages as they are, with any release but the one they were read for."""
     from exporters.xnnpack_lowering import WRITTEN_FOR, installed_executorch
 
-    try:
-        if installed_executorch() != WRITTEN_FOR:
-            yield
-            return
-        with skipping_idle_passes(), signature_mappings_once_per_phase(), delegate_outputs_as_recorded(), \
-                graph_code_on_demand(), lookups_once(), \
-                serialised_in_place():
-            yield
-    finally:
-        forget_node_comparisons()
-
-
-def forget_node_comparisons() -> None:
-    """Empties the cache of ExecuTorch's `is_same_node`, an lru_cache without a size that keeps
-    every pair of nodes it ever compared, and with them every lowered graph: about 1 GiB a
-    nanoVLM-222M export, so 22 exports in one process reached 24 GiB and the kernel's OOM kill
-    (tiny, six exports: 556 -> 749 MiB RSS; 556 -> 596 with the cache emptied after each)."""
-    from executorch.exir.backend.utils import is_same_node
-
-    is_same_node.cache_clear()
+    if installed_executorch() != WRITTEN_FOR:
+        yield
+        return
+    with skipping_idle_passes(), signature_mappings_once_per_phase(), delegate_outputs_as_recorded(), \
+            graph_code_on_demand(), lookups_once(), \
+            serialised_in_place():
+        yield
 
 
 def _check_no_captured_weights(edge_ep: ExportedProgram, trainable: list[str]) -> None:

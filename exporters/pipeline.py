@@ -31,6 +31,7 @@ from exporters.manifest import (
     sha256_file,
     write_manifest,
 )
+from exporters.own_process import in_own_process
 
 PTE = "model.pte"
 PROGRAM_FACTS = "lowered.json"  # the program cache's record of a lowering
@@ -430,7 +431,7 @@ def export(
         in_entry = altered_files(entry, key)
         cached = in_entry == []
         if not cached:
-            build_whole(entry, lambda work: _build(request, key, work, on_stage))
+            build_whole(entry, lambda work: in_own_process(_build, request, key, work, on_stage=on_stage))
     replaced = tuple(str(entry / name) for name in in_entry or [])
     if target is not None:
         replaced += tuple(str(target / name) for name in in_target or [])

@@ -24,15 +24,11 @@ import contextlib
 import hashlib
 import inspect
 import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 WRITTEN_FOR = (("executorch", "1.5.1"), ("torch", "2.13.0"))
-# Held while any replacement is in place (re-entrant: they nest within one lowering); deploy
-# exports for several devices in threads.
-_PATCHING = threading.RLock()
 _INHERITED = object()  # the replaced attribute was its class's base's
 _SAID: set[str] = set()  # groups said unapplied, once a process
 _LIVE: set[int] = set()  # ids of the values replaced() has put in place: a nested group finds its own
@@ -110,31 +106,30 @@ def problem(owner: Any, name: str) -> str | None:
 def replaced(owner: Any, **values: Any) -> Iterator[None]:
     """`owner`'s attributes replaced for the `with` only, restored afterwards, when every one is
     registered and matches upstream; else none is, and upstream's own path runs."""
-    with _PATCHING:
-        problems = [p for name in values if (p := problem(owner, name))]
-        if problems:
-            group = ", ".join(target_of(owner, name) for name in values)
-            if group not in _SAID:
-                _SAID.add(group)
-                # stderr, not a logger: a library's logging set-up may have disabled ours, and this must be seen
-                print(f"edgebench: not replacing {group} ({'; '.join(problems)}): upstream's own path runs",
-                      file=sys.stderr)
-            yield
-            return
-        own = vars(owner)
-        originals = {name: own.get(name, _INHERITED) for name in values}
-        for name, value in values.items():
-            setattr(owner, name, value)
-            _LIVE.add(id(value))
-        try:
-            yield
-        finally:
-            _LIVE.difference_update(id(value) for value in values.values())
-            for name, value in originals.items():
-                if value is _INHERITED:
-                    delattr(owner, name)  # a class's override gone, its base's again
-                else:
-                    setattr(owner, name, value)
+    problems = [p for name in values if (p := problem(owner, name))]
+    if problems:
+        group = ", ".join(target_of(owner, name) for name in values)
+        if group not in _SAID:
+            _SAID.add(group)
+            # stderr, not a logger: a library's logging set-up may have disabled ours, and this must be seen
+            print(f"edgebench: not replacing {group} ({'; '.join(problems)}): upstream's own path runs",
+                  file=sys.stderr)
+        yield
+        return
+    own = vars(owner)
+    originals = {name: own.get(name, _INHERITED) for name in values}
+    for name, value in values.items():
+        setattr(owner, name, value)
+        _LIVE.add(id(value))
+    try:
+        yield
+    finally:
+        _LIVE.difference_update(id(value) for value in values.values())
+        for name, value in originals.items():
+            if value is _INHERITED:
+                delattr(owner, name)  # a class's override gone, its base's again
+            else:
+                setattr(owner, name, value)
 
 
 LINEAR = ("XNNPACK delegation in time linear in the graph (exporters.xnnpack_lowering.linear_time_partitioning): "

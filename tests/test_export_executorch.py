@@ -131,18 +131,6 @@ def test_a_tied_parameter_trains_as_one_under_its_first_name(tmp_path):
     torch.testing.assert_close(program.grads["down.weight"], reference.embed.weight.grad, rtol=1e-4, atol=1e-6)
 
 
-def test_a_lowering_leaves_no_graph_in_executorchs_node_comparison_cache():
-    """ExecuTorch's `is_same_node` caches every node pair it compares, without a size: the
-    lowering empties it, or each export's graphs stay alive (24 GiB after 22 nanoVLM-222M
-    exports in one process)."""
-    from executorch.exir.backend.utils import is_same_node
-
-    torch.manual_seed(0)
-    inputs = (torch.randn(6, 16), torch.tensor([0, 1, 2, 3, 4, 5]))
-    lower_training_step(TiedMLP(), inputs, delegate="xnnpack")
-    assert is_same_node.cache_info().currsize == 0
-
-
 class PatchEmbed(torch.nn.Module):
     """A patch-embedding convolution (stride == kernel) and a head: the ViT's first layer."""
 
@@ -795,40 +783,6 @@ def test_a_renamed_xnnpack_pass_turns_the_fast_lowering_off(monkeypatch):
 
     monkeypatch.setattr(xl, "PARTITION_PASSES", (*xl.PARTITION_PASSES, "ConvertToLinearPassRenamed"))
     assert "lack ConvertToLinearPassRenamed" in xl.fast_lowering_problem()
-
-
-def test_one_thread_lowers_with_the_patches_at_a_time():
-    """deploy exports for several devices in threads: a second lowering waits for the first's
-    patches to be undone instead of patching (and later restoring) over them."""
-    import threading
-
-    from executorch.exir.backend import backend_api
-
-    import exporters.xnnpack_lowering as xl
-
-    original = backend_api.create_submodule_from_nodes
-    inside, release, seen_by_second = threading.Event(), threading.Event(), []
-
-    def first():
-        with xl.fast_xnnpack_lowering():
-            inside.set()
-            release.wait(10)
-
-    def second():
-        with xl.fast_xnnpack_lowering():
-            seen_by_second.append(release.is_set())
-
-    threads = [threading.Thread(target=first), threading.Thread(target=second)]
-    threads[0].start()
-    assert inside.wait(10)
-    threads[1].start()
-    threads[1].join(0.5)
-    assert threads[1].is_alive()  # waiting for the first lowering
-    release.set()
-    for thread in threads:
-        thread.join(10)
-    assert seen_by_second == [True]
-    assert backend_api.create_submodule_from_nodes is original
 
 
 @pytest.mark.parametrize("delegate, autocast, update", [("xnnpack", False, None), ("xnnpack", True, None),

@@ -18,6 +18,7 @@ import hashlib
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,10 +58,8 @@ def _products(shapes: tuple[tuple[int, int, int], ...], dtype: Any) -> tuple[Any
 def program() -> Path:
     """The rates folder (fp32.pte and bf16.pte) for device_speed.SHAPES as they are when called,
     exported once per shapes, libraries and exporter source into the export cache."""
-    import torch
-
-    from exporters.executorch import lower_forward
     from exporters.manifest import cache_root, library_versions, source_fingerprint
+    from exporters.own_process import in_own_process
     from exporters.pipeline import build_whole, locked
 
     shapes = device_speed.SHAPES
@@ -68,16 +67,23 @@ def program() -> Path:
                       Path(__file__).read_text()])
     entry = cache_root() / f"rates-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
-    def export(work: Path) -> None:
-        for name, dtype in zip(PROGRAMS, (torch.float32, torch.bfloat16)):
-            torch.manual_seed(0)
-            module, example = _products(shapes, dtype)
-            lower_forward(module, example, delegate="xnnpack").write(work / f"{name}.pte")
-
     with locked(entry):
         if not all((entry / f"{name}.pte").is_file() for name in PROGRAMS):
-            build_whole(entry, export)
+            build_whole(entry, lambda work: in_own_process(_export, shapes, work))
     return entry
+
+
+def _export(shapes: Any, work: Path, on_stage: Callable[[str], None]) -> None:
+    """Lowers the rates programs into `work` (in the export's own process: exporters.own_process)."""
+    import torch
+
+    from exporters.executorch import lower_forward
+
+    for name, dtype in zip(PROGRAMS, (torch.float32, torch.bfloat16)):
+        on_stage(f"lower {name}")
+        torch.manual_seed(0)
+        module, example = _products(shapes, dtype)
+        lower_forward(module, example, delegate="xnnpack").write(work / f"{name}.pte")
 
 
 def command(worker: str, rates_dir: str) -> list[str]:

@@ -1,0 +1,100 @@
+"""Each export runs in a process of its own (exporters.own_process): its replacements of upstream
+internals are never live in the caller, results and errors cross back, a killed export is said
+as such, and two exports at once run in two processes at once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from edgebench.errors import EdgebenchError
+from exporters.own_process import ExportProcessDied, in_own_process
+
+
+class UsersMistake(EdgebenchError):
+    pass
+
+
+def _pid(on_stage) -> int:
+    on_stage("started")
+    return os.getpid()
+
+
+def _refuse(on_stage) -> None:
+    raise UsersMistake("profile field export.dtype: use float32")
+
+
+def _bug(on_stage) -> None:
+    return 1 // 0
+
+
+def _killed(on_stage) -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _meet(mine: str, theirs: str, folder: Path, on_stage) -> int:
+    """Waits for the other export's mark: returns only if both run at the same time."""
+    (folder / mine).touch()
+    deadline = time.monotonic() + 120
+    while not (folder / theirs).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{theirs} never ran beside {mine}")
+        time.sleep(0.01)
+    return os.getpid()
+
+
+def test_results_stages_and_errors_cross_back():
+    stages: list[str] = []
+    assert in_own_process(_pid, on_stage=stages.append) != os.getpid() and stages == ["started"]
+    with pytest.raises(UsersMistake, match="export.dtype: use float32"):
+        in_own_process(_refuse)
+    with pytest.raises(ZeroDivisionError) as bug:
+        in_own_process(_bug)
+    assert "in _bug" in "".join(bug.value.__notes__)  # the export process's traceback, for the report
+    with pytest.raises(ExportProcessDied, match="killed by SIGKILL"):
+        in_own_process(_killed)
+
+
+def test_two_exports_at_once_run_in_two_processes(tmp_path):
+    pids: dict[str, int] = {}
+
+    def export(mine: str, theirs: str) -> None:
+        pids[mine] = in_own_process(_meet, mine, theirs, tmp_path)
+
+    threads = [threading.Thread(target=export, args=pair) for pair in (("a", "b"), ("b", "a"))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(set(pids.values())) == 2 and os.getpid() not in pids.values()
+
+
+def test_no_replacement_is_live_in_the_caller_while_it_exports(tmp_path, monkeypatch):
+    """At every stage of a real export (reported while the lowering runs), every registered
+    upstream attribute in this process is upstream's own; afterwards, ExecuTorch's node comparison
+    cache (an lru_cache without a size that keeps every graph it compared) holds nothing new here."""
+    from executorch.exir.backend.utils import is_same_node
+
+    from exporters import upstream
+    from exporters.manifest import ExportRequest
+    from exporters.pipeline import export
+
+    monkeypatch.setenv("EDGEBENCH_EXPORT_CACHE", str(tmp_path / "cache"))
+    checked: list[str] = []
+
+    def stage(name: str) -> None:
+        assert not upstream._LIVE, f"a replacement is live here during {name!r}"
+        for target, entry in upstream.REPLACEMENTS.items():
+            assert upstream.fingerprint(upstream.resolve(target)) == entry.fingerprint, \
+                f"{target} is replaced here during {name!r}"
+        checked.append(name)
+
+    compared = is_same_node.cache_info().currsize
+    export(ExportRequest(model="tiny", method="sgd", backend="executorch"), on_stage=stage)
+    assert is_same_node.cache_info().currsize == compared
+    assert "build model" in checked and len(checked) >= 3
