@@ -21,8 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 from exporters.upstream import replaced
+
+if TYPE_CHECKING:
+    import torch
 
 
 @contextmanager
@@ -33,7 +37,7 @@ def graph_code_on_demand() -> Iterator[None]:
     from torch.fx._lazy_graph_module import _LazyGraphModule
     from torch.fx.passes.utils import common as fx_passes_common
 
-    def lazy_graph_module(root, graph):
+    def lazy_graph_module(root: torch.nn.Module | dict[str, Any], graph: torch.fx.Graph) -> torch.fx.GraphModule:
         return _LazyGraphModule(root, graph)
 
     with replaced(exported_program, _create_graph_module_for_export=lazy_graph_module), \

@@ -19,23 +19,33 @@ other release the pass keeps ExecuTorch's own algorithm.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from exporters.xnnpack_lowering import WRITTEN_FOR, installed_executorch
 
+if TYPE_CHECKING:
+    import torch
+    from torch.export import ExportGraphSignature
 
-def greedy_same_plan(alignment, specs, graph_module, graph_signature, extra_padding=0, *,
-                     allow_overlapping_allocations=True):
+# ExecuTorch's planning objects (TensorSpec, SharedObject, MemoryAlgoResult) are upstream's untyped
+# ones: Any. A placed tensor of an object: (first use, last use, end offset).
+_Span = tuple[int, int, int]
+
+
+def greedy_same_plan(alignment: int, specs: set[Any], graph_module: torch.fx.GraphModule,
+                     graph_signature: ExportGraphSignature | None, extra_padding: int = 0, *,
+                     allow_overlapping_allocations: bool = True) -> Any:
     """`exir.memory_planning.greedy`'s plan (same arguments, same result)."""
     from executorch.exir import memory_planning as plan
 
     result = plan.MemoryAlgoResult({}, [])
-    spec_to_object: dict = {}
-    objects: dict = defaultdict(list)  # mem_id -> its SharedObjects, in creation order
-    placed: dict = defaultdict(list)  # mem_id -> per object, [(first use, last use, end offset)]
+    spec_to_object: dict[Any, Any] = {}
+    objects: defaultdict[int, list[Any]] = defaultdict(list)  # mem_id -> its SharedObjects, in creation order
+    placed: defaultdict[int, list[list[_Span]]] = defaultdict(list)  # mem_id -> per object, its _Spans
     by_size = sorted(specs, key=lambda spec: spec.allocated_memory)  # bisect.insort's order
     by_size.reverse()
-    deferred = []
+    deferred: list[Any] = []
     for spec in by_size:
         allocation = result.spec_dict.get(spec, plan.SpecAllocResult(0, 0, 0))
         allocation.mem_id = 1 if spec.mem_id is None else spec.mem_id
@@ -52,7 +62,8 @@ def greedy_same_plan(alignment, specs, graph_module, graph_signature, extra_padd
     return result
 
 
-def _pick(plan, objects: list, placed: list, spec, allow_overlapping_allocations: bool):
+def _pick(plan: ModuleType, objects: list[Any], placed: list[list[_Span]], spec: Any,
+          allow_overlapping_allocations: bool) -> Any:
     """`exir.memory_planning.pick_shared_obj` (`plan` is that module): the first object whose
     tensors all miss `spec` in time (at offset 0), else the first with room above those it
     meets, else a new one."""

@@ -20,15 +20,19 @@ from __future__ import annotations
 
 import contextlib
 import typing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from exporters.upstream import replaced
 
+# ExecuTorch's dim_order_from_stride: a stride (integers, or symbolic ones) -> its dim order
+_DimOrder = Callable[[Any], tuple[Any, ...]]
 
-def _dim_orders_once(computed):
-    orders: dict[tuple[int, ...], tuple] = {}
 
-    def dim_order_from_stride(stride):
+def _dim_orders_once(computed: _DimOrder) -> _DimOrder:
+    orders: dict[tuple[int, ...], tuple[Any, ...]] = {}
+
+    def dim_order_from_stride(stride: Any) -> tuple[Any, ...]:
         key = tuple(stride)
         if not all(type(s) is int for s in key):
             return computed(stride)
@@ -39,10 +43,10 @@ def _dim_orders_once(computed):
     return dim_order_from_stride
 
 
-def _type_hints_once(asked):
-    hints: dict[type, dict] = {}
+def _type_hints_once(asked: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+    hints: dict[type, dict[str, Any]] = {}
 
-    def get_type_hints(cls, *args, **kwargs):
+    def get_type_hints(cls: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         if args or kwargs or not isinstance(cls, type):
             return asked(cls, *args, **kwargs)
         if cls not in hints:

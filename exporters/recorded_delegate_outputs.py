@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 
@@ -28,9 +29,11 @@ from exporters.upstream import replaced
 _KERNELS = "torch._higher_order_ops.executorch_call_delegate"
 
 
-def recorded_outputs(lowered_module, args: tuple):
+def recorded_outputs(lowered_module: Any, args: tuple[Any, ...]) -> Any:
     """Fresh fake tensors like the outputs the delegate's program records, in `args`' fake mode,
-    in the container its unlifted module returns; None where they cannot stand in."""
+    in the container its unlifted module returns; None where they cannot stand in.
+
+    `lowered_module` is ExecuTorch's LoweredBackendModule, `args` and the result pytrees: Any."""
     from torch._guards import detect_fake_mode
     from torch.export.graph_signature import OutputKind
 
@@ -41,7 +44,7 @@ def recorded_outputs(lowered_module, args: tuple):
             spec.kind != OutputKind.USER_OUTPUT for spec in program.graph_signature.output_specs):
         return None
     outputs = program.graph.output_node().args[0]
-    values = [getattr(node, "meta", {}).get("val") for node in outputs]
+    values: list[Any] = [getattr(node, "meta", {}).get("val") for node in outputs]
     if not all(isinstance(value, torch.Tensor) for value in values):
         return None
     with mode:
@@ -55,7 +58,7 @@ def delegate_outputs_as_recorded() -> Iterator[None]:
     kernels = importlib.import_module(_KERNELS)
     run = kernels.call_delegate_cpu
 
-    def as_recorded(lowered_module, *args):
+    def as_recorded(lowered_module: Any, *args: Any) -> Any:
         recorded = recorded_outputs(lowered_module, args)
         return run(lowered_module, *args) if recorded is None else recorded
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from types import SimpleNamespace
+from typing import Any
 
 from exporters.upstream import replaced
 
@@ -32,7 +33,8 @@ def serialised_in_place() -> Iterator[None]:
 
     serialise = _program.serialize_for_executorch
 
-    def without_copy(emitter_output, *args, **kwargs):
+    # ExecuTorch's EmitterOutput in, its serialised program out: upstream's untyped objects
+    def without_copy(emitter_output: Any, *args: Any, **kwargs: Any) -> Any:
         if emitter_output.external_constant_map:
             return serialise(emitter_output, *args, **kwargs)
         with replaced(pte_serialiser, copy=_NO_COPY):
