@@ -35,10 +35,15 @@ import copy
 import functools
 import operator
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from exporters.upstream import replaced
+
+if TYPE_CHECKING:
+    from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
 
 def _calls(gm: torch.fx.GraphModule) -> Iterator[torch.fx.Node]:
@@ -65,7 +70,7 @@ def _has_symbolic_value(gm: torch.fx.GraphModule) -> bool:
     return False
 
 
-def _reduction_off_default_dim_order(pass_class) -> Callable[[torch.fx.GraphModule], bool]:
+def _reduction_off_default_dim_order(pass_class: Any) -> Callable[[torch.fx.GraphModule], bool]:
     def check(gm: torch.fx.GraphModule) -> bool:
         for node in _calls(gm):
             if node.target not in pass_class._target_ops:
@@ -91,18 +96,19 @@ def _idle_pass_rules() -> dict[type, Callable[[torch.fx.GraphModule], bool]]:
             LegalizePortableDimOrderPass: _reduction_off_default_dim_order(LegalizePortableDimOrderPass)}
 
 
-def _only_with_work(pass_class, has_work: Callable[[torch.fx.GraphModule], bool]):
+def _only_with_work(pass_class: Any, has_work: Callable[[torch.fx.GraphModule], bool]
+                    ) -> Callable[[Any, torch.fx.GraphModule], PassResult | None]:
     from torch.fx.passes.infra.pass_base import PassResult
 
-    call = pass_class.call
+    call: Callable[[Any, torch.fx.GraphModule], PassResult | None] = pass_class.call
 
-    def call_if_work(self, graph_module: torch.fx.GraphModule):
+    def call_if_work(self: Any, graph_module: torch.fx.GraphModule) -> PassResult | None:
         return call(self, graph_module) if has_work(graph_module) else PassResult(graph_module, False)
 
     return call_if_work
 
 
-def _one_retrace_to_edge():
+def _one_retrace_to_edge() -> AbstractContextManager[None]:
     """to_edge's four re-traces that act operator by operator (ScalarToTensorPass,
     RemoveMixedTypeOperators, OpReplacePass, MemoryFormatOpsPass, in that order) as one: a pass
     whose `call_operator` is theirs in turn, each handing its operator to the next, so each
@@ -122,21 +128,21 @@ def _one_retrace_to_edge():
     original = _program._get_aten_to_edge_passes
     fused = (ScalarToTensorPass, RemoveMixedTypeOperators)
 
-    def passes(config):
+    def passes(config: Any) -> tuple[list[Any], list[Any]]:
         pre, post = original(config)
         kept = [p for p in pre if not isinstance(getattr(p, "__wrapped__", p), fused)]
         steps = (*fused, OpReplacePass) + (() if config._skip_dim_order else (MemoryFormatOpsPass,))
         return [*kept, type("ToEdgeInOneRetrace", steps, {})()], post
 
     class DoneInOneRetrace(PassBase):
-        def call(self, graph_module):
+        def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
             return PassResult(graph_module, False)
 
     return replaced(_program, _get_aten_to_edge_passes=passes, OpReplacePass=DoneInOneRetrace,
                      MemoryFormatOpsPass=DoneInOneRetrace)
 
 
-def _view_copies_in_place():
+def _view_copies_in_place() -> AbstractContextManager[None]:
     """torch's ReplaceViewOpsWithViewCopyOpsPass by its own mapping, node by node in place, in
     every graph module of the program (a higher-order operator's too, as its re-trace reaches).
     Patches executorch.exir.program._program for the `with`."""
@@ -145,7 +151,7 @@ def _view_copies_in_place():
     from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
     class ViewCopiesInPlace(PassBase):
-        def call(self, graph_module):
+        def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
             modified = False
             for module in graph_module.modules():
                 if not isinstance(module, torch.fx.GraphModule):
@@ -166,7 +172,7 @@ def _view_copies_in_place():
     return replaced(_program, ReplaceViewOpsWithViewCopyOpsPass=ViewCopiesInPlace)
 
 
-def _value_as_retraced(node: torch.fx.Node):
+def _value_as_retraced(node: torch.fx.Node) -> Any:
     """The operator run on its inputs' values in their fake mode, as a re-trace runs it; None
     where that cannot stand in for the re-trace (an operator that writes an input, or inputs
     with no fake mode)."""
@@ -181,7 +187,8 @@ def _value_as_retraced(node: torch.fx.Node):
     if mode is None:
         return None
     with mode, enable_python_dispatcher():
-        return node.target(*args, **kwargs)
+        # fx types a target Callable | str: a call_function node's (all that reach here) is the callable
+        return node.target(*args, **kwargs)  # type: ignore[operator]
 
 
 def _values_as_retraced(graph: torch.fx.Graph) -> bool:
@@ -191,13 +198,13 @@ def _values_as_retraced(graph: torch.fx.Graph) -> bool:
     again (`_value_as_retraced`). False where one cannot be run again."""
     from executorch.exir.delegate import executorch_call_delegate
 
-    def needs_grad(value) -> bool:
+    def needs_grad(value: object) -> bool:
         return isinstance(value, torch.Tensor) and value.requires_grad
 
-    def marks(value) -> list[bool]:
+    def marks(value: object) -> list[bool]:
         return [needs_grad(v) for v in torch.utils._pytree.tree_leaves(value)]
 
-    def marked(value, needs: bool):
+    def marked(value: object, needs: bool) -> object:
         if not isinstance(value, torch.Tensor) or needs_grad(value) == (
                 needs and (value.is_floating_point() or value.is_complex())):
             return value
@@ -225,7 +232,7 @@ def _values_as_retraced(graph: torch.fx.Graph) -> bool:
     return True
 
 
-def _spec_prop_on_known_values():
+def _spec_prop_on_known_values() -> AbstractContextManager[None]:
     """SpecPropPass's re-trace (`ExportPass()(graph_module)`) as a copy of the graph, its values
     marked as the re-trace marks them (`_values_as_retraced`), where every placeholder's and
     operator's value is known; the re-trace elsewhere. Patches
@@ -234,10 +241,10 @@ def _spec_prop_on_known_values():
     from torch.fx._lazy_graph_module import _LazyGraphModule
     from torch.fx.passes.infra.pass_base import PassResult
 
-    retrace = spec_prop_pass.ExportPass
+    retrace: type[PassBase] = spec_prop_pass.ExportPass
 
     class CopyWhereValuesKnown:
-        def __call__(self, graph_module):
+        def __call__(self, graph_module: torch.fx.GraphModule) -> PassResult | None:
             subgraphs = [m for m in graph_module.modules() if isinstance(m, torch.fx.GraphModule)][1:]
             if subgraphs or any(n.op in ("placeholder", "call_function") and "val" not in n.meta
                                 for n in graph_module.graph.nodes):

@@ -24,16 +24,24 @@ from __future__ import annotations
 
 import contextlib
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
 
 from exporters.upstream import replaced
+
+if TYPE_CHECKING:
+    import torch
+    from torch.export import ExportedProgram, ExportGraphSignature
+    from torch.export.graph_signature import InputSpec, OutputSpec
+
+    _Spec = InputSpec | OutputSpec
 
 INPUT_MAPPINGS = ("inputs_to_parameters", "inputs_to_buffers", "inputs_to_lifted_tensor_constants")
 MAPPINGS = (*INPUT_MAPPINGS, "buffers_to_mutate")
 
 
-def _phases():
+def _phases() -> list[tuple[object, str, tuple[str, ...]]]:
     """[(owner, attribute name, the mappings it leaves as they are)] of the lowering's phases."""
     from executorch.exir.backend import backend_api
     from executorch.exir.backend.canonical_partitioners.config_partitioner import ConfigerationBasedPartitioner
@@ -49,9 +57,10 @@ def _phases():
 class SpecIndex:
     """A signature's input and output specs by argument name, each with its place in its list."""
 
-    def __init__(self, signature):
-        self.inputs: dict[str, list] = defaultdict(list)
-        self.outputs: dict[str, list] = defaultdict(list)
+    def __init__(self, signature: ExportGraphSignature) -> None:
+        self.inputs: dict[str, list[tuple[int, _Spec]]] = defaultdict(list)
+        self.outputs: dict[str, list[tuple[int, _Spec]]] = defaultdict(list)
+        spec: Any  # an InputSpec or OutputSpec: mypy joins enumerate over their lists' union to object
         for specs, index in ((signature.input_specs, self.inputs), (signature.output_specs, self.outputs)):
             for place, spec in enumerate(specs):
                 index[spec.arg.name].append((place, spec))
@@ -65,9 +74,9 @@ class SpecIndex:
             for name in {spec.arg.name for _, spec in moved}:
                 index[name].sort(key=lambda entry: entry[0])
 
-    def named(self, names) -> SimpleNamespace:
+    def named(self, names: list[str]) -> SimpleNamespace:
         """A signature of the specs `names` name (inputs and outputs), in the signature's order."""
-        def pick(index):
+        def pick(index: dict[str, list[tuple[int, _Spec]]]) -> list[_Spec]:
             found = {place: spec for name in names for place, spec in index.get(name, ())}
             return [spec for _, spec in sorted(found.items())]
 
@@ -77,10 +86,10 @@ class SpecIndex:
 class _ProgramWithSignature:
     """`program` but for its graph signature."""
 
-    def __init__(self, program, graph_signature):
+    def __init__(self, program: ExportedProgram, graph_signature: SimpleNamespace) -> None:
         self._program, self.graph_signature = program, graph_signature
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._program, name)
 
     def __str__(self) -> str:
@@ -95,15 +104,16 @@ def signature_mappings_once_per_phase() -> Iterator[None]:
     from torch.export.graph_signature import ExportGraphSignature
 
     # the running phases, innermost last: (mappings kept, {(id(signature), mapping): (signature, value)},
-    # whether it cuts partitions out)
-    running: list[tuple[tuple[str, ...], dict, bool]] = []
+    # whether it cuts partitions out); a value built is a mapping (dict[str, str]) under a mapping's
+    # name, a SpecIndex under SpecIndex
+    running: list[tuple[tuple[str, ...], dict[tuple[int, object], tuple[ExportGraphSignature, Any]], bool]] = []
     new_signature = lowered_backend_module._get_new_signature
     rename = ExportGraphSignature.replace_all_uses
 
     def memoised(name: str) -> property:
         build = getattr(ExportGraphSignature, name).fget
 
-        def get(signature):
+        def get(signature: ExportGraphSignature) -> Any:
             if not running or name not in running[-1][0]:
                 return build(signature)
             built, key = running[-1][1], (id(signature), name)
@@ -113,7 +123,7 @@ def signature_mappings_once_per_phase() -> Iterator[None]:
 
         return property(get)
 
-    def renaming(signature, old: str, new: str) -> None:
+    def renaming(signature: ExportGraphSignature, old: str, new: str) -> None:
         for _, built, _ in running:  # a mapping holding the old name is built again
             for key in [k for k, (held, value) in built.items()
                         if held is signature and not isinstance(value, SpecIndex) and old in value]:
@@ -124,7 +134,9 @@ def signature_mappings_once_per_phase() -> Iterator[None]:
             if entry is not None:
                 entry[1].renamed(old)
 
-    def partition_signature(original_program, gm, call_module_node, tag, is_submodule=False):
+    # ExecuTorch's _get_new_signature: (signature, parameters, constants, input specs, output specs)
+    def partition_signature(original_program: ExportedProgram, gm: torch.fx.GraphModule,
+                            call_module_node: torch.fx.Node, tag: str, is_submodule: bool = False) -> Any:
         if not running or not running[-1][2]:
             return new_signature(original_program, gm, call_module_node, tag, is_submodule)
         signature, built = original_program.graph_signature, running[-1][1]
@@ -135,8 +147,8 @@ def signature_mappings_once_per_phase() -> Iterator[None]:
         program = _ProgramWithSignature(original_program, built[key][1].named(names))
         return new_signature(program, gm, call_module_node, tag, is_submodule)
 
-    def phase(function, kept: tuple[str, ...], cuts_partitions: bool):
-        def run(*args, **kwargs):
+    def phase(function: Callable[..., Any], kept: tuple[str, ...], cuts_partitions: bool) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
             running.append((kept, {}, cuts_partitions))
             try:
                 return function(*args, **kwargs)
