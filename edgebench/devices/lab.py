@@ -390,8 +390,7 @@ def _stop_gracefully(dev: dict[str, Any], log: Callable[[str], None]) -> None:
     _stop(dev)
     root = Path(dev["home"]) / "work" / "sweeps"
     for sweep_dir in sorted(root.iterdir()) if root.is_dir() else []:
-        # a sweep killed without ending gets its final record (a device script: untyped, for the board's Python)
-        sweeps.sweep_state(str(sweep_dir))  # type: ignore[no-untyped-call]
+        sweeps.sweep_state(str(sweep_dir))  # a sweep killed without ending gets its final record
     if running:
         log(f"{dev['name']}: its runs stay in {root}; `edgebench lab up` then `edgebench collect` brings them in")
 

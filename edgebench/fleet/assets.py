@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from edgebench.cache import cache_dir
 from edgebench.errors import EdgebenchError
@@ -30,6 +30,11 @@ from edgebench.fleet.device_scripts import digests as digests_script
 from edgebench.fleet.device_scripts.digests import digests, file_digest
 from edgebench.fleet.remote import run_program
 from edgebench.untrusted import printable
+
+if TYPE_CHECKING:
+    from edgebench.devices.inventory import Device
+    from edgebench.devices.transport import Transport
+    from edgebench.runner.spec import RunSpec
 
 ASSET_FIELDS = {"checkpoint": "checkpoint", "data_dir": "dataset", "tokenizer": "tokenizer", "program": "program",
                 "native_worker": "native worker", "native_plan": "native plan"}  # spec field -> what deploy calls it
@@ -84,7 +89,7 @@ def refuse_links_out(folder: Path) -> None:
                                "before anything is read: copy the file into the folder instead")
 
 
-def dataset_files(folder: Path, spec: Any) -> list[str] | None:
+def dataset_files(folder: Path, spec: RunSpec) -> list[str] | None:
     """What the spec's runs read of a dataset folder: its JSONL, every image a line names and its
     tokenizer.json when that is theirs (relative paths); None when the folder is not a dataset
     (then it ships whole)."""
@@ -112,7 +117,7 @@ def folder_asset(folder: Path, what: str, subset: list[str] | None = None, entry
                  entry)
 
 
-def plan_assets(specs: list[Any]) -> dict[str, Asset]:
+def plan_assets(specs: list[RunSpec]) -> dict[str, Asset]:
     """Every host folder or file the specs name (checkpoint: whole; dataset: what its runs read;
     tokenizer: the file alone), by path."""
     out: dict[str, Asset] = {}
@@ -141,7 +146,8 @@ def _named(files: list[str]) -> str:
     return printable(", ".join(f[:80] for f in files[:3]), newlines=False) + more
 
 
-def check_cache(transport: Any, device: Any, workdir: str, assets: dict[str, Asset]) -> dict[str, list[str] | None]:
+def check_cache(transport: Transport, device: Device, workdir: str,
+                assets: dict[str, Asset]) -> dict[str, list[str] | None]:
     """Per planned asset (by host path), the files of the device's cached copy that differ from
     the host's: [] when the copy is whole, None when the device has none. Hashed on the device
     at every deploy, so nothing changed since it was shipped ever runs."""
@@ -157,8 +163,8 @@ def unshipped_bytes(assets: dict[str, Asset], found: dict[str, list[str] | None]
     return sum(a.size_bytes for local, a in assets.items() if found[local] != [])
 
 
-def ship_folder(transport: Any, device: Any, asset: Asset, workdir: str, staging: Path,
-                ship_tar: Callable[[Any, Path, str], None], tar_dir: Callable[..., Path],
+def ship_folder(transport: Transport, device: Device, asset: Asset, workdir: str, staging: Path,
+                ship_tar: Callable[[Transport, Path, str], None], tar_dir: Callable[..., Path],
                 log: Callable[[str], None] = lambda _: None, differing: list[str] | None = None) -> str:
     """The device path of the asset's content: the cached copy when `differing` (check_cache's
     finding) is [], else shipped again and verified."""
@@ -183,8 +189,8 @@ def ship_folder(transport: Any, device: Any, asset: Asset, workdir: str, staging
     return remote
 
 
-def ship_assets(transport: Any, device: Any, specs: list[Any], workdir: str, staging: Path,
-                ship_tar: Callable[[Any, Path, str], None], tar_dir: Callable[..., Path],
+def ship_assets(transport: Transport, device: Device, specs: list[RunSpec], workdir: str, staging: Path,
+                ship_tar: Callable[[Transport, Path, str], None], tar_dir: Callable[..., Path],
                 log: Callable[[str], None] = lambda _: None, assets: dict[str, Asset] | None = None,
                 found: dict[str, list[str] | None] | None = None) -> None:
     """Ships every folder the specs name that the device does not hold whole (once each;

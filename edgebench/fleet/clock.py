@@ -32,7 +32,8 @@ SHELL_ANSWER_EACH_LINE = 'while read -r _; do sh "$1/run.sh" --clock || exit 1; 
 
 def _pair(reply: str) -> dict[str, int]:
     if reply.lstrip().startswith("{"):
-        return json.loads(reply)
+        pair: dict[str, int] = json.loads(reply)  # telemetry.clock.clock_pair's JSON
+        return pair
     mono_s, mono_n, wall_s, wall_n = (int(x) for x in reply.split())
     return {"mono_ns": mono_s * 10**9 + mono_n, "wall_ns": wall_s * 10**9 + wall_n}
 

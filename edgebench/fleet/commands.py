@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from edgebench.devices.profiles import Profile
     from edgebench.fleet.bench import BenchSweep
     from edgebench.fleet.deploy import Deployment
+    from edgebench.model.config import VLMConfig
 
 
 def _echo_err(message: str) -> None:
@@ -118,7 +119,7 @@ def _model_and_data(shape: dict[str, Any]) -> None:
                                  "config.json + model.safetensors)", param_hint="--model")
 
 
-def _config(shape: dict[str, Any]):
+def _config(shape: dict[str, Any]) -> VLMConfig:
     """The model config the runs train (checkpoint or named), with the image budget applied."""
     from edgebench.model.checkpoint import read_config
     from edgebench.model.config import ConfigError, get_config
@@ -189,17 +190,17 @@ def _check_packing(shape: dict[str, Any]) -> None:
 
 
 def _check_evaluation(shape: dict[str, Any]) -> None:
-    """--target names a figure the run can evaluate, on a backend that evaluates (eager); an
-    accuracy target needs short answers (the synthetic task's, or a dataset's of at most
-    SHORT_ANSWER_TOKENS tokens each)."""
+    """--target names a figure the run can evaluate, on a runtime that evaluates (not the native
+    worker); an accuracy target needs short answers (the synthetic task's, or a dataset's of at
+    most SHORT_ANSWER_TOKENS tokens each)."""
     from edgebench.figures.learning import SHORT_ANSWER_TOKENS, TargetError, parse_target
 
     if not (shape["eval_every"] or shape["target"]):
         return
-    if shape["backend"] != "eager":
-        raise click.BadParameter(f"held-out evaluation runs on the eager backend so far ({shape['backend']} "
-                                 "programs have no evaluation step yet): use --backend eager, or drop "
-                                 "--eval-every and --target", param_hint="--backend")
+    if shape["backend"] == "executorch" and shape["runtime"] == "native":
+        raise click.BadParameter("the native worker does not evaluate held-out data yet: use --runtime python "
+                                 "(the host evaluates the weights it saves), or drop --eval-every and --target",
+                                 param_hint="--runtime")
     if not shape["target"]:
         return
     try:
@@ -217,13 +218,11 @@ def _check_evaluation(shape: dict[str, Any]) -> None:
                                      "use --target loss=VALUE", param_hint="--target")
 
 
-class FinitePositive(click.ParamType):
+class FinitePositive(click.types.FloatParamType):
     """A number more than 0 that is finite (FloatRange lets inf and nan through)."""
 
-    name = "float"
-
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
-        number = click.FLOAT.convert(value, param, ctx)
+        number = super().convert(value, param, ctx)
         if not (math.isfinite(number) and number > 0):
             self.fail(f"{value!r} is not a finite number more than 0 (e.g. 1e-4)", param, ctx)
         return number
@@ -306,7 +305,7 @@ def _check_save_room(save: str, specs: list[RunSpec]) -> None:
                                  "folder", param_hint="--save")
 
 
-def run_options(command: Callable) -> Callable:
+def run_options(command: Callable[..., None]) -> Callable[..., None]:
     """The run-shape options every command that starts runs takes (bench, deploy), so the
     two can never drift apart. They arrive as one `shape` dict of RunSpec fields plus
     `methods` (each method --repeats times), `runs_dir` and `as_json`."""
@@ -371,8 +370,9 @@ def run_options(command: Callable) -> Callable:
             default=None,
             type=click.IntRange(min=1),
             help="Evaluate on held-out data (never trained on) before the first step, every N steps "
-            f"and after the last: held-out loss and exact-match answer accuracy (eager backend; default "
-            f"with --target: every {DEFAULT_EVAL_EVERY}). Evaluation time is kept apart from step times.",
+            f"and after the last: held-out loss and exact-match answer accuracy (default with --target: every "
+            f"{DEFAULT_EVAL_EVERY}). Evaluation time is kept apart from step times. An exported program "
+            "(executorch, onnxruntime; Python runtime) saves its weights there and the host evaluates them.",
         ),
         click.option(
             "--eval-samples", default=32, show_default=True, type=click.IntRange(min=1),
@@ -388,7 +388,7 @@ def run_options(command: Callable) -> Callable:
             default=None,
             help="Stop a run once its held-out figure reaches this, e.g. accuracy=0.9 or loss=2.0; "
             "--steps/--duration are the cap. Records the steps, seconds and joules it took, or that the "
-            "cap came first.",
+            "cap came first. An exported program's run, evaluated by the host afterwards, runs to its cap.",
         ),
         click.option(
             "--threads", default=None, type=THREADS, help="torch threads (default: torch's own)."
@@ -728,7 +728,8 @@ def collect(devices: tuple[str, ...], run_id: str | None, store: str | None, no_
     """
     from edgebench.fleet.collect import collect_device
 
-    names, report = _device_names(devices, with_local=False)
+    names, problems = _device_names(devices, with_local=False)
+    report: dict[str, dict[str, Any]] = dict(problems)  # printed as JSON with --json
     errors, store_path = bool(report), store_for(store, runs_dir)
     for name in names:  # one at a time: the store takes one writer
         try:

@@ -185,18 +185,24 @@ def deploy_one(name: str, specs: list[RunSpec], local_root: Path,
             raise PreflightError(f"{name} ({device.address}) cannot run this sweep:\n  - {why}; or --force to run "
                                  "anyway")
     refused: dict[str, str] = {}
-    specs = _runnable(name, specs, refused, lambda spec: attach_program(
-        spec, device.profile, on_stage=lambda stage, m=spec.method: log(f"{name}: export {m}: {stage}")))
+
+    def exported(spec: RunSpec) -> str | None:
+        return attach_program(spec, device.profile,
+                              on_stage=lambda stage: log(f"{name}: export {spec.method}: {stage}"))
+
+    specs = _runnable(name, specs, refused, exported)
     # Board farm: `reserve` holds the device's labgrid place from here (none for inventory devices).
     with reserve(device, log) as reservation, connect(device) as transport, \
             tempfile.TemporaryDirectory(prefix="edgebench-deploy-") as staging:
         log(f"{name}: preflight")
         check_idle(transport, device)
         facts = run_program(transport, device, facts_script, device.workdir)
-        # the native worker is built for the arch the device reports
-        specs = _runnable(name, specs, refused, lambda spec: attach_native(
-            spec, facts["arch"], on_stage=lambda stage, m=spec.method: log(f"{name}: {m}: {stage}"))
-            or (None if device.has_python else shell_sweep.refusal(spec)))
+
+        def native(spec: RunSpec) -> str | None:  # the native worker is built for the arch the device reports
+            return attach_native(spec, facts["arch"], on_stage=lambda stage: log(f"{name}: {spec.method}: {stage}")) \
+                or (None if device.has_python else shell_sweep.refusal(spec))
+
+        specs = _runnable(name, specs, refused, native)
         package = package_tarball(Path(staging) / "pkg.tar.gz")
         assets = plan_assets(specs)
         found = check_cache(transport, device, facts["workdir"], assets)
@@ -250,7 +256,7 @@ def deploy_one(name: str, specs: list[RunSpec], local_root: Path,
         log(f"{name}: sweep {sweep_id} started ({len(specs)} runs)")
         probes = probe_clock(transport, device, f"{sweep}/pkg",
                              worker=None if device.has_python else f"{sweep}/{shell_sweep.WORKER_LINK}")
-    deployment = Deployment(name, sweep_id, sweep, [s.run_id for s in specs], facts, probes, refused, save_to)
+    deployment = Deployment(name, sweep_id, sweep, [str(s.run_id) for s in specs], facts, probes, refused, save_to)
     _record(local_root / name, deployment)
     return deployment
 

@@ -21,11 +21,15 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgebench.figures.run import figures_of_run_dir
+from edgebench.results.heldout import evaluate_saved_weights
 from edgebench.runner.spec import RunSpec
 from edgebench.telemetry.trace import TraceTail, write_json_atomic
+
+if TYPE_CHECKING:
+    from edgebench.devices.cgroups import Limits
 
 
 class Interrupts:
@@ -36,7 +40,7 @@ class Interrupts:
 
     def __init__(self) -> None:
         self.signal: str | None = None
-        self.current: subprocess.Popen | None = None
+        self.current: subprocess.Popen[bytes] | None = None
         self._previous: dict[int, Any] = {}
 
     def _on_signal(self, signum: int, frame: object) -> None:
@@ -80,7 +84,7 @@ def host_memory() -> tuple[int, int | None]:
 LOCAL_GROUP = "edgebench-local"
 
 
-def run_cgroup(run_id: str) -> Any:
+def run_cgroup(run_id: str) -> Limits | None:
     """A cgroup of the run's own (devices.cgroups.Limits) holding the host's RAM and every core;
     None where this user cannot make one."""
     from edgebench.devices.cgroups import CgroupError, Limits
@@ -104,7 +108,7 @@ def run_local(spec: RunSpec, run_dir: Path, on_progress: Callable[[int], None] |
     run_dir.mkdir(parents=True, exist_ok=True)
     spec_path = run_dir / "spec.json"
     spec.save(spec_path)
-    group = run_cgroup(spec.run_id)
+    group = run_cgroup(str(spec.run_id))  # for_device gave every spec one
 
     def join_group() -> None:  # in the child, before exec: the supervisor and its worker are the group's
         for procs in group.procs_files() if group is not None else []:
@@ -141,6 +145,7 @@ def _supervise(spec: RunSpec, run_dir: Path, spec_path: Path, join_group: Callab
         if interrupts is not None:
             interrupts.current = None
     result_path = run_dir / "result.json"
+    evaluate_saved_weights(run_dir)  # an exported program's held-out evaluations, made here
     figures = figures_of_run_dir(run_dir, shared_host=True)
     if figures is not None:
         return figures

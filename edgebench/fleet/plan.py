@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Any
 from edgebench.runner.spec import RunSpec
 
 if TYPE_CHECKING:
+    from edgebench.devices.profiles import Profile
     from edgebench.methods.device_speed import DeviceSpeed
+    from edgebench.model.config import VLMConfig
 
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600}
 MAX_DURATION_S = 7 * 24 * 3600
@@ -61,7 +63,7 @@ def check_model(name: str) -> str:
                      "or a nanoVLM checkpoint folder")
 
 
-def spec_config(spec: RunSpec):
+def spec_config(spec: RunSpec) -> VLMConfig | None:
     """The model config a spec trains: its checkpoint's (a folder on this host) or the named
     config, with its image budget applied; None when the checkpoint is only on the device."""
     from edgebench.model.config import get_config
@@ -197,7 +199,7 @@ def rerun_summary(results: list[dict[str, Any]], reran: int, budget: int) -> str
                else ""))
 
 
-def for_device(device_name: str, profile: Any, specs: list[RunSpec]) -> list[RunSpec]:
+def for_device(device_name: str, profile: Profile, specs: list[RunSpec]) -> list[RunSpec]:
     """Per-device copies: fresh run ids, and the profile's sensors and power model where
     the spec has none of its own."""
     out = []
@@ -212,7 +214,7 @@ def for_device(device_name: str, profile: Any, specs: list[RunSpec]) -> list[Run
     return out
 
 
-def attach_program(spec: RunSpec, profile: Any, on_stage: Callable[[str], None] = lambda stage: None) -> str | None:
+def attach_program(spec: RunSpec, profile: Profile, on_stage: Callable[[str], None] = lambda stage: None) -> str | None:
     """Exports (or finds in the cache) the program an exported backend runs, for this
     device's profile, and sets `spec.program`. Returns why it was refused, or None."""
     if spec.backend == "eager" or spec.program:

@@ -17,17 +17,24 @@ from edgebench.devices.inventory import Device
 from edgebench.devices.transport import Transport, TransportError
 
 
+def _source(program: ModuleType) -> Path:
+    """A `device_scripts` module's file (each is a plain module, never a namespace package)."""
+    if program.__file__ is None:
+        raise TypeError(f"{program.__name__} has no source file to send")
+    return Path(program.__file__)
+
+
 def shell_twin(program: ModuleType) -> str:
     """The source `sh -c` runs for a `device_scripts` module on a device without Python: its
     `.sh` twin after `common.sh`."""
-    path = Path(program.__file__)
+    path = _source(program)
     return (path.parent / "common.sh").read_text() + path.with_suffix(".sh").read_text()
 
 
 def run_program(transport: Transport, device: Device, program: ModuleType, *args: str, timeout: float = 120) -> Any:
     """Runs a `device_scripts` module's source with the device's python (its shell twin on a
     device without one); returns its JSON."""
-    path = Path(program.__file__)
+    path = _source(program)
     if not device.has_python:
         result = transport.run(["sh", "-c", shell_twin(program), "sh", *args], timeout=timeout)
         if result.rc != 0:
@@ -47,7 +54,7 @@ def run_program(transport: Transport, device: Device, program: ModuleType, *args
     try:
         return json.loads(result.stdout)
     except json.JSONDecodeError as exc:
-        name = Path(program.__file__).stem
+        name = path.stem
         shown = " ".join(result.stdout.split())[:200] or "nothing"
         raise TransportError(f"{device.name}: its {name} helper ({device.python} on the device) printed {shown!r}, not "
                              f"the JSON expected ({exc.msg} at line {exc.lineno} column {exc.colno}); something on "

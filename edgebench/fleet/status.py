@@ -46,7 +46,7 @@ def stop_sweep(name: str, sweep_dir: str, timeout_s: float = 60) -> dict[str, An
         transport.run(["sh", "-c", f'kill -TERM "$(cat {pid_file})" 2>/dev/null || true'], timeout=30)
         deadline = time.monotonic() + timeout_s
         while True:
-            state = run_program(transport, device, sweeps, device.workdir).get(sweep_id, {})
+            state: dict[str, Any] = run_program(transport, device, sweeps, device.workdir).get(sweep_id, {})
             if not state.get("alive") or time.monotonic() > deadline:
                 return state
             time.sleep(0.5)

@@ -12,7 +12,7 @@ import sys
 SKIP = (".edgebench-verified",)
 
 
-def file_digest(path):
+def file_digest(path: str | os.PathLike[str]) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         while chunk := fh.read(1 << 20):
@@ -20,7 +20,7 @@ def file_digest(path):
     return h.hexdigest()
 
 
-def digests(folder):
+def digests(folder: str) -> dict[str, str]:
     out = {}
     for base, _dirs, files in os.walk(folder):
         for name in files:

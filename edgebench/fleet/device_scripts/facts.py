@@ -14,9 +14,10 @@ import os
 import platform
 import shutil
 import sys
+from typing import Any
 
 
-def version(*dists):
+def version(*dists: str) -> str | None:
     """The installed version of the first distribution found, or None."""
     for dist in dists:
         try:
@@ -26,16 +27,16 @@ def version(*dists):
     return None
 
 
-def installed(module, *dists):
+def installed(module: str, *dists: str) -> str | None:
     return version(*dists) if iu.find_spec(module) else None
 
 
-def under(root, path):
+def under(root: str, path: str) -> str:
     """`path` (absolute on the device) inside `root`."""
     return os.path.join(root, path.lstrip("/"))
 
 
-def meminfo(root="/"):
+def meminfo(root: str = "/") -> dict[str, int]:
     mem = {}
     with open(under(root, "/proc/meminfo")) as fh:
         for line in fh:
@@ -44,9 +45,10 @@ def meminfo(root="/"):
     return mem
 
 
-def cgroup_memory(root="/"):
+def cgroup_memory(root: str = "/") -> tuple[int | None, int | None]:
     """(limit, usage) of this process's memory cgroup, v1 or v2; (None, None) without a limit."""
-    limit = usage = None
+    limit: int | None = None
+    usage: int | None = None
     for line in open(under(root, "/proc/self/cgroup")):
         _, controllers, path = line.rstrip("\n").split(":", 2)
         v1 = "memory" in controllers.split(",")
@@ -61,7 +63,7 @@ def cgroup_memory(root="/"):
     return limit, usage
 
 
-def main(workdir, root="/"):
+def main(workdir: str, root: str = "/") -> dict[str, Any]:
     workdir = os.path.abspath(os.path.expanduser(workdir))
     os.makedirs(workdir, exist_ok=True)
     mem = meminfo(root)

@@ -11,9 +11,10 @@ import hashlib
 import json
 import os
 import sys
+from typing import Any
 
 
-def digest(path):
+def digest(path: str) -> dict[str, Any]:
     h, size = hashlib.sha256(), 0
     with open(path, "rb") as fh:
         while chunk := fh.read(1 << 20):
@@ -22,21 +23,23 @@ def digest(path):
     return {"size": size, "sha256": h.hexdigest()}
 
 
-def listdir(path):
+def listdir(path: str) -> list[str]:
     return sorted(os.listdir(path)) if os.path.isdir(path) else []
 
 
-def folders(path):
+def folders(path: str) -> list[str]:
     """The folders in path, hidden ones left out (as a shell's `*` does)."""
     return [name for name in listdir(path) if not name.startswith(".") and os.path.isdir(os.path.join(path, name))]
 
 
-def main(workdir):
+def main(workdir: str) -> dict[str, Any]:
     root = os.path.join(os.path.abspath(os.path.expanduser(workdir)), "sweeps")
-    out = {"root": root, "sweeps": {}}
+    sweeps: dict[str, Any] = {}
+    out = {"root": root, "sweeps": sweeps}
     for sweep in folders(root):
         sdir = os.path.join(root, sweep)
-        entry = {"state": None, "runs": {}}
+        runs_files: dict[str, dict[str, dict[str, Any]]] = {}
+        entry: dict[str, Any] = {"state": None, "runs": runs_files}
         try:
             with open(os.path.join(sdir, "sweep.json")) as fh:
                 state = json.load(fh)
@@ -45,7 +48,7 @@ def main(workdir):
             pass
         runs = os.path.join(sdir, "runs")
         for run in folders(runs):
-            files = {}
+            files: dict[str, dict[str, Any]] = {}
             rdir = os.path.join(runs, run)
             # the run's own files, and the trained weights a --save run keeps in weights/
             names = listdir(rdir) + ["weights/" + name for name in listdir(os.path.join(rdir, "weights"))]
@@ -54,8 +57,8 @@ def main(workdir):
                 base = os.path.basename(name)
                 if os.path.isfile(path) and not base.endswith(".tmp") and not base.startswith("."):
                     files[name] = digest(path)
-            entry["runs"][run] = files
-        out["sweeps"][sweep] = entry
+            runs_files[run] = files
+        sweeps[sweep] = entry
     return out
 
 

@@ -16,6 +16,7 @@ import fcntl
 import json
 import os
 import sys
+from typing import Any
 
 CLUES = (("no space left", "the disk filled up (no space left on device)"),
          ("memoryerror", "the sweep ran out of memory"),
@@ -28,7 +29,7 @@ CLUES = (("no space left", "the disk filled up (no space left on device)"),
 SWEEP_PROCESSES = (b"edgebench.runner.sweep", b"edgebench/runner/sweep.sh")
 
 
-def alive(pid_file):
+def alive(pid_file: str) -> bool:
     """Whether the pid in the file is a live sweep process (not a zombie, not a reused pid)."""
     try:
         pid = int(open(pid_file).read())
@@ -41,7 +42,7 @@ def alive(pid_file):
         return False
 
 
-def why_stopped(sdir):
+def why_stopped(sdir: str) -> str:
     """What sweep.log's tail says about the end, or a plain statement."""
     try:
         with open(os.path.join(sdir, "sweep.log"), "rb") as fh:
@@ -56,14 +57,14 @@ def why_stopped(sdir):
     return "the sweep process is gone before it finished (killed, or the device restarted)"
 
 
-def _write_json(path, data):
+def _write_json(path: str, data: dict[str, Any]) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w") as fh:
         json.dump(data, fh)
     os.replace(tmp, path)
 
 
-def oom_kills_since_start(run_dir):
+def oom_kills_since_start(run_dir: str) -> tuple[str, int] | None:
     """(file, kills): how many OOM kills the kernel counted, since the run's start, where they
     could take its worker (meta.json's `oom_kills_at_start`, the supervisor's reading), or None."""
     try:
@@ -77,7 +78,7 @@ def oom_kills_since_start(run_dir):
     return (start["file"], kills) if kills > 0 else None  # fewer after a reboot: none of this run's
 
 
-def ended_without_supervisor(run_dir, rid, why):
+def ended_without_supervisor(run_dir: str, rid: str, why: str) -> dict[str, Any]:
     """The result.json of a run whose sweep process died before it ended. `oom` when the kernel
     counted an OOM kill during the run: the worker is the killer's first choice, and a second
     kill while the worker's memory is still being freed can take the sweep too. Else `killed`
@@ -92,7 +93,7 @@ def ended_without_supervisor(run_dir, rid, why):
             "detail": "the run never ended: " + why + "; restart the sweep to run it again"}
 
 
-def finalize(sdir, why):
+def finalize(sdir: str, why: str) -> dict[str, Any] | None:
     """A sweep whose process is gone: each run it had `running` without a result.json gets one
     (`killed`, `cut_off`), and sweep.json becomes `stopped` with why. Nothing is done while a
     sweep process holds the directory's lock. Returns the new sweep.json, or None."""
@@ -105,6 +106,7 @@ def finalize(sdir, why):
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             return None  # a sweep process works there
+        state: dict[str, Any]
         try:
             with open(os.path.join(sdir, "sweep.json")) as fh:
                 state = json.load(fh)
@@ -129,7 +131,7 @@ def finalize(sdir, why):
         return state
 
 
-def sweep_state(sdir):
+def sweep_state(sdir: str) -> dict[str, Any]:
     try:
         with open(os.path.join(sdir, "sweep.json")) as fh:
             state = json.load(fh)
@@ -159,7 +161,7 @@ def sweep_state(sdir):
     return {"alive": is_alive, "state": shown, "why": why, "runs": runs, "specs": specs}
 
 
-def main(workdir):
+def main(workdir: str) -> dict[str, dict[str, Any]]:
     root = os.path.join(os.path.abspath(os.path.expanduser(workdir)), "sweeps")
     out = {}
     for sweep in sorted(os.listdir(root)) if os.path.isdir(root) else []:
