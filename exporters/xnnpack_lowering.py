@@ -44,14 +44,21 @@ from __future__ import annotations
 import contextlib
 import heapq
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from importlib import metadata
 from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from exporters.upstream import WRITTEN_FOR as UPSTREAM_RELEASES
 from exporters.upstream import problem, replaced
+
+if TYPE_CHECKING:
+    from torch.export import ExportedProgram, ExportGraphSignature
+    from torch.fx.passes.infra.partitioner import Partition
+    from torch.fx.passes.utils.source_matcher_utils import SourcePartition
 
 # The executorch release whose private functions and pass names the patches replace.
 WRITTEN_FOR = dict(UPSTREAM_RELEASES)["executorch"]
@@ -60,8 +67,8 @@ WRITTEN_FOR = dict(UPSTREAM_RELEASES)["executorch"]
 def sort_in_place(graph: torch.fx.Graph) -> None:
     """Topological order by moving nodes (node identities kept, unlike torch's sorts which
     copy the graph): each node goes after its inputs, otherwise in its current order."""
-    placed: set = set()
-    order: list = []
+    placed: set[torch.fx.Node] = set()
+    order: list[torch.fx.Node] = []
     for root in list(graph.nodes):
         stack = [(root, False)]
         while stack:
@@ -81,19 +88,19 @@ def sort_in_place(graph: torch.fx.Graph) -> None:
         prev = node
 
 
-def partitions_form_no_cycle(graph: torch.fx.Graph, tags) -> bool:
+def partitions_form_no_cycle(graph: torch.fx.Graph, tags: Iterable[str]) -> bool:
     """Whether cutting out every partition (the nodes whose `delegation_tag` is in `tags`) leaves
     a graph without a cycle: one walk over the graph with each partition one vertex (Kahn's
     algorithm). When it does, no cut, in any order, closes a cycle (a cycle through a partition
     after some cuts is one after all of them), which torch's `validate_partition` looks for
     per partition by a walk over everything downstream of it."""
-    vertex: dict = {}  # node -> its vertex: the partition's number, or a number of its own
+    vertex: dict[torch.fx.Node, int] = {}  # node -> its vertex: the partition's number, or a number of its own
     numbers = {tag: i for i, tag in enumerate(tags)}
     for node in graph.nodes:
         tag = node.meta.get("delegation_tag")
         vertex[node] = numbers[tag] if tag in numbers else len(numbers) + len(vertex)
-    edges: dict = {}
-    indegree = Counter()
+    edges: dict[int, list[int]] = {}
+    indegree: Counter[int] = Counter()
     for node, source in vertex.items():
         for user in node.users:
             target = vertex[user]
@@ -112,7 +119,7 @@ def partitions_form_no_cycle(graph: torch.fx.Graph, tags) -> bool:
     return left == 0
 
 
-def _graph_module_of(nodes: list) -> SimpleNamespace:
+def _graph_module_of(nodes: Sequence[object]) -> SimpleNamespace:
     """What ExecuTorch's whole-graph walks read of a graph module (`.graph.nodes`), holding
     only `nodes`: the walks' own rules then run over just those."""
     return SimpleNamespace(graph=SimpleNamespace(nodes=nodes))
@@ -138,19 +145,24 @@ def linear_time_partitioning() -> Iterator[None]:
     from executorch.exir.backend import backend_api
     from torch.fx.passes.utils import fuser_utils
 
-    original_create = backend_api.create_submodule_from_nodes
-    original_partitions = backend_api._create_partitions_in_graph_module
-    original_same_tag = backend_api._get_node_list_with_same_tag
-    original_duplicate = backend_api._maybe_duplicate_constant_nodes
-    original_insert = lowered_backend_module.insert_subgm
-    tag_index: dict = {}  # graph -> {tag: its nodes in graph order}, while its partitions are cut out
-    next_name: dict = {}  # root module -> the first `lowered_module_{i}` index not yet tried
+    # upstream's functions, typed as they are annotated there
+    original_create: Callable[..., tuple[torch.fx.GraphModule, torch.fx.Node]] = backend_api.create_submodule_from_nodes
+    original_partitions: Callable[..., dict[str, list[torch.fx.Node]]] = backend_api._create_partitions_in_graph_module
+    original_same_tag: Callable[..., list[torch.fx.Node]] = backend_api._get_node_list_with_same_tag
+    original_duplicate: Callable[[ExportedProgram, str], None] = backend_api._maybe_duplicate_constant_nodes
+    original_insert: Callable[..., torch.fx.GraphModule] = lowered_backend_module.insert_subgm
+    # graph -> {tag: its nodes in graph order}, while its partitions are cut out
+    tag_index: dict[torch.fx.Graph, dict[str, list[torch.fx.Node]]] = {}
+    next_name: dict[torch.nn.Module, int] = {}  # root module -> the first `lowered_module_{i}` index not yet tried
 
-    def create_unsorted(gm, node_list, tag, skip_legalize_graph=False):
+    def create_unsorted(gm: torch.fx.GraphModule, node_list: list[torch.fx.Node], tag: str,
+                        skip_legalize_graph: bool = False) -> tuple[torch.fx.GraphModule, torch.fx.Node]:
         return original_create(gm, node_list, tag, skip_legalize_graph=True)
 
-    def partitions_then_sort(gm, partition_result, *args, **kwargs):
-        index: dict = {}
+    # partition_result: ExecuTorch's PartitionResult
+    def partitions_then_sort(gm: torch.fx.GraphModule, partition_result: Any, *args: Any,
+                             **kwargs: Any) -> dict[str, list[torch.fx.Node]]:
+        index: dict[str, list[torch.fx.Node]] = {}
         for node in gm.graph.nodes:
             index.setdefault(node.meta.get("delegation_tag", ""), []).append(node)
         tag_index[gm.graph] = index
@@ -168,19 +180,19 @@ def linear_time_partitioning() -> Iterator[None]:
         gm.recompile()
         return created
 
-    def same_tag_indexed(gm, tag, owning_program):
+    def same_tag_indexed(gm: torch.fx.GraphModule, tag: str, owning_program: ExportedProgram) -> list[torch.fx.Node]:
         index = tag_index.get(gm.graph)
         if index is None:
             return original_same_tag(gm, tag, owning_program)
         nodes = [n for n in index.get(tag, ()) if not n._erased]
         return original_same_tag(_graph_module_of(nodes), tag, owning_program)
 
-    def duplicate_constants_if_tagged(tagged_program, tag):
+    def duplicate_constants_if_tagged(tagged_program: ExportedProgram, tag: str) -> None:
         placeholders = tagged_program.graph.find_nodes(op="placeholder")
         if any(node.meta.get("delegation_tag", "") == tag for node in placeholders):
             original_duplicate(tagged_program, tag)
 
-    def next_lowered_name(root, lowered_module):
+    def next_lowered_name(root: torch.nn.Module, lowered_module: torch.nn.Module) -> str:
         i = next_name.get(root, 0)
         while hasattr(root, f"lowered_module_{i}"):
             i += 1
@@ -188,7 +200,9 @@ def linear_time_partitioning() -> Iterator[None]:
         root.add_module(f"lowered_module_{i}", lowered_module)
         return f"lowered_module_{i}"
 
-    def insert_after_last_output(gm, sub_gm, orig_inputs, orig_outputs, insertion_point=None):
+    def insert_after_last_output(gm: torch.fx.GraphModule, sub_gm: torch.fx.GraphModule,
+                                 orig_inputs: tuple[torch.fx.Node, ...], orig_outputs: tuple[torch.fx.Node, ...],
+                                 insertion_point: torch.fx.Node | None = None) -> torch.fx.GraphModule:
         if insertion_point is None and orig_outputs:
             insertion_point = max(orig_outputs)  # torch.fx nodes order as they stand in the graph
         return original_insert(gm, sub_gm, orig_inputs, orig_outputs, insertion_point)
@@ -228,15 +242,15 @@ class _LargestHandleOnly:
     its graph's nodes, plus one): its graph shows one node holding `largest`. Every other
     attribute is the program's own."""
 
-    def __init__(self, program, largest: int) -> None:
+    def __init__(self, program: ExportedProgram, largest: int) -> None:
         self.graph_module = _graph_module_of([SimpleNamespace(meta={"debug_handle": largest})])
         self._program = program
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._program, name)
 
 
-def debug_handles_counted():
+def debug_handles_counted() -> AbstractContextManager[None]:
     """While lowering: a delegate call's debug handle (the largest among the program's live nodes,
     plus one) comes from a count of the live handles instead of a walk over the whole program per
     delegate call (ExecuTorch's `_insert_lowered_submodule`; 11.6 s of nanoVLM-222M SGD's export,
@@ -245,11 +259,13 @@ def debug_handles_counted():
     (pinned 1.5.1) for the `with` only."""
     from executorch.exir.backend import backend_api
 
-    original_lower_all = backend_api.lower_all_submodules_to_backend
-    original_insert = backend_api._insert_lowered_submodule
-    live: dict = {}  # id(owning program) -> its _LiveDebugHandles, while its delegates are inserted
+    original_lower_all: Callable[..., None] = backend_api.lower_all_submodules_to_backend
+    original_insert: Callable[..., None] = backend_api._insert_lowered_submodule
+    # id(owning program) -> its _LiveDebugHandles, while its delegates are inserted
+    live: dict[int, _LiveDebugHandles] = {}
 
-    def lower_all_counted(backend_id, method_to_submodules_nodes, method_to_tagged_edge_program):
+    def lower_all_counted(backend_id: str, method_to_submodules_nodes: dict[str, list[torch.fx.Node]],
+                          method_to_tagged_edge_program: dict[str, ExportedProgram]) -> None:
         programs = list(method_to_tagged_edge_program.values())
         for program in programs:
             live[id(program)] = _LiveDebugHandles(program.graph_module)
@@ -260,7 +276,7 @@ def debug_handles_counted():
             for program in programs:
                 program.graph_module._unregister_erase_node_hook(live.pop(id(program)).erased)
 
-    def insert_counted(submodule_program, owning_program, *args):
+    def insert_counted(submodule_program: ExportedProgram, owning_program: ExportedProgram, *args: Any) -> None:
         handles = live.get(id(owning_program))
         if handles is None:
             return original_insert(submodule_program, owning_program, *args)
@@ -312,7 +328,7 @@ def _matmul_to_convert(graph: torch.fx.Graph) -> bool:
                for n in graph.find_nodes(op="call_function", target=aten.mm.default))
 
 
-def _passes_with_work(ep) -> tuple | None:
+def _passes_with_work(ep: ExportedProgram) -> tuple[str, ...] | None:
     """The PARTITION_PASSES with something to act on in this partition, or None (all of
     XNNPACK's passes) where it holds an operator outside PARTITION_OPS. ConstPropPass where an
     operator's inputs are all constants (`get_attr` tensors or other such operators: the
@@ -328,7 +344,7 @@ def _passes_with_work(ep) -> tuple | None:
     ops = {format_target_name(getattr(n.target, "__name__", "")) for n in nodes if n.op == "call_function"}
     if not ops <= PARTITION_OPS:
         return None
-    constant: set = set()
+    constant: set[torch.fx.Node] = set()
     for n in nodes:
         if n.op == "get_attr" or (n.op == "call_function" and all(i in constant for i in n.all_input_nodes)):
             constant.add(n)
@@ -342,7 +358,7 @@ def _passes_with_work(ep) -> tuple | None:
     return tuple(kept)
 
 
-def only_partition_passes():
+def only_partition_passes() -> AbstractContextManager[None]:
     """While lowering: XNNPACK's preprocess runs on a partition of PARTITION_OPS only the passes
     `_passes_with_work` keeps (all of them on any other). Patches
     executorch.backends.xnnpack.xnnpack_preprocess (pinned 1.5.1) for the `with` only."""
@@ -350,7 +366,8 @@ def only_partition_passes():
 
     original = xnnpack_preprocess.XNNPACKPassManager
 
-    def manager(ep, passes=None):
+    # ExecuTorch's XNNPACKPassManager: untyped
+    def manager(ep: ExportedProgram, passes: list[Any] | None = None) -> Any:
         chosen = original(ep, passes)
         kept = _passes_with_work(ep) if passes is None else None
         if kept is not None:
@@ -360,16 +377,17 @@ def only_partition_passes():
     return replaced(xnnpack_preprocess, XNNPACKPassManager=manager)
 
 
-def weight_names(signature) -> frozenset:
+def weight_names(signature: ExportGraphSignature) -> frozenset[str]:
     """The names of a program's placeholders that hold its parameters and buffers."""
     return frozenset(signature.inputs_to_parameters) | frozenset(signature.inputs_to_buffers)
 
 
-def computed_from_weights(graph, weights, counts=lambda node: True) -> set:
+def computed_from_weights(graph: torch.fx.Graph, weights: Collection[str],
+                          counts: Callable[[torch.fx.Node], bool] = lambda node: True) -> set[torch.fx.Node]:
     """The call nodes computed from the placeholders named in `weights` alone (with no input
     at all too), each `counts(node)` admits: a weight's rounding, an int8 weight's
     dequantisation, a transpose of either."""
-    found: set = set()
+    found: set[torch.fx.Node] = set()
     for node in graph.nodes:
         if node.op == "call_function" and counts(node) and all(
                 i.name in weights if i.op == "placeholder" else i in found for i in node.all_input_nodes):
@@ -377,8 +395,10 @@ def computed_from_weights(graph, weights, counts=lambda node: True) -> set:
     return found
 
 
-def partition_by_level(graph: torch.fx.Graph, matched: set, group=lambda node: None,
-                       weights: frozenset = frozenset(), elementwise=lambda node: False) -> list[list]:
+def partition_by_level(graph: torch.fx.Graph, matched: Collection[torch.fx.Node],
+                       group: Callable[[torch.fx.Node], str | None] = lambda node: None,
+                       weights: Collection[str] = frozenset(),
+                       elementwise: Callable[[torch.fx.Node], bool] = lambda node: False) -> list[list[torch.fx.Node]]:
     """Groups the `matched` nodes (those XNNPACK takes) into cycle-free partitions in one
     pass: a matched node's level is the highest among its inputs, plus one for an input
     outside `matched` or in another `group`; other nodes carry the highest level of their
@@ -398,7 +418,7 @@ def partition_by_level(graph: torch.fx.Graph, matched: set, group=lambda node: N
     GELU's gradient, `s * (1 + x * (1 - s))`) joins the backward call that reads it, instead of
     the forward's, where its results would live until the backward. No level drops along an
     edge."""
-    level: dict = {}
+    level: dict[torch.fx.Node, int] = {}
     from_weights = computed_from_weights(graph, weights)
     for node in graph.nodes:
         inputs = node.all_input_nodes
@@ -412,22 +432,25 @@ def partition_by_level(graph: torch.fx.Graph, matched: set, group=lambda node: N
         sinks = node in from_weights or (node in matched and elementwise(node))
         if sinks and users and all(u in matched and group(u) == group(node) for u in users):
             level[node] = min(level[u] for u in users)
-    groups: dict[tuple, list] = {}
+    groups: dict[tuple[int, str], list[torch.fx.Node]] = {}
     for node in graph.nodes:
         if node in matched:
             groups.setdefault((level[node], str(group(node))), []).append(node)
     return [groups[k] for k in sorted(groups)]
 
 
-def _source_partitions_once():
+def _source_partitions_once() -> AbstractContextManager[None]:
     """XNNPACK's GEMM configs look up the whole graph's linear source partitions again for
     every matmul they check (quadratic); while matching, the graph does not change, so look
     them up once per graph. Patches executorch's gemm_configs (pinned 1.5.1) for the `with`."""
     from executorch.backends.xnnpack.partition.config import gemm_configs
 
+    original: Callable[..., dict[Any, list[SourcePartition]]]  # torch's get_source_partitions
+    cache: dict[tuple[int, tuple[Any, ...], Callable[[torch.fx.Node], bool] | None], dict[Any, list[SourcePartition]]]
     original, cache = gemm_configs.get_source_partitions, {}
 
-    def once(graph, wanted_sources, filter_fn=None):
+    def once(graph: torch.fx.Graph, wanted_sources: list[Any], filter_fn: Callable[[torch.fx.Node], bool] | None = None
+             ) -> dict[Any, list[SourcePartition]]:
         key = (id(graph), tuple(wanted_sources), filter_fn)
         if key not in cache:
             cache[key] = original(graph, wanted_sources, filter_fn)
@@ -436,7 +459,7 @@ def _source_partitions_once():
     return replaced(gemm_configs, get_source_partitions=once)
 
 
-def level_partitioner(configs: list, **kwargs):
+def level_partitioner(configs: list[Any], **kwargs: Any) -> Any:
     """An XnnpackPartitioner (same configs and options) that partitions with
     `partition_by_level`. Falls back to XNNPACK's own partitioning when a config matches
     more than one operator together (a pattern to keep whole: not our matmul configs)."""
@@ -446,14 +469,15 @@ def level_partitioner(configs: list, **kwargs):
 
     from exporters.et_methods import recomputation_group
 
-    class LevelPartitioner(XnnpackPartitioner):
-        def generate_partitions(self, ep):
+    # XNNPACK's partitioner class is upstream's, untyped
+    class LevelPartitioner(XnnpackPartitioner):  # type: ignore[misc]
+        def generate_partitions(self, ep: ExportedProgram) -> list[Partition]:
             with _source_partitions_once():
                 matches = self.get_matched_nodes_from_configs(ep)
             if any(sum(n.op == "call_function" for n in match) > 1 for match in matches):
-                return super().generate_partitions(ep)
+                return super().generate_partitions(ep)  # type: ignore[no-any-return]  # upstream's, untyped
             owner = {n: match for match in matches for n in match if n.op == "call_function"}
-            partitions = []
+            partitions: list[Partition] = []
             graph = ep.graph_module.graph
             signature = ep.graph_signature
             weights = weight_names(signature)
