@@ -12,7 +12,8 @@ each knob was lowered (`JointRewrite.lowering`).
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.export.graph_signature import InputKind, InputSpec, OutputKind, OutputSpec, TensorArgument
@@ -20,6 +21,10 @@ from torch.export.graph_signature import InputKind, InputSpec, OutputKind, Outpu
 from edgebench.backends import et_optimizers
 from edgebench.methods import optim
 from edgebench.methods.optimizers import optimizer as descriptor
+
+if TYPE_CHECKING:
+    from torch.export import ExportedProgram, ExportGraphSignature
+    from torch.fx import Graph, Node
 
 
 def example_batch(method: Any, batch: dict[str, Any]) -> dict[str, Any]:
@@ -46,7 +51,7 @@ class JointRewrite:
         self.method = method
         self.counts: dict[str, int] = {}
 
-    def prepare_model(self, model) -> None:
+    def prepare_model(self, model: torch.nn.Module) -> None:
         """The eager trainer's model-side knobs, so the program computes what eager does:
         frozen weights stored bf16 / frozen linears int8 (edgebench.methods.int8, dequantised
         in the program: its custom backward dequantises again instead of keeping a float copy),
@@ -57,13 +62,13 @@ class JointRewrite:
         if self.method.precision == "bf16":
             inner = model.forward
 
-            def forward(*args, **kwargs):
+            def forward(*args: Any, **kwargs: Any) -> Any:
                 with torch.autocast("cpu", dtype=torch.bfloat16):
                     return inner(*args, **kwargs)
 
             model.forward = forward
 
-    def __call__(self, ep) -> None:
+    def __call__(self, ep: ExportedProgram) -> None:
         if self.method.frozen_dtype == "int8":
             self.counts.update(recompute_dequantized(ep))
         if self.method.checkpointing:
@@ -117,14 +122,14 @@ class JointRewrite:
 _BLOCK = re.compile(r"^(.*blocks\.\d+)\.")
 
 
-def _block_labels(ep, forward: list) -> dict:
+def _block_labels(ep: ExportedProgram, forward: list[Node]) -> dict[Node, int]:
     """{forward node: index of its transformer block}. The joint graph is retraced and keeps
     no module paths, so a node belongs to the latest block (in forward order) whose
     parameters it depends on: block K's inside values depend on K's weights, its input
     (block K-1's output) only on earlier ones."""
     fqn = ep.graph_signature.inputs_to_parameters
     order: dict[str, int] = {}
-    label: dict = {}
+    label: dict[Node, str] = {}
     for node in forward:
         if node.op == "placeholder":
             match = _BLOCK.match(fqn.get(node.name, ""))
@@ -144,13 +149,13 @@ def _block_labels(ep, forward: list) -> dict:
 RECOMPUTED = "edgebench_recomputed"
 
 
-def recomputation_group(node) -> str | None:
+def recomputation_group(node: Node) -> str | None:
     """The recomputation a node was copied for (a block, a dequantised weight), or None."""
     group: str | None = node.meta.get("custom", {}).get(RECOMPUTED)
     return group
 
 
-def recompute_blocks(ep) -> dict[str, int]:
+def recompute_blocks(ep: ExportedProgram) -> dict[str, int]:
     """Activation checkpointing inside the joint graph: backward recomputes each transformer
     block's forward from the block's input instead of reading values kept since the forward.
 
@@ -174,7 +179,7 @@ def recompute_blocks(ep) -> dict[str, int]:
     kept = {n for n, b in block.items()
             if n is loss or any(u in forward and block.get(u) != b for u in n.users)}
 
-    def recomputable(node) -> bool:
+    def recomputable(node: Node) -> bool:
         return node in block and node not in kept
 
     read = {block[a] for n in nodes if n not in forward and n.op == "call_function"
@@ -186,22 +191,24 @@ def recompute_blocks(ep) -> dict[str, int]:
     return {"recomputed_blocks": len(read), "recomputed_nodes": count}
 
 
-def _copy_into_backward(graph, forward: set, recomputable, group) -> int:
+def _copy_into_backward(graph: Graph, forward: set[Node], recomputable: Callable[[Node], bool],
+                        group: Callable[[Node], str]) -> int:
     """Each backward read of a `recomputable` forward node becomes a read of a copy of it
     (and of its recomputable ancestors) made right before that read's first user. Each copy
     carries `group(original)` as its recomputation group (`recomputation_group`), which meta
     keeps through to_edge, so XNNPACK's partitions never join it to other nodes.
     Returns how many nodes were copied."""
-    copies: dict = {}
+    copies: dict[Node, Node] = {}
 
-    def copy(node, before):
+    def copy(node: Node, before: Node) -> Node:
         if not recomputable(node):
             return node
         if node not in copies:
             args = torch.fx.node.map_arg(node.args, lambda a: copy(a, before))
             kwargs = torch.fx.node.map_arg(node.kwargs, lambda a: copy(a, before))
+            # fx types a target Callable | str: a call_function node's (all recomputable ones) is the callable
             with graph.inserting_before(before):
-                new = graph.call_function(node.target, args, kwargs)
+                new = graph.call_function(node.target, args, kwargs)  # type: ignore[arg-type]
             new.meta = {**node.meta, "custom": {**node.meta.get("custom", {}), RECOMPUTED: group(node)}}
             copies[node] = new
         return copies[node]
@@ -214,7 +221,7 @@ def _copy_into_backward(graph, forward: set, recomputable, group) -> int:
     return len(copies)
 
 
-def recompute_dequantized(ep) -> dict[str, int]:
+def recompute_dequantized(ep: ExportedProgram) -> dict[str, int]:
     """Frozen int8 linears: the backward dequantises the codes again (as eager's Int8Linear
     backward does) instead of reading the float weight kept since the forward.
 
@@ -239,9 +246,10 @@ def recompute_dequantized(ep) -> dict[str, int]:
     return {"dequantized_recomputed": count}
 
 
-def _view_readers(node) -> list:
+def _view_readers(node: Node) -> list[Node]:
     """Every node that reads `node`, directly or through views of it (use_linear later turns
     a read of a transpose into a read of the weight at that node's place)."""
+    found: list[Node]
     found, todo = [], [node]
     while todo:
         for user in todo.pop().users:
@@ -254,7 +262,7 @@ def _view_readers(node) -> list:
     return found
 
 
-def write_update(ep, optimizer: str) -> dict[str, int]:
+def write_update(ep: ExportedProgram, optimizer: str) -> dict[str, int]:
     """The optimizer's step written into the joint graph, in place on the weights.
 
     For each trainable weight, right after the backward's last read of it (and after its
@@ -294,8 +302,8 @@ def write_update(ep, optimizer: str) -> dict[str, int]:
     order = {n: i for i, n in enumerate(graph.nodes)}
     scalar_val = fake.new_empty(())
 
-    def op(target, *args):
-        node = graph.call_function(target, args)
+    def op(target: Callable[..., Any], *args: Any) -> Node:
+        node: Node = graph.call_function(target, args)
         node.meta["val"] = scalar_val if target is torch.ops.aten.select.int else args[0].meta["val"]
         return node
 
@@ -317,7 +325,7 @@ def write_update(ep, optimizer: str) -> dict[str, int]:
     return {"updated_in_program": len(weights)}
 
 
-def _zero_state(ep, before, name: str, like, target: str) -> tuple[Any, InputSpec]:
+def _zero_state(ep: ExportedProgram, before: Node, name: str, like: Node, target: str) -> tuple[Node, InputSpec]:
     """A buffer the program keeps across calls, shaped like node `like`, placed before node
     `before`: zeros in the .pte, planned for the whole program and never shared (the flags
     ExecuTorch's weights_to_outputs_pass gives trained weights). Returns (node, its spec)."""
@@ -330,13 +338,14 @@ def _zero_state(ep, before, name: str, like, target: str) -> tuple[Any, InputSpe
     return node, InputSpec(InputKind.BUFFER, TensorArgument(node.name), target, True)
 
 
-def _with_state(sig, state_specs: list[InputSpec]) -> list[InputSpec]:
+def _with_state(sig: ExportGraphSignature, state_specs: list[InputSpec]) -> list[InputSpec]:
     """The signature's input specs with new state buffers placed before the user inputs."""
     first_user = next(i for i, s in enumerate(sig.input_specs) if s.kind == InputKind.USER_INPUT)
     return sig.input_specs[:first_user] + state_specs + sig.input_specs[first_user:]
 
 
-def _set_outputs(ep, outputs: list, input_specs: list[InputSpec], output_specs: list[OutputSpec]) -> None:
+def _set_outputs(ep: ExportedProgram, outputs: list[Any], input_specs: list[InputSpec],
+                 output_specs: list[OutputSpec]) -> None:
     """The rewritten graph's outputs and signature, then the graph checked and recompiled."""
     graph, sig = ep.graph_module.graph, ep.graph_signature
     out = graph.output_node()
@@ -349,7 +358,7 @@ def _set_outputs(ep, outputs: list, input_specs: list[InputSpec], output_specs: 
     ep.graph_module.recompile()
 
 
-def sum_gradients(ep) -> dict[str, int]:
+def sum_gradients(ep: ExportedProgram) -> dict[str, int]:
     """accumN's gradient sums written into the joint graph: each gradient, right after the
     backward computes it, is added into a buffer of the program's own (`sum += grad`,
     aten.copy_ into the buffer), and that buffer is returned in its place. The gradient then
@@ -366,8 +375,8 @@ def sum_gradients(ep) -> dict[str, int]:
     first_input = next(n for n in graph.nodes if n.op == "placeholder" and n.name == sig.user_inputs[0])
     state_specs, output_specs = [], list(sig.output_specs)
 
-    def op(target, *args):
-        node = graph.call_function(target, args)
+    def op(target: Callable[..., Any], *args: Any) -> Node:
+        node: Node = graph.call_function(target, args)
         node.meta["val"] = args[0].meta["val"]
         return node
 
@@ -385,11 +394,12 @@ def sum_gradients(ep) -> dict[str, int]:
     return {"gradients_summed_in_program": len(state_specs)}
 
 
-def _update_ops(op, optimizer: str, weight, grad, hyper, group: int, state) -> None:
+def _update_ops(op: Callable[..., Node], optimizer: str, weight: Node, grad: Node, hyper: Node, group: int,
+                state: tuple[Node, Node] | None) -> None:
     """One weight's step as graph nodes (`op(target, *args)` adds one), ending in copy_."""
     aten = torch.ops.aten
 
-    def scalar(what):
+    def scalar(what: str) -> Node:
         return op(aten.select.int, hyper, 0, et_optimizers.hyper_index(group, what))
 
     step = scalar("step")
@@ -397,7 +407,7 @@ def _update_ops(op, optimizer: str, weight, grad, hyper, group: int, state) -> N
         op(aten.copy_.default, weight, op(aten.add.Tensor, weight, op(aten.mul.Tensor, grad, step)))
         return
     opt = descriptor(optimizer)
-    beta1, beta2 = opt.betas
+    beta1, beta2 = opt.betas  # type: ignore[misc]  # an Adam's descriptor (state given) has its betas
     m, v = state
     base = op(aten.mul.Tensor, weight, scalar("decay")) if opt.weight_decay else weight
     # m.lerp_(g, 1 - beta1); v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
