@@ -26,11 +26,15 @@ from __future__ import annotations
 import functools
 import math
 import operator
-from collections.abc import Callable, Set
+from collections.abc import Callable, Iterable, Mapping, Set
+from typing import TYPE_CHECKING
 
 import torch
 
 from exporters.xnnpack_lowering import computed_from_weights
+
+if TYPE_CHECKING:
+    from torch.fx.node import Argument, Target
 
 aten = torch.ops.aten
 
@@ -76,23 +80,23 @@ _MADE = {aten.full.default, aten.full_like.default, aten.scalar_tensor.default, 
          aten.zeros_like.default, aten.ones_like.default, aten.zeros.default, aten.ones.default}
 
 
-def _dtypes(val) -> list[torch.dtype]:
+def _dtypes(val: object) -> list[torch.dtype]:
     values = val if isinstance(val, (tuple, list)) else [val]
     return [v.dtype for v in values if isinstance(v, torch.Tensor)]
 
 
-def _is_bf16(node) -> bool:
+def _is_bf16(node: object) -> bool:
     return isinstance(node, torch.fx.Node) and torch.bfloat16 in _dtypes(node.meta.get("val"))
 
 
-def _fp32_values() -> Callable:
+def _fp32_values() -> Callable[[object], object]:
     """`val` (a fake tensor, or a tuple of them) with fp32 for bf16: one fake tensor per shape
     and stride, made once (a fake tensor's `.to` dispatches through the fake mode: 3.8 s for
     nanoVLM-222M's 20,000 bf16 values, made anew). The values only stand for shapes and dtypes
     until to_edge's re-trace makes every node's own."""
-    made: dict[tuple, torch.Tensor] = {}
+    made: dict[tuple[tuple[int, ...], tuple[int, ...]], torch.Tensor] = {}
 
-    def as_fp32(val):
+    def as_fp32(val: object) -> object:
         if isinstance(val, (tuple, list)):
             return type(val)(as_fp32(v) for v in val)
         if not isinstance(val, torch.Tensor) or val.dtype != torch.bfloat16:
@@ -105,16 +109,16 @@ def _fp32_values() -> Callable:
     return as_fp32
 
 
-def _power_of_two(x) -> bool:
+def _power_of_two(x: object) -> bool:
     return isinstance(x, float) and math.isfinite(x) and x != 0 and math.frexp(abs(x))[0] == 0.5
 
 
-def _bf16_value(x):
+def _bf16_value(x: Argument) -> Argument:
     """A Python scalar as bf16 holds it."""
     return torch.tensor(x, dtype=torch.bfloat16).item() if isinstance(x, float) else x
 
 
-def cast_dtypes(node) -> tuple[torch.dtype | None, torch.dtype | None]:
+def cast_dtypes(node: torch.fx.Node) -> tuple[torch.dtype | None, torch.dtype | None]:
     """(source, target) dtypes of an `_to_copy` that only casts, else (None, None). A copy of a
     contiguous source into contiguous order only casts too (`.float()` in nanoVLM's vision
     encoder, 47 a step, left a round trip through bf16 on the runtime's casts)."""
@@ -126,10 +130,11 @@ def cast_dtypes(node) -> tuple[torch.dtype | None, torch.dtype | None]:
     if order != torch.preserve_format and not (order == torch.contiguous_format and source is not None
                                                 and source.is_contiguous()):
         return None, None
-    return getattr(source, "dtype", None), node.kwargs.get("dtype")
+    # fx types a keyword argument as any Argument: `_to_copy`'s dtype is a torch.dtype or None
+    return getattr(source, "dtype", None), node.kwargs.get("dtype")  # type: ignore[return-value]
 
 
-def _huge_scalar(node) -> bool:
+def _huge_scalar(node: torch.fx.Node) -> bool:
     """A Python scalar argument the rounding cannot take (-inf, a dtype's minimum)."""
     scalars = [*node.args, *node.kwargs.values()]
     scalars += [x for a in scalars if isinstance(a, (list, tuple)) for x in a]
@@ -150,9 +155,11 @@ def bf16_held_in_fp32(gm: torch.fx.GraphModule, is_large: Callable[[torch.Tensor
     unbounded: set[torch.fx.Node] = set()
     rounded_items: set[torch.fx.Node] = set()  # fp32 forms of multi-output operators, rounded at getitem
 
-    def new(target, args, kwargs, like: torch.fx.Node, val, whole_meta: bool = False) -> torch.fx.Node:
+    def new(target: Target, args: Iterable[Argument], kwargs: Mapping[str, Argument], like: torch.fx.Node,
+            val: object, whole_meta: bool = False) -> torch.fx.Node:
         """A node with `like`'s meta (`whole_meta`: the operator's own form) or its group only."""
-        node = graph.call_function(target, tuple(args), dict(kwargs))
+        # fx types a target Callable | str: here an operator (aten's, or a call_function node's own)
+        node = graph.call_function(target, tuple(args), dict(kwargs))  # type: ignore[arg-type]
         node.meta = {**like.meta, "val": val} if whole_meta else {"val": val, "custom": like.meta.get("custom", {})}
         return node
 
@@ -170,7 +177,8 @@ def bf16_held_in_fp32(gm: torch.fx.GraphModule, is_large: Callable[[torch.Tensor
         if value.target in _MOVES:
             fp32_operands = [a for a in value.all_input_nodes if _dtypes(a.meta.get("val")) == [torch.float32]]
             return bool(fp32_operands) and all(holds_bf16(a) for a in fp32_operands)
-        return value.target in _SCALED and _power_of_two(value.args[1]) and holds_bf16(value.args[0])
+        # fx types an operand as any Argument: a scaling's first operand is a tensor, so a node
+        return value.target in _SCALED and _power_of_two(value.args[1]) and holds_bf16(value.args[0])  # type: ignore[arg-type]
 
     def rounding(value: torch.fx.Node, like: torch.fx.Node, large: bool = False) -> torch.fx.Node:
         """`value` rounded to bf16; `large`: marked LARGE_ROUNDING for XNNPACK to take anyway."""
@@ -186,7 +194,7 @@ def bf16_held_in_fp32(gm: torch.fx.GraphModule, is_large: Callable[[torch.Tensor
         rounded.add(result)
         return result
 
-    def widened(arg, user):
+    def widened(arg: Argument, user: torch.fx.Node) -> Argument:
         """An operand of a rewritten `user` in its fp32 form."""
         if not isinstance(arg, torch.fx.Node) or not _is_bf16(arg):
             return arg
@@ -194,30 +202,31 @@ def bf16_held_in_fp32(gm: torch.fx.GraphModule, is_large: Callable[[torch.Tensor
             return wide[arg]
         return new(aten._to_copy.default, (arg,), {"dtype": torch.float32}, user, _as_fp32(arg.meta["val"]))
 
-    def narrowed(arg, like: torch.fx.Node):
+    def narrowed(arg: torch.fx.Node, like: torch.fx.Node) -> torch.fx.Node:
         """`arg` as bf16 again, its fp32 form narrowed (exact), for an operator kept in bf16."""
         if arg not in wide:
             return arg
         return new(aten._to_copy.default, (wide[arg],), {"dtype": torch.bfloat16}, like, arg.meta["val"])
 
-    def operands(node):
+    def operands(node: torch.fx.Node) -> tuple[tuple[Argument, ...], dict[str, Argument]]:
         return (torch.fx.node.map_arg(node.args, lambda a: widened(a, node)),
                 torch.fx.node.map_arg(node.kwargs, lambda a: widened(a, node)))
 
-    def fp32_form(node, source, target) -> torch.fx.Node | None:
+    def fp32_form(node: torch.fx.Node, source: torch.dtype | None, target: torch.dtype | None) -> torch.fx.Node | None:
         """`node`'s fp32 form (inserted before it), or None to keep it in bf16; `source` and
         `target`: its dtypes if it is a cast."""
         val = node.meta.get("val")
         if val is None:
             return None
         if target == torch.bfloat16 and source == torch.float32:
-            return node.args[0] if node in unbounded else rounding(node.args[0], node, large=is_large(val))
+            # fx types an operand as any Argument: a cast's first operand is a tensor, so a node
+            return node.args[0] if node in unbounded else rounding(node.args[0], node, large=is_large(val))  # type: ignore[return-value, arg-type]
         if target == torch.bfloat16 and source in (torch.int8, torch.uint8):  # codes: exact in bf16 and fp32
             return new(aten._to_copy.default, node.args, {"dtype": torch.float32}, node, _as_fp32(val))
         if target is not None or not _is_bf16(node):
             return None
-        if node.target is operator.getitem and node.args[0] in wide:
-            form = new(node.target, (wide[node.args[0]], *node.args[1:]), {}, node, _as_fp32(val), True)
+        if node.target is operator.getitem and node.args[0] in wide:  # fx types it any Argument: here a node
+            form = new(node.target, (wide[node.args[0]], *node.args[1:]), {}, node, _as_fp32(val), True)  # type: ignore[index]
             return rounding(form, node) if node.args[0] in rounded_items else form
         if node.target in _MOVES and all(a in wide for a in node.all_input_nodes if _is_bf16(a)):
             return new(node.target, *operands(node), node, _as_fp32(val), True)
@@ -288,7 +297,7 @@ def large_frozen_weights_in_fp32(ep: torch.export.ExportedProgram, is_large: Cal
     trained = {spec.target for spec in signature.output_specs if spec.kind == gradient}
     names = {**signature.inputs_to_parameters, **signature.inputs_to_buffers}
 
-    def widening(node) -> bool:
+    def widening(node: torch.fx.Node) -> bool:
         return cast_dtypes(node) == (torch.bfloat16, torch.float32)
 
     count = 0
