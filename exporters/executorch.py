@@ -19,8 +19,9 @@ import functools
 import math
 import warnings
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.export import ExportedProgram
@@ -41,6 +42,11 @@ from exporters.serialise_in_place import serialised_in_place
 from exporters.signature_lookups import signature_mappings_once_per_phase
 from exporters.xnnpack_lowering import weight_names
 
+if TYPE_CHECKING:
+    from os import PathLike
+
+    from torch.fx.node import Argument
+
 # The pipeline stages, in order, for progress displays.
 STAGES = ("torch.export", "joint graph", "rewrites", "to_edge", "to_executorch")
 
@@ -54,14 +60,14 @@ class LoweredProgram:
     trainable_parameters: list[str]
     frozen_parameters: list[str]
     delegated: bool
-    lowering: dict = field(default_factory=dict)  # how it was lowered, for the manifest
+    lowering: dict[str, Any] = field(default_factory=dict)  # how it was lowered, for the manifest (JSON)
 
     @property
     def buffer(self) -> bytes:
         """The whole `.pte` in memory (tests); `write` streams it instead."""
-        return self.program.buffer
+        return self.program.buffer  # type: ignore[no-any-return]  # executorch's program manager: untyped
 
-    def write(self, path) -> None:
+    def write(self, path: str | PathLike[str]) -> None:
         """Writes the `.pte` piece by piece: no second in-memory copy of the weights."""
         with open(path, "wb") as handle:
             self.program.write_to_file(handle)
@@ -154,9 +160,9 @@ def rewrite_empty_permuted(gm: torch.fx.GraphModule) -> int:
     return count
 
 
-def _is_transpose(node) -> bool:
+def _is_transpose(node: Argument) -> bool:  # fx types a permute's dims any Argument: they are a list
     return (isinstance(node, torch.fx.Node) and node.target == torch.ops.aten.permute.default
-            and list(node.args[1]) == [1, 0])
+            and list(node.args[1]) == [1, 0])  # type: ignore[arg-type]
 
 
 def use_linear(gm: torch.fx.GraphModule) -> int:
@@ -171,6 +177,7 @@ def use_linear(gm: torch.fx.GraphModule) -> int:
     Returns how many nodes were rewritten. `aten.linear` must then be preserved by to_edge.
     """
     graph, count = gm.graph, 0
+    new_args: tuple[Callable[..., Any], tuple[Any, ...]]  # a replacement node's (operator, arguments)
     for node in list(graph.nodes):
         target = node.target
         if target == torch.ops.aten.addmm.default and _is_transpose(node.args[2]):
@@ -218,9 +225,9 @@ def bf16_matmuls_in_fp32(gm: torch.fx.GraphModule) -> int:
     The casts are exact (bf16 -> fp32) or eager's own rounding (the result). Returns the count."""
     graph, count = gm.graph, 0
 
-    def cast(arg, dtype, before):
+    def cast(arg: torch.fx.Node, dtype: torch.dtype, before: torch.fx.Node) -> torch.fx.Node:
         with graph.inserting_before(before):
-            new = graph.call_function(torch.ops.aten._to_copy.default, (arg,), {"dtype": dtype})
+            new: torch.fx.Node = graph.call_function(torch.ops.aten._to_copy.default, (arg,), {"dtype": dtype})
         new.meta = {"val": arg.meta["val"].to(dtype), "custom": before.meta.get("custom", {})}  # + its group
         return new
 
@@ -241,14 +248,14 @@ def bf16_matmuls_in_fp32(gm: torch.fx.GraphModule) -> int:
     return count
 
 
-def _node(graph: torch.fx.Graph, meta: dict, target, *args) -> torch.fx.Node:
+def _node(graph: torch.fx.Graph, meta: dict[str, Any], target: Callable[..., Any], *args: Argument) -> torch.fx.Node:
     """A new `target(*args)` node carrying (a copy of) `meta`."""
     new = graph.call_function(target, args)
     new.meta = dict(meta)
     return new
 
 
-def _scalar_forms() -> dict:
+def _scalar_forms() -> dict[torch._ops.OpOverload, torch._ops.OpOverload]:
     aten = torch.ops.aten
     return {aten.mul.Scalar: aten.mul.Tensor, aten.add.Scalar: aten.add.Tensor, aten.sub.Scalar: aten.sub.Tensor,
             aten.div.Scalar: aten.div.Tensor}
@@ -339,7 +346,7 @@ def _apply_rewrites(ep: ExportedProgram, delegate: str | None, bf16: str) -> dic
     return counts
 
 
-def lowering_record(partitioner: str | None, rewrites: dict[str, int], update: str, bf16: str) -> dict:
+def lowering_record(partitioner: str | None, rewrites: dict[str, int], update: str, bf16: str) -> dict[str, Any]:
     """The exact lowering, as the manifest and every run record it. `partitioner`: how the
     XNNPACK partitions were made, None without the delegate; `bf16`: how bf16 values were
     computed (exporters.manifest.BF16_MODES)."""
@@ -375,11 +382,11 @@ def _check_delegate(delegate: str | None) -> None:
         raise ValueError(f"unknown ExecuTorch delegate {delegate!r}; use 'xnnpack' or none")
 
 
-def _decompositions_keeping_linear():
+def _decompositions_keeping_linear() -> dict[torch._ops.OperatorBase, Callable[..., Any]]:
     """to_edge's own decomposition table (executorch 1.5.1), less linear's."""
     from executorch.exir.tracer import _default_decomposition_table
 
-    table = _default_decomposition_table()
+    table: dict[torch._ops.OperatorBase, Callable[..., Any]] = _default_decomposition_table()
     del table[torch.ops.aten.linear.default]
     return table
 
@@ -393,7 +400,7 @@ def _already_decomposed(ep: ExportedProgram) -> ExportedProgram:
     return ep
 
 
-def _edge_config():
+def _edge_config() -> Any:  # executorch's EdgeCompileConfig
     """`aten.linear` (use_linear) stays linear: the runtime's kernel and XNNPACK take it as is."""
     from executorch.exir import EdgeCompileConfig
 
@@ -407,18 +414,18 @@ def _edge_config():
 XNNPACK_WEIGHT_LIMIT_BYTES = 16 << 20
 
 
-def _narrowed(config, accepts: Callable[[Any, torch.fx.Node], bool]):
+def _narrowed(config: Any, accepts: Callable[[Any, torch.fx.Node], bool]) -> Any:
     """`config` (a partitioner config of XNNPACK's) that also requires `accepts(config, node)`."""
 
-    class Narrowed(config):
-        def check_constraints(self, node, ep) -> bool:
+    class Narrowed(config):  # type: ignore[misc]  # XNNPACK's config classes are upstream's, untyped
+        def check_constraints(self, node: torch.fx.Node, ep: ExportedProgram) -> bool:
             return accepts(self, node) and super().check_constraints(node, ep)
 
     Narrowed.__name__ = config.__name__
     return Narrowed
 
 
-def _within_weight_limit(config, node: torch.fx.Node) -> bool:
+def _within_weight_limit(config: Any, node: torch.fx.Node) -> bool:
     """A GEMM whose weight operand is at most XNNPACK_WEIGHT_LIMIT_BYTES."""
     from executorch.backends.xnnpack.utils.utils import get_input_node
 
@@ -426,7 +433,7 @@ def _within_weight_limit(config, node: torch.fx.Node) -> bool:
     return weight is None or weight.numel() * weight.element_size() <= XNNPACK_WEIGHT_LIMIT_BYTES
 
 
-def _fp32_within_weight_limit(config, node: torch.fx.Node) -> bool:
+def _fp32_within_weight_limit(config: Any, node: torch.fx.Node) -> bool:
     """An elementwise node over fp32 tensors of at most XNNPACK_WEIGHT_LIMIT_BYTES each
     (XNNPACK keeps a partition's temporaries in its workspace, which keeps the largest size),
     or a rounding marked LARGE_ROUNDING."""
@@ -440,7 +447,7 @@ def _over_elementwise_limit(val: torch.Tensor) -> bool:
     return val.numel() * 4 > XNNPACK_WEIGHT_LIMIT_BYTES
 
 
-def _xnnpack_partitioner(dynamic_weights: bool = True, fast: bool = True):
+def _xnnpack_partitioner(dynamic_weights: bool = True, fast: bool = True) -> Any:
     """XNNPACK for the matmuls (linear, mm, bmm; weights up to XNNPACK_WEIGHT_LIMIT_BYTES) and
     fp32 elementwise mul/add/sub/div/neg/tanh/sigmoid/square on tensors up to that size (the
     runtime's kernels run one single-threaded pass each; its sigmoid took 0.42 s of nanoVLM-222M
@@ -476,7 +483,7 @@ def _xnnpack_partitioner(dynamic_weights: bool = True, fast: bool = True):
                 force_non_static_weights_for_f32_linear=dynamic_weights)
 
 
-def _lower_to_xnnpack(ep: ExportedProgram, config) -> tuple[Any, str]:
+def _lower_to_xnnpack(ep: ExportedProgram, config: Any) -> tuple[Any, str]:
     """`to_edge_transform_and_lower` with XNNPACK; edgebench's linear-time lowering where the
     installed executorch is the one it was written for, else ExecuTorch's own (with a warning).
     Returns the edge program and which partitioner made it."""
@@ -498,7 +505,7 @@ def _lower_to_xnnpack(ep: ExportedProgram, config) -> tuple[Any, str]:
                   else "by level in one pass, exporters/xnnpack_lowering.py")
 
 
-def _without_stack_traces():
+def _without_stack_traces() -> AbstractContextManager[None]:
     """While torch traces the program: no Python stack trace captured for each node
     (`torch.fx.config.do_not_emit_stack_traces`). No `.pte` carries them (the same bytes,
     tests/test_export_executorch.py), and capturing one per node, then writing them into every
@@ -566,7 +573,7 @@ def _check_updates_follow_reads(edge_ep: ExportedProgram) -> None:
             "without the delegate (--delegate none, or the profile's export.xnnpack: false)")
 
 
-def planned_memory_bytes(program, method: str = "forward") -> int:
+def planned_memory_bytes(program: Any, method: str = "forward") -> int:  # executorch's Program
     """Bytes of the static memory plan of `method` (the arena the runtime allocates for
     activations, gradients and temporaries). Buffer 0 is reserved for constants."""
     for plan in program.execution_plan:
@@ -680,7 +687,7 @@ def lower_forward(
             super().__init__()
             self.inner = model
 
-        def forward(self, *args):
+        def forward(self, *args: torch.Tensor) -> Any:
             batch, values = args[: len(example_inputs)], args[len(example_inputs):]
             params = dict(zip(trainable, values))
             return torch.func.functional_call(self.inner, params, batch, strict=False)
