@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgebench.errors import EdgebenchError
 from exporters.manifest import (
@@ -32,6 +32,15 @@ from exporters.manifest import (
     write_manifest,
 )
 from exporters.own_process import in_own_process
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+    from edgebench.methods import Method
+    from edgebench.model.vision_language_model import VisionLanguageModel
+    from exporters.et_methods import JointRewrite
+    from exporters.executorch import LoweredProgram
 
 PTE = "model.pte"
 PROGRAM_FACTS = "lowered.json"  # the program cache's record of a lowering
@@ -79,7 +88,7 @@ def check_request(request: ExportRequest, profile: Any | None = None) -> None:
         )
 
 
-def build_training_model(request: ExportRequest):
+def build_training_model(request: ExportRequest) -> tuple[VisionLanguageModel, Method, dict[str, np.ndarray]]:
     """(model with the method's trainable subset, method, example numpy batch).
 
     Same seed, same calls, same order as the eager backend: identical initial weights.
@@ -93,14 +102,16 @@ def build_training_model(request: ExportRequest):
 
     method = parse_method(request.method)
     torch.manual_seed(request.seed)
-    model = build_model_for(method, request.model, image_size=request.image_size)  # bf16 if frozen bf16/int8
-    model = apply_trainable(method, model)
+    # build_model_for and apply_trainable type what they give nn.Module: it is the VisionLanguageModel
+    model: VisionLanguageModel = build_model_for(  # type: ignore[assignment]
+        method, request.model, image_size=request.image_size)  # bf16 if frozen bf16/int8
+    model = apply_trainable(method, model)  # type: ignore[assignment]
     batch = next(iter(synthetic_batches(model.cfg, request.batch_size, request.text_length,
                                         request.seed, image_size=model.cfg.vit_img_size)))
     return model, method, batch
 
 
-def _model_facts(model) -> dict[str, Any]:
+def _model_facts(model: VisionLanguageModel) -> dict[str, Any]:
     return {"config": model.cfg.to_dict() if hasattr(model.cfg, "to_dict") else None,
             "vit_img_size": model.cfg.vit_img_size, "lm_vocab_size": model.cfg.lm_vocab_size,
             "parameters": sum(p.numel() for p in model.parameters()),
@@ -115,7 +126,7 @@ def _inputs(arrays: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"name": k, "shape": list(v.shape), "dtype": str(v.dtype)} for k, v in arrays.items()]
 
 
-def _export_executorch(request: ExportRequest, directory: Path, on_stage) -> dict[str, Any]:
+def _export_executorch(request: ExportRequest, directory: Path, on_stage: Callable[[str], None]) -> dict[str, Any]:
     import torch
 
     from edgebench.backends.program import BATCH_INPUTS
@@ -135,6 +146,7 @@ def _export_executorch(request: ExportRequest, directory: Path, on_stage) -> dic
     example = tuple(tensors[k] for k in BATCH_INPUTS)  # model(input_ids, images, labels, attention_mask)
     files = [PTE]
     delegate = request.delegate
+    lowered: LoweredProgram | SharedProgram  # forward-only: lowered here; forward-backward: the shared program's
     if method.grad_mode == "zeroth-order":
         lowered = lower_forward(model, example, delegate=delegate, bf16=request.bf16, on_stage=on_stage)
         named = dict(model.named_parameters())
@@ -152,7 +164,7 @@ def _export_executorch(request: ExportRequest, directory: Path, on_stage) -> dic
                                         joint_rewrite=rewrite))
         program = "forward-backward"
     if program == "forward-only":
-        lowered.write(directory / PTE)
+        lowered.write(directory / PTE)  # type: ignore[union-attr]  # forward-only: a LoweredProgram
     inputs = _inputs({k: batch[k] for k in BATCH_INPUTS})  # the program's inputs
     if program == "forward-only":
         named = dict(model.named_parameters())
@@ -166,7 +178,8 @@ def _export_executorch(request: ExportRequest, directory: Path, on_stage) -> dic
         "frozen_parameters": lowered.frozen_parameters,
         "planned_memory_bytes": lowered.planned_memory_bytes,
         "lowering": {**lowered.lowering, **rewrite.lowering()},  # + the method's knobs
-        **({"program_key": lowered.key, "gradients_summed_in_program": method.accumulation}
+        **({"program_key": lowered.key,  # type: ignore[union-attr]  # forward-backward: a SharedProgram
+            "gradients_summed_in_program": method.accumulation}
            if program == "forward-backward" else {}),
         "files": files,
     }
@@ -182,7 +195,8 @@ class SharedProgram:
     lowering: dict[str, Any]
 
 
-def _program_key(request: ExportRequest, method, example, delegate: str | None) -> str:
+def _program_key(request: ExportRequest, method: Method, example: tuple[torch.Tensor, ...],
+                 delegate: str | None) -> str:
     """What shapes the .pte: the request but its method, batch size and device profile (a
     profile shapes the program only through its delegate and dtype, both in the request), the
     delegate it is lowered with, the method's program knobs (exporters.et_methods.program_knobs)
@@ -198,7 +212,8 @@ def _program_key(request: ExportRequest, method, example, delegate: str | None) 
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
 
 
-def _lowered_once(key: str, directory: Path, rewrite, lower: Callable[[], Any]) -> SharedProgram:
+def _lowered_once(key: str, directory: Path, rewrite: JointRewrite,
+                  lower: Callable[[], LoweredProgram]) -> SharedProgram:
     """Lowers a program once per program key and links its .pte into `directory`: sgd,
     adafactor, adamw-8bit, galore, ... (updates between program calls) share one program,
     so a sweep over them exports it once (at nanoVLM-222M, ~2 minutes each)."""
@@ -223,7 +238,7 @@ def _lowered_once(key: str, directory: Path, rewrite, lower: Callable[[], Any]) 
     return SharedProgram(**facts)
 
 
-def _artifacts_key(request: ExportRequest, method) -> str:
+def _artifacts_key(request: ExportRequest, method: Method) -> str:
     """What shapes ONNX Runtime's artifacts: the request but its method, and the method's knobs
     but its optimizer (the update runs in the backend: sgd, adam and adamw share artifacts)."""
     knobs = {k: v for k, v in method.knobs().items() if k != "optimizer"}
@@ -245,7 +260,7 @@ def _artifacts_once(key: str, directory: Path, build_artifacts: Callable[[Path],
                                                               "sha256": _digests(work, info["files"])}))
 
             build_whole(entry, build)
-        info = json.loads((entry / PROGRAM_FACTS).read_text())
+        info: dict[str, Any] = json.loads((entry / PROGRAM_FACTS).read_text())
     for name in info["files"]:
         link_or_copy(entry / name, directory / name)
     info.pop("sha256")
@@ -266,7 +281,7 @@ def _intact(entry: Path) -> bool:
         return False
 
 
-def _export_onnxruntime(request: ExportRequest, directory: Path, on_stage) -> dict[str, Any]:
+def _export_onnxruntime(request: ExportRequest, directory: Path, on_stage: Callable[[str], None]) -> dict[str, Any]:
     from edgebench.backends.onnxruntime import MMAP_THRESHOLD, SESSION_OPTIONS, shifted_labels
     from edgebench.data.synthetic import to_torch
     from edgebench.methods import optim
@@ -292,7 +307,8 @@ def _export_onnxruntime(request: ExportRequest, directory: Path, on_stage) -> di
                   "parameters.safetensors); the eval graph runs in an InferenceSession fed those buffers "
                   "(no training session, no gradients)")
     else:
-        torch_name = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW"}[optimizer]
+        # not forward-only: the method's optimizer, a str
+        torch_name = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW"}[optimizer]  # type: ignore[index]
         update = (f"torch.optim.{torch_name}'s update in numpy "
                   "between training-graph calls (edgebench.backends.numpy_updates.RecipeUpdate), in place on "
                   f"ORT's parameter and gradient buffers; global-norm clip {optim.MAX_GRAD_NORM}"
@@ -330,7 +346,7 @@ def _export_onnxruntime(request: ExportRequest, directory: Path, on_stage) -> di
     }
 
 
-def _build(request: ExportRequest, key: str, directory: Path, on_stage) -> dict[str, Any]:
+def _build(request: ExportRequest, key: str, directory: Path, on_stage: Callable[[str], None]) -> dict[str, Any]:
     from edgebench.methods import parse_method
 
     started = time.perf_counter()
