@@ -457,16 +457,18 @@ def export(
     return ExportResult(target, read_manifest(target), cached, replaced)
 
 
+def request_for_spec(spec: Any, profile: Any | None = None) -> ExportRequest:
+    """The export request of a RunSpec (with the device profile's export settings, where given)."""
+    fields = dict(model=spec.checkpoint or spec.model, method=spec.method, backend=spec.backend,
+                  batch_size=spec.batch_size, image_size=spec.image_size, text_length=spec.text_length, seed=spec.seed)
+    return request_from_profile(profile, **fields) if profile is not None else ExportRequest(**fields)
+
+
 def export_for_spec(spec: Any, profile: Any | None = None,
                     on_stage: Callable[[str], None] = lambda stage: None) -> str:
     """The program directory for a RunSpec with backend executorch/onnxruntime (exported
     now or found in the cache), for the host to set as `spec.program` before the run."""
-    fields = dict(model=spec.checkpoint or spec.model, method=spec.method,
-                  backend=spec.backend,
-                  batch_size=spec.batch_size, image_size=spec.image_size,
-                  text_length=spec.text_length, seed=spec.seed)
-    request = request_from_profile(profile, **fields) if profile is not None else ExportRequest(**fields)
-    result = export(request, profile=profile, on_stage=on_stage)
+    result = export(request_for_spec(spec, profile), profile=profile, on_stage=on_stage)
     for path in result.replaced:  # bench and deploy say so too, as `edgebench export` does
         on_stage(f"{path}: not the file the export wrote (its sha256 differs); replaced")
     return str(result.directory)

@@ -100,6 +100,42 @@ def test_a_run_evaluates_on_schedule_and_stops_at_its_target(tmp_path):
     assert again is not None and again["steps_to_target"] == 0
 
 
+def _events(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("method, backend", [("sgd", "executorch"), ("lora", "onnxruntime")])
+def test_an_exported_programs_saved_weights_are_evaluated_on_the_host_as_eager_evaluates(method, backend, tmp_path):
+    """An exported program computes its loss only: the device saves its weights at each evaluation
+    point and the host evaluates them with the model they were exported from. Same seed, same
+    data: the counts are eager's own, point by point (the programs train as eager does)."""
+    from edgebench.results.heldout import evaluate_saved_weights
+    from exporters.pipeline import export_for_spec
+
+    shape = dict(model="tiny", method=method, batch_size=1, steps=2, warmup_steps=1, eval_every=2, eval_samples=4)
+    eager = run_local(RunSpec(**shape, run_id="eager"), tmp_path / "eager")
+    spec = RunSpec(**shape, backend=backend, runtime="python", run_id=backend)
+    spec.program = export_for_spec(spec)
+    exported = run_local(spec, tmp_path / backend)
+    reference = [e for e in _events(tmp_path / "eager" / "events.jsonl") if e["event"] == "eval"]
+    host = _events(tmp_path / backend / "heldout.jsonl")
+    assert [e["after_steps"] for e in host] == [e["after_steps"] for e in reference] == [0, 2, 3]
+    for mine, theirs in zip(host, reference):
+        assert mine["evaluated_by"] == "host" and (mine["samples"], mine["tokens"]) == (theirs["samples"],
+                                                                                      theirs["tokens"])
+        assert mine["loss_sum"] == pytest.approx(theirs["loss_sum"], rel=1e-4)
+    assert exported["status"] == eager["status"] == "ok" and exported["eval_count"] == 3
+    assert exported["eval_loss_last"] == pytest.approx(eager["eval_loss_last"], rel=1e-4)
+    # step 0's weights are the exported ones: nothing saved for them
+    assert sorted(p.name for p in (tmp_path / backend).glob("eval-weights-*")) == [
+        "eval-weights-000002.safetensors", "eval-weights-000003.safetensors"]
+    (tmp_path / backend / "eval-weights-000003.safetensors").unlink()
+    (tmp_path / backend / "heldout.jsonl").unlink()
+    assert evaluate_saved_weights(tmp_path / backend) == 3 and evaluate_saved_weights(tmp_path / backend) == 0
+    again = _events(tmp_path / backend / "heldout.jsonl")
+    assert [e["event"] for e in again] == ["eval", "eval", "eval_failed"] and "000003" in again[-1]["detail"]
+
+
 def test_heldout_part_of_a_folder_dataset_is_never_trained_on(tmp_path):
     from edgebench.data.folder import FolderDataset
 
@@ -120,7 +156,7 @@ def test_heldout_part_of_a_folder_dataset_is_never_trained_on(tmp_path):
 
 @pytest.mark.parametrize("args, said", [
     (["--target", "acc=0.9"], "one of accuracy, loss"),
-    (["--backend", "onnxruntime", "--eval-every", "2"], "eager backend"),
+    (["--backend", "executorch", "--runtime", "native", "--eval-every", "2"], "native worker does not evaluate"),
 ])
 def test_bench_refuses_what_it_cannot_evaluate_before_any_run(args, said, tmp_path):
     from edgebench.fleet.commands import bench

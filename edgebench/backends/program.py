@@ -100,3 +100,18 @@ def check_batch(manifest: dict[str, Any], batch: dict[str, Any], directory: Path
                 f"{directory}: {name} was exported as {expected.get(name)}, the batch is {got}; "
                 "export again with this batch size / text length / image size"
             )
+
+
+def write_trainable(path: Path, weights: dict[str, Any]) -> None:
+    """A program's trainable weights (torch tensors or numpy arrays, float32) as a safetensors
+    file, one array at a time, without torch: an exported program evaluates nothing itself, so
+    the host evaluates these (edgebench.results.heldout)."""
+    import numpy as np
+
+    from edgebench.model.checkpoint import write_tensors_file
+
+    arrays = {name: np.ascontiguousarray(value.detach().numpy() if hasattr(value, "detach") else value, dtype="<f4")
+              for name, value in weights.items()}
+    write_tensors_file(path, {name: ("F32", list(a.shape), a.nbytes) for name, a in arrays.items()},
+                       lambda name: arrays[name].reshape(-1).view(np.uint8).data)
+

@@ -1,5 +1,6 @@
-"""What a run learned, from the held-out evaluations the worker recorded as raw counts
-(events.jsonl `eval`: samples, summed loss, answer tokens, exactly matched answers), and
+"""What a run learned, from the held-out evaluations recorded as raw counts (events.jsonl
+`eval`: samples, summed loss, answer tokens, exactly matched answers; for an exported
+program, the host's heldout.jsonl: edgebench.results.heldout), and
 what it cost to get there: the steps, the seconds of training (evaluation time is not
 training time) and, in results.metrics, the joules until the target was first reached.
 
@@ -71,6 +72,8 @@ def learning_figures(events: list[dict[str, Any]], target: str | None) -> dict[s
     out: dict[str, Any] = {"eval_count": len(points), "eval_failed": failed}
     if not points and not target:
         return out
+    by_host = any(e.get("evaluated_by") == "host" for e in events if e.get("event") == "eval")
+    out["eval_by"] = "the host, from the weights the run saved" if by_host else "the run"
     first, last = (points[0], points[-1]) if points else ({}, {})
     out.update(eval_loss_first=first.get("loss"), eval_loss_last=last.get("loss"),
                eval_accuracy_first=first.get("accuracy"), eval_accuracy_last=last.get("accuracy"),

@@ -24,6 +24,8 @@ from edgebench.telemetry.trace import read_trace
 # (Linux keeps the high-water mark across exec), which for a ~30 MB worker is the supervisor's.
 NATIVE_WORKER_RSS = "kernel RSS of the worker process (its own VmHWM, as the native worker reports it)"
 SHELL_WORKER_RSS = "kernel RSS of the worker process (VmHWM, last read while it ran)"
+# The host's held-out evaluations of an exported program's saved weights (edgebench.results.heldout)
+HOST_EVALS = "heldout.jsonl"
 
 
 def _max(values: np.ndarray | None) -> float | None:
@@ -152,6 +154,11 @@ def status_of_run_dir(run_dir: str | Path) -> str | None:
     return run_status(raw["end"], read_trace(path / "events.jsonl").records)[0]
 
 
+def run_events(run_dir: Path) -> list[dict[str, Any]]:
+    """The run's events: the device's trace, then the host's evaluations of its saved weights."""
+    return read_trace(run_dir / "events.jsonl").records + read_trace(run_dir / HOST_EVALS).records
+
+
 def figures_of_run_dir(run_dir: str | Path, shared_host: bool = False) -> dict[str, Any] | None:
     """The figures of a run directory read from its own files (None before result.json exists);
     `bench` shows these for the runs it just made."""
@@ -161,6 +168,7 @@ def figures_of_run_dir(run_dir: str | Path, shared_host: bool = False) -> dict[s
         return None
     trace = read_trace(path / "events.jsonl")
     numbers, texts = raw_columns(meta.get("readings") or {})
-    figures = run_figures(meta, raw, trace.records, read_columns(path / "samples.jsonl", numbers, texts), shared_host)
+    events = trace.records + read_trace(path / HOST_EVALS).records
+    figures = run_figures(meta, raw, events, read_columns(path / "samples.jsonl", numbers, texts), shared_host)
     figures.update(events_truncated_last_line=trace.truncated_last_line, events_bad_lines=trace.bad_lines)
     return figures

@@ -232,30 +232,42 @@ def save_tensors(cfg: VLMConfig, tensors: Mapping[str, torch.Tensor | Callable[[
 
 
 def write_safetensors(path: Path, layout: dict[str, torch.Tensor], make: Callable[[str], torch.Tensor]) -> None:
-    """The safetensors format (8-byte header length, JSON header, raw little-endian data),
-    written one tensor at a time: `safetensors.save_file` needs every tensor in memory at once.
-    `layout` gives each name's shape and dtype (meta tensors); `make(name)` the values."""
+    """torch tensors as a safetensors file, one at a time (write_tensors_file): `layout` gives each
+    name's shape and dtype (meta tensors), `make(name)` the values."""
     import torch
 
     dtypes = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16", torch.int64: "I64",
               torch.int32: "I32", torch.int8: "I8", torch.uint8: "U8", torch.bool: "BOOL"}
+
+    def raw(name: str) -> memoryview:
+        meta = layout[name]
+        tensor = make(name).detach().to("cpu", meta.dtype).contiguous()
+        if tensor.shape != meta.shape:
+            raise CheckpointError(f"{path}: {name} has shape {list(tensor.shape)}, the model {list(meta.shape)}")
+        return tensor.reshape(-1).view(torch.uint8).numpy().data
+
+    write_tensors_file(path, {name: (dtypes[meta.dtype], list(meta.shape), meta.numel() * meta.element_size())
+                              for name, meta in layout.items()}, raw)
+
+
+def write_tensors_file(path: Path, layout: dict[str, tuple[str, list[int], int]],
+                       raw: Callable[[str], memoryview]) -> None:
+    """The safetensors format (8-byte header length, JSON header, raw little-endian data),
+    written one tensor at a time (`safetensors.save_file` needs every tensor in memory at once)
+    and without torch (a device's torch-free runtime writes its weights so too). `layout` gives
+    each name's (dtype as safetensors names it, shape, bytes), `raw(name)` its bytes."""
     header, offset = {}, 0
-    for name, meta in layout.items():
-        size = meta.numel() * meta.element_size()
-        header[name] = {"dtype": dtypes[meta.dtype], "shape": list(meta.shape), "data_offsets": [offset, offset + size]}
+    for name, (dtype, shape, size) in layout.items():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
         offset += size
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)  # the data starts 8-byte aligned, as safetensors writes it
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned, as safetensors writes it
     partial = path.with_name(path.name + ".partial")  # renamed when whole: never a truncated `path`
     try:
         with open(partial, "wb") as fh:
-            fh.write(len(raw).to_bytes(8, "little") + raw)
-            for name, meta in layout.items():
-                tensor = make(name).detach().to("cpu", meta.dtype).contiguous()
-                if tensor.shape != meta.shape:
-                    raise CheckpointError(f"{path}: {name} has shape {list(tensor.shape)}, the model "
-                                          f"{list(meta.shape)}")
-                fh.write(tensor.reshape(-1).view(torch.uint8).numpy().data)
+            fh.write(len(text).to_bytes(8, "little") + text)
+            for name in layout:
+                fh.write(raw(name))
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(partial, path)

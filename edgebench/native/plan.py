@@ -118,6 +118,9 @@ def write_plan(spec: RunSpec, cache: Path) -> Path:
     reason = native_reason(method)
     if reason:
         raise UnsupportedBackend(f"method {spec.method!r} on the native ExecuTorch worker: {reason}")
+    if spec.eval_every or spec.target:  # `auto` runs these on the Python worker, which saves weights to evaluate
+        raise UnsupportedBackend("held-out evaluation (--eval-every, --target): the native worker does not "
+                                 "evaluate or save its weights yet; the Python ExecuTorch runtime does")
     if spec.program is None:
         raise UnsupportedBackend(f"run {spec.run_id}: no exported program to plan for (spec.program is unset)")
     program, manifest = open_program(spec, "executorch", method.knobs())  # made for this method

@@ -27,11 +27,12 @@ import numpy as np
 import pyarrow as pa
 
 from edgebench.errors import EdgebenchError
+from edgebench.figures.run import HOST_EVALS
 from edgebench.results import default_store
 from edgebench.results.alignment import Alignment, align_run
 from edgebench.results.external import CsvMapping, read_power_csv
+from edgebench.results.heldout import evaluate_saved_weights
 from edgebench.results.runfiles import INTEGER_SUFFIXES, RunFiles, SampleScan, read_events, read_run_dir, scan_samples
-from edgebench.telemetry.trace import read_trace
 from edgebench.untrusted import UnsafeName, inside, path_name, printable
 
 UNLIMITED_BYTES = 1 << 60  # cgroup "max" reads as ~2^63: no limit
@@ -269,6 +270,7 @@ class Store:
         (edgebench.untrusted): the raw copy lands in raw/<device>/<run_id>/. `expect_run_id`: the
         id the run was listed under (collect), which meta.json must agree with."""
         files = read_run_dir(run_dir)
+        evaluate_saved_weights(files.path)  # an exported program's held-out evaluations, made here
         device = path_name(device or "local", "device name")
         run_id = path_name(files.run_id, f"{files.path / 'meta.json'}: run_id")
         if expect_run_id is not None and run_id != expect_run_id:
@@ -317,7 +319,7 @@ class Store:
             return str(run_dir.resolve())
         dest = inside(self.raw_root, f"{device}/{run_id}", "raw copy")
         dest.mkdir(parents=True, exist_ok=True)
-        for name in ("meta.json", "samples.jsonl", "events.jsonl", "result.json"):
+        for name in ("meta.json", "samples.jsonl", "events.jsonl", HOST_EVALS, "result.json"):
             if (run_dir / name).exists():
                 shutil.copy2(run_dir / name, dest / name)
         return str(dest)
@@ -342,13 +344,12 @@ class Store:
 
     def _run_figures(self, files: RunFiles, run_key: int, shared_host: bool) -> dict[str, Any]:
         """result.json's figures from the run's raw result, events and stored samples."""
-        from edgebench.figures.run import run_figures
+        from edgebench.figures.run import run_events, run_figures
         from edgebench.figures.samples import raw_columns
 
         numbers, texts = raw_columns(files.meta.get("readings") or {})
         columns = self._sample_columns(run_key, numbers, texts)
-        figures = run_figures(files.meta, files.result or {}, read_trace(files.path / "events.jsonl").records,
-                              columns, shared_host)
+        figures = run_figures(files.meta, files.result or {}, run_events(files.path), columns, shared_host)
         figures.update(events_truncated_last_line=files.events_counts.truncated_last_line,
                        events_bad_lines=files.events_counts.bad_lines)
         return figures

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 SUPERVISOR_PID_ENV = "EDGEBENCH_SUPERVISOR_PID"
 HELDOUT_SEED = 1 << 31  # the held-out stream's seed offset (batches_for)
+EVAL_WEIGHTS = "eval-weights-{step:06d}.safetensors"  # an exported program's weights at an evaluation point
 PR_SET_PDEATHSIG = 1
 
 
@@ -157,7 +158,7 @@ def train(spec: RunSpec, events: TraceWriter, out: str = ".") -> int:
     # The CUDA allocator is readable only from inside this process: record it per step.
     gpu_memory = cuda_memory_sample if spec.accelerator == "cuda" else dict
     deadline = None if spec.duration_s is None else time.monotonic() + spec.duration_s
-    evaluation = Evaluation(spec, backend, events)
+    evaluation = Evaluation(spec, backend, events, Path(out))
     step = 0
     while True:
         phase = "warmup" if step < spec.warmup_steps else "measure"
@@ -194,11 +195,14 @@ def train(spec: RunSpec, events: TraceWriter, out: str = ".") -> int:
 class Evaluation:
     """Held-out evaluation inside the training loop: before the first step, after every
     `eval_every` steps and after the last. Each is one `eval` event of raw counts
-    (edgebench.figures.learning makes the figures), timed apart from the steps. An evaluation
-    that fails is recorded (`eval_failed`) and training goes on without it."""
+    (edgebench.figures.learning makes the figures), timed apart from the steps. An exported
+    program computes its loss only: there, each evaluation point saves the trained weights
+    instead (`eval_weights`: EVAL_WEIGHTS in the run directory) and the host evaluates them
+    after the run (edgebench.results.heldout), so a target cannot stop such a run early. An
+    evaluation that fails is recorded (`eval_failed`) and training goes on without it."""
 
-    def __init__(self, spec: RunSpec, backend: Any, events: TraceWriter):
-        self.spec, self.backend, self.events = spec, backend, events
+    def __init__(self, spec: RunSpec, backend: Any, events: TraceWriter, out: Path):
+        self.spec, self.backend, self.events, self.out = spec, backend, events, out
         self.wanted = bool(spec.eval_every or spec.target)
         self.every = spec.eval_every or DEFAULT_EVAL_EVERY
         self.batches = -(-spec.eval_samples // spec.batch_size)
@@ -210,16 +214,14 @@ class Evaluation:
         return self.wanted and step % self.every == 0
 
     def run(self, step: int) -> bool:
-        """Evaluates after `step` steps; True when the target is reached."""
+        """Evaluates after `step` steps (or saves the weights to evaluate); True when the target is reached."""
         self.last = step
         begin = time.monotonic_ns()
-        counts = {"samples": 0, "tokens": 0, "loss_sum": 0.0, "correct": 0}
         try:
-            self.heldout = self.heldout or batch_source(self.spec, "heldout")
-            heldout = self.heldout()
-            for _ in range(self.batches):
-                for key, value in self.backend.evaluate(next(heldout)).items():
-                    counts[key] += value
+            if not hasattr(self.backend, "evaluate"):
+                self._save_weights(step, begin)
+                return False
+            counts = self._counts()
         except (Interrupted, MemoryError):
             raise
         except Exception as exc:  # the training figures stand without it
@@ -230,6 +232,22 @@ class Evaluation:
         event = {"t_ns": begin, "end_ns": time.monotonic_ns(), "event": "eval", "after_steps": step, **counts}
         self.events.write(event)
         return self.target is not None and reached(eval_point(event), *self.target)
+
+    def _counts(self) -> dict[str, float]:
+        counts = {"samples": 0, "tokens": 0, "loss_sum": 0.0, "correct": 0}
+        self.heldout = self.heldout or batch_source(self.spec, "heldout")
+        heldout = self.heldout()
+        for _ in range(self.batches):
+            for key, value in self.backend.evaluate(next(heldout)).items():
+                counts[key] += value
+        return counts
+
+    def _save_weights(self, step: int, begin: int) -> None:
+        from edgebench.backends.program import write_trainable
+
+        if step:  # before the first step the weights are the exported ones, which the host builds itself
+            write_trainable(self.out / EVAL_WEIGHTS.format(step=step), self.backend.named_parameters())
+        self.events.write({"t_ns": begin, "end_ns": time.monotonic_ns(), "event": "eval_weights", "after_steps": step})
 
 
 def main(argv: list[str] | None = None) -> int:
