@@ -17,9 +17,14 @@ peft's layer gives, byte for byte (tests/test_export_executorch.py).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+if TYPE_CHECKING:
+    from peft.tuners.lora import LoraLayer
 
 ADAPTER = "default"  # peft's adapter name (edgebench.methods.subsets injects one adapter)
 
@@ -28,15 +33,16 @@ class LoRALinear(nn.Module):
     """y = base_layer(x) + scaling * lora_B(lora_A(x)), with peft's modules (no dropout: the
     methods inject LoRA with lora_dropout=0)."""
 
-    def __init__(self, peft_layer: nn.Module) -> None:
+    def __init__(self, peft_layer: LoraLayer) -> None:
         super().__init__()
         self.base_layer = peft_layer.base_layer
-        self.lora_A = peft_layer.lora_A
-        self.lora_B = peft_layer.lora_B
+        # peft's nn.ModuleDicts of an nn.Linear per adapter (typed Module by ModuleDict: their weights Any)
+        self.lora_A: Any = peft_layer.lora_A
+        self.lora_B: Any = peft_layer.lora_B
         self.scaling = float(peft_layer.scaling[ADAPTER])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        base = self.base_layer(x)  # first, as in peft: torch.export lifts weights in order of use
+        base: torch.Tensor = self.base_layer(x)  # first, as in peft: torch.export lifts weights in order of use
         a, b = self.lora_A[ADAPTER].weight, self.lora_B[ADAPTER].weight
         x = x if x.dtype == a.dtype else x.to(a.dtype)  # peft's casts, where dtypes differ
         result = base + F.linear(F.linear(x, a), b) * self.scaling

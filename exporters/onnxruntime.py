@@ -30,12 +30,19 @@ from __future__ import annotations
 import contextlib
 import io
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, TypedDict
 
 import torch
 
 from edgebench.backends.onnxruntime import NOMINAL_CHECKPOINT, PARAMETERS, training_api
+
+if TYPE_CHECKING:
+    import onnx
+    import onnxruntime
+
+    from edgebench.model.vision_language_model import VisionLanguageModel
 
 OPSET = 17
 MAX_IR_VERSION = 10  # what onnxruntime 1.19 accepts
@@ -45,21 +52,31 @@ STAGES = ("torch.onnx.export", "LayerNorm outputs", "training artifacts", "param
 GRAPH_INPUTS = ("input_ids", "images", "attention_mask")  # then the loss block's labels
 
 
+class Artifacts(TypedDict):
+    """What `export_artifacts` wrote: parameters in ONNX (= checkpoint) names, the files the
+    backend needs, how many summed gradients accumulate part by part."""
+
+    trainable_parameters: list[str]
+    frozen_parameters: list[str]
+    files: list[str]
+    gradient_sums_accumulated_in_place: int
+
+
 class TextLogits(torch.nn.Module):
     """The model's logits over text positions that have a next token, as [N, vocab]:
     the same positions and order as `model.forward`'s loss, without the loss."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: VisionLanguageModel) -> None:
         super().__init__()
         self.model = model
 
     def forward(self, input_ids: torch.Tensor, images: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         hidden = self.model.hidden_states(input_ids, images, attention_mask)[:, self.model.n_image_tokens : -1]
-        logits = self.model.decoder.head(hidden)
+        logits: torch.Tensor = self.model.decoder.head(hidden)
         return logits.reshape(-1, logits.size(-1))
 
 
-def add_layernorm_outputs(model) -> int:
+def add_layernorm_outputs(model: onnx.ModelProto) -> int:
     """Give every LayerNormalization node its optional Mean and InvStdDev outputs, which
     ORT's LayerNormalizationGrad reads. Returns how many nodes were changed."""
     count = 0
@@ -70,9 +87,9 @@ def add_layernorm_outputs(model) -> int:
     return count
 
 
-def _strip_wrapper_prefix(graph, prefix: str = "model.") -> None:
+def _strip_wrapper_prefix(graph: onnx.GraphProto, prefix: str = "model.") -> None:
     """Name initializers as the torch model does (`TextLogits` adds `model.`)."""
-    renamed = {}
+    renamed: dict[str, str] = {}
     for init in graph.initializer:
         if init.name.startswith(prefix):
             renamed[init.name] = init.name[len(prefix):]
@@ -83,11 +100,11 @@ def _strip_wrapper_prefix(graph, prefix: str = "model.") -> None:
                 node.input[i] = renamed[name]
 
 
-def _onnx_names(model: torch.nn.Module, graph) -> dict[str, str]:
+def _onnx_names(model: torch.nn.Module, graph: onnx.GraphProto) -> dict[str, str]:
     """torch parameter name -> ONNX initializer name. Tied parameters are exported once,
     under one of their names; the other names map to it."""
     initializers = {init.name for init in graph.initializer}
-    mapping = {}
+    mapping: dict[str, str] = {}
     by_id: dict[int, list[str]] = {}
     for name, param in model.named_parameters(remove_duplicate=False):
         by_id.setdefault(id(param), []).append(name)
@@ -101,7 +118,7 @@ def _onnx_names(model: torch.nn.Module, graph) -> dict[str, str]:
 
 
 def export_artifacts(
-    model: torch.nn.Module,
+    model: VisionLanguageModel,
     input_ids: torch.Tensor,
     images: torch.Tensor,
     attention_mask: torch.Tensor,
@@ -109,7 +126,7 @@ def export_artifacts(
     *,
     training: bool = True,
     on_stage: Callable[[str], None] = lambda stage: None,
-) -> dict:
+) -> Artifacts:
     """Writes the artifacts for `model` (trainable = requires_grad) into `out_dir`: the
     training graph for an update between calls, or (`training` False: MeZO) the eval graph.
 
@@ -173,7 +190,7 @@ def write_parameters(checkpoint: Path, out: Path) -> None:
     save_file({name: param.data for name, param in state.parameters}, str(out))
 
 
-def accumulate_sums_in_place(model) -> int:
+def accumulate_sums_in_place(model: onnx.ModelProto) -> int:
     """A gradient that is a Sum of parts (a weight used twice: the tied embedding and LM
     head) is added into its accumulation buffer part by part, by a chain of in-place
     accumulators, instead of summed first. The Sum kept both parts and their sum alive
@@ -192,7 +209,7 @@ def accumulate_sums_in_place(model) -> int:
         if sum(total.output[0] in n.input for n in graph.node) != 1:
             continue  # the sum is read elsewhere too
         buffer, reset = acc.input[0], list(acc.input[2:3])  # the first part honours lazy_reset_grad
-        chain = []
+        chain: list[onnx.NodeProto] = []
         for i, part in enumerate(total.input[:-1]):
             out = f"{acc.input[0]}.part{i}"
             chain.append(helper.make_node("InPlaceAccumulatorV2", [buffer, part, *reset], [f"{out}.updated", out],
@@ -208,7 +225,7 @@ def accumulate_sums_in_place(model) -> int:
     return count
 
 
-def _rewrite(path: Path, transform: Callable) -> int:
+def _rewrite(path: Path, transform: Callable[[onnx.ModelProto], int]) -> int:
     import onnx
 
     model = onnx.load(path)
@@ -219,13 +236,13 @@ def _rewrite(path: Path, transform: Callable) -> int:
 
 
 @contextlib.contextmanager
-def _quiet_graph_optimizer():
+def _quiet_graph_optimizer() -> Iterator[None]:
     """generate_artifacts' graph optimizer logs every pass at INFO through its own
     SessionOptions (the default logger's severity does not reach it): give it quiet ones."""
     import onnxruntime
     from onnxruntime.training.onnxblock import _training_graph_utils
 
-    def quiet_options():
+    def quiet_options() -> onnxruntime.SessionOptions:
         options = onnxruntime.SessionOptions()
         options.log_severity_level = 3
         return options
@@ -238,11 +255,11 @@ def _quiet_graph_optimizer():
         _training_graph_utils.SessionOptions = original
 
 
-def _onnx_export(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], buffer) -> None:
+def _onnx_export(model: VisionLanguageModel, inputs: tuple[torch.Tensor, ...], buffer: io.BytesIO) -> None:
     torch.onnx.export(
         TextLogits(model),
         inputs,
-        buffer,
+        buffer,  # type: ignore[arg-type]  # torch types it a path; its TorchScript exporter (dynamo=False) takes a file too
         input_names=list(GRAPH_INPUTS),
         output_names=["logits"],
         dynamo=False,

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from edgebench.model.vision_language_model import VisionLanguageModel
     from exporters.et_methods import JointRewrite
     from exporters.executorch import LoweredProgram
+    from exporters.onnxruntime import Artifacts
 
 PTE = "model.pte"
 PROGRAM_FACTS = "lowered.json"  # the program cache's record of a lowering
@@ -246,7 +247,7 @@ def _artifacts_key(request: ExportRequest, method: Method) -> str:
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
 
 
-def _artifacts_once(key: str, directory: Path, build_artifacts: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
+def _artifacts_once(key: str, directory: Path, build_artifacts: Callable[[Path], Artifacts]) -> dict[str, Any]:
     """Builds ORT's artifacts once per artifacts key (`_artifacts_key`) and links their files
     into `directory`; returns what export_artifacts returned (a sweep over SGD, Adam and AdamW
     at nanoVLM-222M exports once, not three times at ~1 minute each)."""
