@@ -1,6 +1,8 @@
 """bench's sweep on this host: its specs run one at a time in the foreground, a disturbed run
 again where the budget allows, a Ctrl-C stopping the sweep with what ran ingested. The
-command (fleet/commands.py) checks the options before and renders the result after."""
+command (fleet/commands.py) checks the options before and renders the result after; what
+only the specs tell (room for --save's weights, the memory model's verdict) is refused here,
+as click's errors, before any run starts."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
+
+import click
 
 from edgebench.fleet.local import Interrupts, run_local, shielded
 from edgebench.fleet.plan import (
@@ -64,6 +68,53 @@ def bench_specs(methods: list[str], shape: dict[str, Any], profile: Profile, sav
         for spec in specs:
             spec.save_dir = str(Path(save).resolve() / str(spec.run_id))
     return specs
+
+
+def bench_on_host(methods: list[str], shape: dict[str, Any], runs: Path, store_path: Path, *, save: str | None,
+                  force: bool, rerun_disturbed: int, display: Display, log: Callable[[str], None]) -> BenchSweep:
+    """bench's sweep on this host from its options: the specs for the local profile, refused
+    before any run when --save's disk cannot hold their weights or a run is predicted not to fit
+    (unless `force`), then run_bench."""
+    from edgebench.devices.profiles import load_profile
+    from edgebench.fleet import local
+
+    profile = load_profile("local")
+    specs = bench_specs(methods, shape, profile, save)
+    if save:
+        _check_save_room(save, specs)
+    _memory_preflight(specs, *local.host_memory(), profile, "this host", force, log)
+    return run_bench(specs, profile, runs, store_path, force=force, rerun_disturbed=rerun_disturbed,
+                     display=display, log=log)
+
+
+def _check_save_room(save: str, specs: list[RunSpec]) -> None:
+    """Before any run: room on --save's disk for every run's weights (fp32 safetensors, as
+    methods.saving writes them), so no run trains for an hour and then finds the disk full."""
+    import shutil
+
+    from edgebench.fleet.plan import spec_config
+    from edgebench.model.config import parameter_count
+
+    needed = sum(4 * parameter_count(cfg) for cfg in map(spec_config, specs) if cfg is not None)
+    free = shutil.disk_usage(save).free
+    if needed > free:
+        raise click.BadParameter(f"{save}: {needed / 2**20:,.0f} MiB of trained weights to write ({len(specs)} runs, "
+                                 f"fp32) and {free / 2**20:,.0f} MiB free there; free some room or pass another "
+                                 "folder", param_hint="--save")
+
+
+def _memory_preflight(specs: list[RunSpec], ram_bytes: int, cgroup_limit: int | None, profile: Profile,
+                      where: str, force: bool, log: Callable[[str], None]) -> None:
+    """Refuses (one line) runs predicted not to fit, unless --force, which records it."""
+    from edgebench.fleet.plan import force_memory, memory_budget, memory_refusals
+
+    refused, why = memory_refusals(specs, *memory_budget(ram_bytes, profile.memory_headroom, cgroup_limit, where),
+                                   profile.device_speed)
+    if refused and not force:
+        raise click.ClickException(f"{why}; or --force to run anyway")
+    if refused:
+        force_memory(specs, refused, why)
+        log(f"forced (--force): {why}")
 
 
 def run_bench(specs: list[RunSpec], profile: Profile, runs: Path, store_path: Path, *, force: bool,

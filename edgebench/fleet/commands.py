@@ -31,7 +31,6 @@ from edgebench.terminal import VALUE_CHARS, console, wrapped
 from edgebench.untrusted import printable
 
 if TYPE_CHECKING:
-    from edgebench.devices.profiles import Profile
     from edgebench.fleet.bench import BenchSweep
     from edgebench.fleet.deploy import Deployment
     from edgebench.model.config import VLMConfig
@@ -289,22 +288,6 @@ def _check_save(save: str | None, backend: str) -> None:
                                  param_hint="--save") from None
 
 
-def _check_save_room(save: str, specs: list[RunSpec]) -> None:
-    """Before any run: room on --save's disk for every run's weights (fp32 safetensors, as
-    methods.saving writes them), so no run trains for an hour and then finds the disk full."""
-    import shutil
-
-    from edgebench.fleet.plan import spec_config
-    from edgebench.model.config import parameter_count
-
-    needed = sum(4 * parameter_count(cfg) for cfg in map(spec_config, specs) if cfg is not None)
-    free = shutil.disk_usage(save).free
-    if needed > free:
-        raise click.BadParameter(f"{save}: {needed / 2**20:,.0f} MiB of trained weights to write ({len(specs)} runs, "
-                                 f"fp32) and {free / 2**20:,.0f} MiB free there; free some room or pass another "
-                                 "folder", param_hint="--save")
-
-
 def run_options(command: Callable[..., None]) -> Callable[..., None]:
     """The run-shape options every command that starts runs takes (bench, deploy), so the
     two can never drift apart. They arrive as one `shape` dict of RunSpec fields plus
@@ -493,9 +476,7 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str 
     --save DIR (README: "Your model, your data"). Piped, it prints one line per stage and step.
     docs/figures.md defines every figure.
     """
-    from edgebench.devices.profiles import load_profile
-    from edgebench.fleet.bench import bench_specs, run_bench
-    from edgebench.fleet.local import host_memory
+    from edgebench.fleet.bench import bench_on_host
     from edgebench.fleet.progress import RunBars
 
     if device != "local":
@@ -504,15 +485,10 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str 
             f"`edgebench deploy --device {device}` and then `edgebench collect`")
     _check_save(save, shape["backend"])
     store_path, runs = store_for(store, runs_dir), runs_dir_for(runs_dir)
-    profile = load_profile(device)
-    specs = bench_specs(methods, shape, profile, save)
-    if save:
-        _check_save_room(save, specs)
-    _memory_preflight(specs, *host_memory(), profile, "this host", force)
-    sweep = run_bench(specs, profile, runs, store_path, force=force, rerun_disturbed=rerun_disturbed,
-                      display=RunBars(quiet=as_json), log=_echo_err)
+    sweep = bench_on_host(methods, shape, runs, store_path, save=save, force=force, rerun_disturbed=rerun_disturbed,
+                          display=RunBars(quiet=as_json), log=_echo_err)
     if sweep.interrupted:
-        click.echo(f"interrupted by {sweep.interrupted}: {len(sweep.results)} of {len(specs)} runs recorded and "
+        click.echo(f"interrupted by {sweep.interrupted}: {len(sweep.results)} of {len(sweep.specs)} runs recorded and "
                    f"ingested into {store_path}; the rest did not start", err=True)
         raise SystemExit(130)
     if as_json:
@@ -556,20 +532,6 @@ def _bench_exit(results: list[dict[str, Any]], device: str, backend: str) -> Non
         raise SystemExit(1)
 
 
-def _memory_preflight(specs: list[RunSpec], ram_bytes: int, cgroup_limit: int | None, profile: Profile,
-                      where: str, force: bool) -> None:
-    """Refuses (exit 2, one line) runs predicted not to fit, unless --force, which records it."""
-    from edgebench.fleet.plan import force_memory, memory_budget, memory_refusals
-
-    refused, why = memory_refusals(specs, *memory_budget(ram_bytes, profile.memory_headroom, cgroup_limit, where),
-                                   profile.device_speed)
-    if refused and not force:
-        raise click.ClickException(f"{why}; or --force to run anyway")
-    if refused:
-        force_memory(specs, refused, why)
-        _echo_err(f"forced (--force): {why}")
-
-
 @click.command()
 @click.option("--device", "devices", multiple=True, required=True,
               help="Inventory name (repeatable; several devices run at once). See `edgebench devices`.")
@@ -599,7 +561,6 @@ def deploy(devices: tuple[str, ...], shape: dict[str, Any], methods: list[str], 
     place) is acquired for the sweep: refused while someone holds it, given back if the
     deploy fails or is interrupted, else by `collect` once the sweep has ended.
     """
-    from edgebench.fleet.deploy import DeviceBusy
     from edgebench.fleet.stopping import deploy_or_stop
 
     _device_names(devices, with_local=True)  # an unknown or unsafe name is refused before any work
@@ -611,9 +572,6 @@ def deploy(devices: tuple[str, ...], shape: dict[str, Any], methods: list[str], 
                                  said=_echo_err, save_to=str(Path(save).resolve()) if save else None, force=force)
     except KeyboardInterrupt:
         raise SystemExit(130) from None
-    busy = [r for r in results.values() if isinstance(r, DeviceBusy)]
-    if busy and len(busy) == len(results):  # nothing started, nothing to report but that: one line, exit 2
-        raise DeviceBusy("; ".join(map(str, busy)))
     _show_deploy(results, as_json)
     failed = {name: str(r) for name, r in results.items() if isinstance(r, Exception)}
     if failed:

@@ -315,7 +315,8 @@ def _device_lines(name: str, log: Callable[[str], None], lock: threading.Lock) -
 def deploy_many(names: list[str], specs: list[RunSpec], local_root: Path,
                 log: Callable[[str], None] = lambda _: None, save_to: str | None = None,
                 force: bool = False) -> dict[str, Deployment | Exception]:
-    """Deploys to every device at once (one thread each); a failure stays that device's."""
+    """Deploys to every device at once (one thread each); a failure stays that device's. Every
+    device busy: one DeviceBusy naming them all, as nothing started and there is nothing else to say."""
     lock = threading.Lock()
 
     def one(name: str) -> Deployment | Exception:
@@ -326,7 +327,11 @@ def deploy_many(names: list[str], specs: list[RunSpec], local_root: Path,
 
     with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
         try:
-            return dict(zip(names, pool.map(one, names)))
+            results = dict(zip(names, pool.map(one, names)))
         except KeyboardInterrupt:  # deploys not yet started stop and give their places back
             interrupt_reservations()
             raise
+    busy = [r for r in results.values() if isinstance(r, DeviceBusy)]
+    if busy and len(busy) == len(results):
+        raise DeviceBusy("; ".join(map(str, busy)))
+    return results

@@ -6,15 +6,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import click
 
 from edgebench.results import STORE_DEFAULT_HELP
 from edgebench.untrusted import UnsafeName, path_name
-
-if TYPE_CHECKING:
-    from edgebench.results.store import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -55,21 +52,9 @@ def ingest_command(run_dirs: tuple[Path, ...], device: str, store_path: Path | N
       edgebench ingest --device my-pi copied/sgd-eager-0
       edgebench ingest runs/edgebench.duckdb     # merge a per-folder store into yours
     """
-    from edgebench.results.store import Store
+    from edgebench.results.ingest import ingest_paths
 
-    done: list[dict[str, Any]] = []
-    with Store(store_path) as store:
-        for run_dir in run_dirs:
-            if run_dir.is_file():
-                done += _merged(store, run_dir)
-                continue
-            try:
-                run_id = store.ingest_run(run_dir, device=device)
-            except (FileNotFoundError, ValueError) as exc:
-                raise click.ClickException(str(exc)) from exc
-            row = store.runs(device=device, run_id=run_id)[0]
-            done.append({k: row[k] for k in ("device", "run_id", "status", "samples_count", "samples_bad_lines",
-                                             "samples_truncated", "align_source")})
+    done = ingest_paths(store_path, run_dirs, device)
     if as_json:
         click.echo(json.dumps(done, indent=2))
         return
@@ -81,17 +66,6 @@ def ingest_command(run_dirs: tuple[Path, ...], device: str, store_path: Path | N
         skipped += ", truncated last line" if d["samples_truncated"] else ""
         click.echo(f"{d['device']}/{d['run_id']}: {d['status']}, {d['samples_count']} samples{skipped}, "
                    f"clock from {d['align_source']}")
-
-
-def _merged(store: Store, other: Path) -> list[dict[str, Any]]:
-    """One line per run of another store: ingested, already here, or lost (and why)."""
-    from edgebench.results.merge import merge_store
-
-    merged = merge_store(store, other)
-    lines = [(key, "ingested") for key in merged.ingested] + [(key, "already in the store") for key in merged.kept]
-    lines += [(key, f"not brought in: {why}") for key, why in merged.lost.items()]
-    return [{"merged_from": str(other), "device": device, "run_id": run_id, "status": status}
-            for (device, run_id), status in lines]
 
 
 @click.command("import-trace")
