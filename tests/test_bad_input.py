@@ -24,18 +24,23 @@ def _leaf_commands(group: click.Group = cli, path: tuple[str, ...] = ()) -> set[
 
 @pytest.fixture
 def files(tmp_path):
-    """A text file, an empty folder and a file of garbage JSON to hand where other things belong."""
+    """A text file, an empty folder, a file of garbage JSON, a run directory whose meta.json is
+    garbage and a meter CSV with a word for a reading, to hand where other things belong."""
     (tmp_path / "notes.txt").write_text("not what was asked for\n")
     (tmp_path / "empty").mkdir()
     (tmp_path / "spec.json").write_text("{not json")
-    return {"text": str(tmp_path / "notes.txt"), "empty": str(tmp_path / "empty"), "json": str(tmp_path / "spec.json")}
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "meta.json").write_text("{not json")
+    (tmp_path / "meter.csv").write_text("time,watts\n1,lots\n")
+    return {"text": str(tmp_path / "notes.txt"), "empty": str(tmp_path / "empty"), "json": str(tmp_path / "spec.json"),
+            "run": str(tmp_path / "run"), "csv": str(tmp_path / "meter.csv")}
 
 
 CASES = {
     "models": [["--load", NO_SUCH], ["--load", "{empty}"]],
     "methods": [["--bogus"]],
     "bench": [["--model", "no-such-model"], ["--methods", "bogus"], ["--steps", "abc"], ["--lr", "-1"],
-              ["--lr", "nan"], ["--duration", "5x"], ["--data", NO_SUCH], ["--data", "{empty}"],
+              ["--lr", "nan"], ["--duration", "5x"], ["--duration", "200h"], ["--data", NO_SUCH], ["--data", "{empty}"],
               ["--tokenizer", "{text}"], ["--target", "speed=2"], ["--device", "no-such-board"],
               ["--batch-size", "0"], ["--text-length", "1"], ["--max-image-size", "100"], ["--save", "/proc/x"],
               ["--backend", "tflite"], ["--eval-fraction", "1.5"]],
@@ -54,10 +59,12 @@ CASES = {
     "collect": [["--device", "no-such-board"]],
     "status": [["--device", "no-such-board"]],
     "sensors": [["--root", NO_SUCH], ["--seconds", "-1"], ["--sensors", "bogus"]],
-    "ingest": [[NO_SUCH], ["{empty}"], ["{text}"], ["{empty}", "--device", "../up"]],
+    "ingest": [[NO_SUCH], ["{empty}"], ["{text}"], ["{empty}", "--device", "../up"], ["{run}"]],
     "import-trace": [["{text}", "--device", "pi", "--power-col", "watts"], [NO_SUCH, "--device", "pi"],
                      ["{text}", "--device", "pi", "--time-format", "fortnights", "--power-col", "x"],
-                     ["{text}", "--device", "pi", "--tz", "Mars/Olympus", "--power-col", "x"]],
+                     ["{text}", "--device", "pi", "--tz", "Mars/Olympus", "--power-col", "x"],
+                     ["{csv}", "--device", "pi"], ["{csv}", "--device", "pi", "--power-col", "watts"],
+                     ["{csv}", "--device", "pi", "--power-col", "watts", "--power-unit", "kW"]],
     "report": [["--store", NO_SUCH], ["--store", "{text}"], ["--format", "docx"], ["--store", "{empty}"]],
     "live": [["--dir", NO_SUCH], ["--device", "no-such-board"], ["--root", "{empty}"],
              ["--root", "{empty}", "--run", "no-such-run"], ["--follow", "--run", "no-such-run"]],

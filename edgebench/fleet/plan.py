@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgebench.errors import EdgebenchError
 from edgebench.runner.spec import RunSpec
 
 if TYPE_CHECKING:
@@ -23,19 +24,23 @@ if TYPE_CHECKING:
     from edgebench.methods.device_speed import DeviceSpeed
     from edgebench.model.config import VLMConfig
 
+class RequestError(EdgebenchError, ValueError):
+    """What the user asked for cannot be read (a duration, a model name); the message says the fix."""
+
+
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600}
 MAX_DURATION_S = 7 * 24 * 3600
 
 
 def parse_duration(text: str) -> float:
-    """'90s', '10m', '1h' or plain seconds -> seconds; ValueError names the accepted forms."""
+    """'90s', '10m', '1h' or plain seconds -> seconds; RequestError names the accepted forms."""
     text = text.strip().lower()
     try:
         seconds = float(text[:-1]) * DURATION_UNITS[text[-1]] if text and text[-1] in DURATION_UNITS else float(text)
     except ValueError:
-        raise ValueError(f"{text!r}: use e.g. 90s, 10m or 1h") from None
+        raise RequestError(f"{text!r}: use e.g. 90s, 10m or 1h") from None
     if not 0 < seconds <= MAX_DURATION_S:
-        raise ValueError(f"{text!r}: a duration must be more than 0 and at most 7 days (e.g. 90s, 10m, 1h)")
+        raise RequestError(f"{text!r}: a duration must be more than 0 and at most 7 days (e.g. 90s, 10m, 1h)")
     return seconds
 
 
@@ -59,8 +64,8 @@ def check_model(name: str) -> str:
 
     if name in CONFIG_NAMES or Path(name).expanduser().is_dir():
         return name
-    raise ValueError(f"unknown model {name!r}: use one of {', '.join(CONFIG_NAMES)} (`edgebench models`) "
-                     "or a nanoVLM checkpoint folder")
+    raise RequestError(f"unknown model {name!r}: use one of {', '.join(CONFIG_NAMES)} (`edgebench models`) "
+                       "or a nanoVLM checkpoint folder")
 
 
 def spec_config(spec: RunSpec) -> VLMConfig | None:

@@ -18,8 +18,14 @@ from zoneinfo import ZoneInfo
 
 import numpy as np
 
+from edgebench.errors import EdgebenchError
+
 EPOCH_UNITS_NS = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1_000, "ns": 1}
 SCALE = {"W": 1.0, "mW": 1e-3, "uW": 1e-6, "V": 1.0, "mV": 1e-3, "uV": 1e-6, "A": 1.0, "mA": 1e-3, "uA": 1e-6}
+
+
+class TraceFileError(EdgebenchError, ValueError):
+    """A meter's CSV that cannot be read as mapped (a column, a unit, a value); the message says the fix."""
 
 
 @dataclass
@@ -58,14 +64,14 @@ def _parse_datetime_ns(text: str, fmt: str, tz: ZoneInfo) -> int:
 
 
 def _number(text: str, path: Path, line: int, column: str, parse: Callable[[str], float] = float) -> float:
-    """One cell as a number; else ValueError naming the file, line and column."""
+    """One cell as a number; else TraceFileError naming the file, line and column."""
     try:
         value = parse(text)
     except ValueError:
-        raise ValueError(f"{path}:{line}: column {column!r} holds {text!r}, not a number; fix that line or name "
-                         "the right column") from None
+        raise TraceFileError(f"{path}:{line}: column {column!r} holds {text!r}, not a number; fix that line or name "
+                             "the right column") from None
     if value != value or value in (float("inf"), float("-inf")):
-        raise ValueError(f"{path}:{line}: column {column!r} holds {text!r}, not a finite number; fix that line")
+        raise TraceFileError(f"{path}:{line}: column {column!r} holds {text!r}, not a finite number; fix that line")
     return value
 
 
@@ -84,14 +90,14 @@ def _time_ns(rows: list[tuple[int, dict[str, str]]], m: CsvMapping, path: Path) 
         try:
             times.append(_parse_datetime_ns(r[m.time_col].strip(), m.time_format, tz))
         except ValueError as exc:
-            raise ValueError(f"{path}:{line}: time column {m.time_col!r} holds {r[m.time_col].strip()!r}, which does "
-                             f"not match --time-format {m.time_format!r} ({exc})") from None
+            raise TraceFileError(f"{path}:{line}: time column {m.time_col!r} holds {r[m.time_col].strip()!r}, which "
+                                 f"does not match --time-format {m.time_format!r} ({exc})") from None
     return np.array(times, dtype=np.int64)
 
 
 def _unit(unit: str, option: str) -> float:
     if unit not in SCALE:
-        raise ValueError(f"{option} {unit!r}: unknown unit; use one of {sorted(SCALE)}")
+        raise TraceFileError(f"{option} {unit!r}: unknown unit; use one of {sorted(SCALE)}")
     return SCALE[unit]
 
 
@@ -105,17 +111,17 @@ def read_power_csv(path: str | Path, mapping: CsvMapping) -> tuple[np.ndarray, n
             [mapping.power_col] if mapping.power_col else [mapping.voltage_col, mapping.current_col]
         )
         if not mapping.power_col and not (mapping.voltage_col and mapping.current_col):
-            raise ValueError(f"{path}: say which column holds power (--power-col) or voltage and current "
-                             "(--voltage-col and --current-col)")
+            raise TraceFileError(f"{path}: say which column holds power (--power-col) or voltage and current "
+                                 "(--voltage-col and --current-col)")
         missing = [c for c in wanted if c not in header]
         if missing:
-            raise ValueError(f"{path}: no column(s) {missing}; the header has {header}")
+            raise TraceFileError(f"{path}: no column(s) {missing}; the header has {header}")
         rows = []
         for r in reader:  # (the line the row ends on, the row)
             if all((r.get(c) or "").strip() for c in wanted):
                 rows.append((reader.line_num, r))
     if not rows:
-        raise ValueError(f"{path}: no data rows with all of {wanted} filled")
+        raise TraceFileError(f"{path}: no data rows with all of {wanted} filled")
     t_ns = _time_ns(rows, mapping, path)
     t_ns = t_ns - int(round(mapping.offset_s * 1e9))
 

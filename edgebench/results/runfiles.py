@@ -16,12 +16,18 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from edgebench.errors import EdgebenchError
+
 if TYPE_CHECKING:
     from duckdb import DuckDBPyConnection
 
 TAIL_BYTES = 1 << 16
 DETECT_LINES = 4096  # DuckDB's type detection reads this many lines (its default, 20480, costs 3x)
 INTEGER_SUFFIXES = ("_bytes", "_ns", "_us", "_kills", "_flags", "_count")  # the store keeps these as BIGINT
+
+
+class RunFileError(EdgebenchError, ValueError):
+    """A run directory's file that is not what edgebench wrote (damaged JSON, no t_ns); the message says the fix."""
 
 
 @dataclass
@@ -59,9 +65,9 @@ def _read_json_file(path: Path, required: bool) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc}); re-collect the run directory") from exc
+        raise RunFileError(f"{path}: not valid JSON ({exc}); re-collect the run directory") from exc
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object, found {type(data).__name__}")
+        raise RunFileError(f"{path}: expected a JSON object, found {type(data).__name__}")
     return data
 
 
@@ -157,7 +163,7 @@ def scan_samples(con: DuckDBPyConnection, path: Path, full: bool = False) -> Sam
         columns = {k: "JSON" if k in nested else t if t in ("VARCHAR", "BOOLEAN") else
                    "BIGINT" if k.endswith(INTEGER_SUFFIXES) else "DOUBLE" for k, t in detected.items()}
     if "t_ns" not in keys:
-        raise ValueError(f"{path}: sample lines have no t_ns field (device monotonic ns); is this a samples.jsonl?")
+        raise RunFileError(f"{path}: sample lines have no t_ns field (device monotonic ns); is this a samples.jsonl?")
     columns = {"t_ns": "BIGINT", **{k: v for k, v in columns.items() if k != "t_ns"}}
     return SampleScan(path, columns, truncated, nested, checkable=not full and not nested,
                       tail_colons=tail.count(b":") if truncated else 0)
