@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import click
 
@@ -11,8 +11,21 @@ from edgebench.fleet.commands import DATA_OPTION, LR_OPTION, MODEL_OPTION, THREA
 from exporters.manifest import BF16_MODES, EXPORT_BACKENDS
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
+    from edgebench.devices.profiles import Profile
+    from edgebench.methods import Method
     from exporters.exporting import Exported
     from exporters.manifest import ExportRequest
+
+
+class DataFigures(TypedDict):
+    """--data's dataset as `_check_data` read it against the program's shapes."""
+
+    dir: str
+    examples: int
+    longest_tokens: int
+    text_length: int
 
 
 @click.command("export")
@@ -98,7 +111,7 @@ def export_command(device: str, model: str, data_dir: str | None, lr: float | No
 
 
 def _checked_request(device: str, method: str, delegate: str, bf16: str, profile_steps: int, data_dir: str | None,
-                     fields: dict[str, Any]) -> tuple[Any, Any, ExportRequest, dict[str, Any] | None]:
+                     fields: dict[str, Any]) -> tuple[Profile, Method, ExportRequest, DataFigures | None]:
     """The profile, the method, the request the options make and --data's figures, each checked
     before any progress display or lowering: a bad option is a usage error, what the device or
     runtime cannot run a refusal."""
@@ -126,7 +139,7 @@ def _checked_request(device: str, method: str, delegate: str, bf16: str, profile
     return profile, parsed, request, data
 
 
-def _print_export(console: Any, exported: Exported, data: dict[str, Any] | None) -> None:
+def _print_export(console: Console, exported: Exported, data: DataFigures | None) -> None:
     """The export's files, planned memory, inputs, lowering, data and lr, then --profile's tables."""
     from rich.markup import escape
 
@@ -158,7 +171,7 @@ def _print_export(console: Any, exported: Exported, data: dict[str, Any] | None)
         _print_profile(console, exported.report)
 
 
-def _check_data(data_dir: str, model: str, text_length: int) -> dict:
+def _check_data(data_dir: str, model: str, text_length: int) -> DataFigures:
     """The dataset read as runs will read it, against the program's shapes: a text longer
     than --text-length or a tokenizer larger than the model's vocabulary is refused now,
     not on the device."""
@@ -187,7 +200,7 @@ def _check_data(data_dir: str, model: str, text_length: int) -> dict:
             "text_length": text_length}
 
 
-def _print_profile(console, report: dict) -> None:
+def _print_profile(console: Console, report: dict[str, Any]) -> None:
     """Top operators side by side (program vs eager) and the memory split per runtime."""
     from rich.table import Table
 
@@ -199,7 +212,7 @@ def _print_profile(console, report: dict) -> None:
     for col in ("ExecuTorch operator", "s/step", "calls", "eager operator", "s/step", "calls"):
         times.add_column(col, justify="left" if "operator" in col else "right")
     left, right = et.get("top_ops", []), eager.get("top_ops", [])
-    def cells(ops: list, i: int) -> list[str]:
+    def cells(ops: list[dict[str, Any]], i: int) -> list[str]:
         if i >= len(ops):
             return ["", "", ""]
         return [ops[i]["name"], f"{ops[i]['s_per_step']:.3f}", f"{ops[i]['calls_per_step']:g}"]

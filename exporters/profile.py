@@ -16,8 +16,14 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from edgebench.runner.spec import RunSpec
 
 PROFILE = "profile.json"
 # Runtime events in an ETDump that are phases, not operators.
@@ -34,7 +40,8 @@ def _vm(field: str) -> int:
         return next(int(line.split()[1]) * 1024 for line in status if line.startswith(field + ":"))
 
 
-def _spec(manifest: dict[str, Any], directory: str, backend: str, steps: int, warmup: int, threads: int | None):
+def _spec(manifest: dict[str, Any], directory: str, backend: str, steps: int, warmup: int,
+          threads: int | None) -> RunSpec:
     from edgebench.runner.spec import RunSpec
 
     request = manifest["request"]
@@ -44,14 +51,15 @@ def _spec(manifest: dict[str, Any], directory: str, backend: str, steps: int, wa
                    steps=steps, threads=threads, program=directory if backend != "eager" else None)
 
 
-def _batches(manifest: dict[str, Any], spec):
+def _batches(manifest: dict[str, Any], spec: RunSpec) -> Iterator[dict[str, np.ndarray]]:
     from types import SimpleNamespace
 
     from edgebench.data.synthetic import synthetic_batches
 
     model = manifest["model"]
     cfg = SimpleNamespace(lm_vocab_size=model["lm_vocab_size"], vit_img_size=model["vit_img_size"])
-    return synthetic_batches(cfg, spec.batch_size, spec.text_length, spec.seed)
+    # a VLMConfig's two fields synthetic_batches reads (the manifest's model facts hold them)
+    return synthetic_batches(cfg, spec.batch_size, spec.text_length, spec.seed)  # type: ignore[arg-type]
 
 
 def _etdump_ops(path: str, executions: int) -> tuple[list[dict[str, Any]], dict[str, float]]:
@@ -75,7 +83,7 @@ def _etdump_ops(path: str, executions: int) -> tuple[list[dict[str, Any]], dict[
                 calls[name] += len(event.perf_data.raw)
     ops = [{"name": n, "s_per_step": round(total_ms[n] / 1e3 / executions, 4),
             "calls_per_step": round(calls[n] / executions, 1)}
-           for n in sorted(total_ms, key=total_ms.get, reverse=True)]
+           for n in sorted(total_ms, key=total_ms.get, reverse=True)]  # type: ignore[arg-type]  # a key's: a float
     return ops, {"load_s": round(phases["load"], 3), "execute_s_per_step": round(phases["execute"] / executions, 4)}
 
 
@@ -103,13 +111,13 @@ def _child_executorch(directory: str, steps: int, warmup: int, threads: int | No
             # that updates itself, accumN's N calls, the fused per-parameter update: timed whole
             backend.step(dict(zip(BATCH_INPUTS, inputs)))
             t1 = time.perf_counter()
-        else:
-            backend.module.forward_backward(inputs)
+        else:  # an update between calls: the module is a TrainingProgram (setup's other kinds step whole)
+            backend.module.forward_backward(inputs)  # type: ignore[union-attr]
             t1 = time.perf_counter()
-            backend.update.step(backend.module.named_parameters(), backend.module.grads)
+            backend.update.step(backend.module.named_parameters(), backend.module.grads)  # type: ignore[union-attr]
         t2 = time.perf_counter()
-        if step >= warmup:
-            step_s.append(t2 - t0), program_s.append(t1 - t0), update_s.append(t2 - t1)
+        if step >= warmup:  # three appends in one statement (a tuple of their Nones, unused)
+            step_s.append(t2 - t0), program_s.append(t1 - t0), update_s.append(t2 - t1)  # type: ignore[func-returns-value]
     peak = _vm("VmHWM")
     state = 0
     optimizer = getattr(backend.update, "torch_optimizer", None)
@@ -209,11 +217,12 @@ def _run_child(kind: str, directory: Path, steps: int, warmup: int, threads: int
     if proc.returncode != 0:
         lines = proc.stderr.strip().splitlines()
         return {"error": lines[-1] if lines else f"exit {proc.returncode}"}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]  # the child's result dict
 
 
 def profile_export(directory: str | Path, steps: int = 3, warmup: int = 1, eager: bool = True,
-                   threads: int | None = None, on_stage=lambda stage: None) -> dict[str, Any]:
+                   threads: int | None = None,
+                   on_stage: Callable[[str], None] = lambda stage: None) -> dict[str, Any]:
     """Profiles the exported program at `directory` (and eager for the same request);
     writes `profile.json` there and returns it. `threads`: for both runtimes (default:
     each one's own)."""
