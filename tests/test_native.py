@@ -17,6 +17,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -326,3 +327,11 @@ def test_the_bundles_key_hashes_every_worker_source():
 
     sources = {path.name for path in build.SOURCES.iterdir() if path.suffix in (".cpp", ".h")}
     assert sources - {"worker_tests.cpp"} <= set(build.SOURCE_FILES)
+
+
+def test_the_build_command_explains_itself_and_names_what_it_builds_for():
+    command = [sys.executable, "-m", "edgebench.native.build"]
+    shown = subprocess.run([*command, "--help"], capture_output=True, text=True)
+    assert shown.returncode == 0 and "x86_64 or aarch64" in shown.stdout
+    refused = subprocess.run([*command, "sparc"], capture_output=True, text=True)
+    assert refused.returncode == 2 and "no native worker for sparc: it is built for x86_64, aarch64" in refused.stderr

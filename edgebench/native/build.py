@@ -184,7 +184,18 @@ def _build(arch: str, work: Path, log: Callable[[str], None]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m edgebench.native.build [ARCH ...]`: builds (or finds) the bundles, prints their folders."""
-    for arch in (argv if argv is not None else sys.argv[1:]) or [machine_arch()]:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m edgebench.native.build",
+                                     description="Builds (or finds in the cache) the native worker bundle for each "
+                                     "architecture and prints its folder.")
+    parser.add_argument("arch", nargs="*", metavar="ARCH",
+                        help=f"{' or '.join(ARCHES)} (default: this host's, {machine_arch()})")
+    arches = parser.parse_args(argv).arch or [machine_arch()]
+    unknown = [arch for arch in arches if arch not in ARCHES]
+    if unknown:
+        parser.error(f"no native worker for {', '.join(unknown)}: it is built for {', '.join(ARCHES)}")
+    for arch in arches:
         try:
             print(bundle(arch, log=lambda line: print(line, file=sys.stderr)))
         except NativeBuildError as exc:
