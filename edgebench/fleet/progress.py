@@ -12,6 +12,9 @@ import time
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import TaskID
+
     from edgebench.runner.spec import RunSpec
 
 
@@ -66,7 +69,7 @@ class RunBars:
 class RunBar:
     """One run's bar: its stage (exporting, loading, its status) and its steps."""
 
-    def __init__(self, bars: RunBars, task: Any, label: str, total: int | None) -> None:
+    def __init__(self, bars: RunBars, task: TaskID, label: str, total: int | None) -> None:
         self.bars, self.task, self.label, self.total = bars, task, label, total
 
     def stage(self, text: str) -> None:
@@ -90,7 +93,7 @@ class StageBar:
     """export's display: one bar through its known stages on a terminal (stderr), one plain line
     per stage when piped, nothing with --json. A context manager, as rich's is."""
 
-    def __init__(self, what: str, where: str, stages: list[str], quiet: bool, console: Any) -> None:
+    def __init__(self, what: str, where: str, stages: list[str], quiet: bool, console: Console | None) -> None:
         from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
         self.what, self.title, self.stages = what, f"{what} for {where}", stages
