@@ -79,3 +79,15 @@ def test_predict_runtime_native_refuses_a_method_the_worker_does_not_run():
                                    "--runtime", "native", "--json"])
     assert out.exit_code == 2, out.output
     assert "does not run adafactor" in out.output and "--runtime python" in out.output
+
+
+def test_predict_runtime_native_says_why_a_program_cannot_be_exported(tmp_path):
+    from edgebench.devices.profiles import REPO_PROFILES_DIR
+
+    yaml = (REPO_PROFILES_DIR / "local.yaml").read_text().replace("dtype: float32", "dtype: float16")
+    (tmp_path / "halfling.yaml").write_text(yaml.replace("id: local", "id: halfling").replace("alias: local",
+                                                                                              "alias: halfling"))
+    out = CliRunner().invoke(cli, ["predict", "--device", str(tmp_path / "halfling.yaml"), "--model", "micro",
+                                   "--method", "sgd", "--runtime", "native", "--json"])
+    assert out.exit_code == 2, out.output
+    assert "sgd: no native program for halfling (dtype float16: training programs are exported in float32" in out.output

@@ -130,7 +130,8 @@ def _native_peaks(model_name: str, device: str | None, text_length: int, image_s
                                        batch_size=batch_size, image_size=image_size, text_length=text_length)
         try:
             program = export(request, profile=profile).directory
-        except ExportRefused:
+        except ExportRefused as exc:  # the device or runtime cannot run it: said, the rank goes on
+            click.echo(f"predict: {method.name}: no native program for {profile.id} ({exc})", err=True)
             return None
         return native_memory.predict_for(program, method)
 
