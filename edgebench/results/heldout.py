@@ -86,7 +86,8 @@ def _evaluator(spec: RunSpec) -> tuple[Any, Any]:
 
 
 def _load(model: Any, path: Path) -> None:
-    """The saved weights into `model`, every one by name and shape (a name the model lacks is an error)."""
+    """The saved weights into `model`, every one by name and size (a name the model lacks, or a
+    size it does not have, is an error); a flat tensor takes the model's shape."""
     import torch
     from safetensors.torch import load_file
 
@@ -97,4 +98,6 @@ def _load(model: Any, path: Path) -> None:
         raise KeyError(f"{path}: weights the model has not: {unknown[:3]}")
     with torch.no_grad():
         for name, value in saved.items():
-            named[name].copy_(value)
+            if value.numel() != named[name].numel():
+                raise ValueError(f"{path}: {name} holds {value.numel()} values, the model's {named[name].numel()}")
+            named[name].copy_(value.reshape(named[name].shape))
