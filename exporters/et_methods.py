@@ -407,7 +407,8 @@ def _update_ops(op: Callable[..., Node], optimizer: str, weight: Node, grad: Nod
         op(aten.copy_.default, weight, op(aten.add.Tensor, weight, op(aten.mul.Tensor, grad, step)))
         return
     opt = descriptor(optimizer)
-    beta1, beta2 = opt.betas  # type: ignore[misc]  # an Adam's descriptor (state given) has its betas
+    assert opt.betas is not None  # an Adam's descriptor (state given) has its betas
+    beta1, beta2 = opt.betas
     m, v = state
     base = op(aten.mul.Tensor, weight, scalar("decay")) if opt.weight_decay else weight
     # m.lerp_(g, 1 - beta1); v.mul_(beta2).addcmul_(g, g, value=1 - beta2)

@@ -103,7 +103,8 @@ def build_training_model(request: ExportRequest) -> tuple[VisionLanguageModel, M
 
     method = parse_method(request.method)
     torch.manual_seed(request.seed)
-    # build_model_for and apply_trainable type what they give nn.Module: it is the VisionLanguageModel
+    # build_model_for and apply_trainable type what they give nn.Module: the VisionLanguageModel, or for
+    # LoRA peft's wrapper of it, which forwards its attributes (cfg) to it
     model: VisionLanguageModel = build_model_for(  # type: ignore[assignment]
         method, request.model, image_size=request.image_size)  # bf16 if frozen bf16/int8
     model = apply_trainable(method, model)  # type: ignore[assignment]
@@ -148,24 +149,25 @@ def _export_executorch(request: ExportRequest, directory: Path, on_stage: Callab
     files = [PTE]
     delegate = request.delegate
     lowered: LoweredProgram | SharedProgram  # forward-only: lowered here; forward-backward: the shared program's
+    shared_facts: dict[str, Any] = {}
     if method.grad_mode == "zeroth-order":
-        lowered = lower_forward(model, example, delegate=delegate, bf16=request.bf16, on_stage=on_stage)
+        forward = lowered = lower_forward(model, example, delegate=delegate, bf16=request.bf16, on_stage=on_stage)
         named = dict(model.named_parameters())
-        torch.save({n: named[n].detach().clone() for n in lowered.trainable_parameters},
+        torch.save({n: named[n].detach().clone() for n in forward.trainable_parameters},
                    directory / TRAINABLE_INIT)
         with open(directory / TRAINABLE_INIT_RAW, "wb") as fh:
-            for n in lowered.trainable_parameters:
+            for n in forward.trainable_parameters:
                 fh.write(named[n].detach().float().contiguous().numpy().astype("<f4").tobytes())
         files += [TRAINABLE_INIT, TRAINABLE_INIT_RAW]
+        forward.write(directory / PTE)
         program = "forward-only"
     else:
-        lowered = _lowered_once(
+        shared = lowered = _lowered_once(
             _program_key(request, method, example, delegate), directory, rewrite,
             lambda: lower_training_step(model, example, delegate=delegate, bf16=request.bf16, on_stage=on_stage,
                                         joint_rewrite=rewrite))
+        shared_facts = {"program_key": shared.key, "gradients_summed_in_program": method.accumulation}
         program = "forward-backward"
-    if program == "forward-only":
-        lowered.write(directory / PTE)  # type: ignore[union-attr]  # forward-only: a LoweredProgram
     inputs = _inputs({k: batch[k] for k in BATCH_INPUTS})  # the program's inputs
     if program == "forward-only":
         named = dict(model.named_parameters())
@@ -179,9 +181,7 @@ def _export_executorch(request: ExportRequest, directory: Path, on_stage: Callab
         "frozen_parameters": lowered.frozen_parameters,
         "planned_memory_bytes": lowered.planned_memory_bytes,
         "lowering": {**lowered.lowering, **rewrite.lowering()},  # + the method's knobs
-        **({"program_key": lowered.key,  # type: ignore[union-attr]  # forward-backward: a SharedProgram
-            "gradients_summed_in_program": method.accumulation}
-           if program == "forward-backward" else {}),
+        **shared_facts,
         "files": files,
     }
 
@@ -308,8 +308,8 @@ def _export_onnxruntime(request: ExportRequest, directory: Path, on_stage: Calla
                   "parameters.safetensors); the eval graph runs in an InferenceSession fed those buffers "
                   "(no training session, no gradients)")
     else:
-        # not forward-only: the method's optimizer, a str
-        torch_name = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW"}[optimizer]  # type: ignore[index]
+        assert optimizer is not None  # not forward-only: the method's optimizer
+        torch_name = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW"}[optimizer]
         update = (f"torch.optim.{torch_name}'s update in numpy "
                   "between training-graph calls (edgebench.backends.numpy_updates.RecipeUpdate), in place on "
                   f"ORT's parameter and gradient buffers; global-norm clip {optim.MAX_GRAD_NORM}"

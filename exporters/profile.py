@@ -83,14 +83,14 @@ def _etdump_ops(path: str, executions: int) -> tuple[list[dict[str, Any]], dict[
                 calls[name] += len(event.perf_data.raw)
     ops = [{"name": n, "s_per_step": round(total_ms[n] / 1e3 / executions, 4),
             "calls_per_step": round(calls[n] / executions, 1)}
-           for n in sorted(total_ms, key=total_ms.get, reverse=True)]  # type: ignore[arg-type]  # a key's: a float
+           for n in sorted(total_ms, key=lambda n: total_ms[n], reverse=True)]
     return ops, {"load_s": round(phases["load"], 3), "execute_s_per_step": round(phases["execute"] / executions, 4)}
 
 
 def _child_executorch(directory: str, steps: int, warmup: int, threads: int | None) -> dict[str, Any]:
     import torch
 
-    from edgebench.backends.executorch import ExecutorchBackend, _as_inputs
+    from edgebench.backends.executorch import ExecutorchBackend, TrainingProgram, _as_inputs
     from edgebench.backends.program import BATCH_INPUTS
 
     manifest = json.loads((Path(directory) / "manifest.json").read_text())
@@ -112,12 +112,16 @@ def _child_executorch(directory: str, steps: int, warmup: int, threads: int | No
             backend.step(dict(zip(BATCH_INPUTS, inputs)))
             t1 = time.perf_counter()
         else:  # an update between calls: the module is a TrainingProgram (setup's other kinds step whole)
-            backend.module.forward_backward(inputs)  # type: ignore[union-attr]
+            module = backend.module
+            assert isinstance(module, TrainingProgram)
+            module.forward_backward(inputs)
             t1 = time.perf_counter()
-            backend.update.step(backend.module.named_parameters(), backend.module.grads)  # type: ignore[union-attr]
+            backend.update.step(module.named_parameters(), module.grads)
         t2 = time.perf_counter()
-        if step >= warmup:  # three appends in one statement (a tuple of their Nones, unused)
-            step_s.append(t2 - t0), program_s.append(t1 - t0), update_s.append(t2 - t1)  # type: ignore[func-returns-value]
+        if step >= warmup:
+            step_s.append(t2 - t0)
+            program_s.append(t1 - t0)
+            update_s.append(t2 - t1)
     peak = _vm("VmHWM")
     state = 0
     optimizer = getattr(backend.update, "torch_optimizer", None)
@@ -217,7 +221,8 @@ def _run_child(kind: str, directory: Path, steps: int, warmup: int, threads: int
     if proc.returncode != 0:
         lines = proc.stderr.strip().splitlines()
         return {"error": lines[-1] if lines else f"exit {proc.returncode}"}
-    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]  # the child's result dict
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])  # the child's result
+    return result
 
 
 def profile_export(directory: str | Path, steps: int = 3, warmup: int = 1, eager: bool = True,
