@@ -159,3 +159,25 @@ def test_sweep_runs_every_spec_and_resumes(tmp_path):
     again = run_sweep(tmp_path)
     assert again["runs"] == {"a": "ok", "b": "ok"}
     assert (tmp_path / "runs" / "a" / "result.json").stat().st_mtime_ns == before
+
+
+def test_a_sweep_runs_a_disturbed_run_again_within_its_budget(tmp_path):
+    """deploy --rerun-disturbed: two processes spin on both cores, so every run is disturbed. The
+    device's sweep adds the first run's spec again (naming it) as its budget of one allows, not
+    the re-run's; a resumed sweep runs neither again."""
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    tiny(run_id="a", steps=2, warmup_steps=0).save(specs / "000-a.json")
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        state = run_sweep(tmp_path, rerun_disturbed=1)
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+    assert state["state"] == "finished" and state["runs"] == {"a": "ok", "a-again": "ok"}
+    assert RunSpec.load(specs / "001-a-again.json").extra["rerun_of"] == "a"
+    for run_id in ("a", "a-again"):
+        assert figures_of_run_dir(tmp_path / "runs" / run_id)["cpu"]["disturbed"]
+    assert run_sweep(tmp_path, rerun_disturbed=5)["runs"] == {"a": "ok", "a-again": "ok"}
+    assert len(list(specs.glob("*.json"))) == 2

@@ -245,6 +245,10 @@ LR_OPTION = click.option("--lr", default=None, type=FinitePositive(),
                          help="Learning rate (default: the method's own).")
 
 
+RERUN_OPTION = click.option("--rerun-disturbed", default=0, show_default=True, type=click.IntRange(min=0), metavar="N",
+                            help="Run a configuration again when its run was disturbed (other processes took >10% of "
+                                 "the CPU), at most N extra runs in all (deploy: per device, on devices with Python); "
+                                 "the disturbed run stays in the store beside its re-run.")
 SAVE_OPTION = click.option("--save", "save", default=None, type=click.Path(file_okay=False),
                            help="Keep each run's trained weights after its last step in SAVE/<run_id>/: a nanoVLM "
                                 "checkpoint (config.json + model.safetensors; `edgebench models --load`, `--model`), "
@@ -455,9 +459,7 @@ def run_options(command: Callable[..., None]) -> Callable[..., None]:
 @click.option("--store", default=None, type=click.Path(dir_okay=False),
               help=f"Results store to ingest into (default: RUNS_DIR/edgebench.duckdb with --runs-dir, else "
                    f"{STORE_DEFAULT_HELP}); see `edgebench report`.")
-@click.option("--rerun-disturbed", default=0, show_default=True, type=click.IntRange(min=0), metavar="N",
-              help="Run a configuration again when its run was disturbed (other processes took >10% of the CPU), "
-                   "at most N extra runs in all; the disturbed run stays in the store beside its re-run.")
+@RERUN_OPTION
 @SAVE_OPTION
 def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str | None, as_json: bool,
           store: str | None, rerun_disturbed: int, save: str | None, force: bool) -> None:
@@ -541,9 +543,11 @@ def _bench_exit(results: list[dict[str, Any]], device: str, backend: str) -> Non
                    "profile now (cached).")
 @click.option("--spec", "spec_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="RunSpec JSON file to run as is (repeatable); replaces --methods and the shape options.")
+@RERUN_OPTION
 @SAVE_OPTION
 def deploy(devices: tuple[str, ...], shape: dict[str, Any], methods: list[str], runs_dir: str | None, as_json: bool,
-           program: str | None, spec_files: tuple[str, ...], save: str | None, force: bool) -> None:
+           program: str | None, spec_files: tuple[str, ...], rerun_disturbed: int, save: str | None,
+           force: bool) -> None:
     """Start a sweep of methods on one or more devices, detached; print the run ids.
 
     Takes the same run options as `bench`. Preflight checks the device (Python,
@@ -569,7 +573,8 @@ def deploy(devices: tuple[str, ...], shape: dict[str, Any], methods: list[str], 
         # Each stage is a line on stderr; off a terminal each carries the elapsed time too.
         results = deploy_or_stop(list(devices), specs, runs_dir_for(runs_dir), store_for(None, runs_dir),
                                  log=(lambda _: None) if as_json else plain_progress(sys.stderr) or _echo_err,
-                                 said=_echo_err, save_to=str(Path(save).resolve()) if save else None, force=force)
+                                 said=_echo_err, save_to=str(Path(save).resolve()) if save else None, force=force,
+                                 rerun_disturbed=rerun_disturbed)
     except KeyboardInterrupt:
         raise SystemExit(130) from None
     _show_deploy(results, as_json)

@@ -173,9 +173,10 @@ def _runnable(name: str, specs: list[RunSpec], refused: dict[str, str],
 
 def deploy_one(name: str, specs: list[RunSpec], local_root: Path,
                log: Callable[[str], None] = lambda _: None, save_to: str | None = None,
-               force: bool = False) -> Deployment:
+               force: bool = False, rerun_disturbed: int = 0) -> Deployment:
     """Preflight, ship and start one device's sweep; returns what was started. `force`: runs the
-    memory model predicts do not fit go ahead (their meta.json records it)."""
+    memory model predicts do not fit go ahead (their meta.json records it). `rerun_disturbed`:
+    the device's sweep runs a disturbed run again, that many extra runs at most (runner.sweep)."""
     device = get_device(name)
     specs = for_device(device.name, device.profile, specs)
     if not force:  # what the profile's RAM already rules out is refused before any export (minutes)
@@ -241,9 +242,13 @@ def deploy_one(name: str, specs: list[RunSpec], local_root: Path,
             start = (
                 f"cd {shlex.quote(sweep)} && S=$(command -v setsid || true); "
                 f"PYTHONPATH={shlex.quote(sweep + '/pkg')} $S nohup {shlex.quote(device.python)} "
-                f"-m edgebench.runner.sweep {shlex.quote(sweep)} > sweep.log 2>&1 < /dev/null & echo $! > sweep.pid"
+                f"-m edgebench.runner.sweep {shlex.quote(sweep)} --rerun-disturbed {int(rerun_disturbed)} "
+                "> sweep.log 2>&1 < /dev/null & echo $! > sweep.pid"
             )
         else:
+            if rerun_disturbed:
+                log(f"{name}: --rerun-disturbed: not on a device without Python (its shell sweep does not judge "
+                    "whether a run was disturbed); its runs are not re-run")
             transport.check(["ln", "-s", str(specs[0].native_worker), f"{sweep}/{shell_sweep.WORKER_LINK}"])
             start = shell_sweep.start_command(sweep)
         try:
@@ -314,14 +319,14 @@ def _device_lines(name: str, log: Callable[[str], None], lock: threading.Lock) -
 
 def deploy_many(names: list[str], specs: list[RunSpec], local_root: Path,
                 log: Callable[[str], None] = lambda _: None, save_to: str | None = None,
-                force: bool = False) -> dict[str, Deployment | Exception]:
+                force: bool = False, rerun_disturbed: int = 0) -> dict[str, Deployment | Exception]:
     """Deploys to every device at once (one thread each); a failure stays that device's. Every
     device busy: one DeviceBusy naming them all, as nothing started and there is nothing else to say."""
     lock = threading.Lock()
 
     def one(name: str) -> Deployment | Exception:
         try:
-            return deploy_one(name, specs, local_root, _device_lines(name, log, lock), save_to, force)
+            return deploy_one(name, specs, local_root, _device_lines(name, log, lock), save_to, force, rerun_disturbed)
         except (PreflightError, TransportError, ValueError, OSError) as exc:
             return exc
 

@@ -16,13 +16,14 @@ from edgebench.runner.spec import RunSpec
 
 def deploy_or_stop(names: list[str], specs: list[RunSpec], local_root: Path, store_path: Path, *,
                    log: Callable[[str], None], said: Callable[[str], None], save_to: str | None,
-                   force: bool) -> dict[str, Deployment | Exception]:
+                   force: bool, rerun_disturbed: int = 0) -> dict[str, Deployment | Exception]:
     """deploy_many; on a Ctrl-C the sweeps it had already started are stopped (their running run
     ends `interrupted`), collected and ingested into the store, shielded from another Ctrl-C, so
     nothing started is left behind (`said` tells each), and then the KeyboardInterrupt goes on."""
     known = {name: len(deployments(name, local_root)) for name in names}
     try:
-        return deploy_many(names, specs, local_root, log=log, save_to=save_to, force=force)
+        return deploy_many(names, specs, local_root, log=log, save_to=save_to, force=force,
+                           rerun_disturbed=rerun_disturbed)
     except KeyboardInterrupt:
         with shielded(True):
             _stop_started(known, local_root, store_path, said)

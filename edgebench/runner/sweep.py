@@ -141,7 +141,31 @@ def _no_space(sweep_dir: Path) -> str | None:
     return None
 
 
-def run_sweep(sweep_dir: str | Path) -> dict[str, Any]:
+def disturbed_again(spec: RunSpec, run_dir: Path, result: dict[str, Any], sweep_dir: Path) -> Path | None:
+    """Where its run was disturbed (edgebench.figures.cpu: other processes or steal took more
+    than the noise guard's share of the CPU), the spec again as a new spec file of the sweep,
+    under `<run_id>-again` (the disturbed run stays, its re-run's spec names it: extra.rerun_of);
+    else None."""
+    from edgebench.figures.cpu import DEFAULT_CLOCK_TICKS, cpu_share
+
+    try:
+        readings = json.loads((run_dir / "meta.json").read_text()).get("readings") or {}
+    except (OSError, ValueError):
+        readings = {}
+    ticks = readings.get("clock_ticks") or DEFAULT_CLOCK_TICKS
+    share = cpu_share(result.get("cpu_start"), result.get("cpu_end"), ticks)
+    if not (share or {}).get("disturbed"):
+        return None
+    again = RunSpec.from_dict({**spec.to_dict(), "run_id": f"{spec.run_id}-again",
+                               "extra": {**spec.extra, "rerun_of": spec.run_id}})
+    path = sweep_dir / "specs" / f"{len(spec_files(sweep_dir)):03d}-{again.run_id}.json"
+    again.save(path)
+    return path
+
+
+def run_sweep(sweep_dir: str | Path, rerun_disturbed: int = 0) -> dict[str, Any]:
+    """Runs the sweep's specs in order; `rerun_disturbed`: at most this many re-runs of disturbed
+    runs (disturbed_again), added to the sweep as they are found."""
     sweep_dir = Path(sweep_dir)
     lock = _lock(sweep_dir)  # noqa: F841 (held until run_sweep returns)
     (sweep_dir / "sweep.pid").write_text(f"{os.getpid()}\n")  # `edgebench status` checks this process
@@ -172,7 +196,8 @@ def run_sweep(sweep_dir: str | Path) -> dict[str, Any]:
     previous = {signum: signal.signal(signum, on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
         specs = spec_files(sweep_dir)
-        for path in specs:
+        reruns = sum(1 for p in specs if p.stem.endswith("-again"))  # a resumed sweep's earlier ones count
+        for path in specs:  # grows by the re-runs of disturbed runs
             try:
                 spec = RunSpec.load(path)
             except (OSError, ValueError, TypeError) as exc:  # a damaged spec file is that run's error, not the sweep's
@@ -213,6 +238,11 @@ def run_sweep(sweep_dir: str | Path) -> dict[str, Any]:
             state["runs"][run_id] = result["status"]
             if NO_SPACE in str(result.get("detail")):
                 state["why"] = result["detail"]
+            again = disturbed_again(spec, run_dir, result, sweep_dir) if reruns < rerun_disturbed else None
+            if again is not None:
+                reruns += 1
+                specs.append(again)
+                state["runs"][_run_id(again)] = "not started"
             save()
         if stop["signal"]:
             state["state"], state["why"] = "interrupted", f"stopped by {stop['signal']}"
@@ -231,10 +261,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m edgebench.runner.sweep",
                                      description="Run every DIR/specs/*.json in order (resumable).")
     parser.add_argument("dir")
+    parser.add_argument("--rerun-disturbed", type=int, default=0, metavar="N",
+                        help="run a disturbed run's spec again, N extra runs at most")
     args = parser.parse_args(argv)
     shield_from_oom_kill()  # an OOM kill takes the worker, and this process records it
     try:
-        state = run_sweep(args.dir)
+        state = run_sweep(args.dir, args.rerun_disturbed)
     except AlreadyRunning as exc:
         print(exc, file=sys.stderr)
         return 2
