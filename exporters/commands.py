@@ -102,12 +102,17 @@ def export_command(device: str, model: str, data_dir: str | None, lr: float | No
             raise click.ClickException(str(exc)) from None
         bar.ended("cached" if exported.result.cached else "done")
     if as_json:
-        extra = ({"profile": exported.report} if exported.report else {}) | ({"data": data} if data else {})
-        click.echo(json.dumps({**exported.result.manifest, "directory": str(exported.result.directory),
-                               "cached": exported.result.cached, "replaced": list(exported.result.replaced),
-                               "lr": exported.lr, **extra}, indent=2))
+        click.echo(json.dumps(_as_json(exported, data), indent=2))
     else:
         _print_export(console, exported, data)
+
+
+def _as_json(exported: Exported, data: DataFigures | None) -> dict[str, Any]:
+    """--json: the manifest, where the export is, whether it came from the cache, --profile's and --data's figures."""
+    result = exported.result
+    return {**result.manifest, "directory": str(result.directory), "cached": result.cached,
+            "replaced": list(result.replaced), "lr": exported.lr,
+            **({"profile": exported.report} if exported.report else {}), **({"data": data} if data else {})}
 
 
 def _checked_request(device: str, method: str, delegate: str, bf16: str, profile_steps: int, data_dir: str | None,
