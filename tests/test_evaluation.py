@@ -104,18 +104,24 @@ def _events(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-@pytest.mark.parametrize("method, backend", [("sgd", "executorch"), ("lora", "onnxruntime")])
-def test_an_exported_programs_saved_weights_are_evaluated_on_the_host_as_eager_evaluates(method, backend, tmp_path):
+@pytest.mark.parametrize("method, backend, runtime", [
+    ("sgd", "executorch", "python"), ("lora", "onnxruntime", "python"), ("sgd", "executorch", "native")])
+def test_an_exported_programs_saved_weights_are_evaluated_on_the_host_as_eager_evaluates(method, backend, runtime,
+                                                                                         tmp_path):
     """An exported program computes its loss only: the device saves its weights at each evaluation
-    point and the host evaluates them with the model they were exported from. Same seed, same
-    data: the counts are eager's own, point by point (the programs train as eager does)."""
+    point (the Python worker, or the native one: edgebench/native/evaluation.cpp) and the host
+    evaluates them with the model they were exported from. Same seed, same data: the counts are
+    eager's own, point by point (the programs train as eager does)."""
+    from edgebench.fleet.plan import attach_native
     from edgebench.results.heldout import evaluate_saved_weights
+    from edgebench.runner.native import machine_arch
     from exporters.pipeline import export_for_spec
 
     shape = dict(model="tiny", method=method, batch_size=1, steps=2, warmup_steps=1, eval_every=2, eval_samples=4)
     eager = run_local(RunSpec(**shape, run_id="eager"), tmp_path / "eager")
-    spec = RunSpec(**shape, backend=backend, runtime="python", run_id=backend)
+    spec = RunSpec(**shape, backend=backend, runtime=runtime, run_id=backend)
     spec.program = export_for_spec(spec)
+    assert attach_native(spec, machine_arch()) is None and spec.runtime == runtime  # the native worker and its plan
     exported = run_local(spec, tmp_path / backend)
     reference = [e for e in _events(tmp_path / "eager" / "events.jsonl") if e["event"] == "eval"]
     host = _events(tmp_path / backend / "heldout.jsonl")
@@ -129,6 +135,11 @@ def test_an_exported_programs_saved_weights_are_evaluated_on_the_host_as_eager_e
     # step 0's weights are the exported ones: nothing saved for them
     assert sorted(p.name for p in (tmp_path / backend).glob("eval-weights-*")) == [
         "eval-weights-000002.safetensors", "eval-weights-000003.safetensors"]
+    if runtime == "native":  # saved in the model's shapes, as the program holds them (not flat)
+        raw = (tmp_path / backend / "eval-weights-000002.safetensors").read_bytes()
+        header = json.loads(raw[8:8 + int.from_bytes(raw[:8], "little")])
+        shapes = {name: list(p.shape) for name, p in build_model("tiny").named_parameters()}
+        assert header and {name: h["shape"] for name, h in header.items()} == {name: shapes[name] for name in header}
     (tmp_path / backend / "eval-weights-000003.safetensors").unlink()
     (tmp_path / backend / "heldout.jsonl").unlink()
     assert evaluate_saved_weights(tmp_path / backend) == 3 and evaluate_saved_weights(tmp_path / backend) == 0
@@ -156,7 +167,6 @@ def test_heldout_part_of_a_folder_dataset_is_never_trained_on(tmp_path):
 
 @pytest.mark.parametrize("args, said", [
     (["--target", "acc=0.9"], "one of accuracy, loss"),
-    (["--backend", "executorch", "--runtime", "native", "--eval-every", "2"], "native worker does not evaluate"),
 ])
 def test_bench_refuses_what_it_cannot_evaluate_before_any_run(args, said, tmp_path):
     from edgebench.fleet.commands import bench

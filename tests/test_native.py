@@ -25,11 +25,13 @@ import pytest
 
 from conftest import EXPORTED_MODEL
 from edgebench.backends import create
-from edgebench.figures.run import figures_of_run_dir
+from edgebench.figures.run import HOST_EVALS, figures_of_run_dir
 from edgebench.figures.status import EXIT_ERROR
+from edgebench.model import build_model
 from edgebench.native import rates
 from edgebench.native.build import bundle
 from edgebench.native.plan import write_plan
+from edgebench.results.heldout import evaluate_saved_weights
 from edgebench.runner.native import WORKER
 from edgebench.runner.spec import RunSpec
 from edgebench.runner.supervisor import run_spec
@@ -161,6 +163,27 @@ def test_native_mezo_learns_on_the_forward_only_program(export_cache, worker_bun
         )
     assert losses[0] == losses[1]  # same seed, same bytes
     assert np.mean(losses[0][-5:]) < np.mean(losses[0][:5]) - 0.05, losses[0]
+
+
+@pytest.mark.parametrize("method", ["lomo", "mezo"])
+def test_each_kind_saves_its_trained_weights_at_evaluation_points(export_cache, worker_bundle, tmp_path, method):
+    """The updating kind's weights are its program's outputs after the loss, the forward-only
+    kind's the ones the worker holds (the joint kind's: tests/test_evaluation.py): saved after
+    each point but the first, in the model's shapes, and the host evaluates them all."""
+    spec = _spec(method, _program(method), steps=3, eval_every=2, eval_samples=2)
+    result, events = _native(spec, worker_bundle, tmp_path / "run", tmp_path / "plans")
+    assert result["status"] == "ok", result["detail"]
+    assert [e["after_steps"] for e in events if e["event"] == "eval_weights"] == [0, 2, 3]
+    assert sorted(p.name for p in (tmp_path / "run").glob("eval-weights-*")) == [
+        "eval-weights-000002.safetensors", "eval-weights-000003.safetensors"]
+    raw = (tmp_path / "run" / "eval-weights-000003.safetensors").read_bytes()
+    header = json.loads(raw[8:8 + int.from_bytes(raw[:8], "little")])
+    shapes = {name: list(p.shape) for name, p in build_model(EXPORTED_MODEL).named_parameters()}
+    assert header and {name: h["shape"] for name, h in header.items()} == {name: shapes[name] for name in header}
+    assert evaluate_saved_weights(tmp_path / "run") == 3
+    host = [json.loads(line) for line in (tmp_path / "run" / HOST_EVALS).read_text().splitlines()]
+    assert [e["event"] for e in host] == ["eval"] * 3, host
+    assert host[2]["loss_sum"] != host[0]["loss_sum"]  # trained weights, not the exported ones
 
 
 def test_python_only_optimizers_are_refused_natively(export_cache, tmp_path):

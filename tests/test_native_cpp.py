@@ -1,7 +1,8 @@
 """The native worker's C++ unit tests (edgebench/native/worker_tests.cpp), built by build.py as
 CMake's edgebench-worker-tests target and run by ctest: the optimizers against steps worked
 out by hand, the plan reader on good and bad plans (each error naming its line and key), the
-thread pool's loops. Linked against the runtime and its thread pool only, not the kernels."""
+thread pool's loops, the saved weights (safetensors) and the evaluation points. Linked against
+the runtime and its thread pool only, not the kernels."""
 
 from __future__ import annotations
 

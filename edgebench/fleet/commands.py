@@ -189,17 +189,10 @@ def _check_packing(shape: dict[str, Any]) -> None:
 
 
 def _check_evaluation(shape: dict[str, Any]) -> None:
-    """--target names a figure the run can evaluate, on a runtime that evaluates (not the native
-    worker); an accuracy target needs short answers (the synthetic task's, or a dataset's of at
-    most SHORT_ANSWER_TOKENS tokens each)."""
+    """--target names a figure the run can evaluate; an accuracy target needs short answers (the
+    synthetic task's, or a dataset's of at most SHORT_ANSWER_TOKENS tokens each)."""
     from edgebench.figures.learning import SHORT_ANSWER_TOKENS, TargetError, parse_target
 
-    if not (shape["eval_every"] or shape["target"]):
-        return
-    if shape["backend"] == "executorch" and shape["runtime"] == "native":
-        raise click.BadParameter("the native worker does not evaluate held-out data yet: use --runtime python "
-                                 "(the host evaluates the weights it saves), or drop --eval-every and --target",
-                                 param_hint="--runtime")
     if not shape["target"]:
         return
     try:

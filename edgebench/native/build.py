@@ -28,7 +28,7 @@ SOURCES = Path(__file__).resolve().parent
 SOURCE_FILES = ("CMakeLists.txt", "worker.cpp", "common.h", "common.cpp", "program.h", "program.cpp", "program_joint.h",
                 "program_joint.cpp", "program_updating.h", "program_updating.cpp", "program_forward_only.h",
                 "program_forward_only.cpp", "rates.h", "rates.cpp", "plan.h", "plan.cpp", "optimizers.h",
-                "optimizers.cpp", "parallel.h", "run.sh")
+                "optimizers.cpp", "evaluation.h", "evaluation.cpp", "parallel.h", "run.sh")
 UNIT_TESTS = "edgebench-worker-tests"  # CMakeLists.txt's target of worker_tests.cpp
 EXIT_CODES_HEADER = "exit_codes.h"  # generated into the build's GENERATED folder (CMake's EDGEBENCH_GENERATED_DIR)
 GENERATED = "generated"

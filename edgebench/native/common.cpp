@@ -56,8 +56,8 @@ Events::~Events() {
   if (fh_) std::fclose(fh_);
 }
 
-void Events::write(const std::string& event, const std::string& fields) {
-  std::string line = "{\"t_ns\": " + std::to_string(now_ns()) + ", \"event\": " + json_string(event) +
+void Events::write(const std::string& event, const std::string& fields, int64_t t_ns) {
+  std::string line = "{\"t_ns\": " + std::to_string(t_ns) + ", \"event\": " + json_string(event) +
                      (fields.empty() ? "" : ", " + fields) + "}\n";
   if (std::fputs(line.c_str(), fh_) < 0 || std::fflush(fh_) != 0) {
     int err = errno;

@@ -32,7 +32,8 @@ class Events {
  public:
   explicit Events(const std::string& path);
   ~Events();
-  void write(const std::string& event, const std::string& fields = "");
+  // `t_ns`: when it began, for an event that spans time (an evaluation point's).
+  void write(const std::string& event, const std::string& fields = "", int64_t t_ns = now_ns());
 
  private:
   std::FILE* fh_;

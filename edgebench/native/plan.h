@@ -22,7 +22,7 @@ struct PlanError : std::runtime_error {
 // range. The plan's values and the worker's arguments are read with it.
 std::optional<long long> whole_number(const std::string& text);
 
-inline constexpr const char* kPlanFormat = "edgebench-native-plan 1";
+inline constexpr const char* kPlanFormat = "edgebench-native-plan 2";
 
 class PlanLine {
  public:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ def _kind(method: Any) -> str:
 
 
 def _lines(spec: RunSpec, method: Any, manifest: dict[str, Any], batch_count: int) -> list[str]:
+    from edgebench.figures.learning import DEFAULT_EVAL_EVERY
     from edgebench.methods import optim
     from edgebench.methods.optimizers import optimizer
 
@@ -79,6 +81,9 @@ def _lines(spec: RunSpec, method: Any, manifest: dict[str, Any], batch_count: in
         f"threads {spec.threads or 0}",
         f"seed {spec.seed}",
         f"mezo_eps {_mezo_eps()!r}",
+        # held-out evaluation points (0: none), where the worker saves its weights for the host to evaluate
+        f"eval_every {spec.eval_every or (DEFAULT_EVAL_EVERY if spec.target else 0)}",
+        f"eval_weights {_eval_weights()}",
         f"batches {BATCHES}",
         f"batch_count {batch_count}",
     ]
@@ -89,6 +94,16 @@ def _lines(spec: RunSpec, method: Any, manifest: dict[str, Any], batch_count: in
     for name in manifest["trainable_parameters"]:
         lines.append(f"param {name} {1 if optim.is_projector(name) else 0} {sizes.get(name, 0)}")
     return lines
+
+
+def _eval_weights() -> str:
+    """EVAL_WEIGHTS (the Python worker's name for an evaluation point's weights) as the worker
+    fills it in: PREFIX WIDTH SUFFIX around its one field, the zero-padded step."""
+    from edgebench.runner.worker import EVAL_WEIGHTS
+
+    parts = re.fullmatch(r"(\S+)\{step:0(\d+)d\}(\S+)", EVAL_WEIGHTS)
+    assert parts, f"EVAL_WEIGHTS {EVAL_WEIGHTS!r} is not PREFIX{{step:0Nd}}SUFFIX, which the native worker reads"
+    return " ".join(parts.groups())
 
 
 def _mezo_eps() -> float:
@@ -118,9 +133,6 @@ def write_plan(spec: RunSpec, cache: Path) -> Path:
     reason = native_reason(method)
     if reason:
         raise UnsupportedBackend(f"method {spec.method!r} on the native ExecuTorch worker: {reason}")
-    if spec.eval_every or spec.target:  # `auto` runs these on the Python worker, which saves weights to evaluate
-        raise UnsupportedBackend("held-out evaluation (--eval-every, --target): the native worker does not "
-                                 "evaluate or save its weights yet; the Python ExecuTorch runtime does")
     if spec.program is None:
         raise UnsupportedBackend(f"run {spec.run_id}: no exported program to plan for (spec.program is unset)")
     program, manifest = open_program(spec, "executorch", method.knobs())  # made for this method

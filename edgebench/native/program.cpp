@@ -163,6 +163,12 @@ double Program::to_double(const EValue& v) {
   return double(t.const_data_ptr<float>()[0]);
 }
 
+void Program::point_at(Param& p, const Tensor& t) {
+  p.data = t.mutable_data_ptr<float>();
+  p.numel = size_t(t.numel());
+  p.shape.assign(t.sizes().begin(), t.sizes().end());
+}
+
 std::unique_ptr<Program> make_program(const Plan& plan, const std::string& program_dir) {
   std::string kind = plan.text("kind");
   if (kind == "joint") return std::make_unique<JointProgram>(plan, program_dir);
@@ -171,7 +177,8 @@ std::unique_ptr<Program> make_program(const Plan& plan, const std::string& progr
   fail("native plan: unknown program kind " + kind);
 }
 
-int train(const std::string& plan_path, const std::string& program_dir, Events& events) try {
+int train(const std::string& plan_path, const std::string& program_dir, const std::string& out_dir,
+          Events& events) try {
   Plan plan = Plan::read(plan_path);
   const PlanLine* predicted = plan.find("predicted");  // the host's prediction, JSON, echoed as it is
   events.write("predicted", std::string("\"memory\": ") + (predicted && !predicted->rest().empty() ? predicted->rest() : "null"));
@@ -183,8 +190,11 @@ int train(const std::string& plan_path, const std::string& program_dir, Events& 
   events.write("load_end");
   long long warmup = plan.integer("warmup_steps"), steps = plan.integer("steps");
   double duration = plan.real("duration_s");  // 0: run `steps` measured steps
+  Evaluation evaluation(plan, out_dir);
   int64_t deadline = duration > 0 ? now_ns() + int64_t(duration * 1e9) : -1;  // from here, as the Python worker
-  for (long long step = 0;; ++step) {
+  long long step = 0;
+  for (;; ++step) {
+    if (evaluation.due(step)) evaluation.run(step, program->params(), events);  // warmup steps count
     bool measure = step >= warmup;
     if (measure) {
       if (deadline < 0 && step - warmup >= steps) break;
@@ -202,6 +212,7 @@ int train(const std::string& plan_path, const std::string& program_dir, Events& 
       return EXIT_DIVERGED;
     }
   }
+  if (evaluation.wanted() && evaluation.last() != step) evaluation.run(step, program->params(), events);  // after the last
   return EXIT_OK;
 } catch (const PlanError& e) {
   fail(e.what());

@@ -1,10 +1,11 @@
 // What the three program kinds share (program_joint.h, program_updating.h,
 // program_forward_only.h): the plan's values, each read once at load, the batches, loading
 // model.pte and checking its inputs against the plan, and one call of its `forward`; and the
-// run itself (train), which writes the step events whatever the kind.
+// run itself (train), which writes the step events and evaluation points whatever the kind.
 #pragma once
 
 #include "common.h"
+#include "evaluation.h"
 #include "plan.h"
 
 #include <executorch/extension/module/module.h>
@@ -53,13 +54,6 @@ struct Schedule {
   double factor(long long step) const;
 };
 
-struct Param {
-  std::string name;
-  int group = 0;  // 0 backbones, 1 projector (nanoVLM's higher lr)
-  float* data = nullptr;
-  size_t numel = 0;
-};
-
 class Program {
  public:
   // The plan's values are read here, once, whatever the kind uses (a joint program's optimizer
@@ -70,6 +64,8 @@ class Program {
   void load();
   // One training step (warmup or measured): returns the loss.
   virtual double step(long long step_index) = 0;
+  // The trained weights (a joint or updating program's own, after its last call; MeZO's here).
+  const std::vector<Param>& params() const { return params_; }
 
  protected:
   // How many inputs the program takes after the batch's (an updating program's hyper, a
@@ -80,6 +76,7 @@ class Program {
   std::vector<EValue> batch_inputs();  // this step's batch, as the program's first inputs
   std::vector<EValue> run(const std::vector<EValue>& inputs);
   static double to_double(const EValue& v);
+  static void point_at(Param& p, const executorch::aten::Tensor& t);  // p's data, size and shape are t's
 
   std::string dir_;
   std::string optimizer_name_;
@@ -103,8 +100,9 @@ class Program {
 // The program the plan's `kind` names, its plan read.
 std::unique_ptr<Program> make_program(const Plan& plan, const std::string& program_dir);
 
-// Runs the plan (PLAN's warmup and measured steps, or its duration) and writes its events;
-// returns the exit code. A plan that cannot be read ends the run as an error naming its line.
-int train(const std::string& plan_path, const std::string& program_dir, Events& events);
+// Runs the plan (PLAN's warmup and measured steps, or its duration) and writes its events, and
+// the weights of its evaluation points into `out_dir`; returns the exit code. A plan that
+// cannot be read ends the run as an error naming its line.
+int train(const std::string& plan_path, const std::string& program_dir, const std::string& out_dir, Events& events);
 
 }  // namespace edgebench

@@ -20,6 +20,12 @@ void ForwardOnlyProgram::loaded(const std::string&) {
     }
   }
   std::fclose(fh);
+  auto meta = module_->method_meta("forward");
+  for (size_t i = 0; i < params_.size(); ++i) {  // what an evaluation point saves: the weights held here
+    params_[i].data = weights_[i].data();
+    auto sizes = meta->input_tensor_meta(inputs_.size() + i)->sizes();
+    params_[i].shape.assign(sizes.begin(), sizes.end());
+  }
   mezo_state_ = uint64_t(seed_) * 0x9E3779B97F4A7C15ULL + 1;
 }
 

@@ -83,7 +83,7 @@ void JointProgram::bind_params(const std::vector<EValue>& outputs) {
       fail("parameter " + params_[i].name + ": the program's has " + std::to_string(p.numel()) +
            " elements, the plan says " + std::to_string(params_[i].numel) + "; write the plan again for this program");
     grads_[i] = g.mutable_data_ptr<float>();
-    params_[i].data = p.mutable_data_ptr<float>();  // the program's own weights
+    point_at(params_[i], p);  // the program's own weights
   }
 }
 

@@ -24,6 +24,12 @@ double UpdatingProgram::step(long long step_index) {
   auto hyper = executorch::extension::from_blob(hyper_, {5}, ScalarType::Float);
   inputs.emplace_back(*hyper);
   auto outputs = run(inputs);
+  // [loss, the trained weights in the plan's order, optimizer state]: the weights, which an
+  // evaluation point saves, are the program's own (its memory plan)
+  if (outputs.size() < 1 + params_.size())
+    fail("the program returns " + std::to_string(outputs.size()) + " outputs, fewer than the loss and the plan's " +
+         std::to_string(params_.size()) + " trained parameters; write the plan again for this program");
+  for (size_t i = 0; i < params_.size(); ++i) point_at(params_[i], outputs[1 + i].toTensor());
   return to_double(outputs[0]);
 }
 

@@ -128,7 +128,7 @@ int main(int argc, char** argv) {
   }
   int code = EXIT_ERROR;
   try {
-    code = train(plan_path, program_dir, *events);
+    code = train(plan_path, program_dir, out, *events);
   } catch (const Failure& f) {
     if (f.code == EXIT_NO_SPACE || f.event.empty()) {
       std::fprintf(stderr, "%s\n", f.what());

@@ -1,19 +1,28 @@
 // The native worker's C++ unit tests (CMake target edgebench-worker-tests, run by ctest from
 // tests/test_native_cpp.py): the optimizers against steps worked out by hand from torch.optim's
 // formulas, the plan reader on good and bad plans, the checked whole numbers the worker's
-// arguments are read with, the thread pool's loops.
+// arguments are read with, the thread pool's loops, the saved weights (safetensors) and the
+// evaluation points.
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "evaluation.h"
 #include "optimizers.h"
 #include "parallel.h"
 #include "plan.h"
+
+#include <unistd.h>
 
 using namespace edgebench;
 
@@ -83,8 +92,7 @@ void optimizers_by_name() {
   CHECK(make_optimizer("", constants) == nullptr);
 }
 
-const char* kGood =
-    "edgebench-native-plan 1\n"
+const std::string kGood = std::string(kPlanFormat) + "\n" +
     "kind joint\n"
     "group_lr 0.001 0.00512\n"
     "\n"
@@ -157,7 +165,7 @@ void bad_plans() {
   CHECK(says(e, "plan.txt:7: input: has 0 values, needs 1"));
   e = error_of([] { parse(kGood).real("steps"); });
   CHECK(says(e, "plan.txt: no `steps` line") && says(e, fix));
-  e = error_of([] { parse(with_line(1, "edgebench-native-plan 2")); });
+  e = error_of([] { parse(with_line(1, "edgebench-native-plan 1")); });  // an older format
   CHECK(says(e, "plan.txt: not a native plan of this worker's format"));
   e = error_of([] { parse(""); });
   CHECK(says(e, "plan.txt: empty"));
@@ -191,6 +199,74 @@ void parallel_loops() {
   CHECK(parallel_sum(7, [](size_t) { return 1.0; }) == 7.0);
 }
 
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+bool exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
+
+// The file the host reads back (edgebench.results.heldout): the header as Python's json.dumps
+// writes it compactly, padded to 8 bytes; the data right after it, at the header's offsets.
+void safetensors(const std::string& dir) {
+  std::vector<float> a{0.5f, -1.0f, 2.0f, 3.0f, 4.0f, 5.0f}, b{7.0f, -8.25f};
+  std::vector<Param> params{{"a.weight", 0, a.data(), 6, {2, 3}}, {"b\"q", 1, b.data(), 2, {}}};
+  std::string path = dir + "/w.safetensors";
+  write_safetensors(path, params);
+  std::string bytes = read_all(path);
+  uint64_t length = 0;
+  for (int i = 7; i >= 0; --i) length = (length << 8) | uint8_t(bytes[size_t(i)]);
+  std::string header = "{\"a.weight\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]},"
+                       "\"b\\\"q\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[24,32]}}";
+  CHECK(length % 8 == 0 && length >= header.size() && length < header.size() + 8);
+  CHECK(bytes.size() == 8 + length + 32);
+  CHECK(bytes.substr(8, header.size()) == header);
+  CHECK(bytes.substr(8 + header.size(), length - header.size()) == std::string(length - header.size(), ' '));
+  CHECK(std::memcmp(bytes.data() + 8 + length, a.data(), 24) == 0);
+  CHECK(std::memcmp(bytes.data() + 8 + length + 24, b.data(), 8) == 0);
+  CHECK(!exists(path + ".partial"));
+  std::string missing = dir + "/no-such-folder/w.safetensors";
+  bool threw = false;
+  try {
+    write_safetensors(missing, params);
+  } catch (const std::runtime_error& e) {
+    threw = says(e.what(), "cannot write " + missing);
+  }
+  CHECK(threw && !exists(missing) && !exists(missing + ".partial"));
+}
+
+// The plan's schedule and file name; nothing saved at step 0; a failed write is an
+// `eval_failed` event and ends the evaluations.
+void evaluation_points(const std::string& dir) {
+  Plan plan = parse(kGood + "eval_every 2\neval_weights eval-weights- 6 .safetensors\n");
+  std::vector<float> w{1.0f};
+  std::vector<Param> params{{"w", 0, w.data(), 1, {1}}};
+  {
+    Events events(dir + "/events.jsonl");
+    Evaluation saved(plan, dir);
+    CHECK(saved.wanted() && saved.due(0) && !saved.due(3) && saved.due(4));
+    CHECK(saved.file(12) == "eval-weights-000012.safetensors");
+    saved.run(0, params, events);
+    saved.run(2, params, events);
+    CHECK(!exists(dir + "/eval-weights-000000.safetensors") && exists(dir + "/eval-weights-000002.safetensors"));
+    CHECK(saved.last() == 2);
+    Evaluation failing(plan, dir + "/no-such-folder");
+    failing.run(2, params, events);
+    CHECK(!failing.wanted() && !failing.due(4));
+  }
+  std::istringstream lines(read_all(dir + "/events.jsonl"));
+  std::vector<std::string> got;
+  for (std::string line; std::getline(lines, line);) got.push_back(line);
+  CHECK(got.size() == 3);
+  if (got.size() == 3) {
+    CHECK(says(got[0], "\"event\": \"eval_weights\", \"end_ns\": ") && says(got[0], "\"after_steps\": 0}"));
+    CHECK(says(got[1], "\"after_steps\": 2}"));
+    CHECK(says(got[2], "\"event\": \"eval_failed\", \"after_steps\": 2, \"detail\": \"cannot write "));
+  }
+  CHECK(parse(kGood + "eval_every 0\neval_weights a 6 b\n").line("eval_every").integer(0) == 0);
+  CHECK(!Evaluation(parse(kGood + "eval_every 0\neval_weights a 6 b\n"), dir).wanted());
+}
+
 }  // namespace
 
 int main() {
@@ -203,6 +279,14 @@ int main() {
   bad_plans();
   whole_numbers();
   parallel_loops();
+  char dir[] = "/tmp/edgebench-worker-tests-XXXXXX";
+  if (!mkdtemp(dir)) {
+    std::perror("mkdtemp");
+    return 1;
+  }
+  safetensors(dir);
+  evaluation_points(dir);
+  std::filesystem::remove_all(dir);
   if (g_failures) std::fprintf(stderr, "%d check(s) failed\n", g_failures);
   else std::puts("edgebench-worker-tests: all checks passed");
   return g_failures ? 1 : 0;

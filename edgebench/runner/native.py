@@ -22,7 +22,7 @@ LAUNCHER = "run.sh"  # starts the worker with the bundle's libraries (and loader
 BUNDLE_FACTS = "bundle.json"
 PLAN = "plan.txt"
 BATCHES = "batches.bin"
-PLAN_FORMAT = "edgebench-native-plan 1"
+PLAN_FORMAT = "edgebench-native-plan 2"
 RUNTIMES = ("native", "python")  # how the ExecuTorch backend runs: this worker, or the Python one
 
 
