@@ -56,7 +56,8 @@ MIN_PIXEL_LIMIT = 4096 * 4096
 
 
 class DatasetError(EdgebenchError, ValueError):
-    """Bad dataset input; the message names the file (and line)."""
+    """Bad dataset input: a folder's file (and line), or a shape the synthetic task cannot fill;
+    the message names it and the fix."""
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from edgebench.data.folder import DatasetError
 from edgebench.data.layout import Sample, assemble, image_ids, split_tiles
 from edgebench.data.layout import batches as layout_batches
 
@@ -163,14 +164,16 @@ def synthetic_batches(cfg: VLMConfig, batch_size: int, text_length: int, seed: i
     else:
         size, width, need, vocabulary = image_size or cfg.vit_img_size, text_length, MAX_TOKENS, cfg.lm_vocab_size
         if packing:
-            raise ValueError("packing needs image splitting (main's layout): v0.1 puts one image before each row")
+            raise DatasetError("packing needs image splitting (main's layout): v0.1 puts one image before each "
+                               "row; drop --packing or use a main-layout model (nanovlm-460m)")
     if text_length < need + packing:
-        raise ValueError(f"text_length {text_length} is too short: the synthetic task needs {need + packing} tokens")
+        raise DatasetError(f"text_length {text_length} is too short: the synthetic task needs {need + packing} "
+                           f"tokens; use --text-length {need + packing} or more")
     if vocabulary < len(WORDS):
-        raise ValueError(f"lm_vocab_size {cfg.lm_vocab_size} leaves fewer base tokens than the synthetic "
-                         f"vocabulary ({len(WORDS)} words)")
+        raise DatasetError(f"lm_vocab_size {cfg.lm_vocab_size} leaves fewer base tokens than the synthetic "
+                           f"vocabulary ({len(WORDS)} words); train this model on a dataset (--data)")
     if size < 8:
-        raise ValueError(f"image_size {size} is too small to draw shapes (need >= 8)")
+        raise DatasetError(f"image_size {size} is too small to draw shapes (need >= 8); use a larger image size")
     return layout_batches(_samples(cfg, seed, size), batch_size, width, PAD_ID, packing)
 
 

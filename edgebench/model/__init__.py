@@ -27,12 +27,13 @@ def build_model(name_or_dir: str, image_size: int | None = None) -> VisionLangua
         from edgebench.model.vision_language_model import VisionLanguageModel
 
         return VisionLanguageModel(get_config(name_or_dir).with_image_size(image_size))
-    from edgebench.model.checkpoint import from_pretrained
+    from edgebench.model.checkpoint import CheckpointError, from_pretrained
 
     model = from_pretrained(name_or_dir)
     if image_size is not None and image_size != model.cfg.vit_img_size:
-        raise ValueError(
+        raise CheckpointError(
             f"{name_or_dir}: the checkpoint's images are {model.cfg.vit_img_size} px "
-            f"(its position embeddings are sized for them), not {image_size}"
+            f"(its position embeddings are sized for them), not {image_size}; leave out the image size "
+            f"(--image-size) or give {model.cfg.vit_img_size}"
         )
     return model

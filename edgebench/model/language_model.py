@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from edgebench.model.config import VLMConfig
+from edgebench.model.config import ConfigError, VLMConfig
 from edgebench.model.vision_transformer import dropout
 
 
@@ -151,7 +151,9 @@ class LanguageModel(nn.Module):
     def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """[B, T, hidden] embeddings (and optional [B, T] padding mask) -> [B, T, hidden] after the final norm."""
         if x.size(1) > self.max_positions:
-            raise ValueError(f"sequence of {x.size(1)} exceeds lm_max_position_embeddings {self.max_positions}")
+            raise ConfigError(f"a sequence of {x.size(1)} positions (the text and the image tokens) exceeds the "
+                              f"model's lm_max_position_embeddings {self.max_positions}; use a shorter --text-length "
+                              "(or a smaller image)")
         cos, sin = self.rotary_embd(x.size(1))
         for block in self.blocks:
             x = block(x, cos, sin, attention_mask)
