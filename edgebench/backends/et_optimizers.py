@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from edgebench.methods import optim
+from edgebench.methods.knobs import MethodError
 from edgebench.methods.optimizers import OPTIMIZERS, optimizer
 
 # a batch tensor: torch's (program inputs) or numpy's (the example batch)
@@ -45,7 +46,8 @@ def split_inputs(inputs: tuple[torch.Tensor, ...], parts: int) -> list[tuple[tor
     """The micro-batches of eager's `split_batch` (rows i, i+parts, ...), as program inputs."""
     size = inputs[0].shape[0]
     if size % parts:
-        raise ValueError(f"accum{parts}: the batch size must be a multiple of {parts} (got {size})")
+        raise MethodError(f"accum{parts}: the batch size must be a multiple of {parts} (got {size}); give a "
+                          f"--batch-size that is a multiple of {parts}")
     return [tuple(batch_rows(t, size, i, parts).contiguous() for t in inputs) for i in range(parts)]
 
 

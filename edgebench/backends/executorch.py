@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import torch
 
 from edgebench.backends import et_optimizers
-from edgebench.backends.program import BATCH_INPUTS, check_batch, open_program, program_lr
+from edgebench.backends.program import BATCH_INPUTS, ProgramError, check_batch, open_program, program_lr
 from edgebench.methods import optim, parse_method
 
 PTE = "model.pte"
@@ -228,7 +228,9 @@ def _program_mezo(directory: Path, manifest: dict[str, Any], method: Any, lr: fl
     from edgebench.methods.trainer import Batch
 
     if manifest.get("program") != "forward-only":
-        raise ValueError(f"{directory}: MeZO needs the forward-only export (made for zeroth-order methods)")
+        raise ProgramError(f"{directory}: MeZO needs the forward-only export (made for zeroth-order methods), this "
+                           f"is a {manifest.get('program')} program; export it again for this method "
+                           f"(`edgebench export --method {getattr(method, 'name', 'mezo')}`)")
     program = _load_for_executorch(str(directory / PTE), enable_etdump=etdump)
     initial = torch.load(directory / TRAINABLE_INIT)
     holder = torch.nn.ParameterList(

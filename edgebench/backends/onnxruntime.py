@@ -40,7 +40,7 @@ import numpy as np
 
 from edgebench.backends.base import UnsupportedBackend
 from edgebench.backends.numpy_updates import NumpyMeZO, RecipeUpdate
-from edgebench.backends.program import check_batch, open_program, program_lr
+from edgebench.backends.program import ProgramError, check_batch, open_program, program_lr
 from edgebench.backends.support import device_reason
 from edgebench.methods import parse_method
 
@@ -124,23 +124,30 @@ def read_parameters(path: Path, buffers: dict[str, np.ndarray] | None = None) ->
     out = {}
     with open(path, "rb") as file:
         length = int.from_bytes(file.read(8), "little")
-        header = json.loads(file.read(length))
+        try:
+            header = json.loads(file.read(length))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            header = None
+        if not isinstance(header, dict):
+            raise ProgramError(f"{path}: not a safetensors file (its header is no JSON object); export it again")
         header.pop("__metadata__", None)
         for name, entry in sorted(header.items(), key=lambda item: item[1]["data_offsets"][0]):
             shape = tuple(entry["shape"])
             target = np.empty(shape, np.float32) if buffers is None else buffers[name]
             if entry["dtype"] != "F32" or target.shape != shape or target.dtype != np.float32 \
                     or not target.flags.c_contiguous:
-                raise ValueError(f"{path}: {name} is {entry['dtype']} {list(shape)}; its buffer is "
-                                 f"{target.dtype} {list(target.shape)} (the artifacts hold contiguous F32 weights)")
+                raise ProgramError(f"{path}: {name} is {entry['dtype']} {list(shape)}; its buffer is "
+                                   f"{target.dtype} {list(target.shape)} (the artifacts hold contiguous F32 "
+                                   "weights); export it again")
             start, end = entry["data_offsets"]
             file.seek(8 + length + start)
             if file.readinto(target.data.cast("B")) != end - start:
-                raise ValueError(f"{path}: {name} is cut short (the file ends early; export it again)")
+                raise ProgramError(f"{path}: {name} is cut short (the file ends early; export it again)")
             out[name] = target
     missing = sorted(set(buffers or ()) - set(out))
     if missing:
-        raise ValueError(f"{path} lacks {len(missing)} weight(s) the program has, e.g. {missing[:3]}; export it again")
+        raise ProgramError(f"{path} lacks {len(missing)} weight(s) the program has, e.g. {missing[:3]}; "
+                           "export it again")
     return out
 
 

@@ -13,10 +13,17 @@ from typing import Any
 
 from edgebench.backends.base import UnsupportedBackend
 from edgebench.backends.support import unsupported_reason
+from edgebench.errors import EdgebenchError
 
 MANIFEST = "manifest.json"
 # A batch's inputs, in the exported programs' order (ExecuTorch: these four, then MeZO's weights).
 BATCH_INPUTS = ("input_ids", "images", "labels", "attention_mask")
+
+
+class ProgramError(EdgebenchError, ValueError):
+    """An exported program directory (a run's `program`, `--program`) that does not fit the run:
+    another backend's or method's, damaged, or from an older edgebench; the message names the
+    directory and how to export it again."""
 
 
 def program_lr(spec_lr: float | None, method: Any, manifest: dict[str, Any]) -> float:
@@ -41,7 +48,7 @@ def open_program(spec: Any, backend: str, knobs: dict[str, Any] | None) -> tuple
     if knobs is not None:
         _refuse_unsupported(spec, backend, knobs)
     if not spec.program:
-        raise ValueError(
+        raise ProgramError(
             f"RunSpec.program is not set: the {backend} backend runs an exported program. Export it "
             f"on the host (`edgebench export --backend {backend} "
             f"--model {spec.model} --method {spec.method} --out DIR`, or "
@@ -51,9 +58,9 @@ def open_program(spec: Any, backend: str, knobs: dict[str, Any] | None) -> tuple
     path = directory / MANIFEST
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no export manifest; is {directory} an `edgebench export` output?")
-    manifest = json.loads(path.read_text())
+    manifest = _read_manifest(path)
     if manifest.get("backend") != backend:
-        raise ValueError(
+        raise ProgramError(
             f"{directory} holds a {manifest.get('backend')} program, not {backend}; "
             f"export with --backend {backend}"
         )
@@ -61,7 +68,7 @@ def open_program(spec: Any, backend: str, knobs: dict[str, Any] | None) -> tuple
     same = (made_for["text"] == spec.method if knobs is None else
             all(made_for["knobs"].get(k) == knobs.get(k) for k in ("trainable", "grad_mode", "optimizer")))
     if not same:
-        raise ValueError(
+        raise ProgramError(
             f"{directory} was exported for method {made_for['text']!r}, not {spec.method!r}; "
             "export it for this method"
         )
@@ -70,11 +77,25 @@ def open_program(spec: Any, backend: str, knobs: dict[str, Any] | None) -> tuple
     parts = (knobs or made_for["knobs"]).get("accumulation", 1)
     summed = manifest.get("gradients_summed_in_program", 1)
     if manifest.get("program") == "forward-backward" and summed != parts:
-        raise ValueError(
+        raise ProgramError(
             f"{directory}: its program sums gradients over {summed} call(s) itself, method {spec.method!r} "
             f"takes {parts} micro-batches (an export from an older edgebench sums none); export it again"
         )
     return directory, manifest
+
+
+def _read_manifest(path: Path) -> dict[str, Any]:
+    """manifest.json as an object with the fields a run reads (backend, method's text and knobs)."""
+    fix = f"export the program again (`edgebench export --out {path.parent}`)"
+    try:
+        manifest = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProgramError(f"{path}: not valid JSON ({exc}); {fix}") from None
+    method = manifest.get("method") if isinstance(manifest, dict) else None
+    if not (isinstance(manifest, dict) and isinstance(method, dict) and isinstance(method.get("text"), str)
+            and isinstance(method.get("knobs"), dict)):
+        raise ProgramError(f"{path}: not an `edgebench export` manifest (no method text and knobs); {fix}")
+    return manifest
 
 
 def _refuse_unsupported(spec: Any, backend: str, knobs: dict[str, Any]) -> None:
@@ -87,8 +108,8 @@ def check_batch(manifest: dict[str, Any], batch: dict[str, Any], directory: Path
     """Shapes are fixed at export: say which input differs and how to re-export."""
     expected = {i["name"]: i["shape"] for i in manifest["inputs"]}
     if "attention_mask" not in expected:
-        raise ValueError(f"{directory}: exported without the attention_mask input (an older edgebench), so "
-                         "padded tokens would be attended to; export it again")
+        raise ProgramError(f"{directory}: exported without the attention_mask input (an older edgebench), so "
+                           "padded tokens would be attended to; export it again")
     for name in BATCH_INPUTS:
         if name == "labels" and manifest.get("backend") == "onnxruntime":
             continue  # ORT's labels are the shifted, flattened form (checked by ORT itself)
@@ -96,7 +117,7 @@ def check_batch(manifest: dict[str, Any], batch: dict[str, Any], directory: Path
             raise ValueError(f"the batch has no {name}: the program takes {', '.join(BATCH_INPUTS)}")
         got = list(batch[name].shape)
         if expected.get(name) != got:
-            raise ValueError(
+            raise ProgramError(
                 f"{directory}: {name} was exported as {expected.get(name)}, the batch is {got}; "
                 "export again with this batch size / text length / image size"
             )

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from edgebench.methods.int8 import DequantizedMatmul
+from edgebench.methods.knobs import MethodError
 
 GROUP = 64  # input weights per scale (as llama.cpp's / GPTQ's common group sizes 32-128)
 
@@ -65,4 +66,5 @@ def group_size(in_features: int, group: int = GROUP) -> int:
     for size in range(min(group, in_features), 1, -1):
         if in_features % size == 0 and size % 2 == 0:
             return size
-    raise ValueError(f"int4 packing needs an even number of input features, got {in_features}")
+    raise MethodError(f"int4 frozen weights pack two values a byte: a linear layer needs an even number of input "
+                      f"features, this model has one of {in_features}; use frozen-int8 (or qlora) instead of int4")

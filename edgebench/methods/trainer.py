@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from edgebench.methods import optim
-from edgebench.methods.knobs import Method, MethodUnavailable, parse_method
+from edgebench.methods.knobs import Method, MethodError, MethodUnavailable, parse_method
 from edgebench.methods.subsets import (
     apply_trainable,
     checkpoint_blocks,
@@ -169,9 +169,9 @@ def split_batch(batch: Batch, parts: int, cfg: VLMConfig | None = None) -> list[
         return [batch]
     size = batch["input_ids"].shape[0]
     if size % parts:
-        raise ValueError(
+        raise MethodError(
             f"accum{parts} splits each batch into {parts} micro-batches: the batch size must be "
-            f"a multiple of {parts} (got {size})"
+            f"a multiple of {parts} (got {size}); give a --batch-size that is a multiple of {parts}"
         )
     images = batch["images"]
     if images.shape[0] == size:  # one image per row
