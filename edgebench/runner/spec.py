@@ -8,12 +8,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgebench.errors import EdgebenchError
+
 WEIGHTS_DIR = "weights"  # where a deployed run keeps its trained weights, inside its run directory
 # The most a run may ask for, checked where a count comes from the command line or a spec file:
 # past these a count is a typo or a hostile file (steps 1e20 never ends, 100000 threads crash
 # the worker), refused before any run starts.
 MAX_STEPS = 1_000_000
 MAX_THREADS = 1024
+
+
+class SpecError(EdgebenchError, ValueError):
+    """A RunSpec file or dict edgebench cannot read (not JSON, not an object, unknown fields);
+    the message names the file or fields and the ones it knows."""
 
 
 @dataclass
@@ -84,17 +91,21 @@ class RunSpec:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunSpec:
         known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
+        if not isinstance(data, dict):
+            raise SpecError(f"RunSpec: a {type(data).__name__}, not an object of fields; known fields are "
+                            f"{sorted(known)}")
+        unknown = sorted(map(str, set(data) - known))
         if unknown:
-            raise ValueError(f"RunSpec: unknown field(s) {unknown}; known fields are {sorted(known)}")
+            raise SpecError(f"RunSpec: unknown field(s) {unknown}; known fields are {sorted(known)}")
         return cls(**data)
 
     @classmethod
     def load(cls, path: str | Path) -> RunSpec:
         try:
             data = json.loads(Path(path).read_text())
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise SpecError(f"{path}: not valid JSON ({exc}); give a RunSpec JSON file (`edgebench deploy --spec`)") \
+                from exc
         return cls.from_dict(data)
 
     def save(self, path: str | Path) -> None:

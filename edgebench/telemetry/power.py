@@ -34,6 +34,7 @@ from edgebench.telemetry.battery import battery_dir
 from edgebench.telemetry.rails import RAIL_TREES, SUM_OF_RAILS, RailTotal
 from edgebench.telemetry.sysfs import (
     PreadFile,
+    ProfileMismatch,
     Runner,
     SourceUnavailable,
     hwmon_dirs,
@@ -321,7 +322,8 @@ class BatteryPower:
 
     def __init__(self, root: str | Path = "/", current_sign: int | str = "auto", state_path: str | Path | None = None):
         if current_sign not in (1, -1, "auto"):
-            raise ValueError(f"sensors.power.battery_current_sign must be 1, -1 or auto, not {current_sign!r}")
+            raise ProfileMismatch(f"sensors.power.battery_current_sign must be 1, -1 or auto, not {current_sign!r}; "
+                                  "fix it in the device profile")
         self._root = root
         self._dir = battery_dir(root)
         self._current = PreadFile(self._dir / "current_now", 32)
@@ -368,7 +370,8 @@ def measured_power_source(root: str | Path, runner: Runner,
     power = power_settings(sensors)
     wanted = power["source"]
     if wanted not in ("auto", "none", *POWER_SOURCES):
-        raise ValueError(f"sensors.power.source is {wanted!r}; use auto, none or one of {sorted(POWER_SOURCES)}")
+        raise ProfileMismatch(f"sensors.power.source is {wanted!r}; use auto, none or one of {sorted(POWER_SOURCES)} "
+                              "in the device profile")
     if wanted == "none":
         return None, {"power": "the profile says this device has no power monitor (sensors.power.source: none)"}
     reasons: dict[str, str] = {}

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from edgebench.telemetry import cpu, gpu, memory, power, thermal
-from edgebench.telemetry.sysfs import Runner, SourceUnavailable, run_command
+from edgebench.telemetry.sysfs import ProfileMismatch, Runner, SourceUnavailable, run_command
 from edgebench.telemetry.trace import TraceWriter
 
 MAX_RATE_HZ = 100.0
@@ -73,6 +73,26 @@ class _Scheduled:
     due_s: float = 0.0
 
 
+def check_sensors(sensors: Any) -> dict[str, Any]:
+    """The profile's sensors block (None: {}) when it has the shape the sources read: an object
+    whose `power` is an object and whose `thermal_zones` and `power.rails` are lists of names;
+    ProfileMismatch naming the field otherwise (the sources then check each value)."""
+    example = '{"power": {"source": "rapl"}, "thermal_zones": ["cpu-thermal"]}'
+    if sensors is None:
+        return {}
+    if not isinstance(sensors, dict):
+        raise ProfileMismatch(f"the sensors block is a {type(sensors).__name__}; give an object of settings, "
+                              f"e.g. {example}")
+    block = sensors.get("power")
+    if block is not None and not isinstance(block, dict):
+        raise ProfileMismatch(f"sensors.power is a {type(block).__name__}; give an object, e.g. {example}")
+    for where, names in (("sensors.thermal_zones", sensors.get("thermal_zones")),
+                         ("sensors.power.rails", (block or {}).get("rails"))):
+        if names is not None and not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+            raise ProfileMismatch(f"{where} is {names!r}; give a list of names (or [\"*\"] for every one)")
+    return sensors
+
+
 class Sampler:
     """Samples the process tree of `pid` and this device's sensors into `out_path` (JSONL).
 
@@ -87,7 +107,7 @@ class Sampler:
         if not 0 < rate_hz <= MAX_RATE_HZ:
             raise ValueError(f"sampling rate {rate_hz} Hz is out of range: use 0 < rate_hz <= {MAX_RATE_HZ:g}")
         self.out_path, self.pid, self.rate_hz, self.root = Path(out_path), pid, float(rate_hz), root
-        self.sensors = sensors or {}
+        self.sensors = check_sensors(sensors)
         self.runner = runner or run_command
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()

@@ -29,8 +29,8 @@ class SourceUnavailable(EdgebenchError):
 
 
 class ProfileMismatch(EdgebenchError, ValueError):
-    """The profile names sensors this board does not report; the message lists what it does
-    report, so the profile can be fixed."""
+    """The profile names sensors this board does not report, or a sensors setting no board has;
+    the message lists what it does report (or the settings there are), so the profile can be fixed."""
 
 
 def run_command(argv: Sequence[str], timeout_s: float = 2.0) -> str:
