@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.export import ExportedProgram
 
+from edgebench.errors import EdgebenchError
 from exporters.bf16_in_fp32 import (
     LARGE_ROUNDING,
     bf16_held_in_fp32,
@@ -538,15 +539,20 @@ def _executorch_stages_patched() -> Iterator[None]:
         yield
 
 
+class DelegateRefused(EdgebenchError, RuntimeError):
+    """The XNNPACK delegate, asked for by --delegate or the profile's export.xnnpack, lowered this
+    method's program so that it would train wrong; the message says to export without it."""
+
+
 def _check_no_captured_weights(edge_ep: ExportedProgram, trainable: list[str]) -> None:
     """A trainable weight the delegate captured would no longer be a program parameter:
     its updates would be lost. Refuse such a program instead of training wrong."""
     kept = set(edge_ep.graph_signature.parameters)
     lost = [name for name in trainable if name not in kept]
     if lost:
-        raise RuntimeError(
+        raise DelegateRefused(
             f"XNNPACK delegation captured trainable parameter(s) {lost[:5]}; export without "
-            "the delegate (profile export.delegate: none) or freeze them"
+            "the delegate (--delegate none, or the profile's export.xnnpack: false) or freeze them"
         )
 
 
@@ -568,7 +574,7 @@ def updates_before_reads(graph: torch.fx.Graph) -> list[str]:
 def _check_updates_follow_reads(edge_ep: ExportedProgram) -> None:
     late = updates_before_reads(edge_ep.graph)
     if late:
-        raise RuntimeError(
+        raise DelegateRefused(
             f"XNNPACK partitioning moved reads of {late[:5]} after their in-program update; export "
             "without the delegate (--delegate none, or the profile's export.xnnpack: false)")
 

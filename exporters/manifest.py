@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from edgebench.backends.base import BACKENDS
+from edgebench.errors import EdgebenchError
 from exporters.import_closure import import_closure
 
 MANIFEST = "manifest.json"
@@ -36,6 +37,11 @@ BF16_MODES = ("rounded", "fp32")
 _LIBRARIES = ("torch", "executorch", "onnx", "onnxruntime-training-cpu", "numpy", "edgebench")
 # Where every export starts: the cache key hashes these modules' import closure (computed).
 EXPORT_ENTRY = ("exporters.pipeline",)
+
+
+class ManifestError(EdgebenchError, ValueError):
+    """An export request with a field no export takes, or an export directory whose manifest
+    this edgebench cannot read; the message names the field or file and the fix."""
 
 
 @dataclass(frozen=True)
@@ -63,23 +69,24 @@ class ExportRequest:
     def __post_init__(self) -> None:
         backend = self.backend
         if backend not in EXPORT_BACKENDS:
-            raise ValueError(f"export backend {self.backend!r}: use one of {', '.join(EXPORT_BACKENDS)}")
+            raise ManifestError(f"export backend {self.backend!r}: use one of {', '.join(EXPORT_BACKENDS)}")
         if self.delegate in ("none", ""):
             object.__setattr__(self, "delegate", None)
         if self.delegate is not None and self.delegate not in DELEGATES:
-            raise ValueError(f"delegate {self.delegate!r}: use one of {', '.join(DELEGATES)} or none")
+            raise ManifestError(f"delegate {self.delegate!r}: use one of {', '.join(DELEGATES)} or none")
         if backend == "onnxruntime" and self.delegate is not None:
             object.__setattr__(self, "delegate", None)  # ORT's CPU provider has no delegate knob
         if self.bf16 not in BF16_MODES:
-            raise ValueError(f"bf16 {self.bf16!r}: use one of {', '.join(BF16_MODES)}")
+            raise ManifestError(f"bf16 {self.bf16!r}: use one of {', '.join(BF16_MODES)}")
         if backend == "onnxruntime":
             object.__setattr__(self, "bf16", "rounded")  # ORT runs no bf16 method
         if self.bf16 == "fp32" and self.delegate is None:
-            raise ValueError("bf16 'fp32' is a choice of the XNNPACK lowering (without it, bf16 values run on "
-                             "the runtime's bf16 kernels): use delegate xnnpack (`edgebench export --delegate "
-                             "xnnpack`), or bf16 'rounded'")
+            raise ManifestError("bf16 'fp32' is a choice of the XNNPACK lowering (without it, bf16 values run on "
+                                "the runtime's bf16 kernels): use delegate xnnpack (`edgebench export --delegate "
+                                "xnnpack`), or bf16 'rounded'")
         if self.batch_size < 1 or self.text_length < 2:
-            raise ValueError("batch_size must be >= 1 and text_length >= 2 (the loss predicts the next token)")
+            raise ManifestError(f"batch_size {self.batch_size}, text_length {self.text_length}: batch_size must be "
+                                ">= 1 and text_length >= 2 (the loss predicts the next token)")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -166,10 +173,15 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
         raise FileNotFoundError(
             f"{path}: no export manifest here; make one with `edgebench export --device ... --out {directory}`"
         )
-    manifest = json.loads(path.read_text())
+    try:
+        manifest = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ManifestError(f"{path}: not valid JSON ({exc}); export it again (`edgebench export --out "
+                            f"{directory}`)") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
-        raise ValueError(f"{path}: format {found!r}, this edgebench reads {FORMAT!r}")
+        raise ManifestError(f"{path}: format {found!r}, this edgebench reads {FORMAT!r}; export it again "
+                            f"(`edgebench export --out {directory}`)")
     return manifest
 
 
@@ -219,6 +231,7 @@ __all__ = [
     "DELEGATES",
     "ExportRequest",
     "MANIFEST",
+    "ManifestError",
     "EXPORT_BACKENDS",
     "cache_root",
     "link_or_copy",
