@@ -4,10 +4,15 @@ cases here; a command added without them fails the first test."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from pathlib import Path
+
 import click
 import pytest
 
 from edgebench.cli import cli, main
+from edgebench.model import get_config
 
 NO_SUCH = "/nonexistent/edgebench-bad-input"
 
@@ -22,30 +27,89 @@ def _leaf_commands(group: click.Group = cli, path: tuple[str, ...] = ()) -> set[
     return names
 
 
+ODD_WIDTH = get_config("tiny").lm_inter_dim | 1  # an MLP width int4 cannot pack (two values a byte)
+
+
+def _checkpoint(folder: Path, **fields: int) -> None:
+    """A real nanoVLM checkpoint of the tiny model (its config changed by `fields`)."""
+    import dataclasses
+
+    from edgebench.model.checkpoint import save_pretrained
+    from edgebench.model.vision_language_model import VisionLanguageModel
+
+    save_pretrained(VisionLanguageModel(dataclasses.replace(get_config("tiny"), **fields)), folder)
+
+
+def _broken_dataset(folder: Path) -> None:
+    """A dataset folder (tokenizer, image) whose data.jsonl has a line cut short."""
+    from PIL import Image
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    folder.mkdir()
+    tokenizer = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.train_from_iterator(["what colour is the ball ? red"],
+                                  trainers.WordLevelTrainer(special_tokens=["<pad>", "<unk>", "<eos>"]))
+    tokenizer.save(str(folder / "tokenizer.json"))
+    Image.new("RGB", (20, 10), (255, 0, 0)).save(folder / "a.png")
+    (folder / "data.jsonl").write_text(json.dumps({"image": "a.png", "question": "what colour is the ball ?",
+                                                   "answer": "red"}) + '\n{"image": "a.png", "question": \n')
+
+
+class _Files(dict[str, str]):
+    """Paths by name, each made the first time a case names it (a checkpoint takes a second)."""
+
+    def __init__(self, root: Path, makers: dict[str, Callable[[Path], object]]):
+        super().__init__()
+        self.root, self.makers = root, makers
+        root.mkdir()
+
+    def __missing__(self, name: str) -> str:
+        path = self.root / name
+        self.makers[name](path)
+        self[name] = str(path)
+        return self[name]
+
+
 @pytest.fixture
 def files(tmp_path):
     """A text file, an empty folder, a file of garbage JSON, a run directory whose meta.json is
-    garbage and a meter CSV with a word for a reading, to hand where other things belong."""
-    (tmp_path / "notes.txt").write_text("not what was asked for\n")
-    (tmp_path / "empty").mkdir()
-    (tmp_path / "spec.json").write_text("{not json")
-    (tmp_path / "run").mkdir()
-    (tmp_path / "run" / "meta.json").write_text("{not json")
-    (tmp_path / "meter.csv").write_text("time,watts\n1,lots\n")
-    return {"text": str(tmp_path / "notes.txt"), "empty": str(tmp_path / "empty"), "json": str(tmp_path / "spec.json"),
-            "run": str(tmp_path / "run"), "csv": str(tmp_path / "meter.csv")}
+    garbage and a meter CSV with a word for a reading, to hand where other things belong; a tiny
+    checkpoint, one whose MLP width is odd, a checkpoint folder without config.json, a dataset
+    folder whose data.jsonl is broken, an export folder of ONNX Runtime's, RunSpec files of an
+    unknown field and of a list."""
+    def folder_with(name: str, text: str) -> Callable[[Path], object]:
+        return lambda path: (path.mkdir(), (path / name).write_text(text))
+
+    return _Files(tmp_path / "files", {
+        "text": lambda path: path.write_text("not what was asked for\n"),
+        "empty": lambda path: path.mkdir(),
+        "json": lambda path: path.write_text("{not json"),
+        "run": folder_with("meta.json", "{not json"),
+        "csv": lambda path: path.write_text("time,watts\n1,lots\n"),
+        "checkpoint": _checkpoint,
+        "odd_checkpoint": lambda path: _checkpoint(path, lm_inter_dim=ODD_WIDTH),
+        "no_config": folder_with("model.safetensors", "weights without their config"),
+        "broken_data": _broken_dataset,
+        "ort_program": folder_with("manifest.json", json.dumps({"format": "edgebench-export/1",
+                                                                "backend": "onnxruntime"})),
+        "spec_field": lambda path: path.write_text(json.dumps({"model": "tiny", "colour": "red"})),
+        "spec_list": lambda path: path.write_text("[1]"),
+    })
 
 
 CASES = {
-    "models": [["--load", NO_SUCH], ["--load", "{empty}"]],
+    "models": [["--load", NO_SUCH], ["--load", "{empty}"], ["--load", "{no_config}"]],
     "methods": [["--bogus"]],
     "bench": [["--model", "no-such-model"], ["--methods", "bogus"], ["--steps", "abc"], ["--lr", "-1"],
               ["--lr", "nan"], ["--duration", "5x"], ["--duration", "200h"], ["--data", NO_SUCH], ["--data", "{empty}"],
               ["--tokenizer", "{text}"], ["--target", "speed=2"], ["--device", "no-such-board"],
               ["--batch-size", "0"], ["--text-length", "1"], ["--max-image-size", "100"], ["--save", "/proc/x"],
-              ["--backend", "tflite"], ["--eval-fraction", "1.5"]],
+              ["--backend", "tflite"], ["--eval-fraction", "1.5"], ["--model", "{no_config}"],
+              ["--data", "{broken_data}"]],
     "predict": [["--device", "no-such-board"], ["--model", "no-such-model"], ["--method", "bogus"],
-                ["--ram-bytes", "-5"], ["--headroom", "2"]],
+                ["--ram-bytes", "-5"], ["--headroom", "2"], ["--ram-bytes", "8000000000", "--model", "{no_config}"],
+                ["--ram-bytes", "8000000000", "--model", "{odd_checkpoint}", "--method", "qlora4"]],
     "devices check": [["no-such-board"]],
     "devices calibrate": [["no-such-board"]],
     "devices add": [["bad/name", "--host", "127.0.0.1"], ["ok-name", "--profile", "no-such-profile",
@@ -55,10 +119,15 @@ CASES = {
     "lab down": [["--bogus"]],
     "lab status": [["--bogus"]],
     "deploy": [["--device", "no-such-board"], ["--device", "bad/name"], ["--spec", NO_SUCH],
-               ["--device", "local", "--spec", "{json}"], ["--device", "local", "--program", "{empty}"]],
+               ["--device", "local", "--spec", "{json}"], ["--device", "local", "--program", "{empty}"],
+               ["--device", "local", "--backend", "executorch", "--program", "{empty}"],
+               ["--device", "local", "--backend", "executorch", "--program", "{ort_program}"],
+               ["--device", "local", "--spec", "{spec_field}"], ["--device", "local", "--spec", "{spec_list}"]],
     "collect": [["--device", "no-such-board"]],
     "status": [["--device", "no-such-board"]],
-    "sensors": [["--root", NO_SUCH], ["--seconds", "-1"], ["--sensors", "bogus"]],
+    "sensors": [["--root", NO_SUCH], ["--seconds", "-1"], ["--sensors", "bogus"],
+                ["--seconds", "0.1", "--sensors", "[1]"], ["--seconds", "0.1", "--sensors", '{"thermal_zones": 5}'],
+                ["--seconds", "0.1", "--sensors", '{"power": "rapl"}']],
     "ingest": [[NO_SUCH], ["{empty}"], ["{text}"], ["{empty}", "--device", "../up"], ["{run}"]],
     "import-trace": [["{text}", "--device", "pi", "--power-col", "watts"], [NO_SUCH, "--device", "pi"],
                      ["{text}", "--device", "pi", "--time-format", "fortnights", "--power-col", "x"],
@@ -69,7 +138,35 @@ CASES = {
     "live": [["--dir", NO_SUCH], ["--device", "no-such-board"], ["--root", "{empty}"],
              ["--root", "{empty}", "--run", "no-such-run"], ["--follow", "--run", "no-such-run"]],
     "export": [["--model", "no-such-model"], ["--method", "bogus"], ["--backend", "tflite"],
-               ["--profile", "no-such-profile"], ["--device", "no-such-board"]],
+               ["--profile", "no-such-profile"], ["--device", "no-such-board"],
+               ["--delegate", "none", "--bf16", "fp32"], ["--model", "{no_config}"], ["--data", "{broken_data}"],
+               ["--text-length", "3"],
+               ["--text-length", "5000"], ["--model", "{checkpoint}", "--image-size", "32"]],
+}
+
+
+# What the line says for cases whose message comes from deep in a run or an export: the value and
+# where to fix it.
+SAYS = {
+    ("models", "--load", "{no_config}"): "config.json: missing",
+    ("bench", "--model", "{no_config}"): "config.json: missing",
+    ("bench", "--data", "{broken_data}"): "data.jsonl:2: not valid JSON",
+    ("predict", "--ram-bytes", "8000000000", "--model", "{odd_checkpoint}", "--method", "qlora4"):
+        f"input features, this model has one of {ODD_WIDTH}; use frozen-int8",
+    ("deploy", "--device", "local", "--backend", "executorch", "--program", "{ort_program}"):
+        "a onnxruntime program, and --backend is executorch",
+    ("deploy", "--device", "local", "--spec", "{spec_field}"): "unknown field(s) ['colour']",
+    ("deploy", "--device", "local", "--spec", "{spec_list}"): "RunSpec: a list, not an object",
+    ("sensors", "--seconds", "0.1", "--sensors", "[1]"): "the sensors block is a list",
+    ("sensors", "--seconds", "0.1", "--sensors", '{"thermal_zones": 5}'): "sensors.thermal_zones is 5",
+    ("sensors", "--seconds", "0.1", "--sensors", '{"power": "rapl"}'): "sensors.power is a str",
+    ("export", "--delegate", "none", "--bf16", "fp32"): "use delegate xnnpack",
+    ("export", "--model", "{no_config}"): "config.json: missing",
+    ("export", "--data", "{broken_data}"): "data.jsonl:2: not valid JSON",
+    ("export", "--text-length", "3"): "the synthetic task needs 11 tokens; use --text-length 11 or more",
+    ("export", "--text-length", "5000"): "exceeds the model's lm_max_position_embeddings 1024; use a shorter "
+                                         "--text-length",
+    ("export", "--model", "{checkpoint}", "--image-size", "32"): "images are 64 px",
 }
 
 
@@ -81,7 +178,9 @@ def test_every_command_has_bad_input_cases():
                          ids=lambda v: v if isinstance(v, str) else " ".join(v))
 def test_bad_input_is_one_line_and_exit_code_2(command, args, files, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # nothing a case writes lands in the repository
-    argv = [*command.split(), *(a.format(**files) for a in args)]
+    monkeypatch.setenv("EDGEBENCH_EXPORT_CACHE", str(tmp_path / "exports"))
+    argv = [*command.split(), *(files[a[1:-1]] if a[1:-1].isidentifier() and a == f"{{{a[1:-1]}}}" else a
+                                for a in args)]
     with pytest.raises(SystemExit) as ended:
         main(argv)
     err = capsys.readouterr().err
@@ -89,3 +188,9 @@ def test_bad_input_is_one_line_and_exit_code_2(command, args, files, capsys, tmp
     assert ended.value.code == 2, f"edgebench {' '.join(argv)}: exit {ended.value.code}: {err}"
     said = [line for line in err.splitlines() if line.strip()]
     assert said and said[-1].startswith(("error:", "Error:", "Usage:")), err
+    assert SAYS.get((*command.split(), *args), "") in said[-1], err
+
+
+def test_each_message_checked_is_a_case():
+    cases = {(*command.split(), *args) for command, lists in CASES.items() for args in lists}
+    assert set(SAYS) <= cases
