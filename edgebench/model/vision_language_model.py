@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from edgebench.model.config import VLMConfig
 from edgebench.model.language_model import LanguageModel
@@ -33,6 +34,9 @@ class VisionLanguageModel(nn.Module):
     # Eager training may set this (edgebench.methods' chunked-ce): the loss then never holds
     # [T, vocab] logits (edgebench.model.loss); exported programs keep the plain loss.
     chunked_loss = False
+    # Eager training may set this too (edgebench.methods' view-by-view): the vision encoder and
+    # projector then run one view at a time, so their temporaries are one view's, not all 17.
+    view_by_view = False
 
     def __init__(self, cfg: VLMConfig):
         super().__init__()
@@ -47,7 +51,7 @@ class VisionLanguageModel(nn.Module):
         expected = (3, self.cfg.vit_img_size, self.cfg.vit_img_size)
         if images.dim() != 4 or tuple(images.shape[1:]) != expected:
             raise ValueError(f"images must be [N, {', '.join(map(str, expected))}], got {list(images.shape)}")
-        image_embd = self.MP(self.vision_encoder(images))
+        image_embd = self._encode_views(images) if self.view_by_view else self._encode(images)
         token_embd = self.decoder.token_embedding(input_ids)
         if not self.cfg.image_splitting:
             return torch.cat((image_embd, token_embd), dim=1)
@@ -57,6 +61,18 @@ class VisionLanguageModel(nn.Module):
         index = (torch.cumsum(is_image.to(torch.int64), dim=0) - 1).clamp(min=0)
         placed = image_embd.reshape(-1, D).index_select(0, index).to(token_embd.dtype)
         return torch.where(is_image.unsqueeze(-1), placed, token_embd.reshape(B * T, D)).view(B, T, D)
+
+    def _encode_views(self, images: torch.Tensor) -> torch.Tensor:
+        """Encoder + projector one view at a time. A frozen encoder keeps nothing for backward;
+        a trained one is recomputed view by view in backward (checkpoint), keeping only each
+        view's input and output instead of every view's activations."""
+        trained = torch.is_grad_enabled() and any(p.requires_grad for p in self.vision_encoder.parameters())
+        views = [checkpoint(self._encode, view, use_reentrant=False) if trained else self._encode(view)
+                 for view in torch.split(images, 1)]
+        return torch.cat(views)
+
+    def _encode(self, images: torch.Tensor) -> torch.Tensor:
+        return self.MP(self.vision_encoder(images))
 
     def hidden_states(self, input_ids: torch.Tensor, images: torch.Tensor,
                       attention_mask: torch.Tensor | None = None) -> torch.Tensor:
