@@ -254,21 +254,16 @@ def test_a_second_sweep_is_refused_while_one_runs_on_the_device(tmp_path, monkey
     assert sorted(p.name for p in (work / "sweeps").iterdir()) == ["20250101-000000-abcdef", "20250101-000001-123456"]
 
 
-def test_parallel_deploys_keep_each_devices_lines_whole(tmp_path, monkeypatch, capsys):
+def test_parallel_deploys_keep_each_devices_lines_whole():
     """Two devices deploying at once, piped: every line of progress is whole and starts with its
-    device's name (a message of several lines too), none runs into another device's."""
+    device's name (a message of several lines too), none runs into another device's. The lines go
+    as deploy_many sends them (edgebench.fleet.deploy._device_lines over the piped ProgressLines)."""
     import re
-    import sys
+    import threading
     import time
 
-    from edgebench.cli import main
-    from edgebench.fleet import deploy
-
-    inventory = tmp_path / "inventory.yaml"
-    inventory.write_text("devices:\n" + "".join(f"  {name}: {{profile: local, workdir: {tmp_path / name}}}\n"
-                                                  for name in ("box1", "box2")))
-    monkeypatch.setenv("EDGEBENCH_INVENTORY", str(inventory))
-    monkeypatch.chdir(tmp_path)
+    from edgebench.fleet.deploy import _device_lines
+    from edgebench.fleet.progress import ProgressLines
 
     class Pipe:
         """stderr piped, slow enough that two threads' writes take turns."""
@@ -284,21 +279,20 @@ def test_parallel_deploys_keep_each_devices_lines_whole(tmp_path, monkeypatch, c
         def flush(self) -> None:
             pass
 
-        def isatty(self) -> bool:
-            return False
+    pipe, lock = Pipe(), threading.Lock()
+    progress = ProgressLines(pipe)
 
-    def deploy_one(name, specs, local_root, log, save_to, force):  # stages only: the cheapest deploy
+    def deploy(name: str) -> None:  # the stages a deploy logs, one of them several lines long
+        log = _device_lines(name, progress, lock)
         for i in range(40):
             log(f"{name}: stage {i}")
             log(f"{name}: export sgd: lowering {i}\n  - a second line\n  - a third")
-        return deploy.Deployment(name, f"sweep-{name}", str(tmp_path), ["r1"], {})
 
-    monkeypatch.setattr(deploy, "deploy_one", deploy_one)
-    pipe = Pipe()
-    monkeypatch.setattr(sys, "stderr", pipe)
-    with pytest.raises(SystemExit) as exited:
-        main(["deploy", "--device", "box1", "--device", "box2", "--methods", "sgd", "--steps", "1"])
-    assert exited.value.code in (0, None)
+    threads = [threading.Thread(target=deploy, args=(name,)) for name in ("box1", "box2")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
     lines = "".join(pipe.parts).splitlines()
     assert len(lines) == 2 * 40 * 4
     for name in ("box1", "box2"):
@@ -306,7 +300,6 @@ def test_parallel_deploys_keep_each_devices_lines_whole(tmp_path, monkeypatch, c
         assert [line.split("] ", 1)[1] for line in mine] == [
             text for i in range(40) for text in (f"{name}: stage {i}", f"{name}: export sgd: lowering {i}",
                                                  f"{name}:   - a second line", f"{name}:   - a third")]
-    assert capsys.readouterr().out.splitlines() == ["box1: sweep sweep-box1", "  r1", "box2: sweep sweep-box2", "  r1"]
 
 
 def test_deploy_refuses_what_the_profiles_ram_rules_out_before_exporting_anything(tmp_path, monkeypatch):

@@ -173,3 +173,24 @@ def test_step_time_estimate_orders_the_work():
     # narrower memory (a slower pass): the update-heavy method falls further behind SGD
     narrow = relative_step_time(cfg, "adamw", 1, 32, replace(REFERENCE, pass_ns=4 * REFERENCE.pass_ns))
     assert narrow > rel["adamw"]
+
+
+def test_predict_ranks_what_a_model_can_take_and_names_what_it_cannot(tmp_path):
+    """A checkpoint int4 cannot pack (an odd MLP width): the ranking goes on without the int4
+    methods and says why each is left out."""
+    import dataclasses
+
+    from click.testing import CliRunner
+
+    from edgebench.cli import cli
+    from edgebench.model.checkpoint import save_pretrained
+    from edgebench.model.config import get_config
+    from edgebench.model.vision_language_model import VisionLanguageModel
+
+    tiny = get_config("tiny")
+    save_pretrained(VisionLanguageModel(dataclasses.replace(tiny, lm_inter_dim=tiny.lm_inter_dim | 1)), tmp_path)
+    out = CliRunner().invoke(cli, ["predict", "--ram-bytes", str(8 << 30), "--model", str(tmp_path), "--json"])
+    assert out.exit_code == 0, out.output
+    ranked = json.loads(out.output)
+    assert "even number of input features" in ranked["unavailable"]["qlora4"]
+    assert {r["method"] for r in ranked["methods"]}.isdisjoint(ranked["unavailable"]) and len(ranked["methods"]) > 10

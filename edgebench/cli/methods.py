@@ -185,10 +185,11 @@ def predict_command(device: str | None, ram_bytes: int | None, model_name: str, 
     native = _native_peaks(model_name, device, text_length, image_size, as_json) if runtime == "native" else None
     measured = _measured(store, model_name)
     if parsed is None:
-        rows = rank(cfg, batch_size, text_length, image_size, usable, speed, native)
+        unavailable: dict[str, str] = {}
+        rows = rank(cfg, batch_size, text_length, image_size, usable, speed, native, unavailable)
         for r in rows:
             r["measured_to_target"] = measured.get(r["method"], [])
-        _print_ranking(rows, model_name, batch_size, verdict, as_json)
+        _print_ranking(rows, model_name, batch_size, {**verdict, "unavailable": unavailable}, as_json)
         return
     figures = _figures(cfg, parsed, batch_size, text_length, image_size, native)
     verdict["fits_est"] = figures["peak_bytes"] <= usable
@@ -316,4 +317,6 @@ def _print_ranking(rows: list[dict[str, Any]], model_name: str, batch_size: int,
     best = fitting[0]["method"] if fitting else None
     click.echo(f"best that fits (est.): {best}" if best else
                "nothing fits: the smallest predicted peak is listed first among the rest")
+    for name, why in verdict["unavailable"].items():
+        click.echo(f"not for this model: {name}: {why}")
     click.echo(PER_STEP_NOTE)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from edgebench.methods.device_speed import DeviceSpeed
-from edgebench.methods.knobs import PRESETS, Method, parse_method
+from edgebench.methods.knobs import PRESETS, Method, MethodError, parse_method
 
 if TYPE_CHECKING:
     from edgebench.model.config import VLMConfig
@@ -29,12 +29,13 @@ def usable_bytes(ram_bytes: int, headroom: float) -> int:
 
 def rank(cfg: VLMConfig, batch_size: int, text_length: int, image_size: int | None, usable: int,
          speed: DeviceSpeed, native: Callable[[Method, int], dict[str, Any] | None] | None = None,
-         ) -> list[dict[str, Any]]:
+         unavailable: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """Every preset and combination with its predicted peak and its step time relative to sgd at
     the device's rates (estimates; methods.steptime, None for a bf16 method where the device's
     bf16 matmul cost is unknown): the ones that fit first, fastest first (unknown last); then the
     rest, smallest peak first. `native(method, batch)`: the native worker's figures instead of
-    a torch process's (edgebench.native.memory), None for a method it does not run (left out)."""
+    a torch process's (edgebench.native.memory), None for a method it does not run (left out).
+    A method this model cannot take (int4 on an odd width) is left out, its reason in `unavailable`."""
     from edgebench.methods import memory
     from edgebench.methods.steptime import relative_step_time
 
@@ -42,7 +43,12 @@ def rank(cfg: VLMConfig, batch_size: int, text_length: int, image_size: int | No
     for name in [*PRESETS, *COMBINATIONS]:
         method = parse_method(name)
         batch = max(batch_size, method.accumulation)
-        figures = memory.predict(cfg, method, batch, text_length, image_size=image_size)
+        try:
+            figures = memory.predict(cfg, method, batch, text_length, image_size=image_size)
+        except MethodError as exc:
+            if unavailable is not None:
+                unavailable[name] = str(exc)
+            continue
         peak = figures["peak_bytes"]
         if native is not None:
             worker = native(method, batch)
