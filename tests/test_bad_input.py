@@ -93,6 +93,9 @@ def files(tmp_path):
         "broken_data": _broken_dataset,
         "ort_program": folder_with("manifest.json", json.dumps({"format": "edgebench-export/1",
                                                                 "backend": "onnxruntime"})),
+        "sgd_program": folder_with("manifest.json", json.dumps({
+            "format": "edgebench-export/1", "backend": "executorch", "program": "forward-backward",
+            "method": {"text": "sgd", "knobs": {"optimizer": "sgd", "grad_mode": "backprop", "trainable": "all"}}})),
         "spec_field": lambda path: path.write_text(json.dumps({"model": "tiny", "colour": "red"})),
         "spec_list": lambda path: path.write_text("[1]"),
     })
@@ -122,6 +125,7 @@ CASES = {
                ["--device", "local", "--spec", "{json}"], ["--device", "local", "--program", "{empty}"],
                ["--device", "local", "--backend", "executorch", "--program", "{empty}"],
                ["--device", "local", "--backend", "executorch", "--program", "{ort_program}"],
+               ["--device", "local", "--backend", "executorch", "--program", "{sgd_program}", "--methods", "adamw"],
                ["--device", "local", "--spec", "{spec_field}"], ["--device", "local", "--spec", "{spec_list}"]],
     "collect": [["--device", "no-such-board"]],
     "status": [["--device", "no-such-board"]],
@@ -155,6 +159,8 @@ SAYS = {
         f"input features, this model has one of {ODD_WIDTH}; use frozen-int8",
     ("deploy", "--device", "local", "--backend", "executorch", "--program", "{ort_program}"):
         "a onnxruntime program, and --backend is executorch",
+    ("deploy", "--device", "local", "--backend", "executorch", "--program", "{sgd_program}", "--methods", "adamw"):
+        "was exported for method 'sgd', not 'adamw'; export it for this method",
     ("deploy", "--device", "local", "--spec", "{spec_field}"): "unknown field(s) ['colour']",
     ("deploy", "--device", "local", "--spec", "{spec_list}"): "RunSpec: a list, not an object",
     ("sensors", "--seconds", "0.1", "--sensors", "[1]"): "the sensors block is a list",

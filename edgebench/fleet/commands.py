@@ -267,6 +267,19 @@ def _check_program(program: str | None, backend: str) -> None:
                                  param_hint="--program")
 
 
+def _check_program_fits(spec: RunSpec) -> None:
+    """A run's --program (or its spec's) is an export of its method, by this edgebench's format,
+    before anything ships: else the run would only fail on the device."""
+    from edgebench.backends.program import ProgramError, open_program
+    from edgebench.methods import parse_method
+
+    if spec.program and spec.backend != "eager":
+        try:
+            open_program(spec, spec.backend, parse_method(spec.method).knobs())  # as the run will open it
+        except (ProgramError, FileNotFoundError) as exc:
+            raise click.BadParameter(str(exc), param_hint="--program") from None
+
+
 def _check_save(save: str | None, backend: str) -> None:
     """Before any run: --save names a folder this user can create files in (made if missing),
     and the backend has weights to save."""
@@ -589,6 +602,7 @@ def _deploy_specs(spec_files: tuple[str, ...], program: str | None, shape: dict[
         _check_program(program, shape["backend"])
         specs = make_specs(methods, program=program, **shape)
     for spec in specs:
+        _check_program_fits(spec)
         _check_save(save, spec.backend)
         spec.save_dir = WEIGHTS_DIR if save else spec.save_dir
     return specs
