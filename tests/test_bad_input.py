@@ -13,6 +13,7 @@ import pytest
 
 from edgebench.cli import cli, main
 from edgebench.model import get_config
+from test_data import GOOD, _folder
 
 NO_SUCH = "/nonexistent/edgebench-bad-input"
 
@@ -41,19 +42,9 @@ def _checkpoint(folder: Path, **fields: int) -> None:
 
 
 def _broken_dataset(folder: Path) -> None:
-    """A dataset folder (tokenizer, image) whose data.jsonl has a line cut short."""
-    from PIL import Image
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-
+    """A dataset folder (tokenizer, images) whose data.jsonl has a line cut short."""
     folder.mkdir()
-    tokenizer = Tokenizer(models.WordLevel(unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer.train_from_iterator(["what colour is the ball ? red"],
-                                  trainers.WordLevelTrainer(special_tokens=["<pad>", "<unk>", "<eos>"]))
-    tokenizer.save(str(folder / "tokenizer.json"))
-    Image.new("RGB", (20, 10), (255, 0, 0)).save(folder / "a.png")
-    (folder / "data.jsonl").write_text(json.dumps({"image": "a.png", "question": "what colour is the ball ?",
-                                                   "answer": "red"}) + '\n{"image": "a.png", "question": \n')
+    _folder(folder, [GOOD[0], '{"image": "a.png", "question": '])
 
 
 class _Files(dict[str, str]):
