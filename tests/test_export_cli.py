@@ -7,7 +7,6 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -113,19 +112,3 @@ def test_export_out_is_a_copy_and_an_altered_program_is_never_served_from_cache(
     assert (out / "model.pte").read_bytes() == program == (entry / "model.pte").read_bytes()
     assert "from cache" in export()
 
-
-def test_bench_and_deploy_say_when_a_cached_program_was_replaced(tmp_path, monkeypatch):
-    """The export step of bench and deploy (export_for_spec) names an altered cached file it
-    exports again, through its progress, as `edgebench export` does."""
-    from edgebench.runner.spec import RunSpec
-    from exporters import pipeline
-
-    monkeypatch.setenv("EDGEBENCH_EXPORT_CACHE", str(tmp_path / "cache"))
-    spec = RunSpec(model="tiny", method="sgd", backend="executorch")
-    stages: list[str] = []
-    program = Path(pipeline.export_for_spec(spec, on_stage=stages.append))
-    (program / "model.pte").write_bytes(b"")  # a damaged cache entry
-    stages.clear()
-    assert Path(pipeline.export_for_spec(spec, on_stage=stages.append)) == program
-    assert "build model" in stages  # exported again, in the export's own process: its stages reach us
-    assert f"{program / 'model.pte'}: not the file the export wrote (its sha256 differs); replaced" in stages

@@ -74,27 +74,35 @@ def test_two_exports_at_once_run_in_two_processes(tmp_path):
     assert len(set(pids.values())) == 2 and os.getpid() not in pids.values()
 
 
-def test_no_replacement_is_live_in_the_caller_while_it_exports(tmp_path, monkeypatch):
-    """At every stage of a real export (reported while the lowering runs), every registered
-    upstream attribute in this process is upstream's own; afterwards, ExecuTorch's node comparison
-    cache (an lru_cache without a size that keeps every graph it compared) holds nothing new here."""
+def test_bench_and_deploy_export_in_their_own_process_and_say_when_a_cached_program_was_replaced(tmp_path,
+                                                                                                   monkeypatch):
+    """The export step of bench and deploy (export_for_spec), for real: at every stage (reported
+    while the lowering runs) every registered upstream attribute in this process is upstream's
+    own, and ExecuTorch's node comparison cache (an lru_cache without a size that keeps every
+    graph it compared) holds nothing new here; a damaged cached file is exported again and named
+    through the progress, as `edgebench export` names it."""
     from executorch.exir.backend.utils import is_same_node
 
+    from edgebench.runner.spec import RunSpec
     from exporters import upstream
-    from exporters.manifest import ExportRequest
-    from exporters.pipeline import export
+    from exporters.pipeline import export_for_spec
 
     monkeypatch.setenv("EDGEBENCH_EXPORT_CACHE", str(tmp_path / "cache"))
-    checked: list[str] = []
+    stages: list[str] = []
 
     def stage(name: str) -> None:
         assert not upstream._LIVE, f"a replacement is live here during {name!r}"
         for target, entry in upstream.REPLACEMENTS.items():
             assert upstream.fingerprint(upstream.resolve(target)) == entry.fingerprint, \
                 f"{target} is replaced here during {name!r}"
-        checked.append(name)
+        stages.append(name)
 
     compared = is_same_node.cache_info().currsize
-    export(ExportRequest(model="tiny", method="sgd", backend="executorch"), on_stage=stage)
-    assert is_same_node.cache_info().currsize == compared
-    assert "build model" in checked and len(checked) >= 3
+    spec = RunSpec(model="tiny", method="sgd", backend="executorch")
+    program = Path(export_for_spec(spec, on_stage=stage))
+    assert "build model" in stages and len(stages) >= 3 and is_same_node.cache_info().currsize == compared
+    (program / "model.pte").write_bytes(b"")  # a damaged cache entry
+    stages.clear()
+    assert Path(export_for_spec(spec, on_stage=stage)) == program
+    assert "build model" in stages  # exported again
+    assert f"{program / 'model.pte'}: not the file the export wrote (its sha256 differs); replaced" in stages
