@@ -69,7 +69,8 @@ def test_the_device_has_no_python(nopy_lab):
 def test_native_sweep_without_python_end_to_end(nopy_lab, export_cache):
     runs_dir, store_path = nopy_lab / "runs", nopy_lab / "runs" / "edgebench.duckdb"
     spec = RunSpec(model=EXPORTED_MODEL, method="sgd", backend="executorch", runtime="native", text_length=TEXT,
-                   warmup_steps=1, steps=40, sample_hz=20)  # ~0.6 s: a few CPU readings
+                   warmup_steps=1, steps=40, sample_hz=20,  # ~0.6 s: a few CPU readings
+                   eval_every=20, eval_samples=4)  # held out: the worker saves weights, the host evaluates them
     deployment = deploy_one(DEVICE, [spec], runs_dir)
     (run_id,) = deployment.run_ids
     assert deployment.probes and all(p["device_mono_ns"] > 0 for p in deployment.probes)
@@ -109,6 +110,11 @@ def test_native_sweep_without_python_end_to_end(nopy_lab, export_cache):
     assert 10 * 2**20 < figures["device_ram_peak_bytes"] <= figures["device_ram_limit_bytes"] == 512 * 2**20
     assert figures["disturbed"] is not None and figures["cpu_others_pct"] is not None
     assert figures["energy_per_step_j_est"] > 0 and "its cgroup" in figures["power_est_basis"]
+    # held-out evaluation with no Python on the device: its saved weights came back with the run
+    assert sorted(p.name for p in run_dir.glob("eval-weights-*")) == [
+        f"eval-weights-{step:06d}.safetensors" for step in (20, 40, 41)]
+    assert result["eval_count"] == 4 and result["eval_by"] == "the host, from the weights the run saved"
+    assert result["eval_loss_last"] < result["eval_loss_first"]
 
 
 def test_a_python_run_is_refused_on_a_device_without_python(nopy_lab):
