@@ -12,7 +12,7 @@ import click
 
 from edgebench.methods.device_speed import DeviceSpeed
 from edgebench.methods.fit import DEFAULT_HEADROOM, rank, usable_bytes
-from edgebench.methods.knobs import PRESETS, Method, MethodError, parse_method
+from edgebench.methods.knobs import MODIFIERS, PRESETS, Method, MethodError, parse_method
 from edgebench.results import STORE_DEFAULT_HELP
 
 if TYPE_CHECKING:
@@ -50,7 +50,8 @@ def methods_command(as_json: bool) -> None:
     from edgebench.terminal import console as terminal
 
     console = terminal()
-    for part in fitted("edgebench methods (combine with +: ckpt, bf16, accumN, fused, frozen-bf16, frozen-int8)",
+    modifiers = ", ".join([*MODIFIERS, "accumN", "an optimizer", "a trainable subset"])
+    for part in fitted(f"edgebench methods (combine with +: {modifiers})",
                        [Field("preset", "preset", lambda r: r["name"], True)],
                        [Field("what it does", "what it does", lambda r: r["description"]),
                         Field("knobs (vs adamw)", "knobs (vs adamw)", lambda r: _knob_text(r["knobs"])),

@@ -71,7 +71,7 @@ class Method:
 
 
 # Modifier tokens: combinable with any preset by `+`.
-_MODIFIERS: dict[str, dict[str, Any]] = {
+MODIFIERS: dict[str, dict[str, Any]] = {
     "ckpt": {"checkpointing": True},
     "bf16": {"precision": "bf16"},
     "fp32": {"precision": "fp32"},
@@ -140,8 +140,8 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
 def _token_knobs(token: str) -> dict[str, Any]:
     if token in PRESETS:
         return dict(PRESETS[token][1])
-    if token in _MODIFIERS:
-        return dict(_MODIFIERS[token])
+    if token in MODIFIERS:
+        return dict(MODIFIERS[token])
     if token in OPTIMIZERS:
         return {"optimizer": token}
     if token in TRAINABLE:
@@ -153,11 +153,11 @@ def _token_knobs(token: str) -> dict[str, Any]:
             raise MethodError(f"accumN: N is at most {MAX_ACCUMULATION} micro-batches per step, got {quote(digits)}; "
                               "use a smaller N (or a larger --batch-size)")
         return {"accumulation": int(digits)}
-    near = difflib.get_close_matches(token, [*PRESETS, *_MODIFIERS, *OPTIMIZERS, *TRAINABLE], n=1, cutoff=0.75)
+    near = difflib.get_close_matches(token, [*PRESETS, *MODIFIERS, *OPTIMIZERS, *TRAINABLE], n=1, cutoff=0.75)
     raise MethodError(
         f"unknown method part {token!r}{f': did you mean {near[0]!r}?' if near else ''} "
         f"Use a preset ({', '.join(PRESETS)}) or a modifier "
-        f"({', '.join(_MODIFIERS)}, accumN, an optimizer name, a trainable subset); "
+        f"({', '.join(MODIFIERS)}, accumN, an optimizer name, a trainable subset); "
         "`edgebench methods` lists them"
     )
 
