@@ -321,3 +321,23 @@ def test_deploy_refuses_what_the_profiles_ram_rules_out_before_exporting_anythin
     with pytest.raises(deploy.PreflightError, match=r"zero .*cannot run this sweep:\n  - .*adamw 4.2 GiB, more than "
                                                     r"the .* usable on zero.*--force to run anyway"):
         deploy.deploy_one("zero", [spec], tmp_path / "runs")
+
+
+def test_two_local_runs_of_one_run_id_at_once_each_keep_their_own_group(tmp_path):
+    """Two test workers (or two bench processes) may run one run id at the same time: neither
+    run's end may kill the other's supervisor (each has a cgroup of its own)."""
+    import threading
+
+    from edgebench.fleet.local import run_local
+    from edgebench.runner.spec import RunSpec
+
+    short = RunSpec(model="tiny", method="sgd", steps=1, warmup_steps=0, text_length=16, run_id="same")
+    long = RunSpec(**{**short.to_dict(), "steps": 40})  # still running when the short one ends
+    results: dict[str, dict] = {}
+    threads = [threading.Thread(target=lambda d=d, s=s: results.__setitem__(d, run_local(s, tmp_path / d)))
+               for d, s in (("first", short), ("second", long))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert [results[d]["status"] for d in ("first", "second")] == ["ok", "ok"], results

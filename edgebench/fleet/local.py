@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -86,12 +87,15 @@ LOCAL_GROUP = "edgebench-local"
 
 def run_cgroup(run_id: str) -> Limits | None:
     """A cgroup of the run's own (devices.cgroups.Limits) holding the host's RAM and every core;
-    None where this user cannot make one."""
+    None where this user cannot make one. Its name is the run id and a random part: two runs of
+    one id at once (two bench processes, two test workers) never share a group, whose end kills
+    whatever is inside."""
     from edgebench.devices.cgroups import CgroupError, Limits
     from edgebench.fleet.device_scripts.facts import meminfo
 
+    name = f"{LOCAL_GROUP}/{run_id}-{secrets.token_hex(4)}"
     try:  # the host's RAM as the kernel has it: the group accounts, it does not limit
-        return Limits.create(f"{LOCAL_GROUP}/{run_id}", meminfo()["MemTotal"], float(os.cpu_count() or 1))
+        return Limits.create(name, meminfo()["MemTotal"], float(os.cpu_count() or 1))
     except (CgroupError, OSError):
         return None
 
