@@ -11,6 +11,7 @@ reached) and the host (which finds where it was reached).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -45,6 +46,17 @@ def parse_target(text: str) -> tuple[str, float]:
     if not math.isfinite(value) or (metric == "accuracy" and not 0 < value <= 1) or value < 0:
         raise TargetError(f"{text!r}: accuracy is a fraction in (0, 1], loss a number >= 0; e.g. {TARGET_EXAMPLE}")
     return metric, value
+
+
+def heldout_counts(batches: Iterator[dict[str, Any]], count: int,
+                   evaluate: Callable[[dict[str, Any]], dict[str, float]]) -> dict[str, float]:
+    """An evaluation's raw counts (an `eval` event's), summed over `count` held-out batches: the
+    worker's on the device and the host's of saved weights (edgebench.results.heldout) alike."""
+    counts = {"samples": 0, "tokens": 0, "loss_sum": 0.0, "correct": 0}
+    for _ in range(count):
+        for key, value in evaluate(next(batches)).items():
+            counts[key] += value
+    return counts
 
 
 def eval_point(event: dict[str, Any]) -> dict[str, Any]:

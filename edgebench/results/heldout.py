@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from edgebench.figures.learning import heldout_counts
 from edgebench.figures.run import HOST_EVALS
 from edgebench.runner.spec import RunSpec
 from edgebench.runner.worker import EVAL_WEIGHTS
@@ -24,6 +25,11 @@ def evaluate_saved_weights(run_dir: Path) -> int:
     """Evaluates each saved evaluation point not yet in HOST_EVALS; returns how many it did.
     One that cannot be evaluated here (its weights or data missing on this host) is recorded
     `eval_failed`, with the reason, and the run's other figures stand."""
+    try:  # most runs saved none: a byte search spares every ingest a parse of the whole trace
+        if b'"eval_weights"' not in (run_dir / "events.jsonl").read_bytes():
+            return 0
+    except FileNotFoundError:
+        return 0
     saved = [e for e in read_trace(run_dir / "events.jsonl").records if e.get("event") == "eval_weights"]
     done = {e.get("after_steps") for e in read_trace(run_dir / HOST_EVALS).records} if saved else set()
     todo = sorted((e for e in saved if e.get("after_steps") not in done), key=lambda e: int(e["after_steps"]))
@@ -75,12 +81,8 @@ def _evaluator(spec: RunSpec) -> tuple[Any, Any]:
     batches = -(-spec.eval_samples // spec.batch_size)
 
     def counts() -> dict[str, float]:
-        total = {"samples": 0, "tokens": 0, "loss_sum": 0.0, "correct": 0}
-        heldout = source()
-        for _ in range(batches):
-            for key, value in evaluate_batch(model, to_torch(next(heldout)), autocast and autocast()).items():
-                total[key] += value
-        return total
+        return heldout_counts(source(), batches,
+                              lambda batch: evaluate_batch(model, to_torch(batch), autocast and autocast()))
 
     return model, counts
 

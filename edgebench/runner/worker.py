@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgebench.errors import EdgebenchError
-from edgebench.figures.learning import DEFAULT_EVAL_EVERY, eval_point, parse_target, reached
+from edgebench.figures.learning import DEFAULT_EVAL_EVERY, eval_point, heldout_counts, parse_target, reached
 from edgebench.figures.status import (
     EXIT_DIVERGED,
     EXIT_ERROR,
@@ -234,13 +234,8 @@ class Evaluation:
         return self.target is not None and reached(eval_point(event), *self.target)
 
     def _counts(self) -> dict[str, float]:
-        counts = {"samples": 0, "tokens": 0, "loss_sum": 0.0, "correct": 0}
         self.heldout = self.heldout or batch_source(self.spec, "heldout")
-        heldout = self.heldout()
-        for _ in range(self.batches):
-            for key, value in self.backend.evaluate(next(heldout)).items():
-                counts[key] += value
-        return counts
+        return heldout_counts(self.heldout(), self.batches, self.backend.evaluate)
 
     def _save_weights(self, step: int, begin: int) -> None:
         from edgebench.backends.program import write_trainable
