@@ -95,7 +95,7 @@ class Page:
     png: bytes | None  # the screenshot, when asked
 
 
-def browse(page: Path, width: int, height: int, screenshot: bool = False, timeout: float = 30) -> Page:
+def browse(page: Path, width: int, height: int, screenshot: bool = False, timeout: float = 90) -> Page:
     """`page` in headless Chromium with a viewport of exactly width x height (the window itself
     cannot be narrower than 500 px: the DevTools protocol, over a pipe, sets the viewport),
     once its charts are drawn."""
