@@ -34,9 +34,10 @@ MiB = 1 << 20
 
 
 def default_lr(method: str) -> float:
-    """The lr a run of `method` on tiny gets when none is given (the trainer's own choice)."""
+    """The lr a run of `method` on tiny's fresh weights gets when none is given (the trainer's own
+    choice; methods.optimizers' fresh_lr, which this benchmark's grid measures)."""
     parsed = parse_method(method)
-    return make_trainer(parsed, build_model_for(parsed, MODEL), lr=None, total_steps=1).lr
+    return make_trainer(parsed, build_model_for(parsed, MODEL), lr=None, total_steps=1, fresh_weights=True).lr
 
 
 def main() -> None:

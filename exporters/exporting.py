@@ -64,8 +64,10 @@ def export_and_profile(request: ExportRequest, out: str | None, profile: Any, me
 def run_lr(lr: float | None, method: Any, manifest: dict[str, Any]) -> dict[str, Any]:
     """The learning rate runs of this program use and where it is applied (no program holds one)."""
     from edgebench.backends.program import program_lr
+    from edgebench.model import starts_fresh
 
-    return {"value": program_lr(lr, method, manifest),
+    fresh = starts_fresh(manifest["request"]["model"])
+    return {"value": program_lr(lr, method, manifest, fresh_weights=fresh),
             "source": "--lr" if lr is not None else "the method's default",
             "where": "applied at run time by the update after each program call, not part of the exported "
                      "files (pass it to bench/deploy --lr)"}

@@ -300,7 +300,6 @@ def _export_onnxruntime(request: ExportRequest, directory: Path, on_stage: Calla
         _artifacts_key(request, method), directory,
         lambda work: export_artifacts(model, tensors["input_ids"], tensors["images"], tensors["attention_mask"],
                                       work, training=not forward_only, on_stage=on_stage))
-    n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     optimizer = None if forward_only else method.optimizer
     weight_decay = (optimizer_descriptor(optimizer).weight_decay or 0.0) if optimizer else 0.0
     if forward_only:
@@ -325,7 +324,6 @@ def _export_onnxruntime(request: ExportRequest, directory: Path, on_stage: Calla
         "optimizer": optimizer,
         "weight_decay": weight_decay,
         "max_grad_norm": optim.MAX_GRAD_NORM,
-        "default_lr": optim.default_lr(method, n_trainable),
         "lowering": {  # which method knobs were lowered, and how
             "optimizer": update,
             "grad_mode": "forward-only eval graph" if forward_only else "training graph (forward + backward)",

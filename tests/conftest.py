@@ -13,6 +13,16 @@ FULL = os.environ.get("EDGEBENCH_FULL") == "1"
 # The model the tests of exported programs lower: tiny at half its depth, so each
 # ExecuTorch export takes half tiny's time (edgebench.model.config `micro`).
 EXPORTED_MODEL = "micro"
+
+
+def checkpoint_lr(method: str) -> float:
+    """The default lr of `method` when a run fine-tunes a checkpoint. The parity tests of exported
+    programs against eager run there: their tolerances were measured at these lrs, and a fresh
+    model's default ones (up to 30x larger: lomo 0.3 took micro's loss to 43) let float32's
+    summing order show above them within ten steps."""
+    from edgebench.methods import optim, parse_method
+
+    return optim.default_lr(parse_method(method), 1, fresh_weights=False)
 CGROUP_V1_MEMORY = Path("/sys/fs/cgroup/memory")
 
 # Under pytest-xdist two workers share the cores; torch's default of one OpenMP thread per

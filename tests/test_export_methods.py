@@ -14,7 +14,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import EXPORTED_MODEL, FULL
+from conftest import EXPORTED_MODEL, FULL, checkpoint_lr
 from edgebench.backends import create
 from edgebench.data.synthetic import synthetic_batches
 from edgebench.runner.spec import RunSpec
@@ -65,7 +65,7 @@ def _losses(method: str, batch_size: int = 1, bf16: str = "rounded") -> dict[str
     losses = {}
     for backend in ("executorch", "eager"):
         spec = RunSpec(model=EXPORTED_MODEL, method=method, backend=backend, text_length=TEXT,
-                       batch_size=batch_size, warmup_steps=0, steps=STEPS,
+                       batch_size=batch_size, warmup_steps=0, steps=STEPS, lr=checkpoint_lr(method),
                        program=str(result.directory) if backend == "executorch" else None)
         instance = create(spec)
         instance.setup(spec, batches[0])

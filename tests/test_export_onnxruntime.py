@@ -18,7 +18,9 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import checkpoint_lr
 from edgebench.backends import UnsupportedBackend, create
+from edgebench.backends.program import program_lr
 from edgebench.data.synthetic import synthetic_batches, to_torch
 from edgebench.methods import optim, optimizers, parse_method
 from edgebench.runner.spec import RunSpec
@@ -50,6 +52,11 @@ def _backend(result, method: str, lr: float | None = None, total_steps: int = ST
     return backend
 
 
+def _lr(result, method: str, lr: float | None) -> float:
+    """The backbone lr the backend runs at (a fresh tiny model's default when `lr` is None)."""
+    return program_lr(lr, parse_method(method), result.manifest, fresh_weights=True)
+
+
 def _eager(result):
     """The model (peft LoRA where the method has it) the export was made from: same seed,
     build and trainable subset, so the same initial weights."""
@@ -67,8 +74,7 @@ def _parity(result, method: str, lr: float | None, total_steps: int, steps: int,
     backend = _backend(result, method, lr, total_steps)
     ort_losses = [backend.step(batch) for batch in batches]
     model = _eager(result)
-    trainer = BackpropTrainer(parse_method(method), model, result.manifest["default_lr"] if lr is None else lr,
-                              total_steps)
+    trainer = BackpropTrainer(parse_method(method), model, _lr(result, method, lr), total_steps)
     norms: list[float] = []
     clip = torch.nn.utils.clip_grad_norm_
 
@@ -95,9 +101,10 @@ WEIGHTS_RTOL = 1e-3
 # (method, lr, schedule length): the recipe's optimizers with distinct lr groups (SGD's
 # default 5e-2 is above the projector's 5.12e-3, so the groups would coincide: 2e-3 here),
 # with warmup (100 steps: 3 warmup steps, 1/3 and 2/3 of the peak) and with most of a cosine
-# (10 steps: warmup 1); then the other trainable subsets at their defaults.
+# (10 steps: warmup 1); then the other trainable subsets at a checkpoint's default lrs
+# (conftest.checkpoint_lr).
 RECIPE = [(m, lr, total) for m, lr in (("sgd", 2e-3), ("adam", None), ("adamw", None)) for total in (100, STEPS)]
-SUBSETS = [("sgd", None, 100), ("freeze-vision", None, 100), ("bitfit", None, 100), ("lora", None, 100)]
+SUBSETS = [(m, checkpoint_lr(m), 100) for m in ("sgd", "freeze-vision", "bitfit", "lora")]
 
 
 @pytest.mark.parametrize("method,lr,total_steps", RECIPE + SUBSETS)
@@ -109,7 +116,7 @@ def test_backprop_method_follows_eagers_recipe(export_cache, monkeypatch, method
     assert min(norms) > optim.MAX_GRAD_NORM
     assert len({optim.lr_factor(s, total_steps) for s in range(STEPS)}) > 2
     if (method, lr, total_steps) in RECIPE:
-        groups = optim.lr_groups(manifest["trainable_parameters"], lr or manifest["default_lr"])
+        groups = optim.lr_groups(manifest["trainable_parameters"], _lr(result, method, lr))
         assert len({peak for _, peak, _ in groups}) == 2, groups
     np.testing.assert_allclose(ort, eager, rtol=RTOL)
     trained = backend.named_parameters()

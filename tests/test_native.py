@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import EXPORTED_MODEL
+from conftest import EXPORTED_MODEL, checkpoint_lr
 from edgebench.backends import create
 from edgebench.figures.run import HOST_EVALS, figures_of_run_dir
 from edgebench.figures.status import EXIT_ERROR
@@ -58,7 +58,7 @@ def _program(method: str, batch_size: int = 1, delegate: str | None = "xnnpack")
 
 def _spec(method: str, program: str, **fields) -> RunSpec:
     base = dict(model=EXPORTED_MODEL, method=method, backend="executorch", text_length=TEXT, warmup_steps=0,
-                steps=STEPS, sample_hz=10.0, program=program, run_id=f"native-{method}")
+                steps=STEPS, sample_hz=10.0, program=program, run_id=f"native-{method}", lr=checkpoint_lr(method))
     return RunSpec(**{**base, **fields})
 
 

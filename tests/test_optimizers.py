@@ -19,7 +19,14 @@ from edgebench.errors import EdgebenchError
 from edgebench.methods import knobs, memory, optim, steptime
 from edgebench.methods.device_speed import REFERENCE
 from edgebench.methods.knobs import Method, parse_method
-from edgebench.methods.optimizers import OPTIMIZERS, PROGRAM_UPDATES, TRAINERS, UnknownOptimizer, optimizer
+from edgebench.methods.optimizers import (
+    NANOVLM_LR_BACKBONE,
+    OPTIMIZERS,
+    PROGRAM_UPDATES,
+    TRAINERS,
+    UnknownOptimizer,
+    optimizer,
+)
 from edgebench.model.config import get_config
 from edgebench.native.plan import native_reason
 
@@ -40,6 +47,7 @@ def test_every_term_of_an_optimizer_exists_and_agrees(name):
     # building and training
     assert o.trainer in TRAINERS
     assert math.isfinite(o.default_lr) and o.default_lr > 0
+    assert o.fresh_lr is None or (math.isfinite(o.fresh_lr) and o.fresh_lr > 0)
     assert set(o.adapter_lr_for) <= set(knobs.TRAINABLE)
     if o.trainer in ("step", "in-backward"):
         module, _, cls = o.build.partition(":")
@@ -75,7 +83,8 @@ def test_every_term_of_an_optimizer_exists_and_agrees(name):
     predicted = memory.predict(cfg, method, 2, 16)
     assert predicted["peak_bytes"] > 0 and predicted["optimizer_state_bytes"] >= 0
     assert steptime.relative_step_time(cfg, method, 2, 16, replace(REFERENCE, bf16_matmul_cost=1.0)) > 0
-    assert optim.default_lr(method, 1000) > 0
+    assert optim.default_lr(method, 1000, fresh_weights=False) > 0
+    assert optim.default_lr(method, 1000, fresh_weights=True) > 0
 
 
 def test_every_exported_backend_has_its_method_reasons_and_optimizers():
@@ -117,13 +126,14 @@ def test_the_native_plan_carries_the_methods_own_constants():
     assert float(adamw["eps"]) == optimizer("adamw").eps
     assert float(adamw["weight_decay"]) == optimizer("adamw").weight_decay
     assert float(plan("adam")["weight_decay"]) == 0.0
-    assert float(plan("mezo")["group_lr"].split()[0]) == optim.default_lr(parse_method("mezo"), 222_081_600)  # eager's
+    assert float(plan("mezo")["group_lr"].split()[0]) == optim.default_lr(parse_method("mezo"), 222_081_600,
+                                                                                fresh_weights=True)  # eager's
 
 
 def test_a_descriptor_without_a_cost_or_a_learning_rate_cannot_be_written():
     required = {f.name for f in dataclasses.fields(type(optimizer("sgd")))
                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
-    assert {"name", "default_lr", "state_bytes", "update_passes"} <= required
+    assert {"name", "default_lr", "fresh_lr", "state_bytes", "update_passes"} <= required
 
 
 def test_an_unknown_optimizer_is_an_error_everywhere_not_a_default():
@@ -134,7 +144,8 @@ def test_an_unknown_optimizer_is_an_error_everywhere_not_a_default():
     cfg = get_config("tiny")
     for predict in (lambda: memory.predict(cfg, stranger, 1, 16),
                     lambda: steptime.step_seconds(cfg, stranger, 1, 16, REFERENCE),
-                    lambda: optim.default_lr(stranger, 1), lambda: optim.build_optimizer("rmsprop", []),
+                    lambda: optim.default_lr(stranger, 1, fresh_weights=False),
+                    lambda: optim.build_optimizer("rmsprop", []),
                     lambda: unsupported_reason(stranger, "onnxruntime"), lambda: native_reason(stranger)):
         with pytest.raises(UnknownOptimizer):
             predict()
@@ -142,23 +153,50 @@ def test_an_unknown_optimizer_is_an_error_everywhere_not_a_default():
         parse_method("rmsprop")
 
 
+@pytest.mark.parametrize("checkpoint", [None, "/checkpoints/nanoVLM-222M"])
 @pytest.mark.parametrize("preset", ["mezo", "mezo-lora", "lomo-sr", "adamw", "bitfit", "sgd"])
-def test_the_exported_runtimes_take_eagers_default_lr_at_nanovlm_222m_size(preset):
+def test_the_exported_runtimes_take_eagers_default_lr_at_nanovlm_222m_size(preset, checkpoint):
     """ExecuTorch (pybind and native) and ONNX Runtime resolve the default lr from the program's
-    trained-weight count as eager does: MeZO's shrinks for 222m's 222M weights. Unscaled, an
-    ExecuTorch MeZO run took 222m's loss 10.84 -> 81.8 in three steps while eager's stayed ~11."""
+    trained-weight count and the run's start (a checkpoint or fresh weights) as eager does: MeZO's
+    shrinks for 222m's 222M weights. Unscaled, an ExecuTorch MeZO run took 222m's loss
+    10.84 -> 81.8 in three steps while eager's stayed ~11."""
     from edgebench.backends.program import program_lr
     from edgebench.methods import make_trainer
     from edgebench.methods.trainer import build_model_for
+    from edgebench.runner.spec import RunSpec
 
     method = parse_method(preset)
+    spec = RunSpec(model="nanovlm-222m", method=preset, checkpoint=checkpoint)
     with torch.device("meta"):  # shapes only: no 222m weights in memory
-        trainer = make_trainer(method, build_model_for(method, "nanovlm-222m"), total_steps=4)
-    trained = sum(p.numel() for p in trainer.params)
-    assert program_lr(None, method, {"model": {"trainable_elements": trained}}) == trainer.lr
-    assert program_lr(3e-4, method, {"model": {"trainable_elements": trained}}) == 3e-4
+        trainer = make_trainer(method, build_model_for(method, "nanovlm-222m"), total_steps=4,
+                               fresh_weights=spec.fresh_weights)
+    trained = {"model": {"trainable_elements": sum(p.numel() for p in trainer.params)}}
+    assert program_lr(None, method, trained, fresh_weights=spec.fresh_weights) == trainer.lr
+    assert program_lr(3e-4, method, trained, fresh_weights=spec.fresh_weights) == 3e-4
     if preset == "mezo":
         assert trainer.lr < optim.GRAD_MODE_LR["zeroth-order"] / 50  # 222M weights: ~1/55 of the base lr
+
+
+@pytest.mark.parametrize("preset,fresh,tuned", [("sgd", 0.5, 5e-2), ("adamw", 1.5e-3, NANOVLM_LR_BACKBONE),
+                                                ("bitfit", 0.1, optim.ADAPTER_LR), ("lora", optim.ADAPTER_LR,
+                                                                                     optim.ADAPTER_LR)])
+def test_an_eager_run_from_fresh_weights_and_one_from_a_checkpoint_start_at_their_own_lr(preset, fresh, tuned,
+                                                                                         tmp_path):
+    """Fresh weights take the lr bench/learning.py measured to learn soonest (lora's: none of
+    its grid reached the target, so both are peft's usual); a checkpoint, the recipe's."""
+    from edgebench.backends import create
+    from edgebench.data.synthetic import synthetic_batches
+    from edgebench.model import build_model, get_config
+    from edgebench.model.checkpoint import save_pretrained
+    from edgebench.runner.spec import RunSpec
+
+    checkpoint = str(save_pretrained(build_model("tiny"), tmp_path / "tiny"))
+    batch = next(synthetic_batches(get_config("tiny"), 1, 16, 0))
+    for spec, lr in ((RunSpec(model="tiny", method=preset, text_length=16), fresh),
+                     (RunSpec(model="tiny", method=preset, text_length=16, checkpoint=checkpoint), tuned)):
+        backend = create(spec)
+        backend.setup(spec, batch)
+        assert backend.trainer.lr == lr, spec.checkpoint
 
 
 @pytest.mark.parametrize("summed_norm", [0.4, 40.0])  # a quarter under the clip (0.1), and over it (10)

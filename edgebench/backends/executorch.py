@@ -182,7 +182,7 @@ class ExecutorchBackend:
         method = parse_method(spec.method)
         directory, self.manifest = open_program(spec, self.name, method.knobs())
         check_batch(self.manifest, et_optimizers.first_micro_batch(example_batch, method.accumulation), directory)
-        lr = program_lr(spec.lr, method, self.manifest)
+        lr = program_lr(spec.lr, method, self.manifest, fresh_weights=spec.fresh_weights)
         total = spec.warmup_steps + spec.steps
         if method.grad_mode == "zeroth-order":
             self.mezo = _program_mezo(directory, self.manifest, method, lr, total, self.etdump)

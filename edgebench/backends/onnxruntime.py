@@ -193,6 +193,8 @@ class OnnxRuntimeBackend:
             raise UnsupportedBackend(reason)
         directory, manifest = open_program(spec, self.name, None)
         check_batch(manifest, example_batch, directory)
+        # eager's default, as every runtime's (before the heap is trimmed: it imports the model configs)
+        lr = program_lr(spec.lr, parse_method(spec.method), manifest, fresh_weights=spec.fresh_weights)
         api = training_api()
         import onnxruntime
 
@@ -200,7 +202,6 @@ class OnnxRuntimeBackend:
         return_freed_blocks()
         options = session_options(spec.threads)
         on_phase("onnxruntime imported")
-        lr = program_lr(spec.lr, parse_method(spec.method), manifest)  # eager's default, as every runtime's
         total = spec.warmup_steps + spec.steps  # the schedule's length, as eager's
         if manifest["program"] == "forward-only":
             weights = read_parameters(directory / PARAMETERS)

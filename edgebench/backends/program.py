@@ -26,14 +26,15 @@ class ProgramError(EdgebenchError, ValueError):
     directory and how to export it again."""
 
 
-def program_lr(spec_lr: float | None, method: Any, manifest: dict[str, Any]) -> float:
-    """The run's backbone lr: the spec's, else eager's default for the method and the number of
-    weights this program trains (MeZO's and forward gradients' lr shrinks with it)."""
-    if spec_lr is not None:
-        return spec_lr
+def program_lr(lr: float | None, method: Any, manifest: dict[str, Any], *, fresh_weights: bool) -> float:
+    """The run's backbone lr: `lr`, else eager's default for the method, the number of weights
+    this program trains (MeZO's and forward gradients' lr shrinks with it) and whether the run
+    starts from a config's fresh weights (RunSpec.fresh_weights)."""
+    if lr is not None:
+        return lr
     from edgebench.methods import optim  # imports no torch
 
-    return optim.default_lr(method, manifest["model"]["trainable_elements"])
+    return optim.default_lr(method, manifest["model"]["trainable_elements"], fresh_weights=fresh_weights)
 
 
 def open_program(spec: Any, backend: str, knobs: dict[str, Any] | None) -> tuple[Path, dict[str, Any]]:

@@ -235,7 +235,8 @@ TOKENIZER_OPTION = click.option("--tokenizer", default=None, type=click.Path(exi
                                      "Default: the dataset folder's, else the one beside --model's config.json "
                                      "(where Hugging Face saves it).")
 LR_OPTION = click.option("--lr", default=None, type=FinitePositive(),
-                         help="Learning rate (default: the method's own).")
+                         help="Backbone learning rate (default: the method's own: the recipe's for a checkpoint, "
+                              "the lr measured to learn soonest for a config's fresh weights).")
 
 
 RERUN_OPTION = click.option("--rerun-disturbed", default=0, show_default=True, type=click.IntRange(min=0), metavar="N",

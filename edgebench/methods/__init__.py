@@ -20,11 +20,12 @@ __all__ = ["PRESETS", "Method", "MethodError", "MethodUnavailable", "make_traine
 
 
 def make_trainer(method: Method | str, model: nn.Module, *, lr: float | None = None,
-                 total_steps: int = 1000) -> Trainer:
+                 total_steps: int = 1000, fresh_weights: bool = False) -> Trainer:
     """The trainer for `method` (a Method or its text) on `model` (changed in place).
 
-    `lr` is the backbone peak lr (None: the method's default); nanoVLM's projector lr applies
-    to `MP.*` when higher. `total_steps` sizes the warmup + cosine schedule. The factory
+    `lr` is the backbone peak lr (None: the method's default, for a checkpoint's weights or,
+    `fresh_weights`, for a config's random ones); nanoVLM's projector lr applies to `MP.*`
+    when higher. `total_steps` sizes the warmup + cosine schedule. The factory
     lives here, not beside the base class, so trainer modules never import each other in a circle.
     """
     from edgebench.methods import optim
@@ -43,7 +44,8 @@ def make_trainer(method: Method | str, model: nn.Module, *, lr: float | None = N
 
         map_large_allocations()
     if lr is None:
-        lr = optim.default_lr(method, sum(p.numel() for p in trainable_parameters(model)))
+        lr = optim.default_lr(method, sum(p.numel() for p in trainable_parameters(model)),
+                               fresh_weights=fresh_weights)
     cls: type[Trainer]
     if method.grad_mode == "zeroth-order":
         from edgebench.methods.mezo import MeZOTrainer as cls

@@ -32,6 +32,9 @@ MIN_LR_FRACTION = 0.1  # nanoVLM: cosine decays to 10% of the peak
 
 # Adapters (LoRA) and BitFit's biases train few weights, at a larger lr (peft's usual 1e-4..1e-3).
 ADAPTER_LR = 1e-3
+# The same on a config's random weights: bench/learning.py's fastest on tiny (LoRA reached its
+# target at none of 1e-3..0.1, so it keeps ADAPTER_LR).
+FRESH_ADAPTER_LR = {"bitfit": 0.1}
 
 
 # Estimated-gradient methods step along random directions: the update's noise grows with the
@@ -45,21 +48,25 @@ REFERENCE_PARAMS = 4_000_000
 BF16_TRAINED_LR = 1e-2
 
 
-def default_lr(method: Method, n_trainable: int) -> float:
+def default_lr(method: Method, n_trainable: int, *, fresh_weights: bool) -> float:
     """The backbone lr when the caller gives none: the optimizer's own (its descriptor: adaptive
-    ones use nanoVLM's, plain gradient steps a larger one to move in the few steps a benchmark
-    runs), the adapter lr for the subsets it names, a size-scaled one for estimated gradients.
+    ones use nanoVLM's for a checkpoint, plain gradient steps a larger one to move in the few
+    steps a benchmark runs; on a config's random weights, `fresh_weights`, the lr measured to
+    learn soonest), the adapter lr for the subsets it names, a size-scaled one for estimated
+    gradients.
 
-    `n_trainable` (trained elements) is required: every runtime must scale MeZO's lr as eager
-    does (an ExecuTorch run without it took 222m's loss 10.84 -> 81.8 in three steps)."""
+    `n_trainable` (trained elements) and `fresh_weights` (RunSpec.fresh_weights) are required:
+    every runtime must choose as eager does (an ExecuTorch run that did not scale MeZO's lr took
+    222m's loss 10.84 -> 81.8 in three steps)."""
     if method.trained_dtype == "bf16":
         return BF16_TRAINED_LR
     if method.grad_mode in GRAD_MODE_LR:
         return GRAD_MODE_LR[method.grad_mode] * min(1.0, REFERENCE_PARAMS / max(1, n_trainable))
     opt = optimizer(method.optimizer)
     if method.trainable in opt.adapter_lr_for:
-        return ADAPTER_LR  # peft's usual lr; BitFit's paper: 1e-4..1e-3 for the few bias terms
-    return opt.default_lr
+        # peft's usual lr; BitFit's paper: 1e-4..1e-3 for the few bias terms
+        return FRESH_ADAPTER_LR.get(method.trainable, ADAPTER_LR) if fresh_weights else ADAPTER_LR
+    return opt.fresh_lr if fresh_weights and opt.fresh_lr is not None else opt.default_lr
 
 
 def is_projector(name: str) -> bool:

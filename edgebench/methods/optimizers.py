@@ -111,8 +111,11 @@ class Optimizer:
       trainer: "step" (backward, clip, then build's optimizer steps; BackpropTrainer and the
         fused trainer), "in-backward" (lomo-optim's fused_backward: LomoTrainer, which builds
         `build` itself) or "line-search" (methods.cg.ConjugateGradientTrainer).
-      default_lr: the backbone lr when the user gives none; adapter_lr_for: the trainable
-        subsets (lora, bitfit) that take methods.optim.ADAPTER_LR instead.
+      default_lr: the backbone lr when the user gives none and the run fine-tunes a checkpoint;
+        fresh_lr: the same for a config's random weights (a run without a checkpoint): the lr
+        that reached bench/learning.py's held-out target soonest on tiny (None: none of its
+        grid did; default_lr). adapter_lr_for: the trainable subsets (lora, bitfit) that take
+        methods.optim.ADAPTER_LR (FRESH_ADAPTER_LR) instead.
       momentum, betas, eps, weight_decay: the constants edgebench passes (None: the library's
         own); the exported update and the native worker use the same values.
     Method knobs (methods.knobs refuses the rest, with the reason):
@@ -148,6 +151,7 @@ class Optimizer:
 
     name: str
     default_lr: float
+    fresh_lr: float | None
     state_bytes: Callable[[str, tuple[int, ...]], int]
     update_passes: float
     build: str = ""
@@ -186,42 +190,46 @@ class Optimizer:
 
 
 OPTIMIZERS: dict[str, Optimizer] = {o.name: o for o in (
-    Optimizer("sgd", default_lr=5e-2, state_bytes=no_state, update_passes=0.9, build="torch.optim:SGD",
+    Optimizer("sgd", default_lr=5e-2, fresh_lr=0.5, state_bytes=no_state, update_passes=0.9, build="torch.optim:SGD",
               fusable=True, onnxruntime="sgd", program_update="sgd", native=True),
-    Optimizer("sgd-momentum", default_lr=1e-2, state_bytes=one_state, update_passes=1.8, build="torch.optim:SGD",
+    Optimizer("sgd-momentum", default_lr=1e-2, fresh_lr=0.1,
+              state_bytes=one_state, update_passes=1.8, build="torch.optim:SGD",
               momentum=SGD_MOMENTUM, fusable=True, native=True),
-    Optimizer("adam", default_lr=NANOVLM_LR_BACKBONE, state_bytes=two_states, update_passes=5.7,
+    Optimizer("adam", default_lr=NANOVLM_LR_BACKBONE, fresh_lr=1.5e-3, state_bytes=two_states, update_passes=5.7,
               build="torch.optim:Adam", adapter_lr_for=("lora", "bitfit"), betas=ADAM_BETAS, eps=ADAM_EPS,
               fusable=True, update_copies=2, onnxruntime="adam", program_update="adam", native=True),
-    Optimizer("adamw", default_lr=NANOVLM_LR_BACKBONE, state_bytes=two_states, update_passes=6.2,
+    Optimizer("adamw", default_lr=NANOVLM_LR_BACKBONE, fresh_lr=1.5e-3, state_bytes=two_states, update_passes=6.2,
               build="torch.optim:AdamW", adapter_lr_for=("lora", "bitfit"), betas=ADAM_BETAS, eps=ADAM_EPS,
               weight_decay=ADAMW_WEIGHT_DECAY, fusable=True, update_copies=2, onnxruntime="adamw",
               program_update="adam", native=True),
-    Optimizer("adafactor", default_lr=1e-3, state_bytes=factored_state, update_passes=11.1,
+    Optimizer("adafactor", default_lr=1e-3, fresh_lr=1e-2, state_bytes=factored_state, update_passes=11.1,
               build="torch.optim:Adafactor", fusable=True, update_copies=1,
               between_calls=("torch.optim.Adafactor", "factored second moments")),
-    Optimizer("adamw-8bit", default_lr=NANOVLM_LR_BACKBONE, state_bytes=block_quantised_state(256, 1.0),
+    Optimizer("adamw-8bit", default_lr=NANOVLM_LR_BACKBONE, fresh_lr=1.5e-3,
+              state_bytes=block_quantised_state(256, 1.0),
               update_passes=65, build="torchao.optim:AdamW8bit", adapter_lr_for=("lora",),
               update_copies=5, compiled_update=True, library="torchao",
               between_calls=("torchao's AdamW8bit", "moments as 8-bit block-quantised torchao tensors")),
-    Optimizer("adamw-4bit", default_lr=NANOVLM_LR_BACKBONE, state_bytes=block_quantised_state(128, 0.5),
+    Optimizer("adamw-4bit", default_lr=NANOVLM_LR_BACKBONE, fresh_lr=1.5e-3,
+              state_bytes=block_quantised_state(128, 0.5),
               update_passes=77, build="torchao.optim:AdamW4bit", adapter_lr_for=("lora",),
               update_copies=8, compiled_update=True, library="torchao",
               between_calls=("torchao's AdamW4bit", "moments as 4-bit block-quantised torchao tensors")),
-    Optimizer("galore", default_lr=NANOVLM_LR_BACKBONE, state_bytes=galore_state, update_passes=6.4,
+    Optimizer("galore", default_lr=NANOVLM_LR_BACKBONE, fresh_lr=5e-3, state_bytes=galore_state, update_passes=6.4,
               build="galore_torch:GaLoreAdamW",
               build_options=(("no_deprecation_warning", True),), update_copies=2, library="galore_torch",
               refuses_lora="GaLore projects full weight gradients; LoRA already makes them low-rank",
               between_calls=("galore-torch's GaLoreAdamW",
                              f"each block matrix's gradient projected to rank <= {GALORE_RANK_MAX}, "
                              f"the projector an SVD of the gradient every {GALORE_UPDATE_PROJ_GAP} steps")),
-    Optimizer("lomo", default_lr=1e-2, state_bytes=no_state, update_passes=0.9, build="lomo_optim:Lomo",
+    Optimizer("lomo", default_lr=1e-2, fresh_lr=0.3, state_bytes=no_state, update_passes=0.9, build="lomo_optim:Lomo",
               trainer="in-backward", library="lomo_optim", program_update="sgd", native=True),
-    Optimizer("adalomo", default_lr=1e-3, state_bytes=factored_state, update_passes=11.1, build="lomo_optim:AdaLomo",
+    Optimizer("adalomo", default_lr=1e-3, fresh_lr=None,
+              state_bytes=factored_state, update_passes=11.1, build="lomo_optim:AdaLomo",
               trainer="in-backward", update_copies=1, library="lomo_optim",
               executorch_refusal=("lomo-optim's AdaLomo allocates its state with .cuda() (eager refuses it on CPU "
                                   "too); use lomo or adafactor")),
-    Optimizer("cg", default_lr=5e-2, state_bytes=one_state, update_passes=50, trainer="line-search",
+    Optimizer("cg", default_lr=5e-2, fresh_lr=None, state_bytes=one_state, update_passes=50, trainer="line-search",
               whole_gradient="needs the whole gradient before its line search", gradient_copies=2, step_copies=1,
               # Armijo backtracking (data-dependent): 1.8 trial forwards a step over nanovlm-222m's first
               # five; each trial moves every weight recording what rounding loses, a rejected one undoes it

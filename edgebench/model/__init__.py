@@ -13,7 +13,13 @@ from edgebench.model.config import CONFIG_NAMES, VLMConfig, get_config
 if TYPE_CHECKING:
     from edgebench.model.vision_language_model import VisionLanguageModel
 
-__all__ = ["CONFIG_NAMES", "VLMConfig", "build_model", "get_config"]
+__all__ = ["CONFIG_NAMES", "VLMConfig", "build_model", "get_config", "starts_fresh"]
+
+
+def starts_fresh(name_or_dir: str) -> bool:
+    """`build_model(name_or_dir)` makes random weights (a config name), not a checkpoint's: the
+    default lrs differ (methods.optim.default_lr)."""
+    return name_or_dir in CONFIG_NAMES
 
 
 def build_model(name_or_dir: str, image_size: int | None = None) -> VisionLanguageModel:

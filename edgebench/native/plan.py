@@ -53,7 +53,7 @@ def _lines(spec: RunSpec, method: Any, manifest: dict[str, Any], batch_count: in
     from edgebench.methods.optimizers import optimizer
 
     opt = optimizer(method.optimizer)
-    lr = program_lr(spec.lr, method, manifest)
+    lr = program_lr(spec.lr, method, manifest, fresh_weights=spec.fresh_weights)
     # nanoVLM's groups: the projector at max(lr, lr_mp); lomo-optim and MeZO have one lr
     one_lr = opt.update_in_backward or method.grad_mode == "zeroth-order"
     projector_lr = lr if one_lr else max(lr, optim.NANOVLM_LR_MP)

@@ -82,6 +82,13 @@ class RunSpec:
     sensors: dict[str, Any] = field(default_factory=dict)  # from the device profile
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def fresh_weights(self) -> bool:
+        """The run trains a config's random weights, not a checkpoint's (edgebench.model.starts_fresh)."""
+        from edgebench.model import starts_fresh
+
+        return starts_fresh(self.checkpoint or self.model)
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
