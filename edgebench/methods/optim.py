@@ -32,20 +32,26 @@ MIN_LR_FRACTION = 0.1  # nanoVLM: cosine decays to 10% of the peak
 
 # Adapters (LoRA) and BitFit's biases train few weights, at a larger lr (peft's usual 1e-4..1e-3).
 ADAPTER_LR = 1e-3
-# The same on a config's random weights: bench/learning.py's fastest on tiny (LoRA reached its
-# target at none of 1e-3..0.1, so it keeps ADAPTER_LR).
-FRESH_ADAPTER_LR = {"bitfit": 0.1}
+# Each *_LR below has a FRESH_ twin: the lr for a config's random weights (a run without a
+# checkpoint), bench/learning.py's pick on tiny (the fastest to its held-out target; where none
+# of its grid reached it within the cap, the lowest held-out loss there). A key it lacks keeps
+# the checkpoint's lr.
+FRESH_ADAPTER_LR = {"bitfit": 1.0, "lora": 3e-3}
 
 
 # Estimated-gradient methods step along random directions: the update's noise grows with the
 # number of trained weights n, so their lr shrinks as 1/n past REFERENCE_PARAMS (MeZO's paper
 # uses 1e-6..1e-7 on 13B-66B models).
 GRAD_MODE_LR = {"zeroth-order": 1e-3, "forward-mode": 1e-4}
+# fresh, all weights trained: MeZO at 1e-3 diverged on tiny (held-out loss 15,126 after 200
+# steps); over LoRA adapters (mezo-lora) 1e-3 stays the best
+FRESH_GRAD_MODE_LR = {"zeroth-order": 3e-4, "forward-mode": 3e-4}
 REFERENCE_PARAMS = 4_000_000
 
 # bf16-stored weights (LOMO's fused SGD in bf16). Plain SGD's default (5e-2) moved nanovlm-222m's
 # full-parameter loss 10.84 -> 9.78 -> 12.51 over three steps (no clipping in backward): too large.
 BF16_TRAINED_LR = 1e-2
+FRESH_BF16_TRAINED_LR = 3e-2
 
 
 def default_lr(method: Method, n_trainable: int, *, fresh_weights: bool) -> float:
@@ -59,9 +65,10 @@ def default_lr(method: Method, n_trainable: int, *, fresh_weights: bool) -> floa
     every runtime must choose as eager does (an ExecuTorch run that did not scale MeZO's lr took
     222m's loss 10.84 -> 81.8 in three steps)."""
     if method.trained_dtype == "bf16":
-        return BF16_TRAINED_LR
+        return FRESH_BF16_TRAINED_LR if fresh_weights else BF16_TRAINED_LR
     if method.grad_mode in GRAD_MODE_LR:
-        return GRAD_MODE_LR[method.grad_mode] * min(1.0, REFERENCE_PARAMS / max(1, n_trainable))
+        table = FRESH_GRAD_MODE_LR if fresh_weights and method.trainable == "all" else GRAD_MODE_LR
+        return table[method.grad_mode] * min(1.0, REFERENCE_PARAMS / max(1, n_trainable))
     opt = optimizer(method.optimizer)
     if method.trainable in opt.adapter_lr_for:
         # peft's usual lr; BitFit's paper: 1e-4..1e-3 for the few bias terms

@@ -113,8 +113,8 @@ class Optimizer:
         `build` itself) or "line-search" (methods.cg.ConjugateGradientTrainer).
       default_lr: the backbone lr when the user gives none and the run fine-tunes a checkpoint;
         fresh_lr: the same for a config's random weights (a run without a checkpoint): the lr
-        that reached bench/learning.py's held-out target soonest on tiny (None: none of its
-        grid did; default_lr). adapter_lr_for: the trainable subsets (lora, bitfit) that take
+        bench/learning.py picked on tiny (methods.optim's FRESH_ tables say how; None: not
+        measured, default_lr). adapter_lr_for: the trainable subsets (lora, bitfit) that take
         methods.optim.ADAPTER_LR (FRESH_ADAPTER_LR) instead.
       momentum, betas, eps, weight_decay: the constants edgebench passes (None: the library's
         own); the exported update and the native worker use the same values.
@@ -190,9 +190,9 @@ class Optimizer:
 
 
 OPTIMIZERS: dict[str, Optimizer] = {o.name: o for o in (
-    Optimizer("sgd", default_lr=5e-2, fresh_lr=0.5, state_bytes=no_state, update_passes=0.9, build="torch.optim:SGD",
+    Optimizer("sgd", default_lr=5e-2, fresh_lr=0.15, state_bytes=no_state, update_passes=0.9, build="torch.optim:SGD",
               fusable=True, onnxruntime="sgd", program_update="sgd", native=True),
-    Optimizer("sgd-momentum", default_lr=1e-2, fresh_lr=0.1,
+    Optimizer("sgd-momentum", default_lr=1e-2, fresh_lr=3e-2,
               state_bytes=one_state, update_passes=1.8, build="torch.optim:SGD",
               momentum=SGD_MOMENTUM, fusable=True, native=True),
     Optimizer("adam", default_lr=NANOVLM_LR_BACKBONE, fresh_lr=1.5e-3, state_bytes=two_states, update_passes=5.7,
@@ -202,7 +202,7 @@ OPTIMIZERS: dict[str, Optimizer] = {o.name: o for o in (
               build="torch.optim:AdamW", adapter_lr_for=("lora", "bitfit"), betas=ADAM_BETAS, eps=ADAM_EPS,
               weight_decay=ADAMW_WEIGHT_DECAY, fusable=True, update_copies=2, onnxruntime="adamw",
               program_update="adam", native=True),
-    Optimizer("adafactor", default_lr=1e-3, fresh_lr=1e-2, state_bytes=factored_state, update_passes=11.1,
+    Optimizer("adafactor", default_lr=1e-3, fresh_lr=3e-2, state_bytes=factored_state, update_passes=11.1,
               build="torch.optim:Adafactor", fusable=True, update_copies=1,
               between_calls=("torch.optim.Adafactor", "factored second moments")),
     Optimizer("adamw-8bit", default_lr=NANOVLM_LR_BACKBONE, fresh_lr=1.5e-3,
@@ -229,7 +229,7 @@ OPTIMIZERS: dict[str, Optimizer] = {o.name: o for o in (
               trainer="in-backward", update_copies=1, library="lomo_optim",
               executorch_refusal=("lomo-optim's AdaLomo allocates its state with .cuda() (eager refuses it on CPU "
                                   "too); use lomo or adafactor")),
-    Optimizer("cg", default_lr=5e-2, fresh_lr=None, state_bytes=one_state, update_passes=50, trainer="line-search",
+    Optimizer("cg", default_lr=5e-2, fresh_lr=0.15, state_bytes=one_state, update_passes=50, trainer="line-search",
               whole_gradient="needs the whole gradient before its line search", gradient_copies=2, step_copies=1,
               # Armijo backtracking (data-dependent): 1.8 trial forwards a step over nanovlm-222m's first
               # five; each trial moves every weight recording what rounding loses, a rejected one undoes it
