@@ -30,8 +30,26 @@ T = TypeVar("T")
 Stage = Callable[[str], None]
 
 
+PROCESS_NAME = "edgebench-export"
+
+
 class ExportProcessDied(EdgebenchError):
     """The export's process ended without a result (killed: most often out of memory)."""
+
+
+class ExportAtImport(EdgebenchError, RuntimeError):
+    """An export asked for inside an export's own process: the forkserver imports the caller's
+    main module there, and a script that exports at its top level would export again, waiting
+    for the cache entry its parent holds, forever."""
+
+
+def refuse_inside_export_process() -> None:
+    """Called before an export takes its cache lock: an error naming the fix, not a deadlock."""
+    if multiprocessing.current_process().name == PROCESS_NAME:
+        raise ExportAtImport(
+            "an export was started while the export's own process imported your script: put the "
+            "script's top-level code under `if __name__ == \"__main__\":` (multiprocessing's "
+            "forkserver imports the main module in every process it starts)")
 
 
 def _context() -> Any:
@@ -47,7 +65,7 @@ def in_own_process(function: Callable[..., T], *args: Any, on_stage: Stage = lam
     context = _context()
     receive, send = context.Pipe(duplex=False)
     # the server was started with the environment of its first use: each export gets today's
-    process = context.Process(target=_run, args=(send, dict(os.environ), function, args), name="edgebench-export",
+    process = context.Process(target=_run, args=(send, dict(os.environ), function, args), name=PROCESS_NAME,
                               daemon=True)
     process.start()
     send.close()

@@ -31,7 +31,7 @@ from exporters.manifest import (
     sha256_file,
     write_manifest,
 )
-from exporters.own_process import in_own_process
+from exporters.own_process import in_own_process, refuse_inside_export_process
 
 if TYPE_CHECKING:
     import numpy as np
@@ -433,6 +433,7 @@ def export(
     an altered one is exported again (or copied again from the cache) and named in `replaced`.
     Refuses early (ExportRefused) what the profile's device or the runtime cannot run.
     """
+    refuse_inside_export_process()
     check_request(request, profile)
     key = request.key()
     target = Path(out) if out is not None else None

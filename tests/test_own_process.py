@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from edgebench.errors import EdgebenchError
-from exporters.own_process import ExportProcessDied, in_own_process
+from exporters.own_process import ExportAtImport, ExportProcessDied, in_own_process
 
 
 class UsersMistake(EdgebenchError):
@@ -106,3 +106,32 @@ def test_bench_and_deploy_export_in_their_own_process_and_say_when_a_cached_prog
     assert Path(export_for_spec(spec, on_stage=stage)) == program
     assert "build model" in stages  # exported again
     assert f"{program / 'model.pte'}: not the file the export wrote (its sha256 differs); replaced" in stages
+
+
+def _export_again(on_stage) -> None:
+    from exporters.manifest import ExportRequest
+    from exporters.pipeline import export
+
+    export(ExportRequest(model="micro", method="sgd", backend="onnxruntime", text_length=12))
+
+
+def test_an_export_inside_an_exports_process_is_refused_before_it_takes_a_lock():
+    with pytest.raises(ExportAtImport, match='if __name__ == "__main__":'):
+        in_own_process(_export_again)
+
+
+@pytest.mark.large  # a fresh interpreter and the export server's start: ~15 s
+def test_a_script_that_exports_at_its_top_level_is_told_to_guard_it_not_left_waiting(tmp_path):
+    """The forkserver imports the calling script in the export's process; unguarded, its
+    top-level export asked again for the cache entry its parent holds (a hang before)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "unguarded.py"
+    script.write_text("from exporters.manifest import ExportRequest\nfrom exporters.pipeline import export\n"
+                      "export(ExportRequest(model='micro', method='sgd', backend='onnxruntime', text_length=12))\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={**os.environ, "EDGEBENCH_EXPORT_CACHE": str(tmp_path / "cache")})
+    assert done.returncode != 0
+    assert 'if __name__ == "__main__":' in done.stderr, done.stderr[-3000:]
+    assert "ExportProcessDied" in done.stderr  # the caller ends too, with nothing cached

@@ -59,9 +59,10 @@ def program() -> Path:
     """The rates folder (fp32.pte and bf16.pte) for device_speed.SHAPES as they are when called,
     exported once per shapes, libraries and exporter source into the export cache."""
     from exporters.manifest import cache_root, library_versions, source_fingerprint
-    from exporters.own_process import in_own_process
+    from exporters.own_process import in_own_process, refuse_inside_export_process
     from exporters.pipeline import build_whole, locked
 
+    refuse_inside_export_process()
     shapes = device_speed.SHAPES
     key = json.dumps([shapes, library_versions(), source_fingerprint(Path(__file__).resolve().parents[2]),
                       Path(__file__).read_text()])
