@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import tempfile
 import uuid
 from pathlib import Path
@@ -111,3 +112,27 @@ def export_cache(tmp_path_factory):
     patch.setenv("EDGEBENCH_EXPORT_CACHE", str(cache))
     yield cache
     patch.undo()
+
+
+@pytest.fixture
+def edgebench_here(capsys, monkeypatch):
+    """`edgebench ARGS` run in this process (edgebench.cli.main, which `python -m edgebench.cli` calls) in
+    `cwd` with `env` added, as a CompletedProcess (returncode, stdout, stderr): for what a command checks
+    before any run, where a process of its own would add only torch's import (2-4 s). A test of a run, a
+    terminal, a signal or a process's own warnings starts `python -m edgebench.cli` instead. What the
+    command changes in os.environ (--debug) or the working directory is undone after the test."""
+    from edgebench.cli import main
+
+    monkeypatch.delenv("EDGEBENCH_DEBUG", raising=False)
+
+    def run(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+        monkeypatch.chdir(cwd)
+        for name, value in (env or {}).items():
+            monkeypatch.setenv(name, value)
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as ended:
+            main(list(args))
+        said = capsys.readouterr()
+        return subprocess.CompletedProcess(["edgebench", *args], ended.value.code, said.out, said.err)
+
+    return run

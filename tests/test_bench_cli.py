@@ -42,9 +42,8 @@ def test_bench_json_end_to_end(tmp_path):
     assert stored == {r["run_id"]: "ok" for r in results}
 
 
-def test_bench_refuses_remote_devices_with_the_way_to_go():
-    out = subprocess.run([sys.executable, "-m", "edgebench.cli", "bench", "--device", "jetson-orin"],
-                         capture_output=True, text=True, timeout=120)
+def test_bench_refuses_remote_devices_with_the_way_to_go(tmp_path, edgebench_here):
+    out = edgebench_here("bench", "--device", "jetson-orin", cwd=tmp_path)
     assert out.returncode == 2
     assert "edgebench deploy --device jetson-orin" in out.stderr
 
@@ -63,11 +62,9 @@ def test_bench_onnxruntime_exports_runs_torch_free_and_records_refusals(tmp_path
     assert "forward-mode" in refused["detail"] and "--backend eager" in refused["detail"]
 
 
-def test_bench_fails_like_deploy_when_no_method_can_run(tmp_path):
-    out = subprocess.run(
-        [sys.executable, "-m", "edgebench.cli", "bench", "--model", "tiny", "--backend", "onnxruntime",
-         "--methods", "forward-grad", "--steps", "1", "--json", "--runs-dir", str(tmp_path / "runs")],
-        capture_output=True, text=True, timeout=300)
+def test_bench_fails_like_deploy_when_no_method_can_run(tmp_path, edgebench_here):
+    out = edgebench_here("bench", "--model", "tiny", "--backend", "onnxruntime", "--methods", "forward-grad",
+                         "--steps", "1", "--json", "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path)
     assert out.returncode == 1, out.stderr
     assert [r["status"] for r in json.loads(out.stdout)] == ["unsupported"]  # still recorded for scripts
     line = out.stderr.strip()
@@ -148,12 +145,11 @@ def test_bench_reads_the_tokenizer_where_tokenizer_says(tmp_path):
     assert spec["tokenizer"] == str(mine.resolve())
 
 
-def test_bench_without_a_tokenizer_names_where_it_looked_in_one_line(tmp_path):
+def test_bench_without_a_tokenizer_names_where_it_looked_in_one_line(tmp_path, edgebench_here):
     model, data = _checkpoint_and_data(tmp_path)
     (data / "tokenizer.json").unlink()
-    out = subprocess.run([sys.executable, "-m", "edgebench.cli", "bench", "--model", str(model), "--data", str(data),
-                          "--methods", "sgd", "--runs-dir", str(tmp_path / "runs")],
-                         capture_output=True, text=True, timeout=300)
+    out = edgebench_here("bench", "--model", str(model), "--data", str(data), "--methods", "sgd",
+                         "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path)
     lines = out.stderr.strip().splitlines()
     assert out.returncode == 2 and len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
     assert (f"no tokenizer.json in {data.resolve()} or beside the model's config.json in {model.resolve()}; "

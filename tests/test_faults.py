@@ -302,13 +302,13 @@ def _hostile_device(tmp_path: Path, inventory: Path, listing: dict) -> None:
 @pytest.mark.parametrize("run_id,file_name", [("../../../escape", "f"), ("ok", "../../escape"),
                                               ("ok", "/tmp/escape-abs"), (".hidden", "f"),
                                               ("ok", "weights/../../../escape"), ("ok", "weights/x/../../../escape")])
-def test_hostile_listing_is_refused_and_named(tmp_path, inventory, run_id, file_name):
+def test_hostile_listing_is_refused_and_named(tmp_path, inventory, edgebench_here, run_id, file_name):
     sha = "0" * 64
     _hostile_device(tmp_path, inventory, {"root": str(tmp_path / "dev"), "sweeps": {
         "s1": {"state": None, "runs": {run_id: {file_name: {"size": 1, "sha256": sha}}}}}})
     work = tmp_path / "host"
     work.mkdir()
-    done = edgebench("collect", "--device", "evil", "--runs-dir", "runs", cwd=work)
+    done = edgebench_here("collect", "--device", "evil", "--runs-dir", "runs", cwd=work)
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert "evil" in done.stderr and "refused" in done.stderr
     assert not (tmp_path / "escape").exists() and not Path("/tmp/escape-abs").exists()
@@ -316,9 +316,9 @@ def test_hostile_listing_is_refused_and_named(tmp_path, inventory, run_id, file_
     assert written == []
 
 
-def test_device_name_that_is_a_path_is_refused(tmp_path, inventory):
+def test_device_name_that_is_a_path_is_refused(tmp_path, inventory, edgebench_here):
     write_inventory(inventory, {"../../escape": {"profile": "local", "kind": "local"}})
-    done = edgebench("deploy", "--device", "../../escape", "--methods", "sgd", cwd=tmp_path)
+    done = edgebench_here("deploy", "--device", "../../escape", "--methods", "sgd", cwd=tmp_path)
     assert done.returncode == 2 and "not a safe file name" in done.stderr
     assert not (tmp_path.parent / "escape").exists()
 
@@ -371,39 +371,39 @@ USER_ERRORS = [
 
 
 @pytest.mark.parametrize("args,names", USER_ERRORS, ids=[" ".join(a) for a, _ in USER_ERRORS])
-def test_user_error_is_one_line_exit_2_and_starts_nothing(tmp_path, inventory, args, names):
-    done = edgebench(*args, cwd=tmp_path)
+def test_user_error_is_one_line_exit_2_and_starts_nothing(tmp_path, inventory, edgebench_here, args, names):
+    done = edgebench_here(*args, cwd=tmp_path)
     assert done.returncode == 2, (done.stdout, done.stderr)
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and names in lines[0] and "Traceback" not in done.stderr
     assert not (tmp_path / "runs").exists()
 
 
-def test_debug_shows_the_traceback(tmp_path, inventory):
-    done = edgebench("--debug", "live", "--device", "nosuch", cwd=tmp_path)
+def test_debug_shows_the_traceback(tmp_path, inventory, edgebench_here):
+    done = edgebench_here("--debug", "live", "--device", "nosuch", cwd=tmp_path)
     assert done.returncode == 2 and "Traceback" in done.stderr
 
 
-def test_damaged_checkpoint_and_foreign_store_are_named(tmp_path, inventory):
+def test_damaged_checkpoint_and_foreign_store_are_named(tmp_path, inventory, edgebench_here):
     from edgebench.model.config import get_config
 
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     (ckpt / "config.json").write_text(json.dumps(get_config("tiny").to_nanovlm_dict()))
     (ckpt / "model.safetensors").write_bytes(b"\x00garbage")
-    done = edgebench("models", "--load", str(ckpt), cwd=tmp_path)
+    done = edgebench_here("models", "--load", str(ckpt), cwd=tmp_path)
     assert done.returncode == 2 and "damaged" in done.stderr and "model.safetensors" in done.stderr
     (ckpt / "config.json").write_text("{}")
-    done = edgebench("models", "--load", str(ckpt), cwd=tmp_path)
+    done = edgebench_here("models", "--load", str(ckpt), cwd=tmp_path)
     assert done.returncode == 2 and "config.json: missing field(s) vit_hidden_dim" in done.stderr
     import duckdb
 
     duckdb.connect(str(tmp_path / "other.duckdb")).execute("CREATE TABLE x (a INT)").close()
-    done = edgebench("report", "--store", "other.duckdb", cwd=tmp_path)
+    done = edgebench_here("report", "--store", "other.duckdb", cwd=tmp_path)
     assert done.returncode == 2 and "not an edgebench results store" in done.stderr
 
 
-def test_status_exits_non_zero_when_a_device_cannot_be_asked(tmp_path, inventory):
+def test_status_exits_non_zero_when_a_device_cannot_be_asked(tmp_path, inventory, edgebench_here):
     import socket
 
     with socket.socket() as sock:  # a port nobody listens on
@@ -411,7 +411,7 @@ def test_status_exits_non_zero_when_a_device_cannot_be_asked(tmp_path, inventory
         port = sock.getsockname()[1]
     write_inventory(inventory, {"away": {"profile": "raspberry-pi-4-4gb", "host": "127.0.0.1", "port": port,
                                          "user": "pi", "connect_timeout_s": 2}})
-    done = edgebench("status", "--device", "away", cwd=tmp_path)
+    done = edgebench_here("status", "--device", "away", cwd=tmp_path)
     assert done.returncode == 1 and "away" in done.stdout + done.stderr
 
 
@@ -509,11 +509,11 @@ def test_kernel_oom_record_is_the_evidence_for_a_kill(memory_cgroup):
     assert run_status({"exit_signal": signal.SIGKILL, "kernel_oom": unrelated}, [])[0] == "killed"
 
 
-def test_save_to_a_disk_without_room_for_the_weights_is_refused_before_any_run(small_tmpfs, tmp_path):
+def test_save_to_a_disk_without_room_for_the_weights_is_refused_before_any_run(small_tmpfs, tmp_path,
+                                                                               edgebench_here):
     """tiny's fp32 weights (8 MiB) do not fit a 2 MiB disk: refused in one line naming both sizes,
     before anything trains, not found out after the last step."""
-    done = subprocess.run([PY, "-m", "edgebench.cli", "bench", "--methods", "sgd", "--save", str(small_tmpfs / "w")],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    done = edgebench_here("bench", "--methods", "sgd", "--save", str(small_tmpfs / "w"), cwd=tmp_path)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
     assert "MiB of trained weights to write (1 runs, fp32) and 2 MiB free there" in lines[0], lines[0]

@@ -86,12 +86,8 @@ def test_saved_weights_are_written_whole_or_not_at_all(tmp_path):
 
 
 @pytest.mark.parametrize("target", ["/proc/self", "/proc/self/new/weights"])
-def test_save_to_a_folder_we_cannot_write_is_refused_before_any_run(tmp_path, target):
-    import subprocess
-    import sys
-
-    done = subprocess.run([sys.executable, "-m", "edgebench.cli", "bench", "--methods", "sgd", "--save", target],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+def test_save_to_a_folder_we_cannot_write_is_refused_before_any_run(tmp_path, target, edgebench_here):
+    done = edgebench_here("bench", "--methods", "sgd", "--save", target, cwd=tmp_path)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
     assert f"{target}: not a folder edgebench can write trained weights into" in lines[0]

@@ -67,30 +67,30 @@ def test_printable_removes_escape_sequences_and_control_characters():
 # --- names from the command line: ingest, import-trace, devices add ------------------------
 
 @pytest.mark.parametrize("device", ["../../../evildev", "/tmp/edgebench-evil-abs", ".hidden"])
-def test_ingest_refuses_a_device_name_that_is_a_path(tmp_path, device):
+def test_ingest_refuses_a_device_name_that_is_a_path(tmp_path, edgebench_here, device):
     from results_fixtures import FakeRun
 
     run = FakeRun(run_id="r1").write(tmp_path / "src")
     work = tmp_path / "w"
     work.mkdir()
     before = files_under(tmp_path)
-    done = edgebench("ingest", str(run), "--device", device, "--store", "s/store.duckdb", cwd=work)
+    done = edgebench_here("ingest", str(run), "--device", device, "--store", "s/store.duckdb", cwd=work)
     one_line_exit_2(done, "device name", "not a safe file name")
     assert files_under(tmp_path) == before and not Path("/tmp/edgebench-evil-abs").exists()
     assert not (tmp_path.parent / "evildev").exists()
-    done = edgebench("import-trace", str(run / "samples.jsonl"), "--device", device, "--power-col", "power_w",
-                     "--store", "s/store.duckdb", cwd=work)
+    done = edgebench_here("import-trace", str(run / "samples.jsonl"), "--device", device, "--power-col", "power_w",
+                          "--store", "s/store.duckdb", cwd=work)
     one_line_exit_2(done, "not a safe file name")
 
 
-def test_ingest_refuses_a_run_id_that_is_a_path_or_a_raw_folder_that_links_out(tmp_path):
+def test_ingest_refuses_a_run_id_that_is_a_path_or_a_raw_folder_that_links_out(tmp_path, edgebench_here):
     from results_fixtures import FakeRun
 
     run = FakeRun(run_id="r1").write(tmp_path / "src")
     meta = json.loads((run / "meta.json").read_text())
     for hostile in ("../../../../escape-meta", "/tmp/edgebench-escape-meta"):
         (run / "meta.json").write_text(json.dumps({**meta, "run_id": hostile}))
-        done = edgebench("ingest", str(run), "--store", "s/store.duckdb", cwd=tmp_path)
+        done = edgebench_here("ingest", str(run), "--store", "s/store.duckdb", cwd=tmp_path)
         one_line_exit_2(done, "meta.json: run_id", "not a safe file name")
     assert not (tmp_path / "s" / "raw").exists() and not Path("/tmp/edgebench-escape-meta").exists()
     (run / "meta.json").write_text(json.dumps(meta))
@@ -98,14 +98,14 @@ def test_ingest_refuses_a_run_id_that_is_a_path_or_a_raw_folder_that_links_out(t
     outside.mkdir()
     (tmp_path / "s" / "raw").mkdir(parents=True)
     os.symlink(outside, tmp_path / "s" / "raw" / "local")  # raw/<device> leads out of the store's folder
-    done = edgebench("ingest", str(run), "--store", "s/store.duckdb", cwd=tmp_path)
+    done = edgebench_here("ingest", str(run), "--store", "s/store.duckdb", cwd=tmp_path)
     one_line_exit_2(done, "leads outside")
     assert list(outside.iterdir()) == []
 
 
-def test_devices_add_checks_the_name_before_contacting_the_board(tmp_path):
-    done = edgebench("devices", "add", "../../evil", "--host", "203.0.113.1", cwd=tmp_path,
-                     env={"EDGEBENCH_INVENTORY": str(tmp_path / "inv.yaml")}, timeout=30)
+def test_devices_add_checks_the_name_before_contacting_the_board(tmp_path, edgebench_here):
+    done = edgebench_here("devices", "add", "../../evil", "--host", "203.0.113.1", cwd=tmp_path,
+                          env={"EDGEBENCH_INVENTORY": str(tmp_path / "inv.yaml")})
     one_line_exit_2(done, "not a safe file name")
     assert not (tmp_path / "inv.yaml").exists()
 
@@ -129,12 +129,12 @@ def _device(tmp_path: Path, run_id: str = "r0", meta_run_id: str | None = None) 
 
 
 @pytest.mark.parametrize("meta_run_id", ["../../../../escape-collect", "/tmp/edgebench-escape-collect", "other"])
-def test_collect_refuses_a_meta_run_id_that_is_not_the_listed_run(tmp_path, meta_run_id):
+def test_collect_refuses_a_meta_run_id_that_is_not_the_listed_run(tmp_path, edgebench_here, meta_run_id):
     _device(tmp_path, meta_run_id=meta_run_id)
     host = tmp_path / "host"
     host.mkdir()
-    done = edgebench("collect", "--device", "box", "--runs-dir", "runs", "--store", "runs/s.duckdb", cwd=host,
-                     env={"EDGEBENCH_INVENTORY": str(tmp_path / "inv.yaml")})
+    done = edgebench_here("collect", "--device", "box", "--runs-dir", "runs", "--store", "runs/s.duckdb", cwd=host,
+                          env={"EDGEBENCH_INVENTORY": str(tmp_path / "inv.yaml")})
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert "refused r0" in done.stderr and "meta.json: run_id" in done.stderr
     assert not (host / "runs" / "raw").exists() and not (tmp_path / "escape-collect").exists()
@@ -145,26 +145,26 @@ def test_collect_refuses_a_meta_run_id_that_is_not_the_listed_run(tmp_path, meta
         "SELECT count(*) FROM runs").fetchone() == (0,)
 
 
-def test_collect_refuses_a_run_folder_that_links_out(tmp_path):
+def test_collect_refuses_a_run_folder_that_links_out(tmp_path, edgebench_here):
     _device(tmp_path)
     host, outside = tmp_path / "host", tmp_path / "outside"
     (host / "runs" / "box").mkdir(parents=True)
     outside.mkdir()
     os.symlink(outside, host / "runs" / "box" / "r0")
-    done = edgebench("collect", "--device", "box", "--runs-dir", "runs", cwd=host,
-                     env={"EDGEBENCH_INVENTORY": str(tmp_path / "inv.yaml")})
+    done = edgebench_here("collect", "--device", "box", "--runs-dir", "runs", cwd=host,
+                          env={"EDGEBENCH_INVENTORY": str(tmp_path / "inv.yaml")})
     assert done.returncode == 1 and "leads outside" in done.stderr and "Traceback" not in done.stderr
     assert list(outside.iterdir()) == []
 
 
-def test_a_non_json_listing_says_what_the_device_printed(tmp_path):
+def test_a_non_json_listing_says_what_the_device_printed(tmp_path, edgebench_here):
     fake = tmp_path / "fake-python"
     fake.write_text("#!/bin/sh\necho 'Welcome to the board!'\n")
     fake.chmod(0o755)
     (tmp_path / "inv.yaml").write_text(json.dumps({"devices": {"box": {
         "profile": "local", "kind": "local", "python": str(fake), "workdir": str(tmp_path / "dev")}}}))
-    done = edgebench("collect", "--device", "box", "--runs-dir", "runs", cwd=tmp_path,
-                     env={"EDGEBENCH_INVENTORY": str(tmp_path / "inv.yaml")})
+    done = edgebench_here("collect", "--device", "box", "--runs-dir", "runs", cwd=tmp_path,
+                          env={"EDGEBENCH_INVENTORY": str(tmp_path / "inv.yaml")})
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert "printed 'Welcome to the board!', not the JSON expected" in done.stderr and "line 1 column 1" in done.stderr
 
@@ -172,7 +172,7 @@ def test_a_non_json_listing_says_what_the_device_printed(tmp_path):
 # --- names from a file: a dataset's JSONL -----------------------------------------------------
 
 @pytest.mark.parametrize("image", ["../outside.png", "OUTSIDE_ABS", "link.png", "sub/../../outside.png"])
-def test_a_dataset_image_outside_the_folder_is_refused(tmp_path, image):
+def test_a_dataset_image_outside_the_folder_is_refused(tmp_path, edgebench_here, image):
     from PIL import Image
 
     from edgebench.data.folder import DatasetError, FolderDataset
@@ -185,7 +185,7 @@ def test_a_dataset_image_outside_the_folder_is_refused(tmp_path, image):
     _folder(folder, [GOOD[0], json.dumps({"image": image, "question": "what ?", "answer": "red"})])
     with pytest.raises(DatasetError, match=r"data.jsonl:2: image .* (must be a path inside|leads outside)"):
         FolderDataset(folder)
-    done = edgebench("bench", "--data", str(folder), "--methods", "sgd", cwd=tmp_path)
+    done = edgebench_here("bench", "--data", str(folder), "--methods", "sgd", cwd=tmp_path)
     one_line_exit_2(done, "--data", "data.jsonl:2")
     assert not (tmp_path / "runs").exists()
 
@@ -240,16 +240,16 @@ def _broken_checkpoint(tmp_path: Path, good: Path, kind: str) -> Path:
     ("other-shape", ["does not match the model", "shape mismatch"]),
     ("int32", ["tensors are not floating point", "(I32)"]),
 ])
-def test_a_broken_checkpoint_is_refused_before_any_run(tmp_path, checkpoint, kind, words):
+def test_a_broken_checkpoint_is_refused_before_any_run(tmp_path, edgebench_here, checkpoint, kind, words):
     folder = _broken_checkpoint(tmp_path, checkpoint, kind)
-    done = edgebench("bench", "--model", str(folder), "--methods", "sgd", cwd=tmp_path)
+    done = edgebench_here("bench", "--model", str(folder), "--methods", "sgd", cwd=tmp_path)
     one_line_exit_2(done, "--model", *words)
     assert not (tmp_path / "runs").exists()
-    done = edgebench("models", "--load", str(folder), cwd=tmp_path)
+    done = edgebench_here("models", "--load", str(folder), cwd=tmp_path)
     one_line_exit_2(done, *words)
 
 
-def test_images_are_checked_by_type_and_size_before_any_run(tmp_path):
+def test_images_are_checked_by_type_and_size_before_any_run(tmp_path, edgebench_here):
     from PIL import Image
 
     from edgebench.data.folder import DatasetError, FolderDataset, pixel_limit
@@ -261,7 +261,7 @@ def test_images_are_checked_by_type_and_size_before_any_run(tmp_path):
     (folder / "c.jpg").write_text("not an image at all\n")
     with pytest.raises(DatasetError, match=r"data.jsonl:3: .*c.jpg is not an image Pillow reads"):
         FolderDataset(folder).check(get_config("tiny"), 32)
-    done = edgebench("bench", "--data", str(folder), "--methods", "sgd", cwd=tmp_path)
+    done = edgebench_here("bench", "--data", str(folder), "--methods", "sgd", cwd=tmp_path)
     one_line_exit_2(done, "--data", "data.jsonl:3", "not an image")
     limit = pixel_limit(get_config("tiny"))
     assert limit == 4096 * 4096 and pixel_limit(get_config("nanovlm-460m")) == 16 * 2048 * 2048
@@ -282,8 +282,8 @@ def test_images_are_checked_by_type_and_size_before_any_run(tmp_path):
     (["--batch-size", "100000000"], ["predicted peak", "614.2 TiB", "lower --batch-size", "--force"]),
     (["--model", "nanovlm-222m", "--methods", "adamw", "--batch-size", "64"], ["adamw", "methods that fit"]),
 ])
-def test_run_shape_is_checked_before_any_run(tmp_path, args, words):
-    done = edgebench("bench", *args, cwd=tmp_path)
+def test_run_shape_is_checked_before_any_run(tmp_path, edgebench_here, args, words):
+    done = edgebench_here("bench", *args, cwd=tmp_path)
     one_line_exit_2(done, *words)
     assert not (tmp_path / "runs").exists()
 
@@ -308,18 +308,18 @@ def test_memory_preflight_refuses_then_force_runs_and_records_it(tmp_path, monke
     assert "217.6 MiB usable" in forced["memory"] and forced["peak_bytes_est"] > 217 * 2**20
 
 
-def test_bench_exits_1_when_no_run_ended_ok_and_says_how_many_did(tmp_path):
-    done = edgebench("bench", "--methods", "sgd", "--timeout", "0.01", "--text-length", "16", cwd=tmp_path)
+def test_bench_exits_1_when_no_run_ended_ok_and_says_how_many_did(tmp_path, edgebench_here):
+    done = edgebench_here("bench", "--methods", "sgd", "--timeout", "0.01", "--text-length", "16", cwd=tmp_path)
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert "local: 0 of 1 runs ended ok (1 timeout)" in done.stderr
 
 
-def test_deploy_spec_with_an_unknown_model_is_refused_on_the_host(tmp_path):
+def test_deploy_spec_with_an_unknown_model_is_refused_on_the_host(tmp_path, edgebench_here):
     (tmp_path / "spec.json").write_text(json.dumps({"model": "tinyy", "method": "sgd"}))
-    done = edgebench("deploy", "--device", "local", "--spec", "spec.json", "--runs-dir", "runs", cwd=tmp_path)
+    done = edgebench_here("deploy", "--device", "local", "--spec", "spec.json", "--runs-dir", "runs", cwd=tmp_path)
     one_line_exit_2(done, "--spec", "spec.json: model: unknown model 'tinyy'")
     (tmp_path / "spec.json").write_text(json.dumps({"model": "tiny", "method": "sgd", "lr": "nan"}))
-    done = edgebench("deploy", "--device", "local", "--spec", "spec.json", "--runs-dir", "runs", cwd=tmp_path)
+    done = edgebench_here("deploy", "--device", "local", "--spec", "spec.json", "--runs-dir", "runs", cwd=tmp_path)
     one_line_exit_2(done, "spec.json: lr: 'nan' is not a finite number")
     assert not (tmp_path / "runs").exists()
 
@@ -332,20 +332,20 @@ def test_deploy_spec_with_an_unknown_model_is_refused_on_the_host(tmp_path):
     (("deploy", "--device", "local", "--spec", "threads.json"), ("threads.json: threads:", "1<=x<=1024")),
     (("deploy", "--device", "local", "--spec", "accum.json"), ("accum.json: method:", "at most 1024")),
 ])
-def test_counts_past_their_limit_are_refused_naming_the_field_and_the_limit(tmp_path, args, words):
+def test_counts_past_their_limit_are_refused_naming_the_field_and_the_limit(tmp_path, edgebench_here, args, words):
     """A count from the command line or a spec file (steps 1e20, accum2000000000, 100000 threads)
     is refused in one line before anything starts, not run until it ends or crashes the worker."""
     for name, field in (("steps", {"steps": 1e20}), ("threads", {"threads": 100000}),
                         ("accum", {"method": "sgd+accum" + "9" * 5000})):
         (tmp_path / f"{name}.json").write_text(json.dumps({"model": "tiny", "method": "sgd", **field}))
-    done = edgebench(*args, "--runs-dir", "runs", cwd=tmp_path)
+    done = edgebench_here(*args, "--runs-dir", "runs", cwd=tmp_path)
     line = one_line_exit_2(done, *words)
     assert len(line) < 400 and not (tmp_path / "runs").exists()
 
 
 # --- text from devices reaches the terminal printable -----------------------------------------
 
-def test_report_and_live_show_device_strings_without_escapes(tmp_path):
+def test_report_and_live_show_device_strings_without_escapes(tmp_path, edgebench_here):
     import io
 
     from rich.console import Console
@@ -357,7 +357,7 @@ def test_report_and_live_show_device_strings_without_escapes(tmp_path):
     run = FakeRun(run_id="r1", method=HOSTILE, status="error").write(tmp_path / "src")
     result = json.loads((run / "result.json").read_text())
     (run / "result.json").write_text(json.dumps({**result, "detail": f"boom {HOSTILE}"}))
-    assert edgebench("ingest", str(run), "--store", "s.duckdb", cwd=tmp_path).returncode == 0
+    assert edgebench_here("ingest", str(run), "--store", "s.duckdb", cwd=tmp_path).returncode == 0
     for args in ([], ["--format", "csv"]):
         out = subprocess.run(["script", "-qec", " ".join([PY, "-m", "edgebench.cli", "report", "--store", "s.duckdb",
                                                           *args]), "/dev/null"],
@@ -379,19 +379,20 @@ def test_printable_cuts_a_long_value_short():
     assert printable("short", limit=50) == "short"
 
 
-def test_status_shows_what_a_device_says_printable_and_short(tmp_path):
+def test_status_shows_what_a_device_says_printable_and_short(tmp_path, edgebench_here):
     sweep = tmp_path / "work" / "sweeps" / "s1"
     sweep.mkdir(parents=True)
     (sweep / "sweep.json").write_text(json.dumps({"state": "finished", "why": HOSTILE * 10_000,
                                                   "runs": {"r1": HOSTILE + "x" * 100_000}}))
     (tmp_path / "inv.yaml").write_text(f"devices:\n  box: {{profile: local, workdir: {tmp_path / 'work'}}}\n")
-    done = edgebench("status", "--device", "box", cwd=tmp_path, env={"EDGEBENCH_INVENTORY": str(tmp_path / "inv.yaml")})
+    done = edgebench_here("status", "--device", "box", cwd=tmp_path,
+                          env={"EDGEBENCH_INVENTORY": str(tmp_path / "inv.yaml")})
     assert done.returncode == 0 and "box: sweep s1: finished (sgd" in done.stdout, done.stdout[-500:] + done.stderr
     assert "  r1: sgdxxx" in done.stdout and "\x1b" not in done.stdout and "pwned" not in done.stdout
     assert max(len(line) for line in done.stdout.splitlines()) < 700
 
 
-def test_report_charts_draw_device_strings_printable_and_short(tmp_path):
+def test_report_charts_draw_device_strings_printable_and_short(tmp_path, edgebench_here):
     """matplotlib warns "Glyph 27 (\x1b) missing" with the character itself: a device's method name is
     made printable and cut short before it is drawn, so nothing of it reaches the terminal, and a
     terminal table shows it cut short too."""
@@ -401,7 +402,7 @@ def test_report_charts_draw_device_strings_printable_and_short(tmp_path):
 
     method = HOSTILE + "x" * 100_000
     run = FakeRun(run_id="r1", method=method).write(tmp_path / "src")
-    assert edgebench("ingest", str(run), "--store", "s.duckdb", cwd=tmp_path).returncode == 0
+    assert edgebench_here("ingest", str(run), "--store", "s.duckdb", cwd=tmp_path).returncode == 0
     for args in (["--format", "png", "--out", "figs"], ["--format", "html", "--out", "r.html"], []):
         done = edgebench("report", "--store", "s.duckdb", *args, cwd=tmp_path)
         said = done.stdout + done.stderr
@@ -430,25 +431,25 @@ def test_bench_results_table_and_one_line_errors_are_printable(tmp_path):
 
 # --- smaller messages and leftovers -----------------------------------------------------------
 
-def test_import_trace_names_the_file_line_and_column_of_a_bad_number(tmp_path):
+def test_import_trace_names_the_file_line_and_column_of_a_bad_number(tmp_path, edgebench_here):
     (tmp_path / "m.csv").write_text("time,watts\n1.0,2.5\n2.0,abc\n")
-    done = edgebench("import-trace", "m.csv", "--device", "pi", "--power-col", "watts", "--store", "s.duckdb",
-                     cwd=tmp_path)
+    done = edgebench_here("import-trace", "m.csv", "--device", "pi", "--power-col", "watts", "--store", "s.duckdb",
+                          cwd=tmp_path)
     one_line_exit_2(done, "m.csv:3: column 'watts' holds 'abc', not a number")
     (tmp_path / "m.csv").write_text("time,watts\nsoon,2.5\n")
-    done = edgebench("import-trace", "m.csv", "--device", "pi", "--power-col", "watts", "--store", "s.duckdb",
-                     cwd=tmp_path)
+    done = edgebench_here("import-trace", "m.csv", "--device", "pi", "--power-col", "watts", "--store", "s.duckdb",
+                          cwd=tmp_path)
     one_line_exit_2(done, "m.csv:2: column 'time' holds 'soon'")
 
 
-def test_report_on_a_sqlite_file_is_refused_before_duckdb_opens_it(tmp_path):
+def test_report_on_a_sqlite_file_is_refused_before_duckdb_opens_it(tmp_path, edgebench_here):
     import sqlite3
 
     con = sqlite3.connect(tmp_path / "other.db")
     con.execute("CREATE TABLE t (a INT)")
     con.commit()
     con.close()
-    done = edgebench("report", "--store", "other.db", cwd=tmp_path, timeout=60)
+    done = edgebench_here("report", "--store", "other.db", cwd=tmp_path)
     one_line_exit_2(done, "other.db: a SQLite database, not an edgebench results store")
     assert "extension" not in done.stderr
 
