@@ -134,7 +134,7 @@ def test_deploy_save_brings_the_trained_weights_back_with_collect(tmp_path):
     state = Path(deployed["sweep_dir"], "sweep.json")
     while not state.exists() or json.loads(state.read_text() or "{}").get("state") != "finished":
         assert time.monotonic() < deadline, "the sweep did not finish"
-        time.sleep(1)
+        time.sleep(0.2)
     got = json.loads(edgebench_cli("collect", "--device", "local", "--json").stdout)["local"]
     assert got["runs"] == {run_id: "ok"} and got["ingested"] == [run_id]
     saved = tmp_path / "trained" / run_id

@@ -78,7 +78,7 @@ def test_non_finite_loss_is_diverged(tmp_path):
 
 
 def test_wall_clock_limit_is_timeout(tmp_path):
-    result = run_spec(tiny(steps=100_000, timeout_s=15.0), tmp_path)
+    result = run_spec(tiny(steps=100_000, timeout_s=6.0), tmp_path)
     assert result["status"] == "timeout"
     assert result["exit_signal"] == "SIGKILL"
     assert read_trace(tmp_path / "samples.jsonl").records
