@@ -269,7 +269,7 @@ def test_full_disk_ends_the_run_as_error_and_the_sweep_as_stopped(small_tmpfs):
     sweep = _sweep_dir(small_tmpfs, [tiny(run_id="a", steps=1_000_000, sample_hz=100.0), tiny(run_id="b")])
     free = os.statvfs(small_tmpfs).f_bavail * os.statvfs(small_tmpfs).f_frsize
     (small_tmpfs / "filler").write_bytes(
-        b"x" * (free - 500 * 1024)
+        b"x" * (free - 400 * 1024)
     )  # the reserves (320 KiB), room to start (64 KiB) and a little
     done = subprocess.run([PY, "-m", "edgebench.runner.sweep", str(sweep)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stderr

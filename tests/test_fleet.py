@@ -96,13 +96,12 @@ def test_clock_probes_bracket_the_device_reading_and_are_fast():
     assert min(p["host_recv_ns"] - p["host_send_ns"] for p in probes) < 20e6
 
 
-def test_deploy_save_brings_the_trained_weights_back_with_collect(tmp_path):
+def test_deploy_save_brings_the_trained_weights_back_with_collect(tmp_path, edgebench_here):
     """deploy --save on this host as a device: the device keeps the weights in the run directory,
-    collect fetches them (verified like every file) and puts them in SAVE/<run_id>/."""
+    collect fetches them (verified like every file) and puts them in SAVE/<run_id>/. The commands
+    run in this process (edgebench.cli.main); the device's sweep runs in its own, as deploy starts it."""
     import json
-    import os
     import re
-    import subprocess
     import sys
     import time
 
@@ -113,11 +112,10 @@ def test_deploy_save_brings_the_trained_weights_back_with_collect(tmp_path):
         f"devices:\n  local: {{profile: local, python: {sys.executable}, workdir: {tmp_path / 'work'}}}\n"
     )
     # deploy and collect keep runs beside the user's store (edgebench.results): here, tmp_path/runs
-    env = {**os.environ, "EDGEBENCH_INVENTORY": str(inventory), "EDGEBENCH_STORE": str(tmp_path / "runs" / "s.duckdb")}
+    env = {"EDGEBENCH_INVENTORY": str(inventory), "EDGEBENCH_STORE": str(tmp_path / "runs" / "s.duckdb")}
 
-    def edgebench_cli(*args: str) -> subprocess.CompletedProcess:
-        out = subprocess.run([sys.executable, "-m", "edgebench.cli", *args], env=env, cwd=tmp_path,
-                             capture_output=True, text=True, timeout=300)
+    def edgebench_cli(*args: str):
+        out = edgebench_here(*args, cwd=tmp_path, env=env)
         assert out.returncode == 0, out.stdout + out.stderr
         return out
 
