@@ -123,7 +123,7 @@ def edgebench_here(capsys, monkeypatch):
     command changes in os.environ (--debug) or the working directory is undone after the test."""
     from edgebench.cli import main
 
-    monkeypatch.delenv("EDGEBENCH_DEBUG", raising=False)
+    debug = os.environ.pop("EDGEBENCH_DEBUG", None)  # `--debug` sets it; monkeypatch keeps no record of an unset one
 
     def run(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
         monkeypatch.chdir(cwd)
@@ -135,4 +135,7 @@ def edgebench_here(capsys, monkeypatch):
         said = capsys.readouterr()
         return subprocess.CompletedProcess(["edgebench", *args], ended.value.code, said.out, said.err)
 
-    return run
+    yield run
+    os.environ.pop("EDGEBENCH_DEBUG", None)
+    if debug is not None:
+        os.environ["EDGEBENCH_DEBUG"] = debug
