@@ -6,11 +6,13 @@ rounding); both must end `ok`, the loss must fall and the cgroup's peak stay und
 EDGEBENCH_FULL=1: a 1 GiB device trains nanovlm-460m with qlora4 (one 512-px view per image,
 --max-image-size 512) and nanovlm-222m with lomo-sr, the issue's targets (406 s on a loaded
 2-core host; kernel peaks 973 and 952 MiB).
+`large`: a 1 GiB device trains nanovlm-460m at nanoVLM main's own images with LoRA and MeZO.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 
 import pytest
@@ -19,6 +21,7 @@ from click.testing import CliRunner
 from edgebench.cli import cli
 from edgebench.devices import lab
 from edgebench.figures.run import figures_of_run_dir
+from edgebench.methods import fit
 from edgebench.runner.spec import RunSpec
 from lab_fixtures import lab_in, wait_for_sweep
 
@@ -32,29 +35,53 @@ SPECS = ([RunSpec(model="nanovlm-460m", method="qlora4", max_image_size=512, ste
 TIMEOUT_S = 4 * 3600 if FULL else 600
 
 
-def test_lowest_memory_methods_end_ok_inside_the_device_limit(tmp_path):
+def _train_inside(tmp_path, specs: list[RunSpec], memory: int, cpus: float, timeout_s: float) -> list[dict]:
+    """Deploy `specs` to a lab device of `memory` bytes and `cpus`, collect, and check each run
+    ended `ok` with its kernel and cgroup peaks under the limit; each run's figures, its losses
+    under "losses"."""
     spec_args = []
-    for i, spec in enumerate(SPECS):
+    for i, spec in enumerate(specs):
         spec.save(tmp_path / f"spec{i}.json")
         spec_args += ["--spec", str(tmp_path / f"spec{i}.json")]
     runs_dir = tmp_path / "runs"
-    with lab_in(tmp_path, [lab.LabDevice("raspberry-pi-4-4gb", name="lab-lowmem", memory_bytes=MEMORY, cpus=1)]):
+    with lab_in(tmp_path, [lab.LabDevice("raspberry-pi-4-4gb", name="lab-lowmem", memory_bytes=memory, cpus=cpus)]):
         runner = CliRunner()
         out = runner.invoke(
             cli, ["deploy", "--device", "lab-lowmem", *spec_args, "--runs-dir", str(runs_dir), "--json"]
         )
         assert out.exit_code == 0, out.output
         deployed = json.loads(out.output)["lab-lowmem"]
-        wait_for_sweep("lab-lowmem", deployed["sweep_id"], TIMEOUT_S, poll_s=2)
+        wait_for_sweep("lab-lowmem", deployed["sweep_id"], timeout_s, poll_s=2)
         out = runner.invoke(cli, ["collect", "--store", str(runs_dir / "edgebench.duckdb"), "--runs-dir",
                                   str(runs_dir), "--json"])
         assert out.exit_code == 0, out.output
-    for run_id, spec in zip(deployed["run_ids"], SPECS):
+    results = []
+    for run_id, spec in zip(deployed["run_ids"], specs):
         run = runs_dir / "lab-lowmem" / run_id
         result = figures_of_run_dir(run)
         assert result["status"] == "ok", (spec.method, result)
-        losses = [json.loads(line)["loss"] for line in (run / "events.jsonl").read_text().splitlines()
-                  if '"step_end"' in line]
-        assert len(losses) == spec.steps and losses[-1] < losses[0], (spec.method, losses)
-        assert 0 < result["peak_rss_bytes_kernel"] <= MEMORY, (spec.method, result)
-        assert result["cgroup_peak_bytes"] is None or result["cgroup_peak_bytes"] <= MEMORY, (spec.method, result)
+        result["losses"] = [json.loads(line)["loss"] for line in (run / "events.jsonl").read_text().splitlines()
+                            if '"step_end"' in line]
+        assert len(result["losses"]) == spec.steps, (spec.method, result["losses"])
+        assert 0 < result["peak_rss_bytes_kernel"] <= memory, (spec.method, result)
+        assert result["cgroup_peak_bytes"] is None or result["cgroup_peak_bytes"] <= memory, (spec.method, result)
+        results.append(result)
+    return results
+
+
+def test_lowest_memory_methods_end_ok_inside_the_device_limit(tmp_path):
+    for spec, result in zip(SPECS, _train_inside(tmp_path, SPECS, MEMORY, 1, TIMEOUT_S)):
+        assert result["losses"][-1] < result["losses"][0], (spec.method, result["losses"])
+
+
+@pytest.mark.large
+@pytest.mark.timeout(3600)
+def test_nanovlm_460m_at_main_images_fine_tunes_inside_1_gib(tmp_path):
+    # Reduced form of issue 56's target: nanoVLM main's 2048-px images (17 views, 1,137 decoder
+    # positions), 2 steps each (docs/measurements.md has the 20-step runs). Two CPUs: the limit is
+    # on memory, and one CPU doubles the ~10 minutes.
+    specs = [RunSpec(model="nanovlm-460m", method=method, steps=2, warmup_steps=0)
+             for method in (fit.VLM_1GIB_LORA, fit.VLM_1GIB_MEZO)]
+    lora, mezo = _train_inside(tmp_path, specs, 2**30, 2, 3000)
+    assert lora["losses"][-1] < lora["losses"][0], lora["losses"]
+    assert all(math.isfinite(loss) for loss in mezo["losses"]), mezo["losses"]

@@ -194,3 +194,28 @@ def test_predict_ranks_what_a_model_can_take_and_names_what_it_cannot(tmp_path):
     ranked = json.loads(out.output)
     assert "even number of input features" in ranked["unavailable"]["qlora4"]
     assert {r["method"] for r in ranked["methods"]}.isdisjoint(ranked["unavailable"]) and len(ranked["methods"]) > 10
+
+
+_DYNAMO_PROBE = """
+import sys
+from edgebench.data.synthetic import synthetic_batches, to_torch
+from edgebench.methods import make_trainer, memory
+from edgebench.methods.trainer import build_model_for
+from edgebench.model import get_config
+memory.predict("tiny", sys.argv[1], 1, 16)  # the worker predicts before it builds
+trainer = make_trainer(sys.argv[1], build_model_for(sys.argv[1], "tiny"), fresh_weights=True)
+trainer.step(to_torch(next(synthetic_batches(get_config("tiny"), 1, 16, 0))))
+print("torch._dynamo" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("method", ["mezo-lora+frozen-int4", "lora-decoder+frozen-int4+bf16-weights+sr", "sgd"])
+def test_memory_model_knows_which_methods_import_torch_dynamo(method):
+    # torch._dynamo costs 71 MiB of RSS; the memory model counts it where a step imports it
+    from edgebench.methods import memory, parse_method
+
+    out = subprocess.run([sys.executable, "-c", _DYNAMO_PROBE, method], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    imported = out.stdout.split()[-1] == "True"
+    assert imported == memory._imports_dynamo(parse_method(method))
+    assert imported == (method == "sgd")

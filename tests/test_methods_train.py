@@ -86,6 +86,31 @@ def test_int4_linear_matches_its_dequantised_weight_forward_and_backward():
     assert torch.allclose(x.grad, x_ref.grad, atol=1e-4)
 
 
+def test_int4_embedding_and_its_tied_head_read_the_same_dequantised_table():
+    from edgebench.methods import int4
+
+    torch.manual_seed(0)
+    weight = torch.randn(2 * int4.HEAD_ROWS + 100, 64)  # three blocks of the head, the last short
+    embedding = int4.Int4Embedding(weight)
+    head = int4.Int4Head(embedding)
+    table = int4.unpack(embedding.codes, embedding.scale, torch.bfloat16)
+    assert torch.equal(table, int4.unpack(*int4.pack(weight), torch.bfloat16))  # packed in parts, alike
+    ids = torch.randint(0, weight.size(0), (2, 9))
+    assert torch.equal(embedding(ids), table[ids])
+    x = torch.randn(5, 64, requires_grad=True)  # fp32: the blocks' summed gradient is exact to rounding
+    head(x).square().sum().backward()
+    x_ref = x.detach().clone().requires_grad_()
+    table32 = int4.unpack(embedding.codes, embedding.scale, torch.float32)
+    torch.nn.functional.linear(x_ref, table32).square().sum().backward()
+    assert torch.equal(head(x.detach()), torch.nn.functional.linear(x.detach(), table32))
+    assert torch.allclose(x.grad, x_ref.grad, rtol=1e-5, atol=1e-3)
+    model = build_model("tiny")
+    model.decoder.token_embedding.weight.requires_grad_(False)
+    assert int4.pack_tied_embedding(model.decoder)
+    model.decoder.token_embedding = torch.nn.Embedding(10, 8)  # a trained or untied embedding stays
+    assert not int4.pack_tied_embedding(model.decoder)
+
+
 def test_chunked_cross_entropy_equals_the_plain_loss_and_its_gradients():
     from edgebench.model.loss import chunked_cross_entropy
 
@@ -164,15 +189,16 @@ def test_bf16_trainer_takes_the_embedding_lookup_gradient_sparse():
     assert moved.any() and set(moved.nonzero().view(-1).tolist()) <= set(batch["input_ids"].view(-1).tolist())
 
 
-def test_streamed_build_packs_every_frozen_linear_and_keeps_the_head_tied():
-    from edgebench.methods.int4 import Int4Linear
+def test_streamed_build_packs_every_frozen_linear_and_the_tied_embedding():
+    from edgebench.methods.int4 import Int4Embedding, Int4Head, Int4Linear
     from edgebench.methods.streaming import build_streamed
 
     model = build_streamed(parse_method("qlora4"), get_config("tiny"))
     linears = [n for n, m in model.named_modules() if type(m) is torch.nn.Linear]
-    assert linears and all(".lora_" in n or n == "decoder.head" for n in linears), linears
+    assert linears and all(".lora_" in n for n in linears), linears
     assert sum(type(m) is Int4Linear for m in model.modules()) == len([n for n in linears if ".lora_A." in n])
-    assert model.decoder.head.weight is model.decoder.token_embedding.weight
+    assert isinstance(model.decoder.token_embedding, Int4Embedding) and isinstance(model.decoder.head, Int4Head)
+    assert model.decoder.head.embedding[0] is model.decoder.token_embedding  # tied: one set of codes
     tensors = list(model.parameters()) + list(model.buffers())
     assert not any(t.is_meta for t in tensors)
     assert {p.dtype for p in model.parameters() if p.requires_grad} == {torch.float32}

@@ -10,6 +10,7 @@ import torch
 from edgebench.backends.base import UnsupportedBackend
 from edgebench.data.synthetic import to_torch
 from edgebench.methods import MethodUnavailable, make_trainer, parse_method
+from edgebench.methods.subsets import release_freed_memory
 from edgebench.methods.trainer import build_model_for
 
 if TYPE_CHECKING:
@@ -44,7 +45,10 @@ class EagerBackend:
 
     def step(self, batch: dict[str, Any]) -> float:
         assert self.trainer is not None, "setup() first"
-        return self.trainer.step(to_torch(batch, device=self.device))
+        loss = self.trainer.step(to_torch(batch, device=self.device))
+        if self.trainer.method.view_by_view:  # the lowest-memory runs: the step's freed heap pages
+            release_freed_memory()  # go back to the OS before the next step's peak, not into its holes
+        return loss
 
     def evaluate(self, batch: dict[str, Any]) -> dict[str, float]:
         """Raw counts of one held-out batch (edgebench.methods.evaluate), with the method's autocast."""

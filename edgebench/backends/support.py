@@ -29,7 +29,8 @@ def _knob(method: Any, name: str, default: Any) -> Any:
 
 def _eager_only_knobs(method: Any) -> str | None:
     """The lowest-memory knobs of edgebench.methods (int4 frozen weights, bf16 trained weights
-    with their in-backward rounding, chunked cross-entropy, the vision encoder view by view)
+    with their in-backward rounding, chunked cross-entropy, the vision encoder view by view,
+    torch's fused attention, LoRA on the decoder alone)
     exist in eager torch only."""
     if _knob(method, "frozen_dtype", "fp32") == "int4":
         return "frozen-int4"
@@ -39,6 +40,10 @@ def _eager_only_knobs(method: Any) -> str | None:
         return "chunked-ce"
     if _knob(method, "view_by_view", False):
         return "view-by-view"
+    if _knob(method, "flash_attention", False):
+        return "flash-attn"
+    if _knob(method, "trainable", "all") == "lora-decoder":
+        return "lora-decoder"
     return None
 
 

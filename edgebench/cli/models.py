@@ -89,9 +89,9 @@ def models_command(load_dir: str | None, as_json: bool) -> None:
     With --load DIR the folder's weights are loaded; any missing, unexpected or
     mis-shaped key is listed and the exit status is 2, as for every user error.
     """
-    import torch
 
     from edgebench.model import CONFIG_NAMES, get_config
+    from edgebench.model.layout import meta_layout
     from edgebench.model.vision_language_model import VisionLanguageModel
 
     if load_dir:
@@ -110,7 +110,7 @@ def models_command(load_dir: str | None, as_json: bool) -> None:
     else:
         rows = []
         for name in CONFIG_NAMES:
-            with torch.device("meta"):
+            with meta_layout():
                 rows.append(describe(name, VisionLanguageModel(get_config(name))))
     if as_json:
         click.echo(json.dumps(rows[0] if load_dir else rows, indent=2))

@@ -32,12 +32,14 @@ def make_trainer(method: Method | str, model: nn.Module, *, lr: float | None = N
     from edgebench.methods.optimizers import optimizer
     from edgebench.methods.subsets import trainable_parameters
     from edgebench.methods.trainer import BackpropTrainer, FusedTrainer, LomoTrainer, prepare_model
+    from edgebench.model.vision_language_model import set_flash_attention
 
     if isinstance(method, str):
         method = parse_method(method)
     model = prepare_model(method, model)
     model.chunked_loss = method.chunked_loss  # type: ignore[assignment]  # torch types Module attributes as tensors/modules only
     model.view_by_view = method.view_by_view  # type: ignore[assignment]
+    set_flash_attention(model, method.flash_attention)
     if method.view_by_view:  # each view's freed activations leave the RSS instead of piling up in
         # glibc's heap (sgd over 10 views of 256 px: step peak 901 MiB without this, 512 with)
         from edgebench.methods.subsets import map_large_allocations

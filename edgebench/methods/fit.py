@@ -18,8 +18,15 @@ if TYPE_CHECKING:
 # Room the runtime needs beyond the predicted peak (other processes, page cache, allocator):
 # a profile's `memory_headroom` unless it sets its own.
 DEFAULT_HEADROOM = 0.15
+# nanovlm-460m at nanoVLM main's 2048-px images (17 views, 1,137 decoder positions) inside 1 GiB:
+# LoRA on the decoder over int4 frozen weights (the encoder forward only, view by view), its
+# adapters in bf16 stepped by SGD inside backward (no optimizer state: AdamW's, and torch.optim's
+# import of torch._dynamo, put it at 1,045 MiB), and MeZO over LoRA adapters;
+# docs/measurements.md has their kernel peaks.
+VLM_1GIB_LORA = "lora-decoder+frozen-int4+bf16-weights+sr+ckpt+chunked-ce+view-by-view+flash-attn"
+VLM_1GIB_MEZO = "mezo-lora+frozen-int4+view-by-view+chunked-ce+flash-attn"
 # Combinations ranked beside the presets.
-COMBINATIONS = ("lora+ckpt+frozen-int8", "mezo-lora+frozen-int8")
+COMBINATIONS = ("lora+ckpt+frozen-int8", "mezo-lora+frozen-int8", VLM_1GIB_LORA, VLM_1GIB_MEZO)
 
 
 def usable_bytes(ram_bytes: int, headroom: float) -> int:

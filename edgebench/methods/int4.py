@@ -10,13 +10,18 @@ dequantised copy for backward).
 
 from __future__ import annotations
 
+import functools
+
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from edgebench.methods.int8 import DequantizedMatmul
 from edgebench.methods.knobs import MethodError
 
 GROUP = 64  # input weights per scale (as llama.cpp's / GPTQ's common group sizes 32-128)
+PACK_ROWS = 4096  # rows of a large weight packed at once
+HEAD_ROWS = 4096  # vocabulary rows of the tied head dequantised at once (7.5 MiB bf16 at 960 wide)
 
 
 def pack(weight: torch.Tensor, group: int = GROUP) -> tuple[torch.Tensor, torch.Tensor]:
@@ -29,15 +34,20 @@ def pack(weight: torch.Tensor, group: int = GROUP) -> tuple[torch.Tensor, torch.
     return nibbles[:, 0::2] | (nibbles[:, 1::2] << 4), scale.to(torch.bfloat16)
 
 
+@functools.cache
+def _byte_values(dtype: torch.dtype) -> torch.Tensor:
+    """[256, 2]: the two signed codes (low nibble, high nibble) each byte holds, in `dtype`."""
+    return torch.tensor([[((b & 0xF) ^ 8) - 8, ((b >> 4) ^ 8) - 8] for b in range(256)], dtype=dtype)
+
+
 def unpack(codes: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """The dequantised [out, in] weight in `dtype`."""
-    low = (codes & 0xF).to(torch.int8)
-    high = (codes >> 4).to(torch.int8)
-    values = torch.stack((low, high), dim=2).reshape(codes.size(0), -1)
-    values = values - ((values & 0x8) << 1)  # two's complement of the 4-bit code
-    group = values.size(1) // scale.size(1)
-    return (values.reshape(scale.size(0), scale.size(1), group).to(dtype) * scale.to(dtype).unsqueeze(2)).reshape(
-        values.shape)
+    """The dequantised [out, in] weight in `dtype`. Each byte looks up its two values in a table
+    (one gather), 3.6x faster than unpacking nibbles and fixing signs tensor-wide, the same values:
+    dequantising was three quarters of an int4 layer's time on 1,024 positions."""
+    values = F.embedding(codes.to(torch.int32), _byte_values(dtype))  # [out, in / 2, 2]
+    group = 2 * codes.size(1) // scale.size(1)
+    return (values.reshape(scale.size(0), scale.size(1), group) * scale.to(dtype).unsqueeze(2)).reshape(
+        codes.size(0), -1)
 
 
 class Int4Linear(nn.Module):
@@ -59,6 +69,55 @@ class Int4Linear(nn.Module):
         y: torch.Tensor = DequantizedMatmul.apply(  # type: ignore[no-untyped-call]  # torch's Function.apply
             x, self.codes, self.scale, unpack)
         return y if self.bias is None else y + self.bias.to(y.dtype)
+
+
+class Int4Embedding(nn.Module):
+    """A frozen token embedding stored as int4 codes + bf16 group scales: a lookup dequantises
+    only the rows it reads. The tied LM head reads the same codes (Int4Head)."""
+
+    codes: torch.Tensor
+    scale: torch.Tensor
+
+    def __init__(self, weight: torch.Tensor, group: int = GROUP):
+        super().__init__()
+        self.num_embeddings, self.embedding_dim = weight.shape
+        size = group_size(self.embedding_dim, group)
+        # a few thousand rows at a time: packing works in fp32, and the whole table would be 188 MB
+        parts = [pack(weight[start:start + PACK_ROWS], size) for start in range(0, weight.size(0), PACK_ROWS)]
+        self.register_buffer("codes", torch.cat([codes for codes, _ in parts]))
+        self.register_buffer("scale", torch.cat([scale for _, scale in parts]))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        rows = ids.reshape(-1)
+        return unpack(self.codes[rows], self.scale[rows], torch.bfloat16).view(*ids.shape, self.embedding_dim)
+
+
+class Int4Head(nn.Module):
+    """The LM head tied to an Int4Embedding: logits over a block of HEAD_ROWS vocabulary rows at a
+    time, each block's weight dequantised in forward and again in backward (DequantizedMatmul),
+    so no [vocab, hidden] copy exists (nanovlm-460m's would be 90 MiB in bf16)."""
+
+    def __init__(self, embedding: Int4Embedding):
+        super().__init__()
+        self.embedding = [embedding]  # shared, not a submodule: its buffers are saved once, under its name
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        codes, scale = self.embedding[0].codes, self.embedding[0].scale
+        return torch.cat([DequantizedMatmul.apply(x, codes[start:start + HEAD_ROWS],  # type: ignore[no-untyped-call]
+                                                  scale[start:start + HEAD_ROWS], unpack)
+                          for start in range(0, codes.size(0), HEAD_ROWS)], dim=-1)
+
+
+def pack_tied_embedding(decoder: nn.Module) -> bool:
+    """Store a frozen token embedding the LM head shares as int4 (Int4Embedding + Int4Head);
+    False where it trains or the head has its own weight (left as it is)."""
+    embedding, head = decoder.token_embedding, decoder.head
+    if not isinstance(embedding, nn.Embedding) or embedding.weight.requires_grad or \
+            getattr(head, "weight", None) is not embedding.weight:
+        return False
+    packed = Int4Embedding(embedding.weight.detach())
+    decoder.token_embedding, decoder.head = packed, Int4Head(packed)
+    return True
 
 
 def group_size(in_features: int, group: int = GROUP) -> int:

@@ -21,7 +21,8 @@ from edgebench.untrusted import quote
 OPTIMIZERS = tuple(optimizers.OPTIMIZERS)  # each one's descriptor: methods/optimizers.py
 GRAD_MODES = ("backprop", "zeroth-order", "forward-mode")
 PRECISIONS = ("fp32", "bf16")
-TRAINABLE = ("all", "freeze-vision", "lora", "bitfit")
+TRAINABLE = ("all", "freeze-vision", "lora", "lora-decoder", "bitfit")
+LORA_SUBSETS = ("lora", "lora-decoder")  # the subsets that train LoRA adapters
 FROZEN_DTYPES = ("fp32", "bf16", "int8", "int4")
 TRAINED_DTYPES = ("fp32", "bf16")
 ROUNDINGS = ("nearest", "stochastic")
@@ -57,6 +58,10 @@ class Method:
     # backward): nanovlm-460m's 17 views' temporaries become one view's; predicted (batch 1)
     # mezo-lora+frozen-int8 temporaries 1,248 -> 512 MiB, peak 2,571 -> 1,651; qlora4 peak 4,040 -> 1,286
     view_by_view: bool = False
+    # attention by torch's fused scaled_dot_product_attention (its CPU flash kernel): no
+    # [heads, T, T] scores, softmax or their gradients; at nanovlm-460m's 1,137 positions the
+    # explicit path's backward holds three 37 MiB (bf16) of them per block
+    flash_attention: bool = False
     name: str = ""
 
     def knobs(self) -> dict[str, Any]:
@@ -68,6 +73,16 @@ class Method:
     @property
     def uses_backward(self) -> bool:
         return self.grad_mode == "backprop"
+
+    @property
+    def adapts(self) -> bool:
+        """Trains LoRA adapters (over every block's linears, or the decoder's only)."""
+        return self.trainable in LORA_SUBSETS
+
+    @property
+    def vision_frozen(self) -> bool:
+        """Nothing in the vision encoder trains: it runs forward only, keeping nothing for backward."""
+        return self.trainable in ("freeze-vision", "lora-decoder")
 
 
 # Modifier tokens: combinable with any preset by `+`.
@@ -83,6 +98,7 @@ MODIFIERS: dict[str, dict[str, Any]] = {
     "sr": {"rounding": "stochastic"},
     "chunked-ce": {"chunked_loss": True},
     "view-by-view": {"view_by_view": True},
+    "flash-attn": {"flash_attention": True},
 }
 _ACCUM = re.compile(r"accum(\d+)$")
 MAX_ACCUMULATION = 1024  # micro-batches per step: accum2000000000 would never finish one step
@@ -116,6 +132,8 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     "lora": ("LoRA r=8 on decoder and vision linears (peft), base frozen",
              {"trainable": "lora"}),
     "lora-ckpt": ("LoRA + activation checkpointing", {"trainable": "lora", "checkpointing": True}),
+    "lora-decoder": ("LoRA r=8 on the decoder's linears and the projector; the vision encoder frozen whole",
+                     {"trainable": "lora-decoder"}),
     "qlora": ("LoRA over int8 frozen base weights (MeBP recipe), bf16 compute",
               {"trainable": "lora", "frozen_dtype": "int8", "precision": "bf16"}),
     "qlora4": ("LoRA over int4 group-wise frozen weights, checkpointing, chunked cross-entropy",
@@ -203,7 +221,7 @@ def _refusal(m: Method) -> str | None:
             return f"fused update runs one torch optimizer per parameter: {', '.join(_FUSABLE)}; not {m.optimizer!r}"
         if m.accumulation > 1:
             return "fused update frees each gradient as soon as it is applied, so micro-batches cannot accumulate"
-    if opt.refuses_lora and m.trainable == "lora":
+    if opt.refuses_lora and m.adapts:
         return opt.refuses_lora
     if m.frozen_dtype != "fp32" and m.trainable == "all":
         return (
@@ -222,6 +240,8 @@ def _refusal(m: Method) -> str | None:
                     "once into bf16); use sgd with `fused` (the defaults), e.g. `all+bf16-weights+sr+ckpt`")
     if m.rounding == "stochastic" and m.trained_dtype != "bf16":
         return "stochastic rounding applies to bf16 trained weights; add `bf16-weights`"
+    if m.flash_attention and m.grad_mode == "forward-mode":
+        return "flash-attn: torch's fused attention kernel has no forward-mode derivative; drop `flash-attn`"
     if m.chunked_loss and m.grad_mode == "forward-mode":
         return "chunked cross-entropy recomputes logits in backward; forward-mode has none"
     return None

@@ -18,7 +18,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-import torch
 from torch import nn
 
 from edgebench.methods.knobs import Method, parse_method
@@ -32,7 +31,12 @@ MiB = 1 << 20
 # Measured once: the runner worker's RSS before it builds the model (torch, numpy,
 # edgebench, telemetry imported), and what importing each library adds. Estimates, not
 # measurements of the device at hand.
-RUNTIME_BASELINE_BYTES_EST = 295 * MiB
+RUNTIME_BASELINE_BYTES_EST = 224 * MiB
+# torch imports torch._dynamo (and sympy) the first time a process builds a torch optimizer or
+# runs torch.utils.checkpoint or forward-mode AD (each wrapped by torch._disable_dynamo), or
+# imports peft: 219 -> 290 MiB RSS after `import torch` alone (this baseline held it before the
+# meta layouts stopped importing it, edgebench.model.layout).
+TORCH_DYNAMO_BYTES_EST = 71 * MiB
 # peft's figure includes the transformers and torchao it imports.
 LIBRARY_BASELINE_BYTES_EST = {"peft": 209 * MiB, "torchao": 83 * MiB, "galore_torch": 134 * MiB,
                               "lomo_optim": 19 * MiB}
@@ -96,17 +100,22 @@ class _Param:
 @functools.lru_cache(maxsize=64)
 def _params(cfg_items: tuple[tuple[str, Any], ...], trainable: str, frozen_dtype: str) -> tuple[_Param, ...]:
     from edgebench.model.config import VLMConfig
+    from edgebench.model.layout import meta_layout
     from edgebench.model.vision_language_model import VisionLanguageModel
 
     cfg = VLMConfig(**dict(cfg_items))
-    with torch.device("meta"):
+    with meta_layout():
         model = apply_trainable(Method(trainable=trainable), VisionLanguageModel(cfg))
     # on the meta device apply_trainable adapts the model in place (no peft wrapper)
-    tied = {id(cast(VisionLanguageModel, model).decoder.token_embedding.weight)}
+    decoder = cast(VisionLanguageModel, model).decoder
+    tied = {id(decoder.token_embedding.weight)}
     packed: set[int] = set()
     if frozen_dtype in ("int8", "int4"):  # the layers edgebench.methods.int8 / .int4 quantise
         packed = {id(m.weight) for m in model.modules() if type(m) is nn.Linear
                   and not m.weight.requires_grad and id(m.weight) not in tied}
+    if frozen_dtype == "int4" and decoder.head.weight is decoder.token_embedding.weight \
+            and not decoder.token_embedding.weight.requires_grad:  # int4.pack_tied_embedding
+        packed |= tied
     return tuple(_Param(n, tuple(p.shape), p.requires_grad, id(p) in packed)
                  for n, p in model.named_parameters())
 
@@ -135,20 +144,22 @@ def _optimizer_state(method: Method, trainable: list[_Param]) -> int:
     return sum(state_bytes(p.name, p.shape) for p in trainable)
 
 
-def _block_activation_elements(cfg: VLMConfig, batch: int, text_length: int, images: int) -> dict[str, int]:
+def _block_activation_elements(cfg: VLMConfig, batch: int, text_length: int, images: int,
+                               flash: bool) -> dict[str, int]:
     """Elements autograd keeps per transformer block (fp32 model), by vision / decoder.
 
     The vision encoder sees `images` views at once (every tile of every sample, cfg.n_tiles,
     or one with view-by-view); the decoder sees the whole sequence, image positions included
-    (cfg.sequence_length).
+    (cfg.sequence_length). The softmax kept is a row of scores a position, or with the fused
+    kernel (`flash`) one log-sum-exp.
     """
     n = (cfg.vit_img_size // cfg.vit_patch_size) ** 2
     seq = cfg.sequence_length(text_length)
     # ViT block: LN in/out, qkv output, softmax, attention out, LN2 in/out (8 D), MLP (2 I).
-    vit = images * n * (8 * cfg.vit_hidden_dim + 2 * cfg.vit_inter_dim + cfg.vit_n_heads * n)
+    vit = images * n * (8 * cfg.vit_hidden_dim + 2 * cfg.vit_inter_dim + cfg.vit_n_heads * (1 if flash else n))
     # Decoder block: RMSNorm x/x*r/out twice, q, expanded k and v, attention out (10 D),
     # gated MLP (4 I), causal softmax.
-    lm = batch * seq * (10 * cfg.lm_hidden_dim + 4 * cfg.lm_inter_dim + cfg.lm_n_heads * seq)
+    lm = batch * seq * (10 * cfg.lm_hidden_dim + 4 * cfg.lm_inter_dim + cfg.lm_n_heads * (1 if flash else seq))
     return {"vit": vit, "lm": lm, "vit_input": images * n * cfg.vit_hidden_dim,
             "lm_input": batch * seq * cfg.lm_hidden_dim}
 
@@ -158,8 +169,12 @@ def _activations(cfg: VLMConfig, method: Method, batch: int, text_length: int) -
     elem = 2 if method.precision == "bf16" else 4
     micro = max(1, batch // method.accumulation)
     tiles = micro * cfg.n_tiles
-    views = 1 if method.view_by_view else tiles  # through the vision encoder at once
-    blocks = _block_activation_elements(cfg, micro, text_length, views)
+    # through the vision encoder at once: view-by-view, one a trained encoder, a few a frozen one
+    from edgebench.model.vision_language_model import FROZEN_VIEWS
+
+    recomputed = method.view_by_view and method.uses_backward and not method.vision_frozen
+    views = tiles if not method.view_by_view else 1 if recomputed else min(FROZEN_VIEWS, tiles)
+    blocks = _block_activation_elements(cfg, micro, text_length, views, method.flash_attention)
     n = (cfg.vit_img_size // cfg.vit_patch_size) ** 2
     seq = cfg.sequence_length(text_length)
     # The head runs on every position of input_ids but the last (v0.1: the image prefix skipped);
@@ -173,18 +188,24 @@ def _activations(cfg: VLMConfig, method: Method, batch: int, text_length: int) -
     # Attention probabilities of one block (the largest tensor in it): the forward holds the
     # scores and their softmax at once, the backward the kept softmax, its gradient and the
     # scores' gradient (3 of them: edgebench's matmul + softmax attention, read off autograd).
-    vit_scores = views * cfg.vit_n_heads * n * n
-    lm_scores = micro * cfg.lm_n_heads * seq * seq
-    largest_block = elem * max(blocks["vit"], blocks["lm"])
-    attention = elem * max(vit_scores, lm_scores)
+    # The fused kernel holds none: its backward's q-sized gradients and accumulators are the
+    # block's (measured: 12 MiB over 15 heads x 1,137 positions in bf16, against 153 explicit).
+    scores = 0 if method.flash_attention else 1
+    vit_scores = scores * views * cfg.vit_n_heads * n * n
+    lm_scores = scores * micro * cfg.lm_n_heads * seq * seq
+    # A frozen or gradient-free encoder under view-by-view runs before the decoder holds anything
+    # (its views' temporaries are a phase of their own); otherwise the largest block's are counted.
+    vision_apart = method.view_by_view and not recomputed
+    vit_phase = elem * (blocks["vit"] + vit_scores) if vision_apart else 0
+    largest_block = elem * (blocks["lm"] if vision_apart else max(blocks["vit"], blocks["lm"]))
+    attention = elem * (lm_scores if vision_apart else max(vit_scores, lm_scores))
     transient = largest_block + 2 * logits
     if not method.uses_backward:
-        return 0, transient
-    vision_frozen = method.trainable == "freeze-vision"
+        return 0, max(transient, vit_phase)
+    vision_frozen = method.vision_frozen
     # view-by-view keeps only each view's input and output of a trained encoder (checkpoint).
     # Measured (tiny in main's layout at 256-px tiles, 10 views, batch 2, loaded host): kernel
     # peak sgd 539 MiB vs 553 predicted, lora 672 vs 756, freeze-vision 470 vs 494.
-    recomputed = method.view_by_view and not vision_frozen
     if method.checkpointing:  # block inputs only, and one block recomputed at a time
         vit = 0 if vision_frozen or recomputed else cfg.vit_n_blocks * blocks["vit_input"] * elem
         lm = cfg.lm_n_blocks * blocks["lm_input"] * elem
@@ -197,21 +218,26 @@ def _activations(cfg: VLMConfig, method: Method, batch: int, text_length: int) -
         view_kept = cfg.vit_n_blocks * blocks["vit_input"] + blocks["vit"] if method.checkpointing \
             else cfg.vit_n_blocks * blocks["vit"]
         transient = max(transient, elem * (view_kept + BACKWARD_ATTENTION_COPIES * vit_scores) + 2 * logits)
-    images = 0 if vision_frozen else 4 * tiles * 3 * cfg.vit_img_size**2
-    vit_out = views if recomputed else tiles  # encoder outputs kept (for the projector, final norm)
-    extras = elem * (vit_out * n * 2 * cfg.vit_hidden_dim + micro * seq * 3 * cfg.lm_hidden_dim) + logits
-    return vit + lm + images + extras, transient
+    # encoder outputs kept: for the final norm and the projector, or a frozen encoder's for the projector
+    vit_out = (views if recomputed else tiles) * (1 if vision_frozen else 2)
+    extras = elem * (vit_out * n * cfg.vit_hidden_dim + micro * seq * 3 * cfg.lm_hidden_dim) + logits
+    kept = vit + lm + extras
+    return kept, max(transient, vit_phase - kept)
 
 
 def _dequantised_block(params: Iterable[_Param], method: Method) -> int:
     """Bytes the dequantisation of one block's frozen int8/int4 linears makes and frees (the
     largest block's)."""
+    from edgebench.methods.int4 import HEAD_ROWS
+
     per_weight = DEQUANT_TEMPORARY_BYTES_PER_WEIGHT_EST.get(method.frozen_dtype, 0)
     blocks: dict[str, int] = {}
     for p in params:
         if p.packed:
             block = re.sub(r"(\.\d+)\..*$", r"\1", p.name)  # the name up to the block's index
-            blocks[block] = blocks.get(block, 0) + p.numel
+            # the tied int4 head dequantises HEAD_ROWS vocabulary rows at a time
+            numel = min(p.numel, HEAD_ROWS * p.shape[1]) if "token_embedding" in p.name else p.numel
+            blocks[block] = blocks.get(block, 0) + numel
     return per_weight * max(blocks.values(), default=0)
 
 
@@ -224,12 +250,24 @@ def _streamed(method: Method) -> bool:
 
 def _libraries(method: Method) -> list[str]:
     libs: list[str] = []
-    if method.trainable == "lora" and not _streamed(method):
+    if method.adapts and not _streamed(method):
         libs.append("peft")
     library = optimizer(method.optimizer).library
     if library and not (library == "torchao" and "peft" in libs):  # peft's figure includes torchao
         libs.append(library)
     return libs
+
+
+def _imports_dynamo(method: Method) -> bool:
+    """Whether training imports torch._dynamo (TORCH_DYNAMO_BYTES_EST): MeZO over the streamed
+    build, cg's line search and bf16 weights' SGD without recomputation never do."""
+    if "peft" in _libraries(method) or method.grad_mode == "forward-mode":
+        return True
+    if not method.uses_backward:
+        return False
+    in_house = optimizer(method.optimizer).trainer == "line-search" or method.trained_dtype == "bf16"
+    recomputes = method.checkpointing or method.chunked_loss or (method.view_by_view and not method.vision_frozen)
+    return not in_house or recomputes
 
 
 def _update_transient(method: Method, trainable: list[_Param]) -> int:
@@ -259,9 +297,12 @@ def _load_peak(params: tuple[_Param, ...], method: Method, weights: int, cfg: VL
     total = sum(p.numel for p in params)
     libraries = sum(LIBRARY_BASELINE_BYTES_EST[lib] for lib in _libraries(method))
     head = cfg.lm_vocab_size * cfg.lm_hidden_dim  # the untied head, made then dropped by tying
-    largest_frozen = max((p.numel for p in params if p.packed), default=0)
+    largest_frozen = max((p.numel for p in params if p.packed and "token_embedding" not in p.name), default=0)
     if _streamed(method):  # each module made in its final dtype; a frozen linear then packed:
-        return libraries + weights + 6 * largest_frozen  # its bf16 weight, fp32 groups, codes
+        # its bf16 weight, fp32 groups, codes; the tied embedding is packed last, from bf16, a few
+        # thousand rows at a time (int4.PACK_ROWS)
+        embedding = max((2 * p.numel for p in params if p.packed and "token_embedding" in p.name), default=0)
+        return libraries + weights + max(6 * largest_frozen, embedding)
     build = 2 if method.frozen_dtype != "fp32" or method.trained_dtype != "fp32" else 4
     return max(build * (total + head), libraries + build * total + 4 * largest_frozen)  # int8: one fp32 copy
 
@@ -272,7 +313,8 @@ def predict(cfg: VLMConfig | str, method: Method | str, batch_size: int, text_le
 
     Keys: weights, gradients (tangents for forward-mode; gradient + previous gradient for cg),
     optimizer_state, activations (kept for backward), temporaries (largest transient),
-    allocator_retained (freed memory the C allocator keeps resident), runtime_baseline
+    allocator_retained (freed memory the C allocator keeps resident), batch (the step's inputs),
+    runtime_baseline
     (Python + torch + libraries), load_peak (building the model first),
     peak; each `<name>_bytes`, plus `"estimate": True`, and the shape they follow:
     `sequence_length` (decoder positions a sample takes, image included) and `image_tiles`
@@ -317,11 +359,15 @@ def predict(cfg: VLMConfig | str, method: Method | str, batch_size: int, text_le
     if method.uses_backward and (method.fused_update or opt.update_in_backward):
         churned += grad_elem * n_trainable  # each gradient made and freed inside backward
     allocator = max(int(ALLOCATOR_RETAINED_FRACTION_EST * churned), _dequantised_block(params, method))
-    baseline = RUNTIME_BASELINE_BYTES_EST + sum(LIBRARY_BASELINE_BYTES_EST[lib] for lib in _libraries(method))
+    dynamo = TORCH_DYNAMO_BYTES_EST if _imports_dynamo(method) else 0
+    baseline = RUNTIME_BASELINE_BYTES_EST + dynamo + sum(LIBRARY_BASELINE_BYTES_EST[lib] for lib in _libraries(method))
     if method.uses_backward:
         baseline += STEP_RUNTIME_OVERHEAD_BYTES_EST
-    train_peak = baseline + weights + gradients + state + activations + temporaries + allocator
-    load_peak = RUNTIME_BASELINE_BYTES_EST + _load_peak(params, method, weights, cfg)
+    # the step's batch stays alive through it: fp32 pixels of every view (nanovlm-460m at main's
+    # images: 17 x 3 x 512 x 512, 51 MiB), token ids, labels and mask
+    batch = batch_size * (4 * cfg.n_tiles * 3 * cfg.vit_img_size**2 + 3 * 8 * text_length)
+    train_peak = baseline + weights + gradients + state + activations + temporaries + allocator + batch
+    load_peak = RUNTIME_BASELINE_BYTES_EST + dynamo + _load_peak(params, method, weights, cfg)
     return {
         "weights_bytes": weights,
         "gradients_bytes": gradients,
@@ -329,6 +375,7 @@ def predict(cfg: VLMConfig | str, method: Method | str, batch_size: int, text_le
         "activations_bytes": activations,
         "temporaries_bytes": temporaries,
         "allocator_retained_bytes": allocator,
+        "batch_bytes": batch,
         "runtime_baseline_bytes": baseline,
         "load_peak_bytes": load_peak,
         "peak_bytes": max(train_peak, load_peak),

@@ -70,9 +70,10 @@ def default_lr(method: Method, n_trainable: int, *, fresh_weights: bool) -> floa
         table = FRESH_GRAD_MODE_LR if fresh_weights and method.trainable == "all" else GRAD_MODE_LR
         return table[method.grad_mode] * min(1.0, REFERENCE_PARAMS / max(1, n_trainable))
     opt = optimizer(method.optimizer)
-    if method.trainable in opt.adapter_lr_for:
+    subset = "lora" if method.adapts else method.trainable  # lora-decoder takes LoRA's lrs (not measured apart)
+    if subset in opt.adapter_lr_for:
         # peft's usual lr; BitFit's paper: 1e-4..1e-3 for the few bias terms
-        return FRESH_ADAPTER_LR.get(method.trainable, ADAPTER_LR) if fresh_weights else ADAPTER_LR
+        return FRESH_ADAPTER_LR.get(subset, ADAPTER_LR) if fresh_weights else ADAPTER_LR
     return opt.fresh_lr if fresh_weights and opt.fresh_lr is not None else opt.default_lr
 
 

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, cast
 import torch
 from torch import nn
 
-from edgebench.methods.int4 import Int4Linear, unpack
+from edgebench.methods.int4 import Int4Embedding, Int4Head, Int4Linear, unpack
 from edgebench.methods.int8 import _dequantize
-from edgebench.methods.subsets import LORA_ALPHA, LORA_RANK, LORA_TARGETS
+from edgebench.methods.subsets import LORA_ALPHA, LORA_RANK, lora_targets
 from edgebench.model.checkpoint import _safetensors, save_tensors
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ def _weight(module: nn.Module) -> torch.Tensor:
     """A linear layer's weight in fp32, dequantised where it is stored as int8/int4 codes."""
     if hasattr(module, "codes"):
         codes, scale = cast(torch.Tensor, module.codes), cast(torch.Tensor, module.scale)
-        return (unpack if isinstance(module, Int4Linear) else _dequantize)(codes, scale, torch.float32)
+        return (unpack if isinstance(module, (Int4Linear, Int4Embedding)) else _dequantize)(codes, scale, torch.float32)
     return cast(torch.Tensor, module.weight).detach().float()
 
 
@@ -67,6 +67,9 @@ def merged_tensors(model: nn.Module) -> tuple[dict[str, Make], dict[str, torch.T
     for name, module in model.named_modules():
         if any(name.startswith(prefix + ".") for prefix in done):
             continue
+        if isinstance(module, Int4Head):  # the tied head: its embedding's codes, saved under the head's name too
+            tensors[f"{name}.weight"] = cast(Make, lambda embedding=module.embedding[0]: _weight(embedding))
+            continue
         lora = _lora(module)
         if lora is None and not hasattr(module, "codes"):
             continue
@@ -93,8 +96,10 @@ def save_trained(model: nn.Module, folder: str | Path) -> Path:
     tensors, adapter = merged_tensors(model)
     folder = save_tensors(cast("VLMConfig", model.cfg), tensors, folder)
     if adapter:
+        vision = any(key.startswith("base_model.model.vision_encoder.") for key in adapter)
         config = {"peft_type": "LORA", "r": LORA_RANK, "lora_alpha": LORA_ALPHA, "lora_dropout": 0.0,
-                  "target_modules": LORA_TARGETS, "bias": "none", "fan_in_fan_out": False, "task_type": None,
+                  "target_modules": lora_targets("lora" if vision else "lora-decoder"), "bias": "none",
+                  "fan_in_fan_out": False, "task_type": None,
                   "inference_mode": True, "init_lora_weights": True, "modules_to_save": None}
         (folder / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2) + "\n")
         partial = folder / (ADAPTER_WEIGHTS + ".partial")  # renamed when whole, as model.safetensors

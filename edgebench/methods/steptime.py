@@ -88,7 +88,7 @@ def _runs(method: Method, opt: Optimizer) -> dict[str, float]:
     # Input gradients flow wherever something below trains; weight gradients only for the
     # trained matrices (LoRA's and BitFit's are negligible).
     full = method.trainable in ("all", "freeze-vision")
-    vision_backward = method.trainable != "freeze-vision"
+    vision_backward = not method.vision_frozen
     forwards = 1 + opt.extra_forwards  # cg's trial forwards
     lm = forwards + (2 if full else 1) + (1 if method.checkpointing else 0)
     vit = forwards + ((2 if method.trainable == "all" else 1) + (1 if method.checkpointing else 0)

@@ -30,10 +30,11 @@ def build_streamed(method: Method, cfg: VLMConfig) -> nn.Module:
     LoRA adapters in place: `apply_trainable` sees them and does not inject again)."""
     from edgebench.methods.int4 import Int4Linear
     from edgebench.methods.int8 import Int8Linear
+    from edgebench.model.layout import meta_layout
     from edgebench.model.vision_language_model import VisionLanguageModel
 
     map_large_allocations()
-    with torch.device("meta"):
+    with meta_layout():
         model = apply_trainable(method, VisionLanguageModel(cfg))  # LoRA: edgebench.methods.lora
     packed = {"int4": Int4Linear, "int8": Int8Linear}.get(method.frozen_dtype)
     frozen = torch.bfloat16 if method.frozen_dtype != "fp32" else torch.float32
@@ -53,6 +54,10 @@ def build_streamed(method: Method, cfg: VLMConfig) -> nn.Module:
             # the module list above still holds the module (torch accepts None for a parameter)
             module.weight = module.bias = None  # type: ignore[assignment]
             release_freed_memory()
+    if method.frozen_dtype == "int4":
+        from edgebench.methods.int4 import pack_tied_embedding
+
+        pack_tied_embedding(cast(nn.Module, model.decoder))
     release_freed_memory()
     # store_frozen has nothing left to convert or copy
     model.streamed = True  # type: ignore[assignment]  # torch types Module attributes as tensors/modules only

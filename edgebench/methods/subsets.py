@@ -9,13 +9,13 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from edgebench.methods.knobs import Method
+from edgebench.methods.knobs import LORA_SUBSETS, Method
 
 if TYPE_CHECKING:
     import ctypes
@@ -28,28 +28,37 @@ LORA_TARGETS = (
     r"(qkv_proj|q_proj|k_proj|v_proj|out_proj|fc1|fc2|gate_proj|up_proj|down_proj)"
     r"|MP\.proj"
 )
+# lora-decoder's: the decoder's block linears and the projector (the vision encoder frozen whole).
+LORA_DECODER_TARGETS = (
+    r"decoder\.blocks\.\d+\.(attn|mlp)\.(q_proj|k_proj|v_proj|out_proj|gate_proj|up_proj|down_proj)|MP\.proj"
+)
 _BLOCK = re.compile(r"(vision_encoder|decoder)\.blocks\.\d+$")
 
 
-def lora_target_names(model: nn.Module) -> list[str]:
+def lora_targets(trainable: str) -> str:
+    """The pattern of linear-layer names a LoRA subset adapts."""
+    return LORA_DECODER_TARGETS if trainable == "lora-decoder" else LORA_TARGETS
+
+
+def lora_target_names(model: nn.Module, trainable: str = "lora") -> list[str]:
     """Names of the linear layers LoRA adapts (the same list the memory model counts)."""
-    pattern = re.compile(LORA_TARGETS)
+    pattern = re.compile(lora_targets(trainable))
     return [n for n, m in model.named_modules() if isinstance(m, nn.Linear) and pattern.fullmatch(n)]
 
 
 def apply_trainable(method: Method, model: nn.Module) -> nn.Module:
     """Set requires_grad for the method's trainable subset; inject LoRA adapters (peft; on a
     meta-device model edgebench.methods.lora's peft-named layer) unless the model has them."""
-    if method.trainable == "lora" and not any(".lora_" in n for n, _ in model.named_parameters()):
+    if method.adapts and not any(".lora_" in n for n, _ in model.named_parameters()):
         if next(model.parameters()).is_meta:  # counting, or the streamed build: peft's import (+211 MB RSS)
             from edgebench.methods.lora import inject_lora  # buys nothing there; same names and shapes
 
-            inject_lora(model, LORA_TARGETS, LORA_RANK, LORA_ALPHA)
+            inject_lora(model, lora_targets(method.trainable), LORA_RANK, LORA_ALPHA)
         else:
             from peft import LoraConfig, inject_adapter_in_model
 
             config = LoraConfig(r=LORA_RANK, lora_alpha=LORA_ALPHA, lora_dropout=0.0,
-                                target_modules=LORA_TARGETS)
+                                target_modules=lora_targets(method.trainable))
             model = inject_adapter_in_model(config, model)
     for name, param in model.named_parameters():
         param.requires_grad = _trains(method.trainable, name, param)
@@ -61,7 +70,7 @@ def _trains(trainable: str, name: str, param: nn.Parameter) -> bool:
         return True
     if trainable == "freeze-vision":
         return not name.startswith("vision_encoder.")
-    if trainable == "lora":
+    if trainable in LORA_SUBSETS:
         return ".lora_" in name
     if trainable == "bitfit":
         # BitFit (Ben Zaken et al. 2022) trains the biases; SmolLM2's linears have none, so
@@ -75,7 +84,8 @@ def store_frozen(method: Method, model: nn.Module) -> None:
     int8 / int4 (edgebench.methods.int8, .int4).
 
     int8/int4: each frozen nn.Linear becomes int8 (per-channel) or int4 (group-wise) codes
-    dequantised in its forward and backward; the other frozen weights (embedding/tied head, norms,
+    dequantised in its forward and backward; with int4 a frozen embedding the head shares too
+    (int4.pack_tied_embedding); the other frozen weights (int8's embedding/tied head, norms,
     patch conv) go bf16. Every kept tensor gets its own storage, so a memory-mapped checkpoint file is released.
     """
     trained = torch.bfloat16 if method.trained_dtype == "bf16" else torch.float32
@@ -85,9 +95,11 @@ def store_frozen(method: Method, model: nn.Module) -> None:
     if method.frozen_dtype == "fp32" or getattr(model, "streamed", False):
         return  # the streamed build made every tensor in its final form, in storage of its own
     if method.frozen_dtype in ("int8", "int4"):
-        from edgebench.methods.int4 import Int4Linear
+        from edgebench.methods.int4 import Int4Linear, pack_tied_embedding
         from edgebench.methods.int8 import Int8Linear, quantize_frozen_linears
 
+        if method.frozen_dtype == "int4" and hasattr(model, "decoder"):
+            pack_tied_embedding(cast(nn.Module, model.decoder))
         quantize_frozen_linears(model, skip=_tied_ids(model), after_each=release_freed_memory,
                                 cls=Int4Linear if method.frozen_dtype == "int4" else Int8Linear)
     for param in model.parameters():

@@ -116,8 +116,8 @@ def check_checkpoint(folder: str | Path) -> VLMConfig:
     in range), and model.safetensors present, whole (its header and length agree) and holding
     exactly the config's tensors (names and shapes, read from the header), each floating point.
     Returns the config."""
-    import torch
 
+    from edgebench.model.layout import meta_layout
     from edgebench.model.vision_language_model import VisionLanguageModel
 
     cfg = read_config(folder)
@@ -142,7 +142,7 @@ def check_checkpoint(folder: str | Path) -> VLMConfig:
         raise CheckpointError(f"{weights}: {len(not_float)} tensors are not floating point, e.g. "
                               f"{', '.join(not_float[:3])}; a nanoVLM checkpoint holds F32, BF16 or F16 weights: "
                               "save or download it again")
-    with torch.device("meta"):
+    with meta_layout():
         _check_keys(VisionLanguageModel(cfg), shapes, str(weights))
     return cfg
 
@@ -177,8 +177,8 @@ def _safetensors() -> types.ModuleType:
 
 def from_pretrained(name_or_dir: str | Path) -> VisionLanguageModel:
     """Load a nanoVLM checkpoint folder (or hub id) with strict key checking."""
-    import torch
 
+    from edgebench.model.layout import meta_layout
     from edgebench.model.vision_language_model import VisionLanguageModel
 
     load_file = _safetensors().load_file
@@ -186,7 +186,7 @@ def from_pretrained(name_or_dir: str | Path) -> VisionLanguageModel:
     folder = _resolve(str(name_or_dir))
     cfg = check_checkpoint(folder)  # refused whole before anything is read: a config or a file that does not fit
     weights = folder / WEIGHTS_FILE
-    with torch.device("meta"):  # no throwaway random weights: the file's tensors are assigned
+    with meta_layout():  # no throwaway random weights: the file's tensors are assigned
         model = VisionLanguageModel(cfg)
     try:
         tensors = load_file(str(weights))
@@ -208,11 +208,11 @@ def save_tensors(cfg: VLMConfig, tensors: Mapping[str, torch.Tensor | Callable[[
     function that makes it (a trained model's merged weights: made one at a time, so the save
     holds one layer's copy, not the model's). Refused, naming the keys, unless they are exactly
     the config's model's; every tensor is stored in that model's dtype (fp32)."""
-    import torch
 
+    from edgebench.model.layout import meta_layout
     from edgebench.model.vision_language_model import VisionLanguageModel
 
-    with torch.device("meta"):  # names, shapes and dtypes only
+    with meta_layout():  # names, shapes and dtypes only
         model = VisionLanguageModel(cfg)
     layout = {k: v for k, v in model.state_dict().items() if k in expected_keys(model)}
     missing, unexpected = sorted(set(layout) - set(tensors)), sorted(set(tensors) - set(TIED_KEYS) - set(layout))

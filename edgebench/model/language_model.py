@@ -17,7 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from edgebench.model.config import ConfigError, VLMConfig
-from edgebench.model.vision_transformer import dropout
+from edgebench.model.vision_transformer import dropout, dropout_p
 
 
 class RMSNorm(nn.Module):
@@ -59,6 +59,8 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 class LanguageModelGroupedQueryAttention(nn.Module):
     """Causal attention where groups of query heads share one key/value head."""
 
+    flash_attention = False  # as ViTMultiHeadAttention's: set by edgebench.methods' flash-attn
+
     def __init__(self, cfg: VLMConfig):
         super().__init__()
         self.n_heads = cfg.lm_n_heads
@@ -86,15 +88,31 @@ class LanguageModelGroupedQueryAttention(nn.Module):
         v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
-        scores = torch.matmul(q, self._expand_kv(k).transpose(-2, -1)) * self.scale
         positions = torch.arange(T, device=x.device)
         future = positions.unsqueeze(0) > positions.unsqueeze(1)  # [T, T], True above the diagonal
-        scores = scores.masked_fill(future, float("-inf"))
-        if attention_mask is not None:  # padded keys get the dtype's minimum, as in nanoVLM
-            pad = 1.0 - attention_mask[:, None, None, :].to(scores.dtype)
-            scores = scores + pad * torch.finfo(scores.dtype).min
-        y = torch.matmul(self.attn_dropout(F.softmax(scores, dim=-1)), self._expand_kv(v))
+        if self.flash_attention:
+            mask = self._mask(future, attention_mask, q.dtype)
+            y = F.scaled_dot_product_attention(q, self._expand_kv(k), self._expand_kv(v), mask,
+                                               dropout_p(self.attn_dropout, self.training), is_causal=mask is None)
+        else:
+            scores = torch.matmul(q, self._expand_kv(k).transpose(-2, -1)) * self.scale
+            scores = scores.masked_fill(future, float("-inf"))
+            if attention_mask is not None:  # padded keys get the dtype's minimum, as in nanoVLM
+                pad = 1.0 - attention_mask[:, None, None, :].to(scores.dtype)
+                scores = scores + pad * torch.finfo(scores.dtype).min
+            y = torch.matmul(self.attn_dropout(F.softmax(scores, dim=-1)), self._expand_kv(v))
         return self.resid_dropout(self.out_proj(y.transpose(1, 2).reshape(B, T, C)))
+
+    @staticmethod
+    def _mask(future: torch.Tensor, attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+        """The explicit path's masking as one additive [B, 1, T, T] mask (None: causal only, which
+        the fused kernel applies itself): -inf on the future, the dtype's minimum on padded keys.
+        Eager only (the flash path is never exported), so it may look at the values: without
+        padding no mask is made, and none is kept for backward in every block."""
+        if attention_mask is None or bool(attention_mask.all()):
+            return None
+        pad = (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
+        return pad.masked_fill(future, float("-inf"))
 
 
 class LanguageModelMLP(nn.Module):

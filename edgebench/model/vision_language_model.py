@@ -17,10 +17,15 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from edgebench.model.config import VLMConfig
-from edgebench.model.language_model import LanguageModel
+from edgebench.model.language_model import LanguageModel, LanguageModelGroupedQueryAttention
 from edgebench.model.loss import chunked_cross_entropy
 from edgebench.model.modality_projector import ModalityProjector
-from edgebench.model.vision_transformer import ViT
+from edgebench.model.vision_transformer import ViT, ViTMultiHeadAttention
+
+# Views a frozen (or gradient-free) encoder takes at once under view-by-view: each frozen int8/int4
+# layer dequantises once for them all (on nanovlm-460m, dequantising a 768 x 3,072 int4 layer
+# takes about as long as its matmul over one 1,024-patch view), for 4 views' temporaries.
+FROZEN_VIEWS = 4
 
 
 class VisionLanguageModel(nn.Module):
@@ -63,12 +68,12 @@ class VisionLanguageModel(nn.Module):
         return torch.where(is_image.unsqueeze(-1), placed, token_embd.reshape(B * T, D)).view(B, T, D)
 
     def _encode_views(self, images: torch.Tensor) -> torch.Tensor:
-        """Encoder + projector one view at a time. A frozen encoder keeps nothing for backward;
-        a trained one is recomputed view by view in backward (checkpoint), keeping only each
-        view's input and output instead of every view's activations."""
+        """Encoder + projector one view at a time. A frozen encoder keeps nothing for backward
+        and takes FROZEN_VIEWS at a time; a trained one is recomputed view by view in backward
+        (checkpoint), keeping only each view's input and output instead of every view's activations."""
         trained = torch.is_grad_enabled() and any(p.requires_grad for p in self.vision_encoder.parameters())
         views = [checkpoint(self._encode, view, use_reentrant=False) if trained else self._encode(view)
-                 for view in torch.split(images, 1)]
+                 for view in torch.split(images, 1 if trained else FROZEN_VIEWS)]
         return torch.cat(views)
 
     def _encode(self, images: torch.Tensor) -> torch.Tensor:
@@ -97,3 +102,11 @@ class VisionLanguageModel(nn.Module):
         return F.cross_entropy(
             logits.reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1), ignore_index=-100
         )
+
+
+def set_flash_attention(model: nn.Module, on: bool) -> None:
+    """Every attention of `model` (wrapped or not) through torch's fused kernel, or the explicit
+    matmul + softmax that exported programs keep (edgebench.methods' flash-attn)."""
+    for module in model.modules():
+        if isinstance(module, (ViTMultiHeadAttention, LanguageModelGroupedQueryAttention)):
+            module.flash_attention = on

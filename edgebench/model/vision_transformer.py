@@ -1,8 +1,9 @@
 """The vision encoder: a SigLIP-style ViT (patch convolution, learned positions, pre-LN blocks).
 
 Names follow nanoVLM's models/vision_transformer.py, so its checkpoints load strictly.
-Attention is explicit matmul + softmax (lowers to ExecuTorch and ONNX alike); dropout
-modules exist only where vit_dropout > 0, at nanoVLM's places.
+Attention is explicit matmul + softmax (lowers to ExecuTorch and ONNX alike), or torch's fused
+kernel where eager training sets `flash_attention`; dropout modules exist only where
+vit_dropout > 0, at nanoVLM's places.
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ def dropout(p: float) -> nn.Module:
     return nn.Dropout(p) if p > 0 else nn.Identity()
 
 
+def dropout_p(module: nn.Module, training: bool) -> float:
+    """The probability a `dropout(p)` module drops with now, for a fused attention kernel."""
+    return module.p if isinstance(module, nn.Dropout) and training else 0.0
+
+
 class ViTPatchEmbeddings(nn.Module):
     """Non-overlapping patches by a strided convolution, plus learned positions (no CLS)."""
 
@@ -36,6 +42,10 @@ class ViTPatchEmbeddings(nn.Module):
 
 
 class ViTMultiHeadAttention(nn.Module):
+    # Eager training may set this (edgebench.methods' flash-attn): torch's scaled_dot_product_attention,
+    # whose CPU kernel works through the scores in blocks and never holds [heads, T, T] at once.
+    flash_attention = False
+
     def __init__(self, cfg: VLMConfig):
         super().__init__()
         self.n_heads = cfg.vit_n_heads
@@ -52,8 +62,11 @@ class ViTMultiHeadAttention(nn.Module):
             t.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
             for t in self.qkv_proj(x).split(C, dim=2)
         )
-        weights = self.attn_dropout(F.softmax(torch.matmul(q, k.transpose(-2, -1)) * self.scale, dim=-1))
-        y = torch.matmul(weights, v)
+        if self.flash_attention:
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p(self.attn_dropout, self.training))
+        else:
+            weights = self.attn_dropout(F.softmax(torch.matmul(q, k.transpose(-2, -1)) * self.scale, dim=-1))
+            y = torch.matmul(weights, v)
         return self.resid_dropout(self.out_proj(y.transpose(1, 2).reshape(B, T, C)))
 
 
