@@ -349,7 +349,10 @@ def predict(cfg: VLMConfig | str, method: Method | str, batch_size: int, text_le
     activations, temporaries = _activations(cfg, method, batch_size, text_length)
     temporaries += _update_transient(method, trainable)
     if method.grad_mode == "zeroth-order":
-        temporaries += int(RESTORE_RECORD_BYTES_PER_WEIGHT_EST * n_trainable)
+        # a forward-only step peaks inside a layer: its dequantised weight beside the block's
+        # temporaries (measured: nanovlm-460m VLM_1GIB_MEZO, 1 GiB lab device, kernel peak 871 MiB
+        # against 767 predicted without this term)
+        temporaries += int(RESTORE_RECORD_BYTES_PER_WEIGHT_EST * n_trainable) + _dequantised_block(params, method)
     if method.grad_mode == "forward-mode":
         temporaries *= 2  # every forward temporary carries its tangent
     if method.uses_backward:
