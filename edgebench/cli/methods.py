@@ -306,8 +306,10 @@ def _print_ranking(rows: list[dict[str, Any]], model_name: str, batch_size: int,
     measured = any(r["measured_to_target"] for r in rows)
     columns = ["method", "fits (est.)", "peak MiB (est.)", "step time x sgd (est.)", "trained params"]
     for column in columns + ["to target (measured)"] * measured:
+        # a name stays whole where it fits; the longest combinations fold (at 80 columns their
+        # 80-odd characters left the figures' columns no room at all)
         table.add_column(column, justify="left" if column == "method" else "right",
-                         no_wrap=column == "method")  # a name must stay whole and typeable
+                         overflow="fold" if column == "method" else "ellipsis")
     for r in rows:
         to_target = ["; ".join(_to_target_text(e) for e in r["measured_to_target"])
                      or "-"] if measured else []
