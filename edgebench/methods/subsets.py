@@ -40,12 +40,6 @@ def lora_targets(trainable: str) -> str:
     return LORA_DECODER_TARGETS if trainable == "lora-decoder" else LORA_TARGETS
 
 
-def lora_target_names(model: nn.Module, trainable: str = "lora") -> list[str]:
-    """Names of the linear layers LoRA adapts (the same list the memory model counts)."""
-    pattern = re.compile(lora_targets(trainable))
-    return [n for n, m in model.named_modules() if isinstance(m, nn.Linear) and pattern.fullmatch(n)]
-
-
 def apply_trainable(method: Method, model: nn.Module) -> nn.Module:
     """Set requires_grad for the method's trainable subset; inject LoRA adapters (peft; on a
     meta-device model edgebench.methods.lora's peft-named layer) unless the model has them."""
