@@ -7,6 +7,11 @@ the model in bf16 (the eager backend does), so loading never holds fp32 weights.
 
     .venv/bin/python bench/methods.py [--model nanovlm-222m] [--steps 3] [--methods a,b,...]
     .venv/bin/python bench/methods.py --backend onnxruntime [--methods sgd,lora,...]
+    .venv/bin/python bench/methods.py --model nanovlm-460m --price [--rounds 2]
+
+`--price`: the price of memory in step time. Each 1 GiB configuration (edgebench.methods.fit) and
+the preset it builds on, without the memory levers (fit.UNCONSTRAINED), run alternately for
+`--rounds` rounds so both see the same host load; run it on a quiet host.
 
 `--backend executorch|onnxruntime`: each method the runtime runs is exported (cached per
 request) and run beside the same method on eager, interleaved (exported, then eager, per
@@ -26,7 +31,7 @@ from pathlib import Path
 from edgebench.backends.support import unsupported_reason
 from edgebench.fleet.local import run_local
 from edgebench.methods import PRESETS, memory, parse_method
-from edgebench.methods.fit import COMBINATIONS
+from edgebench.methods.fit import COMBINATIONS, UNCONSTRAINED
 from edgebench.runner.spec import RunSpec
 
 GiB = 1 << 30
@@ -114,6 +119,44 @@ def render_beside(rows: list[dict], model: str, backend: str) -> None:
             print(f"  {r['method']}: {r['detail']}")
 
 
+def run_priced(model: str, names: list[str], steps: int, rounds: int, out: Path, timeout_s: float) -> list[dict]:
+    """Each configuration beside its unconstrained preset, alternately, `rounds` times over."""
+    rows = []
+    for round_ in range(rounds):
+        for name in names:
+            row = {"method": name, "round": round_}
+            for key, which in (("constrained", name), ("unconstrained", UNCONSTRAINED[name])):
+                row[key] = run_one(model, which, steps, out / f"round{round_}", timeout_s=timeout_s)
+            mine, base = row["constrained"]["step_time_s_median"], row["unconstrained"]["step_time_s_median"]
+            row["step_time_vs_unconstrained"] = round(mine / base, 3) if mine and base else None
+            rows.append(row)
+            (out / "price.json").write_text(json.dumps(rows, indent=2))
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+def render_priced(rows: list[dict], model: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{model}, batch 1, this host: each configuration beside its unconstrained preset "
+                        "(interleaved)")
+    for col in ("configuration", "round", "peak MiB", "step s", "preset", "peak MiB ", "step s ",
+                "x step time"):
+        table.add_column(col, justify="left" if col in ("configuration", "preset") else "right",
+                         overflow="fold")
+
+    def cells(r: dict) -> list[str]:
+        peak, step = r["peak_rss_bytes_kernel"], r["step_time_s_median"]
+        return ["-" if not peak else f"{peak / 2**20:,.0f}", "-" if step is None else f"{step:.2f}"]
+
+    for r in rows:
+        ratio = r["step_time_vs_unconstrained"]
+        table.add_row(r["method"], str(r["round"]), *cells(r["constrained"]), r["unconstrained"]["method"],
+                      *cells(r["unconstrained"]), "-" if ratio is None else f"{ratio:.2f}")
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
+
+
 def render(rows: list[dict], model: str) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -184,7 +227,20 @@ def main() -> None:
     parser.add_argument("--repredict", nargs="+", metavar="PATH",
                         help="no runs: earlier eager measurements (a methods.json, or run directories "
                              "holding result.json) beside this version's memory model")
+    parser.add_argument("--price", action="store_true",
+                        help="each 1 GiB configuration (or --methods among them) beside its unconstrained preset")
+    parser.add_argument("--rounds", type=int, default=2, help="with --price: rounds of the interleaving")
     args = parser.parse_args()
+    if args.price:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        names = args.methods.split(",") if args.methods else list(UNCONSTRAINED)
+        unknown = [n for n in names if n not in UNCONSTRAINED]
+        if unknown:
+            parser.error(f"--price takes the 1 GiB configurations ({', '.join(UNCONSTRAINED)}), "
+                         f"not {', '.join(unknown)}")
+        render_priced(run_priced(args.model, names, args.steps, args.rounds, out, args.timeout), args.model)
+        return
     if args.repredict:
         render(repredicted(args.repredict, args.model), args.model)
         return

@@ -4,8 +4,9 @@ within 10 % on tiny and nanovlm-222m for sgd, adamw, lora and mezo.
 
 Runs `edgebench bench --backend executorch --runtime native` (exports cached) for each model
 and prints, per method, the prediction, the measured peak, their ratio and the prediction's
-parts. Memory does not depend on the host being quiet; the exports of nanovlm-222m take a few
-minutes the first time.
+parts, then what fills each program's planned arena at its fullest instruction
+(exporters.plan_parts). Memory does not depend on the host being quiet; the exports of
+nanovlm-222m take a few minutes the first time.
 
     .venv/bin/python bench/native_memory.py                                 # tiny and nanovlm-222m
     .venv/bin/python bench/native_memory.py --models tiny --methods sgd,mezo --json out.json
@@ -19,6 +20,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from exporters.plan_parts import PARTS
 
 MiB = 1 << 20
 TARGET = 0.10
@@ -41,6 +44,7 @@ def measure(model: str, methods: str, steps: int) -> list[dict]:
         for row in rows:
             program = json.loads((Path(row["run_dir"]) / "meta.json").read_text())["spec"]["program"]
             row["parts"] = predict_for(program, parse_method(row["method"]))
+            row["arena_parts"] = json.loads((Path(program) / "manifest.json").read_text())["planned_memory_parts"]
     return rows
 
 
@@ -58,7 +62,8 @@ def main() -> None:
             ratio = predicted / measured if predicted and measured else None
             table.append({"model": model, "method": row["method"], "status": row["status"],
                           "predicted_bytes_est": predicted, "measured_bytes": measured, "ratio": ratio,
-                          "parts": {k: v for k, v in row["parts"].items() if k.endswith("_bytes")}})
+                          "parts": {k: v for k, v in row["parts"].items() if k.endswith("_bytes")},
+                          "arena_parts": row["arena_parts"]})
     print(f"{'model':14} {'method':8} {'status':8} {'predicted MiB':>14} {'measured MiB':>13} {'ratio':>7}  "
           "parts (MiB)")
     for r in table:
@@ -68,6 +73,14 @@ def main() -> None:
         meas = f"{r['measured_bytes'] / MiB:,.1f}" if r["measured_bytes"] else "-"
         ratio = f"{r['ratio']:.3f}" if r["ratio"] else "-"
         print(f"{r['model']:14} {r['method']:8} {r['status']:8} {pred:>14} {meas:>13} {ratio:>7}  {parts}")
+    print("\nthe planned arena at its fullest instruction (exporters.plan_parts), MiB:")
+    for r in table:
+        arena = r["arena_parts"]
+        parts = ", ".join(f"{k.replace('_', ' ')} {arena[f'{k}_bytes'] / MiB:,.1f}" for k in PARTS
+                          if arena[f"{k}_bytes"])
+        print(f"{r['model']:14} {r['method']:8} arena {arena['arena_bytes'] / MiB:,.1f} = {parts}, "
+              f"packing {arena['packing_bytes'] / MiB:,.1f} (instruction {arena['peak_instruction']} of "
+              f"{arena['instructions']}, loss at {arena['loss_instruction']})")
     worst = max((abs(r["ratio"] - 1) for r in table if r["ratio"]), default=None)
     print(f"largest error: {worst:.1%} (target {TARGET:.0%})" if worst is not None else "no run measured")
     if args.json:

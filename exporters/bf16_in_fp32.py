@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from exporters.et_methods import IN_ORDER
 from exporters.xnnpack_lowering import computed_from_weights
 
 if TYPE_CHECKING:
@@ -181,8 +182,10 @@ def bf16_held_in_fp32(gm: torch.fx.GraphModule, is_large: Callable[[torch.Tensor
         return value.target in _SCALED and _power_of_two(value.args[1]) and holds_bf16(value.args[0])  # type: ignore[arg-type]
 
     def rounding(value: torch.fx.Node, like: torch.fx.Node, large: bool = False) -> torch.fx.Node:
-        """`value` rounded to bf16; `large`: marked LARGE_ROUNDING for XNNPACK to take anyway."""
-        if not round_values or holds_bf16(value):
+        """`value` rounded to bf16; `large`: marked LARGE_ROUNDING for XNNPACK to take anyway.
+        A large gradient that only feeds a bf16 weight's update (et_methods.IN_ORDER) stays
+        unrounded: the update widens it again, and its rounding would hold three fp32 copies."""
+        if not round_values or holds_bf16(value) or (large and like.meta.get("custom", {}).get(IN_ORDER)):
             return value
         val = value.meta["val"]
         scaled = new(aten.mul.Tensor, (value, BF16_SPLIT), {}, like, val)

@@ -20,6 +20,7 @@ from torch.export.graph_signature import InputKind, InputSpec, OutputKind, Outpu
 
 from edgebench.backends import et_optimizers
 from edgebench.methods import optim
+from edgebench.methods.bf16 import CHUNK
 from edgebench.methods.optimizers import optimizer as descriptor
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ class JointRewrite:
         if self.method.checkpointing:
             self.counts.update(recompute_blocks(ep))
         if et_optimizers.update_in_program(self.method):
-            self.counts.update(write_update(ep, self.method.optimizer))
+            self.counts.update(write_update(ep, self.method.optimizer, self.method.rounding == "stochastic"))
         if self.method.accumulation > 1:
             self.counts.update(sum_gradients(ep))
 
@@ -104,6 +105,12 @@ class JointRewrite:
                 f"kept values are the blocks' outputs only ({self.counts.get('recomputed_blocks', 0)} blocks, "
                 f"{self.counts.get('recomputed_nodes', 0)} nodes recomputed); with XNNPACK, a block's recomputed "
                 "matmuls are partitioned apart from every other node (exporters.xnnpack_lowering.partition_by_level)")
+        if self.method.trained_dtype == "bf16":
+            out["trained_dtype"] = (
+                "trained weights stored bf16 in the program, no fp32 copy; each SGD step computed in fp32 "
+                "and rounded into bf16 once, " + (
+                    "stochastically (exporters.et_methods.stochastically_rounded, its noise from the "
+                    "runtime's aten.rand)" if self.method.rounding == "stochastic" else "to nearest"))
         if self.method.precision == "bf16":
             out["precision"] = ("forward traced under torch.autocast(cpu, bfloat16): the program's "
                                 "matmuls run in bf16 with the runtime's bf16 kernels, weights and "
@@ -262,7 +269,7 @@ def _view_readers(node: Node) -> list[Node]:
     return found
 
 
-def write_update(ep: ExportedProgram, optimizer: str) -> dict[str, int]:
+def write_update(ep: ExportedProgram, optimizer: str, stochastic: bool = False) -> dict[str, int]:
     """The optimizer's step written into the joint graph, in place on the weights.
 
     For each trainable weight, right after the backward's last read of it (and after its
@@ -274,7 +281,9 @@ def write_update(ep: ExportedProgram, optimizer: str) -> dict[str, int]:
     trained weights: planned for the whole program, initialised from the .pte, never shared.
     Their copy_ into placeholders is what ExecuTorch's planner aliases in place
     (`_alias_inplace_result_specs`). The scalars of the step come in as the last input `hyper`
-    (edgebench.backends.et_optimizers.hyper_index). Returns counts: weights updated.
+    (edgebench.backends.et_optimizers.hyper_index). A bf16 weight's SGD step is computed in
+    fp32 and rounded into bf16 once, to nearest or (`stochastic`) by `stochastically_rounded`.
+    Returns counts: weights updated.
     """
     graph, sig = ep.graph_module.graph, ep.graph_signature
     out = graph.output_node()
@@ -287,7 +296,7 @@ def write_update(ep: ExportedProgram, optimizer: str) -> dict[str, int]:
     with graph.inserting_after(user_inputs[-1]):
         hyper = graph.placeholder("hyper")
     fake = next(iter(weights.values())).meta["val"]
-    hyper.meta["val"] = fake.new_empty((et_optimizers.HYPER_SIZE,))
+    hyper.meta["val"] = fake.new_empty((et_optimizers.HYPER_SIZE,), dtype=torch.float32)  # whatever the weights
     state_specs, state_nodes = [], []
     if adam:  # zeros, as torch.optim starts
         for kind in ("exp_avg", "exp_avg_sq"):
@@ -300,29 +309,82 @@ def write_update(ep: ExportedProgram, optimizer: str) -> dict[str, int]:
                    + [InputSpec(InputKind.USER_INPUT, TensorArgument(hyper.name), None)])
     moments = dict(zip([(k, f) for k in ("exp_avg", "exp_avg_sq") for f in weights], state_nodes))
     order = {n: i for i, n in enumerate(graph.nodes)}
-    scalar_val = fake.new_empty(())
+    scalar_val = fake.new_empty((), dtype=torch.float32)
 
-    def op(target: Callable[..., Any], *args: Any) -> Node:
-        node: Node = graph.call_function(target, args)
-        node.meta["val"] = scalar_val if target is torch.ops.aten.select.int else args[0].meta["val"]
+    def op(target: Callable[..., Any], *args: Any, like: Node | None = None, **kwargs: Any) -> Node:
+        node: Node = graph.call_function(target, args, kwargs)
+        if target is torch.ops.aten.select.int:
+            node.meta["val"] = scalar_val
+        elif target is torch.ops.aten._to_copy.default:
+            node.meta["val"] = args[0].meta["val"].to(kwargs["dtype"])
+        elif target is torch.ops.aten.slice.Tensor:  # (x, dim 0, start, end)
+            node.meta["val"] = args[0].meta["val"].narrow(0, args[2], args[3] - args[2])
+        elif target is torch.ops.aten.cat.default:  # (pieces, dim 0)
+            first = args[0][0].meta["val"]
+            node.meta["val"] = first.new_empty((sum(a.meta["val"].shape[0] for a in args[0]), *first.shape[1:]))
+        else:
+            node.meta["val"] = (args[0] if like is None else like).meta["val"]
         return node
 
+    summed = []  # gradients now applied in their parts
     for fqn, weight in weights.items():
         weight.meta["val"] = weight.meta["val"].detach()  # updated in place: no autograd leaf
         weight.meta["weight_has_gradient"] = True
         if not isinstance(grads[fqn], torch.fx.Node):
             continue  # no gradient reaches it: nothing to update
-        last = max([grads[fqn], *_view_readers(weight)], key=order.__getitem__)
-        with graph.inserting_before(last.next):
-            state = (moments[("exp_avg", fqn)], moments[("exp_avg_sq", fqn)]) if adam else None
-            _update_ops(op, optimizer, weight, grads[fqn], hyper, 1 if optim.is_projector(fqn) else 0, state)
+        parts = [grads[fqn]]
+        if not adam and weight.meta["val"].dtype == torch.bfloat16:
+            parts = _summed_parts(grads[fqn])
+            summed += [grads[fqn]] if len(parts) > 1 else []
+            for part in parts:
+                _mark_in_order(part)
+        readers = _view_readers(weight)
+        for part in parts:
+            last = max([part, *readers], key=order.__getitem__)
+            with graph.inserting_before(last.next):
+                state = (moments[("exp_avg", fqn)], moments[("exp_avg_sq", fqn)]) if adam else None
+                _update_ops(op, optimizer, weight, part, hyper, 1 if optim.is_projector(fqn) else 0, state,
+                            stochastic)
     loss = [v for s, v in zip(sig.output_specs, out.args[0]) if s.kind != OutputKind.GRADIENT_TO_PARAMETER]
     outputs = [*loss, *weights.values(), *state_nodes]
     output_specs = [s for s in sig.output_specs if s.kind != OutputKind.GRADIENT_TO_PARAMETER]
     output_specs += [OutputSpec(OutputKind.USER_OUTPUT, TensorArgument(n.name), None)
                      for n in [*weights.values(), *state_nodes]]
     _set_outputs(ep, outputs, input_specs, output_specs)
-    return {"updated_in_program": len(weights)}
+    for total in summed:
+        graph.erase_node(total)
+    return {"updated_in_program": len(weights), "updated_in_parts": len(summed)}
+
+
+# Operators that only rearrange a gradient on its way to the update.
+_REARRANGING = {torch.ops.aten.permute.default, torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default,
+                torch.ops.aten.t.default, torch.ops.aten.transpose.int, torch.ops.aten.clone.default}
+
+
+def _mark_in_order(grad: Node) -> None:
+    """Marks a bf16 weight's gradient IN_ORDER back through its rearrangements to the node that
+    computes it, so the rewrites after this one (exporters.bf16_in_fp32, bf16_matmuls_in_fp32)
+    carry the mark to its rounding: an embedding-sized gradient is then neither rounded to bf16
+    (the update widens it again) nor handed to XNNPACK, whose workspace would keep three fp32
+    copies of it (222m: 324 MiB)."""
+    node: Any = grad
+    while isinstance(node, torch.fx.Node) and node.op == "call_function":
+        node.meta["custom"] = {**node.meta.get("custom", {}), IN_ORDER: True}
+        if node.target not in _REARRANGING:
+            break
+        node = node.args[0]
+
+
+def _summed_parts(grad: Node) -> list[Node]:
+    """A tied weight's gradient, the sum of its uses' (222m's embedding: the LM head's and the
+    lookup's), as those two parts; else [grad]. SGD steps by each part as soon as it is made
+    (after the weight's last read): w - lr (a + b) is (w - lr a) - lr b, and no third
+    vocabulary-sized tensor (their sum) is ever held, nor the head's part until the lookup's."""
+    if (grad.target is not torch.ops.aten.add.Tensor or len(grad.args) != 2 or grad.kwargs
+            or any(user.op != "output" for user in grad.users)):
+        return [grad]
+    parts = [a for a in grad.args if isinstance(a, torch.fx.Node) and a.meta["val"].shape == grad.meta["val"].shape]
+    return parts if len(parts) == 2 else [grad]
 
 
 def _zero_state(ep: ExportedProgram, before: Node, name: str, like: Node, target: str) -> tuple[Node, InputSpec]:
@@ -394,8 +456,63 @@ def sum_gradients(ep: ExportedProgram) -> dict[str, int]:
     return {"gradients_summed_in_program": len(state_specs)}
 
 
+def stochastically_rounded(op: Callable[..., Any], value: Any, uniform: Any) -> Any:
+    """`value` (fp32) rounded to one of the two bf16 values around it: the nearest one, or the
+    other with probability equal to the nearest one's distance over their spacing, so that the
+    mean is `value` (Zamirai et al. 2020); edgebench.methods.bf16 does the same with integer
+    noise on the bits, which the runtime has no view for. The spacing is 2^(floor(log2|v|) - 7),
+    at least 2^-126: kernels may flush a subnormal spacing to zero, and 0 / 0 (a weight at 0)
+    would be NaN; below 2^-119 the neighbours are rounded coarser. `uniform` in [0, 1) draws the choice:
+    floor(p - u + 1) is 1 with probability p. `op(target, *args)` makes a graph node, or
+    computes the value when called eagerly (tests). The result holds a bf16 value in fp32."""
+    aten = torch.ops.aten
+    exponent = op(aten.clamp.default, op(aten.floor.default, op(aten.log2.default, op(aten.abs.default, value))), -119)
+    spacing = op(aten.pow.Scalar, 2.0, op(aten.sub.Scalar, exponent, 7), like=value)
+    nearest = op(aten._to_copy.default, op(aten._to_copy.default, value, dtype=torch.bfloat16), dtype=torch.float32)
+    off = op(aten.sub.Tensor, value, nearest)
+    other = op(aten.div.Tensor, op(aten.abs.default, off), spacing)  # the other's probability, <= 1/2
+    chosen = op(aten.floor.default, op(aten.add.Scalar, op(aten.sub.Tensor, other, uniform), 1.0))
+    step = op(aten.mul.Tensor, op(aten.sign.default, off), op(aten.mul.Tensor, spacing, chosen))
+    return op(aten.add.Tensor, nearest, step)
+
+
+# node.meta["custom"] key of a bf16 weight's update: XNNPACK leaves these nodes to the runtime's
+# kernels (exporters.executorch._fp32_within_weight_limit), which run them one after another in
+# the graph's order. XNNPACK partitions by level would run the same step of every block (and of
+# every weight updated there) in one call, keeping all their fp32 temporaries at once.
+IN_ORDER = "edgebench_update_in_order"
+
+
+def _bf16_sgd_ops(make: Callable[..., Node], weight: Node, grad: Node, step: Node, stochastic: bool) -> None:
+    """edgebench.methods.bf16's step on a bf16 weight: w + step * g in fp32, rounded into bf16,
+    a block of rows (edgebench.methods.bf16.CHUNK elements) at a time so that the fp32
+    temporaries of the largest weight (222m's tied embedding: 108 MiB each) stay a few MiB; the
+    rounded blocks are joined and copied into the weight. Every node is marked IN_ORDER."""
+    aten = torch.ops.aten
+
+    def op(target: Callable[..., Any], *args: Any, **kwargs: Any) -> Node:
+        node = make(target, *args, **kwargs)
+        node.meta["custom"] = {**node.meta.get("custom", {}), IN_ORDER: True}
+        return node
+
+    shape = weight.meta["val"].shape
+    rows = shape[0] if shape else 1
+    block = max(1, CHUNK // max(1, weight.meta["val"].numel() // max(1, rows)))
+    pieces = []
+    for start in range(0, rows, block):
+        w, g = (weight, grad) if block >= rows else (
+            op(aten.slice.Tensor, t, 0, start, min(start + block, rows)) for t in (weight, grad))
+        value = op(aten.add.Tensor, op(aten._to_copy.default, w, dtype=torch.float32),
+                   op(aten.mul.Tensor, op(aten._to_copy.default, g, dtype=torch.float32), step))
+        if stochastic:
+            uniform = op(aten.rand.default, list(value.meta["val"].shape), dtype=torch.float32, like=value)
+            value = stochastically_rounded(op, value, uniform)
+        pieces.append(op(aten._to_copy.default, value, dtype=torch.bfloat16))
+    op(aten.copy_.default, weight, pieces[0] if len(pieces) == 1 else op(aten.cat.default, pieces, 0))
+
+
 def _update_ops(op: Callable[..., Node], optimizer: str, weight: Node, grad: Node, hyper: Node, group: int,
-                state: tuple[Node, Node] | None) -> None:
+                state: tuple[Node, Node] | None, stochastic: bool) -> None:
     """One weight's step as graph nodes (`op(target, *args)` adds one), ending in copy_."""
     aten = torch.ops.aten
 
@@ -403,6 +520,9 @@ def _update_ops(op: Callable[..., Node], optimizer: str, weight: Node, grad: Nod
         return op(aten.select.int, hyper, 0, et_optimizers.hyper_index(group, what))
 
     step = scalar("step")
+    if state is None and weight.meta["val"].dtype == torch.bfloat16:
+        _bf16_sgd_ops(op, weight, grad, step, stochastic)
+        return
     if state is None:  # p += step * g (torch's p.add_(g, alpha=-lr))
         op(aten.copy_.default, weight, op(aten.add.Tensor, weight, op(aten.mul.Tensor, grad, step)))
         return

@@ -38,6 +38,7 @@ from exporters.graph_code_on_demand import graph_code_on_demand
 from exporters.greedy_memory_plan import memory_planning_pass
 from exporters.idle_passes import skipping_idle_passes
 from exporters.lookups_once import lookups_once
+from exporters.plan_parts import planned_parts
 from exporters.recorded_delegate_outputs import delegate_outputs_as_recorded
 from exporters.serialise_in_place import serialised_in_place
 from exporters.signature_lookups import signature_mappings_once_per_phase
@@ -62,6 +63,7 @@ class LoweredProgram:
     frozen_parameters: list[str]
     delegated: bool
     lowering: dict[str, Any] = field(default_factory=dict)  # how it was lowered, for the manifest (JSON)
+    planned_memory_parts: dict[str, Any] = field(default_factory=dict)  # exporters.plan_parts
 
     @property
     def buffer(self) -> bytes:
@@ -437,7 +439,11 @@ def _within_weight_limit(config: Any, node: torch.fx.Node) -> bool:
 def _fp32_within_weight_limit(config: Any, node: torch.fx.Node) -> bool:
     """An elementwise node over fp32 tensors of at most XNNPACK_WEIGHT_LIMIT_BYTES each
     (XNNPACK keeps a partition's temporaries in its workspace, which keeps the largest size),
-    or a rounding marked LARGE_ROUNDING."""
+    or a rounding marked LARGE_ROUNDING; never a bf16 weight's update (et_methods.IN_ORDER)."""
+    from exporters.et_methods import IN_ORDER
+
+    if node.meta.get("custom", {}).get(IN_ORDER):
+        return False
     values = [node.meta.get("val"), *(i.meta.get("val") for i in node.all_input_nodes)]
     return all(isinstance(v, torch.Tensor) and v.dtype == torch.float32 and (
         not _over_elementwise_limit(v) or node.meta.get("custom", {}).get(LARGE_ROUNDING)) for v in values)
@@ -560,14 +566,22 @@ def updates_before_reads(graph: torch.fx.Graph) -> list[str]:
     """Weights an in-place update (`copy_` into a placeholder, exporters.et_methods.write_update)
     overwrites before a later node still reads them. Partitioning moves reads into delegate
     calls placed where the partition's last input is ready: one placed after a weight's update
-    would read the updated weight. Empty when every read comes first."""
+    would read the updated weight. A weight updated in parts (et_methods._summed_parts) is read
+    between its updates by the later update's own nodes (marked et_methods.IN_ORDER) only.
+    Empty when every read comes first."""
+    from exporters.et_methods import IN_ORDER
+
     order = {node: i for i, node in enumerate(graph.nodes)}
-    late = []
+    updates: dict[torch.fx.Node, list[int]] = {}
     for node in graph.nodes:
         if node.op == "call_function" and "copy_" in str(node.target) and node.args[0].op == "placeholder":
-            weight = node.args[0]
-            if any(order[user] > order[node] for user in weight.users if user.op != "output"):
-                late.append(weight.name)
+            updates.setdefault(node.args[0], []).append(order[node])
+    late = []
+    for weight, at in updates.items():
+        first, last = min(at), max(at)
+        if any(order[user] > last or (order[user] > first and not user.meta.get("custom", {}).get(IN_ORDER))
+               for user in weight.users if user.op != "output" and order[user] not in at):
+            late.append(weight.name)
     return late
 
 
@@ -656,9 +670,11 @@ def lower_training_step(
         on_stage("to_executorch")
         et = edge.to_executorch(ExecutorchBackendConfig(memory_planning_pass=memory_planning_pass()))
         del edge
+    arena = planned_memory_bytes(et.executorch_program)
     return LoweredProgram(
         program=et,
-        planned_memory_bytes=planned_memory_bytes(et.executorch_program),
+        planned_memory_bytes=arena,
+        planned_memory_parts=planned_parts(et.exported_program(), arena),
         trainable_parameters=trainable,
         frozen_parameters=frozen,
         delegated=delegate is not None,
@@ -723,9 +739,11 @@ def lower_forward(
         et = edge.to_executorch(
             ExecutorchBackendConfig(memory_planning_pass=memory_planning_pass(alloc_graph_input=False))
         )
+    arena = planned_memory_bytes(et.executorch_program)
     return LoweredProgram(
         program=et,
-        planned_memory_bytes=planned_memory_bytes(et.executorch_program),
+        planned_memory_bytes=arena,
+        planned_memory_parts=planned_parts(et.exported_program(), arena),
         trainable_parameters=trainable,
         frozen_parameters=frozen,
         delegated=partitioner is not None,

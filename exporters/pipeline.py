@@ -180,6 +180,7 @@ def _export_executorch(request: ExportRequest, directory: Path, on_stage: Callab
         "trainable_parameters": lowered.trainable_parameters,
         "frozen_parameters": lowered.frozen_parameters,
         "planned_memory_bytes": lowered.planned_memory_bytes,
+        "planned_memory_parts": lowered.planned_memory_parts,
         "lowering": {**lowered.lowering, **rewrite.lowering()},  # + the method's knobs
         **shared_facts,
         "files": files,
@@ -191,6 +192,7 @@ class SharedProgram:
     """A lowered forward-backward program as the program cache holds it."""
     key: str
     planned_memory_bytes: int
+    planned_memory_parts: dict[str, Any]
     trainable_parameters: list[str]
     frozen_parameters: list[str]
     lowering: dict[str, Any]
@@ -226,6 +228,7 @@ def _lowered_once(key: str, directory: Path, rewrite: JointRewrite,
                 lowered = lower()
                 lowered.write(work / PTE)
                 facts = {"key": key, "planned_memory_bytes": lowered.planned_memory_bytes,
+                         "planned_memory_parts": lowered.planned_memory_parts,
                          "trainable_parameters": lowered.trainable_parameters,
                          "frozen_parameters": lowered.frozen_parameters,
                          "lowering": lowered.lowering, "counts": rewrite.counts, "sha256": _digests(work, [PTE])}

@@ -13,6 +13,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from conftest import EXPORTED_MODEL, FULL, checkpoint_lr
 from edgebench.backends import create
@@ -20,6 +21,7 @@ from edgebench.data.synthetic import synthetic_batches
 from edgebench.runner.spec import RunSpec
 from exporters.manifest import ExportRequest
 from exporters.pipeline import build_training_model
+from exporters.plan_parts import PARTS
 from test_export import TEXT, export_program
 
 STEPS = 10
@@ -41,6 +43,8 @@ TOLERANCE = {
     # elementwise work on the runtime's bf16 kernels).
     "adamw-bf16": 5e-3,
     "qlora": 5e-3,
+    # bf16 trained weights, SGD in the program rounded to nearest into bf16 (eager: in backward)
+    "all+bf16-weights": 5e-3,
     # torchao's low-bit moments and GaLore's projection run between calls on the program's
     # gradients, as adafactor does; measured: adamw-8bit 1.9e-7 (tiny: adamw-4bit 4.5e-7).
     "adamw-8bit": 1e-5,
@@ -79,7 +83,7 @@ def _losses(method: str, batch_size: int = 1, bf16: str = "rounded") -> dict[str
 # adds the second of a kind: adamw-ckpt (recomputation, as lora-ckpt) and adamw-4bit (torchao's
 # low-bit state between calls, as adamw-8bit).
 PARITY = [("adafactor", 1), ("adamw-accum4", 4), ("fused-adamw", 1), ("lomo", 1), ("lora-ckpt", 1),
-          ("adamw-bf16", 1), ("qlora", 1), ("adamw-8bit", 1), ("galore", 1)]
+          ("adamw-bf16", 1), ("qlora", 1), ("adamw-8bit", 1), ("galore", 1), ("all+bf16-weights", 1)]
 if FULL:
     PARITY += [("adamw-ckpt", 1), ("adamw-4bit", 1)]
 
@@ -96,9 +100,46 @@ def test_method_on_executorch_matches_eager(export_cache, method, batch_size):
     knob = {"adamw-accum4": "accumulation", "fused-adamw": "fused_update", "lomo": "optimizer",
             "adamw-ckpt": "checkpointing", "lora-ckpt": "checkpointing", "adamw-bf16": "precision",
             "qlora": "frozen_dtype", "adafactor": "optimizer", "adamw-8bit": "optimizer",
-            "adamw-4bit": "optimizer", "galore": "optimizer"}.get(method)
+            "adamw-4bit": "optimizer", "galore": "optimizer", "all+bf16-weights": "trained_dtype"}.get(method)
     if knob:
         assert knob in lowering, lowering  # the manifest says how the knob was lowered
+
+
+def test_stochastic_rounding_in_the_program_is_unbiased():
+    """exporters.et_methods.stochastically_rounded, computed eagerly with the ops it writes into
+    the graph: every result is one of the two bf16 values around the fp32 value, and the mean
+    over many draws is the value itself (nearest rounding's mean is off by up to half a spacing)."""
+    from exporters.et_methods import stochastically_rounded
+
+    def op(target, *args, like=None, **kwargs):
+        return target(*args, **kwargs)
+
+    generator = torch.Generator().manual_seed(0)
+    value = torch.randn(64, generator=generator) * torch.logspace(-6, 3, 64)
+    draws = torch.stack([stochastically_rounded(op, value, torch.rand(64, generator=generator))
+                         for _ in range(4000)])
+    assert torch.equal(draws, draws.bfloat16().float())  # bf16 values
+    toward_zero = value.view(torch.int32) & ~0xFFFF
+    below, beyond = toward_zero.view(torch.float32), (toward_zero + 0x10000).view(torch.float32)
+    assert bool(((draws == below) | (draws == beyond)).all())
+    spacing = (beyond - below).abs()
+    bias = ((draws.mean(0) - value) / spacing).abs()
+    assert float(bias.max()) < 0.05, bias  # 4,000 draws: a fair coin's mean is within ~0.03
+    nearest = ((value.bfloat16().float() - value) / spacing).abs()
+    assert float(nearest.max()) > 0.2  # off bf16's grid: nearest rounding's bias shows
+    assert torch.equal(stochastically_rounded(op, torch.zeros(3), torch.rand(3)), torch.zeros(3))
+
+
+def test_bf16_weights_with_stochastic_rounding_train_in_the_program(export_cache):
+    """all+bf16-weights+sr on ExecuTorch: the weights are bf16 in the program (its outputs), the
+    loss falls over 10 steps, and the roundings are not the nearest ones (the losses leave the
+    nearest-rounding program's)."""
+    sr, nearest = _losses("all+bf16-weights+sr"), _losses("all+bf16-weights")
+    losses = np.array(sr["executorch"])
+    assert np.isfinite(losses).all() and losses[-1] < losses[0], losses
+    assert sr["executorch"] != nearest["executorch"]
+    assert "stochastically" in sr["manifest"]["lowering"]["trained_dtype"]
+    assert sr["manifest"]["model"]["trainable_bytes"] == 2 * sr["manifest"]["model"]["trainable_elements"]
 
 
 def test_qlora_computed_in_fp32_unrounded_trains_within_bf16s_rounding_of_eager(export_cache):
@@ -192,3 +233,22 @@ def test_update_in_the_program_frees_the_gradients(export_cache):
     gradients = 4 * plans["lomo"]["model"]["trainable_elements"]
     assert plans["lomo"]["lowering"]["update"] == "inside the program, in place on its weights"
     assert plans["lomo"]["planned_memory_bytes"] < plans["sgd"]["planned_memory_bytes"] - 0.25 * gradients, plans
+
+
+def test_planned_arena_is_broken_down_by_what_it_holds(export_cache):
+    """exporters.plan_parts at the plan's fullest instruction: both programs hold every trained
+    weight for the whole program and peak inside the backward, SGD's with most gradients made
+    and returned (micro: 3.8 of 4.4 MB), LOMO's with none returned; the parts add up to the
+    live bytes, which the arena holds (its packing can only add)."""
+    manifests = {m: _export(m).manifest for m in ("sgd", "lomo")}
+    for method, manifest in manifests.items():
+        parts = manifest["planned_memory_parts"]
+        weights = 4 * manifest["model"]["trainable_elements"]
+        assert parts["arena_bytes"] == manifest["planned_memory_bytes"], method
+        assert parts["trained_weights_bytes"] == weights, (method, parts)
+        assert sum(parts[f"{k}_bytes"] for k in PARTS) == parts["live_at_peak_bytes"], (method, parts)
+        assert 0 <= parts["packing_bytes"] < parts["arena_bytes"], (method, parts)
+        assert parts["peak_instruction"] > parts["loss_instruction"], (method, parts)  # in the backward
+    sgd, lomo = (manifests[m]["planned_memory_parts"] for m in ("sgd", "lomo"))
+    assert 0.5 * sgd["trained_weights_bytes"] < sgd["gradients_returned_bytes"] <= sgd["trained_weights_bytes"], sgd
+    assert lomo["gradients_returned_bytes"] == 0 and lomo["forward_values_bytes"] > 0, lomo

@@ -86,9 +86,11 @@ def _losses(events: list[dict]) -> list[float]:
 
 
 # sgd, sgd-momentum, adam and adamw share one program (the update runs between its calls);
-# fused-adamw and lomo update inside theirs; adamw-accum4 sums 4 micro-batches' gradients.
+# fused-adamw and lomo update inside theirs (all+bf16-weights too, its weights bf16); adamw-accum4
+# sums 4 micro-batches' gradients.
 PARITY = [("sgd", 1, "xnnpack"), ("adamw", 1, "xnnpack"), ("sgd-momentum", 1, "xnnpack"), ("adam", 1, "xnnpack"),
-          ("fused-adamw", 1, "xnnpack"), ("lomo", 1, "xnnpack"), ("adamw-accum4", 4, "xnnpack"), ("lora", 1, None)]
+          ("fused-adamw", 1, "xnnpack"), ("lomo", 1, "xnnpack"), ("adamw-accum4", 4, "xnnpack"), ("lora", 1, None),
+          ("all+bf16-weights", 1, "xnnpack")]
 
 
 @pytest.mark.parametrize("method,batch_size,delegate", PARITY)
@@ -165,7 +167,7 @@ def test_native_mezo_learns_on_the_forward_only_program(export_cache, worker_bun
     assert np.mean(losses[0][-5:]) < np.mean(losses[0][:5]) - 0.05, losses[0]
 
 
-@pytest.mark.parametrize("method", ["lomo", "mezo"])
+@pytest.mark.parametrize("method", ["lomo", "mezo", "all+bf16-weights+sr"])
 def test_each_kind_saves_its_trained_weights_at_evaluation_points(export_cache, worker_bundle, tmp_path, method):
     """The updating kind's weights are its program's outputs after the loss, the forward-only
     kind's the ones the worker holds (the joint kind's: tests/test_evaluation.py): saved after

@@ -25,8 +25,14 @@ DEFAULT_HEADROOM = 0.15
 # docs/measurements.md has their kernel peaks.
 VLM_1GIB_LORA = "lora-decoder+frozen-int4+bf16-weights+sr+ckpt+chunked-ce+view-by-view+flash-attn"
 VLM_1GIB_MEZO = "mezo-lora+frozen-int4+view-by-view+chunked-ce+flash-attn"
+# nanovlm-222m full-parameter inside 1 GiB on the native ExecuTorch worker: bf16 weights, SGD
+# written into the program with stochastic rounding, checkpointed blocks (docs/native.md).
+NATIVE_1GIB_FULL = "all+bf16-weights+sr+ckpt"
+# The preset each 1 GiB configuration builds on, run without its memory levers: what the memory
+# costs in step time (bench/methods.py --price).
+UNCONSTRAINED = {VLM_1GIB_LORA: "lora-decoder", VLM_1GIB_MEZO: "mezo-lora"}
 # Combinations ranked beside the presets.
-COMBINATIONS = ("lora+ckpt+frozen-int8", "mezo-lora+frozen-int8", VLM_1GIB_LORA, VLM_1GIB_MEZO)
+COMBINATIONS = ("lora+ckpt+frozen-int8", "mezo-lora+frozen-int8", VLM_1GIB_LORA, VLM_1GIB_MEZO, NATIVE_1GIB_FULL)
 
 
 def usable_bytes(ram_bytes: int, headroom: float) -> int:

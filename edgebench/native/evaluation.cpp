@@ -18,8 +18,8 @@ std::string header_of(const std::vector<Param>& params) {
     std::string shape;
     for (int64_t size : p.shape) shape += (shape.empty() ? "" : ",") + std::to_string(size);
     if (p.shape.empty()) shape = std::to_string(p.numel);
-    size_t end = offset + p.numel * sizeof(float);
-    json += (json.size() > 1 ? "," : "") + json_string(p.name) + ":{\"dtype\":\"F32\",\"shape\":[" + shape +
+    size_t end = offset + p.numel * p.element_bytes;
+    json += (json.size() > 1 ? "," : "") + json_string(p.name) + ":{\"dtype\":\"" + p.dtype + "\",\"shape\":[" + shape +
             "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(end) + "]}";
     offset = end;
   }
@@ -38,8 +38,8 @@ void write_safetensors(const std::string& path, const std::vector<Param>& params
   std::FILE* fh = std::fopen(partial.c_str(), "wb");
   if (!fh) throw std::runtime_error("cannot write " + partial + ": " + std::strerror(errno));
   bool ok = std::fwrite(length, 1, 8, fh) == 8 && std::fwrite(header.data(), 1, header.size(), fh) == header.size();
-  for (const Param& p : params)  // float32 as the host holds it: this worker runs on little-endian CPUs only
-    ok = ok && std::fwrite(p.data, sizeof(float), p.numel, fh) == p.numel;
+  for (const Param& p : params)  // as the host holds it: this worker runs on little-endian CPUs only
+    ok = ok && std::fwrite(p.data, p.element_bytes, p.numel, fh) == p.numel;
   ok = ok && std::fflush(fh) == 0 && fsync(fileno(fh)) == 0;
   int err = errno;
   ok = std::fclose(fh) == 0 && ok;

@@ -18,9 +18,11 @@ namespace edgebench {
 struct Param {
   std::string name;
   int group = 0;  // 0 backbones, 1 projector (nanoVLM's higher lr)
-  float* data = nullptr;
+  float* data = nullptr;  // float32 elements, or bf16 ones where `dtype` says BF16 (an updating program's own)
   size_t numel = 0;
   std::vector<int64_t> shape;  // the program's; empty: saved flat ([numel])
+  const char* dtype = "F32";  // safetensors' name of the stored dtype
+  size_t element_bytes = sizeof(float);
 };
 
 // `params` as safetensors (8-byte little-endian header length, the JSON header padded with

@@ -164,7 +164,13 @@ double Program::to_double(const EValue& v) {
 }
 
 void Program::point_at(Param& p, const Tensor& t) {
-  p.data = t.mutable_data_ptr<float>();
+  if (t.scalar_type() == ScalarType::BFloat16) {  // bf16 trained weights: the program updates them itself
+    p.dtype = "BF16";
+    p.element_bytes = 2;
+  } else if (t.scalar_type() != ScalarType::Float) {
+    fail("trained weight " + p.name + " has a dtype the worker does not hold (float32, bf16)");
+  }
+  p.data = static_cast<float*>(t.mutable_data_ptr());
   p.numel = size_t(t.numel());
   p.shape.assign(t.sizes().begin(), t.sizes().end());
 }

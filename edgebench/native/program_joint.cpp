@@ -84,6 +84,8 @@ void JointProgram::bind_params(const std::vector<EValue>& outputs) {
            " elements, the plan says " + std::to_string(params_[i].numel) + "; write the plan again for this program");
     grads_[i] = g.mutable_data_ptr<float>();
     point_at(params_[i], p);  // the program's own weights
+    if (p.scalar_type() != ScalarType::Float || g.scalar_type() != ScalarType::Float)
+      fail("parameter " + params_[i].name + ": the worker's optimizers update float32 weights only");
   }
 }
 

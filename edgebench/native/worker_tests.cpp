@@ -210,20 +210,24 @@ bool exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
 // writes it compactly, padded to 8 bytes; the data right after it, at the header's offsets.
 void safetensors(const std::string& dir) {
   std::vector<float> a{0.5f, -1.0f, 2.0f, 3.0f, 4.0f, 5.0f}, b{7.0f, -8.25f};
-  std::vector<Param> params{{"a.weight", 0, a.data(), 6, {2, 3}}, {"b\"q", 1, b.data(), 2, {}}};
+  std::vector<uint16_t> c{0x3f80, 0xc000, 0x4040};  // bf16 1, -2, 3: an updating program's own weights
+  std::vector<Param> params{{"a.weight", 0, a.data(), 6, {2, 3}}, {"b\"q", 1, b.data(), 2, {}},
+                            {"c", 0, reinterpret_cast<float*>(c.data()), 3, {3}, "BF16", 2}};
   std::string path = dir + "/w.safetensors";
   write_safetensors(path, params);
   std::string bytes = read_all(path);
   uint64_t length = 0;
   for (int i = 7; i >= 0; --i) length = (length << 8) | uint8_t(bytes[size_t(i)]);
   std::string header = "{\"a.weight\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]},"
-                       "\"b\\\"q\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[24,32]}}";
+                       "\"b\\\"q\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[24,32]},"
+                       "\"c\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[32,38]}}";
   CHECK(length % 8 == 0 && length >= header.size() && length < header.size() + 8);
-  CHECK(bytes.size() == 8 + length + 32);
+  CHECK(bytes.size() == 8 + length + 38);
   CHECK(bytes.substr(8, header.size()) == header);
   CHECK(bytes.substr(8 + header.size(), length - header.size()) == std::string(length - header.size(), ' '));
   CHECK(std::memcmp(bytes.data() + 8 + length, a.data(), 24) == 0);
   CHECK(std::memcmp(bytes.data() + 8 + length + 24, b.data(), 8) == 0);
+  CHECK(std::memcmp(bytes.data() + 8 + length + 32, c.data(), 6) == 0);
   CHECK(!exists(path + ".partial"));
   std::string missing = dir + "/no-such-folder/w.safetensors";
   bool threw = false;
