@@ -5,9 +5,10 @@ to a device depends on what it holds. The memory plan gives every planned tensor
 a lifetime (first and last instruction that use it); at the instruction where the bytes alive
 together peak, each live tensor is counted under what it is: the trained weights, the
 optimizer's state (both kept for the whole program), the batch, values the forward made (at a
-peak inside the backward: those it still needs), values of the backward (gradients among them),
-and gradients returned as outputs (a joint program's, alive to its end). What the arena holds beyond the peak's live
-bytes is the plan's packing. An XNNPACK delegate's temporaries are its own, outside the plan.
+peak inside the backward: those it still needs), values of the backward (gradients among
+them), and gradients returned as outputs (a joint program's, alive to its end). What the arena
+holds beyond the peak's live bytes is the plan's packing. An XNNPACK delegate's temporaries
+are its own, outside the plan.
 """
 
 from __future__ import annotations

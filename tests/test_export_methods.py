@@ -131,6 +131,7 @@ def test_stochastic_rounding_in_the_program_is_unbiased():
     assert torch.equal(stochastically_rounded(op, torch.zeros(3), torch.rand(3)), torch.zeros(3))
 
 
+@pytest.mark.large  # its own micro export (~15 s); CI runs it, and the 222m native lab test trains with it
 def test_bf16_weights_with_stochastic_rounding_train_in_the_program(export_cache):
     """all+bf16-weights+sr on ExecuTorch: the weights are bf16 in the program (its outputs), the
     loss falls over 10 steps, and the roundings are not the nearest ones (the losses leave the

@@ -167,11 +167,12 @@ def test_native_mezo_learns_on_the_forward_only_program(export_cache, worker_bun
     assert np.mean(losses[0][-5:]) < np.mean(losses[0][:5]) - 0.05, losses[0]
 
 
-@pytest.mark.parametrize("method", ["lomo", "mezo", "all+bf16-weights+sr"])
+@pytest.mark.parametrize("method", ["lomo", "mezo", "all+bf16-weights"])
 def test_each_kind_saves_its_trained_weights_at_evaluation_points(export_cache, worker_bundle, tmp_path, method):
     """The updating kind's weights are its program's outputs after the loss, the forward-only
     kind's the ones the worker holds (the joint kind's: tests/test_evaluation.py): saved after
-    each point but the first, in the model's shapes, and the host evaluates them all."""
+    each point but the first, in the model's shapes (bf16 trained weights as BF16), and the
+    host evaluates them all."""
     spec = _spec(method, _program(method), steps=3, eval_every=2, eval_samples=2)
     result, events = _native(spec, worker_bundle, tmp_path / "run", tmp_path / "plans")
     assert result["status"] == "ok", result["detail"]
@@ -182,6 +183,7 @@ def test_each_kind_saves_its_trained_weights_at_evaluation_points(export_cache, 
     header = json.loads(raw[8:8 + int.from_bytes(raw[:8], "little")])
     shapes = {name: list(p.shape) for name, p in build_model(EXPORTED_MODEL).named_parameters()}
     assert header and {name: h["shape"] for name, h in header.items()} == {name: shapes[name] for name in header}
+    assert {h["dtype"] for h in header.values()} == {"BF16" if "bf16" in method else "F32"}, header
     assert evaluate_saved_weights(tmp_path / "run") == 3
     host = [json.loads(line) for line in (tmp_path / "run" / HOST_EVALS).read_text().splitlines()]
     assert [e["event"] for e in host] == ["eval"] * 3, host
