@@ -126,6 +126,8 @@ def run_priced(model: str, names: list[str], steps: int, rounds: int, out: Path,
         for name in names:
             row = {"method": name, "round": round_}
             for key, which in (("constrained", name), ("unconstrained", UNCONSTRAINED[name])):
+                print(f"round {round_ + 1}/{rounds}: {which} ({steps} steps after one warmup) ...",
+                      file=sys.stderr, flush=True)
                 row[key] = run_one(model, which, steps, out / f"round{round_}", timeout_s=timeout_s)
             mine, base = row["constrained"]["step_time_s_median"], row["unconstrained"]["step_time_s_median"]
             row["step_time_vs_unconstrained"] = round(mine / base, 3) if mine and base else None
@@ -141,8 +143,8 @@ def render_priced(rows: list[dict], model: str) -> None:
 
     table = Table(title=f"{model}, batch 1, this host: each configuration beside its unconstrained preset "
                         "(interleaved)")
-    for col in ("configuration", "round", "peak MiB", "step s", "preset", "peak MiB ", "step s ",
-                "x step time"):
+    # short headings: at 80 columns the configuration's 80-odd characters need the room
+    for col in ("configuration", "round", "MiB", "s/step", "preset", "MiB ", "s/step ", "x"):
         table.add_column(col, justify="left" if col in ("configuration", "preset") else "right",
                          overflow="fold")
 
@@ -155,6 +157,8 @@ def render_priced(rows: list[dict], model: str) -> None:
         table.add_row(r["method"], str(r["round"]), *cells(r["constrained"]), r["unconstrained"]["method"],
                       *cells(r["unconstrained"]), "-" if ratio is None else f"{ratio:.2f}")
     Console(width=None if sys.stdout.isatty() else 160).print(table)
+    print("MiB: the worker's kernel peak; s/step: median step; x: the configuration's step time over "
+          "its preset's")
 
 
 def render(rows: list[dict], model: str) -> None:

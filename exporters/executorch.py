@@ -34,6 +34,7 @@ from exporters.bf16_in_fp32 import (
     large_frozen_weights_in_fp32,
     weight_values_at_each_use,
 )
+from exporters.et_methods import IN_ORDER
 from exporters.graph_code_on_demand import graph_code_on_demand
 from exporters.greedy_memory_plan import memory_planning_pass
 from exporters.idle_passes import skipping_idle_passes
@@ -440,8 +441,6 @@ def _fp32_within_weight_limit(config: Any, node: torch.fx.Node) -> bool:
     """An elementwise node over fp32 tensors of at most XNNPACK_WEIGHT_LIMIT_BYTES each
     (XNNPACK keeps a partition's temporaries in its workspace, which keeps the largest size),
     or a rounding marked LARGE_ROUNDING; never a bf16 weight's update (et_methods.IN_ORDER)."""
-    from exporters.et_methods import IN_ORDER
-
     if node.meta.get("custom", {}).get(IN_ORDER):
         return False
     values = [node.meta.get("val"), *(i.meta.get("val") for i in node.all_input_nodes)]
@@ -569,8 +568,6 @@ def updates_before_reads(graph: torch.fx.Graph) -> list[str]:
     would read the updated weight. A weight updated in parts (et_methods._summed_parts) is read
     between its updates by the later update's own nodes (marked et_methods.IN_ORDER) only.
     Empty when every read comes first."""
-    from exporters.et_methods import IN_ORDER
-
     order = {node: i for i, node in enumerate(graph.nodes)}
     updates: dict[torch.fx.Node, list[int]] = {}
     for node in graph.nodes:
