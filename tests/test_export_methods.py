@@ -43,8 +43,14 @@ TOLERANCE = {
     # elementwise work on the runtime's bf16 kernels).
     "adamw-bf16": 5e-3,
     "qlora": 5e-3,
-    # bf16 trained weights, SGD in the program rounded to nearest into bf16 (eager: in backward)
-    "all+bf16-weights": 5e-3,
+    # bf16 trained weights, SGD in the program rounded to nearest into bf16 (eager: in backward).
+    # The program's losses are the same under every thread layout (ExecuTorch threads 1, 2,
+    # default); eager's move with torch's thread count (the order of its sums before each bf16
+    # rounding). Measured on a 2-core AVX-512 Xeon: 5.53e-3 with one torch thread
+    # (OMP_NUM_THREADS=1, as under pytest-xdist: CI's failure against 5e-3), 3.59e-3 with 2,
+    # 3.7e-3 to 4.3e-3 with 3 to 16, 1.8e-3 / 2.8e-3 on ATen's scalar kernels (1 / 2 threads).
+    # 8e-3 is 1.45x the largest; the program at an lr 5% off measures 1.35e-2 (10% off: 2.8e-2).
+    "all+bf16-weights": 8e-3,
     # torchao's low-bit moments and GaLore's projection run between calls on the program's
     # gradients, as adafactor does; measured: adamw-8bit 1.9e-7 (tiny: adamw-4bit 4.5e-7).
     "adamw-8bit": 1e-5,
