@@ -5,7 +5,10 @@ the number of the signal that ended it, whether the run passed its time limit or
 (and by what), the memory cgroup's oom_kill counter at start and end, the kernel's own OOM
 record where it could read one, why the worker could not start, and the tail of its log. A
 worker killed by a signal is `oom` only on evidence (the counter rose, or the kernel logged
-the kill); otherwise it is `killed`, with the signal named, or `error` for a crash.
+the kill); otherwise it is `killed`, with the signal named, or `error` for a crash. A
+SIGKILL in a host-wide OOM (`host_oom`) is `killed` too, whatever the counter says: the kernel
+also counts a kill for the whole host's sake in the victim's cgroup, but the run did not reach
+its own budget, so it says nothing about whether the method fits.
 
 The worker's exit codes are defined here; the Python worker imports them, and a test holds
 the native worker (edgebench/native/worker.cpp) to them.
@@ -24,6 +27,8 @@ NO_SPACE = "no space left on device"
 # a worker that dies of these crashed (a bug, a bad program): an error, not a kill from outside
 CRASH_SIGNALS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT}
 END_EVENTS = {"error", "oom", "diverged", "unsupported", "interrupted"}
+HOST_MEMORY_LOW_BYTES = 64 * 2**20  # MemAvailable below this: the host's RAM as a whole ran out
+CLEARLY_BELOW_LIMIT = 0.9  # a cgroup whose usage stayed under this share of its limit did not reach it
 
 
 def signal_name(number: Any) -> str | None:
@@ -54,8 +59,39 @@ def oom_kills_during(end: dict[str, Any]) -> int:
     return stop - start if isinstance(start, int) and isinstance(stop, int) and stop > start else 0
 
 
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.0f} MiB"
+
+
+def host_oom(end: dict[str, Any]) -> str | None:
+    """Why an OOM kill of the worker was the host's, not its budget's, or None. Only a run with a
+    memory limit of its own (a cgroup's) has a budget apart from the host's RAM: on a board the
+    whole RAM is its budget, and a global OOM there is the run's. The kernel's word wins
+    (CONSTRAINT_NONE: it killed for the whole host; CONSTRAINT_MEMCG: for a cgroup's limit); where
+    it has none, the samples tell: MemAvailable ran out while the cgroup stayed below its limit."""
+    limit = _count(end.get("cgroup_limit_bytes"))
+    constraint = end.get("kernel_oom_constraint")
+    if limit is None or constraint not in (None, "CONSTRAINT_NONE"):
+        return None
+    if constraint == "CONSTRAINT_NONE":
+        return f"the kernel killed for the whole host (CONSTRAINT_NONE), not for the run's {_mib(limit)} limit"
+    low, used = _count(end.get("mem_available_low_bytes")), _count(end.get("cgroup_usage_at_low_bytes"))
+    if low is not None and used is not None and low < HOST_MEMORY_LOW_BYTES and used < CLEARLY_BELOW_LIMIT * limit:
+        return (f"the host's MemAvailable fell to {_mib(low)} while the run's cgroup used {_mib(used)} "
+                f"of its {_mib(limit)}")
+    return None
+
+
 def _by_signal(end: dict[str, Any], number: int) -> tuple[str, str]:
     name = signal_name(number) or str(number)
+    host = host_oom(end) if number == signal.SIGKILL else None
+    if host:
+        return "killed", (f"worker killed by {name} in a host-wide OOM ({host}): the method did not exceed its "
+                          "budget; other programs took the host's memory. Run it again")
     if oom_kills_during(end):
         return "oom", f"worker killed by {name} (cgroup oom_kill counter rose by {oom_kills_during(end)})"
     if end.get("kernel_oom"):

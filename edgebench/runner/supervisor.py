@@ -29,7 +29,7 @@ from edgebench.runner.spec import RunSpec
 from edgebench.telemetry.clock import clock_pair
 from edgebench.telemetry.contention import cpu_snapshot
 from edgebench.telemetry.memory import oom_kill_count
-from edgebench.telemetry.trace import read_trace, write_json_atomic
+from edgebench.telemetry.trace import parse_line, read_trace, write_json_atomic
 
 POLL_S = 0.02
 GRACE_S = 5.0  # after a Ctrl-C/SIGTERM the worker gets this long to stop by itself, then SIGKILL
@@ -68,38 +68,73 @@ def disk_full(path: Path, exc: BaseException | None = None) -> bool:
         return False
 
 
-def kernel_oom_record(pid: int, since_mono_ns: int, kmsg: str = "/dev/kmsg") -> str | None:
-    """The kernel's own log line for an OOM kill of `pid` since the given monotonic time, or
-    None (no such record, or the log is not readable: then only the cgroup can tell)."""
+def kernel_oom_record(pid: int, since_mono_ns: int, kmsg: str = "/dev/kmsg") -> dict[str, str | None] | None:
+    """The kernel's log of an OOM kill of `pid` since the given monotonic time: `line`, the last
+    line naming the pid, and `constraint`, what the killer acted for (CONSTRAINT_MEMCG: a cgroup's
+    limit; CONSTRAINT_NONE: the whole host ran out), which tells the run's OOM from the host's
+    (edgebench.figures.status.host_oom). None where there is no such record, or the log is not
+    readable: then only the cgroup can tell. `kmsg`: /dev/kmsg (a record per read) or a file of its lines."""
     try:
         fd = os.open(kmsg, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return None
-    found = None
+    line = constraint = None
+    rest = ""
     try:
         while True:
             try:
-                record = os.read(fd, 8192).decode("utf-8", "replace")
+                chunk = os.read(fd, 8192).decode("utf-8", "replace")
             except BlockingIOError:
                 break
             except OSError as exc:  # EPIPE: the ring buffer overwrote what we were about to read
                 if exc.errno == errno.EPIPE:
                     continue
                 break
-            if not record:
+            if not chunk:
                 break
-            header, _, text = record.partition(";")
-            fields = header.split(",")
-            try:
-                if int(fields[2]) * 1000 < since_mono_ns - 1_000_000_000:
-                    continue
-            except (IndexError, ValueError):
-                continue
-            if f"Killed process {pid} " in text or (f",pid={pid}," in text and "oom-kill" in text):
-                found = text.strip()
+            *records, rest = (rest + chunk).split("\n")
+            for record in records:
+                header, _, text = record.partition(";")
+                fields = header.split(",")
+                try:
+                    if int(fields[2]) * 1000 < since_mono_ns - 1_000_000_000:
+                        continue
+                except (IndexError, ValueError):
+                    continue  # not a record's first line (a continuation line starts with a space)
+                if f"Killed process {pid} " in text:
+                    line = text.strip()
+                elif text.startswith("oom-kill:") and f",pid={pid}," in text:
+                    constraint = text.partition("constraint=")[2].partition(",")[0] or None
+                    line = line or text.strip()
     finally:
         os.close(fd)
-    return found
+    return None if line is None else {"line": line, "constraint": constraint}
+
+
+def _int(value: Any, otherwise: int | None) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else otherwise
+
+
+def memory_low_point(samples: Path) -> dict[str, int | None]:
+    """The lowest MemAvailable the run's samples read, the cgroup's usage then and its limit: what
+    tells a host that ran out of memory from a run that reached its own limit, where the kernel's
+    log cannot (edgebench.figures.status.host_oom). Read line by line: a long run's file is big."""
+    low: int | None = None
+    used: int | None = None
+    usage: int | None = None
+    limit: int | None = None
+    try:
+        with open(samples, "rb") as fh:
+            for raw in fh:
+                rec = parse_line(raw) or {}
+                usage = _int(rec.get("cgroup_usage_bytes"), usage)
+                limit = _int(rec.get("cgroup_limit_bytes"), limit)
+                available = _int(rec.get("mem_available_bytes"), None)
+                if available is not None and (low is None or available < low):
+                    low, used = available, usage
+    except OSError:
+        pass
+    return {"mem_available_low_bytes": low, "cgroup_usage_at_low_bytes": used, "cgroup_limit_bytes": limit}
 
 
 class Supervisor:
@@ -294,19 +329,20 @@ class Supervisor:
             self._write_meta(clock_start, clock_pair(), predicted)
         except OSError as exc:
             failure = failure or exc
+        # read after every kill: a host-wide OOM raises the cgroup's counter too, only the kernel tells them apart
         kernel_oom = None
-        oom_start, oom_end = sampler.get("oom_kills_start"), sampler.get("oom_kills_end")
-        if exit_signal is not None and not (oom_start is not None and oom_end is not None and oom_end > oom_start) \
-                and self.child is not None:
+        if exit_signal is not None and self.child is not None:
             kernel_oom = kernel_oom_record(self.child.pid, self._started_ns)
         end = {
             "exit_code": exit_code,
             "exit_signal": exit_signal,
             "timed_out": timed_out,
             "stopped_by": self.interrupted,
-            "oom_kills_start": oom_start,
-            "oom_kills_end": oom_end,
-            "kernel_oom": kernel_oom,
+            "oom_kills_start": sampler.get("oom_kills_start"),
+            "oom_kills_end": sampler.get("oom_kills_end"),
+            "kernel_oom": (kernel_oom or {}).get("line"),
+            "kernel_oom_constraint": (kernel_oom or {}).get("constraint"),
+            **memory_low_point(self.out / "samples.jsonl"),
             "start_problem": self.start_problem,
             "write_failure": str(failure) if failure is not None else None,
             "disk_full": disk_full(self.out, failure),

@@ -8,7 +8,9 @@ Honest about its state: SIGTERM or Ctrl-C stops the running run (`interrupted`) 
 further one starts (`interrupted` sweep); a full disk ends the run as `error` and the
 sweep as `stopped` with why. A restart never writes into a partial run directory: the
 partial one is kept as `<run_id>.attempt-N` with a result.json saying it was cut off,
-and the run starts afresh.
+and the run starts afresh. After a run cut short by a host-wide OOM the next one waits (at
+most HOST_OOM_WAIT_S) for the device's memory to come back, so it does not start into the same
+shortage.
 """
 
 from __future__ import annotations
@@ -24,10 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from edgebench.errors import EdgebenchError
-from edgebench.figures.status import NO_SPACE
+from edgebench.figures.status import NO_SPACE, host_oom
 from edgebench.runner.oom_score import shield_from_oom_kill
 from edgebench.runner.spec import RunSpec
 from edgebench.runner.supervisor import RESERVE_BYTES, RESERVE_FILE, Reserve, run_spec
+from edgebench.telemetry.sysfs import under
 from edgebench.telemetry.trace import write_json_atomic
 from edgebench.untrusted import UnsafeName, path_name
 
@@ -38,6 +41,8 @@ STEP_BYTES = 400
 RUN_FIXED_BYTES = 256 * 1024  # meta, spec, result, logs, the result reserve
 MIN_TRACE_ROOM = 64 * 1024
 STEP_S_GUESS = 5.0  # a step's time when only a step count is known (tiny on a Pi: ~1 s; 222M AdamW: ~30 s)
+HOST_OOM_WAIT_S = 60.0  # the longest the next run waits for the memory a host-wide OOM took
+MEMORY_POLL_S = 1.0
 
 
 def spec_files(sweep_dir: Path) -> list[Path]:
@@ -86,6 +91,36 @@ def keep_partial(run_dir: Path) -> Path:
     })
     (kept / RESERVE_FILE).unlink(missing_ok=True)
     return kept
+
+
+def mem_available(root: str = "/") -> int | None:
+    """MemAvailable in bytes from /proc/meminfo under `root`; None where it cannot be read."""
+    try:
+        for line in under(root, "/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def wait_for_memory(want: int, root: str = "/", limit_s: float = HOST_OOM_WAIT_S,
+                    poll_s: float = MEMORY_POLL_S) -> str:
+    """Waits until MemAvailable is back to `want` (what it was before the run a host-wide OOM cut
+    short), at most `limit_s`: the next run then starts with the memory the last one had, or
+    goes ahead after the bound. Says what it did, for the sweep's log."""
+    started = time.monotonic()
+    while True:
+        now = mem_available(root)
+        waited = time.monotonic() - started
+        if now is None:
+            return f"MemAvailable is unreadable under {root}: the next run starts without waiting"
+        if now >= want:
+            return f"waited {waited:.1f} s for MemAvailable to be back to {want // 2**20} MiB ({now // 2**20} MiB)"
+        if waited >= limit_s:
+            return (f"waited {waited:.1f} s, the limit: MemAvailable is {now // 2**20} MiB, not yet back to "
+                    f"{want // 2**20} MiB; the next run starts anyway")
+        time.sleep(min(poll_s, max(0.0, limit_s - waited)))
 
 
 class AlreadyRunning(EdgebenchError, RuntimeError):
@@ -163,9 +198,9 @@ def disturbed_again(spec: RunSpec, run_dir: Path, result: dict[str, Any], sweep_
     return path
 
 
-def run_sweep(sweep_dir: str | Path, rerun_disturbed: int = 0) -> dict[str, Any]:
+def run_sweep(sweep_dir: str | Path, rerun_disturbed: int = 0, root: str = "/") -> dict[str, Any]:
     """Runs the sweep's specs in order; `rerun_disturbed`: at most this many re-runs of disturbed
-    runs (disturbed_again), added to the sweep as they are found."""
+    runs (disturbed_again), added to the sweep as they are found; `root`: where /proc and /sys are."""
     sweep_dir = Path(sweep_dir)
     lock = _lock(sweep_dir)  # noqa: F841 (held until run_sweep returns)
     (sweep_dir / "sweep.pid").write_text(f"{os.getpid()}\n")  # `edgebench status` checks this process
@@ -197,6 +232,7 @@ def run_sweep(sweep_dir: str | Path, rerun_disturbed: int = 0) -> dict[str, Any]
     try:
         specs = spec_files(sweep_dir)
         reruns = sum(1 for p in specs if p.stem.endswith("-again"))  # a resumed sweep's earlier ones count
+        refill: tuple[str, int] | None = None  # a run a host-wide OOM cut short, and MemAvailable before it
         for path in specs:  # grows by the re-runs of disturbed runs
             try:
                 spec = RunSpec.load(path)
@@ -219,6 +255,10 @@ def run_sweep(sweep_dir: str | Path, rerun_disturbed: int = 0) -> dict[str, Any]
                 if not ended.get("cut_off"):  # cut_off: the status helper closed a run this sweep never ended
                     state["runs"][run_id] = ended["status"]
                     continue
+            if refill is not None and not stop["signal"]:
+                print(f"sweep: {refill[0]} ended in a host-wide OOM; {wait_for_memory(refill[1], root)}",
+                      file=sys.stderr, flush=True)
+                refill = None
             if stop["signal"] or state.get("why"):
                 state["runs"][run_id] = "not started"
                 continue
@@ -230,12 +270,15 @@ def run_sweep(sweep_dir: str | Path, rerun_disturbed: int = 0) -> dict[str, Any]
                 continue
             state["runs"][run_id] = "running"
             save()
+            available_before = mem_available(root)
             try:
-                result = run_spec(spec, run_dir)
+                result = run_spec(spec, run_dir, root=root)
             except OSError as exc:  # not even the run directory could be made
                 state["runs"][run_id], state["why"] = "not started", f"cannot write in {sweep_dir}: {exc}"
                 continue
             state["runs"][run_id] = result["status"]
+            if result["status"] == "killed" and host_oom(result.get("end") or {}) and available_before is not None:
+                refill = (run_id, available_before)  # the next run waits for it
             if NO_SPACE in str(result.get("detail")):
                 state["why"] = result["detail"]
             again = disturbed_again(spec, run_dir, result, sweep_dir) if reruns < rerun_disturbed else None

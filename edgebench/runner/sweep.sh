@@ -28,6 +28,9 @@ set -u
 R=${EDGEBENCH_ROOT:-}
 GRACE_S=5
 STOP=""
+LOW_KB=""; USAGE=""; USED_AT_LOW=""; LIMIT=""  # the run's lowest MemAvailable (kB), the cgroup's usage then, its limit
+HOST_OOM_WAIT_S=60  # the longest the next run waits for the memory a host-wide OOM took (as runner/sweep.py)
+HOST_LOW_KB=65536  # MemAvailable below this: the device's RAM as a whole ran out (figures/status.py's 64 MiB)
 
 json_text() {  # $1 as a JSON string literal (quotes, backslashes and control characters escaped)
     printf '"%s"' "$(printf '%s' "$1" | tr '\n\r\t' '   ' | sed 's/\\/\\\\/g; s/"/\\"/g')"
@@ -244,7 +247,7 @@ memory_counters() {  # the cgroup's high-water mark, limit, anonymous memory and
     rd "$MEM_CG/memory.$peak"; is_int "$V" && add cgroup_peak_bytes "$V"
     rd "$MEM_CG/memory.$limit"
     # a limit of "max" (v2) or ~2^63 (v1) is none; 19 digits and more is at least 10^18
-    is_int "$V" && [ ${#V} -lt 19 ] && add cgroup_limit_bytes "$V"
+    is_int "$V" && [ ${#V} -lt 19 ] && add cgroup_limit_bytes "$V" && LIMIT=$V
     { while read -r key value; do [ "$key" = "$rss" ] && add cgroup_rss_bytes "$value"; done \
         < "$MEM_CG/memory.stat"; } 2>/dev/null
     oom_kills; [ -n "$K" ] && add cgroup_oom_kills "$K"
@@ -284,7 +287,10 @@ stat_cpu() {  # S: the fields of /proc/stat's cpu line, or empty
 
 cpu_readings() {  # every MID_EVERY ticks: the machine's, the worker's and the cgroup's CPU, memory, battery
     { while read -r key value _; do
-        [ "$key" = MemAvailable: ] && bytes_of_kb "$value" && add mem_available_bytes "$B"
+        [ "$key" = MemAvailable: ] || continue
+        bytes_of_kb "$value" && add mem_available_bytes "$B"
+        # the lowest, with the cgroup's usage then: result.json's memory_low_point (as the supervisor's)
+        if [ -z "$LOW_KB" ] || [ "$value" -lt "$LOW_KB" ]; then LOW_KB=$value; USED_AT_LOW=$USAGE; fi
     done < "$R/proc/meminfo"; } 2>/dev/null
     stat_cpu; [ -n "$S" ] && add proc_stat_cpu "\"$S\""
     if { read -r stat < "$R/proc/$PID/stat"; } 2>/dev/null; then
@@ -325,7 +331,9 @@ sample() {  # one line of samples.jsonl for the worker $PID; $1: every source (1
     LINE="{\"t_ns\":$NOW"
     [ -n "$rss" ] && bytes_of_kb "$rss" && add rss_bytes "$B"
     if [ -n "$MEM_CG" ]; then
-        for f in memory.usage_in_bytes memory.current; do rd "$MEM_CG/$f"; is_int "$V" && add cgroup_usage_bytes "$V"; done
+        for f in memory.usage_in_bytes memory.current; do
+            rd "$MEM_CG/$f"; is_int "$V" && add cgroup_usage_bytes "$V" && USAGE=$V
+        done
     fi
     if [ "$1" = 1 ] || [ $((TICKS % MID_EVERY)) = 0 ]; then cpu_readings; fi
     if [ "$1" = 1 ] || [ $((TICKS % SLOW_EVERY)) = 0 ]; then slow_readings; fi
@@ -422,8 +430,13 @@ end_json() {  # how the worker ended, as seen here (edgebench.figures.status map
     printf '{"exit_code": %s, "exit_signal": %s, "timed_out": %s, "stopped_by": %s, ' "$code" "$sig" \
         "$([ -n "$TIMED_OUT" ] && echo true || echo false)" "$(json_or_null "$STOPPED")"
     oom_kills
-    printf '"oom_kills_start": %s, "oom_kills_end": %s, "kernel_oom": null, "start_problem": null, ' \
+    # a shell does not read /dev/kmsg (root's, and toybox has no parser): the kernel's record stays null
+    printf '"oom_kills_start": %s, "oom_kills_end": %s, "kernel_oom": null, "kernel_oom_constraint": null, ' \
         "${OOM_BEFORE:-null}" "${K:-null}"
+    low=null; [ -n "$LOW_KB" ] && bytes_of_kb "$LOW_KB" && low=$B
+    printf '"mem_available_low_bytes": %s, "cgroup_usage_at_low_bytes": %s, "cgroup_limit_bytes": %s, ' \
+        "$low" "${USED_AT_LOW:-null}" "${LIMIT:-null}"
+    printf '"start_problem": null, '
     printf '"write_failure": null, "disk_full": false, "worker_hwm_bytes": %s, "worker_log_tail": %s}' "$hwm" "$tail"
 }
 
@@ -437,7 +450,7 @@ run_one() {
     write_meta null null
     times > "$RUN/.times" 2>/dev/null  # here, not in a subshell: a subshell's children are not the run's
     CPU_START=$(cpu_snapshot)
-    HWM_KB=""; TICKS=0; TIMED_OUT=""; STOPPED=""
+    HWM_KB=""; TICKS=0; TIMED_OUT=""; STOPPED=""; LOW_KB=""; USAGE=""; USED_AT_LOW=""; LIMIT=""
     sh "$WORKER/run.sh" "$PLAN/plan.txt" --program "$PROGRAM" --out "$RUN" >> "$RUN/worker.log" 2>&1 &
     PID=$!
     find_sources "$PID"
@@ -472,6 +485,26 @@ run_one() {
         printf '"cpu_start": %s,\n"cpu_end": %s,\n' "$CPU_START" "$CPU_END"
         printf '"sampler": {"supervisor": "shell", "samples": %d, "tick_s": %s}}\n' "$TICKS" "$TICK_S"
     } > "$RUN/result.json.tmp" && mv "$RUN/result.json.tmp" "$RUN/result.json"
+}
+
+mem_available_kb() {  # A: MemAvailable in kB, or empty
+    A=""
+    { while read -r key value _; do [ "$key" = MemAvailable: ] && A=$value; done < "$R/proc/meminfo"; } 2>/dev/null
+    return 0
+}
+
+wait_for_memory() {  # $1: the run, $2: MemAvailable (kB) before it: waits (HOST_OOM_WAIT_S at most) until it is back
+    waited=0
+    mem_available_kb
+    while is_int "$A" && [ "$A" -lt "$2" ] && [ "$waited" -lt "$HOST_OOM_WAIT_S" ] && [ -z "$STOP" ]; do
+        sleep 1; waited=$((waited + 1)); mem_available_kb
+    done
+    said="sweep: $1 ended while the device's memory ran out (MemAvailable below $((HOST_LOW_KB / 1024)) MiB);"
+    if ! is_int "$A"; then echo "$said MemAvailable is unreadable under ${R:-/}: the next run starts without waiting"
+    elif [ "$A" -ge "$2" ]; then
+        echo "$said waited $waited s for MemAvailable to be back to $(($2 / 1024)) MiB ($((A / 1024)) MiB)"
+    else echo "$said waited $waited s, the limit: MemAvailable is $((A / 1024)) MiB, not yet back to $(($2 / 1024)) MiB; the next run starts anyway"
+    fi >&2
 }
 
 RUNS=""
@@ -509,7 +542,7 @@ if ! mkdir "$DEVICE_LOCK" 2>/dev/null; then
 fi
 echo $$ > "$DEVICE_LOCK/pid"
 echo "${SWEEP##*/}" > "$DEVICE_LOCK/sweep"
-MEM_TOTAL=null
+MEM_TOTAL=null; REFILL=""; BEFORE_KB=""
 while read -r key value _; do [ "$key" = MemTotal: ] && bytes_of_kb "$value" && MEM_TOTAL=$B; done < /proc/meminfo
 for env in specs/*.env; do
     [ -f "$env" ] || continue
@@ -531,9 +564,17 @@ for env in specs/*.env; do
             > "runs/$RUN_ID.attempt-$n/meta.json.tmp" 2>/dev/null && mv "runs/$RUN_ID.attempt-$n/meta.json.tmp" "runs/$RUN_ID.attempt-$n/meta.json"
         set_run "$RUN_ID.attempt-$n" interrupted
     fi
+    [ -n "$REFILL" ] && wait_for_memory "$REFILL" "$BEFORE_KB"
+    REFILL=""
+    [ -n "$STOP" ] && { set_run "$RUN_ID" "not started"; continue; }
     set_run "$RUN_ID" running
     save running
+    mem_available_kb; BEFORE_KB=$A
     run_one
+    # killed from outside while the device's RAM ran out: a shell cannot tell the host's OOM from the
+    # run's (no kmsg), so the next run waits for the memory after either (a bounded wait)
+    if [ "$RC" = 137 ] && [ -z "$TIMED_OUT$STOPPED" ] && is_int "$BEFORE_KB" && is_int "$LOW_KB" \
+        && [ "$LOW_KB" -lt "$HOST_LOW_KB" ]; then REFILL=$RUN_ID; fi
     set_run "$RUN_ID" ended
     save running
 done
