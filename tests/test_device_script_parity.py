@@ -222,22 +222,31 @@ def cgroup_root(base: Path, kind: str) -> Path:
     if kind.startswith("v2"):
         write(root / "proc" / "self" / "cgroup", "0::/user.slice/lab\n")
         write(cg / "user.slice" / "lab" / "memory.max", {"v2": "2147483648\n", "v2-none": "max\n",
-                                                         "v2-garbage": "banana\n"}[kind])
+                                                         "v2-garbage": "banana\n", "v2-no-stat": "2147483648\n"}[kind])
         write(cg / "user.slice" / "lab" / "memory.current", "123456789\n")
+        if kind != "v2-no-stat":
+            write(cg / "user.slice" / "lab" / "memory.stat", "anon 1363148\nfile 406847488\nshmem 0\n")
     else:
         lines = "12:memory:/lab\n11:cpu,cpuacct:/other\n1:name=systemd:/lab\n0::/lab\n"
         write(root / "proc" / "self" / "cgroup", lines)
-        limit = {"v1": "1073741824\n", "v1-none": "9223372036854771712\n", "v1-no-usage": "1073741824\n"}[kind]
+        limit = {"v1": "1073741824\n", "v1-none": "9223372036854771712\n", "v1-no-usage": "1073741824\n",
+                 "v1-cache": "1073741824\n"}[kind]
         write(cg / "memory" / "lab" / "memory.limit_in_bytes", limit)
         if kind != "v1-no-usage":
             write(cg / "memory" / "lab" / "memory.usage_in_bytes", "524288000\n")
+        # the hierarchical (total_) file pages: past 2^32 together, as mksh's 32-bit integers cannot add
+        stat = ("cache 7\ninactive_file 5\nactive_file 2\ntotal_cache 5000000007\n" if kind == "v1-cache" else
+                "cache 7\ninactive_file 5\nactive_file 2\ntotal_cache 5000000007\ntotal_inactive_file 2999999999\n"
+                "total_active_file 2000000001\ntotal_unevictable 0\n")
+        write(cg / "memory" / "lab" / "memory.stat", stat)
         # the cpu controller's folder under the memory hierarchy: not this process's memory cgroup
         write(cg / "memory" / "other" / "memory.limit_in_bytes", "999\n")
         write(cg / "memory" / "other" / "memory.usage_in_bytes", "9\n")
     return root
 
 
-@pytest.mark.parametrize("kind", ["v2", "v2-none", "v2-garbage", "v1", "v1-none", "v1-no-usage"])
+@pytest.mark.parametrize("kind", ["v2", "v2-none", "v2-garbage", "v2-no-stat", "v1", "v1-none", "v1-no-usage",
+                                  "v1-cache"])
 @pytest.mark.parametrize("emulator", [None, "qemu-aarch64 8.2.2"])
 def test_facts(toolbin, tmp_path, kind, emulator):
     root = cgroup_root(tmp_path, kind)
@@ -253,8 +262,10 @@ def test_facts(toolbin, tmp_path, kind, emulator):
     assert sh == py
     assert py["workdir"] == str(tmp_path / "work dir") and (tmp_path / "work dir").is_dir()
     assert py["mem_total_bytes"] == 67108864 * 1024 and py["emulated"] is bool(emulator)
-    limits = {"v2": (2147483648, 123456789), "v1": (1073741824, 524288000)}
-    assert (py["cgroup_limit_bytes"], py["cgroup_usage_bytes"]) == limits.get(kind, (None, None))
+    limits = {"v2": (2147483648, 123456789, 406847488), "v2-no-stat": (2147483648, 123456789, None),
+              "v1": (1073741824, 524288000, 5000000000), "v1-cache": (1073741824, 524288000, 5000000007)}
+    cgroup = (py["cgroup_limit_bytes"], py["cgroup_usage_bytes"], py["cgroup_cache_bytes"])
+    assert cgroup == limits.get(kind, (None, None, None))
 
 
 # --- sweeps ---------------------------------------------------------------------------

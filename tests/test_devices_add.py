@@ -72,7 +72,7 @@ def test_probe_facts_mismatching_a_profile_are_named(tmp_path):
     facts = detect.probe(LocalTransport(device), device)
     assert facts.os == "Debian GNU/Linux 12 (bookworm)" and ("cpu-thermal", "52650") in facts.thermal
     (note,) = detect.profile_mismatches(facts, "raspberry-pi-4-4gb")
-    assert "7.9 GiB of RAM, profile raspberry-pi-4-4gb says 4.0 GiB: its entry keeps the board's" in note
+    assert "has 7.9 GiB of RAM (MemTotal), profile raspberry-pi-4-4gb says 4.0 GiB: its entry keeps the board's" in note
     assert detect.board_figures(facts, load_profile("raspberry-pi-4-4gb")) == {"ram_bytes": facts.ram_bytes}
     assert detect.profile_mismatches(facts, "raspberry-pi-5-8gb") == []
     assert detect.board_figures(facts, load_profile("raspberry-pi-5-8gb")) == {}  # 7.86 GiB of 8: the kernel's share

@@ -72,6 +72,8 @@ def add_board(name: str, *, host: str | None, serial: str | None, user: str | No
                         trust_key)
     facts = _probe(name, settings, workdir or "edgebench-work", root, python)
     say(_found(facts))
+    if facts.mem_available_bytes is None:
+        say(printable(f"note: {detect.no_mem_available(name)}", newlines=False))
     proposed = detect.propose_profiles(facts)
     candidates = candidates or proposed
     if not candidates:
@@ -129,8 +131,10 @@ def _probe(name: str, settings: TransportSettings, workdir: str, root: str | Non
 
 
 def _found(facts: BoardFacts) -> str:
-    """The board in one line: model, arch, RAM, cores, OS, Python."""
-    return printable(f"found: {facts.board}, {facts.arch}, {_gib(facts.ram_bytes)} GiB RAM, {facts.cores} cores, "
+    """The board in one line: model, arch, RAM (and its memory cgroup's limit), cores, OS, Python."""
+    ram, source = facts.ram()
+    ram_text = f"{_gib(facts.ram_bytes)} GiB RAM" + (f" ({_gib(ram)} GiB: {source})" if source != "MemTotal" else "")
+    return printable(f"found: {facts.board}, {facts.arch}, {ram_text}, {facts.cores} cores, "
                      f"{facts.os or (facts.android_model and 'Android ' + facts.android_release) or 'OS unknown'}"
                      + (f", {facts.l4t}" if facts.l4t else "")
                      + (f", python {facts.pythons[0][2]} ({facts.pythons[0][1]})" if facts.pythons

@@ -1,9 +1,10 @@
 """First contact with a board: its SSH host key, what it is, and which profile fits it.
 
 One POSIX shell probe (it works before Python is installed, and in adb's shell) prints
-`key=value` lines: the device-tree model, arch, RAM, cores, OS, Pythons, free disk,
-readable sensors (each power source's lines come from its descriptor, telemetry/power.py
-POWER_SOURCES) and the clock. Board files are read under a root directory (`/` on a
+`key=value` lines: the device-tree model, arch, RAM (MemTotal, MemAvailable, and the memory
+cgroup limit of the probe's own process: what a run started the same way meets), cores, OS,
+Pythons, free disk, readable sensors (each power source's lines come from its descriptor,
+telemetry/power.py POWER_SOURCES) and the clock. Board files are read under a root directory (`/` on a
 device; a fixture tree or an emulated board's files in tests), so tests take the same path.
 """
 
@@ -35,6 +36,17 @@ for f in "$R/proc/device-tree/model" "$R/sys/firmware/devicetree/base/model"; do
 done
 kv arch "$(cat "$R/proc/sys/kernel/arch" 2>/dev/null || uname -m)"
 kv mem_kib "$(sed -n 's/^MemTotal:[[:space:]]*\([0-9]*\).*/\1/p' "$R/proc/meminfo" 2>/dev/null)"
+kv mem_available_kib "$(sed -n 's/^MemAvailable:[[:space:]]*\([0-9]*\).*/\1/p' "$R/proc/meminfo" 2>/dev/null)"
+if [ -r "$R/proc/self/cgroup" ]; then
+  while IFS=: read -r _ cg_controllers cg_path; do
+    case ,$cg_controllers, in
+      *,memory,*) cg_file="$R/sys/fs/cgroup/memory$cg_path/memory.limit_in_bytes" ;;
+      ,,) cg_file="$R/sys/fs/cgroup$cg_path/memory.max" ;;
+      *) continue ;;
+    esac
+    [ -r "$cg_file" ] && kv mem_limit "$(cat "$cg_file")"
+  done < "$R/proc/self/cgroup"
+fi
 c=$(grep -c '^processor' "$R/proc/cpuinfo" 2>/dev/null)
 [ -n "$c" ] && [ "$c" != 0 ] || c=$(getconf _NPROCESSORS_ONLN 2>/dev/null)
 kv cores "$c"
@@ -72,7 +84,9 @@ class BoardFacts:
 
     model: str = ""
     arch: str = ""
-    ram_bytes: int | None = None
+    ram_bytes: int | None = None  # MemTotal
+    mem_available_bytes: int | None = None  # None: the kernel does not say (before Linux 3.14)
+    cgroup_limit_bytes: int | None = None  # the memory cgroup's limit (an sshd's, a container's); None: none
     cores: int | None = None
     os: str = ""
     l4t: str = ""  # Jetson Linux release line: the JetPack version follows from it
@@ -98,6 +112,12 @@ class BoardFacts:
         if self.android_model:
             return f"{self.android_model} (Android {self.android_release})".replace(" (Android )", "")
         return self.model or f"unknown {self.arch or 'board'}"
+
+    def ram(self) -> tuple[int | None, str]:
+        """The RAM a run can have, the lower of MemTotal and the cgroup limit, and which it is."""
+        if self.cgroup_limit_bytes and (self.ram_bytes is None or self.cgroup_limit_bytes < self.ram_bytes):
+            return self.cgroup_limit_bytes, "the memory cgroup's limit"
+        return self.ram_bytes, "MemTotal"
 
     def python(self, name: str) -> tuple[str, str] | None:
         """(path, version) of the python asked for as `name`, if it runs."""
@@ -128,6 +148,10 @@ def parse_probe(text: str) -> BoardFacts:
             setattr(facts, key, value.strip()[:TEXT_CHARS])
         elif key == "mem_kib" and _int(value) is not None:
             facts.ram_bytes = int(value) * 1024
+        elif key == "mem_available_kib" and _int(value) is not None:
+            facts.mem_available_bytes = int(value) * 1024
+        elif key == "mem_limit" and (limit := _int(value)) is not None and limit < 1 << 60:  # v1's "none": ~2^63
+            facts.cgroup_limit_bytes = min(limit, facts.cgroup_limit_bytes or limit)
         elif key == "cores":
             facts.cores = _int(value)
         elif key == "disk_free_kib" and _int(value) is not None:
@@ -201,11 +225,11 @@ def propose_profiles(facts: BoardFacts) -> list[str]:
 
 
 def board_figures(facts: BoardFacts, profile: Profile) -> dict[str, int]:
-    """The board's own RAM and cores where its profile's differ (RAM by more than the kernel's
-    share, cores at all): `devices add` keeps them in the board's inventory entry, which wins
-    over the profile, so predictions and fit checks use the board's."""
+    """The board's own RAM (BoardFacts.ram: a cgroup limit counts) and cores where its profile's
+    differ (RAM by more than the kernel's share, cores at all): `devices add` keeps them in the
+    board's inventory entry, which wins over the profile, so predictions and fit checks use the board's."""
     own = {}
-    ram = facts.ram_bytes or 0
+    ram = facts.ram()[0] or 0
     if ram and not 0.75 * int(profile.ram_bytes) <= ram <= 1.05 * int(profile.ram_bytes):
         own["ram_bytes"] = ram
     if facts.cores and facts.cores != profile.cores:
@@ -221,12 +245,27 @@ def profile_mismatches(facts: BoardFacts, profile_id: str) -> list[str]:
         notes.append(f"the board is {facts.arch} but profile {profile.id} is {profile.arch}")
     own = board_figures(facts, profile)
     if "ram_bytes" in own:
-        notes.append(f"the board has {own['ram_bytes'] / 2**30:.1f} GiB of RAM, profile {profile.id} says "
-                     f"{int(profile.ram_bytes) / 2**30:.1f} GiB: its entry keeps the board's (detected)")
+        notes.append(f"{ram_words(facts)}, profile {profile.id} says {int(profile.ram_bytes) / 2**30:.1f} GiB: its "
+                     "entry keeps the board's (detected)")
     if "cores" in own:
         notes.append(f"the board has {own['cores']} cores, profile {profile.id} says {profile.cores}: its entry keeps "
                      "the board's (detected)")
     return notes
+
+
+def ram_words(facts: BoardFacts) -> str:
+    """The RAM a run on the board can have (the board reported some), saying where the figure comes from."""
+    ram, source = facts.ram()
+    if source == "MemTotal":
+        return f"the board has {(ram or 0) / 2**30:.1f} GiB of RAM (MemTotal)"
+    return (f"the board's runs have {(ram or 0) / 2**30:.1f} GiB of RAM ({source}; MemTotal "
+            f"{(facts.ram_bytes or 0) / 2**30:.1f} GiB)")
+
+
+def no_mem_available(name: str) -> str:
+    """What a board whose kernel reports no MemAvailable (before Linux 3.14) leaves unknown."""
+    return (f"{name} reports no MemAvailable in /proc/meminfo (a kernel before Linux 3.14): how much RAM a run "
+            "could take there now is unknown")
 
 
 def first_contact_device(name: str, settings: TransportSettings, workdir: str, root: str | None) -> Device:

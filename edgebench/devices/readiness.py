@@ -1,6 +1,6 @@
 """Is a device ready to run sweeps? Each missing piece with the exact command that fixes it.
 
-`check(device)` probes the board (detect.PROBE: disk, sensors, clock) and its Python
+`check(device)` probes the board (detect.PROBE: memory, disk, sensors, clock) and its Python
 (pylibs.py: version, torch and its build, ExecuTorch, ONNX Runtime training where the arch
 has a wheel) and returns findings. `missing` ones stop a deploy; `warn` ones cost figures
 (power falls back to estimates, timelines align less well). The safe fixes are pip installs
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgebench.devices import detect, pylibs
-from edgebench.devices.inventory import Device, read_inventory, write_inventory
+from edgebench.devices.inventory import Device, inventory_path, read_inventory, write_inventory
 from edgebench.devices.transport import Transport, TransportError
 from edgebench.telemetry.power import POWER_SOURCES
 
@@ -268,6 +268,25 @@ class _Checker:
         self.findings.append(Finding("disk", status, detail, None if status == "ok" else
                                      f"du -sh {self.facts.workdir}/sweeps/*  # remove sweeps already collected"))
 
+    def memory(self) -> None:
+        """The RAM a run meets there (`devices add`'s figure: a cgroup limit counts), what is free
+        now, and whether the device's figure (its entry's, else its profile's) says the same."""
+        f, profile = self.facts, self.device.profile
+        if f.ram()[0] is None:
+            self.add("memory", "unknown", f"{self.device.name}'s /proc/meminfo has no MemTotal")
+            return
+        if f.mem_available_bytes is None:
+            self.add("memory", "warn", detect.no_mem_available(self.device.name))
+            return
+        detail = f"{detect.ram_words(f)}, {f.mem_available_bytes / 2**30:.1f} GiB available now (MemAvailable)"
+        own = detect.board_figures(f, profile).get("ram_bytes")
+        if own is None:
+            self.add("memory", "ok", detail)
+        else:  # an entry written before the cgroup counted, or a profile that is not this board's
+            self.findings.append(Finding("memory", "warn", f"{detail}; predictions use {self.device.name}'s "
+                                         f"{int(profile.ram_bytes) / 2**30:.1f} GiB",
+                                         f"set ram_bytes: {own} in {self.device.name}'s entry of {inventory_path()}"))
+
     def sensors(self) -> None:
         f, sensors = self.facts, self.device.profile.sensors
         source = sensors.power.source
@@ -363,6 +382,7 @@ def check(device: Device, transport: Transport | None = None, backends: Iterable
         else:
             checker.no_python()
         checker.disk()
+        checker.memory()
         checker.sensors()
         checker.clock()
     except TransportError as exc:

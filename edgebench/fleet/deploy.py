@@ -101,6 +101,19 @@ def package_tarball(dest: Path) -> Path:
     return _tar_dir(Path(edgebench.__file__).resolve().parent, "edgebench", dest, compress=True)
 
 
+def available_bytes(facts: dict[str, Any]) -> int:
+    """What a new run could take now (facts from device_scripts/facts.py): MemAvailable, and inside
+    a memory cgroup its limit less what its processes hold (its usage less its page cache, which
+    the kernel reclaims before it refuses a run), the lower of the two. 0 when neither is known
+    (no MemAvailable before Linux 3.14, no limit)."""
+    figures = [] if facts.get("mem_available_bytes") is None else [int(facts["mem_available_bytes"])]
+    limit = facts.get("cgroup_limit_bytes")
+    if limit:
+        held = (facts.get("cgroup_usage_bytes") or 0) - (facts.get("cgroup_cache_bytes") or 0)
+        figures.append(int(limit) - max(held, 0))
+    return max(min(figures, default=0), 0)
+
+
 def preflight(device: Device, facts: dict[str, Any], specs: list[RunSpec], payload_bytes: int) -> list[str]:
     """Every reason the device cannot run these specs, each with its fix (empty: go)."""
     problems: list[str] = []  # python and its libraries: devices.readiness.check, run beside this
@@ -121,10 +134,11 @@ def preflight(device: Device, facts: dict[str, Any], specs: list[RunSpec], paylo
                             "--program DIR (`edgebench export`)")
         if spec.program and not Path(spec.program).is_dir():
             problems.append(f"{spec.run_id}: program directory {spec.program} does not exist on this host")
-    available = facts["mem_available_bytes"]
-    if facts.get("cgroup_limit_bytes"):
-        available = min(available, facts["cgroup_limit_bytes"] - (facts.get("cgroup_usage_bytes") or 0))
-    if available < MIN_FREE_RAM:
+    available = available_bytes(facts)
+    if facts.get("mem_available_bytes") is None and not facts.get("cgroup_limit_bytes"):
+        problems.append("the device's /proc/meminfo has no MemAvailable (Linux before 3.14): how much RAM a run "
+                        "could take is unknown; run on a newer kernel")
+    elif available < MIN_FREE_RAM:
         problems.append(f"only {available / 2**20:.0f} MiB of RAM is free; stop other programs on the device "
                         f"(at least {MIN_FREE_RAM / 2**20:.0f} MiB needed)")
     traces = disk_needed_est(specs)

@@ -1,6 +1,6 @@
 """Facts deploy's preflight checks on a device: python, arch (and whether it is emulated: the
 arm64 lab's python says so in EDGEBENCH_EMULATOR), libraries (found without importing them),
-memory, cgroup limit, disk.
+memory, cgroup limit (its usage and page cache), disk.
 
 Runs on the device with `python -c` before edgebench is shipped: standard library only.
 Usage: facts.py WORKDIR [ROOT] (prints one JSON object). /proc and /sys are read under ROOT
@@ -45,10 +45,25 @@ def meminfo(root: str = "/") -> dict[str, int]:
     return mem
 
 
-def cgroup_memory(root: str = "/") -> tuple[int | None, int | None]:
-    """(limit, usage) of this process's memory cgroup, v1 or v2; (None, None) without a limit."""
+def page_cache(stat_file: str) -> int | None:
+    """The cgroup's file-backed page cache (memory.stat), which the kernel reclaims before it
+    refuses a new run: v1's inactive + active file pages (else its cache), v2's file."""
+    try:
+        with open(stat_file) as fh:
+            fields = [line.split() for line in fh]
+    except OSError:
+        return None
+    numbers = {f[0]: int(f[1]) for f in fields if len(f) >= 2 and f[1].isdigit()}
+    if "total_inactive_file" in numbers and "total_active_file" in numbers:
+        return numbers["total_inactive_file"] + numbers["total_active_file"]
+    return numbers.get("total_cache", numbers.get("file"))
+
+
+def cgroup_memory(root: str = "/") -> tuple[int | None, int | None, int | None]:
+    """(limit, usage, page cache) of this process's memory cgroup, v1 or v2; all None without a limit."""
     limit: int | None = None
     usage: int | None = None
+    cache: int | None = None
     for line in open(under(root, "/proc/self/cgroup")):
         _, controllers, path = line.rstrip("\n").split(":", 2)
         v1 = "memory" in controllers.split(",")
@@ -58,16 +73,17 @@ def cgroup_memory(root: str = "/") -> tuple[int | None, int | None]:
                 text = open(os.path.join(base, lim)).read().strip()
                 if text != "max" and int(text) < 1 << 60:
                     limit, usage = int(text), int(open(os.path.join(base, use)).read())
+                    cache = page_cache(os.path.join(base, "memory.stat"))
             except (OSError, ValueError):
                 pass
-    return limit, usage
+    return limit, usage, cache
 
 
 def main(workdir: str, root: str = "/") -> dict[str, Any]:
     workdir = os.path.abspath(os.path.expanduser(workdir))
     os.makedirs(workdir, exist_ok=True)
     mem = meminfo(root)
-    limit, usage = cgroup_memory(root)
+    limit, usage, cache = cgroup_memory(root)
     emulator = os.environ.get("EDGEBENCH_EMULATOR") or None
     return {
         "python": list(sys.version_info[:3]), "executable": sys.executable, "arch": platform.machine(),
@@ -78,7 +94,7 @@ def main(workdir: str, root: str = "/") -> dict[str, Any]:
         "psutil": installed("psutil", "psutil"),
         "numpy": installed("numpy", "numpy"),
         "mem_available_bytes": mem.get("MemAvailable"), "mem_total_bytes": mem.get("MemTotal"),
-        "cgroup_limit_bytes": limit, "cgroup_usage_bytes": usage,
+        "cgroup_limit_bytes": limit, "cgroup_usage_bytes": usage, "cgroup_cache_bytes": cache,
         "disk_free_bytes": shutil.disk_usage(workdir).free, "workdir": workdir,
     }
 
