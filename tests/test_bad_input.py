@@ -109,7 +109,7 @@ CASES = {
     "devices add": [["bad/name", "--host", "127.0.0.1"], ["ok-name", "--profile", "no-such-profile",
                                                          "--host", "127.0.0.1"], ["ok-name"]],
     "devices remove": [["no-such-board"]],
-    "lab up": [["--memory", "lots"], ["--profile", "no-such-profile"], ["--arch", "mips"]],
+    "lab up": [["--memory", "lots"], ["--memory", "100MiB"], ["--profile", "no-such-profile"], ["--arch", "mips"]],
     "lab down": [["--bogus"]],
     "lab status": [["--bogus"]],
     "deploy": [["--device", "no-such-board"], ["--device", "bad/name"], ["--spec", NO_SUCH],

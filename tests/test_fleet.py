@@ -317,7 +317,8 @@ def test_deploy_refuses_what_the_profiles_ram_rules_out_before_exporting_anythin
     monkeypatch.setattr(deploy, "connect", no_export)
     spec = RunSpec(model="nanovlm-222m", method="adamw", backend="executorch", runtime="python")
     with pytest.raises(deploy.PreflightError, match=r"zero .*cannot run this sweep:\n  - .*adamw 4.2 GiB, more than "
-                                                    r"the .* usable on zero.*--force to run anyway"):
+                                                    r"the 275 MiB a run may take on zero \(512 MiB RAM less 182 MiB "
+                                                    r"for its OS at idle.*--force to run anyway"):
         deploy.deploy_one("zero", [spec], tmp_path / "runs")
 
 

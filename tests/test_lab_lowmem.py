@@ -1,13 +1,14 @@
-"""The lowest-memory methods inside an emulated device's memory limit (real sshd, real cgroup).
+"""The lowest-memory methods on an emulated board (real sshd, real cgroup holding the board's RAM
+with its OS's idle footprint resident inside): each run is accepted by deploy's preflight without
+--force, ends `ok`, and its worker's kernel peak stays within the budget it was held to (the
+board's RAM less its OS, the supervisor and the margin: methods.budget).
 
-Reduced form (default): a 512 MiB device trains the tiny model with `qlora4` (int4 frozen
-weights + LoRA) and `lomo-sr` (full-parameter bf16 weights, SGD in backward with stochastic
-rounding); both must end `ok`, the loss must fall and the cgroup's peak stay under the limit.
-EDGEBENCH_FULL=1: a 1 GiB device trains nanovlm-460m with qlora4 (one 512-px view per image,
---max-image-size 512) and nanovlm-222m with lomo-sr, the issue's targets (406 s on a loaded
-2-core host; kernel peaks 973 and 952 MiB).
-`large`: a 1 GiB device trains nanovlm-460m at nanoVLM main's own images with LoRA and MeZO, and
-every weight of nanovlm-222m on the native ExecuTorch worker.
+Reduced form (default): a 1 GiB Pi 4 trains the tiny model with `qlora4` (int4 frozen weights +
+LoRA) and `lomo-sr` (full-parameter bf16 weights, SGD in backward with stochastic rounding); the
+loss must fall. EDGEBENCH_FULL=1: nanovlm-222m with qlora4 and lomo-sr on a 1.5 GiB board.
+`large`: nanovlm-222m's LoRA and MeZO over int4 weights on a 1 GiB board; nanovlm-460m at nanoVLM
+main's own images refused on a 1 GiB board and trained on a 1.5 GiB one, as is every weight of
+nanovlm-222m on the native ExecuTorch worker.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from lab_fixtures import lab_in, wait_for_sweep
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 FULL = os.environ.get("EDGEBENCH_FULL") == "1"
-MEMORY = 2**30 if FULL else 512 * 2**20
-SPECS = ([RunSpec(model="nanovlm-460m", method="qlora4", max_image_size=512, steps=3, warmup_steps=0),
+GIB = 2**30
+MEMORY = 3 * GIB // 2 if FULL else GIB
+SPECS = ([RunSpec(model="nanovlm-222m", method="qlora4", steps=3, warmup_steps=0),
           RunSpec(model="nanovlm-222m", method="lomo-sr", steps=3, warmup_steps=0)] if FULL else
          [RunSpec(method="qlora4", batch_size=4, steps=4, warmup_steps=0),
           RunSpec(method="lomo-sr", batch_size=4, steps=4, warmup_steps=0, lr=1e-2)])
@@ -37,9 +39,9 @@ TIMEOUT_S = 4 * 3600 if FULL else 600
 
 
 def _train_inside(tmp_path, specs: list[RunSpec], memory: int, cpus: float, timeout_s: float) -> list[dict]:
-    """Deploy `specs` to a lab device of `memory` bytes and `cpus`, collect, and check each run
-    ended `ok` with its kernel and cgroup peaks under the limit; each run's figures, its losses
-    under "losses"."""
+    """Deploy `specs` to a lab device of `memory` bytes and `cpus` (no --force: the preflight must
+    accept them), collect, and check each run ended `ok` with its kernel peak within the budget it
+    was held to and the cgroup's under the limit; each run's figures, its losses under "losses"."""
     spec_args = []
     for i, spec in enumerate(specs):
         spec.save(tmp_path / f"spec{i}.json")
@@ -64,7 +66,7 @@ def _train_inside(tmp_path, specs: list[RunSpec], memory: int, cpus: float, time
         result["losses"] = [json.loads(line)["loss"] for line in (run / "events.jsonl").read_text().splitlines()
                             if '"step_end"' in line]
         assert len(result["losses"]) == spec.steps, (spec.method, result["losses"])
-        assert 0 < result["peak_rss_bytes_kernel"] <= memory, (spec.method, result)
+        assert 0 < result["peak_rss_bytes_kernel"] <= result["budget_bytes"] < memory, (spec.method, result)
         assert result["cgroup_peak_bytes"] is None or result["cgroup_peak_bytes"] <= memory, (spec.method, result)
         results.append(result)
     return results
@@ -76,26 +78,49 @@ def test_lowest_memory_methods_end_ok_inside_the_device_limit(tmp_path):
 
 
 @pytest.mark.large
+@pytest.mark.timeout(1800)
+def test_nanovlm_222m_lora_and_mezo_over_int4_fine_tune_on_a_1_gib_board(tmp_path):
+    # The 1 GiB board's frontier (docs/measurements.md has the 20-step runs): LoRA on the decoder
+    # and MeZO over LoRA, both over int4 frozen weights, within the 751 MiB a 1 GiB Pi 4 leaves a run.
+    specs = [RunSpec(model="nanovlm-222m", method=method, steps=2, warmup_steps=0)
+             for method in (fit.VLM_1GIB_LORA, fit.VLM_1GIB_MEZO)]
+    lora, mezo = _train_inside(tmp_path, specs, GIB, 2, 1500)
+    assert lora["losses"][-1] < lora["losses"][0], lora["losses"]
+    assert all(math.isfinite(loss) for loss in mezo["losses"]), mezo["losses"]
+
+
+def test_a_1_gib_board_refuses_nanovlm_460m_at_main_images(tmp_path):
+    # Its OS at idle, the supervisor and the margin leave 751 MiB; MeZO over int4 LoRA is predicted
+    # at 883 MiB (871 measured): refused before anything is shipped, naming the budget.
+    with lab_in(tmp_path, [lab.LabDevice("raspberry-pi-4-4gb", name="lab-1gib", memory_bytes=GIB, cpus=1)]):
+        out = CliRunner().invoke(cli, ["deploy", "--device", "lab-1gib", "--model", "nanovlm-460m", "--methods",
+                                       fit.VLM_1GIB_MEZO, "--runs-dir", str(tmp_path / "runs")])
+    assert out.exit_code == 1, out.output
+    assert "more than the 751 MiB a run may take on lab-1gib (1,024 MiB RAM less 202 MiB for its OS" in out.output
+    assert "or --force to run anyway" in out.output and not (tmp_path / "runs" / "lab-1gib").exists()
+
+
+@pytest.mark.large
 @pytest.mark.timeout(3600)
-def test_nanovlm_460m_at_main_images_fine_tunes_inside_1_gib(tmp_path):
-    # Reduced form of issue 56's target: nanoVLM main's 2048-px images (17 views, 1,137 decoder
-    # positions), 2 steps each (docs/measurements.md has the 20-step runs). Two CPUs: the limit is
-    # on memory, and one CPU doubles the ~10 minutes.
+def test_nanovlm_460m_at_main_images_fine_tunes_on_a_1_5_gib_board(tmp_path):
+    # nanoVLM main's 2048-px images (17 views, 1,137 decoder positions), 2 steps each, on a 1.5 GiB
+    # board (1,208 MiB for a run; the preflight admits LoRA's predicted 1,007 MiB from 1.28 GiB of
+    # RAM). Two CPUs: the limit is on memory, and one CPU doubles the ~10 minutes.
     specs = [RunSpec(model="nanovlm-460m", method=method, steps=2, warmup_steps=0)
              for method in (fit.VLM_1GIB_LORA, fit.VLM_1GIB_MEZO)]
-    lora, mezo = _train_inside(tmp_path, specs, 2**30, 2, 3000)
+    lora, mezo = _train_inside(tmp_path, specs, 3 * GIB // 2, 2, 3000)
     assert lora["losses"][-1] < lora["losses"][0], lora["losses"]
     assert all(math.isfinite(loss) for loss in mezo["losses"]), mezo["losses"]
 
 
 @pytest.mark.large
 @pytest.mark.timeout(1800)
-def test_nanovlm_222m_full_parameter_on_the_native_worker_inside_1_gib(tmp_path):
-    # Reduced form of issue 56's native target: every weight of nanovlm-222m trained by the
-    # native ExecuTorch worker (bf16 weights, SGD with stochastic rounding in the program,
-    # checkpointed blocks), 2 steps on a 1 GiB device with one CPU (docs/native.md has 20).
+def test_nanovlm_222m_full_parameter_on_the_native_worker_on_a_1_5_gib_board(tmp_path):
+    # Every weight of nanovlm-222m trained by the native ExecuTorch worker (bf16 weights, SGD with
+    # stochastic rounding in the program, checkpointed blocks), 2 steps with one CPU (docs/native.md
+    # has 20): predicted at 983 MiB, more than a 1 GiB board's 751.
     spec = RunSpec(model="nanovlm-222m", method=fit.NATIVE_1GIB_FULL, backend="executorch", runtime="native",
                    steps=2, warmup_steps=0)
-    result, = _train_inside(tmp_path, [spec], 2**30, 1, 1500)
+    result, = _train_inside(tmp_path, [spec], 3 * GIB // 2, 1, 1500)
     assert result["runtime"] == "native", result
     assert result["losses"][-1] < result["losses"][0], result["losses"]

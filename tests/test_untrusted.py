@@ -291,21 +291,28 @@ def test_run_shape_is_checked_before_any_run(tmp_path, edgebench_here, args, wor
 def test_memory_preflight_refuses_then_force_runs_and_records_it(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
-    from edgebench.fleet import local
+    from edgebench.devices.profiles import REPO_PROFILES_DIR
     from edgebench.fleet.commands import bench
 
-    monkeypatch.setattr(local, "host_memory", lambda: (256 * 2**20, None))  # a 256 MiB board
+    profiles = tmp_path / "profiles"  # this host as a 256 MiB board: its profile's RAM bounds what it reports
+    profiles.mkdir()
+    (profiles / "local.yaml").write_text((REPO_PROFILES_DIR / "local.yaml").read_text().replace(
+        "ram_bytes: auto", "ram_bytes: 256MiB"))
+    monkeypatch.setenv("EDGEBENCH_PROFILES", str(profiles))
     args = ["--methods", "sgd", "--steps", "1", "--warmup", "0", "--text-length", "16", "--runs-dir",
             str(tmp_path / "runs")]
     out = CliRunner().invoke(bench, args)
     assert out.exit_code == 1 and "predicted peak (estimate) sgd" in out.output  # ClickException: exit 2 via main
-    assert "217.6 MiB usable on this host (256.0 MiB RAM less 15% headroom)" in out.output
+    said = "the 208 MiB a run may take on this host (256 MiB RAM less 0 MiB for its OS at idle"
+    assert said in out.output and "40 MiB for the Python supervisor, 8 MiB margin" in out.output
     assert not (tmp_path / "runs").exists()
     out = CliRunner().invoke(bench, args + ["--force"])
     assert out.exit_code == 0, out.output
     (meta,) = (tmp_path / "runs").glob("*/meta.json")
-    forced = json.loads(meta.read_text())["spec"]["extra"]["forced"]
-    assert "217.6 MiB usable" in forced["memory"] and forced["peak_bytes_est"] > 217 * 2**20
+    extra = json.loads(meta.read_text())["spec"]["extra"]
+    assert said in extra["forced"]["memory"] and extra["forced"]["peak_bytes_est"] > 208 * 2**20
+    held_to = extra["budget"]  # the budget the run was held to, recorded with it
+    assert held_to["budget_bytes"] == 256 * 2**20 - 40 * 2**20 - int(256 * 2**20 * 0.03)
 
 
 def test_bench_exits_1_when_no_run_ended_ok_and_says_how_many_did(tmp_path, edgebench_here):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import asdict
@@ -10,13 +11,15 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from edgebench.devices.commands import SIZE
 from edgebench.methods.device_speed import DeviceSpeed
-from edgebench.methods.fit import DEFAULT_HEADROOM, rank, usable_bytes
+from edgebench.methods.fit import rank
 from edgebench.methods.knobs import MODIFIERS, PRESETS, Method, MethodError, parse_method
 from edgebench.results import STORE_DEFAULT_HELP
 
 if TYPE_CHECKING:
     from edgebench.devices.profiles import Profile
+    from edgebench.methods.budget import Budget
     from edgebench.model.config import VLMConfig
 
 NativeFigures = Callable[[Method, int], dict[str, Any] | None]  # the native worker's figures (methods.fit.rank)
@@ -60,41 +63,58 @@ def methods_command(as_json: bool) -> None:
         console.print(part)
 
 
-def _device(device: str | None, ram_bytes: int | None) -> tuple[int, str, DeviceSpeed]:
-    """The RAM budget and the rates of the step-time estimate: --ram-bytes (no device: a
-    reference host's rates), a lab device's memory limit (its rates from `devices calibrate`,
-    else this host's CPU's), a profile's (Profile.device_speed), or an inventory device's
-    profile's RAM (its calibrated rates, else its profile's: Device.device_speed)."""
-    from edgebench.methods.device_speed import REFERENCE
+def _device(device: str | None, ram_bytes: int | None, os_memory: int | None) -> tuple[Budget, DeviceSpeed]:
+    """The budget a run would be held to (methods.budget) and the rates of the step-time
+    estimate: --ram-bytes (a reference host's rates); this host as it reports itself now
+    (`local`); a profile's board, or an inventory or lab device's (its own RAM; a lab device
+    holds its board's idle OS inside it), with its calibrated rates, else its profile's (a lab
+    device's: this host's CPU's). --os-memory replaces the OS's idle figure."""
+    from edgebench.methods.budget import DEFAULT_MARGIN, board_budget
 
     if ram_bytes is not None:
-        return ram_bytes, "--ram-bytes", REFERENCE
+        from edgebench.methods.device_speed import REFERENCE
+
+        return (board_budget("a board with --ram-bytes", ram_bytes, os_memory or 0,
+                             "--os-memory" if os_memory else "none given: --os-memory", margin=DEFAULT_MARGIN),
+                REFERENCE)
     if device is None:
         raise click.UsageError("give --device PROFILE (see device_profiles/) or --ram-bytes N")
     from edgebench.devices.inventory import InventoryError, get_device
-    from edgebench.devices.lab import read_state
     from edgebench.devices.profiles import ProfileError, load_profile
 
-    lab = read_state().get(device)
-    if lab and lab.get("memory_bytes"):
-        from edgebench.methods.device_speed import host_speed
-
-        try:
-            calibrated = get_device(device).speed
-        except (InventoryError, ProfileError):
-            calibrated = None
-        return (int(lab["memory_bytes"]), f"lab device {device}",
-                calibrated.rates() if calibrated else host_speed())
     try:
-        profile = load_profile(device)
-        return int(profile.ram_bytes), device, profile.device_speed()
-    except ProfileError as exc:
+        found = get_device(device)
+    except (InventoryError, ProfileError):
+        found = None
+    if found is None or device == "local":
         try:
-            found = get_device(device)
-        except (InventoryError, ProfileError):
+            profile = load_profile(device)
+        except ProfileError as exc:
             raise click.BadParameter(f"{exc} (nor is {device!r} a lab or inventory device)",
                                      param_hint="--device") from None
-        return int(found.profile.ram_bytes), f"inventory device {device}", found.device_speed()
+        held_to = _this_host(profile) if profile.id == "local" else profile.budget(device)
+        speed = profile.device_speed()
+    else:
+        held_to = found.profile.budget(f"{'lab' if found.lab else 'inventory'} device {device}",
+                                       supervisor="python" if found.has_python else "shell")
+        if found.lab and found.speed is None:
+            from edgebench.methods.device_speed import host_speed
+
+            speed = host_speed()
+        else:
+            speed = found.device_speed()
+    if os_memory is not None:
+        held_to = dataclasses.replace(held_to, os_bytes=os_memory, os_source="--os-memory")
+    return held_to, speed
+
+
+def _this_host(profile: Profile) -> Budget:
+    """This host's budget as it reports itself now (fleet.local.host_budget)."""
+    import tempfile
+
+    from edgebench.fleet.local import host_budget
+
+    return host_budget(profile, Path(tempfile.gettempdir()))
 
 
 def _profile(device: str | None) -> Profile:
@@ -150,8 +170,8 @@ def _native_peaks(model_name: str, device: str | None, text_length: int, image_s
 @click.option("--batch-size", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--text-length", default=32, show_default=True, type=click.IntRange(min=2))
 @click.option("--image-size", type=click.IntRange(min=1), help="Square image side (default: the config's).")
-@click.option("--headroom", default=DEFAULT_HEADROOM, show_default=True, type=click.FloatRange(0, 1, max_open=True),
-              help="Fraction of RAM kept free for the OS and runtime.")
+@click.option("--os-memory", type=SIZE, default=None,
+              help="What the OS holds at idle, e.g. 200MiB (default: the device's figure; with --ram-bytes, 0).")
 @click.option("--runtime", type=click.Choice(["python", "native"]), default="python", show_default=True,
               help="python: a Python process with torch (eager; ExecuTorch's Python worker); native: the native "
                    "ExecuTorch worker (no Python, no torch), predicted from each method's program, exported for "
@@ -161,13 +181,14 @@ def _native_peaks(model_name: str, device: str | None, text_length: int, image_s
                    f"beside the estimates (default: {STORE_DEFAULT_HELP}; none there: no such figures).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 def predict_command(device: str | None, ram_bytes: int | None, model_name: str, method: str | None, batch_size: int,
-                    text_length: int, image_size: int | None, headroom: float, runtime: str, store: str | None,
+                    text_length: int, image_size: int | None, os_memory: int | None, runtime: str, store: str | None,
                     as_json: bool) -> None:
     """Predict a method's memory (weights, gradients, optimizer state, activations,
-    temporaries, runtime baseline, peak) before running it, and whether it fits the device's
-    RAM with headroom. Without --method: which methods fit, best first by predicted step time
-    (relative to SGD, from a FLOP and memory-traffic model); with --runtime native, the
-    methods the native worker runs, by its own memory (planned arena, mapped program, its
+    temporaries, runtime baseline, peak) before running it, and whether it fits what a run may
+    take on the device: its RAM less what its OS holds at idle, the sweep's supervisor and a
+    margin (the budget bench and deploy hold runs to). Without --method: which methods fit,
+    best first by predicted step time (relative to SGD, from a FLOP and memory-traffic model);
+    with --runtime native, the methods the native worker runs, by its own memory (planned arena, mapped program, its
     runtime). All figures are per-step estimates; where the results store holds runs of the
     model with a held-out target (`bench --target`), each method's measured steps and seconds
     to it are shown beside them."""
@@ -179,10 +200,10 @@ def predict_command(device: str | None, ram_bytes: int | None, model_name: str, 
         cfg = read_config(model_name) if Path(model_name).is_dir() else get_config(model_name)
     except (MethodError, ConfigError, ValueError) as exc:
         raise click.BadParameter(str(exc)) from exc
-    budget, source, speed = _device(device, ram_bytes)
-    usable = usable_bytes(budget, headroom)
-    verdict = {"ram_bytes": budget, "ram_source": source, "headroom": headroom, "usable_bytes_est": usable,
-               "speed": asdict(speed), "runtime": runtime}
+    held_to, speed = _device(device, ram_bytes, os_memory)
+    usable = held_to.bytes
+    verdict = {"ram_bytes": held_to.ram_bytes, "budget": held_to.record(), "budget_text": held_to.text(),
+               "usable_bytes_est": usable, "speed": asdict(speed), "runtime": runtime}
     native = _native_peaks(model_name, device, text_length, image_size, as_json) if runtime == "native" else None
     measured = _measured(store, model_name)
     if parsed is None:
@@ -240,9 +261,7 @@ def _print_prediction(method: str, model_name: str, batch_size: int, figures: di
         console.print(f"sequence: {figures['sequence_length']:,} decoder positions a sample "
                       f"({figures['image_tiles']} image(s) through the vision encoder)")
     word = "fits" if verdict["fits_est"] else "does NOT fit"
-    console.print(f"{word}: peak {figures['peak_bytes'] / 2**20:,.0f} MiB vs "
-                  f"{verdict['usable_bytes_est'] / 2**20:,.0f} MiB usable ({verdict['ram_bytes'] / 2**20:,.0f} MiB "
-                  f"RAM from {verdict['ram_source']}, {verdict['headroom']:.0%} headroom)")
+    console.print(f"{word}: peak {figures['peak_bytes'] / 2**20:,.0f} MiB vs {verdict['budget_text']}")
     console.print(PER_STEP_NOTE)
     for entry in measured:
         console.print(f"{method}: measured: {_to_target_text(entry)}")
@@ -298,9 +317,8 @@ def _print_ranking(rows: list[dict[str, Any]], model_name: str, batch_size: int,
                  "; -: a bf16 method, this device's bf16 matmul speed unknown (`edgebench devices calibrate "
                  "DEVICE` measures it)")
     worker = "the native worker's " if verdict["runtime"] == "native" else ""
-    table = Table(title=f"{worker}methods for {model_name} in {verdict['usable_bytes_est'] / 2**20:,.0f} MiB usable "
-                        f"({verdict['ram_bytes'] / 2**20:,.0f} MiB RAM from {verdict['ram_source']}, "
-                        f"{verdict['headroom']:.0%} headroom), batch {batch_size}: estimates",
+    table = Table(title=f"{worker}methods for {model_name}, batch {batch_size}, in {verdict['budget_text']}: "
+                        "estimates",
                   caption="step time (est.): the step's work at the device's rates, relative to sgd on it; "
                           f"it ranks, it does not time. Rates: {speed['source']}{bf16_note}")
     measured = any(r["measured_to_target"] for r in rows)

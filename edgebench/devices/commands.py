@@ -327,6 +327,28 @@ def devices_remove(name: str) -> None:
         click.echo(f"removed {name} from {inventory_path()}")
 
 
+class Size(click.ParamType[int, Any]):
+    """A size in bytes: plain bytes or with a unit (1GiB, 512MiB, 200MB)."""
+
+    name = "size"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        from pydantic import ByteSize, TypeAdapter, ValidationError
+
+        if isinstance(value, int):
+            return value
+        try:
+            size = int(TypeAdapter(ByteSize).validate_python(str(value).strip()))
+        except ValidationError:
+            self.fail(f"{value!r}: write a size like 1GiB or 512MiB", param, ctx)
+        if size <= 0:
+            self.fail(f"{value!r}: a size must be more than 0", param, ctx)
+        return size
+
+
+SIZE = Size()
+
+
 @click.group()
 def lab() -> None:
     """The emulated device lab: real sshd per device, the profile's RAM and CPU enforced by cgroups.
@@ -341,7 +363,10 @@ def lab() -> None:
 
     Each device is its own sshd on a 127.0.0.1 port with its own host key (host-key checking
     stays on) inside a memory cgroup and CPU quota from the profile's `emulation` section,
-    registered in the inventory as lab-<alias>. Needs root (cgroups) and openssh-server.
+    registered in the inventory as lab-<alias>. A device is the board it names: its cgroup holds
+    the board's RAM and, resident inside it, the OS's idle footprint the profile gives for that
+    RAM (`os_memory`), so a run meets the budget it would meet on the board (`edgebench predict
+    --device lab-pi4` shows it). Needs root (cgroups) and openssh-server.
     State: $EDGEBENCH_LAB_DIR or ~/.local/state/edgebench/lab.
     """
 
@@ -349,7 +374,9 @@ def lab() -> None:
 @lab.command("up")
 @click.option("--profile", "profiles", multiple=True,
               help="Profile to emulate (repeatable). Default: raspberry-pi-4-4gb and raspberry-pi-zero-2w.")
-@click.option("--memory", default=None, help="Override the memory limit of these devices, e.g. 1GiB.")
+@click.option("--memory", type=SIZE, default=None,
+              help="The emulated board's RAM instead of the profile's, e.g. 1GiB (its OS's idle footprint for that "
+                   "RAM is held inside it).")
 @click.option("--cpus", default=None, type=click.FloatRange(min=0.01), help="Override the CPU limit (cores).")
 @click.option("--arch", type=click.Choice(["host", "arm64"]), default="host", show_default=True,
               help="arm64: the device's python is an arm64 Python with arm64 wheels under qemu user-mode "
@@ -358,24 +385,18 @@ def lab() -> None:
               help="A device with no Python (lab-<alias>-nopy): its sessions find only a phone's shell tools, so "
                    "only the native ExecuTorch worker runs there, under the shell sweep.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def lab_up(profiles: tuple[str, ...], memory: str | None, cpus: float | None, arch: str, no_python: bool,
+def lab_up(profiles: tuple[str, ...], memory: int | None, cpus: float | None, arch: str, no_python: bool,
            as_json: bool) -> None:
     """Start emulated devices (those already running are kept)."""
-    from pydantic import ByteSize, TypeAdapter, ValidationError
-
     from edgebench.devices import lab as lab_mod
     from edgebench.devices.cgroups import CgroupError
     from edgebench.devices.profiles import ProfileError
 
-    try:
-        memory_bytes = int(TypeAdapter(ByteSize).validate_python(memory)) if memory else None
-    except ValidationError:
-        raise click.BadParameter(f"{memory!r}: write a size like 1GiB or 512MiB", param_hint="--memory") from None
     defaults = lab_mod.DEFAULT_ARM64_PROFILES if arch == "arm64" else lab_mod.DEFAULT_PROFILES
     if no_python and arch != "host":
         raise click.BadParameter("a device without Python runs the native worker directly, which an emulated arm64 "
                                  "device cannot exec without binfmt_misc; use --arch host", param_hint="--no-python")
-    specs = [lab_mod.LabDevice(p, memory_bytes=memory_bytes, cpus=cpus, arch=None if arch == "host" else arch,
+    specs = [lab_mod.LabDevice(p, memory_bytes=memory, cpus=cpus, arch=None if arch == "host" else arch,
                                no_python=no_python)
              for p in (profiles or defaults)]
     try:
@@ -391,7 +412,8 @@ def lab_up(profiles: tuple[str, ...], memory: str | None, cpus: float | None, ar
         if dev.get("emulator"):
             note += f"; arm64 under {dev['emulator']} (step times not representative)"
         click.echo(f"{dev['name']}: {dev['profile']} on 127.0.0.1:{dev['port']}, "
-                   f"{_gib(dev['memory_bytes'])} GiB, {dev['cpus']:g} CPUs{note}")
+                   f"{_gib(dev['memory_bytes'])} GiB, {dev['cpus']:g} CPUs{note}; its OS at idle held resident: "
+                   f"{(dev.get('os_memory_bytes') or 0) / 2**20:,.0f} MiB ({dev.get('os_memory_source', '-')})")
     click.echo(f"registered in {inventory_path()}; try `edgebench deploy --device {running[0]['name']}`")
 
 

@@ -17,7 +17,9 @@ from __future__ import annotations
 import getpass
 import hashlib
 import json
+import math
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -34,11 +36,13 @@ from edgebench.devices.cgroups import Limits
 from edgebench.devices.inventory import read_inventory, write_inventory
 from edgebench.devices.profiles import load_profile
 from edgebench.errors import EdgebenchError
+from edgebench.methods.budget import Budget, mib
 
 DEFAULT_PROFILES = ("raspberry-pi-4-4gb", "raspberry-pi-zero-2w")
 DEFAULT_ARM64_PROFILES = ("raspberry-pi-4-4gb",)  # emulated torch alone takes ~400 MB: not a 512 MiB Zero
 ARCHES = {"host": None, "arm64": "aarch64", "aarch64": "aarch64"}
 SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/bin/sshd")
+MIN_RUN_BYTES = 16 * 2**20  # a lab device leaving a run less than this is refused
 
 
 class LabError(EdgebenchError, RuntimeError):
@@ -212,9 +216,56 @@ def _cgroup_name(root: Path, name: str) -> str:
     return f"edgebench-lab-{hashlib.sha256(str(root).encode()).hexdigest()[:8]}/{name}"
 
 
+# The shell joins the cgroups named by its arguments, then becomes $COMMAND (shell-quoted words).
+JOIN = 'for f in "$@"; do echo $$ > "$f" || exit 97; done; eval "exec $COMMAND"'
+SHM = Path("/dev/shm")
+
+
+def board_budget(spec: LabDevice) -> Budget:
+    """What a run may take on the board this lab device emulates (methods.budget): its memory
+    less the profile's idle OS footprint (held resident in the device), the sweep's supervisor
+    and the margin. A memory that leaves no room is refused, naming the smallest that would."""
+    profile = load_profile(spec.profile)
+    memory = int(spec.memory_bytes or profile.emulation.memory_bytes)
+    held_to = profile.budget(spec.device_name(), memory, "shell" if spec.no_python else "python")
+    if held_to.bytes < MIN_RUN_BYTES:
+        need = held_to.os_bytes + held_to.supervisor_bytes + held_to.margin_bytes + MIN_RUN_BYTES
+        raise LabError(f"--memory {mib(memory)}: leaves a run no room on a {profile.id} board: {held_to.text()}; give "
+                       f"--memory of at least {math.ceil(need / 2**20)}MiB")
+    return held_to
+
+
+def _os_memory_file(root: Path, name: str) -> Path:
+    """Where a device's stand-in for its board's OS lives: a tmpfs file of the lab's."""
+    return SHM / f"edgebench-lab-{hashlib.sha256(str(root).encode()).hexdigest()[:8]}-{name}-os"
+
+
+def _hold_os_memory(limits: Limits, path: Path, nbytes: int) -> None:
+    """Holds the board's OS at idle inside the device: a tmpfs file of `nbytes` written from inside
+    its cgroups, whose pages the kernel charges to them and cannot reclaim without swap (a
+    restarted device keeps the one it has)."""
+    if path.is_file() and path.stat().st_size == nbytes:
+        return
+    if not SHM.is_dir():
+        raise LabError(f"{SHM} is missing: the lab holds each board's OS in a tmpfs file there; mount one "
+                       f"(`mount -t tmpfs tmpfs {SHM}`)")
+    done = subprocess.run(
+        ["sh", "-c", JOIN, "sh", *map(str, limits.procs_files())],
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+             "COMMAND": f"head -c {int(nbytes)} /dev/zero > {shlex.quote(str(path))}"},
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False,
+    )
+    if done.returncode != 0 or not path.is_file() or path.stat().st_size != nbytes:
+        path.unlink(missing_ok=True)
+        raise LabError(f"the lab device could not hold its OS's {mib(nbytes)} in {path}: "
+                       f"{(done.stderr or done.stdout).strip()[-300:] or 'the file is short'}; is {SHM} full "
+                       "(`df -h /dev/shm`)?")
+
+
 def _start(root: Path, spec: LabDevice, client_pub: str, user: str, python: str,
            emulator: str | None = None) -> dict[str, Any]:
     profile = load_profile(spec.profile)
+    held_to = board_budget(spec)
     name = spec.device_name()
     home = root / name
     home.mkdir(parents=True, exist_ok=True)
@@ -231,13 +282,14 @@ def _start(root: Path, spec: LabDevice, client_pub: str, user: str, python: str,
     memory = int(spec.memory_bytes or profile.emulation.memory_bytes)
     cpus = float(spec.cpus or profile.emulation.cpus)
     limits = Limits.create(_cgroup_name(root, name), memory, cpus)
+    os_file = _os_memory_file(root, name)
+    _hold_os_memory(limits, os_file, held_to.os_bytes)
     log = home / "sshd.log"
-    # The shell joins the cgroups, then becomes sshd: sshd and every session start inside them.
-    join = 'for f in "$@"; do echo $$ > "$f" || exit 97; done; exec "$SSHD" -D -e -f "$CONFIG"'
-    with open(log, "ab") as log_fh:
+    with open(log, "ab") as log_fh:  # sshd and every session start inside the cgroups
         proc = subprocess.Popen(
-            ["sh", "-c", join, "sh", *map(str, limits.procs_files())],
-            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "SSHD": _sshd(), "CONFIG": str(config)},
+            ["sh", "-c", JOIN, "sh", *map(str, limits.procs_files())],
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                 "COMMAND": f"{shlex.quote(_sshd())} -D -e -f {shlex.quote(str(config))}"},
             stdin=subprocess.DEVNULL,
             stdout=log_fh,
             stderr=subprocess.STDOUT,
@@ -249,6 +301,7 @@ def _start(root: Path, spec: LabDevice, client_pub: str, user: str, python: str,
         proc.kill()
         proc.wait()
         if not limits.pids():  # never kill a sweep that still runs in the device
+            os_file.unlink(missing_ok=True)
             limits.destroy()
         raise
     host_pub = (home / "ssh_host_ed25519_key.pub").read_text().split()
@@ -260,6 +313,9 @@ def _start(root: Path, spec: LabDevice, client_pub: str, user: str, python: str,
         "pid": proc.pid,
         "memory_bytes": memory,
         "cpus": cpus,
+        "os_memory_bytes": held_to.os_bytes,
+        "os_memory_source": held_to.os_source,
+        "os_memory_file": str(os_file),
         "cgroups": [str(d) for d in limits.dirs],
         "cgroup_version": limits.version,
         "home": str(home),
@@ -282,6 +338,9 @@ def _inventory_entry(root: Path, dev: dict[str, Any], user: str) -> dict[str, An
         "python": dev.get("python", sys.executable),
         "workdir": str(home / "work"),
         "lab": str(root),
+        # the board it emulates: its own RAM and cores, not the profile's
+        "ram_bytes": dev["memory_bytes"],
+        "cores": max(1, math.ceil(dev["cpus"])),
     }
 
 
@@ -304,6 +363,7 @@ def up(devices: list[LabDevice] | None = None,
     for spec in devices or []:
         if (spec.arch or "host") not in ARCHES:
             raise LabError(f"unknown arch {spec.arch!r}; choose one of {', '.join(ARCHES)}")
+        board_budget(spec)  # a memory that leaves a run no room: refused before anything starts
     root = lab_dir()
     root.mkdir(parents=True, exist_ok=True)
     user = getpass.getuser()
@@ -353,6 +413,8 @@ def _stop(dev: dict[str, Any]) -> None:
     if _alive(dev["pid"]):
         os.kill(dev["pid"], signal.SIGTERM)
     limits = Limits([Path(d) for d in dev["cgroups"]], dev["cgroup_version"])
+    if dev.get("os_memory_file"):  # its pages are the cgroup's: gone first
+        Path(dev["os_memory_file"]).unlink(missing_ok=True)
     limits.destroy()
     try:
         os.waitpid(dev["pid"], 0)  # reap it if this process started it (it is dead by now)
@@ -431,6 +493,7 @@ def status() -> list[dict[str, Any]]:
         row["running"] = _alive(dev["pid"])
         exists = Path(dev["cgroups"][0]).exists()
         row["processes"] = len(limits.pids()) if exists else 0  # a sweep outlives its sshd
+        row["os_memory_bytes"] = dev.get("os_memory_bytes")
         row.update(limits.memory_stats() if exists else {})
         rows.append(row)
     return rows

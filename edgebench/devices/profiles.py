@@ -19,8 +19,8 @@ from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationError, fi
 from edgebench.backends import BACKENDS
 from edgebench.backends.support import device_reason
 from edgebench.errors import EdgebenchError
+from edgebench.methods.budget import DEFAULT_MARGIN, UNKNOWN_OS_SHARE, Budget, board_budget, mib
 from edgebench.methods.device_speed import DeviceSpeed
-from edgebench.methods.fit import DEFAULT_HEADROOM
 from edgebench.telemetry.power import POWER_SOURCES
 from edgebench.telemetry.rails import RAIL_TREES
 from edgebench.untrusted import quote
@@ -111,6 +111,19 @@ class Emulation(_Strict):
     cpus: float = Field(gt=0)
 
 
+class OsMemory(_Strict):
+    """What the board's firmware, kernel and services hold at idle, as a RAM size's
+    `fixed + per_gib x GiB of RAM` (the kernel's page structures grow with the RAM), and the
+    public measurement it comes from (methods.budget)."""
+
+    fixed: ByteSize
+    per_gib: ByteSize = ByteSize(0)
+    source: str = Field(min_length=10)
+
+    def bytes_for(self, ram_bytes: int) -> int:
+        return int(self.fixed) + int(int(self.per_gib) * ram_bytes / 2**30)
+
+
 class Speed(_Strict):
     """The device's rates the step-time estimate weighs its terms by (methods.device_speed:
     `python -m edgebench.methods.device_speed` prints them on the device; `edgebench devices
@@ -145,9 +158,10 @@ class Profile(_Strict):
     alias: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")  # short name: lab devices are `lab-<alias>`
     arch: Literal["x86_64", "aarch64"]
     ram_bytes: ByteSize
-    # Share of RAM kept free for the OS and other programs: a run predicted to need more than the
-    # rest is refused before it starts (methods.fit; --force runs it anyway)
-    memory_headroom: float = Field(DEFAULT_HEADROOM, ge=0, lt=1)
+    # What the OS holds at idle (methods.budget): a run gets the RAM less that, its supervisor
+    # and the margin, and one predicted to need more is refused before it starts (--force runs it)
+    os_memory: OsMemory | None = None
+    memory_margin: float = Field(DEFAULT_MARGIN, ge=0, lt=0.5)  # share of RAM
     cores: int = Field(ge=1)
     accelerators: list[Literal["cuda"]] = Field(default_factory=list)
     backends: list[str]
@@ -174,6 +188,29 @@ class Profile(_Strict):
         if self.speed is None:
             return REFERENCE
         return DeviceSpeed(**self.speed.model_dump(), source=f"profile {self.id}")
+
+    def os_idle(self, ram_bytes: int | None = None) -> tuple[int, str]:
+        """What the OS holds at idle with `ram_bytes` of RAM (default: the profile's), and whence:
+        the profile's figure, or where it names none, a share of the RAM standing in (estimate)."""
+        ram = int(ram_bytes or self.ram_bytes)
+        if self.os_memory is None:
+            return int(ram * UNKNOWN_OS_SHARE), (f"estimate: profile {self.id} names no idle figure, "
+                                                 f"{UNKNOWN_OS_SHARE:.0%} of RAM stands in")
+        return self.os_memory.bytes_for(ram), f"profile {self.id}'s idle figure"
+
+    def budget(self, where: str, ram_bytes: int | None = None, supervisor: str = "python") -> Budget:
+        """What a run may take on a board of this profile with `ram_bytes` of RAM (default: the
+        profile's), the device not asked (methods.budget)."""
+        ram = int(ram_bytes or self.ram_bytes)
+        return board_budget(where, ram, *self.os_idle(ram), supervisor, self.memory_margin)
+
+    @model_validator(mode="after")
+    def _os_below_ram(self) -> Profile:
+        held, _ = self.os_idle()
+        if held >= int(self.ram_bytes):
+            raise ValueError(f"os_memory: {mib(held)} at idle is not less than ram_bytes ({mib(self.ram_bytes)}); "
+                             "give the OS's idle footprint, e.g. {fixed: 150MiB, per_gib: 16MiB, source: ...}")
+        return self
 
     @field_validator("backends")
     @classmethod

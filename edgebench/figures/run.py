@@ -126,12 +126,25 @@ def run_figures(meta: dict[str, Any], raw: dict[str, Any], events: list[dict[str
         "peak_rss_bytes_kernel": kernel,
         "peak_rss_kernel_what": kernel_what,
         "predicted_peak_bytes_est": (predicted or {}).get("peak_bytes"),
+        **budget_figures(spec, kernel),
         # a run recorded before raw readings said what its power covers in its sampler's summary
         "power": account if "readings" in meta else {**account, **(raw.get("sampler") or {})},
     }
     if "readings" not in meta:  # recorded before raw readings: the figures its device made stand
         figures.update({k: v for k, v in raw.items() if v is not None and k not in ("power", "cpu_start", "cpu_end")})
     return figures
+
+
+def budget_figures(spec: dict[str, Any], kernel_peak: Any) -> dict[str, Any]:
+    """The budget the run was held to (methods.budget: its device's RAM less the OS at idle, the
+    supervisor and the margin, recorded by the preflight in the spec) and the share of it the
+    worker's kernel peak took; None for a run recorded without one."""
+    held = (spec.get("extra") or {}).get("budget") or {}
+    budget = held.get("budget_bytes") if isinstance(held, dict) else None
+    if not isinstance(budget, int) or isinstance(budget, bool) or budget <= 0:
+        return {"budget_bytes": None, "peak_of_budget": None}
+    share = kernel_peak / budget if isinstance(kernel_peak, int) and kernel_peak > 0 else None
+    return {"budget_bytes": budget, "peak_of_budget": None if share is None else round(share, 3)}
 
 
 def read_json(path: Path) -> dict[str, Any] | None:

@@ -28,6 +28,7 @@ from edgebench.runner.spec import RunSpec
 
 if TYPE_CHECKING:
     from edgebench.devices.profiles import Profile
+    from edgebench.methods.budget import Budget
 
 
 class Bar(Protocol):
@@ -82,7 +83,7 @@ def bench_on_host(methods: list[str], shape: dict[str, Any], runs: Path, store_p
     specs = bench_specs(methods, shape, profile, save)
     if save:
         _check_save_room(save, specs)
-    _memory_preflight(specs, *local.host_memory(), profile, "this host", force, log)
+    _memory_preflight(specs, local.host_budget(profile, runs), profile, force, log)
     return run_bench(specs, profile, runs, store_path, force=force, rerun_disturbed=rerun_disturbed,
                      display=display, log=log)
 
@@ -103,13 +104,12 @@ def _check_save_room(save: str, specs: list[RunSpec]) -> None:
                                  "folder", param_hint="--save")
 
 
-def _memory_preflight(specs: list[RunSpec], ram_bytes: int, cgroup_limit: int | None, profile: Profile,
-                      where: str, force: bool, log: Callable[[str], None]) -> None:
-    """Refuses (one line) runs predicted not to fit, unless --force, which records it."""
-    from edgebench.fleet.plan import force_memory, memory_budget, memory_refusals
+def _memory_preflight(specs: list[RunSpec], held_to: Budget, profile: Profile, force: bool,
+                      log: Callable[[str], None]) -> None:
+    """Refuses (one line) runs predicted not to fit the budget, unless --force, which records it."""
+    from edgebench.fleet.plan import force_memory, memory_refusals
 
-    refused, why = memory_refusals(specs, *memory_budget(ram_bytes, profile.memory_headroom, cgroup_limit, where),
-                                   profile.device_speed)
+    refused, why = memory_refusals(specs, held_to, profile.device_speed)
     if refused and not force:
         raise click.ClickException(f"{why}; or --force to run anyway")
     if refused:
@@ -147,7 +147,7 @@ def _run_one(spec: RunSpec, profile: Profile, runs: Path, bar: Bar, interrupts: 
              log: Callable[[str], None]) -> dict[str, Any]:
     """One spec: its program exported and its worker settled first (refused: `unsupported`), then run."""
     refused = (attach_program(spec, profile, on_stage=bar.stage) or attach_native(spec, machine_arch(), bar.stage)
-               or _native_memory_refusal(spec, profile, force, log))
+               or _native_memory_refusal(spec, profile, runs, force, log))
     if refused is not None:
         bar.stage("unsupported")
         return unsupported_result(spec, refused)
@@ -160,17 +160,16 @@ def _run_one(spec: RunSpec, profile: Profile, runs: Path, bar: Bar, interrupts: 
     return result
 
 
-def _native_memory_refusal(spec: RunSpec, profile: Profile, force: bool, log: Callable[[str], None]) -> str | None:
+def _native_memory_refusal(spec: RunSpec, profile: Profile, runs: Path, force: bool,
+                           log: Callable[[str], None]) -> str | None:
     """The memory preflight of a native worker's run, once its program is exported (the
     prediction reads it): why it is refused (recorded `unsupported`, the sweep goes on), or None."""
     from edgebench.fleet import local
-    from edgebench.fleet.plan import force_memory, memory_budget, memory_refusals
+    from edgebench.fleet.plan import force_memory, memory_refusals
 
     if spec.runtime != "native":
         return None
-    ram, limit = local.host_memory()
-    refused, why = memory_refusals([spec], *memory_budget(ram, profile.memory_headroom, limit, "this host"),
-                                   profile.device_speed)
+    refused, why = memory_refusals([spec], local.host_budget(profile, runs), profile.device_speed)
     if refused and not force:
         return f"{why}; or --force to run anyway"
     if refused:

@@ -38,7 +38,14 @@ from edgebench.fleet.assets import check_cache, folder_asset, plan_assets, ship_
 from edgebench.fleet.clock import probe_clock
 from edgebench.fleet.device_scripts import facts as facts_script
 from edgebench.fleet.device_scripts import sweeps as sweeps_script
-from edgebench.fleet.plan import attach_native, attach_program, for_device, force_memory, memory_budget, memory_refusals
+from edgebench.fleet.plan import (
+    attach_native,
+    attach_program,
+    device_budget,
+    for_device,
+    force_memory,
+    memory_refusals,
+)
 from edgebench.fleet.remote import run_program
 from edgebench.runner.spec import RunSpec
 from edgebench.runner.sweep import disk_needed_est
@@ -193,13 +200,16 @@ def deploy_one(name: str, specs: list[RunSpec], local_root: Path,
     the device's sweep runs a disturbed run again, that many extra runs at most (runner.sweep)."""
     device = get_device(name)
     specs = for_device(device.name, device.profile, specs)
+    supervisor = "python" if device.has_python else "shell"
+    refused: dict[str, str] = {}
+    if not device.has_python:  # a Python run there is refused for that first, whatever its memory
+        specs = _runnable(name, specs, refused,
+                          lambda spec: shell_sweep.refusal(spec) if spec.backend != "executorch" else None)
     if not force:  # what the profile's RAM already rules out is refused before any export (minutes)
-        usable = memory_budget(int(device.profile.ram_bytes), device.profile.memory_headroom, None, name)
-        too_big, why = memory_refusals(specs, *usable, device.device_speed)
+        too_big, why = memory_refusals(specs, device_budget(device.profile, name, supervisor), device.device_speed)
         if too_big:
             raise PreflightError(f"{name} ({device.address}) cannot run this sweep:\n  - {why}; or --force to run "
                                  "anyway")
-    refused: dict[str, str] = {}
 
     def exported(spec: RunSpec) -> str | None:
         return attach_program(spec, device.profile,
@@ -224,9 +234,8 @@ def deploy_one(name: str, specs: list[RunSpec], local_root: Path,
         payload = package.stat().st_size + unshipped_bytes(assets, found)
         ready = readiness.check(device, transport, backends={readiness.need(s) for s in specs})
         problems = ready.messages() + preflight(device, facts, specs, payload)
-        ram = min(v for v in (facts.get("mem_total_bytes"), int(device.profile.ram_bytes)) if v)
-        budget = memory_budget(ram, device.profile.memory_headroom, facts.get("cgroup_limit_bytes"), name)
-        too_big, why = memory_refusals(specs, *budget, device.device_speed)
+        too_big, why = memory_refusals(specs, device_budget(device.profile, name, supervisor, facts),
+                                       device.device_speed)
         if too_big and not force:
             problems.append(f"{why}; or --force to run anyway")
         elif too_big:

@@ -31,6 +31,8 @@ from edgebench.telemetry.trace import TraceTail, write_json_atomic
 
 if TYPE_CHECKING:
     from edgebench.devices.cgroups import Limits
+    from edgebench.devices.profiles import Profile
+    from edgebench.methods.budget import Budget
 
 
 class Interrupts:
@@ -75,11 +77,15 @@ def shielded(active: bool) -> Iterator[None]:
             signal.signal(signal.SIGINT, previous)
 
 
-def host_memory() -> tuple[int, int | None]:
-    """This host's RAM, and the limit of the memory cgroup this process runs in (None: none)."""
-    from edgebench.fleet.device_scripts.facts import cgroup_memory, meminfo
+def host_budget(profile: Profile, workdir: Path) -> Budget:
+    """What a run may take on this host now (methods.budget): from what it reports, as a device's
+    facts are read at deploy (`workdir`: where the runs go, or its nearest existing folder: nothing
+    is made before the preflight passes)."""
+    from edgebench.fleet.device_scripts import facts
+    from edgebench.fleet.plan import device_budget
 
-    return meminfo()["MemTotal"], cgroup_memory()[0]
+    existing = next(p for p in (workdir.absolute(), *workdir.absolute().parents) if p.is_dir())
+    return device_budget(profile, "this host", "python", facts.main(str(existing)))
 
 
 LOCAL_GROUP = "edgebench-local"

@@ -21,6 +21,7 @@ from edgebench.runner.spec import RunSpec
 
 if TYPE_CHECKING:
     from edgebench.devices.profiles import Profile
+    from edgebench.methods.budget import Budget
     from edgebench.methods.device_speed import DeviceSpeed
     from edgebench.model.config import VLMConfig
 
@@ -94,36 +95,37 @@ def size_text(n: float) -> str:
     return f"{n:,.1f} PiB"
 
 
-def memory_budget(ram_bytes: int, headroom: float, cgroup_limit: int | None, where: str) -> tuple[int, str]:
-    """What a run may take on a device: its RAM less the profile's headroom (the OS and other
-    programs share it), or a memory cgroup's limit where lower (the runs' own budget: the OS is
-    outside it). Returns the bytes and how to say them."""
-    from edgebench.methods.fit import usable_bytes
+def device_budget(profile: Profile, where: str, supervisor: str, facts: dict[str, Any] | None = None) -> Budget:
+    """What a run may take on a device (methods.budget): from what the device reports now
+    (`facts`: deploy's preflight, this host's for bench), within its profile's RAM (an inventory
+    entry's detected, a lab device's own) or memory cgroup limit; without facts, the profile's
+    idle figure for its RAM."""
+    from edgebench.fleet.deploy import available_bytes
+    from edgebench.methods.budget import reported_budget
 
-    usable = usable_bytes(ram_bytes, headroom)
-    if cgroup_limit and cgroup_limit < usable:
-        return cgroup_limit, f"the {size_text(cgroup_limit)} memory cgroup limit of {where}"
-    return (
-        usable,
-        f"the {size_text(usable)} usable on {where} ({size_text(ram_bytes)} RAM less {headroom:.0%} headroom)",
-    )
+    if facts is None:
+        return profile.budget(where, supervisor=supervisor)
+    ram = min(v for v in (int(profile.ram_bytes), facts.get("cgroup_limit_bytes")) if v)
+    return reported_budget(where, ram, available_bytes(facts), supervisor, profile.memory_margin)
 
 
-def memory_refusals(specs: list[RunSpec], usable: int, budget: str,
+def memory_refusals(specs: list[RunSpec], held_to: Budget,
                     rates: Callable[[], DeviceSpeed]) -> tuple[dict[str, int], str]:
     """The methods whose runs' predicted peak (an estimate: methods.memory for a torch process,
-    native.memory for the native worker once its program is exported) exceeds `usable`
-    (memory_budget), with that peak, and one line saying so with the fix (methods that fit,
-    fastest first at the device's `rates()`, asked only then; else a smaller shape). The one
-    memory-fit preflight of bench and deploy; specs share one shape."""
+    native.memory for the native worker once its program is exported) exceeds the budget, with
+    that peak, and one line saying so with the fix (methods that fit, fastest first at the
+    device's `rates()`, asked only then; else a smaller shape). The one memory-fit preflight of
+    bench and deploy; specs share one shape. Each spec records the budget it was held to."""
     from edgebench.methods import memory, parse_method
     from edgebench.methods.fit import rank
     from edgebench.native import memory as native_memory
 
+    usable = held_to.bytes
     refused: dict[str, int] = {}
     fitting: list[str] | None = None
     native = False
     for spec in specs:
+        spec.extra["budget"] = held_to.record()
         cfg = spec_config(spec)
         if cfg is None or spec.method in refused:
             continue
@@ -147,12 +149,13 @@ def memory_refusals(specs: list[RunSpec], usable: int, budget: str,
     spec = next(s for s in specs if s.method in refused)
     fix = (f"methods that fit (fastest first): {', '.join(fitting[:4])}" if fitting else
            "`edgebench predict --runtime native` ranks what fits the native worker" if native else
-           f"no method fits batch {spec.batch_size} with text length {spec.text_length}: lower --batch-size or "
-           "--text-length")
+           f"no method fits batch {spec.batch_size} with text length {spec.text_length} and these images: lower "
+           "--batch-size, --text-length or --max-image-size, or pick a smaller model (`edgebench predict --device "
+           "DEVICE --model MODEL` ranks what fits)")
     peaks = ", ".join(f"{method} {size_text(peak)}" for method, peak in refused.items())
     return (
         refused,
-        f"{spec.model}, batch {spec.batch_size}: predicted peak (estimate) {peaks}, more than {budget}; {fix}",
+        f"{spec.model}, batch {spec.batch_size}: predicted peak (estimate) {peaks}, more than {held_to.text()}; {fix}",
     )
 
 

@@ -74,9 +74,12 @@ def gauges(state: LiveState) -> Table:
         pct = ram["bytes"] / ram["limit_bytes"]
         grid.add_row("RAM", _bar(ram["bytes"], ram["limit_bytes"]),
                      f"{ram['bytes'] / MIB:,.1f} MiB / {ram['limit_bytes'] / MIB:,.0f} MiB ({pct:.0%}): {ram['what']}")
+    budget = ((state.spec.get("extra") or {}).get("budget") or {}).get("budget_bytes")
     if isinstance(rss, (int, float)):
+        against = (f" of its {budget / MIB:,.0f} MiB budget (RAM less the OS, supervisor, margin)"
+                   if isinstance(budget, int) and budget > 0 else "")
         grid.add_row("" if ram else "RAM", Text(""), f"{rss / MIB:,.1f} MiB {WORKER_RSS} (peak "
-                     f"{state.peak_rss_bytes / MIB:,.1f} MiB)")
+                     f"{state.peak_rss_bytes / MIB:,.1f} MiB{against})")
     elif not ram:
         grid.add_row("RAM", Text("-"), "no memory sample yet")
     grid.add_row("", Text(sparkline(state.rss_history, 30), style="blue"), "")
@@ -157,6 +160,11 @@ def summary(result: dict[str, Any], meta: dict[str, Any] | None = None) -> Table
         (
             f"peak {WORKER_RSS}",
             f"{result['peak_rss_bytes_kernel'] / MIB:,.1f} MiB" if result.get("peak_rss_bytes_kernel") else "-",
+        ),
+        (
+            "peak of its budget",
+            f"{result['peak_of_budget']:.0%} of {result['budget_bytes'] / MIB:,.0f} MiB (the device's RAM less its OS "
+            "at idle, the supervisor and a margin)" if result.get("peak_of_budget") else "",
         ),
         (
             "peak RSS (sampled)",

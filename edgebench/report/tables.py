@@ -72,6 +72,8 @@ COLUMNS = [
     Column("peak_mem_bytes", "worker peak RSS MiB (kernel)", _num(",.1f", MIB)),
     Column("predicted_peak_bytes_est", "predicted peak MiB (est.)", _num(",.1f", MIB), estimated=True),
     Column("predicted_peak_error_pct", "predicted peak's error %", _num("+.1f")),
+    Column("budget_bytes", "budget MiB (RAM less OS, supervisor, margin)", _num(",.0f", MIB)),
+    Column("peak_of_budget", "peak / budget", _num(".2f")),
     Column("device_ram_peak_bytes", "device RAM peak MiB", _num(",.1f", MIB)),
     Column("device_ram_limit_bytes", "device RAM limit MiB", _num(",.0f", MIB)),
     Column("device_ram_peak_what", "device RAM is", str),
@@ -223,7 +225,19 @@ PREDICTED_FIELDS = [Field("est. MiB", "predicted peak, an estimate (MiB)",
                     Field("est. err", "predicted peak's error, (predicted - measured) / measured", error_cell,
                           short="err", unit="%")]
 PREDICTED_LEGEND = ("est. MiB: the memory model's predicted peak, made before the run; est. err: its error "
-                    "against the measured kernel peak, (predicted - measured) / measured.")
+                    "against the measured kernel peak, (predicted - measured) / measured. of budget: the kernel peak "
+                    "as a share of what a run may take on the device (its RAM less its OS at idle, the supervisor and "
+                    "a margin).")
+
+
+def budget_cell(group: dict[str, Any]) -> str:
+    """The worker's kernel peak as a % of the budget the run was held to (methods.budget)."""
+    share = group.get("peak_of_budget")
+    return "-" if share is None else f"{100 * share:.0f}%"
+
+
+BUDGET_FIELD = Field("of budget", "kernel peak, % of the device's run budget (RAM less OS, supervisor, margin)",
+                     budget_cell, short="bud", unit="%", drop=2)
 
 
 def status_cell(group: dict[str, Any]) -> str:
@@ -263,6 +277,7 @@ STEP_FIELD = Field("step s", "time per step, median (s)", lambda g: figure(g, "s
 LOSS_FIELD = Field("loss", "loss first->last, change", loss_cell, drop=6)
 REPORT_FIGURES = [PEAK_FIELD,
                   *PREDICTED_FIELDS,
+                  BUDGET_FIELD,
                   Field("dev RAM", "device RAM at peak, % of its limit", device_ram_cell, short="RAM",
                         unit="%", drop=2),
                   STEP_FIELD,
@@ -411,6 +426,7 @@ def bench_rows(results: list[dict[str, Any]], device: str = "local") -> list[dic
                      "predicted_peak_bytes_est": r.get("predicted_peak_bytes_est"),
                      "predicted_peak_error_pct": prediction_error_pct(r.get("predicted_peak_bytes_est"),
                                                                       r.get("peak_rss_bytes_kernel")),
+                     "budget_bytes": r.get("budget_bytes"), "peak_of_budget": r.get("peak_of_budget"),
                      "step_time_median_s": (r.get("step_time_s") or {}).get("median"),
                      "samples_per_s": r.get("samples_per_s"),
                      "loss_first": r.get("loss_first"), "loss_last": r.get("loss_last"),
@@ -433,6 +449,7 @@ BENCH_IDENT = [
 ]
 BENCH_FIGURES = [PEAK_FIELD,
                  *PREDICTED_FIELDS,
+                 BUDGET_FIELD,
                  STEP_FIELD,
                  Field("samples/s", "samples per second (batch / median step)",
                        lambda g: figure(g, "samples_per_s", ".3g"), drop=1),

@@ -43,6 +43,8 @@ FIGURE_KEYS = (
     "cpu_others_pct",
     "predicted_peak_bytes_est",
     "predicted_peak_error_pct",
+    "budget_bytes",
+    "peak_of_budget",
     "eval_loss_first",
     "eval_loss_last",
     "eval_accuracy_last",

@@ -30,7 +30,7 @@ METRIC_COLUMNS = [
     "device", "run_id", "model", "method", "backend", "status", "detail", "batch_size", "steps", "text_length",
     "image_size", "data", "steps_measured",
     "peak_rss_bytes_sampled", "peak_rss_bytes_kernel", "cgroup_peak_bytes", "peak_mem_bytes",
-    "predicted_peak_bytes_est", "predicted_peak_error_pct", "device_ram_bytes",
+    "predicted_peak_bytes_est", "predicted_peak_error_pct", "budget_bytes", "peak_of_budget", "device_ram_bytes",
     "device_ram_peak_bytes", "device_ram_limit_bytes", "device_ram_peak_what",
     "step_time_median_s", "step_time_p90_s", "samples_per_s", "tokens_per_s",
     "energy_per_step_j", "energy_per_sample_j", "power_mean_w", "power_peak_w", "energy_source",
@@ -228,6 +228,7 @@ def run_metrics(store: Store, run: dict[str, Any]) -> dict[str, Any]:
     out["predicted_peak_bytes_est"] = result.get("predicted_peak_bytes_est")
     out["predicted_peak_error_pct"] = prediction_error_pct(out["predicted_peak_bytes_est"],
                                                            out["peak_rss_bytes_kernel"])
+    out["budget_bytes"], out["peak_of_budget"] = result.get("budget_bytes"), result.get("peak_of_budget")
     ram = ({"bytes": result["device_ram_peak_bytes"], "limit_bytes": result.get("device_ram_limit_bytes"),
             "what": result.get("device_ram_peak_what")} if result.get("device_ram_peak_bytes") else
            device_ram(out["cgroup_peak_bytes"], run.get("cgroup_limit_bytes"), None, None) or {})

@@ -47,16 +47,20 @@ def meminfo(root: str = "/") -> dict[str, int]:
 
 def page_cache(stat_file: str) -> int | None:
     """The cgroup's file-backed page cache (memory.stat), which the kernel reclaims before it
-    refuses a new run: v1's inactive + active file pages (else its cache), v2's file."""
+    refuses a new run: its inactive + active file pages (v1 `total_*`, v2 plain; not tmpfs, which
+    sits on the anon lists: the lab's stand-in for a board's OS is held there), else v1's
+    total_cache or v2's file."""
     try:
         with open(stat_file) as fh:
             fields = [line.split() for line in fh]
     except OSError:
         return None
     numbers = {f[0]: int(f[1]) for f in fields if len(f) >= 2 and f[1].isdigit()}
-    if "total_inactive_file" in numbers and "total_active_file" in numbers:
-        return numbers["total_inactive_file"] + numbers["total_active_file"]
-    return numbers.get("total_cache", numbers.get("file"))
+    v1 = "total_cache" in numbers
+    prefix = "total_" if v1 else ""
+    if f"{prefix}inactive_file" in numbers and f"{prefix}active_file" in numbers:
+        return numbers[f"{prefix}inactive_file"] + numbers[f"{prefix}active_file"]
+    return numbers["total_cache"] if v1 else numbers.get("file")
 
 
 def cgroup_memory(root: str = "/") -> tuple[int | None, int | None, int | None]:

@@ -11,15 +11,17 @@ plus_text() {  # $1 + $2 as text, nine digits at a time (Android's mksh has 32-b
     hi=$((hi + lo / 1000000000)); lo=$((lo % 1000000000))
     if [ "$hi" -gt 0 ]; then printf '%d%09d' "$hi" "$lo"; else printf '%d' "$lo"; fi
 }
-page_cache() {  # facts.py's page_cache of memory.stat $1: v1's inactive + active file, else cache; v2's file
-    inactive=""; active=""; total=""; file=""
+page_cache() {  # facts.py's page_cache of memory.stat $1: inactive + active file (v1 total_*), else cache; file
+    inactive=""; active=""; total=""; file=""; inactive2=""; active2=""
     while read -r key value _; do
         case $value in '' | *[!0-9]*) continue ;; esac
         case $key in total_inactive_file) inactive=$value ;; total_active_file) active=$value ;;
+            inactive_file) inactive2=$value ;; active_file) active2=$value ;;
             total_cache) total=$value ;; file) file=$value ;; esac
     done < "$1"
-    if [ -n "$inactive" ] && [ -n "$active" ]; then plus_text "$inactive" "$active"
-    elif [ -n "$total" ]; then printf '%s' "$total"
+    if [ -n "$total" ]; then  # v1: its hierarchical total_* figures
+        if [ -n "$inactive" ] && [ -n "$active" ]; then plus_text "$inactive" "$active"; else printf '%s' "$total"; fi
+    elif [ -n "$inactive2" ] && [ -n "$active2" ]; then plus_text "$inactive2" "$active2"
     elif [ -n "$file" ]; then printf '%s' "$file"
     else printf null; fi
 }
