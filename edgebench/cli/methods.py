@@ -74,6 +74,9 @@ def _device(device: str | None, ram_bytes: int | None, os_memory: int | None) ->
     if ram_bytes is not None:
         from edgebench.methods.device_speed import REFERENCE
 
+        if os_memory is not None and os_memory >= ram_bytes:
+            raise click.BadParameter(f"{os_memory} bytes for the OS is all of the {ram_bytes}-byte RAM; give less",
+                                     param_hint="--os-memory")
         return (board_budget("a board with --ram-bytes", ram_bytes, os_memory or 0,
                              "--os-memory" if os_memory else "none given: --os-memory", margin=DEFAULT_MARGIN),
                 REFERENCE)
@@ -105,6 +108,9 @@ def _device(device: str | None, ram_bytes: int | None, os_memory: int | None) ->
             speed = found.device_speed()
     if os_memory is not None:
         held_to = dataclasses.replace(held_to, os_bytes=os_memory, os_source="--os-memory")
+    if held_to.os_bytes >= held_to.ram_bytes:
+        raise click.BadParameter(f"{os_memory} bytes for the OS is all of the {held_to.ram_bytes}-byte RAM; give less",
+                                 param_hint="--os-memory")
     return held_to, speed
 
 

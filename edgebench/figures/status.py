@@ -11,12 +11,15 @@ also counts a kill for the whole host's sake in the victim's cgroup, but the run
 its own budget, so it says nothing about whether the method fits.
 
 The worker's exit codes are defined here; the Python worker imports them, and a test holds
-the native worker (edgebench/native/worker.cpp) to them.
+the native worker (edgebench/native/worker.cpp) to them. So is the rule that ends a run
+`diverged` (LossWatch); the native worker's copy (common.h) is held to its constants by a test.
 """
 
 from __future__ import annotations
 
+import math
 import signal
+from collections import deque
 from typing import Any
 
 EXIT_OK, EXIT_ERROR, EXIT_DIVERGED, EXIT_OOM, EXIT_UNSUPPORTED, EXIT_INTERRUPTED, EXIT_NO_SPACE = 0, 1, 3, 4, 5, 6, 7
@@ -29,6 +32,27 @@ CRASH_SIGNALS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, si
 END_EVENTS = {"error", "oom", "diverged", "unsupported", "interrupted"}
 HOST_MEMORY_LOW_BYTES = 64 * 2**20  # MemAvailable below this: the host's RAM as a whole ran out
 CLEARLY_BELOW_LIMIT = 0.9  # a cgroup whose usage stayed under this share of its limit did not reach it
+# A run diverged when a loss is not finite, or when the mean of its last DIVERGED_WINDOW losses
+# passes DIVERGED_FACTOR times its first (docs/figures.md: the presets that learn on tiny at their
+# default lrs reach at most 3.3x, lomo's early spikes; one spike alone reaches 5.1x, hence the mean)
+DIVERGED_FACTOR = 5.0
+DIVERGED_WINDOW = 5
+
+
+class LossWatch:
+    """The divergence rule, fed each step's loss in turn (warmup steps too: they train)."""
+
+    def __init__(self) -> None:
+        self.first: float | None = None
+        self.recent: deque[float] = deque(maxlen=DIVERGED_WINDOW)
+
+    def diverged(self, loss: float) -> bool:
+        if not math.isfinite(loss):
+            return True
+        if self.first is None:
+            self.first = loss
+        self.recent.append(loss)
+        return sum(self.recent) / len(self.recent) > DIVERGED_FACTOR * self.first
 
 
 def signal_name(number: Any) -> str | None:
@@ -116,7 +140,11 @@ def _by_exit(end: dict[str, Any], events: list[dict[str, Any]]) -> tuple[str, st
         return "ok", ""
     if last is not None:
         if last["event"] == "diverged":
-            return status, f"non-finite loss {last.get('loss')} at step {last.get('step')}"
+            loss = last.get("loss")
+            if isinstance(loss, (int, float)) and math.isfinite(loss):
+                return status, (f"loss {loss:.4g} at step {last.get('step')}: the mean of the last {DIVERGED_WINDOW} "
+                                f"losses rose past {DIVERGED_FACTOR:g}x the first")
+            return status, f"non-finite loss {loss} at step {last.get('step')}"
         return status, str(last.get("detail", ""))
     if status == "interrupted":
         return status, "stopped by a signal to the worker"

@@ -410,8 +410,9 @@ def run_options(command: Callable[..., None]) -> Callable[..., None]:
         click.option(
             "--force",
             is_flag=True,
-            help="Run even where the memory model predicts a run does not fit the device's RAM less "
-            "its profile's headroom (meta.json records that it was forced).",
+            help="Run even where the memory model predicts a run does not fit what a run may take on the "
+            "device: its RAM less its OS at idle, the supervisor and a margin (meta.json records that it was "
+            "forced).",
         ),
     ]
     shape_fields = (
@@ -475,8 +476,9 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str 
     Each method runs in a fresh process so its memory is its own, sampled while it runs;
     a run that OOMs, diverges or fails is recorded with its status and the sweep goes on;
     a method the backend cannot run is recorded `unsupported`. Exit 1 when no run ended `ok`.
-    A run the memory model predicts does not fit this host's RAM (less the profile's headroom)
-    is refused before anything starts, with methods that fit; --force runs it anyway.
+    A run the memory model predicts does not fit what a run may take on this host (its RAM less
+    what it holds now, the supervisor and a margin) is refused before anything starts, with
+    methods that fit; --force runs it anyway.
     Each run leaves a run directory under --runs-dir and is ingested into the store.
     With --repeats N the table gives each figure as the median of the N runs with
     [min-max] and n; a run that other processes disturbed (they took >10% of the CPU)

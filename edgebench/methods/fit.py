@@ -1,7 +1,7 @@
 """Which methods fit a memory budget, by the analytic memory model (estimates).
 
 `edgebench predict` ranks them for a device; `bench` and `deploy` refuse a run whose predicted
-peak exceeds the device's RAM less the profile's headroom, naming methods that fit instead.
+peak exceeds what a run may take on the device (methods.budget), naming methods that fit instead.
 """
 
 from __future__ import annotations
@@ -15,17 +15,15 @@ from edgebench.methods.knobs import PRESETS, Method, MethodError, parse_method
 if TYPE_CHECKING:
     from edgebench.model.config import VLMConfig
 
-# Room the runtime needs beyond the predicted peak (other processes, page cache, allocator):
-# a profile's `memory_headroom` unless it sets its own.
-DEFAULT_HEADROOM = 0.15
-# nanovlm-460m at nanoVLM main's 2048-px images (17 views, 1,137 decoder positions) inside 1 GiB:
+# nanovlm-460m at nanoVLM main's 2048-px images (17 views, 1,137 decoder positions) inside a 1 GiB
+# cgroup (more than a 1 GiB board leaves a run: a 1.5 GiB board's budget); on nanovlm-222m, a 1 GiB board's:
 # LoRA on the decoder over int4 frozen weights (the encoder forward only, view by view), its
 # adapters in bf16 stepped by SGD inside backward (no optimizer state: AdamW's, and torch.optim's
 # import of torch._dynamo, put it at 1,045 MiB), and MeZO over LoRA adapters;
 # docs/measurements.md has their kernel peaks.
 VLM_1GIB_LORA = "lora-decoder+frozen-int4+bf16-weights+sr+ckpt+chunked-ce+view-by-view+flash-attn"
 VLM_1GIB_MEZO = "mezo-lora+frozen-int4+view-by-view+chunked-ce+flash-attn"
-# nanovlm-222m full-parameter inside 1 GiB on the native ExecuTorch worker: bf16 weights, SGD
+# nanovlm-222m full-parameter inside a 1 GiB cgroup (a 1.5 GiB board's budget) on the native ExecuTorch worker: bf16 weights, SGD
 # written into the program with stochastic rounding, checkpointed blocks (docs/native.md).
 NATIVE_1GIB_FULL = "all+bf16-weights+sr+ckpt"
 # The preset each 1 GiB configuration builds on, run without its memory levers: what the memory
@@ -33,11 +31,6 @@ NATIVE_1GIB_FULL = "all+bf16-weights+sr+ckpt"
 UNCONSTRAINED = {VLM_1GIB_LORA: "lora-decoder", VLM_1GIB_MEZO: "mezo-lora"}
 # Combinations ranked beside the presets.
 COMBINATIONS = ("lora+ckpt+frozen-int8", "mezo-lora+frozen-int8", VLM_1GIB_LORA, VLM_1GIB_MEZO, NATIVE_1GIB_FULL)
-
-
-def usable_bytes(ram_bytes: int, headroom: float) -> int:
-    """RAM a run may take: the device's less the headroom."""
-    return int(ram_bytes * (1.0 - headroom))
 
 
 def rank(cfg: VLMConfig, batch_size: int, text_length: int, image_size: int | None, usable: int,

@@ -10,7 +10,7 @@ from typing import Any
 
 from edgebench.report import plots
 from edgebench.report.series import learning_curves, pareto_y
-from edgebench.report.tables import sensor_notes
+from edgebench.report.tables import sensor_notes, unfinished_notes
 from edgebench.results.aggregate import group_runs
 from edgebench.results.metrics import all_metrics
 from edgebench.results.store import Store
@@ -33,6 +33,7 @@ class Report:
     groups: list[dict[str, Any]] = field(default_factory=list)
     figures: list[Figure] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # said once, e.g. a device without sensors
+    unfinished: list[str] = field(default_factory=list)  # each device and model with no finished run
     study: list[dict[str, Any]] | None = None
     study_notes: list[str] = field(default_factory=list)
 
@@ -55,6 +56,7 @@ def collect(store: Store, device: str | None = None, model: str | None = None, f
     rows = all_metrics(store, device=device, model=model)
     report = Report(rows, store.runs(device=device, model=model), group_runs(rows))
     report.notes = sensor_notes(report.groups)
+    report.unfinished = unfinished_notes(report.groups)
     if baseline:
         report.study, report.study_notes = study_rows(report.groups, baseline)
     if not figures or not report.rows:

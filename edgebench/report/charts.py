@@ -22,6 +22,7 @@ from plotly.subplots import make_subplots
 from edgebench.figures.learning import parse_target
 from edgebench.report.series import (
     MIB,
+    NO_FINISHED,
     comparison,
     energy_colour,
     err,
@@ -150,12 +151,15 @@ def pareto_figure(groups: list[dict[str, Any]]) -> dict[str, Any]:
                         hovertext=[_group_hover(g)], hoverinfo="text")
     widest = max((g["peak_mem_bytes"] for g in done), default=0)
     top = 1.1 * max((g[y_key] for g in done), default=1.0)
+    device = escape(names(groups[0])["device"])  # of the RAM lines: `done` may be empty (no run has figures)
     for ram in rams:
         off = ram > 4 * widest  # drawn, it would squash every point against the axis: a click on its entry shows it
         fig.add_scatter(x=[ram / MIB] * 2, y=[0, top], mode="lines", line={"color": RAM, "dash": "dash"},
                         name=f"device RAM {ram / MIB:,.0f} MiB" + (" (off scale, hidden)" if off else ""),
                         visible="legendonly" if off else True, hoverinfo="text",
-                        hovertext=[f"device: {escape(done[0]['device'])}<br>device RAM {ram / MIB:,.0f} MiB"] * 2)
+                        hovertext=[f"device: {device}<br>device RAM {ram / MIB:,.0f} MiB"] * 2)
+    if not finished:
+        fig.add_annotation(text=NO_FINISHED, xref="paper", yref="paper", x=0.5, y=0.5, showarrow=False)
     colour = {"coloraxis": {"colorscale": "Viridis", "cmin": min(known), "cmax": max(known),
                             "colorbar": {"title": {"text": energy_label, "side": "right"}, "thickness": 12}}} \
         if known else {}

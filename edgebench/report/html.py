@@ -195,7 +195,7 @@ def render_html(report: Report, title: str = "edgebench report") -> str:
     configurations = "".join(
         f"<h3>{escape(device)}</h3>" + _fields_table(with_shape(REPORT_IDENT, mine) + REPORT_FIGURES, mine)
         for device, mine in _by_device(report.groups).items())
-    notes = "".join(f"<li>{escape(n)}</li>" for n in report.notes + alignment_notes(report.runs)
+    notes = "".join(f"<li>{escape(n)}</li>" for n in report.unfinished + report.notes + alignment_notes(report.runs)
                     + emulated_notes(report.runs))
     study, in_study = _study(report)
     studied = [f for f in report.figures if f.name in in_study]

@@ -9,6 +9,7 @@ from pathlib import Path
 from edgebench.errors import EdgebenchError
 from edgebench.report import build, export
 from edgebench.results.store import Store
+from edgebench.untrusted import printable
 
 
 class ReportError(EdgebenchError):
@@ -41,6 +42,15 @@ def write_report(store_path: Path, device: str | None, model: str | None, fmt: s
     if fmt == "term":
         _print_terminal(report, study)
         return None
+    said = _write(report, fmt, out, study)
+    # what the files cannot show: their rows carry each run's status, their charts no point of it
+    lines = [said] if said else []
+    lines += [printable(n, newlines=False) for n in report.unfinished]
+    return "\n".join(lines) or None
+
+
+def _write(report: build.Report, fmt: str, out: Path | None, study: bool) -> str | None:
+    """Writes the report as a file (csv/json: or to stdout); the line that says what it wrote."""
     if fmt in ("csv", "json"):
         return _write_text(report, fmt, out, study)
     if fmt == "html":
@@ -84,8 +94,6 @@ def _write_text(report: build.Report, fmt: str, out: Path | None, study: bool) -
         out.write_text(text)
         return f"wrote {out} ({len(report.rows)} runs)"
     if sys.stdout.isatty():  # read on a terminal: what devices wrote stays text (edgebench.untrusted)
-        from edgebench.untrusted import printable
-
         text = printable(text)
     sys.stdout.write(text)
     return None

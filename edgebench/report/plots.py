@@ -25,6 +25,7 @@ from matplotlib.text import Text  # noqa: E402
 
 from edgebench.report.series import (  # noqa: E402
     MIB,
+    NO_FINISHED,
     comparison,
     memory_samples,
     pareto_sets,
@@ -168,6 +169,8 @@ def pareto_figure(groups: list[dict[str, Any]], title: str) -> bytes:
         ax.scatter([gx], [gy], marker="x", color="grey", s=60, zorder=3)
         texts.append(ax.text(gx, gy, f"{config_label(g, device=False, model=False)} ({g['status']})", fontsize=8,
                              color="grey"))
+    if not finished:
+        ax.text(0.5, 0.5, NO_FINISHED, transform=ax.transAxes, ha="center", color="grey")
     widest = max((g["peak_mem_bytes"] for g in done), default=0)
     for ram in rams:
         if ram <= 4 * widest:

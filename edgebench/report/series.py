@@ -19,6 +19,7 @@ from edgebench.results.store import Store
 from edgebench.untrusted import printable
 
 MAX_POINTS = 4000
+NO_FINISHED = "no finished run: no frontier to draw"  # written on a frontier's chart where nothing finished
 NAME_CHARS = 120  # a name from a device (a method, a status) is cut to this
 MIB = 1 << 20
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -343,6 +343,17 @@ def disturbed_notes(groups: list[dict[str, Any]]) -> list[str]:
             f"disturbed: other processes or steal{took} (their step times are likely too long)"]
 
 
+def unfinished_notes(groups: list[dict[str, Any]]) -> list[str]:
+    """Each device and model where no run finished (one Ctrl-C'd run is enough): its frontier and
+    the comparison across devices have nothing of it, so the report says so instead of leaving it out."""
+    by: dict[tuple[str, str], Counter[str]] = {}
+    for g in groups:
+        by.setdefault((g["device"], g["model"]), Counter()).update(g["statuses"])
+    return [f"{device} / {model}: no finished run ({', '.join(f'{n} {s}' for s, n in sorted(statuses.items()))}): "
+            "nothing of it on a Pareto frontier or in the comparison across devices"
+            for (device, model), statuses in by.items() if not statuses.get("ok")]
+
+
 def comparison_table(groups: list[dict[str, Any]]) -> Table | None:
     """Methods down, devices across: median step time and peak memory of each configuration."""
     devices = sorted({g["device"] for g in groups})
@@ -405,7 +416,8 @@ def terminal_report(rows: list[dict[str, Any]], runs: list[dict[str, Any]], widt
         parts.append(comparison if fits(comparison, width) else
                      Text("(the across-devices comparison is wider than this window: see --format html)",
                           style="dim"))
-    for title, lines in (("Sensors:", sensor_notes(groups)), ("Disturbed:", disturbed_notes(groups)),
+    for title, lines in (("Not finished:", unfinished_notes(groups)), ("Sensors:", sensor_notes(groups)),
+                         ("Disturbed:", disturbed_notes(groups)),
                          ("Clock alignment:", alignment_notes(runs)), ("Emulated devices:", emulated_notes(runs))):
         if lines:
             parts.append(_notes(title, lines))

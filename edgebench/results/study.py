@@ -18,6 +18,7 @@ then peak memory against time to the target.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any
 
 from edgebench.figures.steps import spread
@@ -75,11 +76,13 @@ def study_rows(groups: list[dict[str, Any]], baseline: str = "sgd") -> tuple[lis
         device, model, backend = setting[:3]
         base = next((g for g in members if g["method"] == baseline and _finished(g)), None)
         if base is None:
-            shape = f" ({members[0]['shape']})" if members[0].get("shape") else ""
-            notes.append(
-                f"{device} / {model} / {backend}{shape}: no finished {baseline} run to compare against "
-                f"(run it, or pass --baseline with one of: {', '.join(sorted({g['method'] for g in members}))})"
-            )
+            where = f"{device} / {model} / {backend}" + (f" ({members[0]['shape']})" if members[0].get("shape") else "")
+            finished = sorted({g["method"] for g in members if _finished(g)})
+            statuses = sum((Counter(g["statuses"]) for g in members), Counter[str]())
+            notes.append(f"{where}: no finished {baseline} run to compare against (run it, or pass --baseline with "
+                         f"one of: {', '.join(finished)})" if finished else
+                         f"{where}: no finished run ({', '.join(f'{n} {s}' for s, n in sorted(statuses.items()))}): "
+                         "nothing to compare")
         for g in members:
             row: dict[str, Any] = {"device": device, "model": model, "backend": backend, "method": g["method"],
                                    **{k: g.get(k) for k in SHAPE_KEYS}, "shape": g.get("shape"),

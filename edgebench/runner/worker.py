@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import errno
-import math
 import os
 import signal
 import sys
@@ -28,6 +27,7 @@ from edgebench.figures.status import (
     EXIT_OK,
     EXIT_OOM,
     EXIT_UNSUPPORTED,
+    LossWatch,
 )
 from edgebench.runner.oom_score import volunteer_for_oom_kill
 from edgebench.runner.spec import RunSpec
@@ -159,6 +159,7 @@ def train(spec: RunSpec, events: TraceWriter, out: str = ".") -> int:
     gpu_memory = cuda_memory_sample if spec.accelerator == "cuda" else dict
     deadline = None if spec.duration_s is None else time.monotonic() + spec.duration_s
     evaluation = Evaluation(spec, backend, events, Path(out))
+    watch = LossWatch()
     step = 0
     while True:
         phase = "warmup" if step < spec.warmup_steps else "measure"
@@ -177,7 +178,7 @@ def train(spec: RunSpec, events: TraceWriter, out: str = ".") -> int:
         end = time.monotonic_ns()
         events.write({"t_ns": end, "event": "step_end", "step": step, "phase": phase,
                       "loss": loss, "duration_s": (end - begin) / 1e9, **gpu_memory()})
-        if not math.isfinite(loss):
+        if watch.diverged(loss):
             events.write({"t_ns": end, "event": "diverged", "step": step, "loss": loss})
             return EXIT_DIVERGED
         step += 1
