@@ -23,8 +23,9 @@ if TYPE_CHECKING:
 # docs/measurements.md has their kernel peaks.
 VLM_1GIB_LORA = "lora-decoder+frozen-int4+bf16-weights+sr+ckpt+chunked-ce+view-by-view+flash-attn"
 VLM_1GIB_MEZO = "mezo-lora+frozen-int4+view-by-view+chunked-ce+flash-attn"
-# nanovlm-222m full-parameter inside a 1 GiB cgroup (a 1.5 GiB board's budget) on the native ExecuTorch worker: bf16 weights, SGD
-# written into the program with stochastic rounding, checkpointed blocks (docs/native.md).
+# nanovlm-222m full-parameter inside a 1 GiB cgroup (a 1.5 GiB board's budget) on the native
+# ExecuTorch worker: bf16 weights, SGD written into the program with stochastic rounding,
+# checkpointed blocks (docs/native.md).
 NATIVE_1GIB_FULL = "all+bf16-weights+sr+ckpt"
 # The preset each 1 GiB configuration builds on, run without its memory levers: what the memory
 # costs in step time (bench/methods.py --price).
