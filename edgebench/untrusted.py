@@ -11,7 +11,11 @@ edgebench writes or reads:
   every component is a real name (no '..', no '.', nothing absolute) and the result, symlinks
   followed, is still inside the folder.
 
-Both raise `UnsafeName` (a ValueError) naming what was refused and the rule, in one line.
+- `regular_file` is the one rule for opening a file from a dataset, a run directory or a
+  store's folder: `inside` it, a regular file (no device, pipe or folder: a link to
+  /dev/zero would read without end), of at most a stated size, checked before any read.
+
+All raise `UnsafeName` (a ValueError) naming what was refused and the rule, in one line.
 
 `printable` removes control characters (and whole escape sequences: a title-setting
 `ESC ] 0; ... BEL`, a clear-screen `ESC [ 2 J`) from text a device or a run directory
@@ -26,6 +30,7 @@ from __future__ import annotations
 import os
 import re
 import reprlib
+import stat
 from pathlib import Path
 
 from edgebench.errors import EdgebenchError
@@ -60,6 +65,23 @@ def inside(folder: str | os.PathLike[str], relative: object, what: str) -> Path:
         raise UnsafeName(f"{what} {printable(repr(relative))} leads outside {folder} (a symlink to "
                          f"{printable(str(target))}); copy the file into the folder instead")
     return Path(folder) / Path(*parts)
+
+
+def regular_file(folder: str | os.PathLike[str], relative: str, what: str, max_bytes: int) -> Path | None:
+    """`folder / relative` when it is a regular file inside `folder` (`inside`) of at most
+    `max_bytes`; None when there is none; else UnsafeName saying which rule it broke."""
+    path = inside(folder, relative, what)
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        raise UnsafeName(f"{what} {printable(str(path))} is not a regular file (a device, pipe, socket or folder); "
+                         "put the file itself there")
+    if info.st_size > max_bytes:
+        raise UnsafeName(f"{what} {printable(str(path))} holds {info.st_size:,} bytes, more than the "
+                         f"{max_bytes:,} bytes such a file may hold; is it the right file?")
+    return path
 
 
 # Escape sequences whole (CSI: ESC [ ... final byte; OSC/DCS/PM/APC/SOS: up to BEL or ST; any

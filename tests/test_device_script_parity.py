@@ -337,6 +337,10 @@ def sweeps_tree(base: Path, pids: dict[str, int]) -> list[str]:
     sweep("reused-pid", "running", {"a": "running"}, pid="other")
     sweep("zombie", "running", {"a": "running"}, pid="zombie")
     sweep(ODD, "finished", {"a": "ok"})
+    # a hand-edited record whose running run names a folder outside the sweep: nothing is written there
+    write(root / "hostile" / "sweep.json", shell_sweep_json("running", {"../../../outside": "running"}, None))
+    write(root / "hostile" / "sweep.pid", f"{pids['dead']}\n")
+    (work / "outside").mkdir()
     write(root / "stray-file", "not a sweep")
     (root / ".hidden").mkdir()
     return [str(work)]
@@ -358,6 +362,8 @@ def test_sweeps(toolbin, tmp_path, processes):
     assert shown["zombie"][0] == shown["reused-pid"][0] == "stopped"
     assert py["done"]["specs"] == ["000-a", "001-b", "002-c"] and ".hidden" not in py
     assert set(py_tree["work/sweeps/killed/runs/b/result.json"]) == {"run_id", "status", "cut_off", "detail"}
+    assert shown["hostile"] == ("stopped", {"../../../outside": "killed"})
+    assert not [path for path in py_tree if path.startswith("work/outside/")]
 
 
 def test_sweeps_reads_its_own_final_records_again(toolbin, tmp_path, processes):

@@ -351,6 +351,23 @@ def test_two_collects_at_once_both_finish_and_agree(tmp_path, inventory, device_
     assert not list((tmp_path / "runs").rglob("*.part"))
 
 
+def test_a_hostile_run_name_is_refused_and_the_device_s_other_runs_are_collected(tmp_path, inventory,
+                                                                                  edgebench_here, device_with_runs):
+    import shutil
+
+    work = tmp_path / "work"
+    shutil.copytree(device_with_runs / "work", work)
+    (work / "sweeps" / "s1" / "runs" / "bad name$(x)").mkdir()
+    (work / "sweeps" / "s1" / "runs" / "bad name$(x)" / "meta.json").write_text("{}")
+    write_inventory(inventory, {"box": {"profile": "local", "kind": "local", "workdir": str(work)}})
+    done = edgebench_here("collect", "--device", "box", "--runs-dir", "runs", "--json", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr  # something was refused: said, and the exit code says so
+    got = json.loads(done.stdout)["box"]
+    assert got["runs"] == {"r0": "ok"} and got["ingested"] == ["r0"], got
+    assert list(got["refused"]) == ["bad name$(x)"] and "not a plain file name" in got["refused"]["bad name$(x)"]
+    assert sorted(p.name for p in (tmp_path / "runs" / "box").iterdir() if p.is_dir()) == ["r0"]
+
+
 # --- user errors: one line, exit 2, before any work -----------------------------------
 
 USER_ERRORS = [

@@ -103,6 +103,53 @@ def test_ingest_refuses_a_run_id_that_is_a_path_or_a_raw_folder_that_links_out(t
     assert list(outside.iterdir()) == []
 
 
+def _confined(args: list[str], cwd: Path, cgroup: Path, limit: int = 768 * 2**20) -> subprocess.CompletedProcess:
+    """`edgebench ARGS` in a memory cgroup of `limit` with a 120 s timeout: a hostile file that
+    read without end would end it, not the host."""
+    (cgroup / "memory.limit_in_bytes").write_text(str(limit))
+    return subprocess.run([sys.executable, "-m", "edgebench.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120, preexec_fn=lambda: (cgroup / "cgroup.procs").write_text(str(os.getpid())))
+
+
+def test_a_run_directory_s_files_are_regular_files_inside_it(tmp_path, memory_cgroup):
+    from results_fixtures import FakeRun
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOKEN=hunter2\n")
+    cases = {"samples.jsonl": lambda p: os.symlink("/dev/zero", p), "events.jsonl": os.mkfifo,
+             "result.json": lambda p: os.symlink(secret, p)}
+    for name, make in cases.items():
+        run = FakeRun(run_id=f"r-{name.split('.')[0]}").write(tmp_path / "src")
+        (run / name).unlink()
+        make(run / name)
+        done = _confined(["ingest", str(run), "--store", "s/store.duckdb"], tmp_path, memory_cgroup)
+        one_line_exit_2(done, "run file", name)
+        assert "hunter2" not in done.stderr + done.stdout
+        assert not (tmp_path / "s" / "raw").exists() or not list((tmp_path / "s" / "raw").rglob(name))
+    big = FakeRun(run_id="r-big").write(tmp_path / "src")
+    with open(big / "meta.json", "r+b") as fh:  # a sparse 65 MiB meta.json: refused by its size, unread
+        fh.truncate(65 * 2**20)
+    one_line_exit_2(_confined(["ingest", str(big), "--store", "s/store.duckdb"], tmp_path, memory_cgroup),
+                    "more than the 67,108,864 bytes")
+
+
+def test_a_dataset_s_files_are_regular_files_inside_it(tmp_path, memory_cgroup):
+    (tmp_path / "elsewhere").mkdir()
+    outside = _folder(tmp_path / "elsewhere", GOOD)
+    for name, make in {"data.jsonl": os.mkfifo, "tokenizer.json": lambda p: os.symlink(outside / "tokenizer.json", p),
+                       "a.png": lambda p: os.symlink("/dev/urandom", p)}.items():
+        folder = tmp_path / f"data-{name.split('.')[0]}"
+        folder.mkdir()
+        _folder(folder, GOOD)
+        (folder / name).unlink()
+        make(folder / name)
+        done = _confined(["bench", "--data", str(folder), "--methods", "sgd", "--steps", "1", "--runs-dir", "runs"],
+                         tmp_path, memory_cgroup, 2 * 2**30)
+        one_line_exit_2(done, name)
+        assert "not a regular file" in done.stderr or "leads outside" in done.stderr, done.stderr
+        assert not (tmp_path / "runs").exists()
+
+
 def test_devices_add_checks_the_name_before_contacting_the_board(tmp_path, edgebench_here):
     done = edgebench_here("devices", "add", "../../evil", "--host", "203.0.113.1", cwd=tmp_path,
                           env={"EDGEBENCH_INVENTORY": str(tmp_path / "inv.yaml")})

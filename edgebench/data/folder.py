@@ -38,7 +38,7 @@ import numpy as np
 from edgebench.data.layout import IGNORE, Sample, assemble, image_ids, split_tiles
 from edgebench.data.layout import batches as layout_batches
 from edgebench.errors import EdgebenchError
-from edgebench.untrusted import UnsafeName, inside
+from edgebench.untrusted import UnsafeName, regular_file
 
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage
@@ -48,6 +48,10 @@ if TYPE_CHECKING:
 
 EOS_CANDIDATES = ("<eos>", "</s>", "<|endoftext|>", "<|im_end|>")
 PAD_CANDIDATES = ("<pad>", "<|pad|>", "[PAD]")
+# The most a dataset's files may hold (untrusted.regular_file): read whole, or decoded.
+MAX_JSONL_BYTES = 2**30
+MAX_TOKENIZER_BYTES = 64 * 2**20
+MAX_IMAGE_FILE_BYTES = 256 * 2**20
 # The largest image decoded: MODEL_PIXEL_FACTOR times the pixels the model sees of it (its
 # long side resized to max_img_size, or to vit_img_size in v0.1's layout), at least
 # MIN_PIXEL_LIMIT (a 16-megapixel photo, 48 MiB decoded).
@@ -68,14 +72,18 @@ class Example:
 
 
 def _find_jsonl(folder: Path) -> Path:
-    preferred = folder / "data.jsonl"
-    if preferred.is_file():
-        return preferred
-    found = sorted(folder.glob("*.jsonl"))
+    """data.jsonl, or the folder's one *.jsonl: a regular file inside it (untrusted.regular_file)."""
+    found = ["data.jsonl"] if (folder / "data.jsonl").exists() else sorted(p.name for p in folder.glob("*.jsonl"))
     if len(found) != 1:
         raise DatasetError(f"{folder}: expected data.jsonl or exactly one *.jsonl file, found {len(found)} (or a "
                            "Hugging Face dataset: a save_to_disk folder or parquet files)")
-    return found[0]
+    try:
+        path = regular_file(folder, found[0], "dataset file", MAX_JSONL_BYTES)
+    except UnsafeName as exc:
+        raise DatasetError(str(exc)) from None
+    if path is None:  # a link to nowhere
+        raise DatasetError(f"{folder / found[0]}: a link to a file that does not exist; put the dataset file there")
+    return path
 
 
 def find_tokenizer(folder: str | Path, checkpoint: str | Path | None = None,
@@ -93,11 +101,11 @@ def find_tokenizer(folder: str | Path, checkpoint: str | Path | None = None,
         return path
     for where in (folder, checkpoint) if checkpoint else (folder,):
         try:
-            path = inside(where, "tokenizer.json", "tokenizer")
+            found = regular_file(where, "tokenizer.json", "tokenizer", MAX_TOKENIZER_BYTES)
         except UnsafeName as exc:
             raise DatasetError(str(exc)) from None
-        if path.is_file():
-            return path
+        if found is not None:
+            return found
     beside = f" or beside the model's config.json in {checkpoint}" if checkpoint else ""
     raise DatasetError(f"no tokenizer.json in {folder}{beside}; give --tokenizer PATH (the model's tokenizer.json "
                        "or its folder)")
@@ -162,12 +170,13 @@ class FolderDataset:
             where = record.get("origin") or where
             names, turns = _images_and_turns(record, where)
             try:
-                images = tuple(inside(self.folder, name, "image") for name in names)
+                found = [(name, regular_file(self.folder, name, "image", MAX_IMAGE_FILE_BYTES)) for name in names]
             except UnsafeName as exc:
                 raise DatasetError(f"{where}: {exc}") from None
-            for image in images:
-                if not image.is_file():
-                    raise DatasetError(f"{where}: image {image} not found")
+            missing = [name for name, image in found if image is None]
+            if missing:
+                raise DatasetError(f"{where}: image {self.folder / missing[0]} not found")
+            images = tuple(image for _, image in found if image is not None)
             for _, answer in turns:
                 if not self._encode(answer):
                     raise DatasetError(f"{where}: the answer tokenises to nothing")

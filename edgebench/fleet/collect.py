@@ -7,8 +7,9 @@ replaces the local file. Runs land in `<local_root>/<device>/<run_id>/`; fresh c
 probes are taken, and every fetched run is ingested into the results store.
 
 The listing comes from the device and is not trusted: every sweep id, run id and file
-name in it must be a plain file name (no `..`, no separator, not absolute) or the whole
-device is refused, named, before anything is written. One collect at a time holds
+name in it must be a plain file name (no `..`, no separator, not absolute); a run (or sweep)
+that names another is refused, named, before anything of it is written, and the device's
+other runs are collected. One collect at a time holds
 `<local_root>/.collect.lock`; a second waits for it.
 """
 
@@ -38,7 +39,7 @@ from edgebench.fleet.device_scripts import sweeps as sweeps_script
 from edgebench.fleet.remote import run_program
 from edgebench.results import runs_dir_for
 from edgebench.runner.spec import WEIGHTS_DIR
-from edgebench.untrusted import UnsafeName, inside, path_name
+from edgebench.untrusted import UnsafeName, inside, path_name, printable, quote
 
 APPEND_ONLY = (".jsonl", ".log")
 SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -48,35 +49,54 @@ class HostileListing(TransportError):
     """The device listed a name that would leave the runs folder (or a malformed entry)."""
 
 
-def check_listing(name: str, manifest: Any) -> None:
-    """Refuses a listing with any unsafe name or malformed entry, naming the device and the entry."""
+def check_listing(name: str, manifest: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """The listing without what it may not name: a sweep or run whose id, a run with a file
+    name that is not a plain file name, or whose size/sha256 is malformed, is left out, with
+    why (by run id, or `sweep ID`); a listing without its `root`/`sweeps` mapping is refused
+    whole (HostileListing, naming the device)."""
 
-    def refuse(what: str) -> HostileListing:
-        return HostileListing(f"{name}: refused: the device's listing has {what}; nothing was written. "
-                              "Check the device's work directory (or the device itself) before collecting again")
-
-    def plain(value: Any, what: str) -> None:
+    def unsafe(value: Any, what: str) -> str | None:
         try:
             path_name(value, what)
         except UnsafeName:
-            raise refuse(f"{what} {value!r}, not a plain file name (no '..', '/', or leading '.')") from None
+            return f"the device's listing has {what} {quote(value)}, not a plain file name (no '..', '/', " \
+                   "or leading '.'); nothing of it was written. Check the device's work directory"
+        return None
+
+    def run_problem(rid: Any, files: Any) -> str | None:
+        if not isinstance(files, dict):
+            return f"the device's listing has a malformed file list for run {quote(rid)}"
+        for file_name, info in files.items():
+            why = unsafe(str(file_name).removeprefix(f"{WEIGHTS_DIR}/"), "a file name")
+            if why:
+                return why
+            if not (isinstance(info, dict) and isinstance(info.get("size"), int) and info["size"] >= 0
+                    and isinstance(info.get("sha256"), str) and SHA256.fullmatch(info["sha256"])):
+                return f"the device's listing has a malformed size/sha256 for {quote(file_name)}"
+        return None
 
     if not isinstance(manifest, dict) or not isinstance(manifest.get("sweeps"), dict) \
             or not isinstance(manifest.get("root"), str):
-        raise refuse("no `root`/`sweeps` mapping")
+        raise HostileListing(f"{name}: refused: the device's listing has no `root`/`sweeps` mapping; nothing was "
+                             "written. Check the device's work directory (or the device itself) before collecting "
+                             "again")
+    kept: dict[str, Any] = {}
+    refused: dict[str, str] = {}
     for sweep_id, sweep in manifest["sweeps"].items():
-        plain(sweep_id, "sweep id")
-        if not isinstance(sweep, dict) or not isinstance(sweep.get("runs"), dict):
-            raise refuse(f"a malformed entry for sweep {sweep_id!r}")
+        why = unsafe(sweep_id, "sweep id") or (None if isinstance(sweep, dict) and isinstance(sweep.get("runs"), dict)
+                                               else "the device's listing has a malformed entry for it")
+        if why:
+            refused[f"sweep {printable(sweep_id, newlines=False, limit=80)}"] = why
+            continue
+        runs = {}
         for rid, files in sweep["runs"].items():
-            plain(rid, "run id")
-            if not isinstance(files, dict):
-                raise refuse(f"a malformed file list for run {rid!r}")
-            for file_name, info in files.items():
-                plain(file_name.removeprefix(f"{WEIGHTS_DIR}/"), f"in run {rid!r} a file name")
-                if not (isinstance(info, dict) and isinstance(info.get("size"), int) and info["size"] >= 0
-                        and isinstance(info.get("sha256"), str) and SHA256.fullmatch(info["sha256"])):
-                    raise refuse(f"a malformed size/sha256 for {rid}/{file_name}")
+            why = unsafe(rid, "run id") or run_problem(rid, files)
+            if why:
+                refused[printable(rid, newlines=False, limit=80)] = why
+            else:
+                runs[rid] = files
+        kept[sweep_id] = {**sweep, "runs": runs}
+    return {**manifest, "sweeps": kept}, refused
 
 
 @contextlib.contextmanager
@@ -167,7 +187,9 @@ def _collect_device(name: str, run_id: str | None, local_root: Path, store_path:
         # ended before fetching give their labgrid place back after it.
         before = run_program(transport, device, sweeps_script, device.workdir)
         manifest = run_program(transport, device, listing, device.workdir, timeout=600)
-        check_listing(name, manifest)
+        manifest, out.refused = check_listing(name, manifest)
+        for what, why in out.refused.items():
+            log(f"{name}: refused {what}: {why}")
         for sweep_id, sweep in sorted(manifest["sweeps"].items()):
             states = (sweep["state"] or {}).get("runs", {})
             for rid, files in sorted(sweep["runs"].items()):

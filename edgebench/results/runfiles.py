@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from edgebench.errors import EdgebenchError
+from edgebench.figures.run import HOST_EVALS
+from edgebench.untrusted import UnsafeName, regular_file
 
 if TYPE_CHECKING:
     from duckdb import DuckDBPyConnection
@@ -24,6 +26,12 @@ if TYPE_CHECKING:
 TAIL_BYTES = 1 << 16
 DETECT_LINES = 4096  # DuckDB's type detection reads this many lines (its default, 20480, costs 3x)
 INTEGER_SUFFIXES = ("_bytes", "_ns", "_us", "_kills", "_flags", "_count")  # the store keeps these as BIGINT
+
+
+# The most a run directory's file may hold (untrusted.regular_file): a day's samples at 20 Hz
+# are ~1 GB; a run's events and JSON files far less.
+RUN_FILE_CAPS = {"meta.json": 64 * 2**20, "result.json": 64 * 2**20, "events.jsonl": 4 * 2**30,
+                 "samples.jsonl": 64 * 2**30, HOST_EVALS: 64 * 2**20}
 
 
 class RunFileError(EdgebenchError, ValueError):
@@ -263,6 +271,11 @@ def read_run_dir(run_dir: str | Path, con: DuckDBPyConnection | None = None) -> 
         raise FileNotFoundError(
             f"{path}: not a directory; pass a run directory (meta.json, samples.jsonl, events.jsonl)"
         )
+    for name, cap in RUN_FILE_CAPS.items():  # what ingest, its figures and the raw copy read after this
+        try:
+            regular_file(path, name, "run file", cap)
+        except UnsafeName as exc:
+            raise RunFileError(f"{exc}; not ingested") from None
     meta = _read_json_file(path / "meta.json", required=True) or {}
     result = _read_json_file(path / "result.json", required=False)  # raw: the store makes the figures
     if con is None:

@@ -93,6 +93,13 @@ def ended_without_supervisor(run_dir: str, rid: str, why: str) -> dict[str, Any]
             "detail": "the run never ended: " + why + "; restart the sweep to run it again"}
 
 
+def one_component(name: object) -> bool:
+    """Whether a name read from a sweep's record is one path component (a run id), never '..',
+    a separator or hidden: it is joined to the sweep's own folder."""
+    return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\0" not in name \
+        and not name.startswith(".")
+
+
 def finalize(sdir: str, why: str) -> dict[str, Any] | None:
     """A sweep whose process is gone: each run it had `running` without a result.json gets one
     (`killed`, `cut_off`), and sweep.json becomes `stopped` with why. Nothing is done while a
@@ -115,10 +122,13 @@ def finalize(sdir: str, why: str) -> dict[str, Any] | None:
         if state.get("state") not in (None, "running"):
             return state
         for rid, status in list(state.get("runs", {}).items()):
-            run_dir = os.path.join(sdir, "runs", rid)
-            result = os.path.join(run_dir, "result.json")
             if status != "running":
                 continue
+            if not one_component(rid):  # a hand-edited record: its run is over, and names no other folder
+                state["runs"][rid] = "killed"
+                continue
+            run_dir = os.path.join(sdir, "runs", rid)
+            result = os.path.join(run_dir, "result.json")
             if not os.path.exists(result) and os.path.isdir(run_dir):
                 _write_json(result, ended_without_supervisor(run_dir, rid, why))
             try:

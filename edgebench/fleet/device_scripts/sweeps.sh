@@ -84,11 +84,13 @@ finalize() {  # $1 a sweep whose process is gone, $2 why (JSON-escaped): sweeps.
                 '"'*"$running" | '"'*"$running,")
                     rid=${line#\"}; rid=${rid%"$running"*}
                     run="$1/runs/$rid"
-                    if [ ! -e "$run/result.json" ] && [ -d "$run" ]; then
+                    case $rid in '' | .* | */* | *\\*) run="" ;; esac  # sweeps.py's one_component: no other folder
+                    if [ -n "$run" ] && [ ! -e "$run/result.json" ] && [ -d "$run" ]; then
                         ended_without_supervisor "$run" "$rid" "$2" > "$run/result.json.tmp" &&
                             mv "$run/result.json.tmp" "$run/result.json"
                     fi
-                    line="\"$rid\": \"$(status_of "$run/result.json")\"${line##*"$running"}" ;;
+                    status=killed; [ -z "$run" ] || status=$(status_of "$run/result.json")
+                    line="\"$rid\": \"$status\"${line##*"$running"}" ;;
             esac
             printf '%s\n' "$line"
         done < "$1/sweep.json.old"
