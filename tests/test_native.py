@@ -167,6 +167,18 @@ def test_native_mezo_learns_on_the_forward_only_program(export_cache, worker_bun
     assert np.mean(losses[0][-5:]) < np.mean(losses[0][:5]) - 0.05, losses[0]
 
 
+def test_a_loss_rising_past_the_factor_is_diverged_natively(export_cache, worker_bundle, tmp_path):
+    """The native worker applies the Python worker's rule (status.LossWatch): lomo at lr 1 takes
+    micro's loss from 6.1 to 47 and 86 (finite) in its first steps."""
+    result, events = _native(_spec("lomo", _program("lomo"), steps=8, lr=1.0), worker_bundle, tmp_path / "run",
+                             tmp_path / "plans")
+    assert result["status"] == "diverged", result
+    (diverged,) = [e for e in events if e["event"] == "diverged"]
+    last = [e for e in events if e["event"] == "step_end"][-1]
+    assert diverged["step"] == last["step"] >= 1 and diverged["loss"] == last["loss"] and math.isfinite(last["loss"])
+    assert f"at step {last['step']}: the mean of the last" in result["detail"], result["detail"]
+
+
 @pytest.mark.parametrize("method", ["lomo", "mezo", "all+bf16-weights"])
 def test_each_kind_saves_its_trained_weights_at_evaluation_points(export_cache, worker_bundle, tmp_path, method):
     """The updating kind's weights are its program's outputs after the loss, the forward-only

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -75,6 +76,18 @@ def test_non_finite_loss_is_diverged(tmp_path):
     assert result["status"] == "diverged", result
     assert "non-finite loss" in result["detail"]
     assert any(e["event"] == "diverged" for e in events_of(tmp_path))
+
+
+def test_a_loss_rising_past_the_factor_is_diverged(tmp_path):
+    """lomo at lr 3 takes tiny's loss from 6.5 to 662 in four steps, all finite (later it falls
+    back to ln(vocab), its weights broken, and the run read `ok`): it ends at the step that passed."""
+    result = run_spec(tiny(method="lomo", lr=3.0, steps=8), tmp_path)
+    assert result["status"] == "diverged", result
+    events = events_of(tmp_path)
+    (diverged,) = [e for e in events if e["event"] == "diverged"]
+    last = [e for e in events if e["event"] == "step_end"][-1]
+    assert diverged["step"] == last["step"] and diverged["loss"] == last["loss"] and math.isfinite(last["loss"])
+    assert f"at step {last['step']}: the mean of the last" in result["detail"], result["detail"]
 
 
 def test_wall_clock_limit_is_timeout(tmp_path):

@@ -17,6 +17,16 @@ volatile std::sig_atomic_t g_signal = 0;
 
 void fail(const std::string& what) { throw Failure(EXIT_ERROR, "error", what); }
 
+bool LossWatch::diverged(double loss) {
+  if (!std::isfinite(loss)) return true;
+  if (!first_) first_ = loss;
+  recent_.push_back(loss);
+  if (recent_.size() > DIVERGED_WINDOW) recent_.pop_front();
+  double sum = 0;
+  for (double l : recent_) sum += l;
+  return sum / double(recent_.size()) > DIVERGED_FACTOR * *first_;
+}
+
 int64_t now_ns() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -1,5 +1,5 @@
 // What every part of the native worker shares: the failure that ends a run, the clock, the
-// events file, ExecuTorch's errors, the stop signals and MeZO's generator.
+// events file, ExecuTorch's errors, the stop signals, MeZO's generator and the divergence rule.
 #pragma once
 
 #include "exit_codes.h"
@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <deque>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -42,6 +44,21 @@ class Events {
 std::string error_text(executorch::runtime::Error e);
 // An ExecuTorch call that failed: `oom` for an allocation, else an error naming `where`.
 [[noreturn]] void runtime_failure(executorch::runtime::Error e, const std::string& where);
+
+// The divergence rule, edgebench/figures/status.py's LossWatch (a test holds these constants to
+// its): a loss that is not finite, or a mean of the last DIVERGED_WINDOW losses past
+// DIVERGED_FACTOR times the first. Fed each step's loss in turn, warmup steps too.
+constexpr double DIVERGED_FACTOR = 5.0;
+constexpr size_t DIVERGED_WINDOW = 5;
+
+class LossWatch {
+ public:
+  bool diverged(double loss);
+
+ private:
+  std::optional<double> first_;
+  std::deque<double> recent_;
+};
 
 void on_signal(int signum);  // SIGTERM's and SIGINT's handler: the run stops at its next check
 void check_signal();         // throws the `interrupted` Failure once one has come

@@ -198,6 +198,7 @@ int train(const std::string& plan_path, const std::string& program_dir, const st
   double duration = plan.real("duration_s");  // 0: run `steps` measured steps
   Evaluation evaluation(plan, out_dir);
   int64_t deadline = duration > 0 ? now_ns() + int64_t(duration * 1e9) : -1;  // from here, as the Python worker
+  LossWatch watch;
   long long step = 0;
   for (;; ++step) {
     if (evaluation.due(step)) evaluation.run(step, program->params(), events);  // warmup steps count
@@ -213,7 +214,7 @@ int train(const std::string& plan_path, const std::string& program_dir, const st
     int64_t end = now_ns();
     events.write("step_end", "\"step\": " + std::to_string(step) + ", \"phase\": \"" + phase + "\", \"loss\": " +
                              json_number(loss) + ", \"duration_s\": " + json_number(double(end - begin) / 1e9));
-    if (!std::isfinite(loss)) {
+    if (watch.diverged(loss)) {
       events.write("diverged", "\"step\": " + std::to_string(step) + ", \"loss\": " + json_number(loss));
       return EXIT_DIVERGED;
     }

@@ -1,8 +1,8 @@
 // The native worker's C++ unit tests (CMake target edgebench-worker-tests, run by ctest from
 // tests/test_native_cpp.py): the optimizers against steps worked out by hand from torch.optim's
 // formulas, the plan reader on good and bad plans, the checked whole numbers the worker's
-// arguments are read with, the thread pool's loops, the saved weights (safetensors) and the
-// evaluation points.
+// arguments are read with, the thread pool's loops, the saved weights (safetensors), the
+// evaluation points and the divergence rule.
 
 #include <algorithm>
 #include <cmath>
@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common.h"
 #include "evaluation.h"
 #include "optimizers.h"
 #include "parallel.h"
@@ -271,6 +272,28 @@ void evaluation_points(const std::string& dir) {
   CHECK(!Evaluation(parse(kGood + "eval_every 0\neval_weights a 6 b\n"), dir).wanted());
 }
 
+// The step at which LossWatch ends the run, -1 for none.
+int first_diverged(const std::vector<double>& losses) {
+  LossWatch watch;
+  for (size_t step = 0; step < losses.size(); ++step)
+    if (watch.diverged(losses[step])) return int(step);
+  return -1;
+}
+
+// tests/test_divergence.py's CASES, the Python rule's: the two must agree.
+void loss_watch() {
+  const double nan = std::nan(""), inf = INFINITY;
+  CHECK(first_diverged({6, 5, 4, 3, 2, 1}) == -1);
+  CHECK(first_diverged({1, 1, 1, 1, 1, 20, 1, 1}) == -1);
+  CHECK(first_diverged({1, 1, 1, 1, 1, 20, 20}) == 6);
+  CHECK(first_diverged({1, 2, 3, 4, 5, 6, 7, 8}) == 7);
+  CHECK(first_diverged({1, 8}) == -1);
+  CHECK(first_diverged({1, 10}) == 1);
+  CHECK(first_diverged({1, 2, nan}) == 2);
+  CHECK(first_diverged({inf}) == 0);
+  CHECK(first_diverged({1, -inf}) == 1);
+}
+
 }  // namespace
 
 int main() {
@@ -283,6 +306,7 @@ int main() {
   bad_plans();
   whole_numbers();
   parallel_loops();
+  loss_watch();
   char dir[] = "/tmp/edgebench-worker-tests-XXXXXX";
   if (!mkdtemp(dir)) {
     std::perror("mkdtemp");
