@@ -80,9 +80,20 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(printable(text).split()) or type(exc).__name__
 
 
+def refuse_empty_values(args: list[str]) -> None:
+    """An empty value is never "not given": `--runs-dir ''` or `--target=` from a script whose
+    variable was unset would otherwise run with the default. One check for every option."""
+    for before, arg in zip(["", *args], args):
+        option = before if arg == "" and before.startswith("--") else arg[:-1] if arg.startswith("--") and \
+            arg.endswith("=") else None
+        if option:
+            raise click.UsageError(f"{option}: an empty value; give one, or leave {option} out for its default")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Runs the CLI; every error ends here as one line on stderr and an exit code."""
     try:
+        refuse_empty_values(sys.argv[1:] if argv is None else argv)
         code = cli.main(args=argv, prog_name="edgebench", standalone_mode=False)
     except (KeyboardInterrupt, click.Abort):
         click.echo("edgebench: interrupted", err=True)

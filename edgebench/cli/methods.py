@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from edgebench.devices.commands import SIZE
+from edgebench.cli_types import RAM_BYTES, SIZE
 from edgebench.methods.device_speed import DeviceSpeed
 from edgebench.methods.fit import rank
 from edgebench.methods.knobs import MODIFIERS, PRESETS, Method, MethodError, parse_method
@@ -168,7 +168,7 @@ def _native_peaks(model_name: str, device: str | None, text_length: int, image_s
 @click.command("predict")
 @click.option("--device",
               help="Device profile name or YAML path, a lab device or an inventory device (its RAM is the budget).")
-@click.option("--ram-bytes", type=click.IntRange(min=1), help="RAM budget in bytes, instead of --device.")
+@click.option("--ram-bytes", type=RAM_BYTES, help="RAM budget in bytes, instead of --device.")
 @click.option("--model", "model_name", default="tiny", show_default=True,
               help="Model config name, or a nanoVLM checkpoint folder (its config.json).")
 @click.option("--method", help="Preset or + combination (see `edgebench methods`); without it, every "

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from edgebench.cli_types import FiniteRange
 from edgebench.telemetry.probe import probe
 
 
@@ -16,7 +17,7 @@ from edgebench.telemetry.probe import probe
 @click.option("--sensors", "sensors_json", default="{}", show_default=True,
               help='The profile\'s sensors block as JSON, e.g. \'{"power": {"source": "rapl"}}\'; '
                    "empty: detect every source.")
-@click.option("--seconds", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+@click.option("--seconds", default=1.0, show_default=True, type=FiniteRange(min=0, min_open=True, max=3600),
               help="How long to sample before reporting.")
 @click.option("--json", "as_json", is_flag=True, help="Print the full report as JSON.")
 @click.option("--calibrate", is_flag=True,

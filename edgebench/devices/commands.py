@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from edgebench.cli_types import SIZE, FiniteRange
 from edgebench.devices.inventory import (
     InventoryError,
     MeasuredSpeed,
@@ -327,26 +328,6 @@ def devices_remove(name: str) -> None:
         click.echo(f"removed {name} from {inventory_path()}")
 
 
-class Size(click.ParamType[int, Any]):
-    """A size in bytes: plain bytes or with a unit (1GiB, 512MiB, 200MB)."""
-
-    name = "size"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        from pydantic import ByteSize, TypeAdapter, ValidationError
-
-        if isinstance(value, int):
-            return value
-        try:
-            size = int(TypeAdapter(ByteSize).validate_python(str(value).strip()))
-        except ValidationError:
-            self.fail(f"{value!r}: write a size like 1GiB or 512MiB", param, ctx)
-        if size <= 0:
-            self.fail(f"{value!r}: a size must be more than 0", param, ctx)
-        return size
-
-
-SIZE = Size()
 
 
 @click.group()
@@ -377,7 +358,7 @@ def lab() -> None:
 @click.option("--memory", type=SIZE, default=None,
               help="The emulated board's RAM instead of the profile's, e.g. 1GiB (its OS's idle footprint for that "
                    "RAM is held inside it).")
-@click.option("--cpus", default=None, type=click.FloatRange(min=0.01), help="Override the CPU limit (cores).")
+@click.option("--cpus", default=None, type=FiniteRange(min=0.01, max=1024), help="Override the CPU limit (cores).")
 @click.option("--arch", type=click.Choice(["host", "arm64"]), default="host", show_default=True,
               help="arm64: the device's python is an arm64 Python with arm64 wheels under qemu user-mode "
                    "emulation (built once into ~/.cache/edgebench/arm64; step times not representative).")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import sys
 import tempfile
 from collections import Counter
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from edgebench.backends import BACKENDS
+from edgebench.cli_types import SEED, FinitePositive, FiniteRange
 from edgebench.figures.learning import DEFAULT_EVAL_EVERY
 from edgebench.fleet.plan import (
     check_method,
@@ -73,6 +73,7 @@ def _device_names(given: tuple[str, ...], with_local: bool) -> tuple[list[str], 
 
 BACKEND_CHOICE = click.Choice(list(BACKENDS))
 STEPS = click.IntRange(1, MAX_STEPS)
+MAX_RERUNS = 100  # --rerun-disturbed: extra runs a sweep may add
 WARMUP_STEPS = click.IntRange(0, MAX_STEPS)
 THREADS = click.IntRange(1, MAX_THREADS)
 
@@ -210,16 +211,6 @@ def _check_evaluation(shape: dict[str, Any]) -> None:
                                      "use --target loss=VALUE", param_hint="--target")
 
 
-class FinitePositive(click.types.FloatParamType):
-    """A number more than 0 that is finite (FloatRange lets inf and nan through)."""
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
-        number = super().convert(value, param, ctx)
-        if not (math.isfinite(number) and number > 0):
-            self.fail(f"{value!r} is not a finite number more than 0 (e.g. 1e-4)", param, ctx)
-        return number
-
-
 # The user's own model, data and learning rate: one definition for every command that takes
 # them (bench, deploy, export).
 MODEL_OPTION = click.option("--model", default="tiny", show_default=True,
@@ -239,7 +230,8 @@ LR_OPTION = click.option("--lr", default=None, type=FinitePositive(),
                               "the lr measured to learn soonest for a config's fresh weights).")
 
 
-RERUN_OPTION = click.option("--rerun-disturbed", default=0, show_default=True, type=click.IntRange(min=0), metavar="N",
+RERUN_OPTION = click.option("--rerun-disturbed", default=0, show_default=True, type=click.IntRange(0, MAX_RERUNS),
+                            metavar="N",
                             help="Run a configuration again when its run was disturbed (other processes took >10% of "
                                  "the CPU), at most N extra runs in all (deploy: per device, on devices with Python); "
                                  "the disturbed run stays in the store beside its re-run.")
@@ -374,7 +366,7 @@ def run_options(command: Callable[..., None]) -> Callable[..., None]:
         ),
         click.option(
             "--eval-fraction", default=0.1, show_default=True,
-            type=click.FloatRange(0, 1, min_open=True, max_open=True),
+            type=FiniteRange(0, 1, min_open=True, max_open=True),
             help="With --data: the share of the dataset held out for evaluation (seed-fixed; training never sees it).",
         ),
         click.option(
@@ -392,13 +384,13 @@ def run_options(command: Callable[..., None]) -> Callable[..., None]:
             "--sample-hz",
             default=20.0,
             show_default=True,
-            type=click.FloatRange(1, 100),
+            type=FiniteRange(1, 100),
             help="Telemetry sampling rate.",
         ),
         click.option(
             "--timeout", "timeout_s", default=None, type=FinitePositive(), help="Wall-clock limit per run, seconds."
         ),
-        click.option("--seed", default=0, show_default=True, help="Seed of the fresh weights and the data."),
+        click.option("--seed", default=0, show_default=True, type=SEED, help="Seed of the fresh weights and the data."),
         click.option(
             "--runs-dir",
             default=None,
@@ -442,6 +434,10 @@ def run_options(command: Callable[..., None]) -> Callable[..., None]:
         shape = {name: kwargs.pop(name) for name in shape_fields}
         shape["steps"], shape["warmup_steps"] = kwargs.pop("steps"), kwargs.pop("warmup")
         duration = kwargs.pop("duration")
+        if duration is not None and click.get_current_context().get_parameter_source("steps") is \
+                click.core.ParameterSource.COMMANDLINE:
+            raise click.BadParameter("give --steps or --duration, not both (--duration runs for a time, --steps for "
+                                     "a count of steps)", param_hint="--duration")
         try:
             shape["duration_s"] = parse_duration(duration) if duration else None
         except ValueError as exc:
@@ -643,9 +639,9 @@ SPEC_FIELD_TYPES = {
     "lr": FinitePositive(),
     "timeout_s": FinitePositive(),
     "duration_s": FinitePositive(),
-    "sample_hz": click.FloatRange(1, 100),
+    "sample_hz": FiniteRange(1, 100),
     "accelerator": click.Choice(["cpu", "cuda"]),
-    "seed": click.INT,
+    "seed": SEED,
 }
 
 

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from edgebench.cli_types import FiniteRange
+
 
 @click.command("live")
 @click.option("--device", help="Follow a run on this device (inventory name) over its transport (SSH, adb).")
@@ -14,7 +16,7 @@ import click
 @click.option("--root", type=click.Path(path_type=Path), default=None,
               help="Where to look for local runs by id (ROOT/ID, ROOT/DEVICE/ID, ROOT/sweeps/*/runs/ID); "
                    "default: beside your store (`edgebench bench`'s and `collect`'s runs).")
-@click.option("--hz", type=click.FloatRange(1, 30), default=8.0, show_default=True, help="Refreshes per second.")
+@click.option("--hz", type=FiniteRange(1, 30), default=8.0, show_default=True, help="Refreshes per second.")
 @click.option("--follow", is_flag=True, help="Once the sweep has ended, wait for the next one (until Ctrl-C).")
 @click.option("--exit-when-done", is_flag=True, hidden=True, help="What live does anyway; kept for scripts.")
 def live_command(device: str | None, run_id: str | None, run_dir: str | None, root: Path | None, hz: float,

@@ -1,0 +1,58 @@
+"""Command-line values checked once, where they enter: the click parameter types every host
+command uses for numbers and sizes. click's FloatRange lets NaN through (every comparison with
+it is false) and its ints have no upper end; these do not.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import click
+
+MAX_SEED = 2**63 - 1  # torch.manual_seed and the native worker's int64
+MAX_RAM_BYTES = 2**50  # 1 PiB: more is a typo, not a board
+
+
+class FiniteRange(click.FloatRange):
+    """click.FloatRange that refuses NaN and infinities before its range check."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return super().convert(number, param, ctx)
+
+
+class FinitePositive(click.types.FloatParamType):
+    """A number more than 0 that is finite (FloatRange lets inf and nan through)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        number = super().convert(value, param, ctx)
+        if not (math.isfinite(number) and number > 0):
+            self.fail(f"{value!r} is not a finite number more than 0 (e.g. 1e-4)", param, ctx)
+        return number
+
+
+class Size(click.ParamType[int, Any]):
+    """A size in bytes: plain bytes or with a unit (1GiB, 512MiB, 200MB), more than 0."""
+
+    name = "size"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        from pydantic import ByteSize, TypeAdapter, ValidationError
+
+        if isinstance(value, int):
+            return value
+        try:
+            size = int(TypeAdapter(ByteSize).validate_python(str(value).strip()))
+        except ValidationError:
+            self.fail(f"{value!r}: write a size like 1GiB or 512MiB", param, ctx)
+        if not 0 < size <= MAX_RAM_BYTES:
+            self.fail(f"{value!r}: a size must be more than 0 and at most 1 PiB", param, ctx)
+        return size
+
+
+SIZE = Size()
+SEED = click.IntRange(0, MAX_SEED)
+RAM_BYTES = click.IntRange(1, MAX_RAM_BYTES)
