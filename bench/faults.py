@@ -1,15 +1,20 @@
 """A campaign of bad inputs and faults against the real CLI, runner and collect; prints
 how many ended badly. Every count should be zero.
 
-    .venv/bin/python bench/faults.py            # 121 cases, 2-6 minutes on 2 cores (needs root, sshd)
+    .venv/bin/python bench/faults.py            # 121 cases, 3-6 minutes on 2 cores (needs root, sshd)
+    .venv/bin/python bench/faults.py --quick    # a few cases of each kind (tests/test_faults_bench.py)
 
-Counts: tracebacks shown to the user, exit code 0 for an error, run directories without
-result.json, corrupted run directories (unparsable result.json, garbage lines inside a
-trace), files written outside the runs folder (anywhere else in the campaign's workspace,
-or at the paths the hostile device and names aim at), terminal control sequences a device
-got onto the screen (ESC or BEL in any output: the output is piped, so edgebench's own
-styles are off), and runs without a final status (a killed sweep or `lab down`: status,
-collect and the store must agree on one).
+Counts: tracebacks shown to the user, internal errors (edgebench's catch-all for a bug),
+exit code 0 for an error, commands that hung (killed after their time), cases that met the
+campaign's memory limit, run directories without result.json, corrupted run directories
+(unparsable result.json, garbage lines inside a trace), files read outside what a command
+was given (the image that hostile datasets point at: its access time moves when read),
+files written outside the runs folder (anywhere else in the campaign's workspace, or at the
+paths the hostile device and names aim at), terminal control sequences a device got onto the
+screen (ESC or BEL in any output: the output is piped, so edgebench's own styles are off),
+and runs without a final status (a killed sweep or `lab down`: status, collect and the store
+must agree on one). Every command runs in the campaign's memory cgroup (MEMORY_LIMIT), so one
+that reads without end is killed there instead of taking the host's memory.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from edgebench.devices.cgroups import CgroupError, Limits  # noqa: E402
 from edgebench.runner.spec import RunSpec  # noqa: E402
 from edgebench.telemetry.trace import read_trace  # noqa: E402
 
@@ -41,6 +47,19 @@ ESCAPES = [
     Path("/tmp/edgebench-faults-meta"),
 ]
 HOSTILE_TEXT = "sgd\x1b]0;pwned\x07\x1b[2J"  # sets the terminal's title, clears the screen
+# Every process the campaign starts, together: a lab device (1 GiB), two collects and a sweep fit well inside
+MEMORY_LIMIT = 3 << 30
+# --quick: the cases kept of each kind (bad input, hostile devices, signals, sweeps and the lab)
+QUICK = {
+    "bench unknown method", "bench nan duration", "predict profile alias bomb", "models load garbage",
+    "bench checkpoint truncated", "bench data image ..", "bench data image symlink out",
+    "bench data hf image path absolute", "ingest meta run_id ..", "report foreign duckdb", "deploy path device name",
+    "collect hostile listing: run id ..", "collect hostile listing: absolute file name", "collect non-JSON listing",
+    "collect meta run_id ..", "status with escape sequences", "report --format html with escape sequences",
+    "bench Ctrl-C once", "bench kill -9 worker",
+    "sweep on a full disk", "deploy while a sweep runs there", "sweep SIGTERM", "collect after a killed sweep",
+    "lab up", "deploy to the lab", "lab down mid-sweep", "lab down --purge after lab down",
+}
 
 
 def tiny(**kw) -> RunSpec:
@@ -48,45 +67,71 @@ def tiny(**kw) -> RunSpec:
     return RunSpec(**{**base, **kw})
 
 
-def own_session() -> None:
-    os.setsid()
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 class Campaign:
-    def __init__(self, work: Path):
+    def __init__(self, work: Path, quick: bool = False):
         self.work = work
+        self.quick = quick
+        self.limits = Limits.create(f"edgebench-faults/{work.name}", MEMORY_LIMIT, os.cpu_count() or 1)
         self.home = work / "home"  # the user's current directory; runs/ inside it
         self.home.mkdir()
+        # the user's store is per user (edgebench.results.default_store): the campaign's is in runs/, never theirs
         self.env = {**os.environ, "EDGEBENCH_INVENTORY": str(work / "inventory.yaml"),
-                    "EDGEBENCH_LAB_DIR": str(work / "lab")}
+                    "EDGEBENCH_LAB_DIR": str(work / "lab"),
+                    "EDGEBENCH_STORE": str(self.home / "runs" / "edgebench.duckdb")}
         self.rows: list[dict] = []
         self.extra_dirs: list[Path] = []  # run dirs on a tmpfs, checked before it is unmounted
+        self.last = time.monotonic()  # when the last case ended: each case's seconds
+
+    def wanted(self, case: str) -> bool:
+        return not self.quick or case in QUICK
+
+    def enter(self) -> None:
+        """In each child before it runs: into the campaign's memory cgroup, and a session of its own with
+        SIGINT at its default, as a terminal's foreground job (a signal or a kill reaches its whole group)."""
+        for procs in self.limits.procs_files():
+            procs.write_text(str(os.getpid()))
+        os.setsid()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
 
     def check_dirs(self, root: Path) -> None:
         self.extra_dirs.extend(d for d in run_dirs(root) if not (d / "result.json").exists() or corrupted(d))
 
     def record(self, name: str, rc: int | None, output: str, error_expected: bool = True) -> None:
-        self.rows.append({"case": name, "rc": rc, "traceback": "Traceback (most recent call last)" in output,
-                          "exit0_on_error": error_expected and rc == 0,
+        """A case's outcome; `rc` None: it hung."""
+        now = time.monotonic()
+        self.rows.append({"case": name, "rc": rc, "s": now - self.last, "hang": rc is None,
+                          "traceback": "Traceback (most recent call last)" in output,
+                          "internal_error": "internal error" in output, "exit0_on_error": error_expected and rc == 0,
                           "escapes": "\x1b" in output or "\x07" in output or "\x9b" in output})
+        self.last = now
 
     def cli(self, name: str, *args: str, timeout: float = 120, error_expected: bool = True) -> None:
-        try:
-            done = subprocess.run([PY, "-m", "edgebench.cli", *args], cwd=self.home, env=self.env,
-                                  capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired as exc:  # hung instead of refusing: as bad as exit 0
-            self.record(name, None, str(exc.stderr or ""))
-            self.rows[-1]["exit0_on_error"] = True
-            return
-        self.record(name, done.returncode, done.stdout + done.stderr, error_expected)
+        if self.wanted(name):
+            rc, out, err = self.run([PY, "-m", "edgebench.cli", *args], timeout)
+            self.record(name, rc, out + err, error_expected)
 
-    def start(self, argv: list[str], cwd: Path | None = None) -> subprocess.Popen:
-        return subprocess.Popen(argv, cwd=cwd or self.home, env=self.env, preexec_fn=own_session,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    def start(self, argv: list[str], env: dict | None = None, merged: bool = True) -> subprocess.Popen:
+        """`argv` started in the campaign's cgroup and a session of its own, in `home`."""
+        return subprocess.Popen(argv, cwd=self.home, env=env or self.env, preexec_fn=self.enter, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merged else subprocess.PIPE)
+
+    def run(self, argv: list[str], timeout: float = 120, env: dict | None = None) -> tuple[int | None, str, str]:
+        return finish(self.start(argv, env, merged=False), timeout)
 
     def inventory(self, devices: dict) -> None:
         (self.work / "inventory.yaml").write_text(yaml.safe_dump({"devices": devices}))
+
+
+def finish(proc: subprocess.Popen, timeout: float) -> tuple[int | None, str, str]:
+    """(exit code, stdout, stderr) of a started command; exit code None where it hung past `timeout`
+    (its process group is then killed)."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        return proc.returncode, out, err or ""
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        return None, out, err or ""
 
 
 def wait_for(predicate, timeout_s: float = 120) -> bool:
@@ -378,51 +423,83 @@ def signals(c: Campaign) -> None:
     """Ctrl-C (once, twice), SIGTERM to bench; kill -9 of a worker and of a supervisor."""
     for label, sig, times in (("Ctrl-C once", signal.SIGINT, 1), ("Ctrl-C twice", signal.SIGINT, 2),
                               ("SIGTERM", signal.SIGTERM, 1)):
-        before = set((c.home / "runs").glob("*"))
-        proc = c.start([PY, "-m", "edgebench.cli", "bench", "--methods", "sgd,adamw", "--steps", "100000",
-                        "--text-length", "16"])
-        wait_for(lambda before=before: stepping_new(c, before))
+        if not c.wanted(f"bench {label}"):
+            continue
+        proc = stepping_bench(c, "sgd,adamw")
         for _ in range(times):
             os.killpg(proc.pid, sig)
             time.sleep(0.3)
-        out, _ = proc.communicate(timeout=120)
-        c.record(f"bench {label}", proc.returncode, out)
+        rc, out, _ = finish(proc, 120)
+        c.record(f"bench {label}", rc, out)
     for label, target in (("kill -9 worker", "worker"), ("kill -9 supervisor", "supervisor")):
-        before = set((c.home / "runs").glob("*"))
-        proc = c.start(
-            [PY, "-m", "edgebench.cli", "bench", "--methods", "sgd", "--steps", "100000", "--text-length", "16"]
-        )
-        wait_for(lambda before=before: stepping_new(c, before))
+        if not c.wanted(f"bench {label}"):
+            continue
+        proc = stepping_bench(c, "sgd")
         supervisor = int(
             subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()[0]
         )
         worker = int(subprocess.run(["pgrep", "-P", str(supervisor)], capture_output=True, text=True).stdout.split()[0])
         os.kill(worker if target == "worker" else supervisor, signal.SIGKILL)
-        out, _ = proc.communicate(timeout=120)
-        c.record(f"bench {label}", 0 if proc.returncode == 0 else proc.returncode, out, error_expected=False)
+        rc, out, _ = finish(proc, 120)
+        c.record(f"bench {label}", rc, out, error_expected=False)
 
 
-def stepping_new(c: Campaign, before: set) -> bool:
-    return any(stepping(d) for d in set((c.home / "runs").glob("*")) - before if d.is_dir())
+def stepping_bench(c: Campaign, methods: str) -> subprocess.Popen:
+    """A bench of long tiny runs, started and taking steps."""
+    before = set((c.home / "runs").glob("*"))
+    proc = c.start([PY, "-m", "edgebench.cli", "bench", "--methods", methods, "--steps", "100000",
+                    "--text-length", "16"])
+    wait_for(lambda: any(stepping(d) for d in set((c.home / "runs").glob("*")) - before if d.is_dir()))
+    return proc
 
 
 def sweeps(c: Campaign) -> None:
-    """A killed sweep restarted; a sweep on a full disk; a sweep stopped by SIGTERM; two collects."""
+    """A killed sweep restarted; a sweep on a full disk; a sweep stopped by SIGTERM; two collects;
+    a sweep killed with SIGKILL; `lab down` mid-sweep."""
     dev = c.home / "runs" / "device-work"  # device work dirs live inside runs/ too: all writes are there
-    sweep = dev / "sweeps" / "s1"
+    if c.wanted("sweep killed then resumed"):
+        killed_then_resumed(c, dev / "sweeps" / "s1")
+    if c.wanted("sweep on a full disk"):
+        full_disk(c)
+    proc, _ = stepping_sweep(c, dev / "sweeps" / "s3", "e")
+    deploy_while_running(c, dev)
+    os.kill(proc.pid, signal.SIGTERM)
+    rc, out, _ = finish(proc, 60)
+    c.record("sweep SIGTERM", rc, out)
+
+    c.inventory({"box": {"profile": "local", "kind": "local", "workdir": str(dev)}})
+    if c.wanted("concurrent collect 1"):
+        procs = [c.start([PY, "-m", "edgebench.cli", "collect", "--device", "box"]) for _ in range(2)]
+        for i, p in enumerate(procs):
+            rc, out, _ = finish(p, 300)
+            c.record(f"concurrent collect {i + 1}", rc, out, error_expected=False)
+            c.rows[-1]["exit0_on_error"] = rc != 0  # a collect of good runs must succeed: count it as a failure
+    if c.wanted("status of a stopped and an interrupted sweep"):
+        c.cli("status of a stopped and an interrupted sweep", "status", "--device", "box")
+        c.rows[-1]["exit0_on_error"] = False  # every device answered: exit 0 is right
+    killed_sweep_agrees(c, dev)
+    if c.wanted("lab down mid-sweep"):
+        lab_down_mid_sweep(c)
+
+
+def killed_then_resumed(c: Campaign, sweep: Path) -> None:
+    """A sweep killed mid-run (SIGKILL to its group), then run again: it finishes what is left."""
     (sweep / "specs").mkdir(parents=True)
     tiny(run_id="a", steps=100_000).save(sweep / "specs" / "00-a.json")
     tiny(run_id="b", method="adamw").save(sweep / "specs" / "01-b.json")
     proc = c.start([PY, "-m", "edgebench.runner.sweep", str(sweep)])
     wait_for(lambda: stepping(sweep))
     os.killpg(proc.pid, signal.SIGKILL)
-    proc.communicate(timeout=30)
+    finish(proc, 30)
     spec = RunSpec.load(sweep / "specs" / "00-a.json")
     spec.steps = 2
     spec.save(sweep / "specs" / "00-a.json")
-    done = subprocess.run([PY, "-m", "edgebench.runner.sweep", str(sweep)], env=c.env, capture_output=True, text=True)
-    c.record("sweep killed then resumed", done.returncode, done.stdout + done.stderr, error_expected=False)
+    rc, out, err = c.run([PY, "-m", "edgebench.runner.sweep", str(sweep)], timeout=300)
+    c.record("sweep killed then resumed", rc, out + err, error_expected=False)
 
+
+def full_disk(c: Campaign) -> None:
+    """A sweep whose run directory's disk (a 2 MiB tmpfs) fills up: it stops, saying why, every run with a result."""
     mount = c.home / "runs" / "tmpfs"
     mount.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], check=True)
@@ -433,35 +510,14 @@ def sweeps(c: Campaign) -> None:
         tiny(run_id="d").save(full / "specs" / "01-d.json")
         st = os.statvfs(mount)
         (mount / "filler").write_bytes(b"x" * (st.f_bavail * st.f_frsize - 500 * 1024))
-        done = subprocess.run(
-            [PY, "-m", "edgebench.runner.sweep", str(full)], env=c.env, capture_output=True, text=True
-        )
-        c.record("sweep on a full disk", done.returncode, done.stdout + done.stderr)
+        rc, out, err = c.run([PY, "-m", "edgebench.runner.sweep", str(full)], timeout=300)
+        c.record("sweep on a full disk", rc, out + err)
         (mount / "filler").unlink()
         state = json.loads((full / "sweep.json").read_text())
         c.rows[-1]["detail"] = f"{state['state']}: {state.get('why')}"
         c.check_dirs(full / "runs")
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
-
-    proc, _ = stepping_sweep(c, dev / "sweeps" / "s3", "e")
-    deploy_while_running(c, dev)
-    os.kill(proc.pid, signal.SIGTERM)
-    out, _ = proc.communicate(timeout=60)
-    c.record("sweep SIGTERM", proc.returncode, out)
-
-    c.inventory({"box": {"profile": "local", "kind": "local", "workdir": str(dev)}})
-    procs = [c.start([PY, "-m", "edgebench.cli", "collect", "--device", "box"]) for _ in range(2)]
-    for i, p in enumerate(procs):
-        out, _ = p.communicate(timeout=300)
-        c.record(f"concurrent collect {i + 1}", p.returncode, out, error_expected=False)
-        if p.returncode != 0:
-            c.rows[-1]["exit0_on_error"] = True  # a collect of good runs must succeed: count it as a failure
-    c.inventory({"box": {"profile": "local", "kind": "local", "workdir": str(dev)}})
-    c.cli("status of a stopped and an interrupted sweep", "status", "--device", "box")
-    c.rows[-1]["exit0_on_error"] = False  # every device answered: exit 0 is right
-    killed_sweep_agrees(c, dev)
-    lab_down_mid_sweep(c)
 
 
 def stepping_sweep(c: Campaign, sweep: Path, run_id: str):
@@ -486,14 +542,13 @@ def killed_sweep_agrees(c: Campaign, dev: Path) -> None:
     """A sweep killed with SIGKILL: status, collect and the store give its run one final status."""
     proc, sweep = stepping_sweep(c, dev / "sweeps" / "s4", "f")
     os.killpg(proc.pid, signal.SIGKILL)
-    proc.communicate(timeout=30)
-    done = subprocess.run([PY, "-m", "edgebench.cli", "status", "--device", "box", "--json"], cwd=c.home, env=c.env,
-                          capture_output=True, text=True)
-    shown = json.loads(done.stdout)[0]["sweeps"]["s4"]["runs"].get("f") if done.returncode == 0 else None
+    finish(proc, 30)
+    rc, out, _ = c.run([PY, "-m", "edgebench.cli", "status", "--device", "box", "--json"])
+    shown = json.loads(out)[0]["sweeps"]["s4"]["runs"].get("f") if rc == 0 else None
     c.cli("collect after a killed sweep", "collect", "--device", "box", error_expected=False)
     import duckdb
 
-    con = duckdb.connect(str(c.home / "runs" / "edgebench.duckdb"), read_only=True)
+    con = duckdb.connect(c.env["EDGEBENCH_STORE"], read_only=True)
     stored = (con.execute("SELECT status FROM runs WHERE device = 'box' AND run_id = 'f'").fetchone() or [None])[0]
     con.close()
     c.rows[-1]["detail"] = f"status {shown}, store {stored}"
@@ -504,26 +559,24 @@ def lab_down_mid_sweep(c: Campaign) -> None:
     """`lab down` while a lab device runs a sweep: its runs end with a final status on the device's
     disk; `lab down --purge` afterwards removes that disk too."""
     env = {**c.env, "EDGEBENCH_LAB_DIR": str(c.home / "runs" / "lab")}  # the lab's devices write under runs/
-    run = lambda *args, timeout=300: subprocess.run([PY, "-m", "edgebench.cli", *args], cwd=c.home, env=env,  # noqa: E731
-                                                     capture_output=True, text=True, timeout=timeout)
-    up = run("lab", "up", "--profile", "raspberry-pi-4-4gb", "--memory", "1GiB", "--cpus", "1")
-    c.record("lab up", up.returncode, up.stdout + up.stderr, error_expected=False)
+
+    def lab(name: str, *args: str) -> None:
+        rc, out, err = c.run([PY, "-m", "edgebench.cli", *args], timeout=300, env=env)
+        c.record(name, rc, out + err, error_expected=False)
+
+    lab("lab up", "lab", "up", "--profile", "raspberry-pi-4-4gb", "--memory", "1GiB", "--cpus", "1")
     work = c.home / "runs" / "lab" / "lab-pi4" / "work"
     try:
-        done = run(
-            "deploy", "--device", "lab-pi4", "--methods", "sgd,adamw", "--steps", "100000", "--text-length", "16"
-        )
-        c.record("deploy to the lab", done.returncode, done.stdout + done.stderr, error_expected=False)
+        lab("deploy to the lab", "deploy", "--device", "lab-pi4", "--methods", "sgd,adamw", "--steps", "100000",
+            "--text-length", "16")
         wait_for(lambda: stepping(work))
     finally:
-        down = run("lab", "down")
-    c.record("lab down mid-sweep", down.returncode, down.stdout + down.stderr, error_expected=False)
+        lab("lab down mid-sweep", "lab", "down")
     states = [json.loads(p.read_text()).get("state") for p in work.glob("sweeps/*/sweep.json")]
     unfinished = [d for d in run_dirs(work) if not (d / "result.json").exists()]
     c.rows[-1]["detail"] = f"sweep {', '.join(map(str, states))}; {len(unfinished)} run(s) without result.json"
     c.rows[-1]["no_final_status"] = not states or any(s in (None, "running") for s in states) or bool(unfinished)
-    purge = run("lab", "down", "--purge")
-    c.record("lab down --purge after lab down", purge.returncode, purge.stdout + purge.stderr, error_expected=False)
+    lab("lab down --purge after lab down", "lab", "down", "--purge")
     c.rows[-1]["no_final_status"] = work.exists()  # purge must remove what the plain down left
 
 
@@ -544,21 +597,41 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keep", action="store_true", help="Keep the workspace and print its path.")
     parser.add_argument("--skip-faults", action="store_true", help="Only the bad inputs (fast).")
+    parser.add_argument("--quick", action="store_true", help="A few cases of each kind (QUICK): about a minute.")
     args = parser.parse_args()
     for path in ESCAPES:
         subprocess.run(["rm", "-rf", str(path)], check=False)
     work = Path(tempfile.mkdtemp(prefix="edgebench-faults-"))
-    c = Campaign(work)
+    c = Campaign(work, args.quick)
+    try:
+        return campaign(c, args.skip_faults)
+    finally:
+        try:
+            c.limits.destroy()
+        except CgroupError as exc:  # a lab device's group left inside it: `lab down` did not clean up
+            print(f"cgroup left behind: {exc}")
+        if args.keep:
+            print(f"workspace: {work}")
+        else:
+            subprocess.run(["rm", "-rf", str(work)], check=False)
+
+
+def campaign(c: Campaign, skip_faults: bool) -> int:
+    """Runs the cases, prints each and the counts; 0 when every count of what went wrong is 0."""
     prepare_user_errors(c)
-    before = {p for p in work.rglob("*") if p.is_file()}
+    canary = c.work / "outside.png"  # the image the hostile datasets point at: an access time before its change
+    st = canary.stat()  # time, so that reading it moves the access time (relatime, as strictatime, records it)
+    os.utime(canary, ns=(st.st_mtime_ns - 3600 * 10**9, st.st_mtime_ns))
+    unread = canary.stat().st_atime_ns
+    before = {p for p in c.work.rglob("*") if p.is_file()}
     t0 = time.monotonic()
     user_errors(c)
     hostile_listings(c)
-    if not args.skip_faults:
+    if not skip_faults:
         signals(c)
         sweeps(c)
-    after = {p for p in work.rglob("*") if p.is_file()}
-    outside = sorted(p for p in after - before if not p.is_relative_to(c.home / "runs") and p.parent != work)
+    after = {p for p in c.work.rglob("*") if p.is_file()}
+    outside = sorted(p for p in after - before if not p.is_relative_to(c.home / "runs") and p.parent != c.work)
     outside += [p for p in ESCAPES if p.exists()]
     dirs = run_dirs(c.home / "runs")
     no_result = [d for d in dirs if not (d / "result.json").exists()] + c.extra_dirs  # tmpfs: checked before unmount
@@ -566,29 +639,31 @@ def main() -> int:
     counts = {
         "cases": len(c.rows),
         "tracebacks": sum(r["traceback"] for r in c.rows),
+        "internal errors": sum(r["internal_error"] for r in c.rows),
         "exit 0 on error": sum(r["exit0_on_error"] for r in c.rows),
+        "hangs": sum(r["hang"] for r in c.rows),
+        "killed at the memory limit": c.limits.memory_stats()["oom_kills"],
         "control sequences shown": sum(r["escapes"] for r in c.rows),
         "runs without a final status": sum(bool(r.get("no_final_status")) for r in c.rows),
         "run directories": len(dirs),
         "runs without result.json": len(no_result),
         "corrupted run directories": len(bad),
+        "host reads outside what was given": int(canary.stat().st_atime_ns != unread),
         "host writes outside runs/": len(outside),
     }
     for r in c.rows:
-        flag = (" <-- TRACEBACK" if r["traceback"] else " <-- EXIT 0" if r["exit0_on_error"] else
+        flag = (" <-- TRACEBACK" if r["traceback"] else " <-- INTERNAL ERROR" if r["internal_error"] else
+                " <-- HUNG" if r["hang"] else " <-- EXIT 0" if r["exit0_on_error"] else
                 " <-- ESCAPE SEQUENCE SHOWN" if r["escapes"] else " <-- NO FINAL STATUS" if r.get("no_final_status")
                 else "")
-        print(f"  rc={r['rc']!s:>4}  {r['case']}{'  (' + r['detail'] + ')' if r.get('detail') else ''}{flag}")
+        print(f"  rc={r['rc']!s:>4} {r['s']:5.1f} s  {r['case']}{'  (' + r['detail'] + ')' if r.get('detail') else ''}"
+              f"{flag}")
     for label, items in (("without result.json", no_result), ("corrupted", bad), ("written outside runs/", outside)):
         for item in items:
             print(f"  {label}: {item}")
     print(f"campaign: {time.monotonic() - t0:.0f} s")
     for key, value in counts.items():
         print(f"{key}: {value}")
-    if args.keep:
-        print(f"workspace: {work}")
-    else:
-        subprocess.run(["rm", "-rf", str(work)], check=False)
     return 0 if all(v == 0 for k, v in counts.items() if k not in ("cases", "run directories")) else 1
 
 
