@@ -11,9 +11,8 @@ import yaml
 
 from edgebench.devices import lab
 from edgebench.devices.profiles import REPO_PROFILES_DIR, ProfileError, list_profiles, load_profile, parse_profile
-from edgebench.fleet.deploy import available_bytes
 from edgebench.fleet.plan import device_budget
-from edgebench.methods.budget import SUPERVISOR_BYTES, board_budget, reported_budget
+from edgebench.methods.budget import SUPERVISOR_BYTES, available_bytes, board_budget, reported_budget
 from lab_fixtures import lab_in
 
 MIB, GIB = 2**20, 2**30

@@ -14,8 +14,9 @@ from edgebench.devices.inventory import make_device, read_inventory
 from edgebench.devices.profiles import load_profile
 from edgebench.devices.readiness import check
 from edgebench.devices.transport import LocalTransport
-from edgebench.fleet.deploy import MIN_FREE_RAM, available_bytes, preflight
+from edgebench.fleet.deploy import MIN_FREE_RAM, preflight
 from edgebench.fleet.device_scripts import facts as facts_script
+from edgebench.methods.budget import available_bytes
 from edgebench.runner.spec import RunSpec
 from test_devices_add import _board
 

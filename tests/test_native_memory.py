@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from edgebench.cli import cli
 from edgebench.fleet.plan import memory_refusals
 from edgebench.methods import parse_method
+from edgebench.methods.budget import SUPERVISOR_BYTES, Budget, board_budget, mib
 from edgebench.methods.device_speed import REFERENCE
 from edgebench.native.build import bundle
 from edgebench.native.memory import RUNTIME_BYTES_EST, predict_for
@@ -66,12 +67,15 @@ def test_a_native_run_is_refused_by_its_own_prediction_once_exported(export_cach
     program = _program("sgd")
     native = _spec("sgd", program, runtime="native")
     peak = predict_for(program, parse_method("sgd"))["peak_bytes"]
-    refused, why = memory_refusals([native], peak - 1, "a 1-byte-short budget", lambda: REFERENCE)
+    def budget(nbytes: int) -> Budget:  # a board whose RAM less its supervisor leaves a run `nbytes`
+        return board_budget("a board", nbytes + SUPERVISOR_BYTES["shell"], 0, "none", "shell", margin=0)
+
+    refused, why = memory_refusals([native], budget(peak - 1), lambda: REFERENCE)
     assert refused == {"sgd": peak}
-    assert "predict --runtime native" in why and "a 1-byte-short budget" in why
-    assert memory_refusals([native], peak, "room", lambda: REFERENCE) == ({}, "")
+    assert "predict --runtime native" in why and f"the {mib(peak - 1)} a run may take on a board" in why
+    assert memory_refusals([native], budget(peak), lambda: REFERENCE) == ({}, "")
     # before its program is exported there is nothing to read: the preflight waits for it
-    assert memory_refusals([_spec("sgd", None, runtime="native")], 1, "b", lambda: REFERENCE) == ({}, "")
+    assert memory_refusals([_spec("sgd", None, runtime="native")], budget(1), lambda: REFERENCE) == ({}, "")
 
 
 def test_predict_runtime_native_refuses_a_method_the_worker_does_not_run():

@@ -47,6 +47,7 @@ from edgebench.fleet.plan import (
     memory_refusals,
 )
 from edgebench.fleet.remote import run_program
+from edgebench.methods.budget import available_bytes
 from edgebench.runner.spec import RunSpec
 from edgebench.runner.sweep import disk_needed_est
 from edgebench.untrusted import printable
@@ -106,19 +107,6 @@ def _tar_dir(directory: Path, arcname: str, dest: Path, compress: bool, files: l
 def package_tarball(dest: Path) -> Path:
     """The edgebench package's own source (the device runs the host's code)."""
     return _tar_dir(Path(edgebench.__file__).resolve().parent, "edgebench", dest, compress=True)
-
-
-def available_bytes(facts: dict[str, Any]) -> int:
-    """What a new run could take now (facts from device_scripts/facts.py): MemAvailable, and inside
-    a memory cgroup its limit less what its processes hold (its usage less its page cache, which
-    the kernel reclaims before it refuses a run), the lower of the two. 0 when neither is known
-    (no MemAvailable before Linux 3.14, no limit)."""
-    figures = [] if facts.get("mem_available_bytes") is None else [int(facts["mem_available_bytes"])]
-    limit = facts.get("cgroup_limit_bytes")
-    if limit:
-        held = (facts.get("cgroup_usage_bytes") or 0) - (facts.get("cgroup_cache_bytes") or 0)
-        figures.append(int(limit) - max(held, 0))
-    return max(min(figures, default=0), 0)
 
 
 def preflight(device: Device, facts: dict[str, Any], specs: list[RunSpec], payload_bytes: int) -> list[str]:

@@ -100,8 +100,7 @@ def device_budget(profile: Profile, where: str, supervisor: str, facts: dict[str
     (`facts`: deploy's preflight, this host's for bench), within its profile's RAM (an inventory
     entry's detected, a lab device's own) or memory cgroup limit; without facts, the profile's
     idle figure for its RAM."""
-    from edgebench.fleet.deploy import available_bytes
-    from edgebench.methods.budget import reported_budget
+    from edgebench.methods.budget import available_bytes, reported_budget
 
     if facts is None:
         return profile.budget(where, supervisor=supervisor)

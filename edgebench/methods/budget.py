@@ -75,6 +75,19 @@ def board_budget(where: str, ram_bytes: int, os_bytes: int, os_source: str, supe
     return Budget(where, int(ram_bytes), max(0, int(os_bytes)), os_source, supervisor, int(ram_bytes * margin))
 
 
+def available_bytes(facts: dict[str, Any]) -> int:
+    """What a new run could take now (facts from fleet/device_scripts/facts.py): MemAvailable, and inside
+    a memory cgroup its limit less what its processes hold (its usage less its page cache, which
+    the kernel reclaims before it refuses a run), the lower of the two. 0 when neither is known
+    (no MemAvailable before Linux 3.14, no limit)."""
+    figures = [] if facts.get("mem_available_bytes") is None else [int(facts["mem_available_bytes"])]
+    limit = facts.get("cgroup_limit_bytes")
+    if limit:
+        held = (facts.get("cgroup_usage_bytes") or 0) - (facts.get("cgroup_cache_bytes") or 0)
+        figures.append(int(limit) - max(held, 0))
+    return max(min(figures, default=0), 0)
+
+
 def reported_budget(where: str, ram_bytes: int, available_bytes: int, supervisor: str = "python",
                     margin: float = DEFAULT_MARGIN) -> Budget:
     """The budget from what the device reports now: what a new process could have
