@@ -299,7 +299,7 @@ def prepare_user_errors(c: Campaign) -> None:
         ("deploy spec unknown model", "deploy", "--device", "local", "--spec", str(c.work / "spec-unknown-model.json")),
         ("deploy spec nan lr", "deploy", "--device", "local", "--spec", str(c.work / "spec-nan-lr.json")),
         ("devices add path name", "devices", "add", "../../evil", "--host", "203.0.113.1"),
-        ("predict headroom 1", "predict", "--method", "sgd", "--ram-bytes", "1000000000", "--headroom", "1"),
+        ("predict os memory all of it", "predict", "--method", "sgd", "--ram-bytes", "1000000000", "--os-memory", "1GB"),
         ("ingest into non-duckdb", "ingest", str(c.work), "--store", "/etc/hostname"),
         ("ingest missing dir", "ingest", "/nonexistent/run", "--store", "s.duckdb"),
         ("report non-duckdb", "report", "--store", "/etc/hostname"),
