@@ -271,3 +271,22 @@ def test_a_profiles_speed_reaches_the_step_time_estimate():
     data["speed"]["pass_ns"] = -1
     with pytest.raises(ProfileError, match="speed.*pass_ns"):
         parse_profile(data, "pi.yaml")
+
+
+def _add(path: str, index: int) -> None:
+    from edgebench.devices.inventory import add_entry
+
+    add_entry(f"box{index}", {"profile": "local", "kind": "local"}, Path(path))
+
+
+def test_several_writers_at_once_lose_no_inventory_entry(tmp_path):
+    import multiprocessing
+
+    from edgebench.devices.inventory import read_inventory
+
+    path = tmp_path / "inventory.yaml"
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(8) as pool:
+        pool.starmap(_add, [(str(path), i) for i in range(16)])
+    assert sorted(read_inventory(path)) == sorted(f"box{i}" for i in range(16))
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".inventory.yaml.") and "lock" not in p.name] == []

@@ -92,3 +92,13 @@ def test_ingest_refuses_the_store_it_writes_and_a_file_that_is_no_store(tmp_path
     (tmp_path / "notes.txt").write_text("not a store\n")
     foreign = refused("ingest", str(tmp_path / "notes.txt"))
     assert "notes.txt" in foreign and "not an edgebench results store" in foreign
+
+
+def test_bench_checks_where_its_runs_go_before_any_run(tmp_path, edgebench_here):
+    (tmp_path / "notes.txt").write_text("not a store")
+    (tmp_path / "link.duckdb").symlink_to(tmp_path / "elsewhere.duckdb")
+    for store, words in (("notes.txt", "not an edgebench results store"), ("link.duckdb", "a link")):
+        done = edgebench_here("bench", "--methods", "sgd", "--steps", "1", "--store", store, "--runs-dir", "runs",
+                              cwd=tmp_path)
+        assert done.returncode == 2 and words in done.stderr and "Traceback" not in done.stderr, done.stderr
+        assert not (tmp_path / "runs").exists() and not (tmp_path / "elsewhere.duckdb").exists()

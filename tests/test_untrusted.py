@@ -270,6 +270,11 @@ def _broken_checkpoint(tmp_path: Path, good: Path, kind: str) -> Path:
         data["lm_hidden_dim"] = 96
         data["lm_n_heads"] = 4
         data["lm_n_kv_heads"] = 2
+    elif kind == "nan":  # what a diverged run saves
+        import torch
+        from safetensors.torch import load_file, save_file
+
+        save_file({k: torch.full_like(v, float("nan")) for k, v in load_file(str(weights)).items()}, str(weights))
     elif kind == "int32":  # the right names and shapes, the wrong dtype (a quantised export, say)
         import torch
         from safetensors.torch import load_file, save_file
@@ -286,6 +291,7 @@ def _broken_checkpoint(tmp_path: Path, good: Path, kind: str) -> Path:
     ("negative-blocks", ["config.json: VLMConfig.lm_n_blocks: -3 is out of range"]),
     ("other-shape", ["does not match the model", "shape mismatch"]),
     ("int32", ["tensors are not floating point", "(I32)"]),
+    ("nan", ["tensors hold NaN or infinite values", "use an earlier checkpoint"]),
 ])
 def test_a_broken_checkpoint_is_refused_before_any_run(tmp_path, edgebench_here, checkpoint, kind, words):
     folder = _broken_checkpoint(tmp_path, checkpoint, kind)

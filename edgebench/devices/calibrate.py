@@ -14,7 +14,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
-from edgebench.devices.inventory import Device, MeasuredSpeed, inventory_path, read_inventory, write_inventory
+from edgebench.devices.inventory import Device, MeasuredSpeed, edited_inventory, inventory_path
 from edgebench.devices.profiles import Speed
 from edgebench.errors import EdgebenchError
 
@@ -87,9 +87,8 @@ def _now() -> str:
 def store(name: str, speed: MeasuredSpeed, path: Path | None = None) -> None:
     """Writes the rates into `name`'s inventory entry, replacing earlier ones."""
     path = path or inventory_path()
-    devices = read_inventory(path)
-    if name not in devices:
-        raise CalibrationError(f"{name} is not in {path}, so its rates have nowhere to be stored; add it with "
-                               f"`edgebench devices add {name} --host HOST`")
-    devices[name] = {**devices[name], "speed": speed.model_dump()}
-    write_inventory(devices, path)
+    with edited_inventory(path) as devices:
+        if name not in devices:
+            raise CalibrationError(f"{name} is not in {path}, so its rates have nowhere to be stored; add it with "
+                                   f"`edgebench devices add {name} --host HOST`")
+        devices[name] = {**devices[name], "speed": speed.model_dump()}

@@ -23,8 +23,11 @@ The name `local` always means this machine unless the file defines it.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import platform
+from collections.abc import Iterator
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
@@ -170,14 +173,39 @@ def read_section(key: str, path: Path | None = None) -> Any:
 
 
 def write_inventory(devices: dict[str, dict[str, Any]], path: Path | None = None) -> None:
+    """Replaces the file's devices (its other sections kept) at once: a temporary file of its
+    own, then a rename, so a reader never sees half a file. Changes go through edited_inventory."""
+    import tempfile
+
     import yaml
 
     path = path or inventory_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
     kept = {key: read_section(key, path) for key in ("labgrid",) if read_section(key, path) is not None}
-    tmp.write_text(yaml.safe_dump({**kept, "devices": devices}, sort_keys=True))
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(yaml.safe_dump({**kept, "devices": devices}, sort_keys=True))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextlib.contextmanager
+def edited_inventory(path: Path | None = None) -> Iterator[dict[str, dict[str, Any]]]:
+    """The inventory's devices to change, read and written back under an exclusive lock (a file
+    beside it), so several `devices add`, `lab up` or `devices calibrate` at once lose no entry.
+    Written only when the block ends without an error."""
+    path = path or inventory_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(f".{path.name}.lock"), "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        devices = read_inventory(path)
+        before = dict(devices)
+        yield devices
+        if devices != before:
+            write_inventory(devices, path)
 
 
 def make_device(name: str, entry: dict[str, Any], source: str = "inventory") -> Device:
@@ -296,18 +324,16 @@ def add_entry(name: str, entry: dict[str, Any], path: Path | None = None) -> Dev
     """Validates and writes one entry (replacing one of that name); returns its Device."""
     path = path or inventory_path()
     device = make_device(name, entry, str(path))
-    raw = read_inventory(path)
-    raw[name] = entry
-    write_inventory(raw, path)
+    with edited_inventory(path) as raw:
+        raw[name] = entry
     return device
 
 
 def remove_entry(name: str, path: Path | None = None) -> dict[str, Any]:
     """Removes one entry and returns it; an unknown name says which names exist."""
     path = path or inventory_path()
-    raw = read_inventory(path)
-    if name not in raw:
-        raise InventoryError(f"no device {name!r} in {path}; known: {', '.join(sorted(raw)) or 'none'}")
-    entry = raw.pop(name)
-    write_inventory(raw, path)
+    with edited_inventory(path) as raw:
+        if name not in raw:
+            raise InventoryError(f"no device {name!r} in {path}; known: {', '.join(sorted(raw)) or 'none'}")
+        entry: dict[str, Any] = raw.pop(name)
     return entry

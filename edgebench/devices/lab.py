@@ -33,7 +33,7 @@ from typing import Any
 
 from edgebench.devices import arm64, inventory
 from edgebench.devices.cgroups import Limits
-from edgebench.devices.inventory import read_inventory, write_inventory
+from edgebench.devices.inventory import edited_inventory, read_inventory
 from edgebench.devices.profiles import load_profile
 from edgebench.errors import EdgebenchError
 from edgebench.methods.budget import Budget, mib
@@ -370,13 +370,12 @@ def up(devices: list[LabDevice] | None = None,
     _keygen(root / "client_key", "edgebench-lab-client")
     client_pub = (root / "client_key.pub").read_text()
     state = read_state(root)
-    inventory = read_inventory()
     emulation = None
     for spec in devices or [LabDevice(p) for p in DEFAULT_PROFILES]:
         name = spec.device_name()
         if name in state and _alive(state[name]["pid"]):
             continue
-        if name in inventory and inventory[name].get("lab") != str(root):
+        if name in (inventory := read_inventory()) and inventory[name].get("lab") != str(root):
             raise LabError(
                 f"inventory already has a device {name!r} that is not this lab's; remove it or pick another name"
             )
@@ -395,9 +394,9 @@ def up(devices: list[LabDevice] | None = None,
             python, emulator = emulation.python, emulation.emulator
         dev = _start(root, spec, client_pub, user, python, emulator)
         state[name] = dev
-        inventory[name] = _inventory_entry(root, dev, user)
         _write_state(root, state)
-        write_inventory(inventory)
+        with edited_inventory() as entries:
+            entries[name] = _inventory_entry(root, dev, user)
     return [state[n] for n in sorted(state)]
 
 
@@ -474,10 +473,9 @@ def down(purge: bool = False, log: Callable[[str], None] = lambda _: None) -> li
         for home in sorted(homes):
             shutil.rmtree(home, ignore_errors=True)
             log(f"purged {home}")
-    inventory = read_inventory()
-    kept = {name: entry for name, entry in inventory.items() if entry.get("lab") != str(root)}
-    if kept != inventory:
-        write_inventory(kept)
+    with edited_inventory() as entries:
+        for name in [name for name, entry in entries.items() if entry.get("lab") == str(root)]:
+            del entries[name]
     for name in ("client_key", "client_key.pub"):
         (root / name).unlink(missing_ok=True)
     _write_state(root, {})

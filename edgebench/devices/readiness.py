@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgebench.devices import detect, pylibs
-from edgebench.devices.inventory import Device, inventory_path, read_inventory, write_inventory
+from edgebench.devices.inventory import Device, edited_inventory, inventory_path
 from edgebench.devices.transport import Transport, TransportError
 from edgebench.telemetry.power import POWER_SOURCES
 
@@ -435,8 +435,7 @@ def fix(device: Device, readiness: Readiness, only: Iterable[str] | None = None,
                 break  # nothing can be installed without it
     venv = readiness.venv_python
     if venv and device.python != venv and any(r.ok for r in results if r.item == "venv"):
-        entries = read_inventory()
-        if device.name in entries:
-            entries[device.name] = {**entries[device.name], "python": venv}
-            write_inventory(entries)
+        with edited_inventory() as entries:
+            if device.name in entries:
+                entries[device.name] = {**entries[device.name], "python": venv}
     return results

@@ -78,7 +78,9 @@ def bench_on_host(methods: list[str], shape: dict[str, Any], runs: Path, store_p
     (unless `force`), then run_bench."""
     from edgebench.devices.profiles import load_profile
     from edgebench.fleet import local
+    from edgebench.results.store import check_location
 
+    check_location(store_path)  # where the runs go, before they run
     profile = load_profile("local")
     specs = bench_specs(methods, shape, profile, save)
     if save:
@@ -137,9 +139,16 @@ def run_bench(specs: list[RunSpec], profile: Profile, runs: Path, store_path: Pa
                     queue.append(again)
     except KeyboardInterrupt:  # between runs (e.g. during an export): nothing running to record
         interrupts.signal = interrupts.signal or "Ctrl-C (SIGINT)"
+    from edgebench.results.store import StoreError
+
+    made = [d for d in (runs / str(s.run_id) for s in queue) if (d / "result.json").exists()]
     with shielded(bool(interrupts.signal)):
-        ingest_runs(store_path, [d for d in (runs / str(s.run_id) for s in queue) if (d / "result.json").exists()],
-                    "local")
+        try:
+            ingest_runs(store_path, made, "local")
+        except StoreError as exc:  # busy past its wait, or gone bad since the start: the runs stay
+            raise StoreError(f"{exc}. The {len(made)} runs are kept in {runs}: `edgebench ingest "
+                             f"{' '.join(str(d) for d in made[:3])}{' ...' if len(made) > 3 else ''} --store "
+                             f"{store_path}` brings them in later") from None
     return BenchSweep(specs, results, len(queue) - len(specs), interrupts.signal)
 
 

@@ -144,7 +144,25 @@ def check_checkpoint(folder: str | Path) -> VLMConfig:
                               "save or download it again")
     with meta_layout():
         _check_keys(VisionLanguageModel(cfg), shapes, str(weights))
+    _check_finite(weights)
     return cfg
+
+
+def _check_finite(weights: Path) -> None:
+    """Every weight finite, read one tensor at a time (a diverged run's saved NaNs would train
+    nothing and load with no complaint)."""
+    import torch
+    from safetensors import safe_open
+
+    broken = []
+    with safe_open(str(weights), framework="pt") as fh:
+        for key in fh.keys():
+            if not bool(torch.isfinite(fh.get_tensor(key)).all()):
+                broken.append(key)
+    if broken:
+        raise CheckpointError(f"{weights}: {len(broken)} tensors hold NaN or infinite values, e.g. "
+                              f"{', '.join(sorted(broken)[:3])}; a run that diverged saved them: use an earlier "
+                              "checkpoint")
 
 
 def load_state_dict_strict(model: VisionLanguageModel, tensors: dict[str, torch.Tensor], source: str) -> None:

@@ -15,6 +15,7 @@ for the device arrive.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -191,6 +192,22 @@ def _check_is_duckdb(path: Path) -> None:
         kind = "a SQLite database" if head.startswith(b"SQLite format 3") else "damaged or not a DuckDB file"
         raise StoreError(f"{path}: {kind}, not an edgebench results store; pass the store `edgebench collect` or "
                          "`ingest` wrote (--store), or move this file away to start a new store there")
+
+
+def check_location(path: Path) -> None:
+    """Before any run: the store its runs go into can be written there: not a folder, not a link,
+    not a file that is no store, and in a folder this user can write. (A store another process
+    holds now is fine: ingest waits for it.)"""
+    if path.is_symlink():
+        raise StoreError(f"{path}: a link; pass the store's own path (--store), or another")
+    if path.exists() and not path.is_file():
+        raise StoreError(f"{path}: not a file; pass the path of a store file (e.g. {path}/edgebench.duckdb) to --store")
+    _check_is_duckdb(path)
+    folder = next(p for p in (path.absolute().parent, *path.absolute().parents) if p.exists())
+    writable = os.access(path, os.W_OK) if path.exists() else folder.is_dir() and os.access(folder, os.W_OK | os.X_OK)
+    if not writable:
+        raise StoreError(f"{path if path.exists() else folder}: this user cannot write there; pass a --store it can "
+                         "write")
 
 
 def _connect(path: Path, read_only: bool, wait_s: float = LOCK_WAIT_S) -> duckdb.DuckDBPyConnection:
