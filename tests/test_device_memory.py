@@ -170,3 +170,36 @@ def test_facts_on_a_cache_heavy_cgroup_leave_room_for_a_run(tmp_path, layout):
     assert (facts["cgroup_limit_bytes"], facts["cgroup_cache_bytes"]) == (LIMIT, CACHE)
     assert available_bytes(facts) == LIMIT - PROCESSES
 
+
+
+def test_what_a_board_reports_out_of_any_range_is_not_taken():
+    from edgebench.devices.detect import parse_probe
+
+    facts = parse_probe("mem_kib=100000000000000000000000\nmem_available_kib=-5\ncores=99999999\n"
+                        "model=" + "x" * 10_000_000 + "\n")
+    assert facts.ram_bytes is None and facts.mem_available_bytes is None and facts.cores is None
+    assert len(facts.model) <= 200
+
+
+@pytest.mark.parametrize("rates", [{"matmul_gflops": float("nan")}, {"matmul_gflops": float("inf")},
+                                   {"pass_ns": 0}, {"normal_ns": -1.0}, {"matmul_gflops": 1e300},
+                                   {"bf16_matmul_cost": "fast"}])
+def test_calibrated_rates_out_of_any_range_are_refused(rates):
+    from pydantic import ValidationError
+
+    from edgebench.devices.inventory import MeasuredSpeed
+
+    good = {"matmul_gflops": 50.0, "bf16_matmul_cost": 0.5, "pass_ns": 1e6, "normal_ns": 5.0,
+            "measured_at": "2026-12-07T12:00:00Z", "cpu": "x", "threads": 2}
+    MeasuredSpeed.model_validate(good)
+    with pytest.raises(ValidationError):
+        MeasuredSpeed.model_validate({**good, **rates})
+
+
+def test_devices_calibrate_stores_nothing_a_device_reports_out_of_range():
+    from edgebench.devices.calibrate import CalibrationError, _checked
+    from edgebench.devices.inventory import MeasuredSpeed, get_device
+
+    with pytest.raises(CalibrationError, match=r"local: the rates it reported are not a measurement \(matmul_gflops"):
+        _checked(get_device("local"), lambda: MeasuredSpeed(matmul_gflops=float("inf"), pass_ns=1.0, normal_ns=1.0,
+                                                            measured_at="now", cpu="x", threads=1))

@@ -17,6 +17,7 @@ from pathlib import Path
 from edgebench.devices.inventory import Device, MeasuredSpeed, edited_inventory, inventory_path
 from edgebench.devices.profiles import Speed
 from edgebench.errors import EdgebenchError
+from edgebench.untrusted import printable
 
 # `import torch` and measure() take seconds on a board, minutes under the arm64 lab's emulation;
 # the native worker's rates a few seconds.
@@ -41,8 +42,23 @@ def measure_on(device: Device, log: Callable[[str], None] = lambda _: None) -> M
     if "missing" in found:
         raise CalibrationError(f"{device.name}: {found['python']} has no {found['missing']}, which the rates are "
                                f"measured with; `edgebench devices check {device.name} --fix` installs it")
-    return MeasuredSpeed(**found["speed"], cpu=found["cpu"], torch=found["torch"], threads=found["threads"],
-                         measured_at=_now())
+    return _checked(device, lambda: MeasuredSpeed(**found["speed"], cpu=found["cpu"], torch=found["torch"],
+                                                  threads=found["threads"], measured_at=_now()))
+
+
+def _checked(device: Device, make: Callable[[], MeasuredSpeed]) -> MeasuredSpeed:
+    """The rates the device reported, held to MeasuredSpeed's ranges before anything is stored;
+    a device reporting NaN, 0, inf, a string or a missing rate is refused, naming it."""
+    from pydantic import ValidationError
+
+    try:
+        return make()
+    except (ValidationError, KeyError, TypeError) as exc:
+        what = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()) \
+            if isinstance(exc, ValidationError) else f"{type(exc).__name__}: {exc}"
+        raise CalibrationError(f"{device.name}: the rates it reported are not a measurement "
+                               f"({printable(what, limit=300)}); nothing was stored. Run `edgebench devices calibrate` "
+                               "again on a quiet device") from None
 
 
 def _measure_native(device: Device, log: Callable[[str], None]) -> MeasuredSpeed:
@@ -75,9 +91,10 @@ def _measure_native(device: Device, log: Callable[[str], None]) -> MeasuredSpeed
         raise CalibrationError(f"{device.name}: the native worker's rates mode failed (exit {done.rc}): "
                                f"{done.stderr.strip()[-1500:]}")
     found = rates.read(done.stdout, device.name)
-    return MeasuredSpeed(**{k: found[k] for k in Speed.model_fields}, cpu=cpu_model(cpuinfo) or facts["arch"],
-                         executorch=bundle_facts(worker).get("executorch"), unmeasured=found["unmeasured"],
-                         threads=found["threads"], measured_at=_now())
+    return _checked(device, lambda: MeasuredSpeed(
+        **{k: found[k] for k in Speed.model_fields}, cpu=cpu_model(cpuinfo) or facts["arch"],
+        executorch=bundle_facts(worker).get("executorch"), unmeasured=found["unmeasured"], threads=found["threads"],
+        measured_at=_now()))
 
 
 def _now() -> str:

@@ -124,11 +124,14 @@ class BoardFacts:
         return next(((p, v) for asked, p, v in self.pythons if asked == name), None)
 
 
-def _int(text: str) -> int | None:
+def _int(text: str, top: int = 2**40) -> int | None:
+    """A whole number from the probe between 0 and `top` (by default 1 PiB in KiB), else None:
+    a board reporting 1e23 kB of RAM reports nothing usable."""
     try:
-        return int(text)
+        number = int(text)
     except ValueError:
         return None
+    return number if 0 <= number <= top else None
 
 
 TEXT_CHARS = 200  # of a board's own words (its model, OS): a board may say 20 MB, shown on one line
@@ -150,10 +153,10 @@ def parse_probe(text: str) -> BoardFacts:
             facts.ram_bytes = int(value) * 1024
         elif key == "mem_available_kib" and _int(value) is not None:
             facts.mem_available_bytes = int(value) * 1024
-        elif key == "mem_limit" and (limit := _int(value)) is not None and limit < 1 << 60:  # v1's "none": ~2^63
+        elif key == "mem_limit" and (limit := _int(value, 2**63)) is not None and limit < 1 << 60:  # v1's none: ~2^63
             facts.cgroup_limit_bytes = min(limit, facts.cgroup_limit_bytes or limit)
         elif key == "cores":
-            facts.cores = _int(value)
+            facts.cores = _int(value, 4096) or None
         elif key == "disk_free_kib" and _int(value) is not None:
             facts.disk_free_bytes = int(value) * 1024
         elif key == "python" and value.count("\t") == 2:

@@ -129,10 +129,12 @@ class Speed(_Strict):
     `python -m edgebench.methods.device_speed` prints them on the device; `edgebench devices
     calibrate` stores an inventory device's own in its entry)."""
 
-    matmul_gflops: float = Field(gt=0)
-    bf16_matmul_cost: float | None = Field(None, gt=0)
-    pass_ns: float = Field(gt=0)
-    normal_ns: float = Field(gt=0)
+    # finite and within what any CPU shows (a device's report is not trusted: 0, inf or 1e300 would
+    # rank every method as nan or say anything is instant)
+    matmul_gflops: float = Field(gt=0, le=1e6, allow_inf_nan=False)
+    bf16_matmul_cost: float | None = Field(None, gt=0, le=1e3, allow_inf_nan=False)
+    pass_ns: float = Field(gt=0, le=1e12, allow_inf_nan=False)
+    normal_ns: float = Field(gt=0, le=1e9, allow_inf_nan=False)
 
 
 class Export(_Strict):
