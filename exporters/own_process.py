@@ -16,6 +16,7 @@ import multiprocessing
 import os
 import pickle
 import signal
+import threading
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -100,6 +101,7 @@ def _died(exitcode: int | None) -> str:
 def _run(send: Connection, environ: dict[str, str], function: Callable[..., Any], args: tuple[Any, ...]) -> None:
     os.environ.clear()
     os.environ.update(environ)
+    _thread_lock_for_tqdm()
     try:
         result = function(*args, on_stage=lambda stage: send.send(("stage", stage)))
         send.send(("result", result))
@@ -107,6 +109,17 @@ def _run(send: Connection, environ: dict[str, str], function: Callable[..., Any]
         send.send(("error", _portable(error)))
     finally:
         send.close()
+
+
+def _thread_lock_for_tqdm() -> None:
+    """torch.fx's progress bars (tqdm) take a multiprocessing lock by default: a named semaphore
+    this short-lived process would leave to the resource tracker, which then warned about a
+    "leaked semaphore" after every export. A thread lock serves one process as well."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return
+    tqdm.set_lock(threading.RLock())
 
 
 def _portable(error: BaseException) -> BaseException:
