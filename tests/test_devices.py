@@ -290,3 +290,20 @@ def test_several_writers_at_once_lose_no_inventory_entry(tmp_path):
         pool.starmap(_add, [(str(path), i) for i in range(16)])
     assert sorted(read_inventory(path)) == sorted(f"box{i}" for i in range(16))
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".inventory.yaml.") and "lock" not in p.name] == []
+
+
+def test_empty_groups_a_killed_bench_left_are_removed_and_busy_ones_kept():
+    from edgebench.devices.cgroups import Limits, remove_empty_groups
+
+    left = Limits.create("edgebench-test-leftovers/run-a", 2**30, 1.0)
+    busy = Limits.create("edgebench-test-leftovers/run-b", 2**30, 1.0)
+    sleeper = subprocess.Popen(["sleep", "30"], preexec_fn=lambda: [p.write_text(str(os.getpid()))
+                                                                    for p in busy.procs_files()])
+    try:
+        assert remove_empty_groups("edgebench-test-leftovers", older_than_s=3600) == []  # too young to judge
+        removed = remove_empty_groups("edgebench-test-leftovers", older_than_s=0)
+        assert sorted(removed) == sorted(left.dirs) and not any(d.exists() for d in left.dirs)
+        assert all(d.exists() for d in busy.dirs)
+    finally:
+        busy.destroy()
+        sleeper.wait()

@@ -45,6 +45,29 @@ def own_group(controller: str, proc_cgroup: Path = Path("/proc/self/cgroup")) ->
     return ""
 
 
+def remove_empty_groups(parent: str, older_than_s: float = 60.0, root: Path = ROOT) -> list[Path]:
+    """The groups under `parent` (in every controller) with no process left, made more than
+    `older_than_s` ago, removed: what a bench killed before its cleanup left of its runs' groups
+    (a younger one may be about to take its run's processes). Returns what was removed."""
+    try:
+        version = cgroup_version(root)
+    except CgroupError:
+        return []
+    bases = [root / parent] if version == 2 else \
+        [root / c / own_group(c) / parent for c in ("memory", "cpu", "cpuacct")]
+    removed = []
+    for base in bases:
+        for group in base.iterdir() if base.is_dir() else []:
+            try:
+                if group.is_dir() and not (group / "cgroup.procs").read_text().split() and \
+                        time.time() - group.stat().st_mtime > older_than_s:
+                    group.rmdir()
+                    removed.append(group)
+            except OSError:
+                continue  # in use again, or gone meanwhile
+    return removed
+
+
 @dataclass
 class Limits:
     """One emulated device's cgroup directories (one per controller on v1, one on v2).

@@ -96,9 +96,10 @@ def run_cgroup(run_id: str) -> Limits | None:
     None where this user cannot make one. Its name is the run id and a random part: two runs of
     one id at once (two bench processes, two test workers) never share a group, whose end kills
     whatever is inside."""
-    from edgebench.devices.cgroups import CgroupError, Limits
+    from edgebench.devices.cgroups import CgroupError, Limits, remove_empty_groups
     from edgebench.fleet.device_scripts.facts import meminfo
 
+    remove_empty_groups(LOCAL_GROUP)  # what an earlier bench, killed before its cleanup, left
     name = f"{LOCAL_GROUP}/{run_id}-{secrets.token_hex(4)}"
     try:  # the host's RAM as the kernel has it: the group accounts, it does not limit
         return Limits.create(name, meminfo()["MemTotal"], float(os.cpu_count() or 1))
