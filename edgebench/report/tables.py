@@ -225,9 +225,9 @@ PREDICTED_FIELDS = [Field("est. MiB", "predicted peak, an estimate (MiB)",
                     Field("est. err", "predicted peak's error, (predicted - measured) / measured", error_cell,
                           short="err", unit="%")]
 PREDICTED_LEGEND = ("est. MiB: the memory model's predicted peak, made before the run; est. err: its error "
-                    "against the measured kernel peak, (predicted - measured) / measured. of budget: the kernel peak "
-                    "as a share of what a run may take on the device (its RAM less its OS at idle, the supervisor and "
-                    "a margin).")
+                    "against the measured kernel peak, (predicted - measured) / measured.")
+BUDGET_LEGEND = ("of budget: the kernel peak as a share of what a run may take on the device (its RAM less its OS "
+                 "at idle, the supervisor and a margin).")
 
 
 def budget_cell(group: dict[str, Any]) -> str:
@@ -290,6 +290,7 @@ FRONTIER_LEGEND = ("★ = on the Pareto frontier: the loss fell and no other con
                    "configuration whose loss did not fall is never on it.")
 LEGEND = ("n = runs behind each figure: the median, [min-max] over them. peak MiB: the worker's kernel RSS "
           "(ru_maxrss, or the native worker's own VmHWM; it counts shared library pages). " + PREDICTED_LEGEND
+          + " " + BUDGET_LEGEND
           + " dev RAM: the device's RAM at "
           "peak, as % of the limit that applies to it (a lab device: its cgroup, page cache included; a board: "
           "MemTotal - MemAvailable). step s: median step time. W: mean power over the measured steps (Sensors "
@@ -468,6 +469,7 @@ BENCH_FIGURES = [PEAK_FIELD,
                  LOSS_FIELD,
                  *heldout_fields(TO_TARGET_FIELDS[:2])]  # joules to the target come from the store (report)
 BENCH_LEGEND = ("peak MiB: the worker's kernel peak (ru_maxrss; native: its own VmHWM); " + PREDICTED_LEGEND
+                + " " + BUDGET_LEGEND
                 + " step s: median step time; samples/s: "
                 "batch / median step; n = runs, each figure their median [min-max]; ! = disturbed (other "
                 "processes took >10% of the CPU). " + FRONTIER_LEGEND + " docs/figures.md")
