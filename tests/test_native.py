@@ -209,6 +209,14 @@ def test_python_only_optimizers_are_refused_natively(export_cache, tmp_path):
         write_plan(_spec("adafactor", _program("sgd")), tmp_path)
 
 
+def test_the_host_never_writes_a_plan_the_worker_refuses(export_cache, tmp_path):
+    """A value past plan.py's PLAN_VALUES (here a RunSpec not checked as the options are) is
+    refused as the plan is written, never shipped to a worker that would refuse it."""
+    with pytest.raises(ValueError, match='the native worker would refuse its plan: threads: \'1025\''):
+        write_plan(_spec("sgd", _program("sgd"), threads=1025), tmp_path)
+    assert not (tmp_path / "native-plans").exists()
+
+
 def _bad_run(tmp_path: Path, worker: Path, spec: RunSpec, plan: Path | None = None) -> dict:
     spec = dataclasses.replace(spec, runtime="native", native_worker=str(worker),
                                native_plan=str(plan or write_plan(spec, tmp_path / "plans")))
@@ -272,26 +280,61 @@ def test_the_worker_runs_every_optimizer_said_to_be_native_and_refuses_the_rest(
                 result["detail"], (name, result["detail"])
 
 
-@pytest.mark.parametrize("line,bad", [("clip", "abc"), ("total_steps", "12x"), ("group_lr", "")])
-def test_a_plan_value_that_is_not_a_number_is_an_error_naming_its_line(export_cache, worker_bundle, tmp_path, line,
-                                                                        bad):
-    """Read whole, never as 0: a `clip` of "abc" would otherwise turn clipping off. The error
-    names the file, the line and the key, and the run ends before its first step."""
-    spec = _spec("sgd", _program("sgd"))
+def _edited(tmp_path: Path, spec: RunSpec, edits: dict[str, str]) -> tuple[Path, dict[str, int]]:
+    """A copy of `spec`'s plan with the lines of `edits`' keys replaced, and each key's line number."""
     plan = tmp_path / "bad-plan"
     shutil.copytree(write_plan(spec, tmp_path / "plans"), plan)
     lines = (plan / "plan.txt").read_text().splitlines()
-    number = next(i for i, text in enumerate(lines, 1) if text.split()[0] == line)
-    lines[number - 1] = f"{line} {bad}"
+    numbers = {}
+    for key, values in edits.items():
+        numbers[key] = next(i for i, text in enumerate(lines, 1) if text.split()[0] == key)
+        lines[numbers[key] - 1] = f"{key} {values}".strip()
     (plan / "plan.txt").write_text("\n".join(lines) + "\n")
+    return plan, numbers
+
+
+@pytest.mark.parametrize("line,bad,said", [("clip", "abc", '"abc" is not a number'),
+                                           ("total_steps", "12x", '"12x" is not a whole number in 1..2000000'),
+                                           ("group_lr", "", "has 0 values, needs 2")])
+def test_a_plan_value_that_is_not_a_number_is_an_error_naming_its_line(export_cache, worker_bundle, tmp_path, line,
+                                                                        bad, said):
+    """Read whole, never as 0: a `clip` of "abc" would otherwise turn clipping off. The error
+    names the file, the line and the key, and the run ends before it writes anything."""
+    spec = _spec("sgd", _program("sgd"))
+    plan, numbers = _edited(tmp_path, spec, {line: bad})
     result = _bad_run(tmp_path, worker_bundle, spec, plan)
     assert result["status"] == "error"
-    what = "a whole number" if line == "total_steps" else "a number"
-    said = f'plan.txt:{number}: {line}: "{bad}" is not {what}'
+    said = f"plan.txt:{numbers[line]}: {line}: {said}"
     assert said in result["detail"] and "write the plan again" in result["detail"], result["detail"]
-    events = [json.loads(text)["event"] for text in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
-    assert "error" in events and "step_begin" not in events, events
+    assert not (tmp_path / "run" / "events.jsonl").exists()
     assert json.loads((tmp_path / "run" / "result.json").read_text())["end"]["exit_code"] == EXIT_ERROR
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("edits,key,said", [
+    ({"threads": "100000"}, "threads", '"100000" is not a whole number in 0..1024'),
+    ({"eval_every": "1", "eval_weights": "../x 6 .safetensors"}, "eval_weights",
+     '"../x 6 .safetensors" would name a file outside its folder'),
+])
+def test_a_hand_edited_plan_out_of_range_is_refused_before_anything_is_written(export_cache, worker_bundle, tmp_path,
+                                                                               edits, key, said):
+    """The worker run by hand on a plan edited past its ranges (100000 threads once crashed it; an
+    evaluation file name of ../x wrote beside the run directory): exit EXIT_ERROR, one line on
+    stderr naming the plan file, the line, the key, the value and its range, nothing written."""
+    spec = _spec("sgd", _program("sgd"), steps=2)
+    plan, numbers = _edited(tmp_path, spec, edits)
+    run = tmp_path / "work" / "run"
+    run.mkdir(parents=True)
+    before = _files(tmp_path)
+    done = subprocess.run([str(worker_bundle / WORKER), str(plan / "plan.txt"), "--program", spec.program, "--out",
+                           str(run)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == EXIT_ERROR and done.stdout == "", (done.returncode, done.stdout, done.stderr)
+    assert done.stderr.endswith("\n") and done.stderr.count("\n") == 1, done.stderr
+    assert f"native worker: {plan / 'plan.txt'}:{numbers[key]}: {key}: {said}" in done.stderr, done.stderr
+    assert _files(tmp_path) == before and not any(run.iterdir()) and set((tmp_path / "work").iterdir()) == {run}
 
 
 def test_a_missing_library_is_an_error_naming_it(export_cache, worker_bundle, tmp_path):

@@ -50,10 +50,10 @@ void write_safetensors(const std::string& path, const std::vector<Param>& params
 }
 
 Evaluation::Evaluation(const Plan& plan, std::string out_dir) : out_dir_(std::move(out_dir)) {
-  every_ = plan.line("eval_every").integer_at_least(0, 0);
+  every_ = plan.integer("eval_every");
   const PlanLine& name = plan.line("eval_weights");
   prefix_ = name.text(0);
-  width_ = name.integer_at_least(1, 1);
+  width_ = name.integer(1);
   suffix_ = name.text(2);
 }
 

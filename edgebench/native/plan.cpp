@@ -1,6 +1,8 @@
 #include "plan.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -14,6 +16,27 @@ namespace {
 constexpr const char* kFix = "; write the plan again with this edgebench";
 
 std::string quoted(const std::string& text) { return "\"" + text + "\""; }
+
+// `text` read whole as a finite number: none for "abc", "1.5x", "", "nan", "inf" or 1e999.
+std::optional<double> finite_number(const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+std::string shown(double v) {
+  std::ostringstream out;
+  out << v;
+  return out.str();
+}
+
+const LineRule* rule_of(const std::string& key) {
+  for (const LineRule& rule : kPlanValues)
+    if (rule.key == key) return &rule;
+  return nullptr;  // not checked (`predicted`: JSON, echoed)
+}
 
 }  // namespace
 
@@ -31,11 +54,9 @@ const std::string& PlanLine::text(size_t i) const {
 
 double PlanLine::real(size_t i) const {
   std::string text = i < values_.size() ? values_[i] : "";
-  char* end = nullptr;
-  errno = 0;
-  double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || errno == ERANGE) error(quoted(text) + " is not a number");
-  return v;
+  std::optional<double> v = finite_number(text);
+  if (!v) error(quoted(text) + " is not a number");
+  return *v;
 }
 
 std::optional<long long> whole_number(const std::string& text) {
@@ -53,10 +74,27 @@ long long PlanLine::integer(size_t i) const {
   return *v;
 }
 
-long long PlanLine::integer_at_least(size_t i, long long least) const {
-  long long v = integer(i);
-  if (v < least) error(quoted(values_[i]) + " is below " + std::to_string(least));
-  return v;
+void PlanLine::check(const LineRule& rule) const {
+  size_t n = rule.values.size();
+  if (values_.size() < n || (values_.size() > n && !rule.repeats))
+    error("has " + std::to_string(values_.size()) + " values, needs " + std::to_string(n) + (rule.repeats ? " or more" : ""));
+  for (size_t i = 0; i < values_.size(); ++i) {
+    const ValueRule& r = rule.values[std::min(i, n - 1)];
+    const std::string& v = values_[i];
+    if (r.kind == ValueRule::kWhole) {
+      std::optional<long long> x = whole_number(v);
+      if (!x || *x < r.least || *x > r.most)
+        error(quoted(v) + " is not a whole number in " + std::to_string(r.least) + ".." + std::to_string(r.most));
+    } else if (r.kind == ValueRule::kReal) {
+      std::optional<double> x = finite_number(v);
+      if (!x || *x < r.low || (r.above && *x == r.low) || *x > r.high)
+        error(quoted(v) + " is not a number in " + (r.above ? "(" : "[") + shown(r.low) + ", " + shown(r.high) +
+              (std::isinf(r.high) ? ")" : "]"));
+    } else if ((r.kind == ValueRule::kName || r.kind == ValueRule::kNameEnd) &&
+               (v.find('/') != std::string::npos || (r.kind == ValueRule::kName && v[0] == '.'))) {
+      error(quoted(rest_) + " would name a file outside its folder (a file name has no '/' and does not start with '.')");
+    }
+  }
 }
 
 Plan Plan::read(const std::string& path) {
@@ -86,6 +124,7 @@ Plan Plan::parse(std::istream& in, const std::string& file, const std::string& d
     while (words >> word) values.push_back(word);
     auto start = line.find_first_not_of(" \t", line.find(key) + key.size());
     plan.lines_.emplace_back(file, number, key, std::move(values), start == std::string::npos ? "" : line.substr(start));
+    if (const LineRule* rule = rule_of(key)) plan.lines_.back().check(*rule);
   }
   if (number == 0) throw PlanError(file + ": empty" + kFix);
   return plan;

@@ -13,16 +13,109 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from edgebench.backends.program import BATCH_INPUTS, check_batch, open_program, program_lr
+from edgebench.cli_types import MAX_SEED
+from edgebench.fleet.plan import MAX_DURATION_S
+from edgebench.methods.knobs import MAX_ACCUMULATION
 from edgebench.native.memory import PTE, predict
 from edgebench.runner.native import BATCHES, PLAN, PLAN_FORMAT
-from edgebench.runner.spec import RunSpec
+from edgebench.runner.spec import MAX_STEPS, MAX_THREADS, RunSpec
+
+
+@dataclass(frozen=True)
+class Whole:
+    """A whole number from `least` to `most`."""
+
+    least: int
+    most: int
+
+
+@dataclass(frozen=True)
+class Real:
+    """A finite number from `least` (more than it, with `above`) to `most`."""
+
+    least: float
+    most: float
+    above: bool = False
+
+
+TEXT = "text"  # read where it is used (kind, optimizer, dtype, a name in the program)
+NAME = "name"  # a file name joined to a folder: one plain path component ('/' nowhere, not '.' first)
+NAME_END = "name-end"  # what follows a NAME in one file name ('/' nowhere)
+MORE = "more"  # the value before it repeats (an input's dimensions)
+INT64 = 2**63 - 1
+# What each line's values may be, in order. The one definition of the plan's ranges: write_plan
+# checks every line it writes against it, and the worker every line it reads (build.py
+# generates it into plan_values.h), so a hand-edited plan cannot make it crash, hang or write
+# outside its folders. A key not here (`predicted`: JSON, echoed) is not checked.
+PLAN_VALUES: dict[str, tuple[Whole | Real | str, ...]] = {
+    "kind": (TEXT,),
+    "optimizer": (TEXT,),
+    "group_lr": (Real(0.0, math.inf, above=True),) * 2,
+    "total_steps": (Whole(1, 2 * MAX_STEPS),),  # warmup and measured
+    "warmup_steps": (Whole(0, MAX_STEPS),),
+    "steps": (Whole(1, MAX_STEPS),),
+    "duration_s": (Real(0.0, MAX_DURATION_S),),  # 0: `steps` steps
+    "warmup_fraction": (Real(0.0, 1.0),),
+    "min_lr_fraction": (Real(0.0, 1.0),),
+    "clip": (Real(0.0, math.inf),),  # 0: none
+    "momentum": (Real(0.0, 1.0),),
+    "betas": (Real(0.0, 1.0),) * 2,
+    "eps": (Real(0.0, math.inf),),
+    "weight_decay": (Real(0.0, math.inf),),
+    "accumulation": (Whole(1, MAX_ACCUMULATION),),
+    "threads": (Whole(0, MAX_THREADS),),  # 0: the runtime's default
+    "seed": (Whole(0, MAX_SEED),),
+    "mezo_eps": (Real(0.0, math.inf, above=True),),
+    "eval_every": (Whole(0, INT64),),  # 0: none
+    "eval_weights": (NAME, Whole(1, 20), NAME_END),  # 20 digits hold any step
+    "batches": (NAME,),
+    "batch_count": (Whole(1, 2 * MAX_STEPS * MAX_ACCUMULATION),),
+    "input": (TEXT, TEXT, Whole(1, 2**31 - 1), MORE),  # ExecuTorch's sizes are int32
+    "param": (TEXT, Whole(0, 1), Whole(0, 2**62)),  # lr group; elements (4 bytes each: a size that fits 64 bits)
+}
+
+
+def _refused(rule: Whole | Real | str, text: str) -> bool:
+    """Whether the worker refuses `text` as a value of `rule` (plan.cpp's check)."""
+    if isinstance(rule, Whole):
+        return not re.fullmatch(r"[+-]?[0-9]+", text) or not rule.least <= int(text) <= rule.most
+    if isinstance(rule, Real):
+        try:
+            value = float(text)
+        except ValueError:
+            return True
+        return not math.isfinite(value) or value < rule.least or (rule.above and value == rule.least) \
+            or value > rule.most
+    if rule == NAME:
+        return "/" in text or text.startswith(".")
+    return rule == NAME_END and "/" in text
+
+
+def plan_problem(line: str) -> str | None:
+    """What the worker would refuse in one plan line (None: nothing), by PLAN_VALUES."""
+    key, *values = line.split()
+    rules = PLAN_VALUES.get(key)
+    if rules is None:
+        return None
+    more = rules[-1] == MORE
+    if more:
+        rules = rules[:-1]
+    if len(values) < len(rules) or (len(values) > len(rules) and not more):
+        return f"{key}: {len(values)} values, the worker reads {len(rules)}"
+    for i, text in enumerate(values):
+        rule = rules[min(i, len(rules) - 1)]
+        if _refused(rule, text):
+            return f"{key}: {text!r} is not a {rule}"
+    return None
 
 
 def native_reason(method: Any) -> str | None:
@@ -144,6 +237,10 @@ def write_plan(spec: RunSpec, cache: Path) -> Path:
         micro += _micro_batches(next(batches), method.accumulation)
     check_batch(manifest, micro[0], program)
     lines = _lines(spec, method, manifest, len(micro))
+    # from a checked RunSpec none is refused: one that is would be a range here that is not the host's
+    problems = [why for why in map(plan_problem, lines[1:]) if why]
+    if problems:
+        raise ValueError(f"run {spec.run_id}: the native worker would refuse its plan: {'; '.join(problems)}")
     # the host's prediction of the worker's peak, which the worker echoes as its `predicted` event
     predicted = predict(manifest, (program / PTE).stat().st_size, method)
     lines.append("predicted " + json.dumps(predicted, separators=(",", ":")))

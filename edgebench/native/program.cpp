@@ -42,10 +42,13 @@ size_t element_size(ScalarType t) { return t == ScalarType::Long ? 8 : 4; }
 Batches::Batches(const std::string& path, std::vector<Input>& inputs, long long count)
     : fh_(std::fopen(path.c_str(), "rb")), inputs_(inputs), count_(count) {
   if (!fh_) fail(path + ": cannot read the plan's batches (" + std::strerror(errno) + ")");
-  for (auto& in : inputs_) per_batch_ += in.bytes;
+  size_t want = 0;
+  bool overflow = false;  // a hand-edited plan's sizes (each in range) can still multiply past 64 bits
+  for (auto& in : inputs_) overflow |= __builtin_add_overflow(per_batch_, in.bytes, &per_batch_);
+  overflow |= __builtin_mul_overflow(per_batch_, size_t(count_), &want);
   std::fseek(fh_, 0, SEEK_END);
   long size = std::ftell(fh_);
-  if (count_ < 1 || size != long(per_batch_ * count_))
+  if (overflow || size != long(want))
     fail(path + ": " + std::to_string(size) + " bytes, the plan says " + std::to_string(count_) + " batches of " +
          std::to_string(per_batch_) + "; write the plan again");
 }
@@ -75,7 +78,7 @@ Program::Program(const Plan& plan, const std::string& program_dir) : dir_(progra
   group_lr_ = {plan.real("group_lr", 0), plan.real("group_lr", 1)};
   schedule_ = {plan.integer("total_steps"), plan.real("warmup_fraction"), plan.real("min_lr_fraction")};
   clip_ = plan.real("clip");
-  accumulation_ = std::max(1LL, plan.integer("accumulation"));
+  accumulation_ = plan.integer("accumulation");
   beta1_ = plan.real("betas", 0);
   beta2_ = plan.real("betas", 1);
   weight_decay_ = plan.real("weight_decay");
@@ -83,21 +86,19 @@ Program::Program(const Plan& plan, const std::string& program_dir) : dir_(progra
   mezo_eps_ = plan.real("mezo_eps");
   for (const PlanLine* line : plan.all("input")) {
     Input in{line->text(0), dtype_of(*line), {}};
-    size_t n = 1;
+    in.bytes = element_size(in.dtype);
     for (size_t i = 2; i < line->size(); ++i) {
-      long long size = line->integer_at_least(i, 1);
+      long long size = line->integer(i);
       in.shape.push_back(executorch::aten::SizesType(size));
-      n *= size_t(size);
+      if (__builtin_mul_overflow(in.bytes, size_t(size), &in.bytes)) line->error("a batch of this shape is past 64 bits");
     }
-    in.bytes = n * element_size(in.dtype);
     inputs_.push_back(std::move(in));
   }
   for (const PlanLine* line : plan.all("param")) {
     Param p;
     p.name = line->text(0);
-    p.group = int(line->integer_at_least(1, 0));
-    if (size_t(p.group) >= group_lr_.size()) line->error("group " + line->text(1) + " is not 0 or 1");
-    p.numel = size_t(line->integer_at_least(2, 0));
+    p.group = int(line->integer(1));
+    p.numel = size_t(line->integer(2));
     params_.push_back(std::move(p));
   }
   batches_ = std::make_unique<Batches>(plan.dir() + "/" + plan.text("batches"), inputs_, plan.integer("batch_count"));
@@ -183,9 +184,7 @@ std::unique_ptr<Program> make_program(const Plan& plan, const std::string& progr
   fail("native plan: unknown program kind " + kind);
 }
 
-int train(const std::string& plan_path, const std::string& program_dir, const std::string& out_dir,
-          Events& events) try {
-  Plan plan = Plan::read(plan_path);
+int train(const Plan& plan, const std::string& program_dir, const std::string& out_dir, Events& events) try {
   const PlanLine* predicted = plan.find("predicted");  // the host's prediction, JSON, echoed as it is
   events.write("predicted", std::string("\"memory\": ") + (predicted && !predicted->rest().empty() ? predicted->rest() : "null"));
   long long threads = plan.integer("threads");

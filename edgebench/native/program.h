@@ -100,9 +100,9 @@ class Program {
 // The program the plan's `kind` names, its plan read.
 std::unique_ptr<Program> make_program(const Plan& plan, const std::string& program_dir);
 
-// Runs the plan (PLAN's warmup and measured steps, or its duration) and writes its events, and
-// the weights of its evaluation points into `out_dir`; returns the exit code. A plan that
-// cannot be read ends the run as an error naming its line.
-int train(const std::string& plan_path, const std::string& program_dir, const std::string& out_dir, Events& events);
+// Runs the plan (its warmup and measured steps, or its duration) and writes its events, and
+// the weights of its evaluation points into `out_dir`; returns the exit code. A line the plan
+// lacks ends the run as an error naming it.
+int train(const Plan& plan, const std::string& program_dir, const std::string& out_dir, Events& events);
 
 }  // namespace edgebench

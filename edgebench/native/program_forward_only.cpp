@@ -1,5 +1,6 @@
 #include "program_forward_only.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -11,10 +12,19 @@ void ForwardOnlyProgram::loaded(const std::string&) {
   std::string path = dir_ + "/trainable_init.bin";
   std::FILE* fh = std::fopen(path.c_str(), "rb");
   if (!fh) fail(path + ": " + std::strerror(errno) + "; export the forward-only program again (edgebench export)");
+  std::fseek(fh, 0, SEEK_END);
+  size_t left = size_t(std::max(0L, std::ftell(fh))) / sizeof(float);  // held to the file before allocating
+  std::rewind(fh);
   weights_.resize(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
-    weights_[i].resize(params_[i].numel);
-    if (std::fread(weights_[i].data(), sizeof(float), params_[i].numel, fh) != params_[i].numel) {
+    size_t numel = params_[i].numel;
+    bool read = numel <= left;
+    if (read) {
+      left -= numel;
+      weights_[i].resize(numel);
+      read = std::fread(weights_[i].data(), sizeof(float), numel, fh) == numel;
+    }
+    if (!read) {
       std::fclose(fh);
       fail(path + ": shorter than the plan's trainable parameters; export the program again");
     }

@@ -119,6 +119,15 @@ int main(int argc, char** argv) {
   std::signal(SIGTERM, on_signal);
   std::signal(SIGINT, on_signal);
   volunteer_for_oom_kill();
+  // The plan is read whole and checked before anything is written: a refused one is this one
+  // line on stderr, and the run directory stays as it was.
+  Plan plan;
+  try {
+    plan = Plan::read(plan_path);
+  } catch (const PlanError& e) {
+    std::fprintf(stderr, "native worker: %s\n", e.what());
+    return EXIT_ERROR;
+  }
   std::unique_ptr<Events> events;
   try {
     events = std::make_unique<Events>(out + "/events.jsonl");
@@ -128,7 +137,7 @@ int main(int argc, char** argv) {
   }
   int code = EXIT_ERROR;
   try {
-    code = train(plan_path, program_dir, out, *events);
+    code = train(plan, program_dir, out, *events);
   } catch (const Failure& f) {
     if (f.code == EXIT_NO_SPACE || f.event.empty()) {
       std::fprintf(stderr, "%s\n", f.what());

@@ -1,10 +1,12 @@
 // The native worker's C++ unit tests (CMake target edgebench-worker-tests, run by ctest from
 // tests/test_native_cpp.py): the optimizers against steps worked out by hand from torch.optim's
-// formulas, the plan reader on good and bad plans, the checked whole numbers the worker's
+// formulas, the plan reader on good and bad plans (every value out of its range, not a number,
+// past 64 bits; a file name leaving its folder), the checked whole numbers the worker's
 // arguments are read with, the thread pool's loops, the saved weights (safetensors), the
 // evaluation points and the divergence rule.
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -132,7 +134,7 @@ void good_plan() {
   CHECK(plan.real("clip") == 1.0);
   CHECK(plan.integer("total_steps") == 12);
   auto inputs = plan.all("input");
-  CHECK(inputs.size() == 2 && inputs[1]->text(0) == "pixel_values" && inputs[1]->integer_at_least(5, 1) == 32);
+  CHECK(inputs.size() == 2 && inputs[1]->text(0) == "pixel_values" && inputs[1]->integer(5) == 32);
   CHECK(inputs[1]->number() == 8 && inputs[1]->size() == 6);
   CHECK(plan.line("predicted").rest() == "{\"total_bytes\": 1024, \"parts\": {}}");
   CHECK(plan.find("momentum") == nullptr);
@@ -153,17 +155,17 @@ void bad_plans() {
   e = error_of([] { parse(with_line(5, "clip 1.5x")).real("clip"); });
   CHECK(says(e, "plan.txt:5: clip: \"1.5x\" is not a number"));
   e = error_of([] { parse(with_line(5, "clip")).real("clip"); });
-  CHECK(says(e, "plan.txt:5: clip: \"\" is not a number"));
+  CHECK(says(e, "plan.txt:5: clip: has 0 values, needs 1"));
   e = error_of([] { parse(with_line(3, "group_lr 0.001")).real("group_lr", 1); });
-  CHECK(says(e, "plan.txt:3: group_lr: \"\" is not a number"));
+  CHECK(says(e, "plan.txt:3: group_lr: has 1 values, needs 2"));
   e = error_of([] { parse(with_line(6, "total_steps 1.5")).integer("total_steps"); });
   CHECK(says(e, "plan.txt:6: total_steps: \"1.5\" is not a whole number"));
   e = error_of([] { parse(with_line(6, "total_steps 99999999999999999999")).integer("total_steps"); });
   CHECK(says(e, "plan.txt:6: total_steps: \"99999999999999999999\" is not a whole number"));
-  e = error_of([] { parse(with_line(7, "input input_ids int64 1 0")).all("input")[0]->integer_at_least(3, 1); });
-  CHECK(says(e, "plan.txt:7: input: \"0\" is below 1"));
-  e = error_of([] { parse(with_line(7, "input")).all("input")[0]->text(0); });
-  CHECK(says(e, "plan.txt:7: input: has 0 values, needs 1"));
+  e = error_of([] { parse(with_line(7, "input input_ids int64 1 0")); });
+  CHECK(says(e, "plan.txt:7: input: \"0\" is not a whole number in 1..2147483647"));
+  e = error_of([] { parse(with_line(7, "input")); });
+  CHECK(says(e, "plan.txt:7: input: has 0 values, needs 3 or more"));
   e = error_of([] { parse(kGood).real("steps"); });
   CHECK(says(e, "plan.txt: no `steps` line") && says(e, fix));
   e = error_of([] { parse(with_line(1, "edgebench-native-plan 1")); });  // an older format
@@ -172,6 +174,74 @@ void bad_plans() {
   CHECK(says(e, "plan.txt: empty"));
   e = error_of([] { Plan::read("/nonexistent/plan.txt"); });
   CHECK(says(e, "/nonexistent/plan.txt: cannot read the native plan"));
+}
+
+// kGood with `line` added as its line 10, and what reading it says ("" for nothing).
+std::string read_with(const std::string& line) {
+  return error_of([&] { parse(kGood + line + "\n"); });
+}
+
+// Every value out of its range is refused naming the line, the key, the value and the range,
+// as the table build.py generates from plan.py says (so a range added there is tested here).
+void values_out_of_range() {
+  auto refused_as = [](const LineRule& rule, size_t at, const std::string& bad, const std::string& what) {
+    std::string line = rule.key;
+    for (size_t i = 0; i < rule.values.size(); ++i) {
+      const ValueRule& r = rule.values[i];
+      std::string good = r.kind == ValueRule::kWhole ? std::to_string(r.least)
+                         : r.kind == ValueRule::kReal ? std::to_string(r.above ? r.low + 1 : r.low)
+                                                      : "x";
+      line += " " + (i == at ? bad : good);
+    }
+    CHECK(says(read_with(line), "plan.txt:10: " + rule.key + ": \"" + bad + "\" " + what));
+  };
+  for (const LineRule& rule : kPlanValues) {
+    CHECK(says(read_with(rule.key), "plan.txt:10: " + rule.key + ": has 0 values, needs "));
+    for (size_t at = 0; at < rule.values.size(); ++at) {
+      const ValueRule& r = rule.values[at];
+      if (r.kind == ValueRule::kWhole) {
+        std::string range = "is not a whole number in " + std::to_string(r.least) + "..";
+        for (const char* bad : {"abc", "1.5", "12x"}) refused_as(rule, at, bad, range);
+        if (r.least > LLONG_MIN) refused_as(rule, at, std::to_string(r.least - 1), range);
+        refused_as(rule, at, r.most < LLONG_MAX ? std::to_string(r.most + 1) : "9223372036854775808", range);
+        refused_as(rule, at, "99999999999999999999", range);  // past 64 bits, not wrapped
+      } else if (r.kind == ValueRule::kReal) {
+        std::string range = std::string("is not a number in ") + (r.above ? "(" : "[");
+        for (const char* bad : {"abc", "1.5x", "nan", "inf", "-inf", "1e999"}) refused_as(rule, at, bad, range);
+        refused_as(rule, at, std::to_string(r.low - 1), range);
+        if (r.above) refused_as(rule, at, std::to_string(r.low), range);
+        if (std::isfinite(r.high)) refused_as(rule, at, std::to_string(r.high * 2 + 1), range);
+      }
+    }
+  }
+  // the ranges the host uses (edgebench/runner/spec.py, methods/knobs.py, cli_types.py)
+  CHECK(says(read_with("threads 1025"), "plan.txt:10: threads: \"1025\" is not a whole number in 0..1024"));
+  CHECK(says(read_with("threads -1"), "threads: \"-1\" is not a whole number in 0..1024"));
+  CHECK(says(read_with("accumulation 0"), "accumulation: \"0\" is not a whole number in 1..1024"));
+  CHECK(says(read_with("accumulation 2000000000"), "accumulation: \"2000000000\" is not a whole number in 1..1024"));
+  CHECK(says(read_with("steps 1000001"), "steps: \"1000001\" is not a whole number in 1..1000000"));
+  CHECK(says(read_with("steps 1e20"), "steps: \"1e20\" is not a whole number in 1..1000000"));
+  CHECK(says(read_with("seed 18446744073709551616"), "seed: \"18446744073709551616\" is not a whole number in 0.."));
+  CHECK(says(read_with("group_lr 0.001 0"), "group_lr: \"0\" is not a number in (0, inf)"));
+  CHECK(says(read_with("group_lr nan 0.001"), "group_lr: \"nan\" is not a number in (0, inf)"));
+  CHECK(says(read_with("duration_s 1e9"), "duration_s: \"1e9\" is not a number in [0, 604800]"));
+  CHECK(says(read_with("threads 4 4"), "threads: has 2 values, needs 1") && says(read_with("threads 4 4"), "write the plan again"));
+  CHECK(read_with("threads 0").empty() && read_with("threads 1024").empty() && read_with("seed 9223372036854775807").empty());
+  CHECK(read_with("group_lr 1e-300 5.12e-3").empty() && read_with("betas 0.9 0.999").empty());
+  CHECK(read_with("predicted anything {at all").empty());  // JSON, echoed: not checked here
+}
+
+// A file name the plan gives is one plain path component of the folder it is joined to.
+void names_stay_in_their_folder() {
+  const std::string outside = "would name a file outside its folder";
+  for (const char* bad : {"../x", "a/b", "/etc/passwd", ".", "..", ".hidden"}) {
+    CHECK(says(read_with(std::string("batches ") + bad), "plan.txt:10: batches: \"" + std::string(bad) + "\" " + outside));
+    CHECK(says(read_with(std::string("eval_weights ") + bad + " 6 .safetensors"),
+               "plan.txt:10: eval_weights: \"" + std::string(bad) + " 6 .safetensors\" " + outside));
+  }
+  CHECK(says(read_with("eval_weights eval- 6 /../../x"), outside));
+  CHECK(says(read_with("eval_weights eval- 21 .safetensors"), "eval_weights: \"21\" is not a whole number in 1..20"));
+  CHECK(read_with("batches batches.bin").empty() && read_with("eval_weights eval-weights- 6 .safetensors").empty());
 }
 
 bool refused(const std::string& text) {
@@ -304,6 +374,8 @@ int main() {
   optimizers_by_name();
   good_plan();
   bad_plans();
+  values_out_of_range();
+  names_stay_in_their_folder();
   whole_numbers();
   parallel_loops();
   loss_watch();
