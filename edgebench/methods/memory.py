@@ -227,16 +227,16 @@ def _activations(cfg: VLMConfig, method: Method, batch: int, text_length: int) -
     return kept, max(transient, vit_phase - kept)
 
 
-def _dequantised_block(params: Iterable[_Param], method: Method) -> int:
+def _dequantised_block(params: Iterable[_Param], method: Method, per_layer: bool = False) -> int:
     """Bytes the dequantisation of one block's frozen int8/int4 linears makes and frees (the
-    largest block's)."""
+    largest block's; `per_layer`: the largest layer's)."""
     from edgebench.methods.int4 import HEAD_ROWS
 
     per_weight = DEQUANT_TEMPORARY_BYTES_PER_WEIGHT_EST.get(method.frozen_dtype, 0)
     blocks: dict[str, int] = {}
     for p in params:
         if p.packed:
-            block = re.sub(r"(\.\d+)\..*$", r"\1", p.name)  # the name up to the block's index
+            block = p.name if per_layer else re.sub(r"(\.\d+)\..*$", r"\1", p.name)  # up to the block's index
             # the tied int4 head dequantises HEAD_ROWS vocabulary rows at a time
             numel = min(p.numel, HEAD_ROWS * p.shape[1]) if "token_embedding" in p.name else p.numel
             blocks[block] = blocks.get(block, 0) + numel
@@ -352,9 +352,11 @@ def predict(cfg: VLMConfig | str, method: Method | str, batch_size: int, text_le
     temporaries += _update_transient(method, trainable)
     if method.grad_mode == "zeroth-order":
         # a forward-only step peaks inside a layer: its dequantised weight beside the block's
-        # temporaries (measured: nanovlm-460m VLM_1GIB_MEZO, 1 GiB lab device, kernel peak 871 MiB
-        # against 767 predicted without this term)
-        temporaries += int(RESTORE_RECORD_BYTES_PER_WEIGHT_EST * n_trainable) + _dequantised_block(params, method)
+        # temporaries, one layer at a time (measured, 1 GiB lab devices: nanovlm-460m VLM_1GIB_MEZO
+        # 871 MiB, 767 predicted without this term; nanovlm-222m's 451 MiB, 503 predicted when
+        # the term counted a whole vision block)
+        temporaries += int(RESTORE_RECORD_BYTES_PER_WEIGHT_EST * n_trainable) + _dequantised_block(params, method,
+                                                                                                  per_layer=True)
     if method.grad_mode == "forward-mode":
         temporaries *= 2  # every forward temporary carries its tangent
     if method.uses_backward:
