@@ -185,7 +185,19 @@ def listing_tree(base: Path) -> list[str]:
     (work / "sweeps" / "s7" / "sweep.json").mkdir(parents=True)
     write(work / "sweeps" / "stray-file", "not a sweep")
     (work / "sweeps" / ".hidden").mkdir()
+    host_records(work / "sweeps")
     return [str(work)]
+
+
+HOST = {"id": "0123456789abcdef", "label": f"me@{ODD}"}
+
+
+def host_records(root: Path) -> None:
+    """host.json as deploy writes it (s1), cut short (s2), not an object (s3), a folder (s4); none elsewhere."""
+    write(root / "s1" / "host.json", json.dumps(HOST) + "\n")
+    write(root / "s2" / "host.json", '{"id": "0123')
+    write(root / "s3" / "host.json", '["0123456789abcdef"]')
+    (root / "s4" / "host.json").mkdir()
 
 
 def test_listing(toolbin, tmp_path):
@@ -197,6 +209,7 @@ def test_listing(toolbin, tmp_path):
     assert py["sweeps"]["s1"]["state"]["runs"] == {"r1": "ok", ODD: "error"}
     assert [py["sweeps"][s]["state"] for s in ("s3", "s4", "s6", "s7")] == [None] * 4
     assert set(py["sweeps"]) == {"s1", "s2", "s3", "s4", "s5", "s6", "s7"}
+    assert {s: entry["host"] for s, entry in py["sweeps"].items() if entry["host"]} == {"s1": HOST}
 
 
 @pytest.mark.parametrize("workdir", ["missing", "relative", "home"])
@@ -343,6 +356,9 @@ def sweeps_tree(base: Path, pids: dict[str, int]) -> list[str]:
     (work / "outside").mkdir()
     write(root / "stray-file", "not a sweep")
     (root / ".hidden").mkdir()
+    for name in ("s1", "s2", "s3", "s4"):
+        sweep(name, "finished", {"a": "ok"})
+    host_records(root)
     return [str(work)]
 
 
@@ -363,6 +379,7 @@ def test_sweeps(toolbin, tmp_path, processes):
     assert py["done"]["specs"] == ["000-a", "001-b", "002-c"] and ".hidden" not in py
     assert set(py_tree["work/sweeps/killed/runs/b/result.json"]) == {"run_id", "status", "cut_off", "detail"}
     assert shown["hostile"] == ("stopped", {"../../../outside": "killed"})
+    assert {name: s["host"] for name, s in py.items() if s["host"]} == {"s1": HOST}
     assert not [path for path in py_tree if path.startswith("work/outside/")]
 
 

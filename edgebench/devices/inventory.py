@@ -19,14 +19,21 @@ connect_timeout_s) plus `python`, `workdir` and `root` can be set per device. `r
 it detects them: a generic profile's, `linux-x86_64`, are stand-ins). `speed` holds the
 step-time model's rates `edgebench devices calibrate` measured on the device (devices/calibrate.py).
 The name `local` always means this machine unless the file defines it.
+
+A device's work dir is its entry's `workdir`, else its profile's with this host's own folder in it
+(`edgebench-work/<host id>`): several hosts sharing a device login keep their sweeps apart.
+`host-id` beside the inventory file holds that id, made once per host user (host_identity).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import getpass
 import os
 import platform
+import secrets
+import socket
 from collections.abc import Iterator
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -38,7 +45,7 @@ from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationError
 from edgebench.devices.profiles import Profile, ProfileError, Speed, Transport, load_profile
 from edgebench.errors import EdgebenchError
 from edgebench.methods.device_speed import DeviceSpeed
-from edgebench.untrusted import UnsafeName, path_name
+from edgebench.untrusted import UnsafeName, path_name, printable
 
 
 class InventoryError(EdgebenchError, ValueError):
@@ -47,6 +54,62 @@ class InventoryError(EdgebenchError, ValueError):
 
 def inventory_path() -> Path:
     return Path(os.environ.get("EDGEBENCH_INVENTORY") or "~/.config/edgebench/inventory.yaml").expanduser()
+
+
+NO_HOST_RECORD = "an older edgebench (no host record)"
+
+
+@dataclass(frozen=True)
+class HostIdentity:
+    """Which host user starts a sweep: deploy records it in the sweep (`host.json`), so `status` and
+    `collect` on a device shared with other hosts leave their sweeps out (unless --all)."""
+
+    id: str
+    label: str  # user@hostname, for people: the id is what is compared
+
+    def record(self) -> dict[str, str]:
+        return {"id": self.id, "label": self.label}
+
+    def whose(self, record: Any) -> str | None:
+        """Who started a sweep, by its host record (as the device reports it: untrusted): None for
+        this host; another host's label, printable; NO_HOST_RECORD for a sweep an older edgebench
+        made, which counts as this host's (shown and collected, as every sweep was then)."""
+        if not isinstance(record, dict) or not isinstance(record.get("id"), str):
+            return NO_HOST_RECORD
+        if record["id"] == self.id:
+            return None
+        label = record.get("label")
+        return printable(label if isinstance(label, str) else record["id"], newlines=False, limit=80)
+
+
+def host_identity() -> HostIdentity:
+    """This host user's identity: the id in `host-id` beside the inventory file, made on first use
+    (the first of several processes at once wins: the others read its id)."""
+    path = inventory_path().with_name("host-id")
+    try:
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".host-id.{secrets.token_hex(4)}")
+            tmp.write_text(secrets.token_hex(8) + "\n")
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                pass
+            finally:
+                tmp.unlink()
+        host_id = path.read_text().strip()
+    except OSError as exc:
+        raise InventoryError(f"{path}: this host's id cannot be kept there ({exc.strerror}); make the folder "
+                             "writable or point $EDGEBENCH_INVENTORY to one") from None
+    try:
+        path_name(host_id, "host id")  # a folder of the device's work dir
+    except UnsafeName as exc:
+        raise InventoryError(f"{path}: {exc}; delete the file (a new id is made)") from None
+    try:
+        user = getpass.getuser()
+    except (OSError, KeyError):  # no login name: no $USER and no passwd entry
+        user = str(os.getuid())
+    return HostIdentity(host_id, f"{user}@{socket.gethostname()}")
 
 
 class MeasuredSpeed(Speed):
@@ -240,7 +303,7 @@ def make_device(name: str, entry: dict[str, Any], source: str = "inventory") -> 
         profile=profile,
         transport=transport,
         python=parsed.python or profile.python,
-        workdir=parsed.workdir or profile.workdir,
+        workdir=parsed.workdir or f"{profile.workdir}/{host_identity().id}",
         lab=parsed.lab,
         root=parsed.root,
         speed=parsed.speed,

@@ -168,7 +168,9 @@ class Profile(_Strict):
     accelerators: list[Literal["cuda"]] = Field(default_factory=list)
     backends: list[str]
     python: str = "python3"
-    workdir: str = "edgebench-work"  # relative: under the device user's home
+    # relative: under the device user's home; a device whose entry sets no workdir uses this host's
+    # own folder in it, `<workdir>/<host id>` (devices.inventory.make_device)
+    workdir: str = "edgebench-work"
     transport: Transport = Field(default_factory=Transport)
     sensors: Sensors = Field(default_factory=Sensors)
     power_model: PowerModel | None = None

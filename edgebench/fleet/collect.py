@@ -4,7 +4,9 @@ The device lists every run file with its size and sha256; a file whose local cop
 already matches is skipped; a download goes to `NAME.part` and resumes from its length
 (traces are append-only), then is checked against the listed size and sha256 before it
 replaces the local file. Runs land in `<local_root>/<device>/<run_id>/`; fresh clock
-probes are taken, and every fetched run is ingested into the results store.
+probes are taken, and every fetched run is ingested into the results store. Other hosts' sweeps
+are left alone (each sweep's host.json: fleet.deploy; one without, an older edgebench's, is
+collected), every sweep there is collected with `every` (--all).
 
 The listing comes from the device and is not trusted: every sweep id, run id and file
 name in it must be a plain file name (no `..`, no separator, not absolute); a run (or sweep)
@@ -28,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from edgebench.devices import connect
-from edgebench.devices.inventory import Device, get_device
+from edgebench.devices.inventory import NO_HOST_RECORD, Device, get_device, host_identity
 from edgebench.devices.labgrid import release_finished
 from edgebench.devices.transport import Transport, TransportError
 from edgebench.fleet import shell_sweep
@@ -124,6 +126,8 @@ class Collected:
     refused: dict[str, str] = field(default_factory=dict)  # run_id -> why (a name that would leave its folder)
     probes: list[dict[str, Any]] = field(default_factory=list)
     released: str | None = None  # the sweep whose labgrid place was given back
+    others: int = 0  # other hosts' sweeps left alone
+    owners: dict[str, str] = field(default_factory=dict)  # run_id -> who started it, when not this host
 
 
 def sha256_prefix(path: Path, size: int) -> str:
@@ -169,16 +173,18 @@ def _fresh_probes(transport: Transport, device: Device, manifest: dict[str, Any]
 
 
 def collect_device(name: str, run_id: str | None = None, local_root: Path | None = None,
-                   store_path: Path | None = None, log: Callable[[str], None] = lambda _: None) -> Collected:
-    """Fetches one device's runs (or one run) into local_root (default: beside the user's store),
-    then ingests them when a store is given; under the collect lock, fetch and ingest both."""
+                   store_path: Path | None = None, log: Callable[[str], None] = lambda _: None,
+                   every: bool = False) -> Collected:
+    """Fetches one device's runs (or one run) of this host's sweeps (`every`: of every sweep there)
+    into local_root (default: beside the user's store), then ingests them when a store is given;
+    under the collect lock, fetch and ingest both."""
     local_root = runs_dir_for(local_root)
     with collect_lock(local_root, log):
-        return _collect_device(name, run_id, local_root, store_path, log)
+        return _collect_device(name, run_id, local_root, store_path, log, every)
 
 
 def _collect_device(name: str, run_id: str | None, local_root: Path, store_path: Path | None,
-                    log: Callable[[str], None]) -> Collected:
+                    log: Callable[[str], None], every: bool) -> Collected:
     device = get_device(name)
     out = Collected(name)
     with connect(device) as transport:
@@ -190,11 +196,19 @@ def _collect_device(name: str, run_id: str | None, local_root: Path, store_path:
         manifest, out.refused = check_listing(name, manifest)
         for what, why in out.refused.items():
             log(f"{name}: refused {what}: {why}")
+        me = host_identity()
+        whose = {sweep_id: me.whose(sweep.get("host")) for sweep_id, sweep in manifest["sweeps"].items()}
+        if not every:  # other hosts' sweeps are theirs to collect (and probe with)
+            theirs = {sweep_id for sweep_id, owner in whose.items() if owner not in (None, NO_HOST_RECORD)}
+            out.others = len(theirs)
+            manifest["sweeps"] = {sweep_id: s for sweep_id, s in manifest["sweeps"].items() if sweep_id not in theirs}
         for sweep_id, sweep in sorted(manifest["sweeps"].items()):
-            states = (sweep["state"] or {}).get("runs", {})
+            states, owner = (sweep["state"] or {}).get("runs", {}), whose[sweep_id]
             for rid, files in sorted(sweep["runs"].items()):
                 if run_id and rid != run_id:
                     continue
+                if owner:
+                    out.owners[rid] = owner
                 local_dir = _local_path(name, local_root, f"{name}/{rid}")
                 local_dir.mkdir(parents=True, exist_ok=True)
                 if any(f.startswith(f"{WEIGHTS_DIR}/") for f in files):
@@ -208,14 +222,16 @@ def _collect_device(name: str, run_id: str | None, local_root: Path, store_path:
                         out.bytes_fetched += got
                 status = _local_status(local_dir)
                 out.runs[rid] = status or f"partial ({states.get(rid, 'not started')})"
-                log(f"{name}: {rid}: {out.runs[rid]}")
+                log(f"{name}: {rid}: {out.runs[rid]}" + (f" ({out.owners[rid]})" if rid in out.owners else ""))
                 if status:
                     _keep_weights(name, rid, local_dir, local_root, log)
         out.probes = _fresh_probes(transport, device, manifest)
         out.released = release_finished(device, before, log)
     _save_probes(local_root / name, out.probes)
     if run_id and run_id not in out.runs:
-        raise TransportError(f"{name}: no run {run_id!r} on the device; `edgebench status --device {name}` lists them")
+        mine = "" if every else " among this host's sweeps (--all: every host's)"
+        raise TransportError(f"{name}: no run {run_id!r} on the device{mine}; `edgebench status --device {name}` "
+                             "lists them")
     if store_path is not None:
         _ingest(out, local_root, store_path)
     return out

@@ -687,13 +687,17 @@ def _checked_spec(path: str) -> RunSpec:
 @click.option("--runs-dir", default=None, type=click.Path(file_okay=False),
               help="Local folder: runs land in RUNS_DIR/<device>/<run_id>/ (default: beside the store).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--all", "every", is_flag=True,
+              help="Every sweep on the device, other hosts' too. Default: this host's sweeps, and an older "
+                   "edgebench's (no host record).")
 def collect(devices: tuple[str, ...], run_id: str | None, store: str | None, no_ingest: bool, runs_dir: str | None,
-            as_json: bool) -> None:
+            as_json: bool, every: bool) -> None:
     """Fetch finished and partial runs from devices and ingest them into the store.
 
     Every file is checked against the size and sha256 the device lists; interrupted
     downloads resume; running it again fetches only what changed. Fresh clock probes are
-    taken each time. A labgrid place held for a sweep that has ended is released.
+    taken each time. A labgrid place held for a sweep that has ended is released. Other
+    hosts' sweeps are left alone (each sweep records its host); --all fetches them too.
     """
     from edgebench.fleet.collect import collect_device
 
@@ -704,7 +708,7 @@ def collect(devices: tuple[str, ...], run_id: str | None, store: str | None, no_
         try:
             got = collect_device(name, run_id, runs_dir_for(runs_dir),
                                  None if no_ingest else store_path,
-                                 log=(lambda _: None) if as_json else _echo_err)
+                                 log=(lambda _: None) if as_json else _echo_err, every=every)
         except (RuntimeError, ValueError, OSError) as exc:
             errors = True
             report[name] = {"error": str(exc)}
@@ -712,11 +716,16 @@ def collect(devices: tuple[str, ...], run_id: str | None, store: str | None, no_
                 _echo(f"{name}: FAILED: {exc}", fg="red", err=True)
             continue
         report[name] = {"runs": got.runs, "files_fetched": got.files_fetched, "bytes_fetched": got.bytes_fetched,
-                        "ingested": got.ingested, "not_ingested": got.not_ingested, "refused": got.refused}
+                        "ingested": got.ingested, "not_ingested": got.not_ingested, "refused": got.refused,
+                        "other_hosts_runs": got.owners, "other_sweeps_left": got.others}
         errors = errors or bool(got.refused)
         if not as_json:
             click.echo(f"{name}: {len(got.runs)} runs, {got.files_fetched} files ({got.bytes_fetched / 1024:.0f} KiB) "
                        f"fetched, {len(got.ingested)} ingested into {store_path if not no_ingest else '(no store)'}")
+            if got.others:
+                click.echo(f"  left alone: {got.others} sweep(s) of other hosts (--all fetches them)")
+            for rid, owner in got.owners.items():
+                click.echo(f"  {rid}: started by {owner}")
             for rid, why in got.not_ingested.items():
                 _echo(f"  not ingested {rid}: {why}")
             for rid, why in got.refused.items():
@@ -730,13 +739,17 @@ def collect(devices: tuple[str, ...], run_id: str | None, store: str | None, no_
 @click.command()
 @click.option("--device", "devices", multiple=True, help="Inventory name (repeatable). Default: every device.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def status(devices: tuple[str, ...], as_json: bool) -> None:
-    """Show what is running where: each device's sweeps and their runs' statuses, and for a
-    board farm's device who holds its labgrid place (since when, for which sweep)."""
+@click.option("--all", "every", is_flag=True,
+              help="Every sweep on the device, other hosts' marked with whose they are. Default: this host's "
+                   "sweeps, and an older edgebench's (no host record).")
+def status(devices: tuple[str, ...], as_json: bool, every: bool) -> None:
+    """Show what is running where: each device's sweeps this host deployed (--all: other hosts'
+    too) and their runs' statuses, and for a board farm's device who holds its labgrid place (since
+    when, for which sweep)."""
     from edgebench.fleet.status import fleet_status
 
     names, problems = _device_names(devices, with_local=True)
-    rows = fleet_status(names) + [{"device": name, **why} for name, why in problems.items()]
+    rows = fleet_status(names, every) + [{"device": name, **why} for name, why in problems.items()]
     unasked = [row["device"] for row in rows if "error" in row]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
@@ -750,13 +763,16 @@ def status(devices: tuple[str, ...], as_json: bool) -> None:
             _echo(f"{row['device']}: {row['error']}", fg="red")
             continue
         if not row["sweeps"]:
-            click.echo(f"{row['device']}: no sweeps")
+            click.echo(f"{row['device']}: no sweeps" + (" of this host's" if row["others"] else ""))
+        if row["others"]:
+            click.echo(f"{row['device']}: {row['others']} sweep(s) of other hosts not shown (--all shows them)")
         for sweep_id, sweep in row["sweeps"].items():
             done = sum(1 for rid, s in sweep["runs"].items()  # a kept partial attempt is not a spec of its own
                        if s not in ("running", "not started", "stopped") and ".attempt-" not in rid)
             why = f" ({_said(sweep['why'])})" if sweep.get("why") else ""
+            owner = f" [started by {sweep['owner']}]" if sweep.get("owner") else ""
             _echo(f"{row['device']}: sweep {_said(sweep_id)}: {_said(sweep['state'])}{why}, {done}/"
-                  f"{len(sweep['specs'])} runs done")
+                  f"{len(sweep['specs'])} runs done{owner}")
             for rid, run_status in sweep["runs"].items():
                 _echo(f"  {_said(rid)}: {_said(run_status)}")
     if unasked:  # a script must not read "nothing running" into a device that could not be asked

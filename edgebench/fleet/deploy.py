@@ -2,7 +2,8 @@
 
 On the device a sweep lives in `<workdir>/sweeps/<sweep_id>/`: `pkg/edgebench/` (this
 package's own source, so the device runs exactly the host's code; no dependency is
-installed there), `specs/NNN-<run_id>.json`, and what the runner writes: `runs/<run_id>/`,
+installed there), `specs/NNN-<run_id>.json`, `host.json` (which host started it:
+devices.inventory.HostIdentity), and what the runner writes: `runs/<run_id>/`,
 `sweep.json`, `sweep.log`, `sweep.pid`. Programs, checkpoints, datasets and the native worker
 are cached in `<workdir>/cache/`, checked by sha256 before each sweep (fleet/assets.py).
 The sweep is started with setsid + nohup, so a dropped connection does not stop it.
@@ -29,7 +30,7 @@ from typing import Any
 import edgebench
 from edgebench.backends.support import device_reason
 from edgebench.devices import connect, readiness
-from edgebench.devices.inventory import Device, get_device
+from edgebench.devices.inventory import Device, get_device, host_identity
 from edgebench.devices.labgrid import interrupt_reservations, reserve
 from edgebench.devices.transport import Transport, TransportError
 from edgebench.errors import EdgebenchError
@@ -237,6 +238,9 @@ def deploy_one(name: str, specs: list[RunSpec], local_root: Path,
         sweep = f"{facts['workdir']}/sweeps/{sweep_id}"
         log(f"{name}: shipping edgebench ({package.stat().st_size / 1024:.0f} KiB) to {sweep}")
         transport.check(["mkdir", "-p", f"{sweep}/specs", f"{sweep}/runs"])
+        host = Path(staging) / "host.json"  # whose sweep it is: status and collect show this host's
+        host.write_text(json.dumps(host_identity().record()) + "\n")
+        transport.put(host, f"{sweep}/host.json")
         _ship_tar(transport, package, f"{sweep}/pkg")
         ship_assets(transport, device, specs, facts["workdir"], Path(staging), _ship_tar, _tar_dir, log, assets,
                     found)

@@ -1,4 +1,5 @@
-"""Every file under WORKDIR/sweeps/*/runs/*/ (and its weights/ folder) and each sweep.json, with size and sha256, so
+"""Every file under WORKDIR/sweeps/*/runs/*/ (and its weights/ folder) with size and sha256, and each sweep.json
+and host.json (the host that started the sweep: fleet.deploy writes it), so
 `edgebench collect` fetches only what changed and verifies what it fetched. Hidden files
 (the runner's disk reserve) and folders, and half-written `.tmp` files are left out.
 listing.sh is its twin for a device with no Python.
@@ -27,6 +28,16 @@ def listdir(path: str) -> list[str]:
     return sorted(os.listdir(path)) if os.path.isdir(path) else []
 
 
+def json_object(path: str) -> dict[str, Any] | None:
+    """The JSON object in the file, or None (as listing.sh: an object or null)."""
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def folders(path: str) -> list[str]:
     """The folders in path, hidden ones left out (as a shell's `*` does)."""
     return [name for name in listdir(path) if not name.startswith(".") and os.path.isdir(os.path.join(path, name))]
@@ -39,13 +50,8 @@ def main(workdir: str) -> dict[str, Any]:
     for sweep in folders(root):
         sdir = os.path.join(root, sweep)
         runs_files: dict[str, dict[str, dict[str, Any]]] = {}
-        entry: dict[str, Any] = {"state": None, "runs": runs_files}
-        try:
-            with open(os.path.join(sdir, "sweep.json")) as fh:
-                state = json.load(fh)
-            entry["state"] = state if isinstance(state, dict) else None  # as listing.sh: an object or null
-        except (OSError, ValueError):
-            pass
+        entry: dict[str, Any] = {"state": json_object(os.path.join(sdir, "sweep.json")),
+                                 "host": json_object(os.path.join(sdir, "host.json")), "runs": runs_files}
         runs = os.path.join(sdir, "runs")
         for run in folders(runs):
             files: dict[str, dict[str, Any]] = {}

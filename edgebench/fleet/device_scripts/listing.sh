@@ -1,6 +1,6 @@
 # shellcheck shell=sh
 # listing.py for a device with no Python: every run file's (and its weights/ folder's) size and
-# sha256, each sweep.json; hidden and half-written (.tmp) files left out.
+# sha256, each sweep.json and host.json; hidden and half-written (.tmp) files left out.
 # Usage: listing.sh WORKDIR
 root="$(abs_dir "$1")/sweeps"
 printf '{"root": %s, "sweeps": {' "$(json_text "$root")"
@@ -9,6 +9,8 @@ for sdir in "$root"/*; do
     [ -d "$sdir" ] || continue
     printf '%s%s: {"state": ' "$ssep" "$(json_text "${sdir##*/}")"; ssep=", "
     if is_json_object "$sdir/sweep.json"; then cat "$sdir/sweep.json"; else printf 'null'; fi
+    printf ', "host": '
+    if is_json_object "$sdir/host.json"; then cat "$sdir/host.json"; else printf 'null'; fi
     printf ', "runs": {'
     rsep=""
     for rdir in "$sdir"/runs/*; do

@@ -1,4 +1,4 @@
-"""Each sweep's state as it really is, for `edgebench status`.
+"""Each sweep's state as it really is, for `edgebench status`, and which host started it (host.json).
 
 A sweep whose process is gone but whose sweep.json still says `running` was stopped from
 outside (killed, its device rebooted, its disk filled up): it reads `stopped`, with why
@@ -141,6 +141,16 @@ def finalize(sdir: str, why: str) -> dict[str, Any] | None:
         return state
 
 
+def host_of(sdir: str) -> dict[str, Any] | None:
+    """The sweep's host.json (the host that started it: fleet.deploy writes it) if an object, else None."""
+    try:
+        with open(os.path.join(sdir, "host.json")) as fh:
+            host = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return host if isinstance(host, dict) else None
+
+
 def sweep_state(sdir: str) -> dict[str, Any]:
     try:
         with open(os.path.join(sdir, "sweep.json")) as fh:
@@ -168,7 +178,7 @@ def sweep_state(sdir: str) -> dict[str, Any]:
                                                       for rid, s in runs.items()}
     else:
         shown = recorded
-    return {"alive": is_alive, "state": shown, "why": why, "runs": runs, "specs": specs}
+    return {"alive": is_alive, "state": shown, "why": why, "runs": runs, "specs": specs, "host": host_of(sdir)}
 
 
 def main(workdir: str) -> dict[str, dict[str, Any]]:

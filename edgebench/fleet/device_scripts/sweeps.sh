@@ -1,5 +1,5 @@
 # shellcheck shell=sh
-# sweeps.py for a device with no Python: each sweep's state as it really is. A sweep whose
+# sweeps.py for a device with no Python: each sweep's state as it really is, and its host.json. A sweep whose
 # process is gone but whose sweep.json still says `running` reads `stopped`, with why when
 # sweep.log tells, and its record is made final here as sweeps.py's finalize makes it: the run
 # it was running gets a result.json (`killed`, `cut_off`; or `oom` when the kernel counted an
@@ -137,6 +137,8 @@ for sdir in "$root"/*; do
         name=${spec##*/}
         printf '%s%s' "$sep" "$(json_text "${name%.json}")"; sep=", "
     done
-    printf ']}'
+    printf '], "host": '
+    if is_json_object "$sdir/host.json"; then cat "$sdir/host.json"; else printf 'null'; fi
+    printf '}'
 done
 printf '}\n'
