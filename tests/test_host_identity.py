@@ -1,11 +1,11 @@
-"""This host's identity (issue 71): made once per host user beside the inventory, and the default
-work dir on a device that keeps the sweeps of hosts sharing a login apart."""
+"""This host's identity (issue 71): made once per host user beside the inventory; each sweep
+records it, so status and collect take this host's sweeps on a device several hosts use."""
 
 from __future__ import annotations
 
 import pytest
 
-from edgebench.devices.inventory import NO_HOST_RECORD, InventoryError, host_identity, make_device
+from edgebench.devices.inventory import NO_HOST_RECORD, InventoryError, host_identity
 
 
 def test_the_id_is_made_once_per_config_folder(tmp_path, monkeypatch):
@@ -32,10 +32,3 @@ def test_whose_sweep(tmp_path, monkeypatch):
     assert me.whose({"id": "other", "label": "bob@box\x1b[2J"}) == "bob@box"  # printable: a device said it
     assert me.whose({"id": "other"}) == "other"
     assert me.whose(None) == me.whose({"label": me.label}) == NO_HOST_RECORD
-
-
-def test_the_default_work_dir_is_this_hosts_an_explicit_one_is_kept(tmp_path, monkeypatch):
-    monkeypatch.setenv("EDGEBENCH_INVENTORY", str(tmp_path / "inventory.yaml"))
-    entry = {"profile": "raspberry-pi-4-4gb", "host": "pi"}
-    assert make_device("pi", entry).workdir == f"edgebench-work/{host_identity().id}"
-    assert make_device("pi", {**entry, "workdir": "edgebench-work"}).workdir == "edgebench-work"

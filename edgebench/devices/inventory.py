@@ -20,9 +20,9 @@ it detects them: a generic profile's, `linux-x86_64`, are stand-ins). `speed` ho
 step-time model's rates `edgebench devices calibrate` measured on the device (devices/calibrate.py).
 The name `local` always means this machine unless the file defines it.
 
-A device's work dir is its entry's `workdir`, else its profile's with this host's own folder in it
-(`edgebench-work/<host id>`): several hosts sharing a device login keep their sweeps apart.
-`host-id` beside the inventory file holds that id, made once per host user (host_identity).
+A device's work dir is its entry's `workdir`, else its profile's, shared by every host using that
+login (one sweep at a time there). Each sweep records the host that started it: `host-id` beside
+the inventory file holds this host user's id, made once (host_identity).
 """
 
 from __future__ import annotations
@@ -303,7 +303,7 @@ def make_device(name: str, entry: dict[str, Any], source: str = "inventory") -> 
         profile=profile,
         transport=transport,
         python=parsed.python or profile.python,
-        workdir=parsed.workdir or f"{profile.workdir}/{host_identity().id}",
+        workdir=parsed.workdir or profile.workdir,
         lab=parsed.lab,
         root=parsed.root,
         speed=parsed.speed,

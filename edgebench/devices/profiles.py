@@ -168,8 +168,8 @@ class Profile(_Strict):
     accelerators: list[Literal["cuda"]] = Field(default_factory=list)
     backends: list[str]
     python: str = "python3"
-    # relative: under the device user's home; a device whose entry sets no workdir uses this host's
-    # own folder in it, `<workdir>/<host id>` (devices.inventory.make_device)
+    # relative: under the device user's home; shared by every host using that login (one sweep at a
+    # time there), whose sweeps each record the host that started it (devices.inventory.host_identity)
     workdir: str = "edgebench-work"
     transport: Transport = Field(default_factory=Transport)
     sensors: Sensors = Field(default_factory=Sensors)
