@@ -88,6 +88,7 @@ def files(tmp_path):
             "format": "edgebench-export/1", "backend": "executorch", "program": "forward-backward",
             "method": {"text": "sgd", "knobs": {"optimizer": "sgd", "grad_mode": "backprop", "trainable": "all"}}})),
         "spec_field": lambda path: path.write_text(json.dumps({"model": "tiny", "colour": "red"})),
+        "spec_week": lambda path: path.write_text(json.dumps({"model": "tiny", "duration_s": 8 * 86400.0})),
         "spec_list": lambda path: path.write_text("[1]"),
     })
 
@@ -121,7 +122,8 @@ CASES = {
                ["--device", "local", "--backend", "executorch", "--program", "{empty}"],
                ["--device", "local", "--backend", "executorch", "--program", "{ort_program}"],
                ["--device", "local", "--backend", "executorch", "--program", "{sgd_program}", "--methods", "adamw"],
-               ["--device", "local", "--spec", "{spec_field}"], ["--device", "local", "--spec", "{spec_list}"]],
+               ["--device", "local", "--spec", "{spec_field}"], ["--device", "local", "--spec", "{spec_list}"],
+               ["--device", "local", "--spec", "{spec_week}"]],
     "collect": [["--device", "no-such-board"]],
     "status": [["--device", "no-such-board"]],
     "sensors": [["--root", NO_SUCH], ["--seconds", "-1"], ["--seconds", "nan"], ["--sensors", "bogus"],

@@ -18,6 +18,7 @@ from edgebench.backends import BACKENDS
 from edgebench.cli_types import SEED, FinitePositive, FiniteRange
 from edgebench.figures.learning import DEFAULT_EVAL_EVERY
 from edgebench.fleet.plan import (
+    MAX_DURATION_S,
     check_method,
     check_model,
     make_specs,
@@ -354,7 +355,7 @@ def run_options(command: Callable[..., None]) -> Callable[..., None]:
         click.option(
             "--eval-every",
             default=None,
-            type=click.IntRange(min=1),
+            type=click.IntRange(1, MAX_STEPS),
             help="Evaluate on held-out data (never trained on) before the first step, every N steps "
             f"and after the last: held-out loss and exact-match answer accuracy (default with --target: every "
             f"{DEFAULT_EVAL_EVERY}). Evaluation time is kept apart from step times. An exported program "
@@ -638,7 +639,8 @@ SPEC_FIELD_TYPES = {
     "threads": THREADS,
     "lr": FinitePositive(),
     "timeout_s": FinitePositive(),
-    "duration_s": FinitePositive(),
+    "duration_s": FiniteRange(0, MAX_DURATION_S, min_open=True),
+    "eval_every": click.IntRange(1, MAX_STEPS),
     "sample_hz": FiniteRange(1, 100),
     "accelerator": click.Choice(["cpu", "cuda"]),
     "seed": SEED,
