@@ -7,11 +7,10 @@ from __future__ import annotations
 import pytest
 
 from edgebench.cli_types import MAX_SEED
-from edgebench.fleet.plan import MAX_DURATION_S
 from edgebench.methods.knobs import MAX_ACCUMULATION
 from edgebench.native.build import plan_values_header
 from edgebench.native.plan import PLAN_VALUES, Real, Whole, plan_problem
-from edgebench.runner.spec import MAX_STEPS, MAX_THREADS
+from edgebench.runner.spec import MAX_DURATION_S, MAX_STEPS, MAX_THREADS
 
 
 def test_the_ranges_are_the_hosts():

@@ -18,7 +18,6 @@ from edgebench.backends import BACKENDS
 from edgebench.cli_types import SEED, FinitePositive, FiniteRange
 from edgebench.figures.learning import DEFAULT_EVAL_EVERY
 from edgebench.fleet.plan import (
-    MAX_DURATION_S,
     check_method,
     check_model,
     make_specs,
@@ -27,7 +26,7 @@ from edgebench.fleet.plan import (
 )
 from edgebench.fleet.progress import plain_progress
 from edgebench.results import STORE_DEFAULT_HELP, default_store, runs_dir_for, store_for
-from edgebench.runner.spec import MAX_STEPS, MAX_THREADS, WEIGHTS_DIR, RunSpec
+from edgebench.runner.spec import MAX_DURATION_S, MAX_STEPS, MAX_THREADS, WEIGHTS_DIR, RunSpec
 from edgebench.terminal import VALUE_CHARS, console, wrapped
 from edgebench.untrusted import printable
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgebench.errors import EdgebenchError
-from edgebench.runner.spec import RunSpec
+from edgebench.runner.spec import MAX_DURATION_S, RunSpec
 
 if TYPE_CHECKING:
     from edgebench.devices.profiles import Profile
@@ -30,7 +30,6 @@ class RequestError(EdgebenchError, ValueError):
 
 
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600}
-MAX_DURATION_S = 7 * 24 * 3600
 
 
 def parse_duration(text: str) -> float:

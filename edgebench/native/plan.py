@@ -23,11 +23,10 @@ import numpy as np
 
 from edgebench.backends.program import BATCH_INPUTS, check_batch, open_program, program_lr
 from edgebench.cli_types import MAX_SEED
-from edgebench.fleet.plan import MAX_DURATION_S
 from edgebench.methods.knobs import MAX_ACCUMULATION
 from edgebench.native.memory import PTE, predict
 from edgebench.runner.native import BATCHES, PLAN, PLAN_FORMAT
-from edgebench.runner.spec import MAX_STEPS, MAX_THREADS, RunSpec
+from edgebench.runner.spec import MAX_DURATION_S, MAX_STEPS, MAX_THREADS, RunSpec
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ WEIGHTS_DIR = "weights"  # where a deployed run keeps its trained weights, insid
 # the worker), refused before any run starts.
 MAX_STEPS = 1_000_000
 MAX_THREADS = 1024
+MAX_DURATION_S = 7 * 24 * 3600  # --duration
 
 
 class SpecError(EdgebenchError, ValueError):
