@@ -65,23 +65,29 @@ def methods_command(as_json: bool) -> None:
 
 def _device(device: str | None, ram_bytes: int | None, os_memory: int | None) -> tuple[Budget, DeviceSpeed]:
     """The budget a run would be held to (methods.budget) and the rates of the step-time
-    estimate: --ram-bytes (a reference host's rates); this host as it reports itself now
-    (`local`); a profile's board, or an inventory or lab device's (its own RAM; a lab device
-    holds its board's idle OS inside it), with its calibrated rates, else its profile's (a lab
-    device's: this host's CPU's). --os-memory replaces the OS's idle figure."""
-    from edgebench.methods.budget import DEFAULT_MARGIN, board_budget
-
+    estimate: --ram-bytes (a reference host's rates), else the device's (_named_device).
+    --os-memory replaces the OS's idle figure."""
     if ram_bytes is not None:
+        from edgebench.methods.budget import board_budget
         from edgebench.methods.device_speed import REFERENCE
 
-        if os_memory is not None and os_memory >= ram_bytes:
-            raise click.BadParameter(f"{os_memory} bytes for the OS is all of the {ram_bytes}-byte RAM; give less",
-                                     param_hint="--os-memory")
-        return (board_budget("a board with --ram-bytes", ram_bytes, os_memory or 0,
-                             "--os-memory" if os_memory else "none given: --os-memory", margin=DEFAULT_MARGIN),
-                REFERENCE)
-    if device is None:
+        held_to, speed = board_budget("a board with --ram-bytes", ram_bytes, 0, "none given: --os-memory"), REFERENCE
+    elif device is None:
         raise click.UsageError("give --device PROFILE (see device_profiles/) or --ram-bytes N")
+    else:
+        held_to, speed = _named_device(device)
+    if os_memory is not None:
+        if os_memory >= held_to.ram_bytes:
+            raise click.BadParameter(f"{os_memory} bytes for the OS is all of the {held_to.ram_bytes}-byte RAM; "
+                                     "give less", param_hint="--os-memory")
+        held_to = dataclasses.replace(held_to, os_bytes=os_memory, os_source="--os-memory")
+    return held_to, speed
+
+
+def _named_device(device: str) -> tuple[Budget, DeviceSpeed]:
+    """This host as it reports itself now (`local`); a profile's board, or an inventory or lab
+    device's (its own RAM; a lab device holds its board's idle OS inside it), with its
+    calibrated rates, else its profile's (a lab device's: this host's CPU's)."""
     from edgebench.devices.inventory import InventoryError, get_device
     from edgebench.devices.profiles import ProfileError, load_profile
 
@@ -95,23 +101,14 @@ def _device(device: str | None, ram_bytes: int | None, os_memory: int | None) ->
         except ProfileError as exc:
             raise click.BadParameter(f"{exc} (nor is {device!r} a lab or inventory device)",
                                      param_hint="--device") from None
-        held_to = _this_host(profile) if profile.id == "local" else profile.budget(device)
-        speed = profile.device_speed()
-    else:
-        held_to = found.profile.budget(f"{'lab' if found.lab else 'inventory'} device {device}",
-                                       supervisor="python" if found.has_python else "shell")
-        if found.lab and found.speed is None:
-            from edgebench.methods.device_speed import host_speed
+        return _this_host(profile) if profile.id == "local" else profile.budget(device), profile.device_speed()
+    held_to = found.profile.budget(f"{'lab' if found.lab else 'inventory'} device {device}",
+                                   supervisor="python" if found.has_python else "shell")
+    if found.lab and found.speed is None:
+        from edgebench.methods.device_speed import host_speed
 
-            speed = host_speed()
-        else:
-            speed = found.device_speed()
-    if os_memory is not None:
-        held_to = dataclasses.replace(held_to, os_bytes=os_memory, os_source="--os-memory")
-    if held_to.os_bytes >= held_to.ram_bytes:
-        raise click.BadParameter(f"{os_memory} bytes for the OS is all of the {held_to.ram_bytes}-byte RAM; give less",
-                                 param_hint="--os-memory")
-    return held_to, speed
+        return held_to, host_speed()
+    return held_to, found.device_speed()
 
 
 def _this_host(profile: Profile) -> Budget:

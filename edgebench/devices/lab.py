@@ -221,7 +221,7 @@ JOIN = 'for f in "$@"; do echo $$ > "$f" || exit 97; done; eval "exec $COMMAND"'
 SHM = Path("/dev/shm")
 
 
-def board_budget(spec: LabDevice) -> Budget:
+def lab_budget(spec: LabDevice) -> Budget:
     """What a run may take on the board this lab device emulates (methods.budget): its memory
     less the profile's idle OS footprint (held resident in the device), the sweep's supervisor
     and the margin. A memory that leaves no room is refused, naming the smallest that would."""
@@ -265,7 +265,7 @@ def _hold_os_memory(limits: Limits, path: Path, nbytes: int) -> None:
 def _start(root: Path, spec: LabDevice, client_pub: str, user: str, python: str,
            emulator: str | None = None) -> dict[str, Any]:
     profile = load_profile(spec.profile)
-    held_to = board_budget(spec)
+    held_to = lab_budget(spec)
     name = spec.device_name()
     home = root / name
     home.mkdir(parents=True, exist_ok=True)
@@ -363,7 +363,7 @@ def up(devices: list[LabDevice] | None = None,
     for spec in devices or []:
         if (spec.arch or "host") not in ARCHES:
             raise LabError(f"unknown arch {spec.arch!r}; choose one of {', '.join(ARCHES)}")
-        board_budget(spec)  # a memory that leaves a run no room: refused before anything starts
+        lab_budget(spec)  # a memory that leaves a run no room: refused before anything starts
     root = lab_dir()
     root.mkdir(parents=True, exist_ok=True)
     user = getpass.getuser()
