@@ -17,6 +17,11 @@ edgebench writes or reads:
 
 All raise `UnsafeName` (a ValueError) naming what was refused and the rule, in one line.
 
+A record read from such a file is checked once, where it is read, against its one typed
+definition (result.json's `end`: `edgebench.figures.run_end.RunEnd`); a field of the wrong type,
+out of its range or too long raises `BadRecord` (a ValueError), one line naming the file, the
+record and the field.
+
 `printable` removes control characters (and whole escape sequences: a title-setting
 `ESC ] 0; ... BEL`, a clear-screen `ESC [ 2 J`) from text a device or a run directory
 supplied, before any table, live view, report or message shows it; `quote` is the short,
@@ -41,6 +46,11 @@ NAME_RULE = "use letters, digits, '.', '_', '+' and '-' (no '..', '/', or leadin
 
 class UnsafeName(EdgebenchError, ValueError):
     """A name from outside that would leave its folder; the message names it and the rule."""
+
+
+class BadRecord(EdgebenchError, ValueError):
+    """A record from a file or a device that is not what edgebench writes (a field of the wrong
+    type, out of its range, too long); the message names the file, the record and the field."""
 
 
 def path_name(name: object, what: str) -> str:

@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+from edgebench.figures.run_end import RunEnd
 from edgebench.figures.status import DIVERGED_FACTOR, DIVERGED_WINDOW, EXIT_DIVERGED, LossWatch, run_status
 from edgebench.native.build import SOURCES
 
@@ -47,7 +48,7 @@ def test_the_native_workers_rule_is_pythons():
 
 
 def test_the_status_says_why_the_run_diverged():
-    end = {"exit_code": EXIT_DIVERGED}
+    end = RunEnd(exit_code=EXIT_DIVERGED)
     rising = run_status(end, [{"event": "diverged", "step": 3, "loss": 662.1}])
     assert rising == ("diverged", f"loss 662.1 at step 3: the mean of the last {DIVERGED_WINDOW} losses rose past "
                                   f"{DIVERGED_FACTOR:g}x the first")

@@ -511,6 +511,7 @@ def test_kernel_oom_record_is_the_evidence_for_a_kill(memory_cgroup):
     """A real OOM kill in a 64 MiB cgroup: the kernel's record names the pid and the cgroup's
     limit as what it killed for, so a SIGKILL without a cgroup counter still reads `oom` (even in a
     cgroup with a limit: not the host's OOM); with no record it reads `killed`."""
+    from edgebench.figures.run_end import RunEnd
     from edgebench.figures.status import run_status
     from edgebench.runner.supervisor import kernel_oom_record
 
@@ -523,11 +524,11 @@ def test_kernel_oom_record_is_the_evidence_for_a_kill(memory_cgroup):
     record = kernel_oom_record(hog.pid, started)
     assert record is not None and f"Killed process {hog.pid} " in str(record["line"])
     assert record["constraint"] == "CONSTRAINT_MEMCG"
-    end = {"exit_signal": signal.SIGKILL, "kernel_oom": record["line"], "kernel_oom_constraint": record["constraint"],
-           "cgroup_limit_bytes": 64 * 2**20}
+    end = RunEnd(exit_signal=signal.SIGKILL, kernel_oom=record["line"], kernel_oom_constraint=record["constraint"],
+                 cgroup_limit_bytes=64 * 2**20)
     assert run_status(end, [])[0] == "oom"
     assert kernel_oom_record(os.getpid(), started) is None
-    assert run_status({"exit_signal": signal.SIGKILL, "kernel_oom": None}, [])[0] == "killed"
+    assert run_status(RunEnd(exit_signal=signal.SIGKILL, kernel_oom=None), [])[0] == "killed"
 
 
 def test_save_to_a_disk_without_room_for_the_weights_is_refused_before_any_run(small_tmpfs, tmp_path,

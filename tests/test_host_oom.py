@@ -5,6 +5,7 @@ them to /dev/kmsg."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from edgebench.figures.run_end import RunEnd
 from edgebench.figures.status import host_oom, run_status
 from edgebench.runner import sweep
 from edgebench.runner.spec import RunSpec
@@ -51,7 +53,7 @@ def kmsg(tmp_path: Path, lines: list[str]) -> str:
 
 
 def killed(**end) -> tuple[str, str]:
-    return run_status({"exit_signal": signal.SIGKILL, **end}, [])
+    return run_status(RunEnd(**{"exit_signal": signal.SIGKILL, **end}), [])
 
 
 def test_the_kernels_global_oom_kill_is_read_with_its_constraint(tmp_path):
@@ -93,7 +95,7 @@ def test_without_a_limit_of_its_own_the_whole_ram_is_the_budget():
     """A board (no cgroup limit): a global OOM is the run's own."""
     end = {**LAB, "cgroup_limit_bytes": None, "kernel_oom_constraint": "CONSTRAINT_NONE"}
     assert killed(**end)[0] == "oom"
-    assert host_oom(end) is None
+    assert host_oom(RunEnd(**end)) is None
 
 
 @pytest.mark.parametrize("low,used,host", [(10 * MIB, 300 * MIB, True), (10 * MIB, 500 * MIB, False),
@@ -108,7 +110,7 @@ def test_where_the_kernel_says_nothing_the_samples_tell(low, used, host):
 
 def test_a_crash_while_memory_ran_low_stays_a_crash():
     end = {**LAB, "kernel_oom_constraint": "CONSTRAINT_NONE", "oom_kills_end": 0}
-    assert run_status({"exit_signal": signal.SIGSEGV, **end}, [])[0] == "error"
+    assert run_status(RunEnd(**{"exit_signal": signal.SIGSEGV, **end}), [])[0] == "error"
 
 
 def test_the_low_point_is_read_from_the_samples(tmp_path):
@@ -172,7 +174,7 @@ def test_the_python_sweep_waits_after_a_host_wide_oom_only(tmp_path, monkeypatch
             later(1.0, lambda: meminfo(Path(root), 4_000_000))
         else:
             end = {"exit_signal": None, "exit_code": 0}
-        status, detail = run_status(end, [])
+        status, detail = run_status(RunEnd(**end), [])
         Path(out).mkdir(parents=True)
         result = {"status": status, "detail": detail, "end": end}
         (Path(out) / "result.json").write_text(json.dumps(result))
@@ -208,7 +210,7 @@ def worker(folder: Path, body: str) -> Path:
 
 def test_the_shell_sweep_writes_the_same_end_facts_and_waits_for_the_memory(tmp_path):
     """The worker of a takes the fixture host's memory and is SIGKILLed: result.json's `end` has
-    the supervisor's keys (the kernel's record null: a shell reads no kmsg) with the low point; b
+    the supervisor's keys, RunEnd's (the kernel's record null: a shell reads no kmsg) with the low point; b
     starts once MemAvailable is back, and sweep.log says so."""
     if shutil.which("sha256sum") is None:
         pytest.fail("sha256sum is not installed (coreutils)")
@@ -240,10 +242,12 @@ def test_the_shell_sweep_writes_the_same_end_facts_and_waits_for_the_memory(tmp_
                           timeout=120)
     restore.join()
     assert proc.returncode == 0, proc.stderr
-    end = json.loads((sweep_dir / "runs" / "a" / "result.json").read_text())["end"]
-    assert set(end) - {"worker_hwm_bytes"} == python_end_keys(tmp_path) - {"worker_maxrss_bytes"}
-    assert end["exit_signal"] == signal.SIGKILL and end["kernel_oom"] is end["kernel_oom_constraint"] is None
-    assert end["mem_available_low_bytes"] == 10240 * 1024
+    result = sweep_dir / "runs" / "a" / "result.json"
+    written = json.loads(result.read_text())["end"]
+    assert set(written) == python_end_keys(tmp_path) == {f.name for f in dataclasses.fields(RunEnd)}
+    end = RunEnd.from_json(written, str(result))
+    assert end.exit_signal == signal.SIGKILL and end.kernel_oom is end.kernel_oom_constraint is None
+    assert end.mem_available_low_bytes == 10240 * 1024
     waited = float((ok / "started").read_text()) - float(done_a.read_text())
     assert 1.5 <= waited < 10, waited
     assert "sweep: a ended while the device's memory ran out" in proc.stderr

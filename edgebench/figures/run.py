@@ -15,6 +15,7 @@ import numpy as np
 from edgebench.figures.cpu import DEFAULT_CLOCK_TICKS, cpu_share
 from edgebench.figures.learning import learning_figures, memory_apart
 from edgebench.figures.memory import WORKER_RSS, device_ram
+from edgebench.figures.run_end import RunEnd, result_end
 from edgebench.figures.samples import raw_columns, read_columns, sample_figures
 from edgebench.figures.status import run_status, signal_name
 from edgebench.figures.steps import samples_per_s, step_statistics
@@ -24,6 +25,7 @@ from edgebench.telemetry.trace import read_trace
 # (Linux keeps the high-water mark across exec), which for a ~30 MB worker is the supervisor's.
 NATIVE_WORKER_RSS = "kernel RSS of the worker process (its own VmHWM, as the native worker reports it)"
 SHELL_WORKER_RSS = "kernel RSS of the worker process (VmHWM, last read while it ran)"
+PEAK_WHAT = {"ru_maxrss": WORKER_RSS, "vm_hwm": SHELL_WORKER_RSS}  # by RunEnd.worker_peak_from
 # The host's held-out evaluations of an exported program's saved weights (edgebench.results.heldout)
 HOST_EVALS = "heldout.jsonl"
 
@@ -55,17 +57,14 @@ def memory_figures(columns: dict[str, np.ndarray], mem_total: int | None, shared
             "device_ram_peak_what": ram.get("what")}
 
 
-def _kernel_peak(raw: dict[str, Any], events: list[dict[str, Any]]) -> tuple[int | None, str]:
-    """The worker's kernel RSS peak: the native worker's own VmHWM event, else wait4's ru_maxrss
-    (Python supervisor), else the last VmHWM the shell read."""
+def _kernel_peak(raw: dict[str, Any], end: RunEnd | None, events: list[dict[str, Any]]) -> tuple[int | None, str]:
+    """The worker's kernel RSS peak: the native worker's own VmHWM event, else the end record's
+    (wait4's ru_maxrss from the Python supervisor, the last VmHWM the shell read)."""
     own = next((e.get("vm_hwm_bytes") for e in events if e.get("event") == "memory"), None)
     if isinstance(own, int):
         return own, NATIVE_WORKER_RSS
-    end = raw.get("end") or {}
-    if isinstance(end.get("worker_maxrss_bytes"), int) and end["worker_maxrss_bytes"] > 0:
-        return end["worker_maxrss_bytes"], WORKER_RSS
-    if isinstance(end.get("worker_hwm_bytes"), int):
-        return end["worker_hwm_bytes"], SHELL_WORKER_RSS
+    if end is not None and end.worker_peak_bytes:
+        return end.worker_peak_bytes, PEAK_WHAT.get(end.worker_peak_from or "", WORKER_RSS)
     return raw.get("peak_rss_bytes_kernel"), WORKER_RSS  # a run recorded before raw end facts
 
 
@@ -81,14 +80,14 @@ def not_deployed(meta: dict[str, Any]) -> str | None:
             "started; its figures are not the deployed worker's: deploy again")
 
 
-def run_figures(meta: dict[str, Any], raw: dict[str, Any], events: list[dict[str, Any]],
+def run_figures(meta: dict[str, Any], raw: dict[str, Any], end: RunEnd | None, events: list[dict[str, Any]],
                 columns: dict[str, np.ndarray], shared_host: bool = False) -> dict[str, Any]:
-    """result.json's figures (docs/figures.md) from the run's raw records. A result without raw
+    """result.json's figures (docs/figures.md) from the run's raw records: `raw` the result as read,
+    `end` its end record as parsed where it was read (`run_end.result_end`). A result without raw
     end facts (a cut-off attempt, a run recorded before them) keeps the status it states."""
     spec = meta.get("spec") or {}
     readings = meta.get("readings") or {}
-    end = raw.get("end")
-    if isinstance(end, dict):
+    if end is not None:
         status, detail = run_status(end, events)
     else:
         status, detail = raw.get("status") or "error", raw.get("detail") or ""
@@ -98,7 +97,7 @@ def run_figures(meta: dict[str, Any], raw: dict[str, Any], events: list[dict[str
     stats = step_statistics(events)
     median = (stats["step_time_s"] or {}).get("median")
     predicted = next((e.get("memory") for e in events if e.get("event") == "predicted"), None)
-    kernel, kernel_what = _kernel_peak(raw, events)
+    kernel, kernel_what = _kernel_peak(raw, end, events)
     _, account = sample_figures(columns, readings, spec)
     facts = meta.get("device") or {}
     batch = spec.get("batch_size") or 1
@@ -113,8 +112,8 @@ def run_figures(meta: dict[str, Any], raw: dict[str, Any], events: list[dict[str
         "runtime": meta.get("runtime") or raw.get("runtime"),
         "batch_size": batch,
         "recorded_by": readings.get("recorded_by") or raw.get("recorded_by") or raw.get("written_by"),
-        "exit_code": (end or {}).get("exit_code", raw.get("exit_code")),
-        "exit_signal": signal_name((end or {}).get("exit_signal")) or raw.get("exit_signal"),
+        "exit_code": end.exit_code if end is not None else raw.get("exit_code"),
+        "exit_signal": signal_name(end.exit_signal if end is not None else None) or raw.get("exit_signal"),
         **stats,
         **learning_figures(events, spec.get("target")),
         **memory_apart(events, columns),
@@ -157,14 +156,16 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 def status_of_run_dir(run_dir: str | Path) -> str | None:
     """The status of a run directory's run (None before result.json exists), from its raw end
-    facts where it has them: what collect and status show without reading its samples."""
+    facts where it has them: what collect and status show without reading its samples. A bad end
+    record raises untrusted.BadRecord."""
     path = Path(run_dir)
     raw = read_json(path / "result.json")
     if raw is None:
         return None
-    if not isinstance(raw.get("end"), dict):
+    end = result_end(raw, str(path / "result.json"))
+    if end is None:
         return str(raw["status"]) if raw.get("status") else None
-    return run_status(raw["end"], read_trace(path / "events.jsonl").records)[0]
+    return run_status(end, read_trace(path / "events.jsonl").records)[0]
 
 
 def run_events(run_dir: Path) -> list[dict[str, Any]]:
@@ -174,7 +175,7 @@ def run_events(run_dir: Path) -> list[dict[str, Any]]:
 
 def figures_of_run_dir(run_dir: str | Path, shared_host: bool = False) -> dict[str, Any] | None:
     """The figures of a run directory read from its own files (None before result.json exists);
-    `bench` shows these for the runs it just made."""
+    `bench` shows these for the runs it just made. A bad end record raises untrusted.BadRecord."""
     path = Path(run_dir)
     raw, meta = read_json(path / "result.json"), read_json(path / "meta.json") or {}
     if raw is None:
@@ -182,6 +183,7 @@ def figures_of_run_dir(run_dir: str | Path, shared_host: bool = False) -> dict[s
     trace = read_trace(path / "events.jsonl")
     numbers, texts = raw_columns(meta.get("readings") or {})
     events = trace.records + read_trace(path / HOST_EVALS).records
-    figures = run_figures(meta, raw, events, read_columns(path / "samples.jsonl", numbers, texts), shared_host)
+    end = result_end(raw, str(path / "result.json"))
+    figures = run_figures(meta, raw, end, events, read_columns(path / "samples.jsonl", numbers, texts), shared_host)
     figures.update(events_truncated_last_line=trace.truncated_last_line, events_bad_lines=trace.bad_lines)
     return figures

@@ -1,6 +1,7 @@
 """How a run ended, from the raw facts of its end: one mapping for every runtime.
 
-Each runtime records the facts as it saw them (result.json `end`): the worker's exit code or
+Each runtime records the facts as it saw them (result.json `end`, one typed record for both
+writers: `figures.run_end.RunEnd`, parsed where result.json is read): the worker's exit code or
 the number of the signal that ended it, whether the run passed its time limit or was stopped
 (and by what), the memory cgroup's oom_kill counter at start and end, the kernel's own OOM
 record where it could read one, why the worker could not start, and the tail of its log. A
@@ -21,6 +22,8 @@ import math
 import signal
 from collections import deque
 from typing import Any
+
+from edgebench.figures.run_end import RunEnd
 
 EXIT_OK, EXIT_ERROR, EXIT_DIVERGED, EXIT_OOM, EXIT_UNSUPPORTED, EXIT_INTERRUPTED, EXIT_NO_SPACE = 0, 1, 3, 4, 5, 6, 7
 BY_EXIT_CODE = {EXIT_OK: "ok", EXIT_DIVERGED: "diverged", EXIT_OOM: "oom", EXIT_UNSUPPORTED: "unsupported",
@@ -78,39 +81,35 @@ def loader_problem(log_tail: str) -> str | None:
     return None
 
 
-def oom_kills_during(end: dict[str, Any]) -> int:
-    start, stop = end.get("oom_kills_start"), end.get("oom_kills_end")
-    return stop - start if isinstance(start, int) and isinstance(stop, int) and stop > start else 0
-
-
-def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+def oom_kills_during(end: RunEnd) -> int:
+    start, stop = end.oom_kills_start, end.oom_kills_end
+    return stop - start if start is not None and stop is not None and stop > start else 0
 
 
 def _mib(n: int) -> str:
     return f"{n / 2**20:.0f} MiB"
 
 
-def host_oom(end: dict[str, Any]) -> str | None:
+def host_oom(end: RunEnd) -> str | None:
     """Why an OOM kill of the worker was the host's, not its budget's, or None. Only a run with a
     memory limit of its own (a cgroup's) has a budget apart from the host's RAM: on a board the
     whole RAM is its budget, and a global OOM there is the run's. The kernel's word wins
     (CONSTRAINT_NONE: it killed for the whole host; CONSTRAINT_MEMCG: for a cgroup's limit); where
     it has none, the samples tell: MemAvailable ran out while the cgroup stayed below its limit."""
-    limit = _count(end.get("cgroup_limit_bytes"))
-    constraint = end.get("kernel_oom_constraint")
+    limit = end.cgroup_limit_bytes
+    constraint = end.kernel_oom_constraint
     if limit is None or constraint not in (None, "CONSTRAINT_NONE"):
         return None
     if constraint == "CONSTRAINT_NONE":
         return f"the kernel killed for the whole host (CONSTRAINT_NONE), not for the run's {_mib(limit)} limit"
-    low, used = _count(end.get("mem_available_low_bytes")), _count(end.get("cgroup_usage_at_low_bytes"))
+    low, used = end.mem_available_low_bytes, end.cgroup_usage_at_low_bytes
     if low is not None and used is not None and low < HOST_MEMORY_LOW_BYTES and used < CLEARLY_BELOW_LIMIT * limit:
         return (f"the host's MemAvailable fell to {_mib(low)} while the run's cgroup used {_mib(used)} "
                 f"of its {_mib(limit)}")
     return None
 
 
-def _by_signal(end: dict[str, Any], number: int) -> tuple[str, str]:
+def _by_signal(end: RunEnd, number: int) -> tuple[str, str]:
     name = signal_name(number) or str(number)
     host = host_oom(end) if number == signal.SIGKILL else None
     if host:
@@ -118,8 +117,8 @@ def _by_signal(end: dict[str, Any], number: int) -> tuple[str, str]:
                           "budget; other programs took the host's memory. Run it again")
     if oom_kills_during(end):
         return "oom", f"worker killed by {name} (cgroup oom_kill counter rose by {oom_kills_during(end)})"
-    if end.get("kernel_oom"):
-        return "oom", f"worker killed by {name} (kernel: {end['kernel_oom']})"
+    if end.kernel_oom:
+        return "oom", f"worker killed by {name} (kernel: {end.kernel_oom})"
     if number in CRASH_SIGNALS:
         return "error", (f"the worker crashed ({name}); worker.log in the run directory has its last words; "
                          "report it with the spec (spec.json)")
@@ -129,13 +128,13 @@ def _by_signal(end: dict[str, Any], number: int) -> tuple[str, str]:
     return "killed", f"worker killed by {name}"
 
 
-def _by_exit(end: dict[str, Any], events: list[dict[str, Any]]) -> tuple[str, str]:
-    code = end.get("exit_code")
+def _by_exit(end: RunEnd, events: list[dict[str, Any]]) -> tuple[str, str]:
+    code = end.exit_code
     last = next((e for e in reversed(events) if e.get("event") in END_EVENTS), None)
     if code == EXIT_NO_SPACE:
         why = (last or {}).get("detail", "")
         return "error", f"{NO_SPACE}: the worker could not write its trace" + (f" ({why})" if why else "")
-    status = BY_EXIT_CODE.get(code, "error") if isinstance(code, int) else "error"
+    status = BY_EXIT_CODE.get(code, "error") if code is not None else "error"
     if status == "ok":
         return "ok", ""
     if last is not None:
@@ -148,33 +147,33 @@ def _by_exit(end: dict[str, Any], events: list[dict[str, Any]]) -> tuple[str, st
         return status, str(last.get("detail", ""))
     if status == "interrupted":
         return status, "stopped by a signal to the worker"
-    problem = loader_problem(str(end.get("worker_log_tail") or ""))
+    problem = loader_problem(end.worker_log_tail or "")
     if problem:
         return status, problem
-    tail = " ".join(str(end.get("worker_log_tail") or "").split()[-40:])
+    tail = " ".join((end.worker_log_tail or "").split()[-40:])
     return status, f"worker exited with code {code}" + (f": {tail}" if tail else "")
 
 
-def run_status(end: dict[str, Any], events: list[dict[str, Any]]) -> tuple[str, str]:
+def run_status(end: RunEnd, events: list[dict[str, Any]]) -> tuple[str, str]:
     """(status, detail) of a run from its raw end facts and its events."""
-    if end.get("timed_out"):
+    if end.timed_out:
         return "timeout", "the run passed its wall-clock limit (timeout_s) and was killed"
-    if end.get("stopped_by"):
-        return "interrupted", f"stopped by {end['stopped_by']}"
-    if end.get("start_problem"):
-        return "error", str(end["start_problem"])
-    failure = end.get("write_failure")
+    if end.stopped_by:
+        return "interrupted", f"stopped by {end.stopped_by}"
+    if end.start_problem:
+        return "error", end.start_problem
+    failure = end.write_failure
     if failure:
-        where = NO_SPACE if end.get("disk_full") else "cannot write"
+        where = NO_SPACE if end.disk_full else "cannot write"
         return "error", f"{where} in the run directory: {failure}"
-    number = end.get("exit_signal")
-    if isinstance(number, int) and not isinstance(number, bool):
+    number = end.exit_signal
+    if number is not None:
         status, detail = _by_signal(end, number)
-    elif end.get("exit_code") is None:
+    elif end.exit_code is None:
         return "error", "the run has no record of how its worker ended (the supervisor was killed, or the device "\
                         "restarted); its events so far are kept"
     else:
         status, detail = _by_exit(end, events)
-    if status in ("error", "killed") and end.get("disk_full") and NO_SPACE not in detail:
+    if status in ("error", "killed") and end.disk_full and NO_SPACE not in detail:
         return "error", f"{NO_SPACE} in the run directory ({detail})"
     return status, detail

@@ -41,7 +41,7 @@ from edgebench.fleet.device_scripts import sweeps as sweeps_script
 from edgebench.fleet.remote import run_program
 from edgebench.results import runs_dir_for
 from edgebench.runner.spec import WEIGHTS_DIR
-from edgebench.untrusted import UnsafeName, inside, path_name, printable, quote
+from edgebench.untrusted import BadRecord, UnsafeName, inside, path_name, printable, quote
 
 APPEND_ONLY = (".jsonl", ".log")
 SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -220,7 +220,10 @@ def _collect_device(name: str, run_id: str | None, local_root: Path, store_path:
                     if got:
                         out.files_fetched += 1
                         out.bytes_fetched += got
-                status = _local_status(local_dir)
+                try:
+                    status = _local_status(local_dir)
+                except BadRecord as exc:  # its result.json's end record: named, and the run not ingested
+                    status, out.refused[rid] = None, str(exc)
                 out.runs[rid] = status or f"partial ({states.get(rid, 'not started')})"
                 log(f"{name}: {rid}: {out.runs[rid]}" + (f" ({out.owners[rid]})" if rid in out.owners else ""))
                 if status:
@@ -282,7 +285,7 @@ def _ingest(out: Collected, local_root: Path, store_path: Path) -> None:
             try:
                 store.ingest_run(local_root / out.device / rid, device=out.device, expect_run_id=rid)
                 out.ingested.append(rid)
-            except UnsafeName as exc:  # the device's meta.json names another run, or a path
+            except (UnsafeName, BadRecord) as exc:  # meta.json names another run or a path; a bad end record
                 out.refused[rid] = str(exc)
             except Exception as exc:  # a run that has not written meta.json yet is not an error
                 out.not_ingested[rid] = f"{type(exc).__name__}: {exc}"

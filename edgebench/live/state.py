@@ -8,9 +8,11 @@ from typing import Any
 
 from edgebench.figures.memory import device_ram
 from edgebench.figures.run import run_figures
+from edgebench.figures.run_end import RunEnd, result_end
 from edgebench.figures.samples import FIGURE_COLUMNS, columns_of, raw_columns, sample_figures
 from edgebench.figures.steps import step_statistics
 from edgebench.live.follow import Update
+from edgebench.untrusted import BadRecord
 
 HISTORY = 120  # samples kept for sparklines
 WINDOW = 40  # raw samples the live figures are made from (rates need the readings before)
@@ -22,6 +24,7 @@ class LiveState:
     device: str | None = None
     meta: dict[str, Any] | None = None
     result: dict[str, Any] | None = None
+    end: RunEnd | None = None  # result.json's end record, checked once as it arrived
     figures: dict[str, Any] | None = None  # once result.json is there: the run's figures, as the store makes them
     ended: str | None = None  # the line saying the run (or its sweep) ended, once the view has nothing more to follow
     last_sample: dict[str, Any] = field(default_factory=dict)  # latest value of every field (lines are sparse)
@@ -43,7 +46,11 @@ class LiveState:
         if up.meta is not None:
             self.meta = up.meta
         if up.result is not None:
-            self.result = up.result
+            try:
+                self.end = result_end(up.result, f"{self.source}/result.json")
+                self.result = up.result
+            except BadRecord as exc:  # shown as the view's note; the run's figures are not made from it
+                self.follow_error = str(exc)
         if up.error:
             self.follow_error = up.error
         self.bad_lines += up.bad_lines
@@ -53,7 +60,7 @@ class LiveState:
             self._event(ev)
         if self.result is not None and (up.result or up.samples or up.events):
             readings = (self.meta or {}).get("readings") or {}
-            self.figures = run_figures(self.meta or {}, self.result, self.events,
+            self.figures = run_figures(self.meta or {}, self.result, self.end, self.events,
                                        columns_of(self.samples, *raw_columns(readings)), self.device == "local")
 
     def _sample(self, rec: dict[str, Any]) -> None:

@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from edgebench.errors import EdgebenchError
 from edgebench.figures.run import HOST_EVALS
+from edgebench.figures.run_end import RunEnd, result_end
 from edgebench.untrusted import UnsafeName, regular_file
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ class RunFiles:
     steps: pa.Table | None = None  # from events.jsonl: read_events
     events_counts: TraceCounts = field(default_factory=TraceCounts)
     error_events: list[dict[str, Any]] = field(default_factory=list)
+    end: RunEnd | None = None  # result.json's end record, checked as it was read (None: it has none)
 
     @property
     def run_id(self) -> str:
@@ -265,7 +267,8 @@ def read_events(con: DuckDBPyConnection, path: Path) -> tuple[pa.Table, TraceCou
 
 def read_run_dir(run_dir: str | Path, con: DuckDBPyConnection | None = None) -> RunFiles:
     """Reads a run directory as written by `python -m edgebench.runner`: meta.json,
-    result.json and, given a DuckDB connection `con`, events.jsonl."""
+    result.json (its end record checked: untrusted.BadRecord names a bad field) and, given a
+    DuckDB connection `con`, events.jsonl."""
     path = Path(run_dir)
     if not path.is_dir():
         raise FileNotFoundError(
@@ -278,6 +281,7 @@ def read_run_dir(run_dir: str | Path, con: DuckDBPyConnection | None = None) -> 
             raise RunFileError(f"{exc}; not ingested") from None
     meta = _read_json_file(path / "meta.json", required=True) or {}
     result = _read_json_file(path / "result.json", required=False)  # raw: the store makes the figures
+    end = None if result is None else result_end(result, str(path / "result.json"))
     if con is None:
-        return RunFiles(path, meta, result)
-    return RunFiles(path, meta, result, *read_events(con, path / "events.jsonl"))
+        return RunFiles(path, meta, result, end=end)
+    return RunFiles(path, meta, result, *read_events(con, path / "events.jsonl"), end=end)

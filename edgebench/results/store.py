@@ -366,7 +366,7 @@ class Store:
 
         numbers, texts = raw_columns(files.meta.get("readings") or {})
         columns = self._sample_columns(run_key, numbers, texts)
-        figures = run_figures(files.meta, files.result or {}, run_events(files.path), columns, shared_host)
+        figures = run_figures(files.meta, files.result or {}, files.end, run_events(files.path), columns, shared_host)
         figures.update(events_truncated_last_line=files.events_counts.truncated_last_line,
                        events_bad_lines=files.events_counts.bad_lines)
         return figures

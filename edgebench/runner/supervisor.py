@@ -2,7 +2,8 @@
 writes result.json — for an OOM kill, a timeout, a Ctrl-C, a SIGTERM or a full disk as
 much as for success.
 
-It records raw facts only (edgebench.figures.readings): how the worker ended (`end`), CPU
+It records raw facts only (edgebench.figures.readings): how the worker ended (`end`, a
+`figures.run_end.RunEnd`), CPU
 snapshots before and after, the sampler's health; the host makes the figures from them
 (edgebench.figures.run). Its own `status` is the host's mapping of the same facts
 (edgebench.figures.status), for the sweep and the progress shown while it runs. It never
@@ -22,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from edgebench.figures.run_end import RunEnd
 from edgebench.figures.status import run_status
 from edgebench.runner import native, worker
 from edgebench.runner.facts import device_facts, library_versions
@@ -333,22 +335,26 @@ class Supervisor:
         kernel_oom = None
         if exit_signal is not None and self.child is not None:
             kernel_oom = kernel_oom_record(self.child.pid, self._started_ns)
-        end = {
-            "exit_code": exit_code,
-            "exit_signal": exit_signal,
-            "timed_out": timed_out,
-            "stopped_by": self.interrupted,
-            "oom_kills_start": sampler.get("oom_kills_start"),
-            "oom_kills_end": sampler.get("oom_kills_end"),
-            "kernel_oom": (kernel_oom or {}).get("line"),
-            "kernel_oom_constraint": (kernel_oom or {}).get("constraint"),
-            **memory_low_point(self.out / "samples.jsonl"),
-            "start_problem": self.start_problem,
-            "write_failure": str(failure) if failure is not None else None,
-            "disk_full": disk_full(self.out, failure),
-            "worker_maxrss_bytes": maxrss or None,
-            "worker_log_tail": None if events else self._log_tail(),
-        }
+        low = memory_low_point(self.out / "samples.jsonl")
+        end = RunEnd(
+            exit_code=exit_code,
+            exit_signal=exit_signal,
+            timed_out=timed_out,
+            stopped_by=self.interrupted,
+            oom_kills_start=_int(sampler.get("oom_kills_start"), None),
+            oom_kills_end=_int(sampler.get("oom_kills_end"), None),
+            kernel_oom=(kernel_oom or {}).get("line"),
+            kernel_oom_constraint=(kernel_oom or {}).get("constraint"),
+            mem_available_low_bytes=low["mem_available_low_bytes"],
+            cgroup_usage_at_low_bytes=low["cgroup_usage_at_low_bytes"],
+            cgroup_limit_bytes=low["cgroup_limit_bytes"],
+            start_problem=self.start_problem,
+            write_failure=str(failure) if failure is not None else None,
+            disk_full=disk_full(self.out, failure),
+            worker_peak_bytes=maxrss or None,
+            worker_peak_from="ru_maxrss" if maxrss else None,
+            worker_log_tail=None if events else self._log_tail(),
+        )
         status, detail = run_status(end, events)
         result = {
             "status": status,
@@ -360,7 +366,7 @@ class Supervisor:
             "runtime": self.runtime,
             "batch_size": self.spec.batch_size,
             "recorded_by": "python",
-            "end": end,
+            "end": end.to_json(),
             "cpu_start": self._cpu_start,
             "cpu_end": cpu_snapshot(self.root),
             "sampler": sampler,

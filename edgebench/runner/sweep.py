@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from edgebench.errors import EdgebenchError
+from edgebench.figures.run_end import result_end
 from edgebench.figures.status import NO_SPACE, host_oom
 from edgebench.runner.oom_score import shield_from_oom_kill
 from edgebench.runner.spec import RunSpec
@@ -277,7 +278,8 @@ def run_sweep(sweep_dir: str | Path, rerun_disturbed: int = 0, root: str = "/") 
                 state["runs"][run_id], state["why"] = "not started", f"cannot write in {sweep_dir}: {exc}"
                 continue
             state["runs"][run_id] = result["status"]
-            if result["status"] == "killed" and host_oom(result.get("end") or {}) and available_before is not None:
+            end = result_end(result, str(done))
+            if result["status"] == "killed" and end is not None and host_oom(end) and available_before is not None:
                 refill = (run_id, available_before)  # the next run waits for it
             if NO_SPACE in str(result.get("detail")):
                 state["why"] = result["detail"]

@@ -421,12 +421,14 @@ ran_json() {  # the sha256 of every file the run starts with, read now (as runne
     printf '}'
 }
 
-end_json() {  # how the worker ended, as seen here (edgebench.figures.status maps it)
+end_json() {  # how the worker ended, as seen here: edgebench.figures.run_end.RunEnd's keys, all of them
     code=$RC; sig=null
     if [ "$RC" -gt 128 ]; then sig=$((RC - 128)); code=null; fi
     tail=null
     [ -s "$RUN/events.jsonl" ] || tail=$(json_text "$(tail -c 2000 "$RUN/worker.log" 2>/dev/null)")
-    hwm=null; [ -n "$HWM_KB" ] && bytes_of_kb "$HWM_KB" && hwm=$B
+    # the kernel's peak of the worker: the last VmHWM read while it ran
+    worker_peak=null; peak_from=null
+    if [ -n "$HWM_KB" ] && bytes_of_kb "$HWM_KB"; then worker_peak=$B; peak_from='"vm_hwm"'; fi
     printf '{"exit_code": %s, "exit_signal": %s, "timed_out": %s, "stopped_by": %s, ' "$code" "$sig" \
         "$([ -n "$TIMED_OUT" ] && echo true || echo false)" "$(json_or_null "$STOPPED")"
     oom_kills
@@ -437,7 +439,9 @@ end_json() {  # how the worker ended, as seen here (edgebench.figures.status map
     printf '"mem_available_low_bytes": %s, "cgroup_usage_at_low_bytes": %s, "cgroup_limit_bytes": %s, ' \
         "$low" "${USED_AT_LOW:-null}" "${LIMIT:-null}"
     printf '"start_problem": null, '
-    printf '"write_failure": null, "disk_full": false, "worker_hwm_bytes": %s, "worker_log_tail": %s}' "$hwm" "$tail"
+    printf '"write_failure": null, "disk_full": false, "worker_peak_bytes": %s, "worker_peak_from": %s, ' \
+        "$worker_peak" "$peak_from"
+    printf '"worker_log_tail": %s}' "$tail"
 }
 
 run_one() {
