@@ -3,22 +3,29 @@ it fits; else a compact one (short headers, their units in one line below it), l
 a stated order, figures a narrow window can spare (that line names them; --json has them all);
 only when not even that fits, one card per row, its names on the first line and one figure a
 line below. Several tables (a report's devices, a study's settings) take the same layout, so a
-reader never meets tables and cards side by side. Piped (stdout not a terminal), tables are as
-wide as their rows: never cards, never wrapped (`console`). Nothing is cut but a value longer
-than VALUE_CHARS (a device's 20 MB string), and no name sits apart from its figures; a word
-longer than the window is the only thing folded. Used by every command that prints a table of
-rows. Every text is shown printable only (edgebench.untrusted: a board's strings may carry
-escape sequences), never as rich markup."""
+reader never meets tables and cards side by side. Piped (stdout not a terminal: a file, `| less`,
+a CI log) the width is $COLUMNS where it is a number of at least MIN_WIDTH, else 80
+(`output_width`): the same layouts as a terminal that wide, never rich's own guess (300 columns,
+or the terminal stderr sits on). Nothing is cut but a value longer than VALUE_CHARS (a device's
+20 MB string), and no name sits apart from its figures; a name wraps after a `+` or at a space
+(`Name`: `lora+ckpt+` / `bf16`), and only a word longer than its column is folded. Prose wraps at
+spaces (`wrapped`, `echo`). Used by every command that prints a table of rows. Every text is
+shown printable only (edgebench.untrusted: a board's strings may carry escape sequences), never
+as rich markup."""
 
 from __future__ import annotations
 
+import os
+import re
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from rich import box
-from rich.console import Console, Group, RenderableType
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.measure import Measurement
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
@@ -27,7 +34,9 @@ from edgebench.untrusted import printable
 
 EMPTY = ("", "-")  # a figure a row does not have
 VALUE_CHARS = 300  # longer than any name edgebench makes (a model's path, a run id)
-PIPED_WIDTH = 10_000  # piped output is as wide as its rows: nothing a table holds is wrapped
+DEFAULT_WIDTH = 80  # piped without $COLUMNS: what a pager, a CI log or an 80-column terminal shows
+MIN_WIDTH = 20  # a $COLUMNS below this is no width to lay tables out in (80 instead)
+MEASURE_WIDTH = 10_000  # wide enough to measure a table's rows unwrapped
 
 
 @dataclass(frozen=True)
@@ -52,17 +61,114 @@ class Section:
     caption: str | None = None
 
 
+def output_width(environ: Mapping[str, str] | None = None) -> int:
+    """The width of output that goes to no terminal: $COLUMNS where it is a whole number of at
+    least MIN_WIDTH, else DEFAULT_WIDTH (80)."""
+    columns = (os.environ if environ is None else environ).get("COLUMNS", "").strip()
+    return int(columns) if columns.isdigit() and int(columns) >= MIN_WIDTH else DEFAULT_WIDTH
+
+
 def console() -> Console:
-    """Where a command prints its tables: the terminal at its width; piped, as wide as the
-    rows need, so a script or a file gets whole table rows, never cards."""
+    """Where a command prints its tables: the terminal at its width; piped, `output_width`
+    (80 unless $COLUMNS says otherwise), laid out as a terminal that wide would be."""
     out = Console()
-    return out if out.is_terminal else Console(width=PIPED_WIDTH)
+    return out if out.is_terminal else Console(width=output_width())
+
+
+def width() -> int:
+    """The width a command's output is laid out for (`console`)."""
+    return console().width
+
+
+def echo(text: str, err: bool = False) -> None:
+    """A line of prose wrapped at spaces to the output's width (`wrapped`), as click.echo prints."""
+    import click
+
+    click.echo(wrapped(text, width()), err=err)
 
 
 def wrapped(text: str, width: int) -> str:
     """Prose wrapped at spaces, never inside a word: a path or a command longer than the
     window stays whole (and copyable) on its own line."""
-    return textwrap.fill(text, width, break_long_words=False, break_on_hyphens=False)
+    return "\n".join(textwrap.fill(line, width, break_long_words=False, break_on_hyphens=False,
+                                   subsequent_indent=" " * (len(line) - len(line.lstrip(" "))))
+                     for line in text.split("\n"))
+
+
+_PIECE = re.compile(r"[^\s+]*\+|\S+\s*|\s+")  # a name's pieces: up to a `+`, else a word and its spaces
+
+
+class Name:
+    """A name in a table cell that wraps after a `+` or at a space, never inside a word
+    (`lora+ckpt+` / `frozen-int8`, where rich would fold it at the column's edge): it measures
+    as narrow as its longest piece, and only a piece wider than its column is folded."""
+
+    def __init__(self, text: Text) -> None:
+        self.text = text
+
+    def _pieces(self) -> list[Text]:
+        plain = self.text.plain
+        ends = [m.end() for m in _PIECE.finditer(plain)]
+        return list(self.text.divide(ends[:-1])) if plain else [self.text]
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        longest = max((cell_len(p.plain.rstrip()) for p in self._pieces()), default=0)
+        return Measurement(longest, cell_len(self.text.plain)).with_maximum(options.max_width)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        room = max(1, options.max_width)
+        lines = [self.text.blank_copy()]
+        for piece in self._pieces():
+            if lines[-1].plain and cell_len(lines[-1].plain) + cell_len(piece.plain.rstrip()) > room:
+                lines.append(self.text.blank_copy())
+            lines[-1].append_text(piece)
+        for line in lines:
+            line.rstrip()
+        yield self.text.blank_copy("\n").join(lines)
+
+
+def narrowed(table: Table, width: int, names: Iterable[int] = (0,)) -> Table:
+    """A table of names and figures (its names `Name`s) fitted into `width` the way a reader
+    wants it, not rich's way (narrowing the widest column first, which folds names mid-word):
+    while it is too wide, the other columns narrow first, widest first, each at most down to its
+    widest value or the longest word of its header (the header wraps at spaces), until the names
+    have all they need or a third of the width; the names take the room left."""
+    if fits(table, width):
+        return table
+    measure = Console(width=MEASURE_WIDTH)
+
+    def widest(cells: Iterable[Any], least: bool = False) -> int:
+        sizes = [Measurement.get(measure, measure.options, c) for c in cells]
+        return max((m.minimum if least else m.maximum for m in sizes), default=0)
+
+    pad = int(table.padding[1]) + int(table.padding[3])
+    natural = [widest([c.header, *c.cells]) for c in table.columns]
+    floor = [max(widest(c.cells), _longest_word(c.header)) for c in table.columns]
+    edges = (2 if table.box and table.show_edge else 0) + (len(natural) - 1 if table.box else 0)  # its rules
+    names = [i for i in names if i < len(natural)]
+    least = sum(max(widest(table.columns[i].cells, least=True), _longest_word(table.columns[i].header))
+                for i in names)  # each name's longest piece
+    need = min(sum(natural[i] for i in names), max(least, width // 3))
+    widths = {i: w for i, w in enumerate(natural) if i not in names}
+
+    def excess() -> int:
+        return edges + pad * len(natural) + need + sum(widths.values()) - width
+
+    while excess() > 0:
+        wide = [i for i in widths if widths[i] > floor[i]]
+        if not wide:
+            break
+        i = max(wide, key=lambda k: widths[k])
+        widths[i] = max(floor[i], widths[i] - excess())
+    for i, w in widths.items():
+        if w < natural[i]:
+            table.columns[i].max_width = w
+    return table
+
+
+def _longest_word(header: Any) -> int:
+    text = header.plain if isinstance(header, Text) else str(header)
+    return max((cell_len(w) for w in text.split()), default=0)
 
 
 def _failed(row: dict[str, Any]) -> bool:
@@ -93,7 +199,7 @@ def _table(fields: list[Field], rows: list[dict[str, Any]], compact: bool = Fals
 
 def fits(renderable: RenderableType, width: int) -> bool:
     """Whether `renderable` fits `width` columns without wrapping a cell."""
-    return Console(width=PIPED_WIDTH).measure(renderable).maximum <= width
+    return Console(width=MEASURE_WIDTH).measure(renderable).maximum <= width
 
 
 def _cards(ident: list[Field], figures: list[Field], rows: list[dict[str, Any]]) -> Group:
@@ -109,7 +215,7 @@ def _cards(ident: list[Field], figures: list[Field], rows: list[dict[str, Any]])
         for f in figures:
             value = _value(f, row)
             if value not in EMPTY:  # indented as a block: a wrapped figure stays under its card
-                parts.append(Padding(_text(f"{f.label}: {value}"), (0, 0, 0, 4)))
+                parts.append(Padding(_text(f"{f.label}: {value}"), (0, 0, 0, 4), expand=False))
     return Group(*parts)
 
 

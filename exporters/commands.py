@@ -63,10 +63,11 @@ def export_command(device: str, model: str, data_dir: str | None, lr: float | No
     """Lower one training step (model + loss + backward) for an on-device runtime.
 
     \b
-    executorch: a .pte joint forward-backward program (torch.export -> to_edge ->
-                optional XNNPACK -> to_executorch); MeZO gets a forward-only program.
-    onnxruntime: ONNX Runtime training artifacts (training and eval graphs and
-                checkpoint; SGD, Adam and AdamW update between calls and share them).
+    executorch: a .pte joint forward-backward program (torch.export ->
+      to_edge -> optional XNNPACK -> to_executorch); MeZO gets a forward-only
+      program.
+    onnxruntime: ONNX Runtime training artifacts (training and eval graphs
+      and checkpoint; SGD, Adam and AdamW update between calls and share them).
 
     Shapes are fixed at export (batch size, text length, image size); with --data the
     dataset is checked against them first (every example must fit --text-length). The
@@ -79,9 +80,11 @@ def export_command(device: str, model: str, data_dir: str | None, lr: float | No
 
     \b
     Example:
-      edgebench export --device raspberry-pi-5-8gb --model tiny --method sgd --out pte/
-      edgebench export --model tiny --profile 3      # + top operators and memory split
-      edgebench export --model CHECKPOINT_DIR --data DATASET_DIR --text-length 64 --lr 1e-4
+      edgebench export --device raspberry-pi-5-8gb --model tiny \\
+          --method sgd --out pte/
+      edgebench export --model tiny --profile 3   # + top operators, memory split
+      edgebench export --model CHECKPOINT_DIR --data DATASET_DIR \\
+          --text-length 64 --lr 1e-4
     """
     from rich.console import Console
 

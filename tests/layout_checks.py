@@ -22,7 +22,7 @@ def names_beside_figures(lines, names):
 
 def in_terminal(command, args, width=80):
     """What `command` prints to a terminal `width` columns wide (rich takes TTY_COMPATIBLE=1 for
-    one; piped, tables are as wide as their rows), its styles removed."""
+    one; piped, they are laid out for $COLUMNS, else 80), its styles removed."""
     from click.testing import CliRunner
 
     result = CliRunner().invoke(command, list(args), env={"TTY_COMPATIBLE": "1", "COLUMNS": str(width)})

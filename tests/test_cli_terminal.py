@@ -171,6 +171,11 @@ def test_compact_tables_before_cards_and_one_layout_for_every_section():
 
 def _piped(*args, **env_vars):
     """`edgebench ARGS` with stdout a pipe, as a script or `| less` reads it."""
+    return _piped_at(*args, **env_vars)
+
+
+def _piped_at(*args, **env_vars):
+    """`edgebench ARGS` with stdout a pipe, $COLUMNS only as `env_vars` give it."""
     import subprocess
     import sys
 
@@ -182,25 +187,33 @@ def _piped(*args, **env_vars):
 
 
 def test_piped_output_is_plain_tables_never_cards(configurations, tmp_path):
-    """Piped, `report`, `report --study`, `predict` and `devices list` print whole table rows as wide
-    as they need: no card, no row folded onto a second line, every study setting alike."""
+    """Piped with a wide $COLUMNS, `report`, `report --study`, `predict` and `devices list` print
+    whole table rows: no card, no row folded onto a second line, every study setting alike. Without
+    $COLUMNS they are laid out for 80 (as a terminal that wide: the compact table, tests/test_output_width)."""
     names = {"sgd", "adamw", "mezo", "lora", "lora+ckpt", "adamw+ckpt", "sgd+bf16", "adamw+bf16"}
-    report = _piped("report", "--store", str(configurations))
+    narrow = _piped("report", "--store", str(configurations))
+    assert max(len(line) for line in narrow) <= 80 and len(_rows(narrow, names)) == 23
+    assert not any(line.startswith("#") for line in narrow)  # no card: the compact table
+
+    def wide(*args, **env_vars):
+        return _piped_at(*args, COLUMNS="400", **env_vars)
+
+    report = wide("report", "--store", str(configurations))
     assert not any(line.startswith("#") for line in report)
     assert len(_rows(report, names)) == 23 and all(re.search(r"\d.*->", row) for row in _rows(report, names))
     assert sum(line.split()[:2] == ["method", "backend"] for line in report) == 1
     assert any(line.split()[:6] == ["method", "backend", "status", "n", "peak", "MiB"] for line in report)
-    study = _piped("report", "--store", str(configurations), "--study")
+    study = wide("report", "--store", str(configurations), "--study")
     assert not any(line.startswith("#") for line in study)
     heads = [line.split() for line in study if line.split()[:1] == ["method"]]
     assert len(heads) == 3 and heads[0] == heads[1] == heads[2]  # one per backend, all the same layout
     assert len(_rows(study, names)) == 23
-    predicted = _piped("predict", "--device", "raspberry-pi-4-4gb", "--model", "tiny")
+    predicted = wide("predict", "--device", "raspberry-pi-4-4gb", "--model", "tiny")
     assert not any(line.startswith("#") for line in predicted)
     assert any(re.match(r"│? *sgd +│ *(yes|no) +│ *[\d,]+ +│", line) for line in predicted), predicted
     inventory = tmp_path / "inventory.yaml"
     inventory.write_text(f"devices:\n  box-with-a-long-name: {{profile: local, workdir: {tmp_path / 'w'}}}\n")
-    devices = _piped("devices", "--no-check", EDGEBENCH_INVENTORY=str(inventory))
+    devices = wide("devices", "--no-check", EDGEBENCH_INVENTORY=str(inventory))
     assert not any(line.startswith("#") for line in devices)
     assert any(line.split()[:1] == ["box-with-a-long-name"] and "local" in line for line in devices), devices
 

@@ -195,11 +195,16 @@ def test_report_on_a_missing_store_says_what_to_do(tmp_path, store_path):
     assert result.exit_code != 0 and "edgebench ingest" in result.output
     Store(tmp_path / "empty.duckdb").close()
     empty = CliRunner().invoke(report_command, ["--store", str(tmp_path / "empty.duckdb")])
-    assert (
-        empty.exit_code == 1 and "empty.duckdb: no runs yet; ingest some" in empty.output and "None" not in empty.output
-    )
+    said = " ".join(empty.output.split())
+    assert empty.exit_code == 1 and "empty.duckdb: no runs yet; add some" in said and "None" not in said
+    # every way in: a quick benchmark of this host beside a device's sweep and run files copied by hand
+    assert all(way in said for way in ("`edgebench bench --device local --model tiny` (a quick benchmark",
+                                       "`edgebench deploy --device NAME` then `edgebench collect`",
+                                       "`edgebench ingest RUN_DIR`"))
+    assert f"with --store {tmp_path / 'empty.duckdb'}" in said  # not the default store: bench must be told
     other = CliRunner().invoke(report_command, ["--store", str(store_path), "--device", "watch"])
-    assert "no runs of device 'watch'; ingest" in other.output and "model" not in other.output
+    said = " ".join(other.output.split())
+    assert "no runs of device 'watch'; add some" in said and "and model" not in said  # no model was asked
 
 
 def test_report_of_no_matching_runs_is_a_user_error(tmp_path, capsys):
@@ -210,7 +215,8 @@ def test_report_of_no_matching_runs_is_a_user_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as ended:
         main(["report", "--store", str(tmp_path / "empty.duckdb"), "--model", "tiny"])
     err = capsys.readouterr().err
-    assert ended.value.code == 2 and err.startswith("error: ") and "no runs of model 'tiny'; ingest" in err
+    assert ended.value.code == 2 and err.startswith("error: ") and err.count("\n") == 1
+    assert "no runs of model 'tiny'; add some" in err
 
 
 # ---- readable at a glance: layouts, repeats, the noise guard, the study -------------------------
@@ -690,3 +696,86 @@ def test_html_draws_heldout_curves_against_seconds_and_joules_and_the_frontier_a
     assert "held-out loss" in page and "s to target" in page and "J to target (est.)" in page
     assert "lora / eager: 1 of 1 runs did not reach loss=2.5 within their cap of 8 steps" in page
     assert "sgd / eager (steps 10, no target)" in page  # the other devices' runs are named apart
+
+
+# ---- what the study's notes and the HTML's run ids say ------------------------------------------
+@pytest.fixture(scope="module")
+def ended_store(tmp_path_factory):
+    """One device's runs with the target loss=1.0 and a cap of 8 steps: sgd reaches it, lora runs
+    to its cap without, mezo is interrupted at step 2 and adamw killed by the OOM killer at step 1
+    (neither finished: no baseline for --baseline adamw)."""
+    from results_fixtures import evaluated
+
+    root = tmp_path_factory.mktemp("ended")
+    with Store(root / "edgebench.duckdb") as store:
+        for i, (method, losses, status, steps) in enumerate([("sgd", {0: 5.0, 4: 1.0}, "ok", 8),
+                                                             ("lora", {0: 5.0, 8: 3.0}, "ok", 8),
+                                                             ("mezo", {0: 5.0}, "interrupted", 3),
+                                                             ("adamw", {0: 5.0}, "oom", 2)]):
+            run = FakeRun(run_id=f"20261206-0800{i:02d}-pi-tiny-{method}-eager-a{i}f3", method=method, steps=steps,
+                          status=status)
+            run_dir = evaluated(run, root / "src", losses, "loss=1.0")
+            meta = json.loads((run_dir / "meta.json").read_text())
+            meta["spec"]["steps"] = 8  # each run's cap, whether it got there or not
+            (run_dir / "meta.json").write_text(json.dumps(meta))
+            store.ingest_run(run_dir, device="pi")
+    return root / "edgebench.duckdb"
+
+
+def test_runs_that_ended_early_are_not_said_to_have_run_to_their_cap(ended_store):
+    """`did not reach ... within their cap of 8 steps` only for runs that ran to it; one interrupted
+    at step 2 (or killed at step 1) says so (main said it of every run short of the target)."""
+    from edgebench.report.build import collect
+    from edgebench.report.study import unreached_notes
+
+    with Store(ended_store, read_only=True) as store:
+        notes = unreached_notes(collect(store, baseline="sgd").study)
+    by = {note.split(" / ")[2]: note for note in notes}
+    assert set(by) == {"lora", "mezo", "adamw"}  # sgd reached it
+    assert by["lora"].endswith("1 of 1 runs did not reach loss=1.0 within their cap of 8 steps")
+    assert by["mezo"].endswith("1 of 1 runs ended early, before reaching loss=1.0 (interrupted at step 2; "
+                               "their cap: 8 steps)")
+    assert "oom at step 1" in by["adamw"] and "within their cap" not in by["adamw"] + by["mezo"]
+    mixed = {"device": "pi", "model": "tiny", "method": "m", "backend": "eager", "target": "loss=1.0", "steps": 80,
+             "n": 3, "reached": 1, "ended_early": ["interrupted at step 16"]}
+    assert unreached_notes([mixed]) == ["pi / tiny / m / eager: 2 of 3 runs did not reach loss=1.0: 1 within the cap "
+                                        "of 80 steps, 1 ended early (interrupted at step 16)"]
+    study = " ".join(in_terminal(report_command, ["--store", str(ended_store), "--study"], width=120).split())
+    assert "(interrupted at step 2; their cap: 8 steps)" in study
+
+
+def test_the_baseline_hint_names_only_methods_that_finished(ended_store, tmp_path):
+    """No finished baseline: the --baseline it suggests are methods with a finished run there (not
+    the baseline itself, not one that only ended early); where none finished, how to get one."""
+    from edgebench.report.build import collect
+    from edgebench.results.study import _no_baseline_note
+
+    with Store(ended_store, read_only=True) as store:
+        (note,) = collect(store, baseline="adamw").study_notes
+    assert note == ("pi / tiny / eager: no finished adamw run to compare against (its runs: 1 oom); run it, or pass "
+                    "--baseline with a method that finished here: lora, sgd")
+    with Store(ended_store, read_only=True) as store:
+        (note,) = collect(store, baseline="galore").study_notes
+    assert note.endswith("no finished galore run to compare against; run it, or pass --baseline with a method that "
+                         "finished here: lora, sgd")
+    groups = [{"method": m, "status": s, "statuses": {s: 1}} for m, s in (("sgd", "oom"), ("mezo", "interrupted"))]
+    none = _no_baseline_note("pi / tiny / eager", "sgd", groups)
+    assert none.startswith("pi / tiny / eager: no finished run (1 interrupted, 1 oom): nothing to compare; a run "
+                           "that ends ok comes first (`edgebench bench --methods sgd` on this host")
+    assert "--baseline" not in none
+
+
+def test_html_runs_table_tells_run_ids_apart(ended_store, tmp_path):
+    """The runs table shows each id's tail that tells it apart (main showed its first 8 characters:
+    the date, the same for every run of a sweep), the whole id on hover."""
+    from edgebench.report.html import run_id_tails
+
+    page = tmp_path / "r.html"
+    _invoke("--store", str(ended_store), "--format", "html", "--out", str(page))
+    shown = dict(re.findall(r'class="text id" title="([^"]+)">([^<]+)</td>', unescape(page.read_text())))
+    assert len(shown) == 4 and len(set(shown.values())) == 4, shown
+    assert shown["20261206-080001-pi-tiny-lora-eager-a1f3"] == "…a1f3"
+    assert not any(tail.startswith("…20261206") or tail == "20261206…" for tail in shown.values())
+    assert run_id_tails(["20261206-0800-sgd-0", "20261206-0800-sgd-1", "20261206-0801-adamw-0"]) == {
+        "20261206-0800-sgd-0": "…sgd-0", "20261206-0800-sgd-1": "…sgd-1", "20261206-0801-adamw-0": "…adamw-0"}
+    assert run_id_tails(["r0", "r1"]) == {"r0": "r0", "r1": "r1"}  # nothing shorter tells them apart

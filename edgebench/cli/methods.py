@@ -250,6 +250,7 @@ def _print_prediction(method: str, model_name: str, batch_size: int, figures: di
     from rich.table import Table
 
     from edgebench.terminal import console as terminal
+    from edgebench.terminal import echo
 
     worker = " (native worker)" if native else ""
     table = Table(title=f"{method} on {model_name}, batch {batch_size}{worker} (estimates)")
@@ -261,13 +262,13 @@ def _print_prediction(method: str, model_name: str, batch_size: int, figures: di
     console = terminal()
     console.print(table)
     if not native:
-        console.print(f"sequence: {figures['sequence_length']:,} decoder positions a sample "
-                      f"({figures['image_tiles']} image(s) through the vision encoder)")
+        echo(f"sequence: {figures['sequence_length']:,} decoder positions a sample "
+             f"({figures['image_tiles']} image(s) through the vision encoder)")
     word = "fits" if verdict["fits_est"] else "does NOT fit"
-    console.print(f"{word}: peak {figures['peak_bytes'] / 2**20:,.0f} MiB vs {verdict['budget_text']}")
-    console.print(PER_STEP_NOTE)
+    echo(f"{word}: peak {figures['peak_bytes'] / 2**20:,.0f} MiB vs {verdict['budget_text']}")
+    echo(PER_STEP_NOTE)
     for entry in measured:
-        console.print(f"{method}: measured: {_to_target_text(entry)}")
+        echo(f"{method}: measured: {_to_target_text(entry)}")
 
 
 PER_STEP_NOTE = ("These figures are per-step estimates, made before any run: what reaching a held-out target "
@@ -311,7 +312,9 @@ def _print_ranking(rows: list[dict[str, Any]], model_name: str, batch_size: int,
                                "fits_est": [r["method"] for r in fitting], "methods": rows}, indent=2))
         return
     from rich.table import Table
+    from rich.text import Text
 
+    from edgebench.terminal import Name, echo, narrowed
     from edgebench.terminal import console as terminal
 
     speed = verdict["speed"]
@@ -327,20 +330,22 @@ def _print_ranking(rows: list[dict[str, Any]], model_name: str, batch_size: int,
     measured = any(r["measured_to_target"] for r in rows)
     columns = ["method", "fits (est.)", "peak MiB (est.)", "step time x sgd (est.)", "trained params"]
     for column in columns + ["to target (measured)"] * measured:
-        # a name stays whole where it fits; the longest combinations fold (at 80 columns their
-        # 80-odd characters left the figures' columns no room at all)
+        # a name wraps after a `+` (Name) and the figures' headers wrap first (narrowed): at 80
+        # columns rich alone folded the longest combinations mid-word
         table.add_column(column, justify="left" if column == "method" else "right",
-                         overflow="fold" if column == "method" else "ellipsis")
+                         overflow="fold" if column in ("method", "to target (measured)") else "ellipsis")
     for r in rows:
         to_target = ["; ".join(_to_target_text(e) for e in r["measured_to_target"])
                      or "-"] if measured else []
-        table.add_row(r["method"], "yes" if r["fits_est"] else "no", f"{r['peak_bytes_est'] / 2**20:,.0f}",
+        table.add_row(Name(Text(r["method"])), "yes" if r["fits_est"] else "no",
+                      f"{r['peak_bytes_est'] / 2**20:,.0f}",
                       "-" if r["step_time_vs_sgd_est"] is None else f"{r['step_time_vs_sgd_est']:.2f}",
                       f"{r['trainable_params'] / 1e6:,.1f} M", *to_target)
-    terminal().print(table)
+    console = terminal()
+    console.print(narrowed(table, console.width))
     best = fitting[0]["method"] if fitting else None
-    click.echo(f"best that fits (est.): {best}" if best else
-               "nothing fits: the smallest predicted peak is listed first among the rest")
+    echo(f"best that fits (est.): {best}" if best else
+         "nothing fits: the smallest predicted peak is listed first among the rest")
     for name, why in verdict["unavailable"].items():
-        click.echo(f"not for this model: {name}: {why}")
-    click.echo(PER_STEP_NOTE)
+        echo(f"not for this model: {name}: {why}")
+    echo(PER_STEP_NOTE)

@@ -83,11 +83,13 @@ def models_command(load_dir: str | None, as_json: bool) -> None:
     """List the model configs with exact parameter counts and weight memory.
 
     \b
-    Configs: tiny (tests, seconds to train), nanovlm-222m (nanoVLM v0.1:
-    SigLIP-B/16-224 + SmolLM2-135M), nanovlm-460m (nanoVLM HEAD: SigLIP2-B/16-512 +
-    SmolLM2-360M). Sizes are counted on the meta device: nothing is allocated.
-    With --load DIR the folder's weights are loaded; any missing, unexpected or
-    mis-shaped key is listed and the exit status is 2, as for every user error.
+    Configs: tiny (tests, seconds to train),
+      nanovlm-222m (nanoVLM v0.1: SigLIP-B/16-224 + SmolLM2-135M),
+      nanovlm-460m (nanoVLM HEAD: SigLIP2-B/16-512 + SmolLM2-360M).
+
+    Sizes are counted on the meta device: nothing is allocated. With --load DIR the folder's
+    weights are loaded; any missing, unexpected or mis-shaped key is listed and the exit
+    status is 2, as for every user error.
     """
 
     from edgebench.model import CONFIG_NAMES, get_config

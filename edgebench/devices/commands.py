@@ -19,6 +19,7 @@ from edgebench.devices.inventory import (
     remove_entry,
 )
 from edgebench.errors import EdgebenchError
+from edgebench.terminal import echo
 from edgebench.untrusted import printable
 
 if TYPE_CHECKING:
@@ -51,13 +52,15 @@ def devices(ctx: click.Context, no_check: bool, as_json: bool) -> None:
     HOST:PORT}` in the inventory; see README "Board farm").
 
     \b
-    edgebench devices add orin --host 192.168.1.20 --user nvidia   # detects the board, checks it
-    edgebench devices check orin --fix                              # installs what pip can
+    edgebench devices add orin --host 192.168.1.20 --user nvidia
+                                          # detects the board, checks it
+    edgebench devices check orin --fix    # installs what pip can
     edgebench devices remove orin
 
     \b
     devices:
-      jetson-orin: {profile: jetson-orin-nano-8gb, host: 192.168.1.20, user: nvidia, key: ~/.ssh/id_ed25519}
+      jetson-orin: {profile: jetson-orin-nano-8gb, host: 192.168.1.20,
+                    user: nvidia, key: ~/.ssh/id_ed25519}
       pixel:       {profile: pixel-8, kind: adb, serial: 3A1B2C3D}
     """
     if ctx.invoked_subcommand is not None:
@@ -73,7 +76,7 @@ def devices(ctx: click.Context, no_check: bool, as_json: bool) -> None:
         return
     _print_devices(rows)
     if any(not r["readiness"].startswith(("ready", "not checked")) for r in rows):
-        click.echo("`edgebench devices check NAME` lists each problem with the command that fixes it")
+        echo("`edgebench devices check NAME` lists each problem with the command that fixes it")
 
 
 def _print_devices(rows: list[dict[str, Any]]) -> None:
@@ -132,7 +135,7 @@ def _check_and_fix(name: str, fix: bool, only: tuple[str, ...], quiet: bool) -> 
     todo = ready_mod.fix_plan(result, only)
     if not todo:
         if not quiet:
-            click.echo("nothing --fix can do: the remaining fixes need you (sudo, another package manager)")
+            echo("nothing --fix can do: the remaining fixes need you (sudo, another package manager)")
         return result, []
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -199,7 +202,8 @@ def devices_calibrate(name: str, as_json: bool) -> None:
     programs, as deploy does.
 
     \b
-    edgebench devices calibrate orin && edgebench predict --device orin --model nanovlm-222m
+    edgebench devices calibrate orin
+    edgebench predict --device orin --model nanovlm-222m
     """
     from edgebench.devices.calibrate import CalibrationError, measure_on, store
     from edgebench.devices.transport import TransportError
@@ -294,8 +298,10 @@ def devices_add(name: str, no_check: bool, as_json: bool, **board: Any) -> None:
 
     \b
     edgebench devices add pi5 --host 192.168.1.30 --user pi
-    edgebench devices add orin --host orin.local --user nvidia --profile jetson-orin   # asks: Nano or AGX
-    edgebench devices add pixel --host 192.168.1.40 --port 8022 --profile android     # SSH into Termux
+    edgebench devices add orin --host orin.local --user nvidia \\
+        --profile jetson-orin                  # asks: Nano or AGX
+    edgebench devices add pixel --host 192.168.1.40 --port 8022 \\
+        --profile android                      # SSH into Termux
     """
     from edgebench.devices.add import AddError, add_board
 
@@ -311,7 +317,7 @@ def devices_add(name: str, no_check: bool, as_json: bool, **board: Any) -> None:
     elif result is not None:
         _print_readiness(result)
         if not result.ready:
-            click.echo(f"`edgebench devices check {name} --fix` runs the pip installs; the others are yours to run")
+            echo(f"`edgebench devices check {name} --fix` runs the pip installs; the others are yours to run")
 
 
 @devices.command("remove", short_help="Remove a device from the inventory.")
@@ -335,11 +341,12 @@ def lab() -> None:
     """The emulated device lab: real sshd per device, the profile's RAM and CPU enforced by cgroups.
 
     \b
-    edgebench lab up                         # lab-pi4 (4 GiB) and lab-pizero (512 MiB)
+    edgebench lab up                # lab-pi4 (4 GiB) and lab-pizero (512 MiB)
     edgebench lab up --profile raspberry-pi-5-8gb --memory 2GiB
-    edgebench lab up --arch arm64            # lab-pi4-arm64: arm64 wheels under qemu emulation
-    edgebench lab up --no-python             # lab-pi4-nopy: a phone's shell tools only, no Python
-    edgebench deploy --device lab-pi4 --device lab-pizero --methods sgd,adamw,mezo
+    edgebench lab up --arch arm64   # lab-pi4-arm64: arm64 wheels under qemu
+    edgebench lab up --no-python    # lab-pi4-nopy: a phone's shell tools only
+    edgebench deploy --device lab-pi4 --device lab-pizero \\
+        --methods sgd,adamw,mezo
     edgebench collect && edgebench lab down
 
     Each device is its own sshd on a 127.0.0.1 port with its own host key (host-key checking

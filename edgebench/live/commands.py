@@ -34,10 +34,10 @@ def live_command(device: str | None, run_id: str | None, run_dir: str | None, ro
 
     \b
     Examples:
-      edgebench live                              # your newest run on this host
+      edgebench live                            # your newest run on this host
       edgebench live --dir ~/.local/share/edgebench/adamw-eager-0
-      edgebench live --device lab-pi4             # the device's sweep, run after run
-      edgebench live --device lab-pi4 --follow    # and every sweep after it
+      edgebench live --device lab-pi4           # its sweep, run after run
+      edgebench live --device lab-pi4 --follow  # and every sweep after it
       edgebench live --device lab-pi4 --run lora-eager-0
     """
     from edgebench.devices.transport import TransportError

@@ -77,4 +77,6 @@ def report_command(store_path: Path | None, device: str | None, model: str | Non
     except ReportError as exc:
         raise click.ClickException(str(exc)) from exc
     if said:
-        click.echo(said, err=fmt in ("csv", "json"))  # stdout may be the data itself
+        from edgebench.terminal import echo
+
+        echo(said, err=fmt in ("csv", "json"))  # stdout may be the data itself

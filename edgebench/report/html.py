@@ -122,10 +122,23 @@ def _fields_table(fields: list[Field], rows: list[dict[str, Any]]) -> str:
     return _wide(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
 
 
-def _run_id(run_id: str) -> str:
-    """A run id short (its first 8 characters), whole on hover."""
-    short = run_id if len(run_id) <= 10 else run_id[:8] + "…"
-    return f'<td class="text id" title="{escape(run_id)}">{escape(short)}</td>'
+def run_id_tails(run_ids: list[str]) -> dict[str, str]:
+    """Each run id by its last `-`-parts, as few as tell every run of the table apart
+    (`…a3f1`, or `…0800-sgd-0`), the same number for all: its head is the date and time, the
+    same for a whole sweep, and its device, model, method and backend have columns of their own.
+    An id no shorter tail tells apart is shown whole."""
+    ids = sorted(set(run_ids))
+    most = max((len(i.split("-")) for i in ids), default=1)
+    for k in range(1, most + 1):
+        tails = {i: "-".join(i.split("-")[-k:]) for i in ids}
+        if len(set(tails.values())) == len(ids):
+            return {i: tail if tail == i else "…" + tail for i, tail in tails.items()}
+    return {i: i for i in ids}
+
+
+def _run_id(run_id: str, tails: dict[str, str]) -> str:
+    """A run id by the tail that tells it apart (run_id_tails), whole on hover."""
+    return f'<td class="text id" title="{escape(run_id)}">{escape(tails.get(run_id, run_id))}</td>'
 
 
 def _by_device(groups: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -185,9 +198,10 @@ def render_html(report: Report, title: str = "edgebench report") -> str:
     columns = visible_columns(report.rows)
     head = "".join(f'<th class="{"est" if c.estimated else ""}">{escape(c.header)}</th>' for c in columns)
     body = []
+    tails = run_id_tails([cell(row, c) for row in report.rows for c in columns if c.key == "run_id"])
     for row in report.rows:
         cells = "".join(
-            _run_id(cell(row, c)) if c.key == "run_id" else
+            _run_id(cell(row, c), tails) if c.key == "run_id" else
             f'<td class="{"text" if c.fmt is str else ""}{" est" if c.estimated else ""}">{escape(cell(row, c))}</td>'
             for c in columns)
         css = "" if row.get("status") == "ok" else ' class="failed"'

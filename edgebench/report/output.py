@@ -37,8 +37,8 @@ def write_report(store_path: Path, device: str | None, model: str | None, fmt: s
                                baseline=baseline if study else None, interactive=fmt == "html")
     if not report.rows:
         asked = " and ".join(f"{k} {v!r}" for k, v in (("device", device), ("model", model)) if v)
-        raise ReportError(f"{store_path}: {f'no runs of {asked}' if asked else 'no runs yet'}; "
-                          "ingest some with `edgebench collect` or `edgebench ingest RUN_DIR`")
+        none = f"no runs of {asked}" if asked else "no runs yet"
+        raise ReportError(f"{store_path}: {none}; {_how_to_add(store_path)}")
     if fmt == "term":
         _print_terminal(report, study)
         return None
@@ -47,6 +47,17 @@ def write_report(store_path: Path, device: str | None, model: str | None, fmt: s
     lines = [said] if said else []
     lines += [printable(n, newlines=False) for n in report.unfinished]
     return "\n".join(lines) or None
+
+
+def _how_to_add(store_path: Path) -> str:
+    """The ways runs reach a store: a quick benchmark on this host, a device's sweep, run files."""
+    from edgebench.results import default_store
+
+    mine = store_path.expanduser().resolve() == default_store().expanduser().resolve()
+    into = "" if mine else f" (bench, collect and ingest with --store {store_path})"
+    return (f"add some{into}: `edgebench bench --device local --model tiny` (a quick benchmark of this host), "
+            "`edgebench deploy --device NAME` then `edgebench collect` (a device's sweep), or "
+            "`edgebench ingest RUN_DIR` (run directories copied by hand)")
 
 
 def _write(report: build.Report, fmt: str, out: Path | None, study: bool) -> str | None:
@@ -69,7 +80,7 @@ def _write(report: build.Report, fmt: str, out: Path | None, study: bool) -> str
 def _print_terminal(report: build.Report, study: bool) -> None:
     from edgebench.terminal import console as terminal
 
-    console = terminal()  # piped: tables as wide as their rows
+    console = terminal()  # piped: laid out for $COLUMNS, else 80 columns
     if study:
         from edgebench.report.study import study_terminal
 

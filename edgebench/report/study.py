@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections import Counter
 from typing import Any
 
 from rich.console import Group
@@ -94,11 +95,25 @@ def settings(rows: list[dict[str, Any]]) -> dict[Setting, list[dict[str, Any]]]:
 
 
 def unreached_notes(rows: list[dict[str, Any]]) -> list[str]:
-    """The configurations some of whose runs did not reach the target within their cap (steps or duration)."""
-    return [f"{r['device']} / {r['model']} / {r['method']} / {r['backend']}: {r['n'] - (r['reached'] or 0)} of "
-            f"{r['n']} runs did not reach {r['target']} within their cap of "
-            + (str(r["steps"]) if str(r["steps"]).endswith(" s") else f"{r['steps']} steps")
-            for r in rows if r.get("target") and (r["reached"] or 0) < r["n"]]
+    """The configurations some of whose runs did not reach the target: those that ran to their
+    cap (steps or duration) apart from those that ended before it (`interrupted at step 16`)."""
+    return [_unreached(r) for r in rows if r.get("target") and (r["reached"] or 0) < r["n"]]
+
+
+def _unreached(row: dict[str, Any]) -> str:
+    """`2 of 3 runs did not reach loss=1.0: 1 within its cap of 80 steps, 1 ended early (interrupted at step 16)`."""
+    cap = str(row["steps"]) if str(row["steps"]).endswith(" s") else f"{row['steps']} steps"
+    missed = row["n"] - (row["reached"] or 0)
+    early = row.get("ended_early") or []
+    capped = max(0, missed - len(early))
+    where = f"{row['device']} / {row['model']} / {row['method']} / {row['backend']}: {missed} of {row['n']} runs"
+    how = "; ".join(f"{n}x {s}" if n > 1 else s for s, n in Counter(early).items())
+    if not early:
+        return f"{where} did not reach {row['target']} within their cap of {cap}"
+    if not capped:
+        return f"{where} ended early, before reaching {row['target']} ({how}; their cap: {cap})"
+    return (f"{where} did not reach {row['target']}: {capped} within the cap of {cap}, {len(early)} ended early "
+            f"({how})")
 
 
 def setting_title(key: Setting, rows: list[dict[str, Any]]) -> str:

@@ -108,6 +108,10 @@ def group_runs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         group["device_ram_bytes"] = next((r.get("device_ram_bytes") for r in used if r.get("device_ram_bytes")), None)
         group["detail"] = next((r.get("detail") for r in members if r.get("status") != "ok" and r.get("detail")), None)
         group["reached"] = sum(1 for r in used if r.get("target_reached"))
+        # runs that ended before their cap without reaching the target: `interrupted at step 16`
+        group["ended_early"] = [
+            str(r.get("status")) + ("" if r.get("last_step") is None else f" at step {r['last_step']}")
+            for r in used if r.get("status") != "ok" and not r.get("target_reached")]
         group["target_reached"] = bool(group["target"]) and group["reached"] == len(used)  # every run reached it
         group["on_frontier"] = None
         out.append(group)

@@ -50,7 +50,7 @@ def ingest_command(run_dirs: tuple[Path, ...], device: str, store_path: Path | N
     Examples:
       edgebench ingest runs/adamw-eager-0
       edgebench ingest --device my-pi copied/sgd-eager-0
-      edgebench ingest runs/edgebench.duckdb     # merge a per-folder store into yours
+      edgebench ingest runs/edgebench.duckdb   # a per-folder store into yours
     """
     from edgebench.results.ingest import ingest_paths
 
@@ -99,9 +99,12 @@ def import_trace_command(csv_path: Path, device: str, store_path: Path | None, t
 
     \b
     Examples:
-      edgebench import-trace um34c.csv --device pi5 --time-col Timestamp --time-format iso \\
-          --voltage-col 'Voltage(mV)' --voltage-unit mV --current-col 'Current(mA)' --current-unit mA
-      edgebench import-trace plug.csv --device jetson --time-col ts --time-format ms --power-col watts
+      edgebench import-trace um34c.csv --device pi5 \\
+          --time-col Timestamp --time-format iso \\
+          --voltage-col 'Voltage(mV)' --voltage-unit mV \\
+          --current-col 'Current(mA)' --current-unit mA
+      edgebench import-trace plug.csv --device jetson \\
+          --time-col ts --time-format ms --power-col watts
     """
     from edgebench.results.external import CsvMapping
     from edgebench.results.store import Store

@@ -28,7 +28,7 @@ from edgebench.runner.native import backend_label
 # Column order of `edgebench report --format csv|json`.
 METRIC_COLUMNS = [
     "device", "run_id", "model", "method", "backend", "status", "detail", "batch_size", "steps", "text_length",
-    "image_size", "data", "steps_measured",
+    "image_size", "data", "steps_measured", "last_step",
     "peak_rss_bytes_sampled", "peak_rss_bytes_kernel", "cgroup_peak_bytes", "peak_mem_bytes",
     "predicted_peak_bytes_est", "predicted_peak_error_pct", "budget_bytes", "peak_of_budget", "device_ram_bytes",
     "device_ram_peak_bytes", "device_ram_limit_bytes", "device_ram_peak_what",
@@ -221,6 +221,7 @@ def run_metrics(store: Store, run: dict[str, Any]) -> dict[str, Any]:
     out["backend"] = backend_label(run.get("backend"), run.get("runtime"))
     out.update(run_shape(run))
     out["steps_measured"] = int(len(durations))
+    out["last_step"] = result.get("last_step")  # the last step it began: where a run that ended early stopped
     out["peak_rss_bytes_sampled"] = _finite_max(s["rss_bytes"]) or result.get("peak_rss_bytes_sampled")
     out["peak_rss_bytes_kernel"] = result.get("peak_rss_bytes_kernel")
     out["cgroup_peak_bytes"] = result.get("cgroup_peak_bytes") or _finite_max(s["cgroup_peak_bytes"])

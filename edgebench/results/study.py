@@ -66,6 +66,25 @@ def _energy(row: dict[str, Any], g: dict[str, Any], base: dict[str, Any] | None,
     row.update(zip((f"{name}_ratio{est}", f"{name}_ratio_min{est}", f"{name}_ratio_max{est}"), ratio))
 
 
+def _ended(groups: list[dict[str, Any]]) -> str:
+    """`1 oom, 2 interrupted`: how the groups' runs ended."""
+    statuses = sum((Counter(g["statuses"]) for g in groups), Counter[str]())
+    return ", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))
+
+
+def _no_baseline_note(where: str, baseline: str, members: list[dict[str, Any]]) -> str:
+    """Why a setting has no ratios: its baseline has no finished run. The --baseline it could
+    take instead are only the methods with a finished run there; where none has one, how to get one."""
+    finished = sorted({g["method"] for g in members if _finished(g)} - {baseline})
+    if not finished:
+        return (f"{where}: no finished run ({_ended(members)}): nothing to compare; a run that ends ok comes first "
+                f"(`edgebench bench --methods {baseline}` on this host, `edgebench deploy` then `edgebench collect` "
+                "on a device)")
+    mine = [g for g in members if g["method"] == baseline]
+    return (f"{where}: no finished {baseline} run to compare against" + (f" (its runs: {_ended(mine)})" if mine else "")
+            + f"; run it, or pass --baseline with a method that finished here: {', '.join(finished)}")
+
+
 def study_rows(groups: list[dict[str, Any]], baseline: str = "sgd") -> tuple[list[dict[str, Any]], list[str]]:
     """Rows of the study table (STUDY_COLUMNS) and notes on what could not be compared."""
     rows, notes = [], []
@@ -77,12 +96,7 @@ def study_rows(groups: list[dict[str, Any]], baseline: str = "sgd") -> tuple[lis
         base = next((g for g in members if g["method"] == baseline and _finished(g)), None)
         if base is None:
             where = f"{device} / {model} / {backend}" + (f" ({members[0]['shape']})" if members[0].get("shape") else "")
-            finished = sorted({g["method"] for g in members if _finished(g)})
-            statuses = sum((Counter(g["statuses"]) for g in members), Counter[str]())
-            notes.append(f"{where}: no finished {baseline} run to compare against (run it, or pass --baseline with "
-                         f"one of: {', '.join(finished)})" if finished else
-                         f"{where}: no finished run ({', '.join(f'{n} {s}' for s, n in sorted(statuses.items()))}): "
-                         "nothing to compare")
+            notes.append(_no_baseline_note(where, baseline, members))
         for g in members:
             row: dict[str, Any] = {"device": device, "model": model, "backend": backend, "method": g["method"],
                                    **{k: g.get(k) for k in SHAPE_KEYS}, "shape": g.get("shape"),
@@ -101,10 +115,10 @@ def study_rows(groups: list[dict[str, Any]], baseline: str = "sgd") -> tuple[lis
                 row.update(zip((f"{name}_ratio", f"{name}_ratio_min", f"{name}_ratio_max"), ratio))
             _energy(row, g, base, "energy_per_step_j", "energy")
             if g.get("target"):
-                row["reached"] = g["reached"]
+                row["reached"], row["ended_early"] = g["reached"], g.get("ended_early") or []
                 _energy(row, g, base, "energy_to_target_j", "energy_to_target")
             rows.append(row)
-    return [{k: r.get(k) for k in [*STUDY_COLUMNS, "shape"]} for r in rows], notes
+    return [{k: r.get(k) for k in [*STUDY_COLUMNS, "shape", "ended_early"]} for r in rows], notes
 
 
 def measured_to_target(runs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
