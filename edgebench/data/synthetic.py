@@ -144,7 +144,10 @@ def _samples(cfg: VLMConfig, seed: int, size: int) -> Iterator[Sample]:
         global_view = s["image"].reshape(3, tile, factor, tile, factor).mean(axis=(2, 4))
         ids, labels = assemble([(USER + image_ids(cfg, cfg.image_grid) + question + TURN_END + ASSISTANT, False),
                                 (answer + TURN_END, True)])
-        yield Sample(ids, labels, split_tiles(s["image"], tile, global_view))
+        sample = Sample(ids, labels, split_tiles(s["image"], tile, global_view))
+        del s, global_view  # the drawn image (2,048 px: 50 MB) is not kept while its views train
+        yield sample
+        del sample
 
 
 def synthetic_batches(cfg: VLMConfig, batch_size: int, text_length: int, seed: int,

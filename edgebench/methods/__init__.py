@@ -40,6 +40,10 @@ def make_trainer(method: Method | str, model: nn.Module, *, lr: float | None = N
     model.chunked_loss = method.chunked_loss  # type: ignore[assignment]  # torch types Module attributes as tensors/modules only
     model.view_by_view = method.view_by_view  # type: ignore[assignment]
     set_flash_attention(model, method.flash_attention)
+    if method.frozen_dtype in ("int8", "int4"):  # a frozen encoder block dequantises once for all its views
+        from edgebench.methods.int8 import held_dequantized
+
+        model.frozen_block_scope = held_dequantized  # type: ignore[assignment]
     if method.view_by_view:  # each view's freed activations leave the RSS instead of piling up in
         # glibc's heap (sgd over 10 views of 256 px: step peak 901 MiB without this, 512 with)
         from edgebench.methods.subsets import map_large_allocations

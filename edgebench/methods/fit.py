@@ -15,8 +15,8 @@ from edgebench.methods.knobs import PRESETS, Method, MethodError, parse_method
 if TYPE_CHECKING:
     from edgebench.model.config import VLMConfig
 
-# nanovlm-460m at nanoVLM main's 2048-px images (17 views, 1,137 decoder positions) inside a 1 GiB
-# cgroup (more than a 1 GiB board leaves a run: a 1.5 GiB board's budget); on nanovlm-222m, a 1 GiB board's:
+# nanovlm-460m at nanoVLM main's 2048-px images (17 views, 1,137 decoder positions): MeZO within
+# a 1 GiB board's budget, LoRA within a 1.5 GiB board's; nanovlm-222m: both within a 1 GiB board's.
 # LoRA on the decoder over int4 frozen weights (the encoder forward only, view by view), its
 # adapters in bf16 stepped by SGD inside backward (no optimizer state: AdamW's, and torch.optim's
 # import of torch._dynamo, put it at 1,045 MiB), and MeZO over LoRA adapters;

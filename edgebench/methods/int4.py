@@ -16,16 +16,27 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from edgebench.methods.int8 import DequantizedMatmul
+from edgebench.methods.int8 import Dequantized, DequantizedMatmul
 from edgebench.methods.knobs import MethodError
 
 GROUP = 64  # input weights per scale (as llama.cpp's / GPTQ's common group sizes 32-128)
-PACK_ROWS = 4096  # rows of a large weight packed at once
+# weights packed or dequantised at once: both make a few copies of the part, so a large weight
+# goes a few thousand rows at a time (nanovlm-460m's 12,288-wide projector packed whole: +130 MiB
+# at load; dequantised whole, 71 MB made at once against 47 in parts)
+PART_ELEMENTS = 4096 * 960
 HEAD_ROWS = 4096  # vocabulary rows of the tied head dequantised at once (7.5 MiB bf16 at 960 wide)
 
 
 def pack(weight: torch.Tensor, group: int = GROUP) -> tuple[torch.Tensor, torch.Tensor]:
-    """[out, in] float -> (uint8 codes [out, in / 2], bf16 scales [out, in / group])."""
+    """[out, in] float -> (uint8 codes [out, in / 2], bf16 scales [out, in / group]), PART_ELEMENTS at a time."""
+    rows = max(1, PART_ELEMENTS // weight.size(1))
+    parts = [_pack_rows(weight[start:start + rows], group) for start in range(0, weight.size(0), rows)]
+    if len(parts) == 1:
+        return parts[0]
+    return torch.cat([codes for codes, _ in parts]), torch.cat([scale for _, scale in parts])
+
+
+def _pack_rows(weight: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor]:
     out_features, in_features = weight.shape
     groups = weight.detach().float().reshape(out_features, in_features // group, group)
     scale = groups.abs().amax(dim=2).clamp(min=1e-12) / 7.0
@@ -41,20 +52,30 @@ def _byte_values(dtype: torch.dtype) -> torch.Tensor:
 
 
 def unpack(codes: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """The dequantised [out, in] weight in `dtype`. Each byte looks up its two values in a table
-    (one gather), 3.6x faster than unpacking nibbles and fixing signs tensor-wide, the same values:
-    dequantising was three quarters of an int4 layer's time on 1,024 positions."""
+    """The dequantised [out, in] weight in `dtype`, PART_ELEMENTS at a time written into its place."""
+    rows = max(1, PART_ELEMENTS // (2 * codes.size(1)))
+    if codes.size(0) <= rows:
+        return _unpack_rows(codes, scale, dtype)
+    weight = torch.empty(codes.size(0), 2 * codes.size(1), dtype=dtype)
+    for start in range(0, codes.size(0), rows):
+        weight[start:start + rows] = _unpack_rows(codes[start:start + rows], scale[start:start + rows], dtype)
+    return weight
+
+
+def _unpack_rows(codes: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Each byte looks up its two values in a table (one gather), 3.6x faster than unpacking
+    nibbles and fixing signs tensor-wide, the same values: dequantising was three quarters of an
+    int4 layer's time on 1,024 positions."""
     values = F.embedding(codes.to(torch.int32), _byte_values(dtype))  # [out, in / 2, 2]
     group = 2 * codes.size(1) // scale.size(1)
     return (values.reshape(scale.size(0), scale.size(1), group) * scale.to(dtype).unsqueeze(2)).reshape(
         codes.size(0), -1)
 
 
-class Int4Linear(nn.Module):
+class Int4Linear(Dequantized):
     """A frozen nn.Linear stored as packed int4 codes + bf16 group scales (buffers, never trained)."""
 
-    codes: torch.Tensor
-    scale: torch.Tensor
+    dequantize = staticmethod(unpack)
 
     def __init__(self, linear: nn.Linear, group: int = GROUP):
         super().__init__()
@@ -64,11 +85,6 @@ class Int4Linear(nn.Module):
         self.register_buffer("scale", scale)
         self.bias = None if linear.bias is None else nn.Parameter(
             linear.bias.detach().to(torch.bfloat16, copy=True), requires_grad=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y: torch.Tensor = DequantizedMatmul.apply(  # type: ignore[no-untyped-call]  # torch's Function.apply
-            x, self.codes, self.scale, unpack)
-        return y if self.bias is None else y + self.bias.to(y.dtype)
 
 
 class Int4Embedding(nn.Module):
@@ -82,10 +98,9 @@ class Int4Embedding(nn.Module):
         super().__init__()
         self.num_embeddings, self.embedding_dim = weight.shape
         size = group_size(self.embedding_dim, group)
-        # a few thousand rows at a time: packing works in fp32, and the whole table would be 188 MB
-        parts = [pack(weight[start:start + PACK_ROWS], size) for start in range(0, weight.size(0), PACK_ROWS)]
-        self.register_buffer("codes", torch.cat([codes for codes, _ in parts]))
-        self.register_buffer("scale", torch.cat([scale for _, scale in parts]))
+        codes, scale = pack(weight, size)  # in parts: the whole table in fp32 would be 188 MB
+        self.register_buffer("codes", codes)
+        self.register_buffer("scale", scale)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         rows = ids.reshape(-1)

@@ -8,7 +8,8 @@ so only the int8 codes and one scale per row stay resident.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -41,11 +42,49 @@ class DequantizedMatmul(torch.autograd.Function):
         return (grad.to(ctx.compute_dtype) @ weight).to(ctx.x_dtype), None, None, None
 
 
-class Int8Linear(nn.Module):
-    """A frozen nn.Linear stored as int8 codes + fp32 per-row scales (buffers, never trained)."""
+class Dequantized(nn.Module):
+    """A frozen linear whose weight is codes + scales, dequantised for each use (DequantizedMatmul);
+    inside `held_dequantized` it dequantises once and keeps that weight for every call until the
+    scope ends (a frozen encoder block run view by view: one dequantisation for 17 views)."""
 
     codes: torch.Tensor
     scale: torch.Tensor
+    bias: nn.Parameter | None
+    hold = False
+    held: torch.Tensor | None = None
+
+    dequantize: Dequantize  # each kind's own, a staticmethod (the function DequantizedMatmul calls again)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.hold and not x.requires_grad:  # nothing for backward: the held weight serves
+            dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else x.dtype
+            if self.held is None or self.held.dtype != dtype:
+                self.held = self.dequantize(self.codes, self.scale, dtype)
+            y = F.linear(x.to(dtype), self.held)
+        else:
+            y = DequantizedMatmul.apply(  # type: ignore[no-untyped-call]  # torch's Function.apply
+                x, self.codes, self.scale, self.dequantize)
+        return y if self.bias is None else y + self.bias.to(y.dtype)
+
+
+@contextmanager
+def held_dequantized(module: nn.Module) -> Iterator[None]:
+    """Within: each Dequantized layer of `module` dequantises once and reuses that weight; the
+    weights go when the scope ends."""
+    layers = [m for m in module.modules() if isinstance(m, Dequantized)]
+    for layer in layers:
+        layer.hold = True
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer.hold, layer.held = False, None
+
+
+class Int8Linear(Dequantized):
+    """A frozen nn.Linear stored as int8 codes + fp32 per-row scales (buffers, never trained)."""
+
+    dequantize = staticmethod(_dequantize)
 
     def __init__(self, linear: nn.Linear):
         super().__init__()
@@ -55,11 +94,6 @@ class Int8Linear(nn.Module):
         self.register_buffer("scale", scale)
         self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
         self.in_features, self.out_features = linear.in_features, linear.out_features
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y: torch.Tensor = DequantizedMatmul.apply(  # type: ignore[no-untyped-call]  # torch's Function.apply
-            x, self.codes, self.scale, _dequantize)
-        return y if self.bias is None else y + self.bias.to(y.dtype)
 
 
 def quantize_frozen_linears(model: nn.Module, skip: set[int], after_each: Callable[[], object] = lambda: None,

@@ -171,21 +171,20 @@ def _activations(cfg: VLMConfig, method: Method, batch: int, text_length: int) -
     elem = 2 if method.precision == "bf16" else 4
     micro = max(1, batch // method.accumulation)
     tiles = micro * cfg.n_tiles
-    # through the vision encoder at once: view-by-view, one a trained encoder, a few a frozen one
-    from edgebench.model.vision_language_model import FROZEN_VIEWS
-
+    # through the vision encoder at once: every view, or one under view-by-view
     recomputed = method.view_by_view and method.uses_backward and not method.vision_frozen
-    views = tiles if not method.view_by_view else 1 if recomputed else min(FROZEN_VIEWS, tiles)
+    views = tiles if not method.view_by_view else 1
     blocks = _block_activation_elements(cfg, micro, text_length, views, method.flash_attention)
     n = (cfg.vit_img_size // cfg.vit_patch_size) ** 2
     seq = cfg.sequence_length(text_length)
     # The head runs on every position of input_ids but the last (v0.1: the image prefix skipped);
-    # chunked-ce projects a chunk of the labelled positions at a time (edgebench.model.loss).
+    # chunked-ce projects a chunk of the labelled positions at a time (edgebench.model.loss), and
+    # only text is labelled: at most text_length rows.
     head_positions = (seq if cfg.image_splitting else text_length) - 1
     if method.chunked_loss:
         from edgebench.model.loss import CHUNK_ROWS
 
-        head_positions = min(head_positions, CHUNK_ROWS)
+        head_positions = min(head_positions, text_length, CHUNK_ROWS)
     logits = 4 * micro * head_positions * cfg.lm_vocab_size  # fp32 (autocast keeps CE in fp32)
     # Attention probabilities of one block (the largest tensor in it): the forward holds the
     # scores and their softmax at once, the backward the kept softmax, its gradient and the
@@ -196,9 +195,21 @@ def _activations(cfg: VLMConfig, method: Method, batch: int, text_length: int) -
     vit_scores = scores * views * cfg.vit_n_heads * n * n
     lm_scores = scores * micro * cfg.lm_n_heads * seq * seq
     # A frozen or gradient-free encoder under view-by-view runs before the decoder holds anything
-    # (its views' temporaries are a phase of their own); otherwise the largest block's are counted.
+    # (a phase of its own); otherwise the largest block's temporaries are counted. That phase runs
+    # block by block (ViT.views_block_by_block): every view's hidden state, one view's block
+    # temporaries, and the block's frozen int8/int4 weights dequantised once for all the views.
+    # The projector's frozen layer dequantises once too, as the first view leaves the encoder.
     vision_apart = method.view_by_view and not recomputed
-    vit_phase = elem * (blocks["vit"] + vit_scores) if vision_apart else 0
+    packed = method.frozen_dtype in ("int8", "int4")
+    held = elem * 4 * cfg.vit_hidden_dim * (cfg.vit_hidden_dim + cfg.vit_inter_dim // 2) if packed else 0  # qkv, out, MLP
+    projector = cfg.vit_hidden_dim * cfg.mp_pixel_shuffle_factor**2 * cfg.lm_hidden_dim
+    dequantised = DEQUANT_TEMPORARY_BYTES_PER_WEIGHT_EST.get(method.frozen_dtype, 0) * projector
+    if method.frozen_dtype == "int4":  # the weight, then its parts' temporaries one part at a time
+        from edgebench.methods.int4 import PART_ELEMENTS
+
+        dequantised = elem * projector + DEQUANT_TEMPORARY_BYTES_PER_WEIGHT_EST["int4"] * min(projector, PART_ELEMENTS)
+    vit_phase = elem * tiles * blocks["vit_input"] + max(elem * (blocks["vit"] + vit_scores) + held, dequantised) \
+        if vision_apart else 0
     largest_block = elem * (blocks["lm"] if vision_apart else max(blocks["vit"], blocks["lm"]))
     attention = elem * (lm_scores if vision_apart else max(vit_scores, lm_scores))
     transient = largest_block + 2 * logits
@@ -227,15 +238,16 @@ def _activations(cfg: VLMConfig, method: Method, batch: int, text_length: int) -
     return kept, max(transient, vit_phase - kept)
 
 
-def _dequantised_block(params: Iterable[_Param], method: Method, per_layer: bool = False) -> int:
+def _dequantised_block(params: Iterable[_Param], method: Method, per_layer: bool = False,
+                       skip: tuple[str, ...] = ()) -> int:
     """Bytes the dequantisation of one block's frozen int8/int4 linears makes and frees (the
-    largest block's; `per_layer`: the largest layer's)."""
+    largest block's; `per_layer`: the largest layer's), of the parameters not named `skip...`."""
     from edgebench.methods.int4 import HEAD_ROWS
 
     per_weight = DEQUANT_TEMPORARY_BYTES_PER_WEIGHT_EST.get(method.frozen_dtype, 0)
     blocks: dict[str, int] = {}
     for p in params:
-        if p.packed:
+        if p.packed and not p.name.startswith(skip):
             block = p.name if per_layer else re.sub(r"(\.\d+)\..*$", r"\1", p.name)  # up to the block's index
             # the tied int4 head dequantises HEAD_ROWS vocabulary rows at a time
             numel = min(p.numel, HEAD_ROWS * p.shape[1]) if "token_embedding" in p.name else p.numel
@@ -302,7 +314,7 @@ def _load_peak(params: tuple[_Param, ...], method: Method, weights: int, cfg: VL
     largest_frozen = max((p.numel for p in params if p.packed and "token_embedding" not in p.name), default=0)
     if _streamed(method):  # each module made in its final dtype; a frozen linear then packed:
         # its bf16 weight, fp32 groups, codes; the tied embedding is packed last, from bf16, a few
-        # thousand rows at a time (int4.PACK_ROWS)
+        # thousand rows at a time (int4.PART_ELEMENTS)
         embedding = max((2 * p.numel for p in params if p.packed and "token_embedding" in p.name), default=0)
         return libraries + weights + max(6 * largest_frozen, embedding)
     build = 2 if method.frozen_dtype != "fp32" or method.trained_dtype != "fp32" else 4
@@ -354,9 +366,11 @@ def predict(cfg: VLMConfig | str, method: Method | str, batch_size: int, text_le
         # a forward-only step peaks inside a layer: its dequantised weight beside the block's
         # temporaries, one layer at a time (measured, 1 GiB lab devices: nanovlm-460m VLM_1GIB_MEZO
         # 871 MiB, 767 predicted without this term; nanovlm-222m's 451 MiB, 503 predicted when
-        # the term counted a whole vision block)
-        temporaries += int(RESTORE_RECORD_BYTES_PER_WEIGHT_EST * n_trainable) + _dequantised_block(params, method,
-                                                                                                  per_layer=True)
+        # the term counted a whole vision block). Under view-by-view the encoder's and projector's
+        # are counted in their own phase (_activations).
+        apart = ("vision_encoder.", "MP.") if method.view_by_view else ()
+        temporaries += int(RESTORE_RECORD_BYTES_PER_WEIGHT_EST * n_trainable) + _dequantised_block(
+            params, method, per_layer=True, skip=apart)
     if method.grad_mode == "forward-mode":
         temporaries *= 2  # every forward temporary carries its tangent
     if method.uses_backward:
@@ -365,7 +379,11 @@ def predict(cfg: VLMConfig | str, method: Method | str, batch_size: int, text_le
     churned = activations + temporaries - records
     if method.uses_backward and (method.fused_update or opt.update_in_backward):
         churned += grad_elem * n_trainable  # each gradient made and freed inside backward
-    allocator = max(int(ALLOCATOR_RETAINED_FRACTION_EST * churned), _dequantised_block(params, method))
+    # A forward-only step under view-by-view dequantises each frozen layer once, between no kept
+    # activations: no block-sized holes (nanovlm-460m VLM_1GIB_MEZO: 26 MiB free in glibc's heap
+    # after a step, mallinfo2).
+    holes = 0 if method.grad_mode == "zeroth-order" and method.view_by_view else _dequantised_block(params, method)
+    allocator = max(int(ALLOCATOR_RETAINED_FRACTION_EST * churned), holes)
     dynamo = TORCH_DYNAMO_BYTES_EST if _imports_dynamo(method) else 0
     baseline = RUNTIME_BASELINE_BYTES_EST + dynamo + sum(LIBRARY_BASELINE_BYTES_EST[lib] for lib in _libraries(method))
     if method.uses_backward:
@@ -374,7 +392,8 @@ def predict(cfg: VLMConfig | str, method: Method | str, batch_size: int, text_le
     # images: 17 x 3 x 512 x 512, 51 MiB), token ids, labels and mask
     batch = batch_size * (4 * cfg.n_tiles * 3 * cfg.vit_img_size**2 + 3 * 8 * text_length)
     train_peak = baseline + weights + gradients + state + activations + temporaries + allocator + batch
-    load_peak = RUNTIME_BASELINE_BYTES_EST + dynamo + _load_peak(params, method, weights, cfg)
+    # the first batch is made before the model (edgebench.runner.worker) and alive while it loads
+    load_peak = RUNTIME_BASELINE_BYTES_EST + dynamo + _load_peak(params, method, weights, cfg) + batch
     return {
         "weights_bytes": weights,
         "gradients_bytes": gradients,

@@ -175,6 +175,7 @@ def train(spec: RunSpec, events: TraceWriter, out: str = ".") -> int:
         begin = time.monotonic_ns()
         events.write({"t_ns": begin, "event": "step_begin", "step": step, "phase": phase})
         loss = float(backend.step(batch))
+        del batch  # its pixels are not kept while the next batch is made (17 views: 51 MB)
         end = time.monotonic_ns()
         events.write({"t_ns": end, "event": "step_end", "step": step, "phase": phase,
                       "loss": loss, "duration_s": (end - begin) / 1e9, **gpu_memory()})
