@@ -18,7 +18,8 @@ edgebench writes or reads:
 All raise `UnsafeName` (a ValueError) naming what was refused and the rule, in one line.
 
 A record read from such a file is checked once, where it is read, against its one typed
-definition (result.json's `end`: `edgebench.figures.run_end.RunEnd`); a field of the wrong type,
+definition (result.json's `end`: `edgebench.figures.run_end.RunEnd`; meta.json:
+`edgebench.figures.run_meta.RunMeta`); a field of the wrong type,
 out of its range or too long raises `BadRecord` (a ValueError), one line naming the file, the
 record and the field.
 

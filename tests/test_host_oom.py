@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 
 from edgebench.figures.run_end import RunEnd
+from edgebench.figures.run_meta import KEYS as META_KEYS
+from edgebench.figures.run_meta import RunMeta
 from edgebench.figures.status import host_oom, run_status
 from edgebench.runner import sweep
 from edgebench.runner.spec import RunSpec
@@ -247,6 +249,9 @@ def test_the_shell_sweep_writes_the_same_end_facts_and_waits_for_the_memory(tmp_
     assert set(written) == python_end_keys(tmp_path) == {f.name for f in dataclasses.fields(RunEnd)}
     end = RunEnd.from_json(written, str(result))
     assert end.exit_signal == signal.SIGKILL and end.kernel_oom is end.kernel_oom_constraint is None
+    meta_path = sweep_dir / "runs" / "a" / "meta.json"  # meta.json too: RunMeta's keys, every one of them
+    meta = json.loads(meta_path.read_text())
+    assert set(meta) == set(META_KEYS) and RunMeta.from_json(meta, str(meta_path)).to_json() == meta
     assert end.mem_available_low_bytes == 10240 * 1024
     waited = float((ok / "started").read_text()) - float(done_a.read_text())
     assert 1.5 <= waited < 10, waited

@@ -30,7 +30,7 @@ PID = 4242
 # what sweep.sh runs besides its shell's builtins; under mksh they come from toybox, as on Android
 # (Debian's toybox 0.8.9 lacks tr, which Android's has: busybox's stands in)
 TOOLS = ("cat", "date", "sleep", "sed", "grep", "tr", "mv", "rm", "mkdir", "kill", "uname", "tail", "sort", "getconf",
-         "cp", "rmdir", "printf", "sh")
+         "cp", "rmdir", "printf", "od", "sh")
 
 
 def android_tools(folder: Path) -> str:

@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 import numpy as np
 import pytest
 
+from edgebench.figures.run_meta import RunMeta
 from edgebench.results.alignment import fit_probes
 from edgebench.results.energy import window_energy_j
 from edgebench.results.external import CsvMapping
@@ -30,7 +31,7 @@ def test_alignment_recovers_offset_and_drift_and_drops_slow_probes():
     rtts = np.where(slow, rng.uniform(150, 900, 40), fast).tolist()
     asym = np.where(slow, 0.95, rng.uniform(0.3, 0.7, 40)).tolist()  # slow trips are also lopsided
     probes = probes_for(run, offset, drift, ref, times, rtts, asym)
-    meta = run.meta()
+    meta = RunMeta.from_json(run.meta(), "meta.json")
 
     a = fit_probes(probes, meta=meta)
     assert a.source == "probes" and a.probes_discarded == int(slow.sum()) and a.probes_used == 40 - int(slow.sum())
@@ -46,7 +47,7 @@ def test_alignment_recovers_offset_and_drift_and_drops_slow_probes():
 def test_alignment_ignores_probes_from_another_boot_and_falls_back_to_meta(tmp_path):
     run = FakeRun()
     other_boot = probes_for(FakeRun(boot_wall_ns=run.boot_wall_ns + 86_400 * 10**9), 10**9, 0.0, 0, [0, 1], [1, 1])
-    assert fit_probes(other_boot, meta=run.meta()) is None
+    assert fit_probes(other_boot, meta=RunMeta.from_json(run.meta(), "meta.json")) is None
     with Store(tmp_path / "s.duckdb") as store:
         store.ingest_run(run.write(tmp_path / "src"), device="pi")
         store.add_clock_probes("pi", other_boot)

@@ -47,13 +47,24 @@ def shell_functions(*names: str) -> str:
     return "".join(m[0] for m in found if m)
 
 
-def shell_end(shell: str, tmp_path: Path, variables: str, events: bool = False) -> dict:
-    """sweep.sh's end_json run in `shell` with the run's variables set as run_one sets them."""
+def run_shell(shell: str, tmp_path: Path, script: str) -> bytes:
+    """`script` run in `shell` (mksh with toybox's tools as its whole PATH, as on Android): its stdout."""
     if shutil.which(SHELLS[shell][0]) is None:
         pytest.fail(f"{SHELLS[shell][0]} is not installed: scripts/setup.sh installs it (apt)")
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = android_tools(tmp_path / "android-bin") if shell == "mksh" else None
+    done = subprocess.run([shutil.which(SHELLS[shell][0]) or "", *SHELLS[shell][1:], "-c", script],
+                          capture_output=True, timeout=30, env={"PATH": path} if path else None)
+    assert done.returncode == 0 and not done.stderr, done.stderr
+    return done.stdout
+
+
+def shell_end(shell: str, tmp_path: Path, variables: str, events: bool = False,
+              log: bytes = b'loading\n\tthe plan said "no" \\ here\nKilled\n') -> dict:
+    """sweep.sh's end_json run in `shell` with the run's variables set as run_one sets them."""
     run = tmp_path / shell / "run"
     run.mkdir(parents=True)
-    (run / "worker.log").write_text('loading\n\tthe plan said "no" \\ here\nKilled\n')
+    (run / "worker.log").write_bytes(log)
     if events:
         (run / "events.jsonl").write_text('{"t_ns": 1, "event": "load_begin"}\n')
     cgroup = tmp_path / shell / "cg"
@@ -61,11 +72,7 @@ def shell_end(shell: str, tmp_path: Path, variables: str, events: bool = False) 
     (cgroup / "memory.events").write_text("low 0\nhigh 0\nmax 4\noom 3\noom_kill 3\n")
     script = (shell_functions("json_text", "json_or_null", "bytes_of_kb", "oom_kills", "end_json")
               + f"RUN={run}; MEM_CG={cgroup}; {variables}\nend_json\n")
-    path = android_tools(tmp_path / "android-bin") if shell == "mksh" else None
-    done = subprocess.run([shutil.which(SHELLS[shell][0]) or "", *SHELLS[shell][1:], "-c", script],
-                          capture_output=True, text=True, timeout=30, env={"PATH": path} if path else None)
-    assert done.returncode == 0 and not done.stderr, done.stderr
-    return json.loads(done.stdout)
+    return json.loads(run_shell(shell, tmp_path / shell, script).decode())  # strict UTF-8, as Python reads it
 
 
 # --- one key set for both writers -------------------------------------------------------------
@@ -100,6 +107,35 @@ def test_the_supervisors_record_is_the_model_and_reads_back(tmp_path):
     assert (end.worker_peak_bytes, end.worker_peak_from) == (300 * MIB, "ru_maxrss")
     assert end.to_json() == written
     assert json.loads((tmp_path / "py" / "result.json").read_text())["end"] == written
+
+
+# --- any bytes in worker.log: valid JSON ---------------------------------------------------------
+
+# An ANSI colour and a title sequence, C0 controls, DEL, a quote, a backslash, printf's '%', UTF-8
+# of 2, 3 and 4 bytes, and bytes that are not UTF-8: a stray continuation, 0xff, an overlong NUL,
+# a surrogate, a sequence cut short at the end
+HOSTILE_LOG = (b'step 1 \x1b[31mred\x1b[0m \x1b]0;title\x07 \x01\x02\x1f \x7f "quoted" back\\slash %d %s %%\n'
+               b'\ttab\rcr \xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 bad \x80 \xff \xc0\x80 \xed\xa0\x80 cut \xe2\x82')
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_json_text_writes_valid_json_of_any_bytes(tmp_path, shell):
+    """sweep.sh's json_text escapes every byte below 0x20 (and DEL), quotes and backslashes, keeps
+    UTF-8 and replaces what is not UTF-8 as Python's "replace" does: json.loads reads back the text."""
+    (tmp_path / "log").write_bytes(HOSTILE_LOG)
+    out = run_shell(shell, tmp_path, shell_functions("json_text") + f'json_text "$(cat {tmp_path / "log"})"\n')
+    assert all(b >= 0x20 and b != 0x7f for b in out), out  # every control character escaped
+    assert json.loads(out.decode()) == HOSTILE_LOG.decode("utf-8", "replace")
+    assert json.loads(run_shell(shell, tmp_path / "empty", shell_functions("json_text") + "json_text ''\n")) == ""
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_worker_log_of_any_bytes_leaves_result_json_valid(tmp_path, shell):
+    """A worker that wrote escape sequences and bytes that are not UTF-8 before it wrote any event:
+    end_json's record is valid JSON and RunEnd reads its log tail back, the bad bytes replaced."""
+    end = shell_end(shell, tmp_path, "RC=1; TIMED_OUT=''; STOPPED=''; OOM_BEFORE=''; HWM_KB=''; LOW_KB=''; "
+                                     "USED_AT_LOW=''; LIMIT=''", log=HOSTILE_LOG)
+    assert RunEnd.from_json(end, "end_json").worker_log_tail == HOSTILE_LOG.decode("utf-8", "replace")
 
 
 # --- records written before: the old key names ------------------------------------------------

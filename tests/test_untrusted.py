@@ -410,6 +410,7 @@ def test_report_and_live_show_device_strings_without_escapes(tmp_path, edgebench
 
     from rich.console import Console
 
+    from edgebench.figures.run_meta import RunMeta
     from edgebench.live.state import LiveState
     from edgebench.live.view import render
     from results_fixtures import FakeRun
@@ -424,7 +425,7 @@ def test_report_and_live_show_device_strings_without_escapes(tmp_path, edgebench
                              cwd=tmp_path, capture_output=True, text=True, timeout=120)  # a real terminal
         assert "sgd" in out.stdout and "pwned" not in out.stdout  # the title sequence is gone whole
         assert "\x1b]" not in out.stdout and "\x07" not in out.stdout and "[2J" not in out.stdout
-    meta = {**json.loads((run / "meta.json").read_text()), "run_id": HOSTILE}
+    meta = RunMeta.from_json({**json.loads((run / "meta.json").read_text()), "run_id": HOSTILE}, "meta.json")
     state = LiveState(source=str(run), meta=meta, result={**result, "detail": HOSTILE, "status": HOSTILE},
                       errors=[HOSTILE])
     buffer = io.StringIO()
@@ -460,7 +461,7 @@ def test_report_charts_draw_device_strings_printable_and_short(tmp_path, edgeben
 
     from results_fixtures import FakeRun
 
-    method = HOSTILE + "x" * 100_000
+    method = HOSTILE + "x" * 10_000  # far past a chart's width (more than RunMeta's 16,384 is refused at ingest)
     run = FakeRun(run_id="r1", method=method).write(tmp_path / "src")
     assert edgebench_here("ingest", str(run), "--store", "s.duckdb", cwd=tmp_path).returncode == 0
     for args in (["--format", "png", "--out", "figs"], ["--format", "html", "--out", "r.html"], []):

@@ -129,6 +129,7 @@ NO_PYTHON_TOOLS = (
     "mkdir",
     "mv",
     "nohup",
+    "od",
     "printf",
     "rm",
     "rmdir",

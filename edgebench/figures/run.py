@@ -16,6 +16,7 @@ from edgebench.figures.cpu import DEFAULT_CLOCK_TICKS, cpu_share
 from edgebench.figures.learning import learning_figures, memory_apart
 from edgebench.figures.memory import WORKER_RSS, device_ram
 from edgebench.figures.run_end import RunEnd, result_end
+from edgebench.figures.run_meta import RunMeta, run_meta_of
 from edgebench.figures.samples import raw_columns, read_columns, sample_figures
 from edgebench.figures.status import run_status, signal_name
 from edgebench.figures.steps import samples_per_s, step_statistics
@@ -68,11 +69,11 @@ def _kernel_peak(raw: dict[str, Any], end: RunEnd | None, events: list[dict[str,
     return raw.get("peak_rss_bytes_kernel"), WORKER_RSS  # a run recorded before raw end facts
 
 
-def not_deployed(meta: dict[str, Any]) -> str | None:
+def not_deployed(meta: RunMeta) -> str | None:
     """Why the native worker that ran is not the one deployed (a file of its bundle with another
     sha256 when the run read it, meta.json `ran`, than bundle.json says), with the fix; None."""
-    deployed = (meta.get("native_worker") or {}).get("files") or {}
-    ran = meta.get("ran") or {}
+    deployed = (meta.native_worker or {}).get("files") or {}
+    ran = meta.ran or {}
     differ = sorted(name for name, digest in deployed.items() if ran.get(f"worker/{name}") not in (None, digest))
     if not differ:
         return None
@@ -80,13 +81,14 @@ def not_deployed(meta: dict[str, Any]) -> str | None:
             "started; its figures are not the deployed worker's: deploy again")
 
 
-def run_figures(meta: dict[str, Any], raw: dict[str, Any], end: RunEnd | None, events: list[dict[str, Any]],
+def run_figures(meta: RunMeta, raw: dict[str, Any], end: RunEnd | None, events: list[dict[str, Any]],
                 columns: dict[str, np.ndarray], shared_host: bool = False) -> dict[str, Any]:
-    """result.json's figures (docs/figures.md) from the run's raw records: `raw` the result as read,
-    `end` its end record as parsed where it was read (`run_end.result_end`). A result without raw
-    end facts (a cut-off attempt, a run recorded before them) keeps the status it states."""
-    spec = meta.get("spec") or {}
-    readings = meta.get("readings") or {}
+    """result.json's figures (docs/figures.md) from the run's raw records: `meta` and `raw` (the
+    result as read) with its `end` record, each parsed where it was read (`run_meta.RunMeta`,
+    `run_end.result_end`). A result without raw end facts (a cut-off attempt, a run recorded
+    before them) keeps the status it states."""
+    spec = meta.spec
+    readings = meta.readings or {}
     if end is not None:
         status, detail = run_status(end, events)
     else:
@@ -99,17 +101,16 @@ def run_figures(meta: dict[str, Any], raw: dict[str, Any], end: RunEnd | None, e
     predicted = next((e.get("memory") for e in events if e.get("event") == "predicted"), None)
     kernel, kernel_what = _kernel_peak(raw, end, events)
     _, account = sample_figures(columns, readings, spec)
-    facts = meta.get("device") or {}
     batch = spec.get("batch_size") or 1
     figures = {
         **{k: v for k, v in raw.items() if k not in ("end", "cpu_start", "cpu_end")},
         "status": status,
         "detail": detail,
-        "run_id": raw.get("run_id") or meta.get("run_id"),
+        "run_id": raw.get("run_id") or meta.run_id,
         "model": spec.get("checkpoint") or spec.get("model") or raw.get("model"),
         "method": spec.get("method") or raw.get("method"),
         "backend": spec.get("backend") or raw.get("backend"),
-        "runtime": meta.get("runtime") or raw.get("runtime"),
+        "runtime": meta.runtime or raw.get("runtime"),
         "batch_size": batch,
         "recorded_by": readings.get("recorded_by") or raw.get("recorded_by") or raw.get("written_by"),
         "exit_code": end.exit_code if end is not None else raw.get("exit_code"),
@@ -121,15 +122,15 @@ def run_figures(meta: dict[str, Any], raw: dict[str, Any], end: RunEnd | None, e
         "cpu": cpu_share(raw.get("cpu_start"), raw.get("cpu_end"),
                          readings.get("clock_ticks") or DEFAULT_CLOCK_TICKS) or raw.get("cpu"),
         # a run recorded before raw readings keeps the memory figures its device made (below)
-        **(memory_figures(columns, facts.get("mem_total_bytes"), shared_host) if "readings" in meta else {}),
+        **(memory_figures(columns, meta.device.mem_total_bytes, shared_host) if meta.recorded_raw else {}),
         "peak_rss_bytes_kernel": kernel,
         "peak_rss_kernel_what": kernel_what,
         "predicted_peak_bytes_est": (predicted or {}).get("peak_bytes"),
         **budget_figures(spec, kernel),
         # a run recorded before raw readings said what its power covers in its sampler's summary
-        "power": account if "readings" in meta else {**account, **(raw.get("sampler") or {})},
+        "power": account if meta.recorded_raw else {**account, **(raw.get("sampler") or {})},
     }
-    if "readings" not in meta:  # recorded before raw readings: the figures its device made stand
+    if not meta.recorded_raw:  # recorded before raw readings: the figures its device made stand
         figures.update({k: v for k, v in raw.items() if v is not None and k not in ("power", "cpu_start", "cpu_end")})
     return figures
 
@@ -175,13 +176,15 @@ def run_events(run_dir: Path) -> list[dict[str, Any]]:
 
 def figures_of_run_dir(run_dir: str | Path, shared_host: bool = False) -> dict[str, Any] | None:
     """The figures of a run directory read from its own files (None before result.json exists);
-    `bench` shows these for the runs it just made. A bad end record raises untrusted.BadRecord."""
+    `bench` shows these for the runs it just made. A bad meta.json or end record raises
+    untrusted.BadRecord."""
     path = Path(run_dir)
-    raw, meta = read_json(path / "result.json"), read_json(path / "meta.json") or {}
+    raw = read_json(path / "result.json")
     if raw is None:
         return None
+    meta = run_meta_of(read_json(path / "meta.json"), str(path / "meta.json"))
     trace = read_trace(path / "events.jsonl")
-    numbers, texts = raw_columns(meta.get("readings") or {})
+    numbers, texts = raw_columns(meta.readings or {})
     events = trace.records + read_trace(path / HOST_EVALS).records
     end = result_end(raw, str(path / "result.json"))
     figures = run_figures(meta, raw, end, events, read_columns(path / "samples.jsonl", numbers, texts), shared_host)

@@ -285,7 +285,7 @@ def _ingest(out: Collected, local_root: Path, store_path: Path) -> None:
             try:
                 store.ingest_run(local_root / out.device / rid, device=out.device, expect_run_id=rid)
                 out.ingested.append(rid)
-            except (UnsafeName, BadRecord) as exc:  # meta.json names another run or a path; a bad end record
+            except (UnsafeName, BadRecord) as exc:  # meta.json names another run or a path; a bad record
                 out.refused[rid] = str(exc)
             except Exception as exc:  # a run that has not written meta.json yet is not an error
                 out.not_ingested[rid] = f"{type(exc).__name__}: {exc}"

@@ -9,6 +9,7 @@ from typing import Any
 from edgebench.figures.memory import device_ram
 from edgebench.figures.run import run_figures
 from edgebench.figures.run_end import RunEnd, result_end
+from edgebench.figures.run_meta import RunMeta
 from edgebench.figures.samples import FIGURE_COLUMNS, columns_of, raw_columns, sample_figures
 from edgebench.figures.steps import step_statistics
 from edgebench.live.follow import Update
@@ -22,7 +23,7 @@ WINDOW = 40  # raw samples the live figures are made from (rates need the readin
 class LiveState:
     source: str = ""
     device: str | None = None
-    meta: dict[str, Any] | None = None
+    meta: RunMeta | None = None  # meta.json, checked once as it arrived
     result: dict[str, Any] | None = None
     end: RunEnd | None = None  # result.json's end record, checked once as it arrived
     figures: dict[str, Any] | None = None  # once result.json is there: the run's figures, as the store makes them
@@ -44,7 +45,10 @@ class LiveState:
 
     def apply(self, up: Update) -> None:
         if up.meta is not None:
-            self.meta = up.meta
+            try:
+                self.meta = RunMeta.from_json(up.meta, f"{self.source}/meta.json")
+            except BadRecord as exc:  # shown as the view's note; the run is followed without its facts
+                self.follow_error = str(exc)
         if up.result is not None:
             try:
                 self.end = result_end(up.result, f"{self.source}/result.json")
@@ -59,9 +63,9 @@ class LiveState:
         for ev in up.events:
             self._event(ev)
         if self.result is not None and (up.result or up.samples or up.events):
-            readings = (self.meta or {}).get("readings") or {}
-            self.figures = run_figures(self.meta or {}, self.result, self.end, self.events,
-                                       columns_of(self.samples, *raw_columns(readings)), self.device == "local")
+            meta = self.meta or RunMeta(recorded_raw=False)  # no meta.json read: as a run recorded before it
+            self.figures = run_figures(meta, self.result, self.end, self.events,
+                                       columns_of(self.samples, *raw_columns(self.readings)), self.device == "local")
 
     def _sample(self, rec: dict[str, Any]) -> None:
         self.samples_seen += 1
@@ -79,8 +83,8 @@ class LiveState:
 
     def _figures_now(self) -> dict[str, float]:
         """The figures of the latest sample, made by the host's functions from the recent raw ones."""
-        readings = (self.meta or {}).get("readings") or {}
-        columns, _ = sample_figures(columns_of(self.samples[-WINDOW:], *raw_columns(readings)), readings, self.spec)
+        columns, _ = sample_figures(columns_of(self.samples[-WINDOW:], *raw_columns(self.readings)), self.readings,
+                                    self.spec)
         latest = {key: float(columns[key][-1]) for key in FIGURE_COLUMNS if len(columns[key])}
         return {key: value for key, value in latest.items() if value == value}  # NaN: not read at this sample
 
@@ -105,11 +109,16 @@ class LiveState:
     # ---- derived figures -----------------------------------------------------------
     @property
     def spec(self) -> dict[str, Any]:
-        return (self.meta or {}).get("spec") or {}
+        return self.meta.spec if self.meta is not None else {}
+
+    @property
+    def readings(self) -> dict[str, Any]:
+        """Where the run's readings come from (meta.json `readings`; {} before it says)."""
+        return (self.meta.readings if self.meta is not None else None) or {}
 
     @property
     def run_id(self) -> str:
-        return str((self.meta or {}).get("run_id") or (self.result or {}).get("run_id") or "?")
+        return str((self.meta.run_id if self.meta is not None else None) or (self.result or {}).get("run_id") or "?")
 
     @property
     def finished(self) -> bool:
@@ -124,7 +133,8 @@ class LiveState:
         """The device's RAM in use now, against the limit that applies to it (edgebench.figures.memory.device_ram)."""
         s = self.last_sample
         return device_ram(s.get("cgroup_usage_bytes"), s.get("cgroup_limit_bytes"),
-                          ((self.meta or {}).get("device") or {}).get("mem_total_bytes"), s.get("mem_available_bytes"),
+                          self.meta.device.mem_total_bytes if self.meta is not None else None,
+                          s.get("mem_available_bytes"),
                           shared_host=self.device == "local")
 
     @property

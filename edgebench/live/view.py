@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from edgebench.figures.memory import WORKER_RSS
+from edgebench.figures.run_meta import RunMeta
 from edgebench.live.state import LiveState
 from edgebench.untrusted import printable
 
@@ -132,12 +133,12 @@ def _cpu_text(cpu: dict[str, Any]) -> str:
 NOT_REPRESENTATIVE = "(not representative: emulated)"
 
 
-def _emulator(meta: dict[str, Any] | None) -> str | None:
+def _emulator(meta: RunMeta | None) -> str | None:
     """The emulator the run's python ran under (the arm64 lab), from meta.json."""
-    return ((meta or {}).get("device") or {}).get("emulator")
+    return None if meta is None else meta.device.emulator
 
 
-def summary(result: dict[str, Any], meta: dict[str, Any] | None = None) -> Table:
+def summary(result: dict[str, Any], meta: RunMeta | None = None) -> Table:
     """The run's figures (edgebench.figures.run.run_figures, as the store and report make them)."""
     t = Table.grid(padding=(0, 2))
     t.add_column(style="bold")

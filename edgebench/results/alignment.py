@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from edgebench.figures.run_meta import RunMeta
+
 SAME_BOOT_TOLERANCE_NS = 2_000_000_000  # device wall - mono moves only with NTP steps
 
 
@@ -47,15 +49,13 @@ class Alignment:
         return mono if mono.ndim else int(mono)
 
 
-def _boot_wall_ns(meta: dict[str, Any] | None) -> int | None:
-    start = ((meta or {}).get("clock") or {}).get("start") or {}
-    if "mono_ns" in start and "wall_ns" in start:
-        return int(start["wall_ns"]) - int(start["mono_ns"])
-    return None
+def _boot_wall_ns(meta: RunMeta | None) -> int | None:
+    start = None if meta is None else meta.clock.start
+    return None if start is None else start.wall_ns - start.mono_ns
 
 
 def fit_probes(probes: Iterable[dict[str, Any]], rtt_factor: float = 2.0, rtt_slack_ns: int = 1_000_000,
-               meta: dict[str, Any] | None = None) -> Alignment | None:
+               meta: RunMeta | None = None) -> Alignment | None:
     """Fits offset and drift to the probes taken in the same boot as the run in `meta`.
 
     A probe is kept when its round trip is at most `rtt_factor` times the fastest one
@@ -90,22 +90,21 @@ def fit_probes(probes: Iterable[dict[str, Any]], rtt_factor: float = 2.0, rtt_sl
                      int(rtt[keep].max() // 2), note)
 
 
-def from_meta(meta: dict[str, Any]) -> Alignment:
+def from_meta(meta: RunMeta) -> Alignment:
     """Falls back to the device's wall clock from meta.json's clock pairs (not host-verified)."""
-    clock = meta.get("clock") or {}
-    start, end = clock.get("start") or {}, clock.get("end") or {}
-    if "mono_ns" not in start or "wall_ns" not in start:
+    start, end = meta.clock.start, meta.clock.end
+    if start is None:
         return Alignment("none", note="no clock probes and no clock pairs in meta.json: host times unknown")
-    ref = int(start["mono_ns"])
-    offset = int(start["wall_ns"]) - ref
+    ref = start.mono_ns
+    offset = start.wall_ns - ref
     drift = 0.0
-    if "mono_ns" in end and "wall_ns" in end and int(end["mono_ns"]) > ref:
-        drift = ((int(end["wall_ns"]) - int(end["mono_ns"])) - offset) / (int(end["mono_ns"]) - ref)
+    if end is not None and end.mono_ns > ref:
+        drift = ((end.wall_ns - end.mono_ns) - offset) / (end.mono_ns - ref)
     return Alignment("meta", offset, drift, ref,
                      note="no clock probes for this device: used the device's own wall clock from meta.json "
                           "(as good as its NTP; run collect to take probes)")
 
 
-def align_run(probes: list[dict[str, Any]], meta: dict[str, Any]) -> Alignment:
+def align_run(probes: list[dict[str, Any]], meta: RunMeta) -> Alignment:
     """Probes when there are usable ones for this run's boot, else meta.json's clock pairs."""
     return fit_probes(probes, meta=meta) or from_meta(meta)

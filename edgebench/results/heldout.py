@@ -16,6 +16,7 @@ from typing import Any
 
 from edgebench.figures.learning import heldout_counts
 from edgebench.figures.run import HOST_EVALS
+from edgebench.figures.run_meta import RunMeta
 from edgebench.runner.spec import RunSpec
 from edgebench.runner.worker import EVAL_WEIGHTS
 from edgebench.telemetry.trace import TraceWriter, read_trace
@@ -35,7 +36,8 @@ def evaluate_saved_weights(run_dir: Path) -> int:
     todo = sorted((e for e in saved if e.get("after_steps") not in done), key=lambda e: int(e["after_steps"]))
     if not todo:
         return 0
-    spec = RunSpec.from_dict(json.loads((run_dir / "meta.json").read_text())["spec"])
+    meta = RunMeta.from_json(json.loads((run_dir / "meta.json").read_text()), str(run_dir / "meta.json"))
+    spec = RunSpec.from_dict(meta.spec)
     with TraceWriter(run_dir / HOST_EVALS) as out:
         try:
             model, counts = _evaluator(spec)

@@ -19,6 +19,7 @@ import pyarrow as pa
 from edgebench.errors import EdgebenchError
 from edgebench.figures.run import HOST_EVALS
 from edgebench.figures.run_end import RunEnd, result_end
+from edgebench.figures.run_meta import RunMeta
 from edgebench.untrusted import UnsafeName, regular_file
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ class RunFiles:
     """The parsed contents of a run directory."""
 
     path: Path
-    meta: dict[str, Any]
+    meta: RunMeta  # meta.json, checked as it was read
     result: dict[str, Any] | None
     steps: pa.Table | None = None  # from events.jsonl: read_events
     events_counts: TraceCounts = field(default_factory=TraceCounts)
@@ -62,7 +63,7 @@ class RunFiles:
 
     @property
     def run_id(self) -> str:
-        return str(self.meta.get("run_id") or (self.result or {}).get("run_id") or self.path.name)
+        return str(self.meta.run_id or (self.result or {}).get("run_id") or self.path.name)
 
 
 def _read_json_file(path: Path, required: bool) -> dict[str, Any] | None:
@@ -76,6 +77,9 @@ def _read_json_file(path: Path, required: bool) -> dict[str, Any] | None:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise RunFileError(f"{path}: not valid JSON ({exc}); re-collect the run directory") from exc
+    except RecursionError:  # [[[[... thousands deep: no file edgebench writes
+        raise RunFileError(f"{path}: nested too deep to be a file edgebench writes; re-collect the run directory") \
+            from None
     if not isinstance(data, dict):
         raise RunFileError(f"{path}: expected a JSON object, found {type(data).__name__}")
     return data
@@ -266,9 +270,10 @@ def read_events(con: DuckDBPyConnection, path: Path) -> tuple[pa.Table, TraceCou
 
 
 def read_run_dir(run_dir: str | Path, con: DuckDBPyConnection | None = None) -> RunFiles:
-    """Reads a run directory as written by `python -m edgebench.runner`: meta.json,
-    result.json (its end record checked: untrusted.BadRecord names a bad field) and, given a
-    DuckDB connection `con`, events.jsonl."""
+    """Reads a run directory as written by `python -m edgebench.runner`: meta.json (checked:
+    figures.run_meta.RunMeta), result.json (its end record checked: figures.run_end.RunEnd) and,
+    given a DuckDB connection `con`, events.jsonl. A bad field raises untrusted.BadRecord naming
+    the file and the field."""
     path = Path(run_dir)
     if not path.is_dir():
         raise FileNotFoundError(
@@ -279,7 +284,7 @@ def read_run_dir(run_dir: str | Path, con: DuckDBPyConnection | None = None) -> 
             regular_file(path, name, "run file", cap)
         except UnsafeName as exc:
             raise RunFileError(f"{exc}; not ingested") from None
-    meta = _read_json_file(path / "meta.json", required=True) or {}
+    meta = RunMeta.from_json(_read_json_file(path / "meta.json", required=True), str(path / "meta.json"))
     result = _read_json_file(path / "result.json", required=False)  # raw: the store makes the figures
     end = None if result is None else result_end(result, str(path / "result.json"))
     if con is None:

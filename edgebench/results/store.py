@@ -29,12 +29,13 @@ import pyarrow as pa
 
 from edgebench.errors import EdgebenchError
 from edgebench.figures.run import HOST_EVALS
+from edgebench.figures.run_meta import RunMeta
 from edgebench.results import default_store
 from edgebench.results.alignment import Alignment, align_run
 from edgebench.results.external import CsvMapping, read_power_csv
 from edgebench.results.heldout import evaluate_saved_weights
 from edgebench.results.runfiles import INTEGER_SUFFIXES, RunFiles, SampleScan, read_events, read_run_dir, scan_samples
-from edgebench.untrusted import UnsafeName, inside, path_name, printable
+from edgebench.untrusted import BadRecord, UnsafeName, inside, path_name, printable
 
 UNLIMITED_BYTES = 1 << 60  # cgroup "max" reads as ~2^63: no limit
 NUMERIC_TYPES = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
@@ -364,7 +365,7 @@ class Store:
         from edgebench.figures.run import run_events, run_figures
         from edgebench.figures.samples import raw_columns
 
-        numbers, texts = raw_columns(files.meta.get("readings") or {})
+        numbers, texts = raw_columns(files.meta.readings or {})
         columns = self._sample_columns(run_key, numbers, texts)
         figures = run_figures(files.meta, files.result or {}, files.end, run_events(files.path), columns, shared_host)
         figures.update(events_truncated_last_line=files.events_counts.truncated_last_line,
@@ -431,10 +432,9 @@ class Store:
     def _insert_run_row(self, files: RunFiles, device: str, run_id: str, run_key: int, raw_dir: str | None,
                         samples: SampleCounts) -> None:
         meta, result = files.meta, files.result or {}
-        spec = meta.get("spec") or {}
-        facts = meta.get("device") or {}
+        spec = meta.spec
         limit = samples.cgroup_limit_bytes
-        mem_total = _int_or_none(facts.get("mem_total_bytes"))
+        mem_total = meta.device.mem_total_bytes
         ram = min([v for v in (limit, mem_total, _profile_ram_bytes(device)) if v], default=None)
         detail = (
             result.get("detail") or "; ".join(str(e.get("detail", e.get("event"))) for e in files.error_events) or None
@@ -447,7 +447,7 @@ class Store:
             "model": spec.get("model") if spec.get("checkpoint") else (result.get("model") or spec.get("model")),
             "method": result.get("method") or spec.get("method"),
             "backend": result.get("backend") or spec.get("backend"),
-            "runtime": meta.get("runtime"),  # executorch: native or python worker
+            "runtime": meta.runtime,  # executorch: native or python worker
             "status": result.get("status") or "incomplete",
             "detail": detail,
             "batch_size": _int_or_none(spec.get("batch_size")),
@@ -456,7 +456,7 @@ class Store:
             "steps_done": _int_or_none(result.get("steps_done")),
             "run_dir": str(files.path.resolve()),
             "raw_dir": raw_dir,
-            "meta_json": json.dumps(meta, default=str),
+            "meta_json": json.dumps(meta.to_json()),  # the record as checked (figures.run_meta.RunMeta)
             "result_json": json.dumps(result, default=str) if files.result else None,
             "mem_total_bytes": mem_total,
             "cgroup_limit_bytes": limit,
@@ -523,7 +523,12 @@ class Store:
         for run_id, meta_json in self.con.execute(
             "SELECT run_id, meta_json FROM runs WHERE device = ?", [device]
         ).fetchall():
-            self._store_alignment(device, run_id, align_run(probes, json.loads(meta_json)))
+            try:  # stored as checked since issue 71; a store from before may hold a record that is not
+                meta = RunMeta.from_json(json.loads(meta_json), f"{self.path}: {device}/{run_id}'s stored meta.json")
+            except BadRecord as exc:
+                self._store_alignment(device, run_id, Alignment("none", note=str(exc)))
+                continue
+            self._store_alignment(device, run_id, align_run(probes, meta))
 
     def _store_alignment(self, device: str, run_id: str, a: Alignment) -> None:
         self.con.execute(

@@ -13,6 +13,7 @@ supervisor (PR_SET_PDEATHSIG), so no run trains unsupervised.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import shutil
@@ -21,9 +22,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from edgebench.figures.run_end import RunEnd
+from edgebench.figures.run_meta import ClockPair, OomKillsAtStart, RunClock, RunMeta
 from edgebench.figures.status import run_status
 from edgebench.runner import native, worker
 from edgebench.runner.facts import device_facts, library_versions
@@ -149,16 +151,17 @@ class Supervisor:
         self._kill_at: float | None = None
         self._started_ns = 0  # the worker's start, monotonic: kernel OOM records before it are not its
         self._previous: dict[int, Any] = {}
-        self._facts: dict[str, Any] | None = None
+        self._facts: RunMeta | None = None  # meta.json's facts of the run, read as it starts
         self._readings: dict[str, Any] | None = None  # the sampler's, once it started
         self.native = spec.backend == "executorch" and spec.runtime == "native"
         # which worker trains: recorded in meta.json and shown by report
-        self.runtime = ("native" if self.native else "python") if spec.backend == "executorch" else None
+        self.runtime: Literal["native", "python"] | None = \
+            ("native" if self.native else "python") if spec.backend == "executorch" else None
         self.start_problem: str | None = None  # why the worker could not be started at all
         # the kernel's OOM kill count where it can take the worker: a run whose sweep process dies
         # with its worker (fleet/device_scripts/sweeps.py) is still told `oom` from it
         counted = oom_kill_count(os.getpid(), root)
-        self._oom_kills_at_start = {"file": str(counted[0]), "count": counted[1]} if counted else None
+        self._oom_kills_at_start = OomKillsAtStart(str(counted[0]), counted[1]) if counted else None
 
     def _worker_command(self, spec_path: Path) -> list[str]:
         if self.native:
@@ -167,23 +170,20 @@ class Supervisor:
 
     def _write_meta(self, clock_start: dict[str, int], clock_end: dict[str, int] | None,
                     predicted: Any) -> None:
-        """meta.json at start, and again at the end with the end clock and the prediction."""
+        """meta.json (a `figures.run_meta.RunMeta`) at start, again once the sampler says where its
+        readings come from, and at the end with the end clock and the prediction."""
         if self._facts is None:  # read once: the device and its libraries do not change mid-run
-            self._facts = {"device": device_facts(), "versions": library_versions(),
-                           "runtime": self.runtime}
-            if self.native:
-                worker_dir = self.spec.native_worker
-                self._facts["native_worker"] = native.bundle_facts(worker_dir) if worker_dir else {}
-                self._facts["ran"] = native.files_that_run(self.spec)
-        write_json_atomic(self.out / "meta.json", {
-            "run_id": self.spec.run_id,
-            "spec": self.spec.to_dict(),
-            **self._facts,
-            "clock": {"start": clock_start, "end": clock_end},
-            "predicted": predicted,
-            "oom_kills_at_start": self._oom_kills_at_start,
-            "readings": self._readings,
-        })
+            worker_dir = self.spec.native_worker
+            self._facts = RunMeta(
+                run_id=self.spec.run_id, supervisor="python", runtime=self.runtime, spec=self.spec.to_dict(),
+                device=device_facts(), versions=library_versions(),
+                native_worker=(native.bundle_facts(worker_dir) if worker_dir else {}) if self.native else None,
+                ran=native.files_that_run(self.spec) if self.native else None,
+                oom_kills_at_start=self._oom_kills_at_start)
+        meta = dataclasses.replace(
+            self._facts, readings=self._readings, predicted=predicted,
+            clock=RunClock(ClockPair(**clock_start), None if clock_end is None else ClockPair(**clock_end)))
+        write_json_atomic(self.out / "meta.json", meta.to_json())
 
     def _on_signal(self, signum: int, frame: object) -> None:
         """Ctrl-C or SIGTERM: the worker gets the same signal (so its `interrupted` event and

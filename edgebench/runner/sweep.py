@@ -16,6 +16,7 @@ shortage.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -27,6 +28,7 @@ from typing import Any
 
 from edgebench.errors import EdgebenchError
 from edgebench.figures.run_end import result_end
+from edgebench.figures.run_meta import RunMeta
 from edgebench.figures.status import NO_SPACE, host_oom
 from edgebench.runner.oom_score import shield_from_oom_kill
 from edgebench.runner.spec import RunSpec
@@ -79,10 +81,9 @@ def keep_partial(run_dir: Path) -> Path:
     while (kept := run_dir.with_name(f"{run_dir.name}.attempt-{n}")).exists():
         n += 1
     os.replace(run_dir, kept)
-    try:
-        meta = json.loads((kept / "meta.json").read_text())
-        meta["run_id"] = kept.name  # its own record in the store, beside the fresh attempt
-        write_json_atomic(kept / "meta.json", meta)
+    try:  # its own record in the store, beside the fresh attempt (a bad record stays as it is: ingest names it)
+        meta = RunMeta.from_json(json.loads((kept / "meta.json").read_text()), str(kept / "meta.json"))
+        write_json_atomic(kept / "meta.json", dataclasses.replace(meta, run_id=kept.name).to_json())
     except (OSError, ValueError):
         pass
     write_json_atomic(kept / "result.json", {
@@ -184,8 +185,9 @@ def disturbed_again(spec: RunSpec, run_dir: Path, result: dict[str, Any], sweep_
     else None."""
     from edgebench.figures.cpu import DEFAULT_CLOCK_TICKS, cpu_share
 
-    try:
-        readings = json.loads((run_dir / "meta.json").read_text()).get("readings") or {}
+    try:  # a bad record (BadRecord, a ValueError) says nothing of its clock ticks: the default stands
+        readings = RunMeta.from_json(json.loads((run_dir / "meta.json").read_text()),
+                                     str(run_dir / "meta.json")).readings or {}
     except (OSError, ValueError):
         readings = {}
     ticks = readings.get("clock_ticks") or DEFAULT_CLOCK_TICKS

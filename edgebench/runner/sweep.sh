@@ -13,7 +13,7 @@
 # holds how the worker ended (`end`) and CPU snapshots before and after, not a status.
 #
 # POSIX sh with the tools toybox has (cat, date, sleep, sed, grep, tr, mv, rm, mkdir, kill,
-# uname, tail): no awk, no Python. Arithmetic stays below 2^31 (Android's mksh has 32-bit
+# uname, tail, od): no awk, no Python. Arithmetic stays below 2^31 (Android's mksh has 32-bit
 # integers): byte counts and counters read from the kernel are copied as text, kB are turned
 # into bytes digit-wise, and timestamps are built from seconds and nanoseconds apart.
 # EDGEBENCH_ROOT (default: none) is put before /proc and /sys paths, for fixture trees.
@@ -32,8 +32,42 @@ LOW_KB=""; USAGE=""; USED_AT_LOW=""; LIMIT=""  # the run's lowest MemAvailable (
 HOST_OOM_WAIT_S=60  # the longest the next run waits for the memory a host-wide OOM took (as runner/sweep.py)
 HOST_LOW_KB=65536  # MemAvailable below this: the device's RAM as a whole ran out (figures/status.py's 64 MiB)
 
-json_text() {  # $1 as a JSON string literal (quotes, backslashes and control characters escaped)
-    printf '"%s"' "$(printf '%s' "$1" | tr '\n\r\t' '   ' | sed 's/\\/\\\\/g; s/"/\\"/g')"
+json_text() {  # $1 as a JSON string literal, valid for any bytes: '"', '\' and every byte below 0x20 (and DEL)
+    # escaped, UTF-8 kept, each byte that is not UTF-8 replaced by U+FFFD (as Python's "replace" decodes them).
+    # Byte by byte from od (no process per byte); what is printed is one printf format: \ooo per byte kept.
+    jf=""; jn=0; jlo=128; jhi=191; jseq=""  # jn: continuation bytes due, each from jlo to jhi
+    for jb in $(printf '%s' "$1" | od -An -v -tu1); do
+        if [ "$jn" -gt 0 ]; then
+            if [ "$jb" -ge "$jlo" ] && [ "$jb" -le "$jhi" ]; then
+                jseq="$jseq\\$((jb / 64))$((jb / 8 % 8))$((jb % 8))"; jn=$((jn - 1)); jlo=128; jhi=191
+                [ "$jn" = 0 ] && jf=$jf$jseq
+                continue
+            fi
+            jf=$jf'\\ufffd'; jn=0; jlo=128; jhi=191  # a sequence cut short: this byte starts afresh
+        fi
+        if [ "$jb" -lt 32 ] || [ "$jb" = 127 ]; then
+            case $((jb % 16)) in
+                10) jx=a ;; 11) jx=b ;; 12) jx=c ;; 13) jx=d ;; 14) jx=e ;; 15) jx=f ;; *) jx=$((jb % 16)) ;;
+            esac
+            jf="$jf\\\\u00$((jb / 16))$jx"
+        elif [ "$jb" = 34 ]; then jf=$jf'\\"'
+        elif [ "$jb" = 92 ]; then jf="$jf\\\\\\\\"
+        elif [ "$jb" = 37 ]; then jf=$jf'%%'
+        elif [ "$jb" -lt 128 ]; then jf="$jf\\$((jb / 64))$((jb / 8 % 8))$((jb % 8))"
+        else  # a lead byte: how many continuation bytes follow, and their range (no overlong form, no surrogate)
+            jseq="\\$((jb / 64))$((jb / 8 % 8))$((jb % 8))"
+            if [ "$jb" -ge 194 ] && [ "$jb" -le 223 ]; then jn=1
+            elif [ "$jb" -ge 224 ] && [ "$jb" -le 239 ]; then
+                jn=2; [ "$jb" = 224 ] && jlo=160; [ "$jb" = 237 ] && jhi=159
+            elif [ "$jb" -ge 240 ] && [ "$jb" -le 244 ]; then
+                jn=3; [ "$jb" = 240 ] && jlo=144; [ "$jb" = 244 ] && jhi=143
+            else jf=$jf'\\ufffd'
+            fi
+        fi
+    done
+    [ "$jn" -gt 0 ] && jf=$jf'\\ufffd'
+    # shellcheck disable=SC2059  # the format is built above: every byte escaped, '%' doubled
+    printf "\"$jf\""
 }
 
 json_or_null() {  # $1 as a JSON string literal, or null when empty
@@ -396,15 +430,17 @@ alive() {  # the worker runs (a zombie child counts as ended)
     return 0
 }
 
-write_meta() {  # $1: the end clock (JSON) or null; $2: the readings (JSON) or null
+write_meta() {  # $1: the end clock (JSON) or null; $2: the readings (JSON) or null. meta.json:
+    # edgebench.figures.run_meta.RunMeta's keys, all of them (what a shell cannot read is null)
     {
         printf '{"run_id": %s, "supervisor": "shell", "runtime": "native",\n' "$(json_text "$RUN_ID")"
         printf '"spec": '; cat "specs/$SPEC_JSON"; printf ',\n'
-        printf '"device": {"arch": %s, "hostname": %s, "python": null, "mem_total_bytes": %s, "emulator": null},\n' \
-            "$(json_text "$(uname -m)")" "$(json_text "$(uname -n)")" "$MEM_TOTAL"
+        printf '"device": {"hostname": %s, "arch": %s, "platform": null, "python": null, "cpu_count": %s, ' \
+            "$(json_text "$(uname -n)")" "$(json_text "$(uname -m)")" "$CPU_COUNT"
+        printf '"cpu_affinity": null, "mem_total_bytes": %s, "emulator": null},\n' "$MEM_TOTAL"
         printf '"versions": {}, "native_worker": '; cat "$WORKER/bundle.json"; printf ',\n'
         printf '"ran": %s,\n"readings": %s,\n' "$RAN" "$2"
-        printf '"clock": {"start": %s, "end": %s}, "predicted": null}\n' "$CLOCK_START" "$1"
+        printf '"clock": {"start": %s, "end": %s}, "predicted": null, "oom_kills_at_start": null}\n' "$CLOCK_START" "$1"
     } > "$RUN/meta.json.tmp" && mv "$RUN/meta.json.tmp" "$RUN/meta.json"
 }
 
@@ -548,6 +584,8 @@ echo $$ > "$DEVICE_LOCK/pid"
 echo "${SWEEP##*/}" > "$DEVICE_LOCK/sweep"
 MEM_TOTAL=null; REFILL=""; BEFORE_KB=""
 while read -r key value _; do [ "$key" = MemTotal: ] && bytes_of_kb "$value" && MEM_TOTAL=$B; done < /proc/meminfo
+CPU_COUNT=$(grep -c '^cpu[0-9]' /proc/stat 2>/dev/null)  # the CPUs the OS counts (meta.json device.cpu_count)
+is_int "$CPU_COUNT" && [ "$CPU_COUNT" -gt 0 ] || CPU_COUNT=null
 for env in specs/*.env; do
     [ -f "$env" ] || continue
     POWER=none
