@@ -201,7 +201,8 @@ def _activations(cfg: VLMConfig, method: Method, batch: int, text_length: int) -
     # The projector's frozen layer dequantises once too, as the first view leaves the encoder.
     vision_apart = method.view_by_view and not recomputed
     packed = method.frozen_dtype in ("int8", "int4")
-    held = elem * 4 * cfg.vit_hidden_dim * (cfg.vit_hidden_dim + cfg.vit_inter_dim // 2) if packed else 0  # qkv, out, MLP
+    # q, k, v, out, fc1, fc2
+    held = elem * 4 * cfg.vit_hidden_dim * (cfg.vit_hidden_dim + cfg.vit_inter_dim // 2) if packed else 0
     projector = cfg.vit_hidden_dim * cfg.mp_pixel_shuffle_factor**2 * cfg.lm_hidden_dim
     dequantised = DEQUANT_TEMPORARY_BYTES_PER_WEIGHT_EST.get(method.frozen_dtype, 0) * projector
     if method.frozen_dtype == "int4":  # the weight, then its parts' temporaries one part at a time
