@@ -1,0 +1,30 @@
+"""The shell sweep (edgebench/runner/sweep.sh) restates a few of the Python supervisor's and
+sweep's constants: each is defined in Python, and this test holds the shell's copy to it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from edgebench.figures.status import HOST_MEMORY_LOW_BYTES
+from edgebench.runner import supervisor, sweep
+
+SWEEP_SH = Path(sweep.__file__).with_name("sweep.sh")
+
+
+def _shell_constant(name: str) -> int:
+    """The value of `NAME=<integer>` at the start of a line of sweep.sh (exactly one such line)."""
+    values = re.findall(rf"^{name}=(\d+)\b", SWEEP_SH.read_text(), flags=re.MULTILINE)
+    assert len(values) == 1, (name, values)
+    return int(values[0])
+
+
+@pytest.mark.parametrize(("name", "python_value"), [
+    ("GRACE_S", supervisor.GRACE_S),  # a stopped worker's time to end by itself before SIGKILL
+    ("HOST_OOM_WAIT_S", sweep.HOST_OOM_WAIT_S),  # the next run's wait for memory after a host-wide OOM
+    ("HOST_LOW_KB", HOST_MEMORY_LOW_BYTES / 1024),  # MemAvailable below this: the device's RAM ran out
+])
+def test_the_shell_sweep_states_the_python_value(name, python_value):
+    assert _shell_constant(name) == python_value, f"sweep.sh's {name} differs from its Python definition"
