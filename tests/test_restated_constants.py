@@ -1,5 +1,6 @@
-"""The shell sweep (edgebench/runner/sweep.sh) restates a few of the Python supervisor's and
-sweep's constants: each is defined in Python, and this test holds the shell's copy to it."""
+"""Constants restated in another language: the shell sweep (edgebench/runner/sweep.sh) restates a
+few of the Python supervisor's and sweep's, the native worker (edgebench/native/plan.h) the plan's
+format line. Each is defined in Python; these tests hold the other copy to it."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from edgebench.figures.status import HOST_MEMORY_LOW_BYTES
-from edgebench.runner import supervisor, sweep
+from edgebench.runner import native, supervisor, sweep
 
 SWEEP_SH = Path(sweep.__file__).with_name("sweep.sh")
+PLAN_H = Path(native.__file__).parents[1] / "native" / "plan.h"
 
 
 def _shell_constant(name: str) -> int:
@@ -28,3 +30,8 @@ def _shell_constant(name: str) -> int:
 ])
 def test_the_shell_sweep_states_the_python_value(name, python_value):
     assert _shell_constant(name) == python_value, f"sweep.sh's {name} differs from its Python definition"
+
+
+def test_the_native_worker_reads_the_plan_format_python_writes():
+    declared = re.findall(r'kPlanFormat = "([^"]*)"', PLAN_H.read_text())
+    assert declared == [native.PLAN_FORMAT], "native/plan.h's kPlanFormat differs from runner.native.PLAN_FORMAT"
