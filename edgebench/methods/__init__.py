@@ -29,6 +29,7 @@ def make_trainer(method: Method | str, model: nn.Module, *, lr: float | None = N
     lives here, not beside the base class, so trainer modules never import each other in a circle.
     """
     from edgebench.methods import optim
+    from edgebench.methods.int8 import held_dequantized
     from edgebench.methods.optimizers import optimizer
     from edgebench.methods.subsets import trainable_parameters
     from edgebench.methods.trainer import BackpropTrainer, FusedTrainer, LomoTrainer, prepare_model
@@ -40,10 +41,7 @@ def make_trainer(method: Method | str, model: nn.Module, *, lr: float | None = N
     model.chunked_loss = method.chunked_loss  # type: ignore[assignment]  # torch types Module attributes as tensors/modules only
     model.view_by_view = method.view_by_view  # type: ignore[assignment]
     set_flash_attention(model, method.flash_attention)
-    if method.frozen_dtype in ("int8", "int4"):  # a frozen encoder block dequantises once for all its views
-        from edgebench.methods.int8 import held_dequantized
-
-        model.frozen_block_scope = held_dequantized  # type: ignore[assignment]
+    model.frozen_block_scope = held_dequantized  # type: ignore[assignment]  # a frozen block's int8/int4 layers dequantise once for all its views
     if method.view_by_view:  # each view's freed activations leave the RSS instead of piling up in
         # glibc's heap (sgd over 10 views of 256 px: step peak 901 MiB without this, 512 with)
         from edgebench.methods.subsets import map_large_allocations
