@@ -91,7 +91,7 @@ def test_nanovlm_222m_lora_and_mezo_over_int4_fine_tune_on_a_1_gib_board(tmp_pat
 
 def test_a_1_gib_board_refuses_nanovlm_460m_lora_at_main_images(tmp_path):
     # Its OS at idle, the supervisor and the margin leave 751 MiB; LoRA on the decoder over int4
-    # weights is predicted at 880 MiB: refused before anything is shipped, naming the budget.
+    # weights is predicted at 856 MiB: refused before anything is shipped, naming the budget.
     with lab_in(tmp_path, [lab.LabDevice("raspberry-pi-4-4gb", name="lab-1gib", memory_bytes=GIB, cpus=1)]):
         out = CliRunner().invoke(cli, ["deploy", "--device", "lab-1gib", "--model", "nanovlm-460m", "--methods",
                                        fit.VLM_1GIB_LORA, "--runs-dir", str(tmp_path / "runs")])

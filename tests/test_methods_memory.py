@@ -209,13 +209,21 @@ print("torch._dynamo" in sys.modules)
 """
 
 
-@pytest.mark.parametrize("method", ["mezo-lora+frozen-int4", "lora-decoder+frozen-int4+bf16-weights+sr", "sgd"])
+_TRAINED_HEAD_RECOMPUTED = "all+bf16-weights+sr+chunked-ce"  # its chunks share the head: torch's own checkpoint
+
+
+@pytest.mark.parametrize("method", ["mezo-lora+frozen-int4", "lora-decoder+frozen-int4+bf16-weights+sr", "sgd",
+                                    "lora-decoder+frozen-int4+bf16-weights+sr+ckpt+chunked-ce+view-by-view",
+                                    _TRAINED_HEAD_RECOMPUTED])
 def test_memory_model_knows_which_methods_import_torch_dynamo(method):
-    # torch._dynamo costs 71 MiB of RSS; the memory model counts it where a step imports it
+    # torch._dynamo costs 69 MiB of RSS; the memory model counts it where a step imports it
     from edgebench.methods import memory, parse_method
+    from edgebench.model import get_config
 
     out = subprocess.run([sys.executable, "-c", _DYNAMO_PROBE, method], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     imported = out.stdout.split()[-1] == "True"
-    assert imported == memory._imports_dynamo(parse_method(method))
-    assert imported == (method == "sgd")
+    parsed = parse_method(method)
+    params = memory._params(tuple(sorted(get_config("tiny").to_dict().items())), parsed.trainable, parsed.frozen_dtype)
+    assert imported == memory._imports_dynamo(parsed, [p for p in params if p.trainable])
+    assert imported == (method in ("sgd", _TRAINED_HEAD_RECOMPUTED))

@@ -33,7 +33,8 @@ MiB = 1 << 20
 # measurements of the device at hand.
 RUNTIME_BASELINE_BYTES_EST = 250 * MiB
 # torch imports torch._dynamo (and sympy) the first time a process builds a torch optimizer or
-# runs torch.utils.checkpoint or forward-mode AD (each wrapped by torch._disable_dynamo), or
+# runs torch.utils.checkpoint's non-reentrant form or forward-mode AD (each wrapped by
+# torch._disable_dynamo; edgebench.model.recompute avoids it where it can), or
 # imports peft: +70 MiB RSS beside torch alone, less in the worker, whose own imports share
 # part of it. The baseline held it (295 MiB) before the meta layouts stopped importing it
 # (edgebench.model.layout); without it the worker measures 26 MiB above torch alone (tiny MeZO's
@@ -273,16 +274,19 @@ def _libraries(method: Method) -> list[str]:
     return libs
 
 
-def _imports_dynamo(method: Method) -> bool:
+def _imports_dynamo(method: Method, trainable: list[_Param]) -> bool:
     """Whether training imports torch._dynamo (TORCH_DYNAMO_BYTES_EST): MeZO over the streamed
-    build, cg's line search and bf16 weights' SGD without recomputation never do."""
+    build, cg's line search, bf16 weights' SGD, and recomputation whose parameters are used
+    once (edgebench.model.recompute) never do; a trained encoder recomputed view by view, or a
+    trained head over the loss's chunks, recompute through torch's own checkpoint."""
     if "peft" in _libraries(method) or method.grad_mode == "forward-mode":
         return True
     if not method.uses_backward:
         return False
     in_house = optimizer(method.optimizer).trainer == "line-search" or method.trained_dtype == "bf16"
-    recomputes = method.checkpointing or method.chunked_loss or (method.view_by_view and not method.vision_frozen)
-    return not in_house or recomputes
+    head_trains = any(p.name.startswith("decoder.head") or "token_embedding" in p.name for p in trainable)
+    shared = (method.chunked_loss and head_trains) or (method.view_by_view and not method.vision_frozen)
+    return not in_house or shared
 
 
 def _update_transient(method: Method, trainable: list[_Param]) -> int:
@@ -385,7 +389,7 @@ def predict(cfg: VLMConfig | str, method: Method | str, batch_size: int, text_le
     # after a step, mallinfo2).
     holes = 0 if method.grad_mode == "zeroth-order" and method.view_by_view else _dequantised_block(params, method)
     allocator = max(int(ALLOCATOR_RETAINED_FRACTION_EST * churned), holes)
-    dynamo = TORCH_DYNAMO_BYTES_EST if _imports_dynamo(method) else 0
+    dynamo = TORCH_DYNAMO_BYTES_EST if _imports_dynamo(method, trainable) else 0
     baseline = RUNTIME_BASELINE_BYTES_EST + dynamo + sum(LIBRARY_BASELINE_BYTES_EST[lib] for lib in _libraries(method))
     if method.uses_backward:
         baseline += STEP_RUNTIME_OVERHEAD_BYTES_EST

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from edgebench.methods.knobs import LORA_SUBSETS, Method
+from edgebench.model.recompute import recomputed
 
 if TYPE_CHECKING:
     import ctypes
@@ -152,15 +152,16 @@ def transformer_blocks(model: nn.Module) -> list[nn.Module]:
 def checkpoint_blocks(model: nn.Module) -> int:
     """Recompute each transformer block in backward instead of keeping its activations.
 
-    Wraps each block's forward with torch.utils.checkpoint (non-reentrant), so only the block
-    inputs are kept. Returns the number of blocks wrapped.
+    Wraps each block's forward with edgebench.model.recompute (a block's parameters are its own:
+    no other segment uses them), so only the block inputs are kept. Returns the number of blocks
+    wrapped.
     """
     blocks = transformer_blocks(model)
     for block in blocks:
         inner = block.forward
 
-        def forward(*args: Any, _inner: Callable[..., Any] = inner, **kwargs: Any) -> Any:
-            return checkpoint(_inner, *args, use_reentrant=False, **kwargs)
+        def forward(*args: Any, _inner: Callable[..., Any] = inner, _block: nn.Module = block) -> Any:
+            return recomputed(_inner, *args, trains=any(p.requires_grad for p in _block.parameters()))
 
         block.forward = forward
     if not blocks:

@@ -3,7 +3,7 @@
 The plain loss materialises fp32 logits for every position (1,137 x 49,152 x 4 bytes =
 223 MB on nanovlm-460m) and their gradient beside them. Here only the positions that have a
 label are projected, a chunk of rows at a time, and each chunk's logits are recomputed in
-backward (torch.utils.checkpoint), so at most one chunk's logits exist at once. The boolean
+backward (edgebench.model.recompute), so at most one chunk's logits exist at once. The boolean
 row selection depends on the labels' values, so exported programs keep the plain loss.
 """
 
@@ -13,7 +13,8 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
+
+from edgebench.model.recompute import recomputed
 
 IGNORE_INDEX = -100
 CHUNK_ROWS = 256  # 256 x 49,152 fp32 logits = 48 MiB, plus their gradient in backward
@@ -36,10 +37,10 @@ def chunked_cross_entropy(hidden: torch.Tensor, head: Callable[[torch.Tensor], t
     keep = labels != IGNORE_INDEX
     hidden, labels = hidden[keep], labels[keep]
     total = hidden.new_zeros((), dtype=torch.float32)
+    head_trains = isinstance(head, torch.nn.Module) and any(p.requires_grad for p in head.parameters())
     for start in range(0, labels.numel(), chunk_rows):
         rows = slice(start, start + chunk_rows)
-        if torch.is_grad_enabled():
-            total = total + checkpoint(_chunk_loss, head, hidden[rows], labels[rows], use_reentrant=False)
-        else:
-            total = total + _chunk_loss(head, hidden[rows], labels[rows])
+        # a trained head is used by every chunk: its gradient must sum over them (shared)
+        total = total + recomputed(_chunk_loss, head, hidden[rows], labels[rows],
+                                   trains=head_trains, shared=head_trains)
     return total / labels.numel()

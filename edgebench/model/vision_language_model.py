@@ -17,12 +17,12 @@ from contextlib import AbstractContextManager, nullcontext
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
 
 from edgebench.model.config import VLMConfig
 from edgebench.model.language_model import LanguageModel, LanguageModelGroupedQueryAttention
 from edgebench.model.loss import chunked_cross_entropy
 from edgebench.model.modality_projector import ModalityProjector
+from edgebench.model.recompute import recomputed
 from edgebench.model.vision_transformer import ViT, ViTMultiHeadAttention
 
 
@@ -80,7 +80,8 @@ class VisionLanguageModel(nn.Module):
         layer dequantises once for all 17 views while only one view's temporaries exist
         (nanovlm-460m at main's images: 4 views at once peaked 206 MiB above the loaded model)."""
         if torch.is_grad_enabled() and any(p.requires_grad for p in self.vision_encoder.parameters()):
-            return torch.cat([checkpoint(self._encode, view, use_reentrant=False) for view in torch.split(images, 1)])
+            return torch.cat([recomputed(self._encode, view, trains=True, shared=True)  # every view uses the encoder
+                              for view in torch.split(images, 1)])
         views = self.vision_encoder.views_block_by_block(images, self.frozen_block_scope)
         with self.frozen_block_scope(self.MP):  # its frozen layers too (a LoRA on them trains as ever)
             return torch.cat([self.MP(view) for view in views])
