@@ -146,3 +146,18 @@ def test_frozen_encoder_dequantises_each_layer_once_for_all_views(monkeypatch):
     assert encoder_layers and BATCH["images"].shape[0] == 10
     assert sorted(c for c in calls if c in encoder_codes) == sorted(encoder_codes)  # once each, not per view
     assert all(layer.held is None and not layer.hold for layer in encoder_layers)  # dropped after the block
+
+
+@pytest.mark.parametrize("method", ["fused-adamw+ckpt+view-by-view", "fused-adamw+ckpt"])
+def test_an_update_inside_backward_steps_each_recomputed_vision_weight_once(method):
+    """A vision block runs once per view: its recomputation must complete each weight's gradient
+    once a step (edgebench.model.recompute's `shared`), not once per view (10 updates a step)."""
+    trainer = _trainer(method)
+    completed: dict[str, int] = {}
+    for name, param in trainer.model.named_parameters():
+        if param.requires_grad and ".blocks.0." in name:
+            param.register_post_accumulate_grad_hook(
+                lambda _p, name=name: completed.__setitem__(name, completed.get(name, 0) + 1))
+    trainer.step(BATCH)
+    assert any(name.startswith("vision_encoder.") for name in completed)
+    assert set(completed.values()) == {1}, completed

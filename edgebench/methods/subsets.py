@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from edgebench.methods.knobs import LORA_SUBSETS, Method
-from edgebench.model.recompute import recomputed
+from edgebench.model.recompute import recomputed, trains
 
 if TYPE_CHECKING:
     import ctypes
@@ -149,19 +149,23 @@ def transformer_blocks(model: nn.Module) -> list[nn.Module]:
     return [m for n, m in model.named_modules() if _BLOCK.search(n)]
 
 
-def checkpoint_blocks(model: nn.Module) -> int:
+def checkpoint_blocks(model: nn.Module, per_view: bool = False) -> int:
     """Recompute each transformer block in backward instead of keeping its activations.
 
-    Wraps each block's forward with edgebench.model.recompute (a block's parameters are its own:
-    no other segment uses them), so only the block inputs are kept. Returns the number of blocks
-    wrapped.
+    Wraps each block's forward with edgebench.model.recompute, so only the block inputs are
+    kept. A decoder block's parameters are its own; a vision block runs once per view under
+    `per_view` (view-by-view), so its parameters are shared by as many segments. Returns the
+    number of blocks wrapped.
     """
-    blocks = transformer_blocks(model)
-    for block in blocks:
+    blocks = [(found.group(1), m) for n, m in model.named_modules() if (found := _BLOCK.search(n))]
+    for tower, block in blocks:
         inner = block.forward
+        shared = per_view and tower == "vision_encoder"
 
-        def forward(*args: Any, _inner: Callable[..., Any] = inner, _block: nn.Module = block) -> Any:
-            return recomputed(_inner, *args, trains=any(p.requires_grad for p in _block.parameters()))
+        def forward(*args: Any, _inner: Callable[..., Any] = inner, _block: nn.Module = block,
+                    _shared: bool = shared) -> Any:
+            return recomputed(_inner, *args, trains=trains(_block),
+                              shared=_shared)
 
         block.forward = forward
     if not blocks:

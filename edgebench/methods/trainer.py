@@ -189,7 +189,7 @@ def prepare_model(method: Method, model: nn.Module) -> nn.Module:
     model = apply_trainable(method, model)
     store_frozen(method, model)
     if method.checkpointing:
-        checkpoint_blocks(model)
+        checkpoint_blocks(model, per_view=method.view_by_view)
     return model
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from edgebench.model.recompute import recomputed
+from edgebench.model.recompute import recomputed, trains
 
 IGNORE_INDEX = -100
 CHUNK_ROWS = 256  # 256 x 49,152 fp32 logits = 48 MiB, plus their gradient in backward
@@ -37,7 +37,7 @@ def chunked_cross_entropy(hidden: torch.Tensor, head: Callable[[torch.Tensor], t
     keep = labels != IGNORE_INDEX
     hidden, labels = hidden[keep], labels[keep]
     total = hidden.new_zeros((), dtype=torch.float32)
-    head_trains = isinstance(head, torch.nn.Module) and any(p.requires_grad for p in head.parameters())
+    head_trains = trains(head)
     for start in range(0, labels.numel(), chunk_rows):
         rows = slice(start, start + chunk_rows)
         # a trained head is used by every chunk: its gradient must sum over them (shared)

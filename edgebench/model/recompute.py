@@ -26,18 +26,22 @@ from torch.utils.checkpoint import checkpoint
 _UNWRAPPED_CHECKPOINT = getattr(checkpoint, "__wrapped__", checkpoint)
 
 
+def trains(module: object) -> bool:
+    """Whether `module` holds a parameter that needs a gradient (a plain function holds none)."""
+    return isinstance(module, torch.nn.Module) and any(p.requires_grad for p in module.parameters())
+
+
 def recomputed(fn: Callable[..., Any], *args: Any, trains: bool, shared: bool = False) -> Any:
     """`fn(*args)`, keeping only its inputs for backward, which runs it again.
 
     `trains`: `fn` uses a parameter that needs a gradient. `shared`: such a parameter is also
     used outside this call (see the module's docstring)."""
-    if not torch.is_grad_enabled():
-        return fn(*args)
+    gradient_in = any(isinstance(arg, torch.Tensor) and arg.requires_grad for arg in args)
+    if not torch.is_grad_enabled() or not (gradient_in or trains):
+        return fn(*args)  # nothing in it needs a gradient: no graph, nothing kept
     if shared:
         return checkpoint(fn, *args, use_reentrant=False)
-    if not any(isinstance(arg, torch.Tensor) and arg.requires_grad for arg in args):
-        if not trains:
-            return fn(*args)  # nothing in it needs a gradient: no graph, nothing kept
+    if not gradient_in:
         # The reentrant form joins the graph through its inputs only; nothing before them has a
         # gradient to receive, so one of them stands as a leaf that asks for one.
         first = next(i for i, arg in enumerate(args) if isinstance(arg, torch.Tensor) and arg.is_floating_point())

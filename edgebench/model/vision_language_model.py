@@ -22,7 +22,7 @@ from edgebench.model.config import VLMConfig
 from edgebench.model.language_model import LanguageModel, LanguageModelGroupedQueryAttention
 from edgebench.model.loss import chunked_cross_entropy
 from edgebench.model.modality_projector import ModalityProjector
-from edgebench.model.recompute import recomputed
+from edgebench.model.recompute import recomputed, trains
 from edgebench.model.vision_transformer import ViT, ViTMultiHeadAttention
 
 
@@ -79,7 +79,7 @@ class VisionLanguageModel(nn.Module):
         block, every view through a block in turn inside `frozen_block_scope`, so a frozen int4
         layer dequantises once for all 17 views while only one view's temporaries exist
         (nanovlm-460m at main's images: 4 views at once peaked 206 MiB above the loaded model)."""
-        if torch.is_grad_enabled() and any(p.requires_grad for p in self.vision_encoder.parameters()):
+        if torch.is_grad_enabled() and trains(self.vision_encoder):
             return torch.cat([recomputed(self._encode, view, trains=True, shared=True)  # every view uses the encoder
                               for view in torch.split(images, 1)])
         views = self.vision_encoder.views_block_by_block(images, self.frozen_block_scope)
