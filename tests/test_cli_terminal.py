@@ -170,11 +170,6 @@ def test_compact_tables_before_cards_and_one_layout_for_every_section():
 
 
 def _piped(*args, **env_vars):
-    """`edgebench ARGS` with stdout a pipe, as a script or `| less` reads it."""
-    return _piped_at(*args, **env_vars)
-
-
-def _piped_at(*args, **env_vars):
     """`edgebench ARGS` with stdout a pipe, $COLUMNS only as `env_vars` give it."""
     import subprocess
     import sys
@@ -196,7 +191,7 @@ def test_piped_output_is_plain_tables_never_cards(configurations, tmp_path):
     assert not any(line.startswith("#") for line in narrow)  # no card: the compact table
 
     def wide(*args, **env_vars):
-        return _piped_at(*args, COLUMNS="400", **env_vars)
+        return _piped(*args, COLUMNS="400", **env_vars)
 
     report = wide("report", "--store", str(configurations))
     assert not any(line.startswith("#") for line in report)

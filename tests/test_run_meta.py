@@ -139,6 +139,7 @@ BIG = "x" * 10_000_000
 BAD = [({"device": {"mem_total_bytes": math.nan}}, "device.mem_total_bytes is nan, not a whole number 0 or more"),
        ({"spec": {"batch_size": math.nan}}, "spec.batch_size is nan, not a whole number 0 or more"),
        ({"spec": {"sample_hz": math.nan}}, "spec.sample_hz is nan, not a number 0 or more"),
+       ({"spec": {"sample_hz": 10**400}}, "spec.sample_hz is 1000000000"),  # JSON digits past a float's range
        ({"spec": {"extra": {"budget": {"budget_bytes": math.inf}}}}, "spec.extra.budget.budget_bytes is inf"),
        ({"readings": {"cgroup_cpu": {"cores": -math.inf}}}, "readings.cgroup_cpu.cores is -inf"),
        ({"device": {"mem_total_bytes": -1}}, "device.mem_total_bytes is -1, not a whole number 0 or more"),

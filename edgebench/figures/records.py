@@ -197,7 +197,7 @@ class _Check:
                 bounds = "0 or more" if (low, high) == (0, MAX_COUNT) else f"from {low:,} to {high:,}"
                 raise self.bad(name, value, f"not a whole number {bounds}")
         elif kind is float:
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not _finite(value) or value < 0:
                 raise self.bad(name, value, "not a number 0 or more")
         elif kind is str:
             if not isinstance(value, str):
@@ -258,3 +258,12 @@ class _Check:
         if size > self.caps.object_chars:
             raise self.refuse(f"{_named(name)} holds {size:,} characters of JSON, more than the "
                               f"{self.caps.object_chars:,} it may")
+
+
+def _finite(value: int | float) -> bool:
+    """A float that is not NaN or infinite, or a whole number a float holds (JSON's 1e400 as
+    digits overflows math.isfinite)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False

@@ -150,7 +150,7 @@ def budget_figures(spec: dict[str, Any], kernel_peak: Any) -> dict[str, Any]:
 def read_json(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: nesting deeper than the parser goes
         return None
     return data if isinstance(data, dict) else None
 

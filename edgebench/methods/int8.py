@@ -23,6 +23,11 @@ def _dequantize(codes: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) ->
     return codes.to(dtype) * scale.to(dtype).unsqueeze(1)
 
 
+def compute_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype a matmul of `x` runs in: autocast's where it is on, else x's own."""
+    return torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else x.dtype
+
+
 class DequantizedMatmul(torch.autograd.Function):
     """y = x W^T with W = dequantize(codes, scale, dtype); saves only the codes and scales, so
     nothing of size activations x weights stays alive for backward (which dequantises again)."""
@@ -30,7 +35,7 @@ class DequantizedMatmul(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor,
                 dequantize: Dequantize) -> torch.Tensor:
-        dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else x.dtype
+        dtype = compute_dtype(x)
         ctx.save_for_backward(codes, scale)
         ctx.x_dtype, ctx.compute_dtype, ctx.dequantize = x.dtype, dtype, dequantize
         return F.linear(x.to(dtype), dequantize(codes, scale, dtype))
@@ -57,7 +62,7 @@ class Dequantized(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.hold and not x.requires_grad:  # nothing for backward: the held weight serves
-            dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else x.dtype
+            dtype = compute_dtype(x)
             if self.held is None or self.held.dtype != dtype:
                 self.held = self.dequantize(self.codes, self.scale, dtype)
             y = F.linear(x.to(dtype), self.held)

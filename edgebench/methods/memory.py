@@ -205,11 +205,12 @@ def _activations(cfg: VLMConfig, method: Method, batch: int, text_length: int) -
     # q, k, v, out, fc1, fc2
     held = elem * 4 * cfg.vit_hidden_dim * (cfg.vit_hidden_dim + cfg.vit_inter_dim // 2) if packed else 0
     projector = cfg.vit_hidden_dim * cfg.mp_pixel_shuffle_factor**2 * cfg.lm_hidden_dim
-    dequantised = DEQUANT_TEMPORARY_BYTES_PER_WEIGHT_EST.get(method.frozen_dtype, 0) * projector
     if method.frozen_dtype == "int4":  # the weight, then its parts' temporaries one part at a time
         from edgebench.methods.int4 import PART_ELEMENTS
 
         dequantised = elem * projector + DEQUANT_TEMPORARY_BYTES_PER_WEIGHT_EST["int4"] * min(projector, PART_ELEMENTS)
+    else:
+        dequantised = DEQUANT_TEMPORARY_BYTES_PER_WEIGHT_EST.get(method.frozen_dtype, 0) * projector
     vit_phase = elem * tiles * blocks["vit_input"] + max(elem * (blocks["vit"] + vit_scores) + held, dequantised) \
         if vision_apart else 0
     largest_block = elem * (blocks["lm"] if vision_apart else max(blocks["vit"], blocks["lm"]))

@@ -144,9 +144,10 @@ def _tied_ids(model: nn.Module) -> set[int]:
             if n.endswith("token_embedding.weight")}
 
 
-def transformer_blocks(model: nn.Module) -> list[nn.Module]:
-    """The vision and decoder transformer blocks, by nanoVLM's module names."""
-    return [m for n, m in model.named_modules() if _BLOCK.search(n)]
+def transformer_blocks(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The vision and decoder transformer blocks, each with its tower ("vision_encoder" or
+    "decoder"), by nanoVLM's module names."""
+    return [(found.group(1), m) for n, m in model.named_modules() if (found := _BLOCK.search(n))]
 
 
 def checkpoint_blocks(model: nn.Module, per_view: bool = False) -> int:
@@ -157,7 +158,7 @@ def checkpoint_blocks(model: nn.Module, per_view: bool = False) -> int:
     `per_view` (view-by-view), so its parameters are shared by as many segments. Returns the
     number of blocks wrapped.
     """
-    blocks = [(found.group(1), m) for n, m in model.named_modules() if (found := _BLOCK.search(n))]
+    blocks = transformer_blocks(model)
     for tower, block in blocks:
         inner = block.forward
         shared = per_view and tower == "vision_encoder"

@@ -129,11 +129,11 @@ def run_id_tails(run_ids: list[str]) -> dict[str, str]:
     An id no shorter tail tells apart is shown whole."""
     ids = sorted(set(run_ids))
     most = max((len(i.split("-")) for i in ids), default=1)
-    for k in range(1, most + 1):
+    for k in range(1, most):
         tails = {i: "-".join(i.split("-")[-k:]) for i in ids}
         if len(set(tails.values())) == len(ids):
             return {i: tail if tail == i else "…" + tail for i, tail in tails.items()}
-    return {i: i for i in ids}
+    return {i: i for i in ids}  # all their parts: each whole
 
 
 def _run_id(run_id: str, tails: dict[str, str]) -> str:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from edgebench.errors import EdgebenchError
-from edgebench.figures.run_end import result_end
+from edgebench.figures.run_end import RECORD, RunEnd
 from edgebench.figures.run_meta import RunMeta
 from edgebench.figures.status import NO_SPACE, host_oom
 from edgebench.runner.oom_score import shield_from_oom_kill
@@ -280,7 +280,7 @@ def run_sweep(sweep_dir: str | Path, rerun_disturbed: int = 0, root: str = "/") 
                 state["runs"][run_id], state["why"] = "not started", f"cannot write in {sweep_dir}: {exc}"
                 continue
             state["runs"][run_id] = result["status"]
-            end = result_end(result, str(done))
+            end = None if result.get(RECORD) is None else RunEnd(**result[RECORD])  # built here, not read
             if result["status"] == "killed" and end is not None and host_oom(end) and available_before is not None:
                 refill = (run_id, available_before)  # the next run waits for it
             if NO_SPACE in str(result.get("detail")):
