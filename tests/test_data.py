@@ -530,3 +530,14 @@ def test_a_binary_jsonl_is_refused_naming_the_file_and_line(tmp_path):
     (folder / "data.jsonl").write_bytes((GOOD[0] + "\n").encode() + b"\x89PNG\r\n\x1a\n\xff\xfe")
     with pytest.raises(DatasetError, match=r"data.jsonl:2: not UTF-8 text \(byte \d+\)"):
         FolderDataset(folder)
+
+
+@pytest.mark.parametrize("model", ["tiny", "nanovlm-460m"])
+def test_a_yielded_batch_is_the_only_hold_on_its_pixels(model):
+    # A trainer that is given the batch (Trainer.step's consume) frees the pixels after the
+    # forward pass only if the generators keep nothing of them while it trains.
+    batches = synthetic_batches(get_config(model), 1, 64, 0)
+    batch = next(batches)
+    pixels = batch.pop("images")
+    owner = pixels if pixels.base is None else pixels.base
+    assert sys.getrefcount(owner) == (2 if owner is pixels else 3)  # this test's names, and the view's base

@@ -104,7 +104,7 @@ WEIGHTS_RTOL = 1e-3
 # (10 steps: warmup 1); then the other trainable subsets at a checkpoint's default lrs
 # (conftest.checkpoint_lr).
 RECIPE = [(m, lr, total) for m, lr in (("sgd", 2e-3), ("adam", None), ("adamw", None)) for total in (100, STEPS)]
-SUBSETS = [(m, checkpoint_lr(m), 100) for m in ("sgd", "freeze-vision", "bitfit", "lora")]
+SUBSETS = [(m, checkpoint_lr(m), 100) for m in ("sgd", "freeze-vision", "bitfit", "lora", "lora+last1")]
 
 
 @pytest.mark.parametrize("method,lr,total_steps", RECIPE + SUBSETS)

@@ -232,3 +232,30 @@ def test_methods_and_predict_commands():
     assert out["fits_est"] is False and out["peak_bytes"] > 2**30
     refused = CliRunner().invoke(predict_command, ["--ram-bytes", "1", "--method", "mezo+ckpt"])
     assert refused.exit_code != 0 and "nothing to checkpoint" in refused.output
+
+
+@pytest.mark.parametrize("text", ["sgd", "fused-adamw", "lomo", "all+bf16-weights+sr", "adamw-accum4", "cg",
+                                  "mezo", "forward-grad"])
+def test_a_given_batch_loses_its_images_exactly_when_the_method_reads_it_once(text):
+    # The memory model leaves the pixels out of backward where Method.reads_batch_once says so.
+    method = parse_method(text)
+    trainer = make_trainer(method, _tiny(), total_steps=2)
+    kept, given = _batch(), _batch()
+    trainer.step(kept)
+    trainer.step(given, consume=True)
+    assert "images" in kept
+    assert ("images" not in given) == method.reads_batch_once
+
+
+def test_the_eager_backend_empties_a_batch_it_is_given():
+    from edgebench.backends.eager import EagerBackend
+    from edgebench.runner.spec import RunSpec
+
+    spec = RunSpec(model="tiny", method="sgd", batch_size=2, text_length=16, steps=2, warmup_steps=0)
+    batches = synthetic_batches(get_config("tiny"), 2, 16, 0)
+    backend = EagerBackend()
+    backend.setup(spec, next(batches))
+    kept, given = next(batches), next(batches)
+    backend.step(kept)
+    backend.step(given, consume=True)
+    assert set(kept) == {"input_ids", "labels", "attention_mask", "images"} and given == {}

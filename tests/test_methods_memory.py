@@ -18,11 +18,13 @@ FULL = os.environ.get("EDGEBENCH_FULL") == "1"
 # Checkpointing: a batch big enough that activations (not the ~300 MB runtime) separate the
 # methods. Update-in-backward: batch 1, so gradients and state, not activations, make the gap.
 TINY_SHAPE = {"batch_size": 16, "text_length": 32}
-# Zeroth-order (restore records), frozen int8 under LoRA with checkpointing, and bf16 weights
-# with the update in backward: each term of the memory model has a real run behind it.
+# Zeroth-order (restore records), frozen int8 under LoRA with checkpointing, bf16 weights with
+# the update in backward, the last block alone (lastK): each term of the memory model has a
+# real run behind it.
 RUNS = {"adamw@16": ("adamw", 16), "adamw-ckpt@16": ("adamw-ckpt", 16), "adamw@1": ("adamw", 1),
         "fused-adamw@1": ("fused-adamw", 1), "lomo@1": ("lomo", 1), "mezo@1": ("mezo", 1),
-        "lora+ckpt+frozen-int8@16": ("lora+ckpt+frozen-int8", 16), "lomo-sr@16": ("lomo-sr", 16)}
+        "lora+ckpt+frozen-int8@16": ("lora+ckpt+frozen-int8", 16), "lomo-sr@16": ("lomo-sr", 16),
+        "all+last1@16": ("all+last1", 16)}
 TOLERANCE = 0.10
 
 
@@ -40,7 +42,7 @@ def run_spec(out: Path, **fields) -> dict:
 
 @pytest.fixture(scope="module")
 def tiny_runs(tmp_path_factory) -> dict[str, dict]:
-    """The RUNS' results (eight fresh runner processes, about 40 s): its tests share one xdist
+    """The RUNS' results (nine fresh runner processes, about 45 s): its tests share one xdist
     group (conftest SHARED_FIXTURES), so one worker runs them all after building this once."""
     root = tmp_path_factory.mktemp("methods-memory")
     return {key: run_spec(root / key.replace("@", "-b").replace("+", "_"), model="tiny", method=method,
@@ -48,8 +50,9 @@ def tiny_runs(tmp_path_factory) -> dict[str, dict]:
             for key, (method, batch) in RUNS.items()}
 
 
-def test_checkpointing_lowers_peak(tiny_runs):
-    assert tiny_runs["adamw-ckpt@16"]["peak_rss_bytes_kernel"] < tiny_runs["adamw@16"]["peak_rss_bytes_kernel"]
+@pytest.mark.parametrize("method", ["adamw-ckpt", "all+last1"])
+def test_checkpointing_and_sparse_backward_lower_peak(tiny_runs, method):
+    assert tiny_runs[f"{method}@16"]["peak_rss_bytes_kernel"] < tiny_runs["adamw@16"]["peak_rss_bytes_kernel"]
 
 
 @pytest.mark.parametrize("method", ["fused-adamw", "lomo"])

@@ -14,11 +14,14 @@ class UnsupportedBackend(EdgebenchError):
 
 
 class Backend(Protocol):
+    """`step(batch, consume=True)`: the caller gives the batch away, and the backend may empty it
+    once it holds what it needs (eager: the images once the forward pass is done with them)."""
+
     name: str
 
     def setup(self, spec: Any, example_batch: dict[str, Any]) -> None: ...
 
-    def step(self, batch: dict[str, Any]) -> float: ...
+    def step(self, batch: dict[str, Any], consume: bool = False) -> float: ...
 
     def close(self) -> None: ...
 

@@ -43,9 +43,12 @@ class EagerBackend:
         except MethodUnavailable as exc:
             raise UnsupportedBackend(str(exc)) from exc
 
-    def step(self, batch: dict[str, Any]) -> float:
+    def step(self, batch: dict[str, Any], consume: bool = False) -> float:
         assert self.trainer is not None, "setup() first"
-        loss = self.trainer.step(to_torch(batch, device=self.device))
+        tensors = to_torch(batch, device=self.device)  # on the CPU, the arrays' own memory
+        if consume:
+            batch.clear()  # the tensors are then the only hold on the images
+        loss = self.trainer.step(tensors, consume)
         if self.trainer.method.view_by_view:  # the lowest-memory runs: the step's freed heap pages
             release_freed_memory()  # go back to the OS before the next step's peak, not into its holes
         return loss

@@ -198,7 +198,7 @@ class ExecutorchBackend:
         self.update = ProgramUpdate(method.optimizer, lr, total)
         self.stepper = et_optimizers.program_stepper(method, self.module, self.update, lr, total)
 
-    def step(self, batch: dict[str, Any]) -> float:
+    def step(self, batch: dict[str, Any], consume: bool = False) -> float:  # the program reads its inputs whole
         if self.mezo is not None:
             return self.mezo.step(dict(zip(BATCH_INPUTS, _as_inputs(batch))))
         if self.stepper is not None:  # accumN, fused update, LOMO (edgebench.backends.et_optimizers)
@@ -240,7 +240,7 @@ def _program_mezo(directory: Path, manifest: dict[str, Any], method: Any, lr: fl
     class ProgramMeZO(MeZOTrainer):
         program: Any
 
-        def loss(self, batch: Batch) -> torch.Tensor:
+        def loss(self, batch: Batch, consume: bool = False) -> torch.Tensor:  # MeZO reads it twice: kept
             weights = [p.data for p in self.params]  # plain tensors (pybind refuses Parameter)
             inputs = (*(batch[k] for k in BATCH_INPUTS), *weights)
             loss: torch.Tensor = program.run_method("forward", inputs)[0]

@@ -224,7 +224,7 @@ class OnnxRuntimeBackend:
         self.update = RecipeUpdate(parse_method(spec.method).optimizer,
                                    lambda: [(n, p.data, p.grad) for n, p in params if p.requires_grad], lr, total)
 
-    def step(self, batch: dict[str, Any]) -> float:
+    def step(self, batch: dict[str, Any], consume: bool = False) -> float:  # the session reads its inputs whole
         if self.mezo is not None:
             feeds, forward = _feeds(batch), self.forward
             assert forward is not None  # set up with the MeZO program

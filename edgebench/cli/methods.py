@@ -53,7 +53,7 @@ def methods_command(as_json: bool) -> None:
     from edgebench.terminal import console as terminal
 
     console = terminal()
-    modifiers = ", ".join([*MODIFIERS, "accumN", "an optimizer", "a trainable subset"])
+    modifiers = ", ".join([*MODIFIERS, "accumN", "lastK", "an optimizer", "a trainable subset"])
     for part in fitted(f"edgebench methods (combine with +: {modifiers})",
                        [Field("preset", "preset", lambda r: r["name"], True)],
                        [Field("what it does", "what it does", lambda r: r["description"]),

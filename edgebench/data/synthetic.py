@@ -128,26 +128,28 @@ def make_sample(rng: np.random.Generator, index: int, size: int) -> dict[str, An
 
 
 def _samples(cfg: VLMConfig, seed: int, size: int) -> Iterator[Sample]:
-    """Endless samples in the config's layout; `size` is the drawn image's side."""
+    """Endless samples in the config's layout; `size` is the drawn image's side. Each is made and
+    yielded in one expression, so this frame holds none of its pixels while it trains."""
     rng = np.random.default_rng(seed)
     index = 0
     while True:
-        s = make_sample(rng, index, size)
+        yield _in_layout(cfg, make_sample(rng, index, size), size)
         index += 1
-        question, answer = encode(s["question"]), encode(s["answer"])
-        if not getattr(cfg, "image_splitting", False):
-            ids, labels = assemble([([BOS_ID, *question, SEP_ID], False), ([*answer, EOS_ID], True)])
-            yield Sample(ids, labels, s["image"][None])
-            continue
-        tile = cfg.vit_img_size
-        factor = size // tile  # the global view: the whole image averaged down to one tile
-        global_view = s["image"].reshape(3, tile, factor, tile, factor).mean(axis=(2, 4))
-        ids, labels = assemble([(USER + image_ids(cfg, cfg.image_grid) + question + TURN_END + ASSISTANT, False),
-                                (answer + TURN_END, True)])
-        sample = Sample(ids, labels, split_tiles(s["image"], tile, global_view))
-        del s, global_view  # the drawn image (2,048 px: 50 MB) is not kept while its views train
-        yield sample
-        del sample
+
+
+def _in_layout(cfg: VLMConfig, s: dict[str, Any], size: int) -> Sample:
+    """One drawn sample as the config's revision lays it out (main: the image's tiles and global
+    view; the drawn 2,048-px image, 50 MB, goes when this returns)."""
+    question, answer = encode(s["question"]), encode(s["answer"])
+    if not getattr(cfg, "image_splitting", False):
+        ids, labels = assemble([([BOS_ID, *question, SEP_ID], False), ([*answer, EOS_ID], True)])
+        return Sample(ids, labels, s["image"][None])
+    tile = cfg.vit_img_size
+    factor = size // tile  # the global view: the whole image averaged down to one tile
+    global_view = s["image"].reshape(3, tile, factor, tile, factor).mean(axis=(2, 4))
+    ids, labels = assemble([(USER + image_ids(cfg, cfg.image_grid) + question + TURN_END + ASSISTANT, False),
+                            (answer + TURN_END, True)])
+    return Sample(ids, labels, split_tiles(s["image"], tile, global_view))
 
 
 def synthetic_batches(cfg: VLMConfig, batch_size: int, text_length: int, seed: int,

@@ -79,7 +79,7 @@ class ConjugateGradientTrainer(Trainer):
             undo(p.data.view(-1), (alpha * d).view(-1))
         restore(record)
 
-    def step(self, batch: Batch) -> float:
+    def step(self, batch: Batch, consume: bool = False) -> float:  # reads the batch more than once: keeps it
         loss0, grad = self._gradient(batch)
         direction = self._new_direction(grad)
         slope = _dot(grad, direction)

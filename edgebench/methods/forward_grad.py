@@ -28,7 +28,7 @@ class ForwardGradTrainer(Trainer):
         self.directional_derivative = 0.0
 
     @torch.no_grad()
-    def step(self, batch: Batch) -> float:
+    def step(self, batch: Batch, consume: bool = False) -> float:  # reads the batch more than once: keeps it
         self.model.train()
         primals = tuple(p.detach() for p in self.params)
         tangents = tuple(torch.randn(p.shape, generator=self.tangents, dtype=p.dtype) for p in primals)

@@ -62,6 +62,10 @@ class Method:
     # [heads, T, T] scores, softmax or their gradients; at nanovlm-460m's 1,137 positions the
     # explicit path's backward holds three 37 MiB (bf16) of them per block
     flash_attention: bool = False
+    # sparse backpropagation (PockEngine, Zhu et al. 2023; Lin et al. 2022's sparse update): of
+    # what the subset trains, only the decoder's last K blocks train (0: no such limit), so no
+    # graph is built below them and backward stops at the first of them
+    last_blocks: int = 0
     name: str = ""
 
     def knobs(self) -> dict[str, Any]:
@@ -75,6 +79,14 @@ class Method:
         return self.grad_mode == "backprop"
 
     @property
+    def reads_batch_once(self) -> bool:
+        """Its step reads the batch in one forward pass (backprop without micro-batches, and not
+        cg's line search), so the batch's images can go once that pass is done
+        (`Trainer.step(batch, consume=True)`)."""
+        return (self.uses_backward and self.accumulation == 1
+                and optimizers.optimizer(self.optimizer).trainer != "line-search")
+
+    @property
     def adapts(self) -> bool:
         """Trains LoRA adapters (over every block's linears, or the decoder's only)."""
         return self.trainable in LORA_SUBSETS
@@ -82,7 +94,7 @@ class Method:
     @property
     def vision_frozen(self) -> bool:
         """Nothing in the vision encoder trains: it runs forward only, keeping nothing for backward."""
-        return self.trainable in ("freeze-vision", "lora-decoder")
+        return self.trainable in ("freeze-vision", "lora-decoder") or self.last_blocks > 0
 
 
 # Modifier tokens: combinable with any preset by `+`.
@@ -102,6 +114,8 @@ MODIFIERS: dict[str, dict[str, Any]] = {
 }
 _ACCUM = re.compile(r"accum(\d+)$")
 MAX_ACCUMULATION = 1024  # micro-batches per step: accum2000000000 would never finish one step
+_LAST = re.compile(r"last(\d+)$")
+MAX_LAST_BLOCKS = 1024  # past any decoder's depth; the model's own depth is checked when it is built
 
 # name -> (one-line description, the knobs it sets; the rest are defaults)
 PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -171,11 +185,18 @@ def _token_knobs(token: str) -> dict[str, Any]:
             raise MethodError(f"accumN: N is at most {MAX_ACCUMULATION} micro-batches per step, got {quote(digits)}; "
                               "use a smaller N (or a larger --batch-size)")
         return {"accumulation": int(digits)}
+    match = _LAST.match(token)
+    if match:
+        digits = match.group(1)
+        if len(digits) > len(str(MAX_LAST_BLOCKS)) or not 1 <= int(digits) <= MAX_LAST_BLOCKS:
+            raise MethodError(f"lastK: K is 1 to {MAX_LAST_BLOCKS} decoder blocks, got {quote(digits)}; "
+                              "e.g. `lora-decoder+last8`")
+        return {"last_blocks": int(digits)}
     near = difflib.get_close_matches(token, [*PRESETS, *MODIFIERS, *OPTIMIZERS, *TRAINABLE], n=1, cutoff=0.75)
     raise MethodError(
         f"unknown method part {token!r}{f': did you mean {near[0]!r}?' if near else ''} "
         f"Use a preset ({', '.join(PRESETS)}) or a modifier "
-        f"({', '.join(MODIFIERS)}, accumN, an optimizer name, a trainable subset); "
+        f"({', '.join(MODIFIERS)}, accumN, lastK, an optimizer name, a trainable subset); "
         "`edgebench methods` lists them"
     )
 

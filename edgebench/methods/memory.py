@@ -101,14 +101,15 @@ class _Param:
 
 
 @functools.lru_cache(maxsize=64)
-def _params(cfg_items: tuple[tuple[str, Any], ...], trainable: str, frozen_dtype: str) -> tuple[_Param, ...]:
+def _params(cfg_items: tuple[tuple[str, Any], ...], trainable: str, frozen_dtype: str,
+            last_blocks: int = 0) -> tuple[_Param, ...]:
     from edgebench.model.config import VLMConfig
     from edgebench.model.layout import meta_layout
     from edgebench.model.vision_language_model import VisionLanguageModel
 
     cfg = VLMConfig(**dict(cfg_items))
     with meta_layout():
-        model = apply_trainable(Method(trainable=trainable), VisionLanguageModel(cfg))
+        model = apply_trainable(Method(trainable=trainable, last_blocks=last_blocks), VisionLanguageModel(cfg))
     # on the meta device apply_trainable adapts the model in place (no peft wrapper)
     decoder = cast(VisionLanguageModel, model).decoder
     tied = {id(decoder.token_embedding.weight)}
@@ -167,8 +168,9 @@ def _block_activation_elements(cfg: VLMConfig, batch: int, text_length: int, ima
             "lm_input": batch * seq * cfg.lm_hidden_dim}
 
 
-def _activations(cfg: VLMConfig, method: Method, batch: int, text_length: int) -> tuple[int, int]:
-    """(bytes kept for backward, bytes of the largest transient), for one micro-batch."""
+def _activations(cfg: VLMConfig, method: Method, batch: int, text_length: int) -> tuple[int, int, int]:
+    """(bytes kept for backward, bytes of the largest transient, bytes of the largest transient
+    of the forward pass alone), for one micro-batch."""
     elem = 2 if method.precision == "bf16" else 4
     micro = max(1, batch // method.accumulation)
     tiles = micro * cfg.n_tiles
@@ -217,28 +219,31 @@ def _activations(cfg: VLMConfig, method: Method, batch: int, text_length: int) -
     attention = elem * (lm_scores if vision_apart else max(vit_scores, lm_scores))
     transient = largest_block + 2 * logits
     if not method.uses_backward:
-        return 0, max(transient, vit_phase)
+        return 0, max(transient, vit_phase), max(transient, vit_phase)
+    forward = transient
     vision_frozen = method.vision_frozen
+    # lastK: the blocks below the trained ones build no graph (nor the projector under them)
+    lm_blocks = method.last_blocks or cfg.lm_n_blocks
     # view-by-view keeps only each view's input and output of a trained encoder (checkpoint).
     # Measured (tiny in main's layout at 256-px tiles, 10 views, batch 2, loaded host): kernel
     # peak sgd 539 MiB vs 553 predicted, lora 672 vs 756, freeze-vision 470 vs 494.
     if method.checkpointing:  # block inputs only, and one block recomputed at a time
         vit = 0 if vision_frozen or recomputed else cfg.vit_n_blocks * blocks["vit_input"] * elem
-        lm = cfg.lm_n_blocks * blocks["lm_input"] * elem
+        lm = lm_blocks * blocks["lm_input"] * elem
         transient = max(transient, largest_block + BACKWARD_ATTENTION_COPIES * attention + 2 * logits)
     else:
         vit = 0 if vision_frozen or recomputed else cfg.vit_n_blocks * blocks["vit"] * elem
-        lm = cfg.lm_n_blocks * blocks["lm"] * elem
+        lm = lm_blocks * blocks["lm"] * elem
         transient = max(transient, (BACKWARD_ATTENTION_COPIES - 1) * attention + 2 * logits)
     if recomputed:  # one view's encoder runs again inside backward and back-propagates
         view_kept = cfg.vit_n_blocks * blocks["vit_input"] + blocks["vit"] if method.checkpointing \
             else cfg.vit_n_blocks * blocks["vit"]
         transient = max(transient, elem * (view_kept + BACKWARD_ATTENTION_COPIES * vit_scores) + 2 * logits)
     # encoder outputs kept: for the final norm and the projector, or a frozen encoder's for the projector
-    vit_out = (views if recomputed else tiles) * (1 if vision_frozen else 2)
+    vit_out = 0 if method.last_blocks else (views if recomputed else tiles) * (1 if vision_frozen else 2)
     extras = elem * (vit_out * n * cfg.vit_hidden_dim + micro * seq * 3 * cfg.lm_hidden_dim) + logits
     kept = vit + lm + extras
-    return kept, max(transient, vit_phase - kept)
+    return kept, max(transient, vit_phase - kept), max(forward, vit_phase - kept)
 
 
 def _dequantised_block(params: Iterable[_Param], method: Method, per_layer: bool = False,
@@ -348,7 +353,7 @@ def predict(cfg: VLMConfig | str, method: Method | str, batch_size: int, text_le
         method = parse_method(method)
     opt = optimizer(method.optimizer)
     cfg = cfg.with_image_size(image_size)
-    params = _params(tuple(sorted(cfg.to_dict().items())), method.trainable, method.frozen_dtype)
+    params = _params(tuple(sorted(cfg.to_dict().items())), method.trainable, method.frozen_dtype, method.last_blocks)
     trainable = [p for p in params if p.trainable]
     n_trainable = sum(p.numel for p in trainable)
     weights = _weights(params, method)
@@ -366,7 +371,7 @@ def predict(cfg: VLMConfig | str, method: Method | str, batch_size: int, text_le
     else:
         gradients = opt.gradient_copies * grad_elem * n_trainable  # cg: this step's and the previous one
     state = 0 if method.grad_mode != "backprop" else _optimizer_state(method, trainable)
-    activations, temporaries = _activations(cfg, method, batch_size, text_length)
+    activations, temporaries, forward_temporaries = _activations(cfg, method, batch_size, text_length)
     temporaries += _update_transient(method, trainable)
     if method.grad_mode == "zeroth-order":
         # a forward-only step peaks inside a layer: its dequantised weight beside the block's
@@ -394,10 +399,15 @@ def predict(cfg: VLMConfig | str, method: Method | str, batch_size: int, text_le
     baseline = RUNTIME_BASELINE_BYTES_EST + dynamo + sum(LIBRARY_BASELINE_BYTES_EST[lib] for lib in _libraries(method))
     if method.uses_backward:
         baseline += STEP_RUNTIME_OVERHEAD_BYTES_EST
-    # the step's batch stays alive through it: fp32 pixels of every view (nanovlm-460m at main's
-    # images: 17 x 3 x 512 x 512, 51 MiB), token ids, labels and mask
-    batch = batch_size * (4 * cfg.n_tiles * 3 * cfg.vit_img_size**2 + 3 * 8 * text_length)
+    # the step's batch: fp32 pixels of every view (nanovlm-460m at main's images: 17 x 3 x 512 x
+    # 512, 51 MiB), token ids, labels and mask; a step that reads it in one forward pass drops the
+    # pixels when that pass is done (Trainer.step's `consume`), so backward runs without them
+    images = batch_size * 4 * cfg.n_tiles * 3 * cfg.vit_img_size**2
+    batch = images + batch_size * 3 * 8 * text_length
     train_peak = baseline + weights + gradients + state + activations + temporaries + allocator + batch
+    if method.reads_batch_once:
+        forward_peak = baseline + weights + state + activations + forward_temporaries + allocator + batch
+        train_peak = max(train_peak - images, forward_peak)
     # the first batch is made before the model (edgebench.runner.worker) and alive while it loads
     load_peak = RUNTIME_BASELINE_BYTES_EST + dynamo + _load_peak(params, method, weights, cfg) + batch
     return {

@@ -84,7 +84,7 @@ class MeZOTrainer(Trainer):
         return (loss_plus - loss_minus) / (2 * self.eps), (loss_plus + loss_minus) / 2
 
     @torch.no_grad()
-    def step(self, batch: Batch) -> float:
+    def step(self, batch: Batch, consume: bool = False) -> float:  # reads the batch more than once: keeps it
         """One SPSA step; returns the mean of the two perturbed losses (MeZO's logged loss)."""
         self.model.eval()
         seed = int(torch.randint(0, 2**31 - 1, (1,), generator=self.seeds))

@@ -78,9 +78,10 @@ def _weights(cfg: VLMConfig, params: Iterable[_Param]) -> dict[str, float]:
             for part, prefixes in parts.items()}
 
 
-def _runs(method: Method, opt: Optimizer) -> dict[str, float]:
+def _runs(method: Method, opt: Optimizer, lm_share: float = 1.0) -> dict[str, float]:
     """How many times a step runs each part: forwards, backwards (2: input and weight
-    gradients, 1: input gradients only) and recomputed forwards, by grad mode."""
+    gradients, 1: input gradients only) and recomputed forwards, by grad mode. `lm_share`: the
+    share of the decoder's blocks backward reaches (a `lastK` method's K of them)."""
     if method.grad_mode == "zeroth-order":
         return {"vit": 2, "lm": 2, "head": 2}
     if method.grad_mode == "forward-mode":
@@ -90,7 +91,7 @@ def _runs(method: Method, opt: Optimizer) -> dict[str, float]:
     full = method.trainable in ("all", "freeze-vision")
     vision_backward = not method.vision_frozen
     forwards = 1 + opt.extra_forwards  # cg's trial forwards
-    lm = forwards + (2 if full else 1) + (1 if method.checkpointing else 0)
+    lm = forwards + ((2 if full else 1) + (1 if method.checkpointing else 0)) * lm_share
     vit = forwards + ((2 if method.trainable == "all" else 1) + (1 if method.checkpointing else 0)
                       if vision_backward else 0)
     return {"vit": vit, "lm": lm, "head": forwards + (2 if full else 1)}
@@ -100,10 +101,10 @@ def _work(cfg: VLMConfig, method: Method, batch_size: int, text_length: int) -> 
     """(matmul FLOPs, elementwise passes over one weight, normal samples) of one step."""
     from edgebench.methods.memory import _params
 
-    params = _params(tuple(sorted(cfg.to_dict().items())), method.trainable, method.frozen_dtype)
+    params = _params(tuple(sorted(cfg.to_dict().items())), method.trainable, method.frozen_dtype, method.last_blocks)
     n_trained = sum(p.numel for p in params if p.trainable)
     opt = optimizer(method.optimizer)
-    runs = _runs(method, opt)
+    runs = _runs(method, opt, (method.last_blocks or cfg.lm_n_blocks) / cfg.lm_n_blocks)
     flops = sum(runs[part] * f for part, f in _forward_flops(cfg, batch_size, text_length, params).items())
     streamed = sum(runs[part] * w for part, w in _weights(cfg, params).items())
     passes = method.accumulation * WEIGHT_STREAM_PASSES * streamed  # again for each micro-batch

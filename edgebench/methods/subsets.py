@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import nn
 
-from edgebench.methods.knobs import LORA_SUBSETS, Method
+from edgebench.methods.knobs import LORA_SUBSETS, Method, MethodError
 from edgebench.model.recompute import recomputed, trains
 
 if TYPE_CHECKING:
@@ -28,35 +28,58 @@ LORA_TARGETS = (
     r"(qkv_proj|q_proj|k_proj|v_proj|out_proj|fc1|fc2|gate_proj|up_proj|down_proj)"
     r"|MP\.proj"
 )
+_DECODER_LINEARS = r"(attn|mlp)\.(q_proj|k_proj|v_proj|out_proj|gate_proj|up_proj|down_proj)"
 # lora-decoder's: the decoder's block linears and the projector (the vision encoder frozen whole).
-LORA_DECODER_TARGETS = (
-    r"decoder\.blocks\.\d+\.(attn|mlp)\.(q_proj|k_proj|v_proj|out_proj|gate_proj|up_proj|down_proj)|MP\.proj"
-)
+LORA_DECODER_TARGETS = rf"decoder\.blocks\.\d+\.{_DECODER_LINEARS}|MP\.proj"
 _BLOCK = re.compile(r"(vision_encoder|decoder)\.blocks\.\d+$")
+_DECODER_BLOCK = re.compile(r"decoder\.blocks\.(\d+)\.")
 
 
-def lora_targets(trainable: str) -> str:
-    """The pattern of linear-layer names a LoRA subset adapts."""
+def lora_targets(trainable: str, blocks: range | None = None) -> str:
+    """The pattern of linear-layer names a LoRA subset adapts; `blocks`: only these decoder
+    blocks' linears (a `lastK` method)."""
+    if blocks is not None:
+        return rf"decoder\.blocks\.({'|'.join(map(str, blocks))})\.{_DECODER_LINEARS}"
     return LORA_DECODER_TARGETS if trainable == "lora-decoder" else LORA_TARGETS
+
+
+def trained_blocks(method: Method, model: nn.Module) -> range | None:
+    """The decoder blocks a `lastK` method trains (None: it sets no such limit)."""
+    if not method.last_blocks:
+        return None
+    depth = sum(1 for tower, _ in transformer_blocks(model) if tower == "decoder")
+    if method.last_blocks > depth:
+        raise MethodError(f"last{method.last_blocks} asks for more decoder blocks than the model has ({depth}); "
+                          f"use last{depth} or fewer")
+    return range(depth - method.last_blocks, depth)
 
 
 def apply_trainable(method: Method, model: nn.Module) -> nn.Module:
     """Set requires_grad for the method's trainable subset; inject LoRA adapters (peft; on a
     meta-device model edgebench.methods.lora's peft-named layer) unless the model has them."""
+    blocks = trained_blocks(method, model)
     if method.adapts and not any(".lora_" in n for n, _ in model.named_parameters()):
+        targets = lora_targets(method.trainable, blocks)
         if next(model.parameters()).is_meta:  # counting, or the streamed build: peft's import (+211 MB RSS)
             from edgebench.methods.lora import inject_lora  # buys nothing there; same names and shapes
 
-            inject_lora(model, lora_targets(method.trainable), LORA_RANK, LORA_ALPHA)
+            inject_lora(model, targets, LORA_RANK, LORA_ALPHA)
         else:
             from peft import LoraConfig, inject_adapter_in_model
 
-            config = LoraConfig(r=LORA_RANK, lora_alpha=LORA_ALPHA, lora_dropout=0.0,
-                                target_modules=lora_targets(method.trainable))
+            config = LoraConfig(r=LORA_RANK, lora_alpha=LORA_ALPHA, lora_dropout=0.0, target_modules=targets)
             model = inject_adapter_in_model(config, model)
     for name, param in model.named_parameters():
-        param.requires_grad = _trains(method.trainable, name, param)
+        param.requires_grad = _trains(method.trainable, name, param) and _in_blocks(name, blocks)
     return model
+
+
+def _in_blocks(name: str, blocks: range | None) -> bool:
+    """Whether a parameter lies in one of the trained decoder blocks (every one without a limit)."""
+    if blocks is None:
+        return True
+    found = _DECODER_BLOCK.match(name)
+    return found is not None and int(found.group(1)) in blocks
 
 
 def _trains(trainable: str, name: str, param: nn.Parameter) -> bool:
