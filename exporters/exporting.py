@@ -1,6 +1,6 @@
 """`edgebench export`'s work: the request the options and the device profile make, the program
 exported (or found in the cache) and, with --profile, profiled; and the learning rate its runs
-use. The command (exporters/commands.py) checks the options before and renders the result after."""
+use. The command (fleet/export.py) checks the options before and renders the result after."""
 
 from __future__ import annotations
 

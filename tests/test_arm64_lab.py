@@ -22,12 +22,12 @@ from click.testing import CliRunner
 from conftest import FULL
 from edgebench.cli import cli
 from edgebench.devices import arm64, connect, detect, lab
+from edgebench.devices.device_scripts import facts as facts_script
 from edgebench.devices.inventory import get_device, make_device, read_inventory
 from edgebench.devices.readiness import TORCH_CPU_INDEX, _Checker
 from edgebench.figures.run import figures_of_run_dir
 from edgebench.fleet.collect import collect_device
 from edgebench.fleet.deploy import deploy_one
-from edgebench.fleet.device_scripts import facts as facts_script
 from edgebench.fleet.plan import attach_native, attach_program
 from edgebench.fleet.remote import run_program
 from edgebench.report.tables import emulated_notes

@@ -1,6 +1,6 @@
 """A device's memory as a run meets it: the board probe (devices add | check) reads the memory
 cgroup its own process is in (v1 and v2 fixture trees), and deploy's preflight counts the
-cgroup's page cache as free (fleet/device_scripts/facts.py's cgroup_cache_bytes, available_bytes).
+cgroup's page cache as free (devices/device_scripts/facts.py's cgroup_cache_bytes, available_bytes).
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from edgebench.devices import add, detect
+from edgebench.devices.device_scripts import facts as facts_script
 from edgebench.devices.inventory import make_device, read_inventory
 from edgebench.devices.profiles import load_profile
 from edgebench.devices.readiness import check
 from edgebench.devices.transport import LocalTransport
 from edgebench.fleet.deploy import MIN_FREE_RAM, preflight
-from edgebench.fleet.device_scripts import facts as facts_script
 from edgebench.methods.budget import available_bytes
 from edgebench.runner.spec import RunSpec
 from test_devices_add import _board
@@ -197,8 +197,8 @@ def test_calibrated_rates_out_of_any_range_are_refused(rates):
 
 
 def test_devices_calibrate_stores_nothing_a_device_reports_out_of_range():
-    from edgebench.devices.calibrate import CalibrationError, _checked
     from edgebench.devices.inventory import MeasuredSpeed, get_device
+    from edgebench.fleet.calibrate import CalibrationError, _checked
 
     with pytest.raises(CalibrationError, match=r"local: the rates it reported are not a measurement \(matmul_gflops"):
         _checked(get_device("local"), lambda: MeasuredSpeed(matmul_gflops=float("inf"), pass_ns=1.0, normal_ns=1.0,

@@ -1,4 +1,4 @@
-"""Parity of the device scripts (issue 54): each `fleet/device_scripts/NAME.sh` (after
+"""Parity of the device scripts (issue 54): each `devices/device_scripts/NAME.sh` (after
 `common.sh`, as `fleet.remote` sends it to a device with no Python) prints the JSON `NAME.py`
 prints on the same fixture tree, and leaves the same files behind, under every shell such a
 device may have (dash, busybox sh, Android's mksh) with toybox's tools as its whole PATH, so a
@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from edgebench.fleet import device_scripts
-from edgebench.fleet.device_scripts import digests, facts, listing, sweeps
+from edgebench.devices import device_scripts
+from edgebench.devices.device_scripts import digests, facts, listing, sweeps
 from edgebench.fleet.remote import shell_twin
 
 SCRIPTS = Path(device_scripts.__file__).parent
@@ -420,7 +420,7 @@ def test_shellcheck(script):
 def test_the_shells_products_stay_exact_in_32_bits(toolbin, count, size):
     """common.sh's times_text (free disk = blocks x block size) on mksh's 32-bit integers: exact for
     a board's disk of any size (a 4 KiB block size and 18.9 M blocks overflowed once)."""
-    common = Path(__file__).resolve().parents[1] / "edgebench" / "fleet" / "device_scripts" / "common.sh"
+    common = Path(__file__).resolve().parents[1] / "edgebench" / "devices" / "device_scripts" / "common.sh"
     done = subprocess.run([str(toolbin / "sh"), "-c", f'. "{common}"; times_text {count} {size}'],
                           capture_output=True, text=True, env={"PATH": str(toolbin)}, timeout=30)
     assert done.returncode == 0 and done.stdout == str(count * size), (done.stdout, done.stderr)

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from edgebench.devices.device_scripts import sweeps as sweeps_script
 from edgebench.figures.run import figures_of_run_dir
-from edgebench.fleet.device_scripts import sweeps as sweeps_script
 from edgebench.runner import oom_score
 from edgebench.runner.spec import RunSpec
 from edgebench.runner.sweep import run_sweep

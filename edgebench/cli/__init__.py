@@ -24,11 +24,11 @@ from edgebench.cli.models import models_command
 from edgebench.cli.sensors import sensors_command
 from edgebench.devices.commands import devices, lab
 from edgebench.errors import EdgebenchError
-from edgebench.fleet.commands import bench, collect, deploy, status
+from edgebench.fleet.commands import bench, calibrate, collect, deploy, status
+from edgebench.fleet.export import export_command
 from edgebench.live.commands import live_command
 from edgebench.report.commands import report_command
 from edgebench.results.commands import import_trace_command, ingest_command
-from exporters.commands import export_command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -54,6 +54,7 @@ for _command in (models_command, bench, methods_command, predict_command, device
                  status, sensors_command, ingest_command, import_trace_command, report_command, live_command,
                  export_command):
     cli.add_command(_command)
+devices.add_command(calibrate)  # measured by what the fleet ships to the device (fleet/calibrate.py)
 
 
 EXIT_USER_ERROR = 2

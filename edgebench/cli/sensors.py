@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from edgebench.cli_types import FiniteRange
-from edgebench.telemetry.probe import probe
+from edgebench.runner.probe import probe
 
 
 @click.command("sensors")

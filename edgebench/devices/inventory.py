@@ -17,7 +17,7 @@ Any transport field of the profile (kind, host, port, user, key, known_hosts, se
 connect_timeout_s) plus `python`, `workdir` and `root` can be set per device. `ram_bytes` and
 `cores` are the board's own where its profile's differ (`edgebench devices add` writes them as
 it detects them: a generic profile's, `linux-x86_64`, are stand-ins). `speed` holds the
-step-time model's rates `edgebench devices calibrate` measured on the device (devices/calibrate.py).
+step-time model's rates `edgebench devices calibrate` measured on the device (fleet/calibrate.py).
 The name `local` always means this machine unless the file defines it.
 
 A device's work dir is its entry's `workdir`, else its profile's, shared by every host using that

@@ -432,8 +432,8 @@ SWEEP_STOP_S = 60.0  # a sweep's running run gets this long to end `interrupted`
 def _stop_gracefully(dev: dict[str, Any], log: Callable[[str], None]) -> None:
     """Sweeps running in the device stop as on SIGTERM (the running run ends `interrupted`, result.json
     written; the sweep `interrupted`), before the cgroup is killed; one that does not end in time is
-    killed with the rest, and its record closed (fleet.device_scripts.sweeps.finalize)."""
-    from edgebench.fleet.device_scripts import sweeps
+    killed with the rest, and its record closed (devices.device_scripts.sweeps.finalize)."""
+    from edgebench.devices.device_scripts import sweeps
 
     limits = Limits([Path(d) for d in dev["cgroups"]], dev["cgroup_version"])
     running = []

@@ -429,7 +429,7 @@ def release_finished(
     device: FarmDevice, sweeps: dict[str, Any], log: Callable[[str], None] = lambda _: None
 ) -> str | None:
     """Releases the device's place if this host holds it for a sweep whose process had ended
-    (`sweeps`: the device's sweeps as `fleet.device_scripts.sweeps` lists them). Returns that
+    (`sweeps`: the device's sweeps as `devices.device_scripts.sweeps` lists them). Returns that
     sweep. A coordinator problem is logged, never fatal: the runs were fetched all the same."""
     if not device.place:
         return None

@@ -100,7 +100,7 @@ class DeviceFacts:
 @dataclass(frozen=True)
 class OomKillsAtStart:
     """The kernel's OOM kill count where it can take the worker, read as the run started: a run
-    whose sweep process died with its worker is told `oom` from it (fleet/device_scripts/sweeps)."""
+    whose sweep process died with its worker is told `oom` from it (devices/device_scripts/sweeps)."""
 
     file: str = text()  # the memory.events (or oom_control) file counted
     count: int = whole()  # its oom_kill counter then

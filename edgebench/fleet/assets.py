@@ -4,7 +4,7 @@ dataset is first turned into the folder format, once per content.
 
 Each folder is content-addressed: the sha256 of every file, and of that list. It lands in
 `<workdir>/cache/<digest>-<name>/` and stays there for later sweeps. Before every sweep the
-device hashes its cached copy (fleet/device_scripts/digests.py): a copy whose files all match
+device hashes its cached copy (devices/device_scripts/digests.py): a copy whose files all match
 is used as is; any other (a byte flipped, a line appended, a file truncated, added or missing
 since it was shipped) is sent again, and deploy says so. Nothing vouches for a copy but its
 content: a copy checked once may have changed since. After unpacking, the device hashes it
@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgebench.cache import cache_dir
+from edgebench.devices.device_scripts import digests as digests_script
+from edgebench.devices.device_scripts.digests import digests, file_digest
 from edgebench.errors import EdgebenchError
-from edgebench.fleet.device_scripts import digests as digests_script
-from edgebench.fleet.device_scripts.digests import digests, file_digest
 from edgebench.fleet.remote import run_program
 from edgebench.untrusted import printable
 

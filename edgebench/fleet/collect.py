@@ -30,14 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from edgebench.devices import connect
+from edgebench.devices.device_scripts import listing
+from edgebench.devices.device_scripts import sweeps as sweeps_script
 from edgebench.devices.inventory import NO_HOST_RECORD, Device, get_device, host_identity
 from edgebench.devices.labgrid import release_finished
 from edgebench.devices.transport import Transport, TransportError
 from edgebench.fleet import shell_sweep
 from edgebench.fleet.clock import probe_clock
 from edgebench.fleet.deploy import deployments
-from edgebench.fleet.device_scripts import listing
-from edgebench.fleet.device_scripts import sweeps as sweeps_script
 from edgebench.fleet.remote import run_program
 from edgebench.results import runs_dir_for
 from edgebench.runner.spec import WEIGHTS_DIR

@@ -30,6 +30,8 @@ from typing import Any
 import edgebench
 from edgebench.backends.support import device_reason
 from edgebench.devices import connect, readiness
+from edgebench.devices.device_scripts import facts as facts_script
+from edgebench.devices.device_scripts import sweeps as sweeps_script
 from edgebench.devices.inventory import Device, get_device, host_identity
 from edgebench.devices.labgrid import interrupt_reservations, reserve
 from edgebench.devices.transport import Transport, TransportError
@@ -37,8 +39,6 @@ from edgebench.errors import EdgebenchError
 from edgebench.fleet import shell_sweep
 from edgebench.fleet.assets import check_cache, folder_asset, plan_assets, ship_assets, ship_folder, unshipped_bytes
 from edgebench.fleet.clock import probe_clock
-from edgebench.fleet.device_scripts import facts as facts_script
-from edgebench.fleet.device_scripts import sweeps as sweeps_script
 from edgebench.fleet.plan import (
     attach_native,
     attach_program,

@@ -81,7 +81,7 @@ def host_budget(profile: Profile, workdir: Path) -> Budget:
     """What a run may take on this host now (methods.budget): from what it reports, as a device's
     facts are read at deploy (`workdir`: where the runs go, or its nearest existing folder: nothing
     is made before the preflight passes)."""
-    from edgebench.fleet.device_scripts import facts
+    from edgebench.devices.device_scripts import facts
     from edgebench.fleet.plan import device_budget
 
     existing = next(p for p in (workdir.absolute(), *workdir.absolute().parents) if p.is_dir())
@@ -97,7 +97,7 @@ def run_cgroup(run_id: str) -> Limits | None:
     one id at once (two bench processes, two test workers) never share a group, whose end kills
     whatever is inside."""
     from edgebench.devices.cgroups import CgroupError, Limits, remove_empty_groups
-    from edgebench.fleet.device_scripts.facts import meminfo
+    from edgebench.devices.device_scripts.facts import meminfo
 
     remove_empty_groups(LOCAL_GROUP)  # what an earlier bench, killed before its cleanup, left
     name = f"{LOCAL_GROUP}/{run_id}-{secrets.token_hex(4)}"

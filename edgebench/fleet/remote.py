@@ -1,4 +1,4 @@
-"""Running the stand-alone programs of `fleet/device_scripts/` on a device with `python -c`.
+"""Running the stand-alone programs of `devices/device_scripts/` on a device with `python -c`.
 
 They use only the standard library, so they work before edgebench is shipped and on a
 device where torch is missing (that is what preflight reports). Each prints one JSON object.

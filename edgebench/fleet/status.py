@@ -7,10 +7,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from edgebench.devices import connect
+from edgebench.devices.device_scripts import sweeps
 from edgebench.devices.inventory import NO_HOST_RECORD, get_device, host_identity
 from edgebench.devices.labgrid import place_status
 from edgebench.devices.transport import TransportError
-from edgebench.fleet.device_scripts import sweeps
 from edgebench.fleet.remote import run_program
 
 

@@ -76,7 +76,7 @@ def board_budget(where: str, ram_bytes: int, os_bytes: int, os_source: str, supe
 
 
 def available_bytes(facts: dict[str, Any]) -> int:
-    """What a new run could take now (facts from fleet/device_scripts/facts.py): MemAvailable, and inside
+    """What a new run could take now (facts from devices/device_scripts/facts.py): MemAvailable, and inside
     a memory cgroup its limit less what its processes hold (its usage less its page cache, which
     the kernel reclaims before it refuses a run), the lower of the two. 0 when neither is known
     (no MemAvailable before Linux 3.14, no limit)."""

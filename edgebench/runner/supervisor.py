@@ -159,7 +159,7 @@ class Supervisor:
             ("native" if self.native else "python") if spec.backend == "executorch" else None
         self.start_problem: str | None = None  # why the worker could not be started at all
         # the kernel's OOM kill count where it can take the worker: a run whose sweep process dies
-        # with its worker (fleet/device_scripts/sweeps.py) is still told `oom` from it
+        # with its worker (devices/device_scripts/sweeps.py) is still told `oom` from it
         counted = oom_kill_count(os.getpid(), root)
         self._oom_kills_at_start = OomKillsAtStart(str(counted[0]), counted[1]) if counted else None
 

@@ -1,7 +1,8 @@
-"""The Android battery on the device: where it is, the supplies beside it, and the sign
-calibration stored on the device (`edgebench sensors --calibrate`, run unplugged). What the
-readings mean (which sign is discharging, whether the phone was on external power) is decided
-by edgebench.figures.power, on the host and here alike.
+"""The Android battery on the device: where it is, the supplies beside it, the sign
+calibration stored on the device (`edgebench sensors --calibrate`, run unplugged), and what
+its readings mean (which sign is discharging, whether the phone was on external power:
+`determine_sign`, `external_power`), decided here for the device's own report and for the
+host's figures (edgebench.figures.power) alike.
 """
 
 from __future__ import annotations
@@ -13,8 +14,46 @@ from pathlib import Path
 from typing import Any
 
 from edgebench.errors import EdgebenchError
-from edgebench.figures.power import MIN_CALIBRATION_UA, determine_sign, external_power
 from edgebench.telemetry.sysfs import read_int, read_text, under
+
+# A discharging phone draws tens to hundreds of mA; below 10 mA the sign could be noise.
+MIN_CALIBRATION_UA = 10_000
+EXTERNAL_SUPPLY_TYPES = ("USB", "Mains", "Wireless")  # power_supply `type`s (USB_PD, USB_DCP... start with USB)
+ON_EXTERNAL_POWER = ("Charging", "Full", "Not charging")
+CALIBRATE_HINT = "run `edgebench sensors --calibrate` once with the phone unplugged"
+
+
+def determine_sign(status: str | None, ua: int, stored: dict[str, Any] | None,
+                   profile_sign: int | str) -> tuple[int, str, bool]:
+    """(sign, where it comes from, verified on this device) of a battery's current_now."""
+    if status == "Discharging" and abs(ua) >= MIN_CALIBRATION_UA:
+        sign = 1 if ua > 0 else -1
+        origin = "battery status at start: Discharging"
+        others = [(stored and stored.get("battery_current_sign"), "the stored calibration"),
+                  (profile_sign if profile_sign in (1, -1) else None, "the profile")]
+        origin += "".join(f"; differs from {name} ({other:+d})" for other, name in others
+                          if other in (1, -1) and other != sign)
+        return sign, origin, True
+    if stored and stored.get("battery_current_sign") in (1, -1):
+        return int(stored["battery_current_sign"]), f"calibrated on this device at {stored.get('calibrated_at')}", True
+    if profile_sign in (1, -1):
+        return int(profile_sign), f"the profile, not verified on this device: {CALIBRATE_HINT}", False
+    return -1, f"the kernel's convention (current_now < 0 when discharging), not verified: {CALIBRATE_HINT}", False
+
+
+def external_power(status: str | None, supplies: dict[str, Any] | None) -> tuple[str, str] | None:
+    """(flag, why the battery figure is incomplete) when the phone is on external power; the
+    supplies are those the device saw online ({name: {type, online}})."""
+    if status not in ON_EXTERNAL_POWER:
+        return None
+    online = [name for name, s in sorted((supplies or {}).items()) if isinstance(s, dict)
+              and str(s.get("type") or "").startswith(EXTERNAL_SUPPLY_TYPES) and str(s.get("online")) == "1"]
+    by = ", ".join(online) or "an external supply"
+    if status == "Not charging":
+        return "charging_disabled", (f"on {by} with charging disabled (status 'Not charging'): the supply feeds the "
+                                     "phone, so the battery current leaves out what it provides; unplug USB")
+    return "charging", (f"battery status is {status} ({by} online): current_now is the charger's input net of "
+                        "what the phone draws, not the draw; unplug USB")
 
 
 class CalibrationError(EdgebenchError):

@@ -229,7 +229,7 @@ def oom_kill_count(pid: int, root: str | Path = "/") -> tuple[Path, int] | None:
     """Where the kernel counts the OOM kills that can take `pid`, and the count now: its
     memory cgroup's `oom_kill` (v1 memory.oom_control, v2 memory.events), else the system's
     (/proc/vmstat: a kill anywhere counts). Read at a run's start, it lets a run whose
-    supervisor died too be told `oom` later (fleet/device_scripts/sweeps.py)."""
+    supervisor died too be told `oom` later (devices/device_scripts/sweeps.py)."""
     found = cgroup_dir(pid, "memory", root)
     if found is not None and not is_hierarchy_root(found[1]):
         path = oom_kill_file(*found[:2])

@@ -1,8 +1,9 @@
 """What this device can measure: runs the sampler on this process for a moment and reports
 each source (active, or why not) with its latest raw values, and the figures the host makes
-of them (edgebench.figures: the same functions a run's figures come from).
+of them (edgebench.figures: the same functions a run's figures come from). It runs telemetry
+and makes figures of it, as a run's supervisor does, so it sits with the runner above both.
 
-`python -m edgebench.telemetry.probe [--root DIR] [--sensors JSON] [--seconds S]` prints
+`python -m edgebench.runner.probe [--root DIR] [--sensors JSON] [--seconds S]` prints
 the report as JSON (no host-side libraries needed; the fleet can run it over SSH).
 """
 
@@ -18,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from edgebench.figures.samples import raw_columns, read_columns, sample_figures
 from edgebench.telemetry.sampler import Sampler
 from edgebench.telemetry.sysfs import Runner
 from edgebench.telemetry.trace import read_trace
@@ -28,8 +30,6 @@ def probe(root: str | Path = "/", sensors: dict[str, Any] | None = None, seconds
     """{"sources_active", "sources_unavailable", "sources_failed", "latest": {raw key: value},
     "readings": where each was read, "figures": {figure: latest value}, "power": what the power
     figure covers, "summary"}."""
-    from edgebench.figures.samples import raw_columns, read_columns, sample_figures
-
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "samples.jsonl"
         sampler = Sampler(out, os.getpid(), rate_hz=10, root=root, sensors=sensors, runner=runner).start()

@@ -5,7 +5,8 @@ differ between CPUs more than the methods differ, most of all for bf16 matmuls; 
 x86 host's stand in for a board's until they are measured there, with the board's own Python
 and torch, and stored in its inventory entry (inventory.MeasuredSpeed). A device without
 Python (a phone) runs only the native worker, so the worker measures them there as it spends
-time (native.rates), shipped with its rates programs as deploy ships its assets.
+time (native.rates), shipped with its rates programs as deploy ships its assets. Measuring
+ships and runs programs on the device as deploy does, so it is the fleet's, not the devices'.
 """
 
 from __future__ import annotations
@@ -66,8 +67,8 @@ def _measure_native(device: Device, log: Callable[[str], None]) -> MeasuredSpeed
     device reports and the rates programs, shipped (cached, sha256-checked) to its workdir, then
     `sh run.sh --rates` there."""
     from edgebench.devices import connect
+    from edgebench.devices.device_scripts import facts as facts_script
     from edgebench.fleet.deploy import ship_folders
-    from edgebench.fleet.device_scripts import facts as facts_script
     from edgebench.fleet.remote import run_program
     from edgebench.methods.device_speed import cpu_model
     from edgebench.native import rates

@@ -1,4 +1,8 @@
-"""`edgebench export`: lower the training step for a device profile, with a manifest."""
+"""`edgebench export`: lower the training step for a device profile, with a manifest.
+
+It takes the user's model, data and lr as bench and deploy do (one definition of each option,
+fleet/commands.py) and shows its stages as they do (fleet/progress.py), so it lives beside
+them; the lowering is exporters/'s (exporters/exporting.py)."""
 
 from __future__ import annotations
 
