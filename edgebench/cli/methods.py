@@ -346,6 +346,6 @@ def _print_ranking(rows: list[dict[str, Any]], model_name: str, batch_size: int,
     best = fitting[0]["method"] if fitting else None
     echo(f"best that fits (est.): {best}" if best else
          "nothing fits: the smallest predicted peak is listed first among the rest")
-    for name, why in verdict["unavailable"].items():
-        echo(f"not for this model: {name}: {why}")
+    for name, why in verdict["unavailable"].items():  # the name wraps after a `+`
+        console.print(Name(Text(f"not for this model: {name}: {why}")))
     echo(PER_STEP_NOTE)

@@ -158,6 +158,8 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
                 {"optimizer": "sgd", "fused_update": True, "trained_dtype": "bf16", "rounding": "stochastic",
                  "checkpointing": True, "chunked_loss": True}),
     "freeze-vision": ("AdamW with the vision encoder frozen", {"trainable": "freeze-vision"}),
+    "sparse-update": ("every weight of the decoder's last 4 blocks, backward stopped below them (sparse "
+                      "backpropagation, PockEngine); `lastK` sets another K", {"last_blocks": 4}),
     "bitfit": ("train biases (and norms' gains) only", {"trainable": "bitfit"}),
     "mezo": ("MeZO: zeroth-order SPSA, two forwards, no backward (Malladi et al. 2023)",
              {"grad_mode": "zeroth-order"}),
