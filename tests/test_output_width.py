@@ -1,8 +1,8 @@
 """Output that fits its width (issue 69): piped, a command lays its output out for $COLUMNS, else
 80 columns (edgebench.terminal.output_width), never rich's own 300 columns or a table's whole
-rows; every line of `methods`, `predict`, `devices`, `devices check`, `report` (its study too)
-and every command's `--help` is at most that wide, measured in terminal cells; a method's name
-wraps after a `+`, never inside a word.
+rows; every line of `methods`, `predict`, `devices`, `devices check`, `report` (its study too),
+`runs ls` and every command's `--help` is at most that wide, measured in terminal cells; a
+method's name wraps after a `+`, never inside a word.
 
 The commands run in-process through click's CliRunner, whose stdout is no terminal (as a pipe);
 `--help` is each command's own help text as click lays it out for $COLUMNS (CliRunner pins
@@ -64,6 +64,7 @@ def _commands(stores, inventory):
         "report --study": (["report", "--store", str(configurations), "--study"], {}),
         "report evaluated": (["report", "--store", str(evaluated)], {}),
         "report evaluated --study": (["report", "--store", str(evaluated), "--study"], {}),
+        "runs ls": (["runs", "ls", "--store", str(configurations)], {}),
     }
 
 

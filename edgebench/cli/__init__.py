@@ -28,7 +28,7 @@ from edgebench.fleet.commands import bench, calibrate, collect, deploy, status
 from edgebench.fleet.export import export_command
 from edgebench.live.commands import live_command
 from edgebench.report.commands import report_command
-from edgebench.results.commands import import_trace_command, ingest_command
+from edgebench.results.commands import import_trace_command, ingest_command, runs_group
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -51,8 +51,8 @@ def cli(debug: bool) -> None:
 
 
 for _command in (models_command, bench, methods_command, predict_command, devices, lab, deploy, collect,
-                 status, sensors_command, ingest_command, import_trace_command, report_command, live_command,
-                 export_command):
+                 status, sensors_command, ingest_command, import_trace_command, runs_group, report_command,
+                 live_command, export_command):
     cli.add_command(_command)
 devices.add_command(calibrate)  # measured by what the fleet ships to the device (fleet/calibrate.py)
 

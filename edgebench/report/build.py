@@ -49,12 +49,13 @@ def _figure(name: str, title: str, drawn: bytes | dict[str, Any] | list[tuple[st
 
 
 def collect(store: Store, device: str | None = None, model: str | None = None, figures: bool = True,
-            baseline: str | None = None, interactive: bool = False) -> Report:
+            baseline: str | None = None, interactive: bool = False, tag: str | None = None) -> Report:
     """Metrics for the matching runs, their configurations, the study against `baseline`
     when one is given, and, when asked, every figure of the report: PNGs, or interactive
-    charts (`interactive`) drawn by the same functions of charts.py."""
-    rows = all_metrics(store, device=device, model=model)
-    report = Report(rows, store.runs(device=device, model=model), group_runs(rows))
+    charts (`interactive`) drawn by the same functions of charts.py. `tag`: only the runs so
+    labelled (`edgebench runs tag`)."""
+    rows = all_metrics(store, device=device, model=model, tag=tag)
+    report = Report(rows, store.runs(device=device, model=model, tag=tag), group_runs(rows))
     report.notes = sensor_notes(report.groups)
     report.unfinished = unfinished_notes(report.groups)
     if baseline:

@@ -28,6 +28,7 @@ def _default_store() -> Path:
                    "from any folder.")
 @click.option("--device", help="Only runs of this device.")
 @click.option("--model", help="Only runs of this model config.")
+@click.option("--tag", help="Only runs with this tag (`edgebench runs tag`).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="term", show_default=True,
               help="term: tables in the terminal; html: one self-contained file that opens offline, its charts "
                    "interactive (hover, zoom, a legend that hides what it names); png: one file per figure; "
@@ -41,8 +42,8 @@ def _default_store() -> Path:
                    "memory model's prediction and that one's error (in HTML, each device and model's Pareto "
                    "frontier once, above its tables).")
 @click.option("--baseline", default="sgd", show_default=True, help="The method --study compares against.")
-def report_command(store_path: Path | None, device: str | None, model: str | None, fmt: str, as_json: bool,
-                   out: Path | None, study: bool, baseline: str) -> None:
+def report_command(store_path: Path | None, device: str | None, model: str | None, tag: str | None, fmt: str,
+                   as_json: bool, out: Path | None, study: bool, baseline: str) -> None:
     """Report the runs in the store: per device, one row per configuration with its key
     figures (model, method, backend, status, n, peak memory (the worker's kernel RSS) beside
     the memory model's predicted peak and its error, the device's RAM at peak against its
@@ -67,13 +68,14 @@ def report_command(store_path: Path | None, device: str | None, model: str | Non
       edgebench report --format png --out figures/
       edgebench report --json > runs.json
       edgebench report --study --baseline sgd --format html --out study.html
+      edgebench report --tag quiet-host --study
     """
     from edgebench.report.output import ReportError, write_report
 
     fmt = "json" if as_json else fmt
     store_path = store_path or _default_store()
     try:
-        said = write_report(store_path, device, model, fmt, out, study, baseline)
+        said = write_report(store_path, device, model, fmt, out, study, baseline, tag)
     except ReportError as exc:
         raise click.ClickException(str(exc)) from exc
     if said:

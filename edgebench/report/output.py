@@ -29,14 +29,14 @@ def open_store(path: Path) -> Store:
 
 
 def write_report(store_path: Path, device: str | None, model: str | None, fmt: str, out: Path | None,
-                 study: bool, baseline: str) -> str | None:
+                 study: bool, baseline: str, tag: str | None = None) -> str | None:
     """Writes the report of the matching runs: term to the terminal, csv/json to `out` or
     stdout, html and png to files. Returns the line that says what was written (None: nothing to say)."""
     with open_store(store_path) as store:
         report = build.collect(store, device=device, model=model, figures=fmt in ("html", "png"),
-                               baseline=baseline if study else None, interactive=fmt == "html")
+                               baseline=baseline if study else None, interactive=fmt == "html", tag=tag)
     if not report.rows:
-        asked = " and ".join(f"{k} {v!r}" for k, v in (("device", device), ("model", model)) if v)
+        asked = " and ".join(f"{k} {v!r}" for k, v in (("device", device), ("model", model), ("tag", tag)) if v)
         none = f"no runs of {asked}" if asked else "no runs yet"
         raise ReportError(f"{store_path}: {none}; {_how_to_add(store_path)}")
     if fmt == "term":

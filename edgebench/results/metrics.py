@@ -259,7 +259,8 @@ def run_metrics(store: Store, run: dict[str, Any]) -> dict[str, Any]:
     return {k: out.get(k) for k in METRIC_COLUMNS}
 
 
-def all_metrics(store: Store, device: str | None = None, model: str | None = None) -> list[dict[str, Any]]:
+def all_metrics(store: Store, device: str | None = None, model: str | None = None,
+                tag: str | None = None) -> list[dict[str, Any]]:
     """Figures of every matching run, with the memory/time Pareto frontier marked per (device, model)."""
-    rows = [run_metrics(store, run) for run in store.runs(device=device, model=model)]
+    rows = [run_metrics(store, run) for run in store.runs(device=device, model=model, tag=tag)]
     return mark_frontier(rows)

@@ -78,6 +78,10 @@ CREATE TABLE IF NOT EXISTS external_sources (
     rows BIGINT, first_host_ns BIGINT, last_host_ns BIGINT, imported_at TIMESTAMP DEFAULT current_timestamp
 );
 CREATE TABLE IF NOT EXISTS external_traces (trace_id VARCHAR, device VARCHAR, host_t_ns BIGINT, power_w DOUBLE);
+CREATE TABLE IF NOT EXISTS run_tags (
+    device VARCHAR, run_id VARCHAR, tag VARCHAR, tagged_at TIMESTAMP DEFAULT current_timestamp,
+    PRIMARY KEY (device, run_id, tag)
+);
 """
 
 HOST_NS = "{t} + r.align_offset_ns + CAST(round(r.align_drift * ({t} - r.align_ref_mono_ns)) AS BIGINT)"
@@ -258,9 +262,7 @@ class Store:
             _upgrade(self.con)
             self.con.execute(SCHEMA)
             self.con.execute(VIEWS)
-        elif not self.con.execute(
-            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'runs'"
-        ).fetchall()[0][0]:
+        elif not self.has_table("runs"):
             self.con.close()
             raise StoreError(
                 f"{self.path}: a DuckDB file but not an edgebench results store (no `runs` table); "
@@ -615,14 +617,21 @@ class Store:
 
     # ---- reading ------------------------------------------------------------------------
     def runs(
-        self, device: str | None = None, model: str | None = None, run_id: str | None = None
+        self, device: str | None = None, model: str | None = None, run_id: str | None = None,
+        tag: str | None = None,
     ) -> list[dict[str, Any]]:
-        """Run rows (the `runs` table) matching the filters, oldest first."""
+        """Run rows (the `runs` table) matching the filters, oldest first; `tag`: only runs
+        labelled so (`edgebench runs tag`; a store from before tags has none)."""
         where, args = [], []
         for column, value in (("device", device), ("model", model), ("run_id", run_id)):
             if value:
                 where.append(f"{column} = ?")
                 args.append(value)
+        if tag:
+            if not self.has_table("run_tags"):
+                return []
+            where.append("(device, run_id) IN (SELECT device, run_id FROM run_tags WHERE tag = ?)")
+            args.append(tag)
         sql = (
             "SELECT * FROM runs"
             + (" WHERE " + " AND ".join(where) if where else "")
@@ -631,6 +640,21 @@ class Store:
         cur = self.con.execute(sql, args)
         cols = [d[0] for d in cur.description]
         return [dict(zip(cols, row)) for row in cur.fetchall()]
+
+    def has_table(self, name: str) -> bool:
+        """Whether the store has this table (one opened read-only keeps an older edgebench's layout)."""
+        return bool(self.con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?",
+                                     [name]).fetchall()[0][0])
+
+    def tags(self) -> dict[tuple[str, str], list[str]]:
+        """Each tagged run's (device, run_id) and its tags, sorted."""
+        if not self.has_table("run_tags"):
+            return {}
+        out: dict[tuple[str, str], list[str]] = {}
+        for device, run_id, tag in self.con.execute(
+                "SELECT device, run_id, tag FROM run_tags ORDER BY device, run_id, tag").fetchall():
+            out.setdefault((device, run_id), []).append(tag)
+        return out
 
     def sample_columns(self) -> list[str]:
         return [
