@@ -401,11 +401,14 @@ def predict(cfg: VLMConfig | str, method: Method | str, batch_size: int, text_le
         baseline += STEP_RUNTIME_OVERHEAD_BYTES_EST
     # the step's batch: fp32 pixels of every view (nanovlm-460m at main's images: 17 x 3 x 512 x
     # 512, 51 MiB), token ids, labels and mask; a step that reads it in one forward pass drops the
-    # pixels when that pass is done (Trainer.step's `consume`), so backward runs without them
+    # pixels when that pass is done (Trainer.step's `consume`), so backward runs without them,
+    # unless autograd saved them: for the trained patch embedding's weight, or as the views a
+    # trained encoder recomputes one by one
     images = batch_size * 4 * cfg.n_tiles * 3 * cfg.vit_img_size**2
     batch = images + batch_size * 3 * 8 * text_length
     train_peak = baseline + weights + gradients + state + activations + temporaries + allocator + batch
-    if method.reads_batch_once:
+    saved = not method.vision_frozen and (method.trainable == "all" or method.view_by_view)
+    if method.reads_batch_once and not saved:
         forward_peak = baseline + weights + state + activations + forward_temporaries + allocator + batch
         train_peak = max(train_peak - images, forward_peak)
     # the first batch is made before the model (edgebench.runner.worker) and alive while it loads
