@@ -10,6 +10,7 @@ import re
 import pytest
 
 from edgebench.figures.run_end import RunEnd
+from edgebench.figures.run_events import Diverged
 from edgebench.figures.status import DIVERGED_FACTOR, DIVERGED_WINDOW, EXIT_DIVERGED, LossWatch, run_status
 from edgebench.native.build import SOURCES
 
@@ -49,8 +50,8 @@ def test_the_native_workers_rule_is_pythons():
 
 def test_the_status_says_why_the_run_diverged():
     end = RunEnd(exit_code=EXIT_DIVERGED)
-    rising = run_status(end, [{"event": "diverged", "step": 3, "loss": 662.1}])
+    rising = run_status(end, [Diverged(t_ns=1, step=3, loss=662.1)])
     assert rising == ("diverged", f"loss 662.1 at step 3: the mean of the last {DIVERGED_WINDOW} losses rose past "
                                   f"{DIVERGED_FACTOR:g}x the first")
-    assert run_status(end, [{"event": "diverged", "step": 1, "loss": math.nan}]) == \
+    assert run_status(end, [Diverged(t_ns=1, step=1, loss=math.nan)]) == \
         ("diverged", "non-finite loss nan at step 1")

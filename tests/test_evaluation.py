@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from edgebench.data.synthetic import synthetic_batches, to_torch
 from edgebench.figures.learning import TargetError, learning_figures, parse_target
 from edgebench.figures.run import figures_of_run_dir
+from edgebench.figures.run_events import StepEnd, events_of
 from edgebench.fleet.local import run_local
 from edgebench.methods.evaluate import evaluate_batch
 from edgebench.model import build_model
@@ -52,9 +53,10 @@ def test_counts_are_the_models_own_loss_and_greedy_decodings_exact_match():
 
 
 def test_target_is_the_first_evaluation_that_reaches_it_and_costs_the_steps_before_it():
-    steps = [{"event": "step_end", "duration_s": d} for d in (0.5, 0.25, 0.25, 1.0, 2.0)]
-    events = [eval_event(0, 4.0, 0, 0), *steps[:2], eval_event(2, 2.5, 4, 10),
-              *steps[2:4], eval_event(4, 1.9, 9, 20), steps[4], eval_event(5, 1.5, 10, 30)]
+    steps = [StepEnd(t_ns=i, step=i, duration_s=d) for i, d in enumerate((0.5, 0.25, 0.25, 1.0, 2.0))]
+    evals = events_of([eval_event(0, 4.0, 0, 0), eval_event(2, 2.5, 4, 10), eval_event(4, 1.9, 9, 20),
+                       eval_event(5, 1.5, 10, 30)], "events")
+    events = [evals[0], *steps[:2], evals[1], *steps[2:4], evals[2], steps[4], evals[3]]
     got = learning_figures(events, "accuracy=0.9")
     assert got["eval_count"] == 4 and got["eval_time_s"] == pytest.approx(2.0)
     assert (got["eval_loss_first"], got["eval_loss_last"]) == (4.0, 1.5)
@@ -253,6 +255,6 @@ def test_memory_while_evaluating_is_kept_apart_from_training():
     rss = np.where((t_ns >= 10 * 10**9) & (t_ns <= 10 * 10**9 + 5 * 10**8), 900.0, 300.0)
     rss[3] = 400.0
     columns = {"t_ns": t_ns, "rss_bytes": rss}
-    assert memory_apart([evaluation], columns) == {"eval_peak_rss_bytes_sampled": 900,
+    assert memory_apart(events_of([evaluation], "events"), columns) == {"eval_peak_rss_bytes_sampled": 900,
                                                    "train_peak_rss_bytes_sampled": 400}
     assert memory_apart([], columns) == {}  # no evaluation: nothing to keep apart

@@ -26,6 +26,7 @@ import pytest
 from conftest import EXPORTED_MODEL, checkpoint_lr
 from edgebench.backends import create
 from edgebench.figures.run import HOST_EVALS, figures_of_run_dir
+from edgebench.figures.run_events import read_events
 from edgebench.figures.status import EXIT_ERROR
 from edgebench.model import build_model
 from edgebench.native import rates
@@ -69,6 +70,8 @@ def _native(spec: RunSpec, worker: Path, out: Path, cache: Path) -> tuple[dict, 
     result = figures_of_run_dir(out)
     events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()] \
         if (out / "events.jsonl").exists() else []
+    typed = read_events(out / "events.jsonl")  # the native worker's trace holds to the one definition
+    assert len(typed.events) == len(events) and typed.bad_lines == 0, (typed, events)
     return result, events
 
 

@@ -210,6 +210,7 @@ def test_ingest_and_import_trace_commands(tmp_path):
 def test_one_definition_of_each_step_figure_in_result_json_store_and_bench(tmp_path):
     """result.json (the supervisor), the store's metrics and bench's table agree on median,
     p90 and samples/s for the same steps (edgebench.runner.figures)."""
+    from edgebench.figures.run_events import events_of
     from edgebench.figures.steps import percentile, step_statistics, step_time_stats
     from edgebench.report.tables import bench_rows
 
@@ -224,7 +225,7 @@ def test_one_definition_of_each_step_figure_in_result_json_store_and_bench(tmp_p
                    {"t_ns": end, "event": "step_end", "step": step, "phase": phase, "loss": 1.0, "duration_s": d}]
         t = end
     (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
-    stats = step_statistics(events)["step_time_s"]
+    stats = step_statistics(events_of(events, "events"))["step_time_s"]
     with Store(tmp_path / "s.duckdb") as store:
         store.ingest_run(run_dir, device="pi")
         row = all_metrics(store)[0]

@@ -11,12 +11,13 @@ reached) and the host (which finds where it was reached).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from edgebench.errors import EdgebenchError
+from edgebench.figures.run_events import Eval, EvalFailed, Event, StepEnd
 
 # metric: True where higher is better
 TARGET_METRICS = {"accuracy": True, "loss": False}
@@ -59,14 +60,14 @@ def heldout_counts(batches: Iterator[dict[str, Any]], count: int,
     return counts
 
 
-def eval_point(event: dict[str, Any]) -> dict[str, Any]:
+def eval_point(event: Eval) -> dict[str, Any]:
     """One evaluation's figures from its raw counts: held-out loss per answer token, and the
     share of samples whose whole answer greedy decoding reproduced."""
-    tokens, samples = event.get("tokens") or 0, event.get("samples") or 0
-    return {"after_steps": event.get("after_steps"),
-            "loss": event["loss_sum"] / tokens if tokens else None,
-            "accuracy": event["correct"] / samples if samples else None,
-            "seconds": (event["end_ns"] - event["t_ns"]) / 1e9}
+    tokens, samples = event.tokens, event.samples
+    return {"after_steps": event.after_steps,
+            "loss": event.loss_sum / tokens if tokens else None,
+            "accuracy": event.correct / samples if samples else None,
+            "seconds": (event.end_ns - event.t_ns) / 1e9}
 
 
 def reached(point: dict[str, Any], metric: str, value: float) -> bool:
@@ -76,15 +77,16 @@ def reached(point: dict[str, Any], metric: str, value: float) -> bool:
     return bool(got >= value) if TARGET_METRICS[metric] else bool(got <= value)
 
 
-def learning_figures(events: list[dict[str, Any]], target: str | None) -> dict[str, Any]:
+def learning_figures(events: Sequence[Event], target: str | None) -> dict[str, Any]:
     """The held-out curve's first and last points, evaluation time, and where the target was
     first reached: steps trained (warmup included: it trains too) and seconds of training."""
-    points = [eval_point(e) for e in events if e.get("event") == "eval"]
-    failed = next((e.get("detail") for e in events if e.get("event") == "eval_failed"), None)
+    evals = [e for e in events if isinstance(e, Eval)]
+    points = [eval_point(e) for e in evals]
+    failed = next((e.detail for e in events if isinstance(e, EvalFailed)), None)
     out: dict[str, Any] = {"eval_count": len(points), "eval_failed": failed}
     if not points and not target:
         return out
-    by_host = any(e.get("evaluated_by") == "host" for e in events if e.get("event") == "eval")
+    by_host = any(e.evaluated_by == "host" for e in evals)
     out["eval_by"] = "the host, from the weights the run saved" if by_host else "the run"
     first, last = (points[0], points[-1]) if points else ({}, {})
     out.update(eval_loss_first=first.get("loss"), eval_loss_last=last.get("loss"),
@@ -99,22 +101,22 @@ def learning_figures(events: list[dict[str, Any]], target: str | None) -> dict[s
     return out
 
 
-def memory_apart(events: list[dict[str, Any]], columns: dict[str, np.ndarray]) -> dict[str, int | None]:
+def memory_apart(events: Sequence[Event], columns: dict[str, np.ndarray]) -> dict[str, int | None]:
     """The worker's sampled RSS peak inside the evaluations and outside them (none without
     evaluations): the kernel's peak covers both, so these say whether evaluating raised it."""
-    evals = [e for e in events if e.get("event") == "eval"]
+    evals = [e for e in events if isinstance(e, Eval)]
     if not evals or "t_ns" not in columns or "rss_bytes" not in columns:
         return {}
     t_ns, rss = np.asarray(columns["t_ns"], dtype=np.int64), np.asarray(columns["rss_bytes"], dtype=float)
     inside = np.zeros(len(t_ns), dtype=bool)
     for e in evals:
-        inside |= (t_ns >= e["t_ns"]) & (t_ns <= e["end_ns"])
+        inside |= (t_ns >= e.t_ns) & (t_ns <= e.end_ns)
     have = np.isfinite(rss)
     return {f"{name}_peak_rss_bytes_sampled": int(rss[have & where].max()) if (have & where).any() else None
             for name, where in (("eval", inside), ("train", ~inside))}
 
 
-def _training_seconds(events: list[dict[str, Any]], steps: int) -> float:
+def _training_seconds(events: Sequence[Event], steps: int) -> float:
     """Seconds spent in the first `steps` steps (warmup included), evaluations left out."""
-    durations = [e.get("duration_s") or 0.0 for e in events if e.get("event") == "step_end"]
+    durations = [e.duration_s or 0.0 for e in events if isinstance(e, StepEnd)]
     return float(sum(durations[:steps]))

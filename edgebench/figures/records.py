@@ -1,14 +1,16 @@
 """The one checker of the typed records edgebench reads from a run's files: result.json's `end`
-(`figures.run_end.RunEnd`) and meta.json (`figures.run_meta.RunMeta`). A record module declares
-only its fields (a frozen dataclass: each field's type, and in its metadata its range or its
-length, `whole`/`text`), its caps (`Caps`) and the keys written before a field existed
+(`figures.run_end.RunEnd`), meta.json (`figures.run_meta.RunMeta`) and each event of
+events.jsonl (`figures.run_events`). A record module declares only its fields (a frozen
+dataclass: each field's type, and in its metadata its range or its length,
+`whole`/`number`/`text`), its caps (`Caps`) and the keys written before a field existed
 (`Renamed`); `read_record` checks a record read from a file against that declaration, once,
 where the file is read.
 
 Each field is checked against its declared type:
 - `int`: a whole number (not true/false, not a float, so never NaN) in the field's range
   (`whole`; 0 to MAX_COUNT unless it says otherwise);
-- `float`: a finite number, 0 or more;
+- `float`: a finite number, 0 or more, unless its field says otherwise (`number`: no lower
+  bound, or NaN and infinity allowed too; a whole number past a float's range never is);
 - `bool`: true or false;
 - `str`: text of at most the field's length (`text`), else the record's `Caps.text_chars`;
 - `Literal[...]`: one of the named choices;
@@ -36,6 +38,7 @@ Standard library only: the device side (the supervisor) imports it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import types
@@ -89,6 +92,11 @@ def whole(low: int = 0, high: int = MAX_COUNT) -> Any:
     return field(default=None, metadata={"range": (low, high)})
 
 
+def number(low: float | None = 0.0, finite: bool = True) -> Any:
+    """A number field of `low` or more (None: any), NaN and infinity refused unless not `finite`; None until set."""
+    return field(default=None, metadata={"low": low, "finite": finite})
+
+
 def text(chars: int | None = None) -> Any:
     """A text field of at most `chars` characters (None: the record's Caps.text_chars), None until set."""
     return field(default=None, metadata={} if chars is None else {"chars": chars})
@@ -131,6 +139,7 @@ def _named(name: str) -> str:
     return printable(name, newlines=False, limit=120)
 
 
+@functools.lru_cache(maxsize=256)  # a few declared types, asked once per field of every record read
 def _optional(hint: Any) -> tuple[Any, bool]:
     """A declared type as (the type, whether null is allowed)."""
     args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
@@ -197,8 +206,12 @@ class _Check:
                 bounds = "0 or more" if (low, high) == (0, MAX_COUNT) else f"from {low:,} to {high:,}"
                 raise self.bad(name, value, f"not a whole number {bounds}")
         elif kind is float:
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not _finite(value) or value < 0:
-                raise self.bad(name, value, "not a number 0 or more")
+            low, finite = metadata.get("low", 0.0), metadata.get("finite", True)
+            if (not isinstance(value, (int, float)) or isinstance(value, bool)
+                    or (not _finite(value) and (finite or isinstance(value, int)))
+                    or (low is not None and value < low)):
+                what = "a finite number" if finite and low != 0 else "a number"
+                raise self.bad(name, value, f"not {what}" + ("" if low is None else f" {low:g} or more"))
         elif kind is str:
             if not isinstance(value, str):
                 raise self.bad(name, value, "not text")

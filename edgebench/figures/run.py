@@ -7,6 +7,7 @@ the figures depends on it.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +17,11 @@ from edgebench.figures.cpu import DEFAULT_CLOCK_TICKS, cpu_share
 from edgebench.figures.learning import learning_figures, memory_apart
 from edgebench.figures.memory import WORKER_RSS, device_ram
 from edgebench.figures.run_end import RunEnd, result_end
+from edgebench.figures.run_events import Event, Memory, Predicted, RunEvents, read_events
 from edgebench.figures.run_meta import RunMeta, run_meta_of
 from edgebench.figures.samples import raw_columns, read_columns, sample_figures
 from edgebench.figures.status import run_status, signal_name
 from edgebench.figures.steps import samples_per_s, step_statistics
-from edgebench.telemetry.trace import read_trace
 
 # The native worker reports its own VmHWM: a process's ru_maxrss starts at its parent's RSS
 # (Linux keeps the high-water mark across exec), which for a ~30 MB worker is the supervisor's.
@@ -58,11 +59,11 @@ def memory_figures(columns: dict[str, np.ndarray], mem_total: int | None, shared
             "device_ram_peak_what": ram.get("what")}
 
 
-def _kernel_peak(raw: dict[str, Any], end: RunEnd | None, events: list[dict[str, Any]]) -> tuple[int | None, str]:
+def _kernel_peak(raw: dict[str, Any], end: RunEnd | None, events: Sequence[Event]) -> tuple[int | None, str]:
     """The worker's kernel RSS peak: the native worker's own VmHWM event, else the end record's
     (wait4's ru_maxrss from the Python supervisor, the last VmHWM the shell read)."""
-    own = next((e.get("vm_hwm_bytes") for e in events if e.get("event") == "memory"), None)
-    if isinstance(own, int):
+    own = next((e.vm_hwm_bytes for e in events if isinstance(e, Memory)), None)
+    if own is not None:
         return own, NATIVE_WORKER_RSS
     if end is not None and end.worker_peak_bytes:
         return end.worker_peak_bytes, PEAK_WHAT.get(end.worker_peak_from or "", WORKER_RSS)
@@ -81,12 +82,12 @@ def not_deployed(meta: RunMeta) -> str | None:
             "started; its figures are not the deployed worker's: deploy again")
 
 
-def run_figures(meta: RunMeta, raw: dict[str, Any], end: RunEnd | None, events: list[dict[str, Any]],
+def run_figures(meta: RunMeta, raw: dict[str, Any], end: RunEnd | None, events: Sequence[Event],
                 columns: dict[str, np.ndarray], shared_host: bool = False) -> dict[str, Any]:
     """result.json's figures (docs/figures.md) from the run's raw records: `meta` and `raw` (the
-    result as read) with its `end` record, each parsed where it was read (`run_meta.RunMeta`,
-    `run_end.result_end`). A result without raw end facts (a cut-off attempt, a run recorded
-    before them) keeps the status it states."""
+    result as read) with its `end` record and `events`, each parsed where it was read
+    (`run_meta.RunMeta`, `run_end.result_end`, `run_events.read_events`). A result without raw
+    end facts (a cut-off attempt, a run recorded before them) keeps the status it states."""
     spec = meta.spec
     readings = meta.readings or {}
     if end is not None:
@@ -98,7 +99,7 @@ def run_figures(meta: RunMeta, raw: dict[str, Any], end: RunEnd | None, events: 
         status, detail = "error", swapped
     stats = step_statistics(events)
     median = (stats["step_time_s"] or {}).get("median")
-    predicted = next((e.get("memory") for e in events if e.get("event") == "predicted"), None)
+    predicted = next((e.memory for e in events if isinstance(e, Predicted)), None)
     kernel, kernel_what = _kernel_peak(raw, end, events)
     _, account = sample_figures(columns, readings, spec)
     batch = spec.get("batch_size") or 1
@@ -158,7 +159,7 @@ def read_json(path: Path) -> dict[str, Any] | None:
 def status_of_run_dir(run_dir: str | Path) -> str | None:
     """The status of a run directory's run (None before result.json exists), from its raw end
     facts where it has them: what collect and status show without reading its samples. A bad end
-    record raises untrusted.BadRecord."""
+    record or event raises untrusted.BadRecord."""
     path = Path(run_dir)
     raw = read_json(path / "result.json")
     if raw is None:
@@ -166,26 +167,28 @@ def status_of_run_dir(run_dir: str | Path) -> str | None:
     end = result_end(raw, str(path / "result.json"))
     if end is None:
         return str(raw["status"]) if raw.get("status") else None
-    return run_status(end, read_trace(path / "events.jsonl").records)[0]
+    return run_status(end, read_events(path / "events.jsonl").events)[0]
 
 
-def run_events(run_dir: Path) -> list[dict[str, Any]]:
-    """The run's events: the device's trace, then the host's evaluations of its saved weights."""
-    return read_trace(run_dir / "events.jsonl").records + read_trace(run_dir / HOST_EVALS).records
+def run_events(run_dir: Path, device: RunEvents | None = None) -> list[Event]:
+    """The run's events, checked (`run_events.read_events`): the device's trace (`device`, where
+    it was read already), then the host's evaluations of its saved weights."""
+    device = read_events(run_dir / "events.jsonl") if device is None else device
+    return device.events + read_events(run_dir / HOST_EVALS).events
 
 
 def figures_of_run_dir(run_dir: str | Path, shared_host: bool = False) -> dict[str, Any] | None:
     """The figures of a run directory read from its own files (None before result.json exists);
-    `bench` shows these for the runs it just made. A bad meta.json or end record raises
+    `bench` shows these for the runs it just made. A bad meta.json, end record or event raises
     untrusted.BadRecord."""
     path = Path(run_dir)
     raw = read_json(path / "result.json")
     if raw is None:
         return None
     meta = run_meta_of(read_json(path / "meta.json"), str(path / "meta.json"))
-    trace = read_trace(path / "events.jsonl")
+    trace = read_events(path / "events.jsonl")
     numbers, texts = raw_columns(meta.readings or {})
-    events = trace.records + read_trace(path / HOST_EVALS).records
+    events = run_events(path, trace)
     end = result_end(raw, str(path / "result.json"))
     figures = run_figures(meta, raw, end, events, read_columns(path / "samples.jsonl", numbers, texts), shared_host)
     figures.update(events_truncated_last_line=trace.truncated_last_line, events_bad_lines=trace.bad_lines)

@@ -21,9 +21,11 @@ from __future__ import annotations
 import math
 import signal
 from collections import deque
+from collections.abc import Sequence
 from typing import Any
 
 from edgebench.figures.run_end import RunEnd
+from edgebench.figures.run_events import END_KINDS, Diverged, Ended, Event
 
 EXIT_OK, EXIT_ERROR, EXIT_DIVERGED, EXIT_OOM, EXIT_UNSUPPORTED, EXIT_INTERRUPTED, EXIT_NO_SPACE = 0, 1, 3, 4, 5, 6, 7
 BY_EXIT_CODE = {EXIT_OK: "ok", EXIT_DIVERGED: "diverged", EXIT_OOM: "oom", EXIT_UNSUPPORTED: "unsupported",
@@ -32,7 +34,6 @@ STATUSES = ("ok", "oom", "diverged", "unsupported", "interrupted", "timeout", "k
 NO_SPACE = "no space left on device"
 # a worker that dies of these crashed (a bug, a bad program): an error, not a kill from outside
 CRASH_SIGNALS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT}
-END_EVENTS = {"error", "oom", "diverged", "unsupported", "interrupted"}
 HOST_MEMORY_LOW_BYTES = 64 * 2**20  # MemAvailable below this: the host's RAM as a whole ran out
 CLEARLY_BELOW_LIMIT = 0.9  # a cgroup whose usage stayed under this share of its limit did not reach it
 # A run diverged when a loss is not finite, or when the mean of its last DIVERGED_WINDOW losses
@@ -128,23 +129,23 @@ def _by_signal(end: RunEnd, number: int) -> tuple[str, str]:
     return "killed", f"worker killed by {name}"
 
 
-def _by_exit(end: RunEnd, events: list[dict[str, Any]]) -> tuple[str, str]:
+def _by_exit(end: RunEnd, events: Sequence[Event]) -> tuple[str, str]:
     code = end.exit_code
-    last = next((e for e in reversed(events) if e.get("event") in END_EVENTS), None)
+    last = next((e for e in reversed(events) if isinstance(e, END_KINDS)), None)
     if code == EXIT_NO_SPACE:
-        why = (last or {}).get("detail", "")
+        why = last.detail or "" if isinstance(last, Ended) else ""
         return "error", f"{NO_SPACE}: the worker could not write its trace" + (f" ({why})" if why else "")
     status = BY_EXIT_CODE.get(code, "error") if code is not None else "error"
     if status == "ok":
         return "ok", ""
     if last is not None:
-        if last["event"] == "diverged":
-            loss = last.get("loss")
-            if isinstance(loss, (int, float)) and math.isfinite(loss):
-                return status, (f"loss {loss:.4g} at step {last.get('step')}: the mean of the last {DIVERGED_WINDOW} "
+        if isinstance(last, Diverged):
+            loss = last.loss
+            if loss is not None and math.isfinite(loss):
+                return status, (f"loss {loss:.4g} at step {last.step}: the mean of the last {DIVERGED_WINDOW} "
                                 f"losses rose past {DIVERGED_FACTOR:g}x the first")
-            return status, f"non-finite loss {loss} at step {last.get('step')}"
-        return status, str(last.get("detail", ""))
+            return status, f"non-finite loss {loss} at step {last.step}"
+        return status, last.detail or ""
     if status == "interrupted":
         return status, "stopped by a signal to the worker"
     problem = loader_problem(end.worker_log_tail or "")
@@ -154,8 +155,9 @@ def _by_exit(end: RunEnd, events: list[dict[str, Any]]) -> tuple[str, str]:
     return status, f"worker exited with code {code}" + (f": {tail}" if tail else "")
 
 
-def run_status(end: RunEnd, events: list[dict[str, Any]]) -> tuple[str, str]:
-    """(status, detail) of a run from its raw end facts and its events."""
+def run_status(end: RunEnd, events: Sequence[Event]) -> tuple[str, str]:
+    """(status, detail) of a run from its raw end facts and its events (checked as they were read:
+    figures.run_events)."""
     if end.timed_out:
         return "timeout", "the run passed its wall-clock limit (timeout_s) and was killed"
     if end.stopped_by:

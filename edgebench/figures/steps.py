@@ -13,8 +13,10 @@ Python supervisor prints its live figures with it too.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
+
+from edgebench.figures.run_events import Event, StepBegin, StepEnd
 
 
 def percentile(values: Iterable[float], q: float) -> float:
@@ -55,16 +57,17 @@ def spread(values: Iterable[float | None]) -> dict[str, float] | None:
     return {"median": percentile(have, 50), "min": min(have), "max": max(have), "n": len(have)}
 
 
-def step_statistics(events: list[dict[str, Any]]) -> dict[str, Any]:
-    """Step-time statistics and losses from the measured steps of an events trace."""
-    begins = [e for e in events if e.get("event") == "step_begin"]
-    ends = [e for e in events if e.get("event") == "step_end"]
-    measured = [e for e in ends if e.get("phase", "measure") == "measure"]
-    losses = [e["loss"] for e in ends if isinstance(e.get("loss"), (int, float))]
+def step_statistics(events: Sequence[Event]) -> dict[str, Any]:
+    """Step-time statistics and losses from the measured steps of an events trace (checked as it
+    was read: figures.run_events)."""
+    begins = [e for e in events if isinstance(e, StepBegin)]
+    ends = [e for e in events if isinstance(e, StepEnd)]
+    measured = [e for e in ends if e.phase == "measure"]
+    losses = [e.loss for e in ends if e.loss is not None]
     return {
         "steps_done": len(measured),
-        "last_step": begins[-1].get("step") if begins else None,  # reached, finished or not
+        "last_step": begins[-1].step if begins else None,  # reached, finished or not
         "loss_first": losses[0] if losses else None,
         "loss_last": losses[-1] if losses else None,
-        "step_time_s": step_time_stats(e.get("duration_s") for e in measured),
+        "step_time_s": step_time_stats(e.duration_s for e in measured),
     }

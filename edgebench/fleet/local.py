@@ -25,9 +25,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgebench.figures.run import figures_of_run_dir
+from edgebench.figures.run_events import StepEnd, event_of
 from edgebench.results.heldout import evaluate_saved_weights
 from edgebench.runner.spec import RunSpec
 from edgebench.telemetry.trace import TraceTail, write_json_atomic
+from edgebench.untrusted import BadRecord
 
 if TYPE_CHECKING:
     from edgebench.devices.cgroups import Limits
@@ -132,6 +134,15 @@ def run_local(spec: RunSpec, run_dir: Path, on_progress: Callable[[int], None] |
             group.destroy()
 
 
+def _step_end(record: dict[str, Any], run_dir: Path) -> bool:
+    """Whether a trace line is a step's end (checked: figures.run_events); a bad one is not counted
+    here, the run's figures name it once the run is over."""
+    try:
+        return isinstance(event_of(record, str(run_dir / "events.jsonl")), StepEnd)
+    except BadRecord:
+        return False
+
+
 def _supervise(spec: RunSpec, run_dir: Path, spec_path: Path, join_group: Callable[[], None],
                on_progress: Callable[[int], None] | None, interrupts: Interrupts | None) -> dict[str, Any]:
     with open(run_dir / "supervisor.log", "ab") as log:
@@ -146,7 +157,7 @@ def _supervise(spec: RunSpec, run_dir: Path, spec_path: Path, join_group: Callab
     try:
         while True:
             running = proc.poll() is None  # read once more after the end: the last steps count too
-            steps_done += sum(1 for e in events.read() if e.get("event") == "step_end")
+            steps_done += sum(1 for e in events.read() if _step_end(e, run_dir))
             if on_progress is not None:
                 on_progress(steps_done)
             if not running:

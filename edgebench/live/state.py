@@ -9,6 +9,7 @@ from typing import Any
 from edgebench.figures.memory import device_ram
 from edgebench.figures.run import run_figures
 from edgebench.figures.run_end import RunEnd, result_end
+from edgebench.figures.run_events import Diverged, Ended, Event, Load, StepBegin, StepEnd, event_of
 from edgebench.figures.run_meta import RunMeta
 from edgebench.figures.samples import FIGURE_COLUMNS, columns_of, raw_columns, sample_figures
 from edgebench.figures.steps import step_statistics
@@ -30,14 +31,14 @@ class LiveState:
     ended: str | None = None  # the line saying the run (or its sweep) ended, once the view has nothing more to follow
     last_sample: dict[str, Any] = field(default_factory=dict)  # latest value of every field (lines are sparse)
     samples: list[dict[str, Any]] = field(default_factory=list)  # every raw sample: the summary's figures need them
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)  # each checked as it arrived (figures.run_events.event_of)
     samples_seen: int = 0
     peak_rss_bytes: int = 0
     rss_history: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY))
     power_history: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY))
     losses: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY))
     steps_done: dict[str, int] = field(default_factory=lambda: {"warmup": 0, "measure": 0})
-    last_step: dict[str, Any] | None = None
+    last_step: StepEnd | None = None
     phase: str = "waiting"
     errors: list[str] = field(default_factory=list)
     bad_lines: int = 0
@@ -88,23 +89,26 @@ class LiveState:
         latest = {key: float(columns[key][-1]) for key in FIGURE_COLUMNS if len(columns[key])}
         return {key: value for key, value in latest.items() if value == value}  # NaN: not read at this sample
 
-    def _event(self, ev: dict[str, Any]) -> None:
+    def _event(self, rec: dict[str, Any]) -> None:
+        try:
+            ev = event_of(rec, f"{self.source}/events.jsonl")
+        except BadRecord as exc:  # shown as the view's note; the event is left out
+            self.follow_error = str(exc)
+            return
+        if ev is None:  # a kind this edgebench does not know
+            return
         self.events.append(ev)
-        kind = ev.get("event")
-        if kind == "load_begin":
-            self.phase = "loading"
-        elif kind == "load_end":
-            self.phase = "training"
-        elif kind == "step_begin":
-            self.phase = ev.get("phase", "measure")
-        elif kind == "step_end":
-            phase = ev.get("phase", "measure")
-            self.steps_done[phase] = self.steps_done.get(phase, 0) + 1
+        if isinstance(ev, Load):
+            self.phase = "loading" if ev.event == "load_begin" else "training"
+        elif isinstance(ev, StepBegin):
+            self.phase = ev.phase
+        elif isinstance(ev, StepEnd):
+            self.steps_done[ev.phase] = self.steps_done.get(ev.phase, 0) + 1
             self.last_step = ev
-            if isinstance(ev.get("loss"), (int, float)):
-                self.losses.append(float(ev["loss"]))
-        elif kind in ("error", "diverged"):
-            self.errors.append(f"{kind}: {ev.get('detail', '')}".strip(": "))
+            if ev.loss is not None:
+                self.losses.append(ev.loss)
+        elif isinstance(ev, Diverged) or (isinstance(ev, Ended) and ev.event == "error"):
+            self.errors.append(f"{ev.event}: {ev.detail if isinstance(ev, Ended) else ''}".strip(": "))
 
     # ---- derived figures -----------------------------------------------------------
     @property

@@ -16,24 +16,28 @@ from typing import Any
 
 from edgebench.figures.learning import heldout_counts
 from edgebench.figures.run import HOST_EVALS
+from edgebench.figures.run_events import MAX_TEXT_CHARS, Eval, EvalFailed, EvalWeights, read_events
 from edgebench.figures.run_meta import RunMeta
 from edgebench.runner.spec import RunSpec
 from edgebench.runner.worker import EVAL_WEIGHTS
-from edgebench.telemetry.trace import TraceWriter, read_trace
+from edgebench.telemetry.trace import TraceWriter
 
 
 def evaluate_saved_weights(run_dir: Path) -> int:
     """Evaluates each saved evaluation point not yet in HOST_EVALS; returns how many it did.
     One that cannot be evaluated here (its weights or data missing on this host) is recorded
-    `eval_failed`, with the reason, and the run's other figures stand."""
+    `eval_failed`, with the reason, and the run's other figures stand. The events are read checked
+    (figures.run_events: a bad one raises untrusted.BadRecord); a saved point's file is named by
+    its whole-number `after_steps` (runner.worker.EVAL_WEIGHTS), no path from the trace is opened."""
     try:  # most runs saved none: a byte search spares every ingest a parse of the whole trace
         if b'"eval_weights"' not in (run_dir / "events.jsonl").read_bytes():
             return 0
     except FileNotFoundError:
         return 0
-    saved = [e for e in read_trace(run_dir / "events.jsonl").records if e.get("event") == "eval_weights"]
-    done = {e.get("after_steps") for e in read_trace(run_dir / HOST_EVALS).records} if saved else set()
-    todo = sorted((e for e in saved if e.get("after_steps") not in done), key=lambda e: int(e["after_steps"]))
+    saved = [e for e in read_events(run_dir / "events.jsonl").events if isinstance(e, EvalWeights)]
+    done = {e.after_steps for e in read_events(run_dir / HOST_EVALS).events
+            if isinstance(e, (Eval, EvalFailed))} if saved else set()
+    todo = sorted((e for e in saved if e.after_steps not in done), key=lambda e: e.after_steps)
     if not todo:
         return 0
     meta = RunMeta.from_json(json.loads((run_dir / "meta.json").read_text()), str(run_dir / "meta.json"))
@@ -48,20 +52,20 @@ def evaluate_saved_weights(run_dir: Path) -> int:
         for event in todo:
             begin = time.perf_counter()
             try:
-                step = int(event["after_steps"])  # the file's name from a number, never the device's text
+                step = event.after_steps  # the file's name from a whole number (checked), never the device's text
                 if step:  # step 0's weights are the exported ones: the model as built
                     _load(model, run_dir / EVAL_WEIGHTS.format(step=step))
-                out.write({"t_ns": event["t_ns"], "end_ns": event["end_ns"], "event": "eval",
-                           "after_steps": event["after_steps"], **counts(), "evaluated_by": "host",
+                out.write({"t_ns": event.t_ns, "end_ns": event.end_ns, "event": "eval",
+                           "after_steps": step, **counts(), "evaluated_by": "host",
                            "host_seconds": round(time.perf_counter() - begin, 3)})
             except Exception as exc:
                 out.write(_failed(event, exc))
     return len(todo)
 
 
-def _failed(event: dict[str, Any], exc: Exception) -> dict[str, Any]:
-    return {"t_ns": event["t_ns"], "event": "eval_failed", "after_steps": event["after_steps"],
-            "evaluated_by": "host", "detail": f"{type(exc).__name__}: {exc}"}
+def _failed(event: EvalWeights, exc: Exception) -> dict[str, Any]:
+    return {"t_ns": event.t_ns, "event": "eval_failed", "after_steps": event.after_steps,
+            "evaluated_by": "host", "detail": f"{type(exc).__name__}: {exc}"[:MAX_TEXT_CHARS]}
 
 
 def _evaluator(spec: RunSpec) -> tuple[Any, Any]:

@@ -2,9 +2,13 @@
 reads its samples.jsonl.
 
 samples.jsonl can hold millions of lines, so DuckDB parses it straight into the store
-(scan_samples gives the columns); it reads events.jsonl too (read_events gives the
-steps). A line it cannot parse (garbage, a killed runner's truncated last line) is
-counted and dropped.
+(scan_samples gives the columns); it reads events.jsonl's step rows too (read_steps). A line
+it cannot parse (garbage, a killed runner's truncated last line) is counted and dropped.
+
+events.jsonl is read checked first (`read_run_dir`: figures.run_events, the one definition of
+its events), so a run whose trace holds a bad event is refused before DuckDB reads a row of it;
+the step rows DuckDB makes of the same lines keep only steps, clocks and durations within that
+definition's ranges (a whole step and clock 0 or more, a finite duration 0 or more) besides.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import pyarrow as pa
 from edgebench.errors import EdgebenchError
 from edgebench.figures.run import HOST_EVALS
 from edgebench.figures.run_end import RunEnd, result_end
+from edgebench.figures.run_events import Diverged, Ended, RunEvents, read_events
 from edgebench.figures.run_meta import RunMeta
 from edgebench.untrusted import UnsafeName, regular_file
 
@@ -56,10 +61,16 @@ class RunFiles:
     path: Path
     meta: RunMeta  # meta.json, checked as it was read
     result: dict[str, Any] | None
-    steps: pa.Table | None = None  # from events.jsonl: read_events
+    steps: pa.Table | None = None  # from events.jsonl: read_steps
     events_counts: TraceCounts = field(default_factory=TraceCounts)
-    error_events: list[dict[str, Any]] = field(default_factory=list)
+    events: RunEvents = field(default_factory=RunEvents)  # events.jsonl, checked as it was read
     end: RunEnd | None = None  # result.json's end record, checked as it was read (None: it has none)
+
+    @property
+    def error_events(self) -> list[Ended | Diverged]:
+        """The trace's error and diverged events, in its order."""
+        return [e for e in self.events.events
+                if isinstance(e, Diverged) or (isinstance(e, Ended) and e.event == "error")]
 
     @property
     def run_id(self) -> str:
@@ -202,13 +213,14 @@ def _is_json_object(raw: bytes) -> bool:
         return False
 
 
-EVENT_FIELDS = ("t_ns", "event", "step", "phase", "loss", "duration_s", "detail")
+EVENT_FIELDS = ("t_ns", "event", "step", "phase", "loss", "duration_s")
 
 
 def _events_sql(path: Path) -> str:
     """Each line of events.jsonl as one row: `obj` true for a JSON object (else the line is
-    garbage or not an object) and its fields, each parsed once (numbers that may arrive as
-    strings are cast; a loss must be a number)."""
+    garbage or not an object) and its fields, each parsed once (a loss must be a number, a
+    duration a finite one 0 or more: figures.run_events's ranges; read_run_dir checked each
+    event against that definition before)."""
     paths = ", ".join(f"'$.{k}'" for k in EVENT_FIELDS)
     return f"""
         SELECT coalesce(json_type(json) = 'OBJECT', false) AS obj,
@@ -216,7 +228,8 @@ def _events_sql(path: Path) -> str:
                TRY_CAST(f[3] ->> '$' AS BIGINT) AS step, coalesce(f[4] ->> '$', 'measure') AS phase,
                CASE WHEN json_type(f[5]) IN ('DOUBLE', 'BIGINT', 'UBIGINT')
                     THEN TRY_CAST(f[5] ->> '$' AS DOUBLE) END AS loss,
-               TRY_CAST(f[6] ->> '$' AS DOUBLE) AS duration_s, f[7] AS detail
+               CASE WHEN isfinite(TRY_CAST(f[6] ->> '$' AS DOUBLE)) AND TRY_CAST(f[6] ->> '$' AS DOUBLE) >= 0
+                    THEN TRY_CAST(f[6] ->> '$' AS DOUBLE) END AS duration_s
         FROM (SELECT json, json_extract(json, [{paths}]) AS f
               FROM read_ndjson_objects({_literal(str(path))}, ignore_errors=true))"""
 
@@ -229,7 +242,8 @@ STEPS_SQL = """
                max(t_ns) FILTER (event = 'step_end') AS end_ns,
                arg_max(duration_s, t_ns) FILTER (event = 'step_end') AS duration_s,
                arg_max(loss, t_ns) FILTER (event = 'step_end') AS loss
-        FROM ev WHERE obj AND event IN ('step_begin', 'step_end') AND step IS NOT NULL AND t_ns IS NOT NULL
+        FROM ev WHERE obj AND event IN ('step_begin', 'step_end') AND step >= 0 AND t_ns >= 0
+                      AND phase IN ('warmup', 'measure')
         GROUP BY phase, step)
     SELECT step, phase,
            CASE WHEN begin_ns IS NULL AND end_ns IS NOT NULL AND duration_s IS NOT NULL
@@ -245,35 +259,32 @@ NO_STEPS = ("SELECT NULL::BIGINT AS step, NULL::VARCHAR AS phase, NULL::BIGINT A
             "NULL::DOUBLE AS duration_s, NULL::DOUBLE AS loss LIMIT 0")
 
 
-def read_events(con: DuckDBPyConnection, path: Path) -> tuple[pa.Table, TraceCounts, list[dict[str, Any]]]:
+def read_steps(con: DuckDBPyConnection, path: Path) -> tuple[pa.Table, TraceCounts]:
     """events.jsonl read by DuckDB: one row per step (begin/end on the device clock,
-    duration, phase, loss), what could not be read, and the error/diverged events.
+    duration, phase, loss) and what could not be read.
 
     A step_end without its step_begin (the begin line lost) gets its begin from
     `duration_s`; a step_begin without an end (the run died in that step) keeps a null end.
     """
     if not path.exists() or path.stat().st_size == 0:
-        return con.sql(NO_STEPS).to_arrow_table(), TraceCounts(), []
+        return con.sql(NO_STEPS).to_arrow_table(), TraceCounts()
     tail = _ends(path)[1].strip()
     truncated = bool(tail) and not _is_json_object(tail)
     con.execute(f"CREATE OR REPLACE TEMP TABLE _events AS {_events_sql(path)}")  # the file parsed once
     try:
         lines, bad = con.execute("SELECT count(*), count(*) FILTER (NOT obj) FROM _events").fetchall()[0]
         steps = con.sql(STEPS_SQL.format(events="SELECT * FROM _events")).to_arrow_table()
-        errors = [{"event": event, **({"detail": json.loads(detail)} if detail is not None else {})}
-                  for event, detail in con.execute("SELECT event, detail FROM _events WHERE obj AND "
-                                                   "event IN ('error', 'diverged') ORDER BY t_ns").fetchall()]
     finally:
         con.execute("DROP TABLE _events")
     counts = TraceCounts(lines=lines, bad_lines=bad - int(truncated), truncated_last_line=truncated)
-    return steps, counts, errors
+    return steps, counts
 
 
 def read_run_dir(run_dir: str | Path, con: DuckDBPyConnection | None = None) -> RunFiles:
     """Reads a run directory as written by `python -m edgebench.runner`: meta.json (checked:
-    figures.run_meta.RunMeta), result.json (its end record checked: figures.run_end.RunEnd) and,
-    given a DuckDB connection `con`, events.jsonl. A bad field raises untrusted.BadRecord naming
-    the file and the field."""
+    figures.run_meta.RunMeta), result.json (its end record checked: figures.run_end.RunEnd),
+    events.jsonl (each event checked: figures.run_events) and, given a DuckDB connection `con`,
+    its step rows. A bad field raises untrusted.BadRecord naming the file and the field."""
     path = Path(run_dir)
     if not path.is_dir():
         raise FileNotFoundError(
@@ -287,6 +298,7 @@ def read_run_dir(run_dir: str | Path, con: DuckDBPyConnection | None = None) -> 
     meta = RunMeta.from_json(_read_json_file(path / "meta.json", required=True), str(path / "meta.json"))
     result = _read_json_file(path / "result.json", required=False)  # raw: the store makes the figures
     end = None if result is None else result_end(result, str(path / "result.json"))
+    events = read_events(path / "events.jsonl")
     if con is None:
-        return RunFiles(path, meta, result, end=end)
-    return RunFiles(path, meta, result, *read_events(con, path / "events.jsonl"), end=end)
+        return RunFiles(path, meta, result, end=end, events=events)
+    return RunFiles(path, meta, result, *read_steps(con, path / "events.jsonl"), end=end, events=events)

@@ -29,12 +29,13 @@ import pyarrow as pa
 
 from edgebench.errors import EdgebenchError
 from edgebench.figures.run import HOST_EVALS
+from edgebench.figures.run_events import Ended
 from edgebench.figures.run_meta import RunMeta
 from edgebench.results import default_store
 from edgebench.results.alignment import Alignment, align_run
 from edgebench.results.external import CsvMapping, read_power_csv
 from edgebench.results.heldout import evaluate_saved_weights
-from edgebench.results.runfiles import INTEGER_SUFFIXES, RunFiles, SampleScan, read_events, read_run_dir, scan_samples
+from edgebench.results.runfiles import INTEGER_SUFFIXES, RunFiles, SampleScan, read_run_dir, read_steps, scan_samples
 from edgebench.untrusted import BadRecord, UnsafeName, inside, path_name, printable
 
 UNLIMITED_BYTES = 1 << 60  # cgroup "max" reads as ~2^63: no limit
@@ -303,7 +304,7 @@ class Store:
         self.con.execute("SET preserve_insertion_order = false")
         pool, events_con = ThreadPoolExecutor(1), self.con.cursor()
         # events.jsonl is parsed on another core (its own DuckDB connection) while the samples go in
-        events = pool.submit(read_events, events_con, files.path / "events.jsonl")
+        events = pool.submit(read_steps, events_con, files.path / "events.jsonl")
         self.con.execute("BEGIN TRANSACTION")
         try:
             # Rows of a run go in with its `runs` row in one transaction: no runs row, nothing to delete
@@ -315,7 +316,7 @@ class Store:
                 for table in ("runs", "samples", "steps"):
                     self.con.execute(f"DELETE FROM {table} WHERE run_key = ?", [run_key])
             samples = self._insert_samples(files.path / "samples.jsonl", run_key)
-            files.steps, files.events_counts, files.error_events = events.result()
+            files.steps, files.events_counts = events.result()
             if files.result is not None:  # the figures, made here from the raw records (edgebench.figures)
                 files.result = self._run_figures(files, run_key, shared_host=device == "local")
             self._insert_run_row(files, device, run_id, run_key, raw_dir, samples)
@@ -369,7 +370,8 @@ class Store:
 
         numbers, texts = raw_columns(files.meta.readings or {})
         columns = self._sample_columns(run_key, numbers, texts)
-        figures = run_figures(files.meta, files.result or {}, files.end, run_events(files.path), columns, shared_host)
+        events = run_events(files.path, files.events)  # the device's, checked as read_run_dir read them
+        figures = run_figures(files.meta, files.result or {}, files.end, events, columns, shared_host)
         figures.update(events_truncated_last_line=files.events_counts.truncated_last_line,
                        events_bad_lines=files.events_counts.bad_lines)
         return figures
@@ -439,7 +441,8 @@ class Store:
         mem_total = meta.device.mem_total_bytes
         ram = min([v for v in (limit, mem_total, _profile_ram_bytes(device)) if v], default=None)
         detail = (
-            result.get("detail") or "; ".join(str(e.get("detail", e.get("event"))) for e in files.error_events) or None
+            result.get("detail") or "; ".join(e.detail if isinstance(e, Ended) and e.detail is not None else e.event
+                                              for e in files.error_events) or None
         )
         row = {
             "device": device,

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from edgebench.figures.run_end import RunEnd
+from edgebench.figures.run_events import Predicted, events_of
 from edgebench.figures.run_meta import ClockPair, OomKillsAtStart, RunClock, RunMeta
 from edgebench.figures.status import run_status
 from edgebench.runner import native, worker
@@ -34,6 +35,7 @@ from edgebench.telemetry.clock import clock_pair
 from edgebench.telemetry.contention import cpu_snapshot
 from edgebench.telemetry.memory import oom_kill_count
 from edgebench.telemetry.trace import parse_line, read_trace, write_json_atomic
+from edgebench.untrusted import BadRecord
 
 POLL_S = 0.02
 GRACE_S = 5.0  # after a Ctrl-C/SIGTERM the worker gets this long to stop by itself, then SIGKILL
@@ -325,8 +327,13 @@ class Supervisor:
         sampler: dict[str, Any],
         failure: OSError | None = None,
     ) -> dict[str, Any]:
-        events = read_trace(self.out / "events.jsonl").records
-        predicted = next((e.get("memory") for e in events if e.get("event") == "predicted"), None)
+        trace = read_trace(self.out / "events.jsonl")
+        try:
+            events = events_of(trace.records, str(self.out / "events.jsonl"), trace.line_numbers)
+            foreign = None
+        except BadRecord as exc:  # not what a worker writes: the result says so (the host refuses the trace)
+            events, foreign = [], str(exc)
+        predicted = next((e.memory for e in events if isinstance(e, Predicted)), None)
         try:
             self._write_meta(clock_start, clock_pair(), predicted)
         except OSError as exc:
@@ -353,9 +360,9 @@ class Supervisor:
             disk_full=disk_full(self.out, failure),
             worker_peak_bytes=maxrss or None,
             worker_peak_from="ru_maxrss" if maxrss else None,
-            worker_log_tail=None if events else self._log_tail(),
+            worker_log_tail=None if trace.records else self._log_tail(),
         )
-        status, detail = run_status(end, events)
+        status, detail = ("error", foreign) if foreign else run_status(end, events)
         result = {
             "status": status,
             "detail": detail,

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgebench.errors import EdgebenchError
 from edgebench.figures.learning import DEFAULT_EVAL_EVERY, eval_point, heldout_counts, parse_target, reached
+from edgebench.figures.run_events import MAX_TEXT_CHARS, Eval
 from edgebench.figures.status import (
     EXIT_DIVERGED,
     EXIT_ERROR,
@@ -151,7 +152,7 @@ def train(spec: RunSpec, events: TraceWriter, out: str = ".") -> int:
         backend = create(spec)
         backend.setup(spec, next(batches))
     except UnsupportedBackend as exc:
-        events.write({"t_ns": time.monotonic_ns(), "event": "unsupported", "detail": str(exc)})
+        events.write({"t_ns": time.monotonic_ns(), "event": "unsupported", "detail": _cut(str(exc))})
         return EXIT_UNSUPPORTED
     events.write({"t_ns": time.monotonic_ns(), "event": "load_end"})
 
@@ -228,12 +229,14 @@ class Evaluation:
             raise
         except Exception as exc:  # the training figures stand without it
             self.events.write({"t_ns": begin, "event": "eval_failed", "after_steps": step,
-                               "detail": f"{type(exc).__name__}: {exc}"})
+                               "detail": _cut(f"{type(exc).__name__}: {exc}")})
             self.wanted = False
             return False
-        event = {"t_ns": begin, "end_ns": time.monotonic_ns(), "event": "eval", "after_steps": step, **counts}
-        self.events.write(event)
-        return self.target is not None and reached(eval_point(event), *self.target)
+        end = time.monotonic_ns()
+        self.events.write({"t_ns": begin, "end_ns": end, "event": "eval", "after_steps": step, **counts})
+        point = Eval(t_ns=begin, end_ns=end, after_steps=step, samples=int(counts["samples"]),
+                     tokens=int(counts["tokens"]), loss_sum=float(counts["loss_sum"]), correct=int(counts["correct"]))
+        return self.target is not None and reached(eval_point(point), *self.target)
 
     def _counts(self) -> dict[str, float]:
         self.heldout = self.heldout or batch_source(self.spec, "heldout")
@@ -245,6 +248,11 @@ class Evaluation:
         if step:  # before the first step the weights are the exported ones, which the host builds itself
             write_trainable(self.out / EVAL_WEIGHTS.format(step=step), self.backend.named_parameters())
         self.events.write({"t_ns": begin, "end_ns": time.monotonic_ns(), "event": "eval_weights", "after_steps": step})
+
+
+def _cut(detail: str) -> str:
+    """An event's detail as the trace may hold it (figures.run_events.MAX_TEXT_CHARS at most)."""
+    return detail if len(detail) <= MAX_TEXT_CHARS else detail[:MAX_TEXT_CHARS - 1] + "…"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -282,23 +290,23 @@ def _ended(events: TraceWriter, spec: RunSpec, out: str) -> int:
     try:
         return train(spec, events, out)
     except Interrupted as exc:
-        events.write({"t_ns": time.monotonic_ns(), "event": "interrupted", "detail": f"stopped by {exc}"})
+        events.write({"t_ns": time.monotonic_ns(), "event": "interrupted", "detail": _cut(f"stopped by {exc}")})
         return EXIT_INTERRUPTED
     except OSError as exc:
         if exc.errno == errno.ENOSPC:
             raise
         detail = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}"
-        events.write({"t_ns": time.monotonic_ns(), "event": "error", "detail": detail})
+        events.write({"t_ns": time.monotonic_ns(), "event": "error", "detail": _cut(detail)})
         return EXIT_ERROR
     except MemoryError as exc:
-        events.write({"t_ns": time.monotonic_ns(), "event": "oom", "detail": f"MemoryError: {exc}"})
+        events.write({"t_ns": time.monotonic_ns(), "event": "oom", "detail": _cut(f"MemoryError: {exc}")})
         return EXIT_OOM
     except Exception as exc:
         detail = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}"
         if "out of memory" in str(exc).lower():  # e.g. CUDA OOM, DefaultCPUAllocator
-            events.write({"t_ns": time.monotonic_ns(), "event": "oom", "detail": detail})
+            events.write({"t_ns": time.monotonic_ns(), "event": "oom", "detail": _cut(detail)})
             return EXIT_OOM
-        events.write({"t_ns": time.monotonic_ns(), "event": "error", "detail": detail})
+        events.write({"t_ns": time.monotonic_ns(), "event": "error", "detail": _cut(detail)})
         return EXIT_ERROR
 
 

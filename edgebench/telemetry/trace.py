@@ -49,6 +49,7 @@ class TraceRead:
     """Records read from a trace, with counts of what could not be read."""
 
     records: list[dict[str, Any]] = field(default_factory=list)
+    line_numbers: list[int] = field(default_factory=list)  # each record's line in the file, from 1
     truncated_last_line: bool = False
     bad_lines: int = 0
 
@@ -112,18 +113,20 @@ def read_trace(path: str | Path) -> TraceRead:
         return out
     lines = data.split(b"\n")
     unterminated = lines.pop()  # b"" when the file ends with a newline
-    for raw in lines:
+    for number, raw in enumerate(lines, 1):
         rec = parse_line(raw)
         if rec is None:
             out.bad_lines += 1
         else:
             out.records.append(rec)
+            out.line_numbers.append(number)
     if unterminated.strip():
         rec = parse_line(unterminated)
         if rec is None:
             out.truncated_last_line = True
         else:
             out.records.append(rec)
+            out.line_numbers.append(len(lines) + 1)
     return out
 
 
