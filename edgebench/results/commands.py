@@ -252,7 +252,10 @@ def runs_ls(store_path: Path | None, tag: str | None, as_json: bool) -> None:
       edgebench runs ls --tag quiet-host
       edgebench runs ls --json
     """
+    from rich.text import Text
+
     from edgebench.results.store import Store
+    from edgebench.terminal import Name, console
     from edgebench.untrusted import printable
 
     with Store(store_path, read_only=True) as store:
@@ -262,6 +265,8 @@ def runs_ls(store_path: Path | None, tag: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(runs, indent=2))
         return
-    for r in runs:
+    out = console()
+    for r in runs:  # a line a run, wrapped at spaces and after a `+` to the output's width
         labels = f"  [{', '.join(r['tags'])}]" if r["tags"] else ""
-        click.echo(printable(f"{r['device']}/{r['run_id']}  {r['method']}  {r['status']}{labels}", newlines=False))
+        line = printable(f"{r['device']}/{r['run_id']}  {r['method']}  {r['status']}{labels}", newlines=False)
+        out.print(Name(Text(line)))
