@@ -4,7 +4,7 @@
 python on PATH, `python: none` in the inventory). deploy ships the worker bundle, its plan
 and the program (sha256-verified by the shell twin of digests.py), starts runner/sweep.sh;
 status, collect and the store work as for any device. While it runs, no process in the
-device's cgroup is a Python.
+device's cgroup is a Python. Fresh from `lab up --no-python`, both such devices check ready.
 """
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from conftest import EXPORTED_MODEL
+from edgebench.cli import cli
 from edgebench.devices import connect, lab, readiness
 from edgebench.devices.cgroups import Limits
 from edgebench.devices.inventory import get_device
@@ -31,12 +33,14 @@ from test_export import TEXT
 
 pytestmark = pytest.mark.lab
 DEVICE = "lab-pi4-nopy"
+DEVICES = (DEVICE, "lab-pizero-nopy")  # what `lab up --no-python` starts
 
 
 @pytest.fixture(scope="module")
 def nopy_lab(tmp_path_factory):
     root = tmp_path_factory.mktemp("lab-nopy")
-    with lab_in(root, [lab.LabDevice("raspberry-pi-4-4gb", no_python=True, memory_bytes=512 * 2**20, cpus=1)]):
+    with lab_in(root, [lab.LabDevice(profile, no_python=True, memory_bytes=512 * 2**20, cpus=1)
+                       for profile in lab.DEFAULT_PROFILES]):
         yield root
 
 
@@ -64,6 +68,20 @@ def test_the_device_has_no_python(nopy_lab):
     (python,) = [f for f in checked.findings if f.item == "python"]
     assert python.status == "n/a" and "native ExecuTorch worker" in python.detail
     assert not [f for f in checked.findings if f.item in ("torch", "numpy", "psutil", "executorch")]
+
+
+def test_a_fresh_device_without_python_checks_ready(nopy_lab):
+    """What runs there is the native worker, so its profile's Python backends ask nothing of it;
+    asked for by name, one still is a problem."""
+    listed = CliRunner().invoke(cli, ["devices", "--json"])
+    assert listed.exit_code == 0, listed.output
+    rows = {r["name"]: r["readiness"] for r in json.loads(listed.stdout)["devices"]}
+    assert all(rows[name].startswith("ready") for name in DEVICES), rows
+    for name in DEVICES:
+        out = CliRunner().invoke(cli, ["devices", "check", name, "--json"])
+        assert out.exit_code == 0 and json.loads(out.stdout)["ready"], out.output
+    eager = readiness.check(get_device(DEVICE), backends={"eager"})
+    assert [f.item for f in eager.problems] == ["python"] and "eager needs Python" in eager.problems[0].detail
 
 
 def test_native_sweep_without_python_end_to_end(nopy_lab, export_cache):

@@ -353,14 +353,22 @@ def need(spec: RunSpec) -> str:
     return NATIVE if spec.backend == "executorch" and spec.runtime == "native" else spec.backend
 
 
+def _runs_there(device: Device) -> set[str]:
+    """What a check requires unless asked: the profile's backends; on a device without Python the
+    native worker in place of its executorch, the one run that can go there, so a fresh such device
+    is ready (deploy's preflight still refuses a Python run there, asked for by name)."""
+    profile = set(device.profile.backends)
+    return {NATIVE} if not device.has_python and "executorch" in profile else profile
+
+
 def check(device: Device, transport: Transport | None = None, backends: Iterable[str] | None = None) -> Readiness:
-    """Every finding for the device; `backends` (default: the profile's) decide what is required.
+    """Every finding for the device; `backends` (default: _runs_there) decide what is required.
 
     Never raises for an unreachable device: that is a finding with the fix.
     """
     from edgebench.devices import connect
 
-    wanted = set(backends if backends is not None else device.profile.backends)
+    wanted = set(backends if backends is not None else _runs_there(device))
     readiness = Readiness(device.name)
     try:
         own = transport is None
