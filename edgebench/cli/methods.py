@@ -63,31 +63,34 @@ def methods_command(as_json: bool) -> None:
         console.print(part)
 
 
-def _device(device: str | None, ram_bytes: int | None, os_memory: int | None) -> tuple[Budget, DeviceSpeed]:
-    """The budget a run would be held to (methods.budget) and the rates of the step-time
-    estimate: --ram-bytes (a reference host's rates), else the device's (_named_device).
-    --os-memory replaces the OS's idle figure."""
+def _device(device: str | None, ram_bytes: int | None,
+            os_memory: int | None) -> tuple[Budget, DeviceSpeed, str | None]:
+    """The budget a run would be held to (methods.budget), the rates of the step-time estimate
+    and why only the native worker runs there: --ram-bytes (a reference host's rates, any
+    runtime), else the device's (_named_device). --os-memory replaces the OS's idle figure."""
     if ram_bytes is not None:
         from edgebench.methods.budget import board_budget
         from edgebench.methods.device_speed import REFERENCE
 
         held_to, speed = board_budget("a board with --ram-bytes", ram_bytes, 0, "none given: --os-memory"), REFERENCE
+        native_only = None
     elif device is None:
         raise click.UsageError("give --device PROFILE (see device_profiles/) or --ram-bytes N")
     else:
-        held_to, speed = _named_device(device)
+        held_to, speed, native_only = _named_device(device)
     if os_memory is not None:
         if os_memory >= held_to.ram_bytes:
             raise click.BadParameter(f"{os_memory} bytes for the OS is all of the {held_to.ram_bytes}-byte RAM; "
                                      "give less", param_hint="--os-memory")
         held_to = dataclasses.replace(held_to, os_bytes=os_memory, os_source="--os-memory")
-    return held_to, speed
+    return held_to, speed, native_only
 
 
-def _named_device(device: str) -> tuple[Budget, DeviceSpeed]:
+def _named_device(device: str) -> tuple[Budget, DeviceSpeed, str | None]:
     """This host as it reports itself now (`local`); a profile's board, or an inventory or lab
     device's (its own RAM; a lab device holds its board's idle OS inside it), with its
-    calibrated rates, else its profile's (a lab device's: this host's CPU's)."""
+    calibrated rates, else its profile's (a lab device's: this host's CPU's), and why only the
+    native worker runs there (Device.native_only; a profile says nothing of what is installed)."""
     from edgebench.devices.inventory import InventoryError, get_device
     from edgebench.devices.profiles import ProfileError, load_profile
 
@@ -101,14 +104,15 @@ def _named_device(device: str) -> tuple[Budget, DeviceSpeed]:
         except ProfileError as exc:
             raise click.BadParameter(f"{exc} (nor is {device!r} a lab or inventory device)",
                                      param_hint="--device") from None
-        return _this_host(profile) if profile.id == "local" else profile.budget(device), profile.device_speed()
+        held_to = _this_host(profile) if profile.id == "local" else profile.budget(device)
+        return held_to, profile.device_speed(), None
     held_to = found.profile.budget(f"{'lab' if found.lab else 'inventory'} device {device}",
                                    supervisor="python" if found.has_python else "shell")
     if found.lab and found.speed is None:
         from edgebench.methods.device_speed import host_speed
 
-        return held_to, host_speed()
-    return held_to, found.device_speed()
+        return held_to, host_speed(), found.native_only()
+    return held_to, found.device_speed(), found.native_only()
 
 
 def _this_host(profile: Profile) -> Budget:
@@ -175,26 +179,29 @@ def _native_peaks(model_name: str, device: str | None, text_length: int, image_s
 @click.option("--image-size", type=click.IntRange(min=1), help="Square image side (default: the config's).")
 @click.option("--os-memory", type=SIZE, default=None,
               help="What the OS holds at idle, e.g. 200MiB (default: the device's figure; with --ram-bytes, 0).")
-@click.option("--runtime", type=click.Choice(["python", "native"]), default="python", show_default=True,
+@click.option("--runtime", type=click.Choice(["python", "native"]), default=None,
               help="python: a Python process with torch (eager; ExecuTorch's Python worker); native: the native "
                    "ExecuTorch worker (no Python, no torch), predicted from each method's program, exported for "
-                   "the device's profile first (cached; minutes for a large model's first export).")
+                   "the device's profile first (cached; minutes for a large model's first export). Default: "
+                   "native on an inventory device without Python (`python: none`) or torch (rates `devices "
+                   "calibrate` measured with the native worker), else python.")
 @click.option("--store", default=None, type=click.Path(dir_okay=False),
               help=f"Results store whose runs of this model with a --target show what reaching it took, measured, "
                    f"beside the estimates (default: {STORE_DEFAULT_HELP}; none there: no such figures).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 def predict_command(device: str | None, ram_bytes: int | None, model_name: str, method: str | None, batch_size: int,
-                    text_length: int, image_size: int | None, os_memory: int | None, runtime: str, store: str | None,
-                    as_json: bool) -> None:
+                    text_length: int, image_size: int | None, os_memory: int | None, runtime: str | None,
+                    store: str | None, as_json: bool) -> None:
     """Predict a method's memory (weights, gradients, optimizer state, activations,
     temporaries, runtime baseline, peak) before running it, and whether it fits what a run may
     take on the device: its RAM less what its OS holds at idle, the sweep's supervisor and a
     margin (the budget bench and deploy hold runs to). Without --method: which methods fit,
     best first by predicted step time (relative to SGD, from a FLOP and memory-traffic model);
-    with --runtime native, the methods the native worker runs, by its own memory (planned arena, mapped program, its
-    runtime). All figures are per-step estimates; where the results store holds runs of the
-    model with a held-out target (`bench --target`), each method's measured steps and seconds
-    to it are shown beside them."""
+    with --runtime native (the default on a device without Python or torch), the methods the
+    native worker runs, by its own memory (planned arena, mapped program, its runtime). All
+    figures are per-step estimates; where the results store holds runs of the model with a
+    held-out target (`bench --target`), each method's measured steps and seconds to it are
+    shown beside them."""
     from edgebench.model.checkpoint import read_config
     from edgebench.model.config import ConfigError, get_config
 
@@ -203,10 +210,16 @@ def predict_command(device: str | None, ram_bytes: int | None, model_name: str, 
         cfg = read_config(model_name) if Path(model_name).is_dir() else get_config(model_name)
     except (MethodError, ConfigError, ValueError) as exc:
         raise click.BadParameter(str(exc)) from exc
-    held_to, speed = _device(device, ram_bytes, os_memory)
+    held_to, speed, native_only = _device(device, ram_bytes, os_memory)
+    chosen, why = _runtime(runtime, native_only)
+    if runtime is None and native_only and not as_json:  # the device chose it: said before any export
+        from edgebench.terminal import echo
+
+        echo(f"runtime: native: {why}")
+    runtime = chosen
     usable = held_to.bytes
     verdict = {"ram_bytes": held_to.ram_bytes, "budget": held_to.record(), "budget_text": held_to.text(),
-               "usable_bytes_est": usable, "speed": asdict(speed), "runtime": runtime}
+               "usable_bytes_est": usable, "speed": asdict(speed), "runtime": runtime, "runtime_why": why}
     native = _native_peaks(model_name, device, text_length, image_size, as_json) if runtime == "native" else None
     measured = _measured(store, model_name)
     if parsed is None:
@@ -225,6 +238,16 @@ def predict_command(device: str | None, ram_bytes: int | None, model_name: str, 
                               indent=2))
         return
     _print_prediction(parsed.name, model_name, batch_size, figures, verdict, native is not None, mine)
+
+
+def _runtime(asked: str | None, native_only: str | None) -> tuple[str, str]:
+    """The runtime predicted for and why: --runtime's, else the native worker where only it runs
+    on the device (Device.native_only), else a Python process with torch."""
+    if asked is not None:
+        return asked, f"--runtime {asked}"
+    if native_only:
+        return "native", f"{native_only}, so its runs are the native worker's (--runtime python: a torch process's)"
+    return "python", "the default: a Python process with torch (--runtime native: the native worker's)"
 
 
 def _figures(cfg: VLMConfig, parsed: Method, batch_size: int, text_length: int, image_size: int | None,

@@ -115,9 +115,9 @@ def host_identity() -> HostIdentity:
 class MeasuredSpeed(Speed):
     """The rates `edgebench devices calibrate` measured on the device itself, with when (UTC, ISO
     8601) and on what: they hold for that CPU, runtime and thread count. `torch`: the torch that
-    measured them (methods.device_speed); None on a device without Python, where the native
-    worker did (native.rates), built against `executorch`, and `unmeasured` says why a rate it
-    could not take is None."""
+    measured them (methods.device_speed); None where the native worker did (native.rates): a
+    device without Python, or whose Python has no torch. `executorch`: what that worker was built
+    against; `unmeasured` says why a rate it could not take is None."""
 
     measured_at: str
     cpu: str
@@ -185,6 +185,17 @@ class Device:
         """False for `python: none`: only the native ExecuTorch worker runs there, under the
         shell sweep (edgebench/runner/sweep.sh), and the host talks to it with shell scripts."""
         return self.python != NO_PYTHON
+
+    def native_only(self) -> str | None:
+        """Why only the native ExecuTorch worker runs here, as the inventory tells it (no Python,
+        or rates the worker measured because its Python has no torch), for predict to rank its
+        runs; None where a Python with torch may run."""
+        if not self.has_python:
+            return f"{self.name} has no Python (`python: {NO_PYTHON}` in its inventory entry)"
+        if self.speed is not None and self.speed.torch is None:
+            return (f"{self.name}'s Python has no torch: `devices calibrate` measured its rates with the native "
+                    "worker")
+        return None
 
     @property
     def arch(self) -> str:

@@ -4,9 +4,11 @@ predict and deploy's preflight rank methods by a device's rates (methods.device_
 differ between CPUs more than the methods differ, most of all for bf16 matmuls; a reference
 x86 host's stand in for a board's until they are measured there, with the board's own Python
 and torch, and stored in its inventory entry (inventory.MeasuredSpeed). A device without
-Python (a phone) runs only the native worker, so the worker measures them there as it spends
-time (native.rates), shipped with its rates programs as deploy ships its assets. Measuring
-ships and runs programs on the device as deploy does, so it is the fleet's, not the devices'.
+Python (a phone), or whose Python has no torch, runs only the native worker, so the worker
+measures them there as it spends time (native.rates), shipped with its rates programs as
+deploy ships its assets: the device is measured as it is, not told to install torch first.
+Measuring ships and runs programs on the device as deploy does, so it is the fleet's, not the
+devices'.
 """
 
 from __future__ import annotations
@@ -31,18 +33,20 @@ class CalibrationError(EdgebenchError):
 
 def measure_on(device: Device, log: Callable[[str], None] = lambda _: None) -> MeasuredSpeed:
     """The device's rates, measured there by methods/device_speed.py's source under its python,
-    or by the native worker on a device without one (`log` hears the worker's build and shipping)."""
+    or by the native worker on a device without one or whose python has no torch (`log` hears
+    why, and the worker's build and shipping)."""
     from edgebench.devices import connect
     from edgebench.fleet.remote import run_program
     from edgebench.methods import device_speed
 
     if not device.has_python:
-        return _measure_native(device, log)
+        return _measure_native(device, log, "it has no Python")
     with connect(device) as transport:
         found = run_program(transport, device, device_speed, timeout=TIMEOUT_S)
     if "missing" in found:
-        raise CalibrationError(f"{device.name}: {found['python']} has no {found['missing']}, which the rates are "
-                               f"measured with; `edgebench devices check {device.name} --fix` installs it")
+        why = f"{found['python']} has no {found['missing']}"
+        log(f"{device.name}: {why}: measuring with the native worker, which runs without it")
+        return _measure_native(device, log, why)
     return _checked(device, lambda: MeasuredSpeed(**found["speed"], cpu=found["cpu"], torch=found["torch"],
                                                   threads=found["threads"], measured_at=_now()))
 
@@ -62,10 +66,10 @@ def _checked(device: Device, make: Callable[[], MeasuredSpeed]) -> MeasuredSpeed
                                "again on a quiet device") from None
 
 
-def _measure_native(device: Device, log: Callable[[str], None]) -> MeasuredSpeed:
-    """The native worker's rates on a device without Python: the worker bundle for the arch the
-    device reports and the rates programs, shipped (cached, sha256-checked) to its workdir, then
-    `sh run.sh --rates` there."""
+def _measure_native(device: Device, log: Callable[[str], None], why: str) -> MeasuredSpeed:
+    """The native worker's rates on a device where torch cannot measure them (`why`): the worker
+    bundle for the arch the device reports and the rates programs, shipped (cached,
+    sha256-checked) to its workdir, then `sh run.sh --rates` there."""
     from edgebench.devices import connect
     from edgebench.devices.device_scripts import facts as facts_script
     from edgebench.fleet.deploy import ship_folders
@@ -80,8 +84,9 @@ def _measure_native(device: Device, log: Callable[[str], None]) -> MeasuredSpeed
         try:
             worker = bundle(facts["arch"], log=log)
         except NativeBuildError as exc:
-            raise CalibrationError(f"{device.name}: its rates are measured by the native worker (it has no "
-                                   f"Python), which cannot be built for it: {exc}") from None
+            torch = f"; or give it torch: `edgebench devices check {device.name} --fix`" if device.has_python else ""
+            raise CalibrationError(f"{device.name}: its rates are measured by the native worker ({why}), which "
+                                   f"cannot be built for it: {exc}{torch}") from None
         log(f"{device.name}: rates programs (exported once)")
         remote_worker, remote_rates = ship_folders(
             transport, device, {worker: "native worker", rates.program(): "rates programs"}, facts["workdir"], log)

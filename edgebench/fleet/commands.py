@@ -794,11 +794,11 @@ def calibrate(name: str, as_json: bool) -> None:
     Until then `predict --device NAME` and deploy's memory preflight rank methods by a reference
     x86 host's rates and leave the bf16 methods unestimated; the ratios between methods differ
     between CPUs. Takes seconds on a board, minutes under the arm64 lab's emulation. Run it
-    again after changing the board's torch. Needs torch on the device (`devices check NAME
-    --fix`). On a device without Python (`python: none`: a phone) the native ExecuTorch worker
-    measures them as its runs spend time (matmuls as ExecuTorch programs, its own update loop
-    and MeZO generator): the host builds it for the device's arch and ships it with its rates
-    programs, as deploy does.
+    again after changing the board's torch. On a device without Python (`python: none`: a
+    phone) or whose Python has no torch, the native ExecuTorch worker measures them as its runs
+    spend time (matmuls as ExecuTorch programs, its own update loop and MeZO generator): the
+    host builds it for the device's arch and ships it with its rates programs, as deploy does;
+    predict then ranks the native worker's runs there.
 
     \b
     edgebench devices calibrate orin
