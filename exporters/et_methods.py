@@ -12,6 +12,7 @@ each knob was lowered (`JointRewrite.lowering`).
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -48,8 +49,9 @@ class JointRewrite:
     """The method's change of the joint graph (`lower_training_step(joint_rewrite=...)`),
     and what the manifest records about every knob lowered here or in et_optimizers."""
 
-    def __init__(self, method: Any) -> None:
+    def __init__(self, method: Any, update_chunk: int = CHUNK) -> None:
         self.method = method
+        self.update_chunk = update_chunk  # elements of a bf16 weight stepped at once (write_update)
         self.counts: dict[str, int] = {}
 
     def prepare_model(self, model: torch.nn.Module) -> None:
@@ -75,7 +77,8 @@ class JointRewrite:
         if self.method.checkpointing:
             self.counts.update(recompute_blocks(ep))
         if et_optimizers.update_in_program(self.method):
-            self.counts.update(write_update(ep, self.method.optimizer, self.method.rounding == "stochastic"))
+            self.counts.update(write_update(ep, self.method.optimizer, self.method.rounding == "stochastic",
+                                            self.update_chunk))
         if self.method.accumulation > 1:
             self.counts.update(sum_gradients(ep))
 
@@ -269,7 +272,7 @@ def _view_readers(node: Node) -> list[Node]:
     return found
 
 
-def write_update(ep: ExportedProgram, optimizer: str, stochastic: bool = False) -> dict[str, int]:
+def write_update(ep: ExportedProgram, optimizer: str, stochastic: bool = False, chunk: int = CHUNK) -> dict[str, int]:
     """The optimizer's step written into the joint graph, in place on the weights.
 
     For each trainable weight, right after the backward's last read of it (and after its
@@ -283,7 +286,8 @@ def write_update(ep: ExportedProgram, optimizer: str, stochastic: bool = False) 
     (`_alias_inplace_result_specs`). The scalars of the step come in as the last input `hyper`
     (edgebench.backends.et_optimizers.hyper_index). A bf16 weight's SGD step is computed in
     fp32 and rounded into bf16 once, to nearest or (`stochastic`) by `stochastically_rounded`.
-    Returns counts: weights updated.
+    Returns counts: weights updated, of them updated in parts (a tied weight) and in blocks of
+    rows (`_bf16_sgd_ops`), gradients computed in blocks.
     """
     graph, sig = ep.graph_module.graph, ep.graph_signature
     out = graph.output_node()
@@ -311,22 +315,27 @@ def write_update(ep: ExportedProgram, optimizer: str, stochastic: bool = False) 
     order = {n: i for i, n in enumerate(graph.nodes)}
     scalar_val = fake.new_empty((), dtype=torch.float32)
 
-    def op(target: Callable[..., Any], *args: Any, like: Node | None = None, **kwargs: Any) -> Node:
+    def op(target: Callable[..., Any], *args: Any, like: Node | None = None,
+           value: tuple[list[int], torch.dtype] | None = None, **kwargs: Any) -> Node:
+        """A node; its value is `like`'s, or of `value`'s (shape, dtype), else its operator's."""
         node: Node = graph.call_function(target, args, kwargs)
-        if target is torch.ops.aten.select.int:
+        if value is not None:
+            node.meta["val"] = fake.new_empty(value[0], dtype=value[1])
+        elif target is torch.ops.aten.select.int:
             node.meta["val"] = scalar_val
         elif target is torch.ops.aten._to_copy.default:
             node.meta["val"] = args[0].meta["val"].to(kwargs["dtype"])
         elif target is torch.ops.aten.slice.Tensor:  # (x, dim 0, start, end)
             node.meta["val"] = args[0].meta["val"].narrow(0, args[2], args[3] - args[2])
-        elif target is torch.ops.aten.cat.default:  # (pieces, dim 0)
-            first = args[0][0].meta["val"]
-            node.meta["val"] = first.new_empty((sum(a.meta["val"].shape[0] for a in args[0]), *first.shape[1:]))
+        elif target is torch.ops.aten.mm.default:
+            node.meta["val"] = args[0].meta["val"].new_empty((args[0].meta["val"].shape[0],
+                                                              args[1].meta["val"].shape[1]))
         else:
             node.meta["val"] = (args[0] if like is None else like).meta["val"]
         return node
 
     summed = []  # gradients now applied in their parts
+    blocks: Counter[str] = Counter(updated_in_blocks=0, gradients_in_blocks=0)
     for fqn, weight in weights.items():
         weight.meta["val"] = weight.meta["val"].detach()  # updated in place: no autograd leaf
         weight.meta["weight_has_gradient"] = True
@@ -344,7 +353,7 @@ def write_update(ep: ExportedProgram, optimizer: str, stochastic: bool = False) 
             with graph.inserting_before(last.next):
                 state = (moments[("exp_avg", fqn)], moments[("exp_avg_sq", fqn)]) if adam else None
                 _update_ops(op, optimizer, weight, part, hyper, 1 if optim.is_projector(fqn) else 0, state,
-                            stochastic)
+                            stochastic, chunk, blocks)
     loss = [v for s, v in zip(sig.output_specs, out.args[0]) if s.kind != OutputKind.GRADIENT_TO_PARAMETER]
     outputs = [*loss, *weights.values(), *state_nodes]
     output_specs = [s for s in sig.output_specs if s.kind != OutputKind.GRADIENT_TO_PARAMETER]
@@ -353,7 +362,9 @@ def write_update(ep: ExportedProgram, optimizer: str, stochastic: bool = False) 
     _set_outputs(ep, outputs, input_specs, output_specs)
     for total in summed:
         graph.erase_node(total)
-    return {"updated_in_program": len(weights), "updated_in_parts": len(summed)}
+    graph.eliminate_dead_code()  # a gradient computed a block at a time: its whole matmul
+    ep.graph_module.recompile()
+    return {"updated_in_program": len(weights), "updated_in_parts": len(summed), **blocks}
 
 
 # Operators that only rearrange a gradient on its way to the update.
@@ -483,11 +494,74 @@ def stochastically_rounded(op: Callable[..., Any], value: Any, uniform: Any) -> 
 IN_ORDER = "edgebench_update_in_order"
 
 
-def _bf16_sgd_ops(make: Callable[..., Node], weight: Node, grad: Node, step: Node, stochastic: bool) -> None:
-    """edgebench.methods.bf16's step on a bf16 weight: w + step * g in fp32, rounded into bf16,
-    a block of rows (edgebench.methods.bf16.CHUNK elements) at a time so that the fp32
-    temporaries of the largest weight (222m's tied embedding: 108 MiB each) stay a few MiB; the
-    rounded blocks are joined and copied into the weight. Every node is marked IN_ORDER."""
+# node.meta["custom"] key of a block of a weight's gradient computed apart
+# (`_bf16_sgd_ops`): XNNPACK partitions by it (exporters.xnnpack_lowering.phase_group), so each
+# block's matmul runs in its own call, just before its update, instead of all in one.
+UPDATE_BLOCK = "edgebench_update_block"
+
+_SWAPS = {torch.ops.aten.t.default, torch.ops.aten.transpose.int, torch.ops.aten.permute.default}
+
+
+def _matmul_of(grad: Node) -> tuple[Node, Node] | None:
+    """(a, b) where the 2-D gradient `grad` is `a @ b` seen through transposes that cancel out
+    (a linear's weight gradient: its output gradient's transpose times its input), else None."""
+    node: Any = grad
+    swaps = 0
+    while getattr(node, "target", None) in _SWAPS and len(node.meta["val"].shape) == 2:
+        swaps += node.target is not torch.ops.aten.permute.default or list(node.args[1]) == [1, 0]
+        node = node.args[0]
+    if getattr(node, "target", None) is torch.ops.aten.mm.default and swaps % 2 == 0:
+        return node.args[0], node.args[1]
+    return None
+
+
+def _lookup_of(grad: Node) -> tuple[Node, Node, torch.dtype | None] | None:
+    """(ids, values, dtype) where `grad` is an embedding's gradient as the joint graph writes it:
+    the rows `values` summed into a zero table at `ids` (index_put with accumulate), cast to
+    `dtype` (None: not cast), else None."""
+    node: Any = grad
+    dtype = None
+    if node.target is torch.ops.aten._to_copy.default and set(node.kwargs) == {"dtype"}:
+        node, dtype = node.args[0], node.kwargs["dtype"]
+    if not (getattr(node, "target", None) is torch.ops.aten.index_put.default and len(node.args) == 4
+            and node.args[3] is True and len(node.args[1]) == 1):
+        return None
+    table: Any = node.args[0]
+    if not (getattr(table, "target", None) is torch.ops.aten.full.default and table.args[1] == 0
+            and len(table.args[0]) == 2):
+        return None
+    return node.args[1][0], node.args[2], dtype
+
+
+def _lookup_rows(op: Callable[..., Node], ids: Node, values: Node, dtype: torch.dtype | None, start: int,
+                 end: int) -> Node:
+    """Rows [start, end) of an embedding's gradient (`_lookup_of`): `values` summed at ids in the
+    block into a zero table of the block's rows and one more, where every other id goes."""
+    aten = torch.ops.aten
+    rows, shape = end - start, list(ids.meta["val"].shape)
+    flags, codes = (shape, torch.bool), (shape, torch.int64)
+    inside = op(aten.logical_and.default, op(aten.ge.Scalar, ids, start, value=flags),
+                op(aten.lt.Scalar, ids, end, value=flags), value=flags)
+    local = op(aten.where.self, inside, op(aten.sub.Scalar, ids, start, value=codes),
+               op(aten.full.default, shape, rows, dtype=torch.int64, value=codes), value=codes)
+    kind = values.meta["val"].dtype
+    table = ([rows + 1, values.meta["val"].shape[-1]], kind)
+    summed = op(aten.index_put.default, op(aten.full.default, table[0], 0.0, dtype=kind, value=table), [local],
+                values, True, value=table)
+    block = op(aten.slice.Tensor, summed, 0, 0, rows)
+    return block if dtype is None else op(aten._to_copy.default, block, dtype=dtype)
+
+
+def _bf16_sgd_ops(make: Callable[..., Node], weight: Node, grad: Node, step: Node, stochastic: bool,
+                  chunk: int, counts: Counter[str]) -> None:
+    """edgebench.methods.bf16's step on a bf16 weight: w + step * g in fp32, rounded into bf16.
+    A weight over `chunk` elements (edgebench.methods.bf16.CHUNK) is stepped a block of rows at a
+    time, each block written into the weight as it is made (aten.index_put_), so the fp32
+    temporaries of the largest weight (222m's tied embedding: 108 MiB each) stay a few MiB; a
+    gradient that is a matmul (a linear's weight gradient, the LM head's among them) is computed
+    a block of rows at a time too, just before its block's step, so the whole gradient is never
+    held. Every node of the step is
+    marked IN_ORDER. `counts`: weights stepped in blocks, gradients computed in blocks."""
     aten = torch.ops.aten
 
     def op(target: Callable[..., Any], *args: Any, **kwargs: Any) -> Node:
@@ -495,24 +569,39 @@ def _bf16_sgd_ops(make: Callable[..., Node], weight: Node, grad: Node, step: Nod
         node.meta["custom"] = {**node.meta.get("custom", {}), IN_ORDER: True}
         return node
 
-    shape = weight.meta["val"].shape
-    rows = shape[0] if shape else 1
-    block = max(1, CHUNK // max(1, weight.meta["val"].numel() // max(1, rows)))
-    pieces = []
-    for start in range(0, rows, block):
-        w, g = (weight, grad) if block >= rows else (
-            op(aten.slice.Tensor, t, 0, start, min(start + block, rows)) for t in (weight, grad))
+    def stepped(w: Node, g: Node) -> Node:
         value = op(aten.add.Tensor, op(aten._to_copy.default, w, dtype=torch.float32),
                    op(aten.mul.Tensor, op(aten._to_copy.default, g, dtype=torch.float32), step))
         if stochastic:
             uniform = op(aten.rand.default, list(value.meta["val"].shape), dtype=torch.float32, like=value)
             value = stochastically_rounded(op, value, uniform)
-        pieces.append(op(aten._to_copy.default, value, dtype=torch.bfloat16))
-    op(aten.copy_.default, weight, pieces[0] if len(pieces) == 1 else op(aten.cat.default, pieces, 0))
+        return op(aten._to_copy.default, value, dtype=torch.bfloat16)
+
+    shape = weight.meta["val"].shape
+    rows = shape[0] if shape else 1
+    block = max(1, chunk // max(1, weight.meta["val"].numel() // max(1, rows)))
+    if block >= rows:
+        op(aten.copy_.default, weight, stepped(weight, grad))
+        return
+    product, lookup = _matmul_of(grad), _lookup_of(grad)
+    counts["updated_in_blocks"] += 1
+    counts["gradients_in_blocks"] += product is not None or lookup is not None
+    for start in range(0, rows, block):
+        end = min(start + block, rows)
+        if product is not None:  # this block's rows of a @ b: its own matmul, partitioned alone
+            g = make(aten.mm.default, make(aten.slice.Tensor, product[0], 0, start, end), product[1])
+            g.meta["custom"] = {**g.meta.get("custom", {}), UPDATE_BLOCK: f"{weight.name} rows {start}"}
+        elif lookup is not None:
+            g = _lookup_rows(op, *lookup, start, end)
+        else:
+            g = op(aten.slice.Tensor, grad, 0, start, end)
+        piece = stepped(op(aten.slice.Tensor, weight, 0, start, end), g)
+        rows_index = op(aten.arange.start_step, start, end, 1, dtype=torch.int64, value=([end - start], torch.int64))
+        op(aten.index_put_.default, weight, [rows_index], piece)
 
 
 def _update_ops(op: Callable[..., Node], optimizer: str, weight: Node, grad: Node, hyper: Node, group: int,
-                state: tuple[Node, Node] | None, stochastic: bool) -> None:
+                state: tuple[Node, Node] | None, stochastic: bool, chunk: int, counts: Counter[str]) -> None:
     """One weight's step as graph nodes (`op(target, *args)` adds one), ending in copy_."""
     aten = torch.ops.aten
 
@@ -521,7 +610,7 @@ def _update_ops(op: Callable[..., Node], optimizer: str, weight: Node, grad: Nod
 
     step = scalar("step")
     if state is None and weight.meta["val"].dtype == torch.bfloat16:
-        _bf16_sgd_ops(op, weight, grad, step, stochastic)
+        _bf16_sgd_ops(op, weight, grad, step, stochastic, chunk, counts)
         return
     if state is None:  # p += step * g (torch's p.add_(g, alpha=-lr))
         op(aten.copy_.default, weight, op(aten.add.Tensor, weight, op(aten.mul.Tensor, grad, step)))

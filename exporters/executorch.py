@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import re
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
@@ -561,8 +562,13 @@ def _check_no_captured_weights(edge_ep: ExportedProgram, trainable: list[str]) -
         )
 
 
+# The in-place writes of an update into a weight (exporters.et_methods.write_update): the whole
+# weight (copy_) or a block of its rows (index_put_).
+_IN_PLACE_WRITE = re.compile(r"\b(copy_|index_put_)\.")
+
+
 def updates_before_reads(graph: torch.fx.Graph) -> list[str]:
-    """Weights an in-place update (`copy_` into a placeholder, exporters.et_methods.write_update)
+    """Weights an in-place update (`copy_` or `index_put_` into a placeholder, exporters.et_methods.write_update)
     overwrites before a later node still reads them. Partitioning moves reads into delegate
     calls placed where the partition's last input is ready: one placed after a weight's update
     would read the updated weight. A weight updated in parts (et_methods._summed_parts) is read
@@ -571,7 +577,7 @@ def updates_before_reads(graph: torch.fx.Graph) -> list[str]:
     order = {node: i for i, node in enumerate(graph.nodes)}
     updates: dict[torch.fx.Node, list[int]] = {}
     for node in graph.nodes:
-        if node.op == "call_function" and "copy_" in str(node.target) and node.args[0].op == "placeholder":
+        if node.op == "call_function" and _IN_PLACE_WRITE.search(str(node.target)) and node.args[0].op == "placeholder":
             updates.setdefault(node.args[0], []).append(order[node])
     late = []
     for weight, at in updates.items():

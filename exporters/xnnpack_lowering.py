@@ -459,6 +459,28 @@ def _source_partitions_once() -> AbstractContextManager[None]:
     return replaced(gemm_configs, get_source_partitions=once)
 
 
+def phase_group(graph: torch.fx.Graph) -> Callable[[torch.fx.Node], str | None]:
+    """A node's partition group in a training program: its recomputation's
+    (exporters.et_methods.recomputation_group) or its block of a weight's gradient's
+    (exporters.et_methods.UPDATE_BLOCK), else "backward" for a node after the loss (the
+    program's first output), else None. A backward node that reads values of the forward alone
+    has a forward node's level: joined to that node's partition, the call ran in the forward
+    and every value it made lived until the backward (nanoVLM-222M's checkpointed bf16 SGD kept
+    each ViT and decoder block's attention values, 217 MiB, through it)."""
+    from exporters.et_methods import UPDATE_BLOCK, recomputation_group
+
+    outputs = graph.output_node().args[0]
+    loss = outputs[0] if isinstance(outputs, (list, tuple)) and outputs else outputs
+    nodes = list(graph.nodes)
+    backward = set(nodes[nodes.index(loss) + 1:]) if isinstance(loss, torch.fx.Node) else set()
+
+    def group(node: torch.fx.Node) -> str | None:
+        block: str | None = node.meta.get("custom", {}).get(UPDATE_BLOCK)
+        return recomputation_group(node) or block or ("backward" if node in backward else None)
+
+    return group
+
+
 def level_partitioner(configs: list[Any], **kwargs: Any) -> Any:
     """An XnnpackPartitioner (same configs and options) that partitions with
     `partition_by_level`. Falls back to XNNPACK's own partitioning when a config matches
@@ -466,8 +488,6 @@ def level_partitioner(configs: list[Any], **kwargs: Any) -> Any:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir.backend.canonical_partitioners.config_partitioner import format_target_name
     from torch.fx.passes.infra.partitioner import Partition
-
-    from exporters.et_methods import recomputation_group
 
     # XNNPACK's partitioner class is upstream's, untyped
     class LevelPartitioner(XnnpackPartitioner):  # type: ignore[misc]
@@ -482,7 +502,7 @@ def level_partitioner(configs: list[Any], **kwargs: Any) -> Any:
             signature = ep.graph_signature
             weights = weight_names(signature)
             elementwise = {n for n in owner if format_target_name(n.target.__name__) in ELEMENTWISE_OPS}
-            for i, nodes in enumerate(partition_by_level(graph, set(owner), recomputation_group, weights,
+            for i, nodes in enumerate(partition_by_level(graph, set(owner), phase_group(graph), weights,
                                                          elementwise.__contains__)):
                 members = {m: None for n in nodes for m in owner[n]}  # + a match's constants
                 partitions.append(Partition(id=i, nodes=members))

@@ -262,3 +262,52 @@ def test_planned_arena_is_broken_down_by_what_it_holds(export_cache):
     sgd, lomo = (manifests[m]["planned_memory_parts"] for m in ("sgd", "lomo"))
     assert 0.5 * sgd["trained_weights_bytes"] < sgd["gradients_returned_bytes"] <= sgd["trained_weights_bytes"], sgd
     assert lomo["gradients_returned_bytes"] == 0 and lomo["forward_values_bytes"] > 0, lomo
+
+
+def test_a_weight_stepped_in_blocks_equals_the_whole_weights_step(tmp_path):
+    """all+bf16-weights (SGD in the program, rounded to nearest into bf16): with the update's
+    chunk below the tied embedding's size, each weight over it is stepped a block of rows at a
+    time, each block written into it as made (aten.index_put_), and a gradient that is a matmul
+    (a linear's, the LM head's) is computed a block at a time, just before its block's step
+    (exporters.et_methods._bf16_sgd_ops).
+    Two calls give the whole-weight program's losses and weights bit for bit, from a plan no
+    larger (on 222m, where the blocks are CHUNK, 217 MiB smaller: docs/native.md)."""
+    from executorch.extension.pybindings.portable_lib import _load_for_executorch
+
+    from edgebench.backends.et_optimizers import HYPER_SIZE, hyper_index
+    from edgebench.backends.program import BATCH_INPUTS
+    from edgebench.data.synthetic import to_torch
+    from exporters import et_methods
+    from exporters.executorch import lower_training_step
+
+    request = ExportRequest(model=EXPORTED_MODEL, method="all+bf16-weights", text_length=TEXT)
+    hyper = torch.zeros(HYPER_SIZE)
+    hyper[[hyper_index(0, "decay"), hyper_index(1, "decay")]] = 1.0
+    hyper[[hyper_index(0, "step"), hyper_index(1, "step")]] = -0.05
+    runs = {}
+    for chunk in (et_methods.CHUNK, 20_000):
+        model, method, batch = build_training_model(request)
+        embedding = model.decoder.token_embedding.weight
+        assert embedding.numel() > 3 * 20_000 and embedding.shape[1] < 20_000  # blocks of rows
+        rewrite = et_methods.JointRewrite(method, update_chunk=chunk)
+        rewrite.prepare_model(model)
+        tensors = to_torch(et_methods.example_batch(method, batch))
+        example = tuple(tensors[k] for k in BATCH_INPUTS)
+        lowered = lower_training_step(model, example, delegate="xnnpack", joint_rewrite=rewrite)
+        lowered.write(tmp_path / f"{chunk}.pte")
+        program = _load_for_executorch(str(tmp_path / f"{chunk}.pte"))
+        runs[chunk] = ([[t.clone() for t in program.run_method("forward", (*example, hyper))] for _ in range(2)],
+                       lowered)
+        counts = (rewrite.counts["updated_in_blocks"], rewrite.counts["gradients_in_blocks"])
+        if chunk == et_methods.CHUNK:
+            assert counts == (0, 0), counts
+        else:  # the embedding and the linears over 20,000 elements; their gradients are matmuls
+            assert counts[0] > 1 and 1 <= counts[1] <= counts[0], counts
+    (whole, whole_lowered), (blocks, blocks_lowered) = runs[et_methods.CHUNK], runs[20_000]
+    for call_whole, call_blocks in zip(whole, blocks):
+        assert len(call_whole) == len(call_blocks)
+        for a, b in zip(call_whole, call_blocks):
+            assert torch.equal(a, b)
+    assert whole[1][0] < whole[0][0]  # trained
+    assert all(t.dtype == torch.bfloat16 for t in whole[1][1:])  # the weights, stored bf16
+    assert blocks_lowered.planned_memory_bytes <= whole_lowered.planned_memory_bytes
