@@ -266,3 +266,16 @@ def test_bf16_sgd_step_takes_torch_sgds_l2_decay():
     sgd_update_(mine, g, 0.1, None, 0.5)  # fp32 weights: no rounding
     torch.testing.assert_close(mine, reference.detach())
     assert not torch.allclose(mine, w - 0.1 * g)  # the decay is in play
+
+
+def test_a_program_with_its_update_baked_in_refuses_another_weight_decay():
+    from edgebench.backends.et_optimizers import program_weight_decay
+    from edgebench.backends.program import ProgramError
+
+    fused, manifest = parse_method("fused-adamw"), {"weight_decay": 0.5}
+    assert program_weight_decay(0.5, fused, manifest, "prog") == 0.5
+    with pytest.raises(ProgramError, match=r"prog: its update \(written into the program\) decays weights by 0.5, "
+                                           r"the run asks 0.01; export it again with --weight-decay 0.01"):
+        program_weight_decay(None, fused, manifest, "prog")
+    assert program_weight_decay(None, fused, {}, "prog") == 0.01  # an older export baked the default
+    assert program_weight_decay(0.3, parse_method("adamw"), manifest, "prog") == 0.3  # applied between calls
