@@ -239,6 +239,20 @@ def test_numpy_mezo_restores_weights_bitwise():
     assert not np.array_equal(seen[0], before[0]) and not np.array_equal(seen[0], seen[1])  # it perturbed
 
 
+def test_numpy_mezo_takes_sgds_l2_decay_as_eagers_mezo():
+    """--weight-decay on MeZO: the same estimate, and every weight also moves by -lr * wd * w
+    (edgebench.methods.mezo's step, MeZO's code)."""
+    from edgebench.backends.numpy_updates import NumpyMeZO
+
+    start = np.random.default_rng(1).normal(size=(40, 30)).astype(np.float32)
+    moved = {}
+    for weight_decay in (0.0, 0.5):
+        weight = start.copy()
+        NumpyMeZO([weight], lr=0.1, weight_decay=weight_decay).step(lambda w=weight: float((w ** 2).sum()))
+        moved[weight_decay] = weight - start
+    np.testing.assert_allclose(moved[0.5] - moved[0.0], -0.1 * 0.5 * start, rtol=1e-4, atol=1e-6)
+
+
 def test_numpy_mezo_steps_alike_on_one_thread_and_two():
     """Each chunk of z has its own stream, so the threads' order changes nothing: bitwise."""
     from edgebench.backends.numpy_updates import CHUNK, NumpyMeZO
