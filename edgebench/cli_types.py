@@ -27,11 +27,21 @@ class FiniteRange(click.FloatRange):
 class FinitePositive(click.types.FloatParamType):
     """A number more than 0 that is finite (FloatRange lets inf and nan through)."""
 
+    zero = False  # whether 0 is allowed
+    said = "more than 0 (e.g. 1e-4)"
+
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
         number = super().convert(value, param, ctx)
-        if not (math.isfinite(number) and number > 0):
-            self.fail(f"{value!r} is not a finite number more than 0 (e.g. 1e-4)", param, ctx)
+        if not (math.isfinite(number) and (number > 0 or (self.zero and number == 0))):
+            self.fail(f"{value!r} is not a finite number {self.said}", param, ctx)
         return number
+
+
+class FiniteNonNegative(FinitePositive):
+    """A finite number of 0 or more (--weight-decay: 0 turns it off)."""
+
+    zero = True
+    said = "of 0 or more (e.g. 0.01; 0: no decay)"
 
 
 class Size(click.ParamType[int, Any]):

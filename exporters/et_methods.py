@@ -23,6 +23,7 @@ from edgebench.backends import et_optimizers
 from edgebench.methods import optim
 from edgebench.methods.bf16 import CHUNK
 from edgebench.methods.optimizers import optimizer as descriptor
+from edgebench.methods.optimizers import run_weight_decay
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram, ExportGraphSignature
@@ -34,12 +35,15 @@ def example_batch(method: Any, batch: dict[str, Any]) -> dict[str, Any]:
     return et_optimizers.first_micro_batch(batch, method.accumulation)
 
 
-def program_knobs(method: Any) -> dict[str, Any]:
+def program_knobs(method: Any, weight_decay: float | None) -> dict[str, Any]:
     """The knobs that shape a forward-backward program. An update that runs between program
-    calls (sgd, adafactor, adamw-8bit, galore, ...) is not one: such methods share one program
-    (exporters.pipeline). Accumulation is (the program sums its gradients over N calls)."""
+    calls (sgd, adafactor, adamw-8bit, galore, ...) is not one, nor its weight decay: such
+    methods share one program (exporters.pipeline). Accumulation is (the program sums its
+    gradients over N calls); an update in the program is, with its weight decay (`write_update`)."""
     knobs = dict(method.knobs())
-    if not et_optimizers.update_in_program(method):
+    if et_optimizers.update_in_program(method):
+        knobs["weight_decay"] = run_weight_decay(method.optimizer, weight_decay)
+    else:
         knobs.pop("optimizer")
         knobs.pop("fused_update")
     return knobs
@@ -49,8 +53,9 @@ class JointRewrite:
     """The method's change of the joint graph (`lower_training_step(joint_rewrite=...)`),
     and what the manifest records about every knob lowered here or in et_optimizers."""
 
-    def __init__(self, method: Any, update_chunk: int = CHUNK) -> None:
+    def __init__(self, method: Any, weight_decay: float | None, update_chunk: int = CHUNK) -> None:
         self.method = method
+        self.weight_decay = run_weight_decay(method.optimizer, weight_decay)  # an update in the program's
         self.update_chunk = update_chunk  # elements of a bf16 weight stepped at once (write_update)
         self.counts: dict[str, int] = {}
 
@@ -78,18 +83,21 @@ class JointRewrite:
             self.counts.update(recompute_blocks(ep))
         if et_optimizers.update_in_program(self.method):
             self.counts.update(write_update(ep, self.method.optimizer, self.method.rounding == "stochastic",
-                                            self.update_chunk))
+                                            self.weight_decay, self.update_chunk))
         if self.method.accumulation > 1:
             self.counts.update(sum_gradients(ep))
 
     def lowering(self) -> dict[str, str]:
         out = et_optimizers.lowering(self.method)
         if et_optimizers.update_in_program(self.method):
-            rule = {"lomo": "LOMO (lomo-optim's fp32 Lomo: p += step * grad, one lr for all parameters)",
-                    "sgd": "SGD (torch's single-tensor step)",
-                    "adam": "Adam (torch's single-tensor step; moments are program state)",
-                    "adamw": (f"AdamW (torch's single-tensor step, weight decay {descriptor('adamw').weight_decay:g}; "
-                              "moments are program state)"),
+            wd = self.weight_decay
+            decay = {"l2": f", L2 weight decay {wd:g} (g += wd * w, baked into the program)",
+                     "decoupled": f", decoupled weight decay {wd:g} (w *= 1 - lr * wd)"}[
+                descriptor(self.method.optimizer).decay] if wd else ""
+            rule = {"lomo": f"LOMO (lomo-optim's fp32 Lomo: p += step * grad, one lr for all parameters{decay})",
+                    "sgd": f"SGD (torch's single-tensor step{decay})",
+                    "adam": f"Adam (torch's single-tensor step{decay}; moments are program state)",
+                    "adamw": f"AdamW (torch's single-tensor step{decay}; moments are program state)",
                     }[self.method.optimizer]
             out["optimizer" if self.method.optimizer == "lomo" else "fused_update"] = (
                 f"{rule}, written into the program (exporters.et_methods.write_update): each weight is "
@@ -272,7 +280,8 @@ def _view_readers(node: Node) -> list[Node]:
     return found
 
 
-def write_update(ep: ExportedProgram, optimizer: str, stochastic: bool = False, chunk: int = CHUNK) -> dict[str, int]:
+def write_update(ep: ExportedProgram, optimizer: str, stochastic: bool = False,
+                 weight_decay: float = 0.0, chunk: int = CHUNK) -> dict[str, int]:
     """The optimizer's step written into the joint graph, in place on the weights.
 
     For each trainable weight, right after the backward's last read of it (and after its
@@ -286,8 +295,10 @@ def write_update(ep: ExportedProgram, optimizer: str, stochastic: bool = False, 
     (`_alias_inplace_result_specs`). The scalars of the step come in as the last input `hyper`
     (edgebench.backends.et_optimizers.hyper_index). A bf16 weight's SGD step is computed in
     fp32 and rounded into bf16 once, to nearest or (`stochastic`) by `stochastically_rounded`.
-    Returns counts: weights updated, of them updated in parts (a tied weight) and in blocks of
-    rows (`_bf16_sgd_ops`), gradients computed in blocks.
+    `weight_decay` acts as the optimizer's descriptor says: L2 (SGD, Adam) adds wd * w to the
+    gradient, wd a constant of the program; decoupled (AdamW, Lomo) multiplies the weight by
+    `hyper`'s decay first. Returns counts: weights updated, of them updated in parts (a tied
+    weight) and in blocks of rows (`_bf16_sgd_ops`), gradients computed in blocks.
     """
     graph, sig = ep.graph_module.graph, ep.graph_signature
     out = graph.output_node()
@@ -348,12 +359,13 @@ def write_update(ep: ExportedProgram, optimizer: str, stochastic: bool = False, 
             for part in parts:
                 _mark_in_order(part)
         readers = _view_readers(weight)
-        for part in parts:
+        for i, part in enumerate(parts):
             last = max([part, *readers], key=order.__getitem__)
             with graph.inserting_before(last.next):
                 state = (moments[("exp_avg", fqn)], moments[("exp_avg_sq", fqn)]) if adam else None
+                # a tied weight's parts: the weight decays once, with its first part
                 _update_ops(op, optimizer, weight, part, hyper, 1 if optim.is_projector(fqn) else 0, state,
-                            stochastic, chunk, blocks)
+                            stochastic, weight_decay if i == 0 else 0.0, chunk, blocks)
     loss = [v for s, v in zip(sig.output_specs, out.args[0]) if s.kind != OutputKind.GRADIENT_TO_PARAMETER]
     outputs = [*loss, *weights.values(), *state_nodes]
     output_specs = [s for s in sig.output_specs if s.kind != OutputKind.GRADIENT_TO_PARAMETER]
@@ -553,15 +565,15 @@ def _lookup_rows(op: Callable[..., Node], ids: Node, values: Node, dtype: torch.
 
 
 def _bf16_sgd_ops(make: Callable[..., Node], weight: Node, grad: Node, step: Node, stochastic: bool,
-                  chunk: int, counts: Counter[str]) -> None:
-    """edgebench.methods.bf16's step on a bf16 weight: w + step * g in fp32, rounded into bf16.
-    A weight over `chunk` elements (edgebench.methods.bf16.CHUNK) is stepped a block of rows at a
+                  l2: float, chunk: int, counts: Counter[str]) -> None:
+    """edgebench.methods.bf16's step on a bf16 weight: w + step * (g + l2 * w) in fp32, rounded
+    into bf16. A weight over `chunk` elements (edgebench.methods.bf16.CHUNK) is stepped a block of rows at a
     time, each block written into the weight as it is made (aten.index_put_), so the fp32
     temporaries of the largest weight (222m's tied embedding: 108 MiB each) stay a few MiB; a
     gradient that is a matmul (a linear's weight gradient, the LM head's among them) is computed
     a block of rows at a time too, just before its block's step, so the whole gradient is never
-    held. Every node of the step is
-    marked IN_ORDER. `counts`: weights stepped in blocks, gradients computed in blocks."""
+    held. Every node of the step is marked IN_ORDER. `counts`: weights stepped in blocks,
+    gradients computed in blocks."""
     aten = torch.ops.aten
 
     def op(target: Callable[..., Any], *args: Any, **kwargs: Any) -> Node:
@@ -570,8 +582,10 @@ def _bf16_sgd_ops(make: Callable[..., Node], weight: Node, grad: Node, step: Nod
         return node
 
     def stepped(w: Node, g: Node) -> Node:
-        value = op(aten.add.Tensor, op(aten._to_copy.default, w, dtype=torch.float32),
-                   op(aten.mul.Tensor, op(aten._to_copy.default, g, dtype=torch.float32), step))
+        w32, g32 = (op(aten._to_copy.default, t, dtype=torch.float32) for t in (w, g))
+        if l2:
+            g32 = op(aten.add.Tensor, g32, op(aten.mul.Scalar, w32, l2))
+        value = op(aten.add.Tensor, w32, op(aten.mul.Tensor, g32, step))
         if stochastic:
             uniform = op(aten.rand.default, list(value.meta["val"].shape), dtype=torch.float32, like=value)
             value = stochastically_rounded(op, value, uniform)
@@ -596,30 +610,37 @@ def _bf16_sgd_ops(make: Callable[..., Node], weight: Node, grad: Node, step: Nod
         else:
             g = op(aten.slice.Tensor, grad, 0, start, end)
         piece = stepped(op(aten.slice.Tensor, weight, 0, start, end), g)
-        rows_index = op(aten.arange.start_step, start, end, 1, dtype=torch.int64, value=([end - start], torch.int64))
+        rows_index = op(aten.arange.start_step, start, end, 1, dtype=torch.int64,
+                        value=([end - start], torch.int64))
         op(aten.index_put_.default, weight, [rows_index], piece)
 
 
 def _update_ops(op: Callable[..., Node], optimizer: str, weight: Node, grad: Node, hyper: Node, group: int,
-                state: tuple[Node, Node] | None, stochastic: bool, chunk: int, counts: Counter[str]) -> None:
-    """One weight's step as graph nodes (`op(target, *args)` adds one), ending in copy_."""
+                state: tuple[Node, Node] | None, stochastic: bool, weight_decay: float, chunk: int,
+                counts: Counter[str]) -> None:
+    """One weight's step as graph nodes (`op(target, *args)` adds one), ending in its writes into
+    the weight; `weight_decay` as write_update says (0: none)."""
     aten = torch.ops.aten
 
     def scalar(what: str) -> Node:
         return op(aten.select.int, hyper, 0, et_optimizers.hyper_index(group, what))
 
+    opt = descriptor(optimizer)
+    l2 = weight_decay if opt.decay == "l2" else 0.0
     step = scalar("step")
     if state is None and weight.meta["val"].dtype == torch.bfloat16:
-        _bf16_sgd_ops(op, weight, grad, step, stochastic, chunk, counts)
+        _bf16_sgd_ops(op, weight, grad, step, stochastic, l2, chunk, counts)
         return
+    if l2:  # torch's grad = grad.add(param, alpha=weight_decay)
+        grad = op(aten.add.Tensor, grad, op(aten.mul.Scalar, weight, l2))
+    # decoupled: param.mul_(1 - lr * weight_decay) first
+    base = op(aten.mul.Tensor, weight, scalar("decay")) if weight_decay and opt.decay == "decoupled" else weight
     if state is None:  # p += step * g (torch's p.add_(g, alpha=-lr))
-        op(aten.copy_.default, weight, op(aten.add.Tensor, weight, op(aten.mul.Tensor, grad, step)))
+        op(aten.copy_.default, weight, op(aten.add.Tensor, base, op(aten.mul.Tensor, grad, step)))
         return
-    opt = descriptor(optimizer)
     assert opt.betas is not None  # an Adam's descriptor (state given) has its betas
     beta1, beta2 = opt.betas
     m, v = state
-    base = op(aten.mul.Tensor, weight, scalar("decay")) if opt.weight_decay else weight
     # m.lerp_(g, 1 - beta1); v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
     m_new = op(aten.add.Tensor, m, op(aten.mul.Scalar, op(aten.sub.Tensor, grad, m), 1 - beta1))
     op(aten.copy_.default, m, m_new)

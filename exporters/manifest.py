@@ -51,7 +51,8 @@ class ExportRequest:
     `backend`: "executorch" or "onnxruntime".
     `delegate`: "xnnpack" or None (ExecuTorch only). `bf16`: one of BF16_MODES (ExecuTorch
     with XNNPACK only). `seed` fixes the fresh weights (torch.manual_seed before build_model,
-    as the eager backend does).
+    as the eager backend does). `weight_decay`: RunSpec.weight_decay (None: the optimizer's
+    default); only an update written into the program bakes it in (exporters.et_methods).
     """
 
     model: str = "tiny"
@@ -65,6 +66,7 @@ class ExportRequest:
     dtype: str = "float32"
     seed: int = 0
     profile: str | None = None
+    weight_decay: float | None = None
 
     def __post_init__(self) -> None:
         backend = self.backend

@@ -78,7 +78,7 @@ def check_request(request: ExportRequest, profile: Any | None = None) -> None:
         reason = device_reason(runtime, profile.arch, list(profile.backends), device=profile.id)
         if reason:
             raise ExportRefused(reason)
-    reason = unsupported_reason(parse_method(request.method), runtime)
+    reason = unsupported_reason(parse_method(request.method), runtime, request.weight_decay)
     if reason:
         raise ExportRefused(f"method {request.method!r} on {runtime}: {reason}")
     if request.dtype != "float32":
@@ -142,7 +142,7 @@ def _export_executorch(request: ExportRequest, directory: Path, on_stage: Callab
     if method.trainable == "lora":
         write_lora_into_model(model)  # peft's computation without its Python: traced sooner
     batch = et_methods.example_batch(method, batch)  # accumN: one micro-batch
-    rewrite = et_methods.JointRewrite(method)  # ckpt: recomputation in the joint graph
+    rewrite = et_methods.JointRewrite(method, request.weight_decay)  # ckpt: recomputation in the joint graph
     rewrite.prepare_model(model)  # frozen bf16/int8 storage, bf16 autocast
     tensors = to_torch(batch)
     example = tuple(tensors[k] for k in BATCH_INPUTS)  # model(input_ids, images, labels, attention_mask)
@@ -182,6 +182,7 @@ def _export_executorch(request: ExportRequest, directory: Path, on_stage: Callab
         "planned_memory_bytes": lowered.planned_memory_bytes,
         "planned_memory_parts": lowered.planned_memory_parts,
         "lowering": {**lowered.lowering, **rewrite.lowering()},  # + the method's knobs
+        "weight_decay": rewrite.weight_decay,  # the run's; baked into an update written into the program
         **shared_facts,
         "files": files,
     }
@@ -205,13 +206,15 @@ def _program_key(request: ExportRequest, method: Method, example: tuple[torch.Te
     delegate it is lowered with, the method's program knobs (exporters.et_methods.program_knobs)
     and the traced inputs' shapes (an accumN program takes one micro-batch: adamw-accum4 at
     batch 4 is sgd's program at batch 1). Two devices with one delegate share the program, and
-    an fp32 method's program is one whatever the request's bf16 mode."""
+    an fp32 method's program is one whatever the request's bf16 mode, or its weight decay where
+    the update runs outside the program."""
     from exporters.et_methods import program_knobs
 
     bf16 = request.bf16 if method.precision == "bf16" else "rounded"
-    request = dataclasses.replace(request, method="", batch_size=1, delegate=delegate, bf16=bf16, profile=None)
-    content = {"request": request.key(),
-               "knobs": program_knobs(method), "inputs": [list(t.shape) for t in example]}
+    knobs = program_knobs(method, request.weight_decay)
+    request = dataclasses.replace(request, method="", batch_size=1, delegate=delegate, bf16=bf16, profile=None,
+                                  weight_decay=None)
+    content = {"request": request.key(), "knobs": knobs, "inputs": [list(t.shape) for t in example]}
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
 
 
@@ -243,10 +246,11 @@ def _lowered_once(key: str, directory: Path, rewrite: JointRewrite,
 
 
 def _artifacts_key(request: ExportRequest, method: Method) -> str:
-    """What shapes ONNX Runtime's artifacts: the request but its method, and the method's knobs
-    but its optimizer (the update runs in the backend: sgd, adam and adamw share artifacts)."""
+    """What shapes ONNX Runtime's artifacts: the request but its method and weight decay, and the
+    method's knobs but its optimizer (the update runs in the backend: sgd, adam and adamw share
+    artifacts)."""
     knobs = {k: v for k, v in method.knobs().items() if k != "optimizer"}
-    content = {"request": dataclasses.replace(request, method="").key(), "knobs": knobs}
+    content = {"request": dataclasses.replace(request, method="", weight_decay=None).key(), "knobs": knobs}
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
 
 
@@ -290,6 +294,7 @@ def _export_onnxruntime(request: ExportRequest, directory: Path, on_stage: Calla
     from edgebench.data.synthetic import to_torch
     from edgebench.methods import optim
     from edgebench.methods.optimizers import optimizer as optimizer_descriptor
+    from edgebench.methods.optimizers import run_weight_decay
     from edgebench.methods.subsets import LORA_ALPHA, LORA_RANK
     from exporters.lora import write_lora_into_model
     from exporters.onnxruntime import export_artifacts
@@ -304,18 +309,19 @@ def _export_onnxruntime(request: ExportRequest, directory: Path, on_stage: Calla
         lambda work: export_artifacts(model, tensors["input_ids"], tensors["images"], tensors["attention_mask"],
                                       work, training=not forward_only, on_stage=on_stage))
     optimizer = None if forward_only else method.optimizer
-    weight_decay = (optimizer_descriptor(optimizer).weight_decay or 0.0) if optimizer else 0.0
+    weight_decay = run_weight_decay(method.optimizer, request.weight_decay)
     if forward_only:
         update = ("MeZO (SPSA) in numpy, in place on numpy arrays of the weights (read from "
                   "parameters.safetensors); the eval graph runs in an InferenceSession fed those buffers "
-                  "(no training session, no gradients)")
+                  "(no training session, no gradients)"
+                  + (f"; L2 weight decay {weight_decay:g}" if weight_decay else ""))
     else:
         assert optimizer is not None  # not forward-only: the method's optimizer
         torch_name = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW"}[optimizer]
         update = (f"torch.optim.{torch_name}'s update in numpy "
                   "between training-graph calls (edgebench.backends.numpy_updates.RecipeUpdate), in place on "
                   f"ORT's parameter and gradient buffers; global-norm clip {optim.MAX_GRAD_NORM}"
-                  + (f", decoupled weight decay {weight_decay}" if weight_decay else "")
+                  + (f", {optimizer_descriptor(optimizer).decay} weight decay {weight_decay:g}" if weight_decay else "")
                   + ("; moments in numpy" if optimizer != "sgd" else "") + "; no optimizer graph")
     labels = shifted_labels(batch["labels"])
     return {
@@ -463,7 +469,8 @@ def export(
 def request_for_spec(spec: Any, profile: Any | None = None) -> ExportRequest:
     """The export request of a RunSpec (with the device profile's export settings, where given)."""
     fields = dict(model=spec.checkpoint or spec.model, method=spec.method, backend=spec.backend,
-                  batch_size=spec.batch_size, image_size=spec.image_size, text_length=spec.text_length, seed=spec.seed)
+                  batch_size=spec.batch_size, image_size=spec.image_size, text_length=spec.text_length, seed=spec.seed,
+                  weight_decay=spec.weight_decay)
     return request_from_profile(profile, **fields) if profile is not None else ExportRequest(**fields)
 
 

@@ -48,7 +48,8 @@ def _spec(manifest: dict[str, Any], directory: str, backend: str, steps: int, wa
     return RunSpec(model=request["model"], method=request["method"], backend=backend,
                    batch_size=request["batch_size"], image_size=request["image_size"],
                    text_length=request["text_length"], seed=request["seed"], warmup_steps=warmup,
-                   steps=steps, threads=threads, program=directory if backend != "eager" else None)
+                   steps=steps, threads=threads, program=directory if backend != "eager" else None,
+                   weight_decay=request.get("weight_decay"))  # the export's (baked into a fused update)
 
 
 def _batches(manifest: dict[str, Any], spec: RunSpec) -> Iterator[dict[str, np.ndarray]]:

@@ -90,6 +90,7 @@ def files(tmp_path):
         "spec_field": lambda path: path.write_text(json.dumps({"model": "tiny", "colour": "red"})),
         "spec_week": lambda path: path.write_text(json.dumps({"model": "tiny", "duration_s": 8 * 86400.0})),
         "spec_list": lambda path: path.write_text("[1]"),
+        "spec_decay": lambda path: path.write_text(json.dumps({"model": "tiny", "weight_decay": -1})),
     })
 
 
@@ -103,7 +104,7 @@ CASES = {
               ["--backend", "tflite"], ["--eval-fraction", "1.5"], ["--model", "{no_config}"],
               ["--data", "{broken_data}"], ["--runs-dir", ""], ["--target="], ["--steps", "1", "--duration", "10s"],
               ["--seed", "99999999999999999999999"], ["--rerun-disturbed", "1000"], ["--eval-fraction", "nan"],
-              ["--sample-hz", "inf"]],
+              ["--sample-hz", "inf"], ["--weight-decay", "-1"], ["--weight-decay", "nan"]],
     "predict": [["--device", "no-such-board"], ["--model", "no-such-model"], ["--method", "bogus"],
                 ["--ram-bytes", "-5"], ["--ram-bytes", "1000000000", "--os-memory", "2GiB"], ["--ram-bytes", "9" * 26],
                 ["--os-memory", "lots", "--ram-bytes", "1000"], ["--ram-bytes", "8000000000", "--model", "{no_config}"],
@@ -123,7 +124,8 @@ CASES = {
                ["--device", "local", "--backend", "executorch", "--program", "{ort_program}"],
                ["--device", "local", "--backend", "executorch", "--program", "{sgd_program}", "--methods", "adamw"],
                ["--device", "local", "--spec", "{spec_field}"], ["--device", "local", "--spec", "{spec_list}"],
-               ["--device", "local", "--spec", "{spec_week}"]],
+               ["--device", "local", "--spec", "{spec_week}"], ["--device", "local", "--spec", "{spec_decay}"],
+               ["--device", "local", "--weight-decay", "inf"]],
     "collect": [["--device", "no-such-board"]],
     "status": [["--device", "no-such-board"]],
     "sensors": [["--root", NO_SUCH], ["--seconds", "-1"], ["--seconds", "nan"], ["--sensors", "bogus"],
@@ -142,7 +144,7 @@ CASES = {
                  ["--store", "{text}", "run-a", "t"]],
     "live": [["--dir", NO_SUCH], ["--hz", "nan"], ["--device", "no-such-board"], ["--root", "{empty}"],
              ["--root", "{empty}", "--run", "no-such-run"], ["--follow", "--run", "no-such-run"]],
-    "export": [["--model", "no-such-model"], ["--method", "bogus"], ["--backend", "tflite"],
+    "export": [["--model", "no-such-model"], ["--weight-decay", "-1"], ["--method", "bogus"], ["--backend", "tflite"],
                ["--profile", "no-such-profile"], ["--device", "no-such-board"],
                ["--delegate", "none", "--bf16", "fp32"], ["--model", "{no_config}"], ["--data", "{broken_data}"],
                ["--text-length", "3"],

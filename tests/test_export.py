@@ -30,10 +30,10 @@ STEPS = 10
 
 
 def export_program(method: str, backend: str, delegate: str | None = None, batch_size: int = 1,
-                   bf16: str = "rounded"):
+                   bf16: str = "rounded", weight_decay: float | None = None):
     """The exported-program tests' export (micro, text TEXT), shared through the session's cache."""
     return export(ExportRequest(model=EXPORTED_MODEL, method=method, backend=backend, delegate=delegate,
-                                text_length=TEXT, batch_size=batch_size, bf16=bf16))
+                                text_length=TEXT, batch_size=batch_size, bf16=bf16, weight_decay=weight_decay))
 
 
 @pytest.fixture(scope="session")
@@ -183,9 +183,13 @@ def test_methods_updating_between_calls_share_one_program(et_sgd):
     from edgebench.methods import parse_method
     from exporters.et_methods import program_knobs
 
-    assert program_knobs(parse_method("lomo")) != program_knobs(parse_method("sgd"))
-    assert program_knobs(parse_method("adafactor")) == program_knobs(parse_method("sgd"))
-    assert program_knobs(parse_method("adamw-accum4")) != program_knobs(parse_method("adamw"))  # sums in it
+    assert program_knobs(parse_method("lomo"), None) != program_knobs(parse_method("sgd"), None)
+    assert program_knobs(parse_method("adafactor"), None) == program_knobs(parse_method("sgd"), None)
+    assert program_knobs(parse_method("adamw-accum4"), None) != program_knobs(parse_method("adamw"), None)  # sums in it
+    # weight decay shapes a program only where the update is in it (baked L2, decoupled's multiply)
+    assert program_knobs(parse_method("sgd"), 0.1) == program_knobs(parse_method("sgd"), None)
+    assert program_knobs(parse_method("fused-adamw"), 0.0) != program_knobs(parse_method("fused-adamw"), None)
+    assert program_knobs(parse_method("fused-adamw"), 0.01) == program_knobs(parse_method("fused-adamw"), None)
     # Another device profile with the same delegate: its own export, the same program.
     other_device = {**et_sgd.manifest["request"], "method": "adamw", "profile": "some-other-board"}
     stages = []

@@ -861,7 +861,7 @@ def test_spec_propagation_without_its_retrace_gives_the_same_micro_program(monke
 
     model, method, batch = build_training_model(ExportRequest(model="micro", method="qlora", text_length=16))
     write_lora_into_model(model)
-    rewrite = et_methods.JointRewrite(method)
+    rewrite = et_methods.JointRewrite(method, None)
     rewrite.prepare_model(model)
     example = tuple(to_torch(batch)[k] for k in BATCH_INPUTS)
     retraces = []

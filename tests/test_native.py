@@ -111,6 +111,30 @@ def test_native_worker_trains_as_the_python_executorch_path(export_cache, worker
     assert meta["native_worker"]["arch"] == os.uname().machine
 
 
+# --weight-decay (issue 70): torch's L2 in the worker's SGD, SGD-momentum and Adam
+# (optimizers.cpp), AdamW's decoupled decay at a non-default value, and the updating programs'
+# (sgd+fused: L2 baked into the program; fused-adamw: decoupled, the worker's `hyper`), against
+# the Python path, which tests/test_export_methods.py holds to eager's torch.optim.
+DECAY = [("sgd", None), ("sgd-momentum", None), ("adam", 1e-3), ("adamw", 1e-3), ("sgd+fused", None),
+         ("fused-adamw", 1e-3)]
+
+
+@pytest.mark.parametrize("method,lr", DECAY)
+def test_native_weight_decay_trains_as_the_python_executorch_path(export_cache, worker_bundle, tmp_path, method, lr):
+    program = str(export_program(method, "executorch", "xnnpack", weight_decay=1.0).directory)
+    spec = _spec(method, program, weight_decay=1.0, lr=lr or checkpoint_lr(method))
+    result, events = _native(spec, worker_bundle, tmp_path / "run", tmp_path / "plans")
+    assert result["status"] == "ok", result["detail"]
+    native, python = np.array(_losses(events)), np.array(_python_losses(spec))
+    print(json.dumps({"method": method, "max_rel_loss_diff": float(np.max(np.abs(native - python) / python))}))
+    np.testing.assert_allclose(native, python, rtol=TOLERANCE)
+    plan = next((tmp_path / "plans").rglob("plan.txt")).read_text().splitlines()
+    assert f"weight_decay 1.0 {'decoupled' if 'adamw' in method else 'l2'}" in plan
+    if "fused" not in method:  # one program for every decay: the decay is in play
+        undecayed = np.array(_python_losses(dataclasses.replace(spec, weight_decay=0.0)))
+        assert np.max(np.abs(undecayed - python) / python) > 1e-3
+
+
 def test_native_run_is_small_and_torch_free(export_cache, worker_bundle, tmp_path):
     """SGD in the native worker: its peak RSS is the worker's alone (no Python, no torch mapped),
     well under the Python ExecuTorch worker's ~340 MB. The kernel's figure (the worker's own

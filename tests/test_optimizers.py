@@ -20,12 +20,15 @@ from edgebench.methods import knobs, memory, optim, steptime
 from edgebench.methods.device_speed import REFERENCE
 from edgebench.methods.knobs import Method, parse_method
 from edgebench.methods.optimizers import (
+    DECAYS,
     NANOVLM_LR_BACKBONE,
     OPTIMIZERS,
     PROGRAM_UPDATES,
     TRAINERS,
     UnknownOptimizer,
+    decay_refusal,
     optimizer,
+    run_weight_decay,
 )
 from edgebench.model.config import get_config
 from edgebench.native.plan import native_reason
@@ -46,6 +49,15 @@ def test_every_term_of_an_optimizer_exists_and_agrees(name):
     assert parse_method(name).optimizer == name  # a token of its own
     # building and training
     assert o.trainer in TRAINERS
+    # weight decay: how the library applies it, or why none (refused wherever it is asked for)
+    assert o.decay in DECAYS and bool(o.no_decay) == (o.decay == "") and o.weight_decay >= 0
+    assert run_weight_decay(name, None) == o.weight_decay and run_weight_decay(name, 0.5) == 0.5
+    assert (decay_refusal(name, 0.5) is None) == bool(o.decay) and decay_refusal(name, 0.0) is None
+    if o.decay:
+        assert all(unsupported_reason(parse_method(name), b, 0.5) == unsupported_reason(parse_method(name), b)
+                   for b in ("eager", "executorch", "onnxruntime"))
+    else:
+        assert o.no_decay in unsupported_reason(parse_method(name), "eager", 0.5)
     assert math.isfinite(o.default_lr) and o.default_lr > 0
     assert o.fresh_lr is None or (math.isfinite(o.fresh_lr) and o.fresh_lr > 0)
     assert set(o.adapter_lr_for) <= set(knobs.TRAINABLE)
@@ -97,8 +109,9 @@ def test_every_exported_backend_has_its_method_reasons_and_optimizers():
 
 
 def test_build_optimizer_passes_the_descriptors_constants():
-    def built(name):
-        return optim.build_optimizer(name, [{"params": [torch.zeros(4, requires_grad=True)], "lr": 0.1}]).defaults
+    def built(name, weight_decay=None):
+        return optim.build_optimizer(name, [{"params": [torch.zeros(4, requires_grad=True)], "lr": 0.1}],
+                                     run_weight_decay(name, weight_decay)).defaults
 
     assert built("sgd-momentum")["momentum"] == optimizer("sgd-momentum").momentum == 0.9
     assert built("sgd")["momentum"] == 0
@@ -106,6 +119,8 @@ def test_build_optimizer_passes_the_descriptors_constants():
     assert adamw["weight_decay"] == optimizer("adamw").weight_decay == 0.01
     assert adamw["betas"] == optimizer("adamw").betas and adamw["eps"] == optimizer("adamw").eps
     assert built("adam")["weight_decay"] == 0
+    assert built("adamw-8bit")["weight_decay"] == optimizer("adamw-8bit").weight_decay == 0.01  # torchao's own
+    assert built("adamw", 0.0)["weight_decay"] == 0 and built("sgd", 0.5)["weight_decay"] == 0.5
 
 
 def test_the_native_plan_carries_the_methods_own_constants():
@@ -116,16 +131,17 @@ def test_the_native_plan_carries_the_methods_own_constants():
     manifest = {"inputs": [{"name": n, "dtype": "int64", "shape": [1, 4]} for n in BATCH_INPUTS],
                 "trainable_parameters": [], "model": {"trainable_elements": 222_081_600}}  # nanovlm-222m's
 
-    def plan(method: str) -> dict[str, str]:
-        spec = RunSpec(model="tiny", method=method, backend="executorch", run_id="x")
+    def plan(method: str, weight_decay: float | None = None) -> dict[str, str]:
+        spec = RunSpec(model="tiny", method=method, backend="executorch", run_id="x", weight_decay=weight_decay)
         return dict(line.split(" ", 1) for line in _lines(spec, parse_method(method), manifest, 1))
 
     assert float(plan("sgd-momentum")["momentum"]) == optimizer("sgd-momentum").momentum
     adamw = plan("adamw")
     assert tuple(map(float, adamw["betas"].split())) == optimizer("adamw").betas
     assert float(adamw["eps"]) == optimizer("adamw").eps
-    assert float(adamw["weight_decay"]) == optimizer("adamw").weight_decay
-    assert float(plan("adam")["weight_decay"]) == 0.0
+    assert adamw["weight_decay"] == f"{optimizer('adamw').weight_decay!r} decoupled"
+    assert plan("adam")["weight_decay"] == "0.0 l2"
+    assert plan("sgd-momentum", 0.5)["weight_decay"] == "0.5 l2" and plan("adamw", 0)["weight_decay"] == "0 decoupled"
     assert float(plan("mezo")["group_lr"].split()[0]) == optim.default_lr(parse_method("mezo"), 222_081_600,
                                                                                 fresh_weights=True)  # eager's
 
@@ -145,7 +161,7 @@ def test_an_unknown_optimizer_is_an_error_everywhere_not_a_default():
     for predict in (lambda: memory.predict(cfg, stranger, 1, 16),
                     lambda: steptime.step_seconds(cfg, stranger, 1, 16, REFERENCE),
                     lambda: optim.default_lr(stranger, 1, fresh_weights=False),
-                    lambda: optim.build_optimizer("rmsprop", []),
+                    lambda: optim.build_optimizer("rmsprop", [], 0.0),
                     lambda: unsupported_reason(stranger, "onnxruntime"), lambda: native_reason(stranger)):
         with pytest.raises(UnknownOptimizer):
             predict()
@@ -210,7 +226,56 @@ def test_program_update_divides_an_accumulated_sum_by_its_micro_batches(summed_n
     from edgebench.backends.executorch import ProgramUpdate
 
     weight = torch.zeros(4)
-    update = ProgramUpdate("sgd", lr=0.5, total_steps=10)
+    update = ProgramUpdate("sgd", lr=0.5, total_steps=10, weight_decay=0.0)
     update.step({"decoder.w": weight}, {"decoder.w": torch.tensor([summed_norm, 0.0, 0.0, 0.0])}, parts=4)
     expected = -0.5 * optim.lr_factor(0, 10) * min(summed_norm / 4, optim.MAX_GRAD_NORM)
     assert float(weight[0]) == pytest.approx(expected, rel=1e-5)
+
+
+@pytest.mark.parametrize("method", ["mezo", "forward-grad"])
+def test_estimated_gradient_steps_take_sgds_l2_decay(method):
+    """MeZO and forward gradients step by SGD on their estimate: with L2, every weight also moves
+    by -lr * wd * w (MeZO's code), the estimate being the same (same seed, same weights)."""
+    from edgebench.data.synthetic import synthetic_batches, to_torch
+    from edgebench.methods import make_trainer
+    from edgebench.methods.trainer import build_model_for
+    from edgebench.model import get_config
+
+    batch = to_torch(next(iter(synthetic_batches(get_config("tiny"), 1, 16, 0))))
+    moved = {}
+    for weight_decay in (0.0, 0.5):
+        torch.manual_seed(0)
+        trainer = make_trainer(method, build_model_for(method, "tiny"), lr=1e-3, weight_decay=weight_decay,
+                               total_steps=1)
+        before = [p.detach().clone() for p in trainer.params]
+        trainer.step(dict(batch))
+        moved[weight_decay] = [p.detach() - b for p, b in zip(trainer.params, before)]
+    lr = 1e-3 * optim.lr_factor(0, 1)
+    for plain, decayed, start in zip(moved[0.0], moved[0.5], before):
+        torch.testing.assert_close(decayed - plain, -lr * 0.5 * start, rtol=1e-3, atol=1e-7)
+
+
+def test_bf16_sgd_step_takes_torch_sgds_l2_decay():
+    from edgebench.methods.bf16 import sgd_update_
+
+    w, g = torch.randn(64, generator=torch.Generator().manual_seed(0)), torch.randn(64)
+    reference = w.clone().requires_grad_()
+    reference.grad = g.clone()
+    torch.optim.SGD([reference], lr=0.1, weight_decay=0.5).step()
+    mine = w.clone()
+    sgd_update_(mine, g, 0.1, None, 0.5)  # fp32 weights: no rounding
+    torch.testing.assert_close(mine, reference.detach())
+    assert not torch.allclose(mine, w - 0.1 * g)  # the decay is in play
+
+
+def test_a_program_with_its_update_baked_in_refuses_another_weight_decay():
+    from edgebench.backends.et_optimizers import program_weight_decay
+    from edgebench.backends.program import ProgramError
+
+    fused, manifest = parse_method("fused-adamw"), {"weight_decay": 0.5}
+    assert program_weight_decay(0.5, fused, manifest, "prog") == 0.5
+    with pytest.raises(ProgramError, match=r"prog: its update \(written into the program\) decays weights by 0.5, "
+                                           r"the run asks 0.01; export it again with --weight-decay 0.01"):
+        program_weight_decay(None, fused, manifest, "prog")
+    assert program_weight_decay(None, fused, {}, "prog") == 0.01  # an older export baked the default
+    assert program_weight_decay(0.3, parse_method("adamw"), manifest, "prog") == 0.3  # applied between calls

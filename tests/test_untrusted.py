@@ -330,6 +330,9 @@ def test_images_are_checked_by_type_and_size_before_any_run(tmp_path, edgebench_
 
 @pytest.mark.parametrize("args,words", [
     (["--lr", "inf"], ["--lr", "not a finite number"]), (["--lr", "nan"], ["--lr", "not a finite number"]),
+    (["--weight-decay", "-0.1"], ["--weight-decay", "of 0 or more", "0: no decay"]),
+    (["--weight-decay", "nan"], ["--weight-decay", "not a finite number"]),
+    (["--weight-decay", "inf"], ["--weight-decay", "not a finite number"]),
     (["--timeout", "nan"], ["--timeout"]),
     (["--text-length", "100000000"], ["--text-length", "lm_max_position_embeddings 1,024", "at most 1,008"]),
     (["--batch-size", "100000000"], ["predicted peak", "613.2 TiB", "lower --batch-size", "--force"]),

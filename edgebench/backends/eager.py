@@ -38,8 +38,8 @@ class EagerBackend:
         model = build_model_for(method, spec.checkpoint or spec.model, image_size=spec.image_size)
         total = spec.warmup_steps + spec.steps
         try:
-            self.trainer = make_trainer(method, model.to(self.device), lr=spec.lr, total_steps=total,
-                                        fresh_weights=spec.fresh_weights)
+            self.trainer = make_trainer(method, model.to(self.device), lr=spec.lr, weight_decay=spec.weight_decay,
+                                        total_steps=total, fresh_weights=spec.fresh_weights)
         except MethodUnavailable as exc:
             raise UnsupportedBackend(str(exc)) from exc
 

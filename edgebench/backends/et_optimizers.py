@@ -27,7 +27,7 @@ import torch
 
 from edgebench.methods import optim
 from edgebench.methods.knobs import MethodError
-from edgebench.methods.optimizers import OPTIMIZERS, optimizer
+from edgebench.methods.optimizers import OPTIMIZERS, optimizer, run_weight_decay
 
 # a batch tensor: torch's (program inputs) or numpy's (the example batch)
 Array = TypeVar("Array", torch.Tensor, np.ndarray)
@@ -72,8 +72,8 @@ class PerParameterStep:
     """`fused`: one torch optimizer per parameter (eager's FusedTrainer: nanoVLM's lr groups,
     the schedule, no clip)."""
 
-    def __init__(self, program: Any, optimizer: str, lr: float, total_steps: int) -> None:
-        self.program, self.optimizer, self.lr = program, optimizer, lr
+    def __init__(self, program: Any, optimizer: str, lr: float, total_steps: int, weight_decay: float) -> None:
+        self.program, self.optimizer, self.lr, self.weight_decay = program, optimizer, lr, weight_decay
         self.total_steps = max(1, total_steps)
         self.steps_done = 0
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
@@ -81,7 +81,8 @@ class PerParameterStep:
     def _build(self, params: dict[str, torch.Tensor]) -> None:
         for name, tensor in params.items():
             lr = max(self.lr, optim.NANOVLM_LR_MP) if optim.is_projector(name) else self.lr
-            self.optimizers[name] = optim.build_optimizer(self.optimizer, [{"params": [tensor], "lr": lr}])
+            self.optimizers[name] = optim.build_optimizer(self.optimizer, [{"params": [tensor], "lr": lr}],
+                                                          self.weight_decay)
 
     def step(self, inputs: tuple[torch.Tensor, ...]) -> float:
         loss: float = self.program.forward_backward(inputs)
@@ -100,9 +101,11 @@ class PerParameterStep:
 
 # The update written into the program (exporters.et_methods.write_update): torch's single-
 # tensor SGD / Adam / AdamW and lomo-optim's fp32 Lomo, with their descriptors' constants (betas,
-# eps, weight_decay: methods/optimizers.py), where the descriptor names a `program_update`.
-# The program's last input, `hyper`: per lr group (backbones 0, projector 1) the factor
-# weights are decayed by and the step the update is scaled by, then Adam's sqrt(1 - beta2^t).
+# eps: methods/optimizers.py) and the run's weight decay, where the descriptor names a
+# `program_update`. The program's last input, `hyper`: per lr group (backbones 0, projector 1)
+# the factor weights are decayed by (1 - lr * wd for decoupled decay; 1 for L2, which the
+# program adds to the gradient itself: its wd is baked in) and the step the update is scaled
+# by, then Adam's sqrt(1 - beta2^t).
 HYPER_SIZE = 5
 
 
@@ -113,6 +116,20 @@ def update_in_program(method: Any) -> bool:
     return bool(opt.program_update) and (opt.update_in_backward or method.fused_update)
 
 
+def program_weight_decay(weight_decay: float | None, method: Any, manifest: dict[str, Any], directory: Any) -> float:
+    """The run's weight decay (optimizers.run_weight_decay; RunSpec.weight_decay). An update
+    written into the program has it baked in: a program exported for another value is refused."""
+    from edgebench.backends.program import ProgramError
+
+    value = run_weight_decay(method.optimizer, weight_decay)
+    if update_in_program(method):
+        exported = manifest.get("weight_decay", run_weight_decay(method.optimizer, None))
+        if exported != value:
+            raise ProgramError(f"{directory}: its update (written into the program) decays weights by {exported:g}, "
+                               f"the run asks {value:g}; export it again with --weight-decay {value:g}")
+    return value
+
+
 def hyper_index(group: int, what: str) -> int:
     """Position in `hyper` of a group's "decay" or "step", or of "bias_correction2_sqrt"."""
     return HYPER_SIZE - 1 if what == "bias_correction2_sqrt" else 2 * group + ("decay", "step").index(what)
@@ -121,9 +138,11 @@ def hyper_index(group: int, what: str) -> int:
 class UpdatingProgram:
     """A program that updates its weights itself: returns [loss, weights, optimizer state]."""
 
-    def __init__(self, module: Any, method: Any, names: list[str], lr: float, total_steps: int) -> None:
+    def __init__(self, module: Any, method: Any, names: list[str], lr: float, total_steps: int,
+                 weight_decay: float) -> None:
         self.module, self.method, self.names = module, method, names
         self.opt = optimizer(method.optimizer)
+        self.decoupled_decay = weight_decay if self.opt.decay == "decoupled" else 0.0
         # lomo-optim has one lr; the fused trainer nanoVLM's two groups
         self.lrs = (lr, lr if self.opt.update_in_backward else max(lr, optim.NANOVLM_LR_MP))
         self.total_steps = max(1, total_steps)
@@ -139,7 +158,7 @@ class UpdatingProgram:
         values: list[float] = []
         for peak in self.lrs:
             lr = peak * factor
-            decay = 1 - lr * self.opt.weight_decay
+            decay = 1 - lr * self.decoupled_decay
             values += [decay, -lr / (1 - betas[0] ** t) if adam else -lr]
         values.append((1 - betas[1] ** t) ** 0.5 if adam else 1.0)
         return torch.tensor(values, dtype=torch.float32)
@@ -157,12 +176,12 @@ class UpdatingProgram:
         return self.params
 
 
-def program_stepper(method: Any, program: Any, update: Any, lr: float,
-                    total_steps: int) -> PerParameterStep | AccumulatingStep | None:
+def program_stepper(method: Any, program: Any, update: Any, lr: float, total_steps: int,
+                    weight_decay: float) -> PerParameterStep | AccumulatingStep | None:
     """The stepper for `method`'s knobs, or None where the plain program step + update applies
     (an UpdatingProgram steps itself)."""
     if method.fused_update:
-        return PerParameterStep(program, method.optimizer, lr, total_steps)
+        return PerParameterStep(program, method.optimizer, lr, total_steps, weight_decay)
     if method.accumulation > 1:
         return AccumulatingStep(program, update, method.accumulation)
     return None

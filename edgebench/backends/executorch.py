@@ -52,9 +52,10 @@ def clip_gradients(grads: list[torch.Tensor], max_norm: float, scale: float = 1.
 class ProgramUpdate:
     """The methods' update step over a program's named parameters and gradients."""
 
-    def __init__(self, optimizer: str, lr: float, total_steps: int) -> None:
+    def __init__(self, optimizer: str, lr: float, total_steps: int, weight_decay: float) -> None:
         self.optimizer = optimizer
         self.lr = lr
+        self.weight_decay = weight_decay
         self.total_steps = total_steps
         self.steps_done = 0
         self.runtime_sgd: list[tuple[Any, list[str]]] | None = None
@@ -74,6 +75,8 @@ class ProgramUpdate:
         scale = optim.lr_factor(self.steps_done, self.total_steps) if sgd else 1.0
         clip_gradients(list(grads.values()), optim.MAX_GRAD_NORM, scale, parts)
         if sgd:
+            if self.weight_decay:  # torch SGD's L2 after the clip, scheduled as the gradient: g += wd * w
+                torch._foreach_add_(list(grads.values()), [params[n] for n in grads], alpha=self.weight_decay * scale)
             self._runtime_sgd(params, grads)
         else:
             self._torch_step(params, grads)
@@ -95,7 +98,7 @@ class ProgramUpdate:
             if self.optimizer == "galore":  # optim.galore_groups over the program's tensors
                 groups = [{"params": [t], "lr": lr, **optim.galore_options(n, tuple(t.shape))}
                           for lr, names in self._groups(params) for n in names for t in [params[n]]]
-            self.torch_optimizer = optim.build_optimizer(self.optimizer, groups)
+            self.torch_optimizer = optim.build_optimizer(self.optimizer, groups, self.weight_decay)
         for name, tensor in params.items():
             tensor.grad = grads[name]
         optim.set_schedule([self.torch_optimizer], self.steps_done, self.total_steps)
@@ -183,20 +186,21 @@ class ExecutorchBackend:
         directory, self.manifest = open_program(spec, self.name, method.knobs())
         check_batch(self.manifest, et_optimizers.first_micro_batch(example_batch, method.accumulation), directory)
         lr = program_lr(spec.lr, method, self.manifest, fresh_weights=spec.fresh_weights)
+        weight_decay = et_optimizers.program_weight_decay(spec.weight_decay, method, self.manifest, directory)
         total = spec.warmup_steps + spec.steps
         if method.grad_mode == "zeroth-order":
-            self.mezo = _program_mezo(directory, self.manifest, method, lr, total, self.etdump)
+            self.mezo = _program_mezo(directory, self.manifest, method, lr, total, weight_decay, self.etdump)
             return
         if et_optimizers.update_in_program(method):  # LOMO, fused: the program updates itself
             from executorch.extension.pybindings.portable_lib import _load_for_executorch
 
             program = _load_for_executorch(str(directory / PTE), enable_etdump=self.etdump)
             self.module = self.stepper = et_optimizers.UpdatingProgram(
-                program, method, self.manifest["trainable_parameters"], lr, total)
+                program, method, self.manifest["trainable_parameters"], lr, total, weight_decay)
             return
         self.module = TrainingProgram(str(directory / PTE), enable_etdump=self.etdump)
-        self.update = ProgramUpdate(method.optimizer, lr, total)
-        self.stepper = et_optimizers.program_stepper(method, self.module, self.update, lr, total)
+        self.update = ProgramUpdate(method.optimizer, lr, total, weight_decay)
+        self.stepper = et_optimizers.program_stepper(method, self.module, self.update, lr, total, weight_decay)
 
     def step(self, batch: dict[str, Any], consume: bool = False) -> float:  # the program reads its inputs whole
         if self.mezo is not None:
@@ -220,7 +224,7 @@ class ExecutorchBackend:
 
 
 def _program_mezo(directory: Path, manifest: dict[str, Any], method: Any, lr: float, total: int,
-                  etdump: bool = False) -> ProgramMeZOTrainer:
+                  weight_decay: float, etdump: bool = False) -> ProgramMeZOTrainer:
     """The methods' MeZO trainer, its loss computed by the forward-only program."""
     from executorch.extension.pybindings.portable_lib import _load_for_executorch
 
@@ -246,6 +250,6 @@ def _program_mezo(directory: Path, manifest: dict[str, Any], method: Any, lr: fl
             loss: torch.Tensor = program.run_method("forward", inputs)[0]
             return loss
 
-    trainer = ProgramMeZO(method, holder, lr, total)
+    trainer = ProgramMeZO(method, holder, lr, total, weight_decay)
     trainer.program = program
     return trainer

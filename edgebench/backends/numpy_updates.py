@@ -6,13 +6,14 @@ CheckpointState holds, so an update writes ORT's weights directly, with no copy 
 - `RecipeUpdate`: the methods' backprop update (edgebench.methods.trainer.BackpropTrainer):
   torch.nn.utils.clip_grad_norm_ over all trained gradients at optim.MAX_GRAD_NORM, nanoVLM's
   lr groups (optim.lr_groups), the warmup + cosine schedule (optim.lr_factor), then
-  torch.optim.SGD's, Adam's or AdamW's update (bias correction, AdamW's decoupled decay),
-  element for element as torch's single-tensor CPU path computes it. The recipe's functions
+  torch.optim.SGD's, Adam's or AdamW's update (bias correction; weight decay as torch applies
+  it: L2 into SGD's and Adam's gradient, AdamW's decoupled), element for element as torch's
+  single-tensor CPU path computes it. The recipe's functions
   and constants are edgebench.methods.optim's own (it imports no torch).
 - `NumpyMeZO`: MeZO (Malladi et al. 2023, "Fine-Tuning Language Models with Just Forward
   Passes", arXiv:2305.17333, Algorithm 1), the same SPSA step, schedule and bitwise weight
-  restore as edgebench.methods.mezo, with z drawn by numpy (`z_chunks`) and the loss from a
-  callable (the runtime's forward at the weights as they are now).
+  restore as edgebench.methods.mezo (and its L2 weight decay), with z drawn by numpy
+  (`z_chunks`) and the loss from a callable (the runtime's forward at the weights as they are now).
 """
 
 from __future__ import annotations
@@ -57,12 +58,14 @@ class RecipeUpdate:
     gradient) buffers: the gradients are clipped in place, the parameters updated in place.
     Adam's moments are numpy arrays here, allocated at the first step as torch.optim does."""
 
-    def __init__(self, optimizer: str, named: Named, lr: float, total_steps: int) -> None:
+    def __init__(self, optimizer: str, named: Named, lr: float, total_steps: int, weight_decay: float) -> None:
         if optimizer not in UPDATES:
             raise ValueError(f"RecipeUpdate applies {', '.join(UPDATES)}, not {optimizer!r}")
         self.optimizer = optimizer
         self.named = named
         self.lr = lr
+        decoupled = optimizer_constants.optimizer(optimizer).decay == "decoupled"
+        self.l2, self.decoupled = (0.0, weight_decay) if decoupled else (weight_decay, 0.0)
         self.total_steps = max(1, total_steps)  # as methods.trainer.Trainer
         self.steps_done = 0
         self.peak_lr: dict[str, float] = {}
@@ -79,12 +82,27 @@ class RecipeUpdate:
         self.steps_done += 1
         for name, param, grad in named:
             lr = self.peak_lr[name] * factor
-            if self.optimizer == "sgd":
+            if self.optimizer == "sgd" and self.l2:
+                self._with_l2(param, grad, coef)  # g = coef * g + wd * p
+                np.multiply(grad, np.float32(-lr), out=grad)
+                np.add(param, grad, out=param)
+            elif self.optimizer == "sgd":
                 # g *= coef; p.add_(g, alpha=-lr), the two scalars folded into one pass
                 np.multiply(grad, np.float32(-lr * (1.0 if coef is None else coef)), out=grad)
                 np.add(param, grad, out=param)
             else:
                 self._adam(name, param, grad, lr, coef)
+
+    def _with_l2(self, param: np.ndarray, grad: np.ndarray, coef: float | None) -> None:
+        """clip_grad_norm_'s `g *= coef`, then torch's L2 `g += wd * p`, UPDATE_CHUNK elements at a time."""
+        p_flat, g_flat = param.reshape(-1), grad.reshape(-1)
+        for start in range(0, p_flat.size, UPDATE_CHUNK):
+            stop = min(p_flat.size, start + UPDATE_CHUNK)
+            g, s = g_flat[start:stop], self.scratch[:stop - start]
+            if coef is not None:
+                g *= np.float32(coef)
+            np.multiply(p_flat[start:stop], np.float32(self.l2), out=s)
+            g += s
 
     def _adam(self, name: str, param: np.ndarray, grad: np.ndarray, lr: float, coef: float | None) -> None:
         """torch.optim.Adam / AdamW's _single_tensor_adam (no amsgrad, not maximize), after
@@ -96,7 +114,7 @@ class RecipeUpdate:
         t = self.steps_done  # torch's state step, already counted for this update
         step_size = lr / (1 - beta1 ** t)
         bias_correction2_sqrt = (1 - beta2 ** t) ** 0.5
-        decay = 1 - lr * optimizer_constants.ADAMW_WEIGHT_DECAY if self.optimizer == "adamw" else None
+        decay = 1 - lr * self.decoupled if self.decoupled else None
         coef32 = None if coef is None else np.float32(coef)
         p_flat, g_flat = param.reshape(-1), grad.reshape(-1)
         for start in range(0, p_flat.size, UPDATE_CHUNK):
@@ -105,6 +123,9 @@ class RecipeUpdate:
             s = self.scratch[:stop - start]
             if coef32 is not None:
                 g *= coef32
+            if self.l2:  # grad = grad.add(param, alpha=weight_decay)
+                np.multiply(p, np.float32(self.l2), out=s)
+                g += s
             if decay is not None:
                 p *= decay  # param.mul_(1 - lr * weight_decay)
             np.subtract(g, m, out=s)  # exp_avg.lerp_(grad, 1 - beta1)
@@ -151,11 +172,12 @@ class NumpyMeZO:
     """
 
     def __init__(self, params: list[np.ndarray], lr: float, seed: int = 0, total_steps: int = 1,
-                 threads: int = 1) -> None:
+                 threads: int = 1, weight_decay: float = 0.0) -> None:
         self.params = [p.reshape(-1) for p in params]
         if any(not np.shares_memory(flat, p) for flat, p in zip(self.params, params)):
             raise ValueError("NumpyMeZO needs contiguous parameter buffers (it updates them in place)")
         self.lr = lr
+        self.weight_decay = weight_decay  # SGD's L2, as edgebench.methods.mezo
         self.total_steps = max(1, total_steps)  # the schedule's length, as methods.trainer.Trainer
         self.steps_done = 0
         self.eps = EPS
@@ -218,6 +240,9 @@ class NumpyMeZO:
         seed = self.next_seed()
         self.projected_grad, mean = self.estimate(loss, seed)
         lr = self.lr * optim.lr_factor(self.steps_done, self.total_steps)
+        if self.weight_decay:
+            for flat in self.params:
+                flat *= np.float32(1 - lr * self.weight_decay)
         self._add(seed, -lr * self.projected_grad)
         self.steps_done += 1
         return mean

@@ -43,6 +43,7 @@ from edgebench.backends.numpy_updates import NumpyMeZO, RecipeUpdate
 from edgebench.backends.program import ProgramError, check_batch, open_program, program_lr
 from edgebench.backends.support import device_reason
 from edgebench.methods import parse_method
+from edgebench.methods.optimizers import run_weight_decay
 
 # The artifacts' files it reads (exporters.onnxruntime writes them): the checkpoint without
 # values (generate_artifacts' name for it), and the values.
@@ -194,7 +195,9 @@ class OnnxRuntimeBackend:
         directory, manifest = open_program(spec, self.name, None)
         check_batch(manifest, example_batch, directory)
         # eager's default, as every runtime's (before the heap is trimmed: it imports the model configs)
-        lr = program_lr(spec.lr, parse_method(spec.method), manifest, fresh_weights=spec.fresh_weights)
+        method = parse_method(spec.method)
+        lr = program_lr(spec.lr, method, manifest, fresh_weights=spec.fresh_weights)
+        weight_decay = run_weight_decay(method.optimizer, spec.weight_decay)
         api = training_api()
         import onnxruntime
 
@@ -209,7 +212,7 @@ class OnnxRuntimeBackend:
             self.forward = ForwardLoss(directory / "eval_model.onnx", weights, options)
             self.trained = {name: weights[name] for name in manifest["trainable_parameters"]}
             self.mezo = NumpyMeZO(list(self.trained.values()), lr, spec.seed, total,
-                                  threads=spec.threads or os.cpu_count() or 1)
+                                  threads=spec.threads or os.cpu_count() or 1, weight_decay=weight_decay)
             on_phase("eval session (no gradients)")
             return
         self.state = api.CheckpointState.load_checkpoint(str(directory / NOMINAL_CHECKPOINT))
@@ -221,8 +224,9 @@ class OnnxRuntimeBackend:
         on_phase("weights + gradient buffers")
         params = self.state.parameters
         self.trained = {n: p.data for n, p in params if p.requires_grad}
-        self.update = RecipeUpdate(parse_method(spec.method).optimizer,
-                                   lambda: [(n, p.data, p.grad) for n, p in params if p.requires_grad], lr, total)
+        self.update = RecipeUpdate(method.optimizer,
+                                   lambda: [(n, p.data, p.grad) for n, p in params if p.requires_grad], lr, total,
+                                   weight_decay)
 
     def step(self, batch: dict[str, Any], consume: bool = False) -> float:  # the session reads its inputs whole
         if self.mezo is not None:

@@ -100,7 +100,7 @@ def _read_manifest(path: Path) -> dict[str, Any]:
 
 
 def _refuse_unsupported(spec: Any, backend: str, knobs: dict[str, Any]) -> None:
-    reason = unsupported_reason(SimpleNamespace(**knobs), backend)
+    reason = unsupported_reason(SimpleNamespace(**knobs), backend, spec.weight_decay)
     if reason:
         raise UnsupportedBackend(f"method {spec.method!r} on {backend}: {reason}")
 

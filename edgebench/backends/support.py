@@ -11,7 +11,7 @@ import platform
 from typing import Any
 
 from edgebench.backends.base import BACKENDS
-from edgebench.methods.optimizers import OPTIMIZERS, optimizer
+from edgebench.methods.optimizers import OPTIMIZERS, decay_refusal, optimizer
 
 BACKEND_NAMES = tuple(BACKENDS)
 
@@ -45,16 +45,18 @@ def _eager_only_knobs(method: Any) -> str | None:
     return None
 
 
-def unsupported_reason(method: Any, backend: str) -> str | None:
-    """Why `method` (a methods.Method) cannot run on `backend`, with what to do; None if it can."""
+def unsupported_reason(method: Any, backend: str, weight_decay: float | None = None) -> str | None:
+    """Why `method` (a methods.Method) cannot run on `backend` with `weight_decay`
+    (RunSpec.weight_decay), with what to do; None if it can. Every runtime applies weight decay
+    as the optimizer's descriptor says (L2 or decoupled); one that has none refuses it everywhere."""
     if backend not in BACKEND_NAMES:
         return f"unknown backend {backend!r}; choose one of {', '.join(BACKEND_NAMES)}"
     if backend == "eager":
-        return None
+        return decay_refusal(_knob(method, "optimizer", "adamw"), weight_decay)
     eager_only = _eager_only_knobs(method)
     if eager_only:
         return f"{eager_only} runs in eager torch only (not lowered to {backend} programs); use --backend eager"
-    return _METHOD_REASONS[backend](method)
+    return _METHOD_REASONS[backend](method) or decay_refusal(_knob(method, "optimizer", "adamw"), weight_decay)
 
 
 def _executorch_reason(method: Any) -> str | None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from edgebench.backends import BACKENDS
-from edgebench.cli_types import SEED, FinitePositive, FiniteRange
+from edgebench.cli_types import SEED, FiniteNonNegative, FinitePositive, FiniteRange
 from edgebench.figures.learning import DEFAULT_EVAL_EVERY
 from edgebench.fleet.plan import (
     check_method,
@@ -213,8 +213,8 @@ def _check_evaluation(shape: dict[str, Any]) -> None:
                                      "use --target loss=VALUE", param_hint="--target")
 
 
-# The user's own model, data and learning rate: one definition for every command that takes
-# them (bench, deploy, export).
+# The user's own model, data, learning rate and weight decay: one definition for every command
+# that takes them (bench, deploy, export).
 MODEL_OPTION = click.option("--model", default="tiny", show_default=True,
                             help="Model config (see `edgebench models`) or a nanoVLM checkpoint folder "
                                  "(config.json + model.safetensors) to fine-tune.")
@@ -230,6 +230,11 @@ TOKENIZER_OPTION = click.option("--tokenizer", default=None, type=click.Path(exi
 LR_OPTION = click.option("--lr", default=None, type=FinitePositive(),
                          help="Backbone learning rate (default: the method's own: the recipe's for a checkpoint, "
                               "the lr measured to learn soonest for a config's fresh weights).")
+WEIGHT_DECAY_OPTION = click.option(
+    "--weight-decay", default=None, type=FiniteNonNegative(),
+    help="Weight decay, as torch's optimizers apply it: L2 (added to the gradient) for SGD, SGD-momentum, Adam "
+         "and the estimated-gradient methods, decoupled (w *= 1 - lr*wd) for the AdamW family, LOMO and "
+         "Adafactor (default: the optimizer's own: AdamW's 0.01, else 0; cg refuses any but 0).")
 
 
 RERUN_OPTION = click.option("--rerun-disturbed", default=0, show_default=True, type=click.IntRange(0, MAX_RERUNS),
@@ -302,6 +307,7 @@ def run_options(command: Callable[..., None]) -> Callable[..., None]:
         DATA_OPTION,
         TOKENIZER_OPTION,
         LR_OPTION,
+        WEIGHT_DECAY_OPTION,
         click.option(
             "--repeats",
             default=1,
@@ -414,6 +420,7 @@ def run_options(command: Callable[..., None]) -> Callable[..., None]:
         "data_dir",
         "tokenizer",
         "lr",
+        "weight_decay",
         "backend",
         "runtime",
         "batch_size",
@@ -639,6 +646,7 @@ SPEC_FIELD_TYPES = {
     "image_size": click.IntRange(min=1),
     "threads": THREADS,
     "lr": FinitePositive(),
+    "weight_decay": FiniteNonNegative(),
     "timeout_s": FinitePositive(),
     "duration_s": FiniteRange(0, MAX_DURATION_S, min_open=True),
     "eval_every": click.IntRange(1, MAX_STEPS),

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import click
 
-from edgebench.fleet.commands import DATA_OPTION, LR_OPTION, MODEL_OPTION, THREADS
+from edgebench.fleet.commands import DATA_OPTION, LR_OPTION, MODEL_OPTION, THREADS, WEIGHT_DECAY_OPTION
 from exporters.manifest import BF16_MODES, EXPORT_BACKENDS
 
 if TYPE_CHECKING:
@@ -39,6 +39,7 @@ class DataFigures(TypedDict):
 @MODEL_OPTION
 @DATA_OPTION
 @LR_OPTION
+@WEIGHT_DECAY_OPTION
 @click.option("--method", default="sgd", show_default=True, help="Method preset or combination (`edgebench methods`).")
 @click.option("--backend", type=click.Choice(list(EXPORT_BACKENDS)), default="executorch", show_default=True)
 @click.option("--batch-size", default=1, show_default=True, type=click.IntRange(min=1))
@@ -61,9 +62,10 @@ class DataFigures(TypedDict):
 @click.option("--threads", default=None, type=THREADS,
               help="With --profile: threads for both runtimes (default: each one's own; 1 is fairer on a busy host).")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
-def export_command(device: str, model: str, data_dir: str | None, lr: float | None, method: str, backend: str,
-                   batch_size: int, text_length: int, image_size: int | None, seed: int, delegate: str,
-                   bf16: str, out: str | None, profile_steps: int, threads: int | None, as_json: bool) -> None:
+def export_command(device: str, model: str, data_dir: str | None, lr: float | None, weight_decay: float | None,
+                   method: str, backend: str, batch_size: int, text_length: int, image_size: int | None, seed: int,
+                   delegate: str, bf16: str, out: str | None, profile_steps: int, threads: int | None,
+                   as_json: bool) -> None:
     """Lower one training step (model + loss + backward) for an on-device runtime.
 
     \b
@@ -77,6 +79,8 @@ def export_command(device: str, model: str, data_dir: str | None, lr: float | No
     dataset is checked against them first (every example must fit --text-length). The
     learning rate is not part of any program (the update after each program call applies
     it at run time): --lr is checked and shown with the lr runs of this program use.
+    --weight-decay is baked into a program only where the update is written into it (LOMO,
+    fused); bench and deploy export with theirs.
     Every export writes manifest.json (inputs, trainable parameters, planned memory, file
     sha256, versions).
     The same request again is served from the cache ($EDGEBENCH_EXPORT_CACHE or
@@ -99,7 +103,7 @@ def export_command(device: str, model: str, data_dir: str | None, lr: float | No
     profile, parsed, request, data = _checked_request(
         device, method, delegate, bf16, profile_steps, data_dir,
         dict(model=model, backend=backend, batch_size=batch_size, text_length=text_length, image_size=image_size,
-             seed=seed))
+             seed=seed, weight_decay=weight_decay))
     console = Console(stderr=True)
     stages = export_stages(request.backend, parsed.grad_mode == "zeroth-order", profile_steps)
     with StageBar(f"export {request.backend}", profile.id, stages, as_json, console) as bar:

@@ -20,12 +20,13 @@ __all__ = ["PRESETS", "Method", "MethodError", "MethodUnavailable", "make_traine
 
 
 def make_trainer(method: Method | str, model: nn.Module, *, lr: float | None = None,
-                 total_steps: int = 1000, fresh_weights: bool = False) -> Trainer:
+                 weight_decay: float | None = None, total_steps: int = 1000, fresh_weights: bool = False) -> Trainer:
     """The trainer for `method` (a Method or its text) on `model` (changed in place).
 
     `lr` is the backbone peak lr (None: the method's default, for a checkpoint's weights or,
     `fresh_weights`, for a config's random ones); nanoVLM's projector lr applies to `MP.*`
-    when higher. `total_steps` sizes the warmup + cosine schedule. The factory
+    when higher. `weight_decay`: None is the optimizer's default (trainer.Trainer).
+    `total_steps` sizes the warmup + cosine schedule. The factory
     lives here, not beside the base class, so trainer modules never import each other in a circle.
     """
     from edgebench.methods import optim
@@ -65,4 +66,4 @@ def make_trainer(method: Method | str, model: nn.Module, *, lr: float | None = N
         cls = FusedTrainer
     else:
         cls = BackpropTrainer
-    return cls(method, model, lr, total_steps)
+    return cls(method, model, lr, total_steps, weight_decay)

@@ -35,13 +35,16 @@ def stochastic_round_(target: torch.Tensor, value: torch.Tensor, generator: torc
     target.copy_(((bits + noise) & ~_LOW_BITS).view(torch.float32))  # exact: low bits are zero
 
 
-def sgd_update_(param: torch.Tensor, grad: torch.Tensor, lr: float, generator: torch.Generator | None) -> None:
-    """param -= lr * grad in fp32 arithmetic, a chunk at a time, rounded into param's dtype
-    stochastically (`generator` given) or to nearest."""
+def sgd_update_(param: torch.Tensor, grad: torch.Tensor, lr: float, generator: torch.Generator | None,
+                weight_decay: float = 0.0) -> None:
+    """param -= lr * (grad + weight_decay * param) (torch SGD's L2) in fp32 arithmetic, a chunk
+    at a time, rounded into param's dtype stochastically (`generator` given) or to nearest."""
     flat_p, flat_g = param.view(-1), grad.reshape(-1)
     for start in range(0, flat_p.numel(), CHUNK):
         p, g = flat_p[start : start + CHUNK], flat_g[start : start + CHUNK]
-        value = p.float().sub_(g.float(), alpha=lr)
+        value = p.float()
+        g32 = torch.add(g.float(), value, alpha=weight_decay) if weight_decay else g.float()
+        value.sub_(g32, alpha=lr)
         if generator is None:
             p.copy_(value)
         else:
@@ -53,13 +56,14 @@ class Bf16SgdTrainer(FusedTrainer):
     and schedule), rounded per the method. No global-norm clip: the norm is known only after
     the last gradient, as in every update-in-backward method."""
 
-    def __init__(self, method: Method, model: nn.Module, lr: float, total_steps: int):
+    def __init__(self, method: Method, model: nn.Module, lr: float, total_steps: int,
+                 weight_decay: float | None = None):
         self.generator = torch.Generator().manual_seed(0) if method.rounding == "stochastic" else None
         self.factor = 1.0
         embedding = getattr(getattr(model, "decoder", None), "token_embedding", None)
         if isinstance(embedding, nn.Embedding):
             embedding.sparse = True
-        super().__init__(method, model, lr, total_steps)
+        super().__init__(method, model, lr, total_steps, weight_decay)
 
     def _update(self, group: dict[str, Any], param: nn.Parameter) -> Callable[[torch.Tensor], None]:
         peak_lr = group["lr"]
@@ -68,7 +72,7 @@ class Bf16SgdTrainer(FusedTrainer):
             grad = param.grad
             assert grad is not None  # the hook runs once the gradient is accumulated
             grad = grad.to_dense() if grad.is_sparse else grad  # an untied embedding
-            sgd_update_(param.data, grad, peak_lr * self.factor, self.generator)
+            sgd_update_(param.data, grad, peak_lr * self.factor, self.generator, self.weight_decay)
 
         return update
 

@@ -36,8 +36,9 @@ def _dot(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
 
 
 class ConjugateGradientTrainer(Trainer):
-    def __init__(self, method: Method, model: nn.Module, lr: float, total_steps: int):
-        super().__init__(method, model, lr, total_steps)
+    def __init__(self, method: Method, model: nn.Module, lr: float, total_steps: int,
+                 weight_decay: float | None = None):
+        super().__init__(method, model, lr, total_steps, weight_decay)  # refuses any but 0
         self.alpha = lr
         self.grad_prev: list[torch.Tensor] | None = None
         self.direction: list[torch.Tensor] | None = None

@@ -21,8 +21,9 @@ from edgebench.methods.trainer import Batch, Trainer, model_inputs
 
 
 class ForwardGradTrainer(Trainer):
-    def __init__(self, method: Method, model: nn.Module, lr: float, total_steps: int, seed: int = 0):
-        super().__init__(method, model, lr, total_steps)
+    def __init__(self, method: Method, model: nn.Module, lr: float, total_steps: int,
+                 weight_decay: float | None = None, seed: int = 0):
+        super().__init__(method, model, lr, total_steps, weight_decay)
         self.names = [n for n, p in model.named_parameters() if p.requires_grad]
         self.tangents = torch.Generator().manual_seed(seed)
         self.directional_derivative = 0.0
@@ -43,6 +44,8 @@ class ForwardGradTrainer(Trainer):
         loss, derivative = cast(tuple[torch.Tensor, torch.Tensor], jvp(loss_of, primals, tangents))
         self.directional_derivative = derivative.item()
         lr = self.lr * optim.lr_factor(self.steps_done, self.total_steps)
+        if self.weight_decay:  # SGD's L2 on the estimate: theta -= lr * (d v + wd theta)
+            torch._foreach_mul_(tuple(self.params), 1 - lr * self.weight_decay)
         for param, tangent in zip(self.params, tangents):
             param.add_(tangent, alpha=-lr * self.directional_derivative)
         self.steps_done += 1

@@ -29,8 +29,9 @@ CHUNK = 1 << 20  # elements of z generated at once: bounds the temporary memory
 
 
 class MeZOTrainer(Trainer):
-    def __init__(self, method: Method, model: nn.Module, lr: float, total_steps: int, seed: int = 0):
-        super().__init__(method, model, lr, total_steps)
+    def __init__(self, method: Method, model: nn.Module, lr: float, total_steps: int,
+                 weight_decay: float | None = None, seed: int = 0):
+        super().__init__(method, model, lr, total_steps, weight_decay)
         self.eps = EPS
         self.seeds = torch.Generator().manual_seed(seed)
         self.projected_grad = 0.0
@@ -90,6 +91,8 @@ class MeZOTrainer(Trainer):
         seed = int(torch.randint(0, 2**31 - 1, (1,), generator=self.seeds))
         self.projected_grad, loss = self.estimate(batch, seed)
         lr = self.lr * optim.lr_factor(self.steps_done, self.total_steps)
+        if self.weight_decay:  # SGD's L2 on the estimate (MeZO's code): theta -= lr * (g z + wd theta)
+            torch._foreach_mul_(tuple(self.params), 1 - lr * self.weight_decay)
         self._add(seed, -lr * self.projected_grad)
         self.steps_done += 1
         return loss

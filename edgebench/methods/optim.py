@@ -118,9 +118,11 @@ def set_schedule(optimizers: Iterable[torch.optim.Optimizer], step: int, total_s
             group["lr"] = group["peak_lr"] * factor
 
 
-def build_optimizer(name: str, groups: list[dict[str, Any]]) -> torch.optim.Optimizer:
+def build_optimizer(name: str, groups: list[dict[str, Any]], weight_decay: float) -> torch.optim.Optimizer:
     """The library optimizer behind a knob value (the per-step ones; lomo/cg have their own
-    trainers), with its descriptor's constants; its module is imported only now."""
+    trainers), with its descriptor's constants and the run's `weight_decay`
+    (optimizers.run_weight_decay), which the library applies its own way (the descriptor's
+    `decay`); its module is imported only now."""
     import importlib
 
     opt = optimizer(name)
@@ -134,8 +136,7 @@ def build_optimizer(name: str, groups: list[dict[str, Any]]) -> torch.optim.Opti
         options["betas"] = opt.betas
     if opt.eps is not None:
         options["eps"] = opt.eps
-    if opt.weight_decay:
-        options["weight_decay"] = opt.weight_decay
+    options["weight_decay"] = weight_decay
     options.update(opt.build_options)
     built: torch.optim.Optimizer = getattr(importlib.import_module(module), cls)(groups, **options)
     return built

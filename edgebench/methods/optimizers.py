@@ -117,7 +117,12 @@ class Optimizer:
         measured, default_lr). adapter_lr_for: the trainable subsets (lora, bitfit) that take
         methods.optim.ADAPTER_LR (FRESH_ADAPTER_LR) instead.
       momentum, betas, eps, weight_decay: the constants edgebench passes (None: the library's
-        own); the exported update and the native worker use the same values.
+        own); the exported update and the native worker use the same values. weight_decay is the
+        default a run's `--weight-decay` replaces (RunSpec.weight_decay).
+      decay: how weight decay acts, as the library applies it: "l2" (torch's SGD and Adam: the
+        gradient gets wd * w before the step, so it enters momentum and moments) or "decoupled"
+        (AdamW's: w *= 1 - lr * wd, apart from the gradient); "" where it has none, and
+        `no_decay` says why.
     Method knobs (methods.knobs refuses the rest, with the reason):
       fusable: `fused` may run it per parameter in backward hooks.
       whole_gradient: why it needs the whole batch's gradient at once ("" if it does not):
@@ -162,6 +167,8 @@ class Optimizer:
     betas: tuple[float, float] | None = None
     eps: float | None = None
     weight_decay: float = 0.0
+    decay: str = "l2"
+    no_decay: str = ""
     fusable: bool = False
     whole_gradient: str = ""
     refuses_lora: str = ""
@@ -200,37 +207,41 @@ OPTIMIZERS: dict[str, Optimizer] = {o.name: o for o in (
               fusable=True, update_copies=2, onnxruntime="adam", program_update="adam", native=True),
     Optimizer("adamw", default_lr=NANOVLM_LR_BACKBONE, fresh_lr=1.5e-3, state_bytes=two_states, update_passes=6.2,
               build="torch.optim:AdamW", adapter_lr_for=("lora", "bitfit"), betas=ADAM_BETAS, eps=ADAM_EPS,
-              weight_decay=ADAMW_WEIGHT_DECAY, fusable=True, update_copies=2, onnxruntime="adamw",
+              weight_decay=ADAMW_WEIGHT_DECAY, decay="decoupled", fusable=True, update_copies=2, onnxruntime="adamw",
               program_update="adam", native=True),
     Optimizer("adafactor", default_lr=1e-3, fresh_lr=3e-2, state_bytes=factored_state, update_passes=11.1,
-              build="torch.optim:Adafactor", fusable=True, update_copies=1,
+              build="torch.optim:Adafactor", decay="decoupled", fusable=True, update_copies=1,
               between_calls=("torch.optim.Adafactor", "factored second moments")),
     Optimizer("adamw-8bit", default_lr=NANOVLM_LR_BACKBONE, fresh_lr=1.5e-3,
               state_bytes=block_quantised_state(256, 1.0),
               update_passes=65, build="torchao.optim:AdamW8bit", adapter_lr_for=("lora",),
+              weight_decay=ADAMW_WEIGHT_DECAY, decay="decoupled",
               update_copies=5, compiled_update=True, library="torchao",
               between_calls=("torchao's AdamW8bit", "moments as 8-bit block-quantised torchao tensors")),
     Optimizer("adamw-4bit", default_lr=NANOVLM_LR_BACKBONE, fresh_lr=1.5e-3,
               state_bytes=block_quantised_state(128, 0.5),
               update_passes=77, build="torchao.optim:AdamW4bit", adapter_lr_for=("lora",),
+              weight_decay=ADAMW_WEIGHT_DECAY, decay="decoupled",
               update_copies=8, compiled_update=True, library="torchao",
               between_calls=("torchao's AdamW4bit", "moments as 4-bit block-quantised torchao tensors")),
     Optimizer("galore", default_lr=NANOVLM_LR_BACKBONE, fresh_lr=5e-3, state_bytes=galore_state, update_passes=6.4,
-              build="galore_torch:GaLoreAdamW",
+              build="galore_torch:GaLoreAdamW", decay="decoupled",
               build_options=(("no_deprecation_warning", True),), update_copies=2, library="galore_torch",
               refuses_lora="GaLore projects full weight gradients; LoRA already makes them low-rank",
               between_calls=("galore-torch's GaLoreAdamW",
                              f"each block matrix's gradient projected to rank <= {GALORE_RANK_MAX}, "
                              f"the projector an SVD of the gradient every {GALORE_UPDATE_PROJ_GAP} steps")),
     Optimizer("lomo", default_lr=1e-2, fresh_lr=0.3, state_bytes=no_state, update_passes=0.9, build="lomo_optim:Lomo",
-              trainer="in-backward", library="lomo_optim", program_update="sgd", native=True),
+              trainer="in-backward", decay="decoupled", library="lomo_optim", program_update="sgd", native=True),
     Optimizer("adalomo", default_lr=1e-3, fresh_lr=None,
               state_bytes=factored_state, update_passes=11.1, build="lomo_optim:AdaLomo",
-              trainer="in-backward", update_copies=1, library="lomo_optim",
+              trainer="in-backward", decay="decoupled", update_copies=1, library="lomo_optim",
               executorch_refusal=("lomo-optim's AdaLomo allocates its state with .cuda() (eager refuses it on CPU "
                                   "too); use lomo or adafactor")),
     Optimizer("cg", default_lr=5e-2, fresh_lr=0.15, state_bytes=one_state, update_passes=50, trainer="line-search",
               whole_gradient="needs the whole gradient before its line search", gradient_copies=2, step_copies=1,
+              decay="", no_decay=("its Armijo line search tests the loss alone, which a decay term is not part "
+                                  "of; leave --weight-decay out (or 0)"),
               # Armijo backtracking (data-dependent): 1.8 trial forwards a step over nanovlm-222m's first
               # five; each trial moves every weight recording what rounding loses, a rejected one undoes it
               extra_forwards=1.8,
@@ -239,6 +250,7 @@ OPTIMIZERS: dict[str, Optimizer] = {o.name: o for o in (
 )}
 
 TRAINERS = ("step", "in-backward", "line-search")
+DECAYS = ("l2", "decoupled", "")
 PROGRAM_UPDATES = ("sgd", "adam")
 
 
@@ -252,3 +264,17 @@ def optimizer(name: str) -> Optimizer:
         return OPTIMIZERS[name]
     except KeyError:
         raise UnknownOptimizer(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}") from None
+
+
+def run_weight_decay(name: str, requested: float | None) -> float:
+    """The weight decay a run of optimizer `name` applies: `requested` (--weight-decay), else
+    its descriptor's default (None keeps every earlier run's and export's value)."""
+    return optimizer(name).weight_decay if requested is None else requested
+
+
+def decay_refusal(name: str, requested: float | None) -> str | None:
+    """Why optimizer `name` cannot apply `requested` weight decay (None: it can, or none asked)."""
+    opt = optimizer(name)
+    if opt.decay or not run_weight_decay(name, requested):
+        return None
+    return f"--weight-decay {requested:g} with {name}: {opt.no_decay}"

@@ -35,12 +35,22 @@ class Trainer:
     `step(batch, consume=True)`: the caller gives the batch away. A trainer that reads it in one
     forward pass drops its images as soon as that pass is done: backward reads only what autograd
     saved, so the pixels (nanovlm-460m at main's images: 17 views, 51 MiB) are not held through
-    backward. Trainers that read the batch more than once (MeZO, cg, forward gradients) keep it."""
+    backward. Trainers that read the batch more than once (MeZO, cg, forward gradients) keep it.
 
-    def __init__(self, method: Method, model: nn.Module, lr: float, total_steps: int):
+    `weight_decay`: RunSpec.weight_decay (None: the optimizer's default), applied as the
+    optimizer's descriptor says (`decay`: L2 or decoupled); one it cannot apply is refused here."""
+
+    def __init__(self, method: Method, model: nn.Module, lr: float, total_steps: int,
+                 weight_decay: float | None = None):
+        from edgebench.methods.optimizers import decay_refusal, run_weight_decay
+
+        refusal = decay_refusal(method.optimizer, weight_decay)
+        if refusal:
+            raise MethodUnavailable(refusal)
         self.method = method
         self.model = model
         self.lr = lr
+        self.weight_decay = run_weight_decay(method.optimizer, weight_decay)
         self.total_steps = max(1, total_steps)
         self.steps_done = 0
         self.params = trainable_parameters(model)
@@ -69,11 +79,12 @@ class Trainer:
 class BackpropTrainer(Trainer):
     """Backward pass, global-norm clip 1.0, then one optimizer step over the schedule."""
 
-    def __init__(self, method: Method, model: nn.Module, lr: float, total_steps: int):
-        super().__init__(method, model, lr, total_steps)
+    def __init__(self, method: Method, model: nn.Module, lr: float, total_steps: int,
+                 weight_decay: float | None = None):
+        super().__init__(method, model, lr, total_steps, weight_decay)
         groups = (optim.galore_groups(model, lr) if method.optimizer == "galore"
                   else optim.param_groups(model, lr))
-        self.optimizer = optim.build_optimizer(method.optimizer, groups)
+        self.optimizer = optim.build_optimizer(method.optimizer, groups, self.weight_decay)
 
     def step(self, batch: Batch, consume: bool = False) -> float:
         self.model.train()
@@ -99,8 +110,9 @@ class FusedTrainer(Trainer):
     Subclasses change what the update is (`_update`) and how the schedule reaches it (`_schedule`).
     """
 
-    def __init__(self, method: Method, model: nn.Module, lr: float, total_steps: int):
-        super().__init__(method, model, lr, total_steps)
+    def __init__(self, method: Method, model: nn.Module, lr: float, total_steps: int,
+                 weight_decay: float | None = None):
+        super().__init__(method, model, lr, total_steps, weight_decay)
         self.optimizers: list[torch.optim.Optimizer] = []
         for group in optim.param_groups(model, lr):
             for param in group["params"]:
@@ -108,7 +120,7 @@ class FusedTrainer(Trainer):
 
     def _update(self, group: dict[str, Any], param: nn.Parameter) -> Callable[[torch.Tensor], object]:
         """What runs on `param` once its gradient is complete: its own optimizer's step."""
-        opt = optim.build_optimizer(self.method.optimizer, [{**group, "params": [param]}])
+        opt = optim.build_optimizer(self.method.optimizer, [{**group, "params": [param]}], self.weight_decay)
         self.optimizers.append(opt)
         return lambda _param: opt.step()
 
@@ -138,8 +150,9 @@ class LomoTrainer(Trainer):
     during backward and each gradient is dropped right after. One lr for all parameters
     (lomo-optim has no groups); no clipping (its norm clip needs a second backward pass)."""
 
-    def __init__(self, method: Method, model: nn.Module, lr: float, total_steps: int):
-        super().__init__(method, model, lr, total_steps)
+    def __init__(self, method: Method, model: nn.Module, lr: float, total_steps: int,
+                 weight_decay: float | None = None):
+        super().__init__(method, model, lr, total_steps, weight_decay)
         import importlib
 
         from edgebench.methods.optimizers import optimizer
@@ -151,7 +164,7 @@ class LomoTrainer(Trainer):
                 "device (torch sees none); on CPU use lomo or adafactor"
             )
 
-        self.optimizer = getattr(importlib.import_module(module), cls)(model, lr=lr)
+        self.optimizer = getattr(importlib.import_module(module), cls)(model, lr=lr, weight_decay=self.weight_decay)
 
     def step(self, batch: Batch, consume: bool = False) -> float:
         self.model.train()

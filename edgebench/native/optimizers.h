@@ -33,9 +33,10 @@ class Optimizer {
   virtual void step(const std::vector<Weights>& params, const Gradients& grads) = 0;
 };
 
-// torch.optim.SGD: dampening 0, no Nesterov, no weight decay; momentum 0 keeps no buffer.
+// torch.optim.SGD: dampening 0, no Nesterov; weight decay as torch's L2 (g += wd * w after the
+// clip, before the momentum buffer); momentum 0 keeps no buffer.
 struct SGDOptions {
-  float momentum = 0.0f;
+  float momentum = 0.0f, weight_decay = 0.0f;
 };
 
 class SGD : public Optimizer {
@@ -48,10 +49,11 @@ class SGD : public Optimizer {
   std::vector<std::vector<float>> momentum_;  // allocated at the first step
 };
 
-// torch.optim's single-tensor Adam(W): bias-corrected moments, decoupled weight decay (AdamW's;
-// Adam's descriptor has none).
+// torch.optim's single-tensor Adam(W): bias-corrected moments; weight decay decoupled (AdamW's:
+// w *= 1 - lr * wd) or L2 (Adam's: g += wd * w before the moments).
 struct AdamOptions {
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
+  bool decoupled = true;
 };
 
 class Adam : public Optimizer {
@@ -65,9 +67,11 @@ class Adam : public Optimizer {
   std::vector<std::vector<float>> m_, v_;  // allocated at the first step
 };
 
-// The constants a plan gives every optimizer (0 where the method has none).
+// The constants a plan gives every optimizer (0 where the method has none); the weight decay is
+// decoupled or L2 as the plan's optimizer's descriptor says (methods/optimizers.py `decay`).
 struct OptimizerConstants {
   float momentum = 0.0f, beta1 = 0.0f, beta2 = 0.0f, eps = 0.0f, weight_decay = 0.0f;
+  bool decoupled_decay = false;
 };
 
 // The update the plan's `optimizer` names (sgd, sgd-momentum, adam, adamw); nullptr for one the

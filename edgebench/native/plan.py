@@ -69,7 +69,7 @@ PLAN_VALUES: dict[str, tuple[Whole | Real | str, ...]] = {
     "momentum": (Real(0.0, 1.0),),
     "betas": (Real(0.0, 1.0),) * 2,
     "eps": (Real(0.0, math.inf),),
-    "weight_decay": (Real(0.0, math.inf),),
+    "weight_decay": (Real(0.0, math.inf), TEXT),  # and its kind: l2 or decoupled
     "accumulation": (Whole(1, MAX_ACCUMULATION),),
     "threads": (Whole(0, MAX_THREADS),),  # 0: the runtime's default
     "seed": (Whole(0, MAX_SEED),),
@@ -140,12 +140,14 @@ def _kind(method: Any) -> str:
 
 
 def _lines(spec: RunSpec, method: Any, manifest: dict[str, Any], batch_count: int) -> list[str]:
+    from edgebench.backends.et_optimizers import program_weight_decay
     from edgebench.figures.learning import DEFAULT_EVAL_EVERY
     from edgebench.methods import optim
     from edgebench.methods.optimizers import optimizer
 
     opt = optimizer(method.optimizer)
     lr = program_lr(spec.lr, method, manifest, fresh_weights=spec.fresh_weights)
+    weight_decay = program_weight_decay(spec.weight_decay, method, manifest, spec.program)
     # nanoVLM's groups: the projector at max(lr, lr_mp); lomo-optim and MeZO have one lr
     one_lr = opt.update_in_backward or method.grad_mode == "zeroth-order"
     projector_lr = lr if one_lr else max(lr, optim.NANOVLM_LR_MP)
@@ -168,7 +170,7 @@ def _lines(spec: RunSpec, method: Any, manifest: dict[str, Any], batch_count: in
         f"momentum {opt.momentum!r}",
         f"betas {(opt.betas or (0.0, 0.0))[0]!r} {(opt.betas or (0.0, 0.0))[1]!r}",
         f"eps {opt.eps or 0.0!r}",
-        f"weight_decay {opt.weight_decay!r}",
+        f"weight_decay {weight_decay!r} {opt.decay}",
         f"accumulation {method.accumulation}",
         f"threads {spec.threads or 0}",
         f"seed {spec.seed}",

@@ -82,6 +82,10 @@ Program::Program(const Plan& plan, const std::string& program_dir) : dir_(progra
   beta1_ = plan.real("betas", 0);
   beta2_ = plan.real("betas", 1);
   weight_decay_ = plan.real("weight_decay");
+  const std::string& decay = plan.text("weight_decay", 1);
+  if (decay != "l2" && decay != "decoupled")
+    fail("plan.txt: weight_decay's kind is " + decay + ", not l2 or decoupled; write the plan again");
+  decoupled_decay_ = decay == "decoupled";
   seed_ = plan.integer("seed");
   mezo_eps_ = plan.real("mezo_eps");
   for (const PlanLine* line : plan.all("input")) {

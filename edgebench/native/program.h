@@ -84,6 +84,7 @@ class Program {
   Schedule schedule_{};
   double clip_ = 0.0;
   double beta1_ = 0.0, beta2_ = 0.0, weight_decay_ = 0.0;
+  bool decoupled_decay_ = false;  // the plan's weight_decay kind: decoupled, else L2
   long long seed_ = 0;
   double mezo_eps_ = 0.0;
   long long accumulation_ = 1;

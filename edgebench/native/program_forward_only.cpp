@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "parallel.h"
+
 namespace edgebench {
 
 // MeZO's weights: trainable_init.bin, float32 in the plan's parameter order.
@@ -94,6 +96,10 @@ double ForwardOnlyProgram::step(long long step_index) {
   double minus = loss_at(seed, -eps);
   double projected = (plus - minus) / (2.0 * double(eps));
   double lr = group_lr_[0] * schedule_.factor(step_index);
+  if (weight_decay_ != 0.0) {  // SGD's L2 on the estimate, as edgebench.methods.mezo: w *= 1 - lr * wd
+    float decay = float(1.0 - lr * weight_decay_);
+    for (auto& w : weights_) parallel_each(w.size(), [p = w.data(), decay](size_t k) { p[k] *= decay; });
+  }
   perturb(seed, float(-lr * projected), nullptr);
   return (plus + minus) / 2.0;
 }

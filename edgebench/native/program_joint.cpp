@@ -13,7 +13,7 @@ using executorch::aten::Tensor;
 
 JointProgram::JointProgram(const Plan& plan, const std::string& program_dir) : Program(plan, program_dir) {
   OptimizerConstants constants{float(plan.real("momentum")), float(beta1_), float(beta2_), float(plan.real("eps")),
-                               float(weight_decay_)};
+                               float(weight_decay_), decoupled_decay_};
   optimizer_ = make_optimizer(optimizer_name_, constants);
   if (!optimizer_)
     throw Failure(EXIT_UNSUPPORTED, "unsupported",

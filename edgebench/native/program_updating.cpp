@@ -6,13 +6,13 @@ namespace edgebench {
 
 // This step's scalars, the program's last input (see
 // edgebench.backends.et_optimizers.UpdatingProgram.hyper: per group decay and step, then
-// Adam's sqrt(1 - beta2^t)).
+// Adam's sqrt(1 - beta2^t)). Only decoupled decay is a scalar here: L2 is baked into the program.
 double UpdatingProgram::step(long long step_index) {
   check_signal();
   batches_->load(step_index);
   double factor = schedule_.factor(step_index);
   bool adam = optimizer_name_ == "adam" || optimizer_name_ == "adamw";
-  double b1 = beta1_, b2 = beta2_, wd = weight_decay_;
+  double b1 = beta1_, b2 = beta2_, wd = decoupled_decay_ ? weight_decay_ : 0.0;
   double t = double(step_index + 1);
   for (int g = 0; g < 2; ++g) {
     double lr = group_lr_[size_t(g)] * factor;

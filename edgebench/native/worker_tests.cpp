@@ -88,6 +88,33 @@ void adam(float weight_decay, double first, double second) {
   CHECK(near(other[0], decayed) && near(other[1], decayed));
 }
 
+// L2 weight decay (torch's SGD and Adam: g += wd * w after the clip's scale), wd 0.5, lr 0.1,
+// worked out in float64 by torch.optim: w = [1, 2], g = [0.5, -1] makes g + wd * w = [1, 0].
+void weight_decay_l2() {
+  SGD plain(SGDOptions{0.0f, 0.5f});
+  std::vector<float> w{1.0f, 2.0f};
+  step(plain, w, {0.5f, -1.0f}, 0.1f);
+  CHECK(near(w[0], 0.9) && near(w[1], 2.0));
+  step(plain, w, {0.5f, -1.0f}, 0.1f, 0.5f);  // the scale reads the gradient only: [0.25, -0.5] + [0.45, 1]
+  CHECK(near(w[0], 0.83) && near(w[1], 1.95));
+  SGD momentum(SGDOptions{0.9f, 0.5f});  // the decayed gradient enters the buffer: [1, 0], then [1.6, 1.5]
+  std::vector<float> m{1.0f, 2.0f};
+  step(momentum, m, {0.5f, -1.0f}, 0.1f);
+  step(momentum, m, {0.25f, 0.5f}, 0.1f);
+  CHECK(near(m[0], 0.74) && near(m[1], 1.85));
+  Adam adam(AdamOptions{0.9f, 0.999f, 1e-8f, 0.5f, false});  // and Adam's moments: no step where it cancels
+  std::vector<float> a{1.0f, 2.0f};
+  step(adam, a, {0.5f, -1.0f}, 0.1f);
+  CHECK(near(a[0], 0.900000001) && near(a[1], 2.0));
+  step(adam, a, {-0.25f, 0.5f}, 0.1f);
+  CHECK(near(a[0], 0.819695904) && near(a[1], 1.925586318));
+  OptimizerConstants constants{0.0f, 0.9f, 0.999f, 1e-8f, 0.5f, false};  // by name: adam's L2 from the plan
+  auto by_name = make_optimizer("adam", constants);
+  std::vector<float> b{1.0f, 2.0f};
+  step(*by_name, b, {0.5f, -1.0f}, 0.1f);
+  CHECK(near(b[0], 0.900000001) && near(b[1], 2.0));
+}
+
 void optimizers_by_name() {
   OptimizerConstants constants{0.9f, 0.9f, 0.999f, 1e-8f, 0.01f};
   for (const char* name : {"sgd", "sgd-momentum", "adam", "adamw"}) CHECK(make_optimizer(name, constants) != nullptr);
@@ -371,6 +398,7 @@ int main() {
   sgd_momentum();
   adam(0.0f, 0.900000002, 0.873366299);
   adam(0.01f, 0.899000002, 0.871467299);
+  weight_decay_l2();
   optimizers_by_name();
   good_plan();
   bad_plans();

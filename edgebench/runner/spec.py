@@ -57,6 +57,9 @@ class RunSpec:
     duration_s: float | None = None
     timeout_s: float | None = None
     lr: float | None = None  # None: the method's default
+    # --weight-decay: L2 for SGD/Adam, decoupled for the AdamW family (the optimizer's descriptor,
+    # methods/optimizers.py); None: the optimizer's own default (AdamW 0.01, else 0)
+    weight_decay: float | None = None
     seed: int = 0
     sample_hz: float = 20.0
     threads: int | None = None  # None: torch's default
