@@ -27,9 +27,9 @@ VLM_1GIB_MEZO = "mezo-lora+frozen-int4+view-by-view+chunked-ce+flash-attn"
 # The same LoRA on the last 6 of nanovlm-460m's 32 decoder blocks: backward stops there, so the
 # 26 below keep nothing for it and the projector's input is not kept (sparse backpropagation).
 VLM_1GIB_SPARSE_LORA = VLM_1GIB_LORA.replace("lora-decoder+", "lora-decoder+last6+")
-# nanovlm-222m full-parameter inside a 1 GiB cgroup (a 1.5 GiB board's budget) on the native
-# ExecuTorch worker: bf16 weights, SGD written into the program with stochastic rounding,
-# checkpointed blocks (docs/native.md).
+# nanovlm-222m full-parameter on a 1 GiB board on the native ExecuTorch worker: bf16 weights,
+# SGD written into the program a block of rows at a time with stochastic rounding, checkpointed
+# blocks (docs/native.md).
 NATIVE_1GIB_FULL = "all+bf16-weights+sr+ckpt"
 # The preset each 1 GiB configuration builds on, run without its memory levers: what the memory
 # costs in step time (bench/methods.py --price).
