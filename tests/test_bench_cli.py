@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from edgebench.figures.run import figures_of_run_dir
-from edgebench.fleet.commands import bench
+from edgebench.fleet.commands.bench import bench
 from edgebench.report.tables import render_bench_results
 from edgebench.runner.spec import RunSpec
 from layout_checks import names_beside_figures

@@ -171,7 +171,7 @@ def test_heldout_part_of_a_folder_dataset_is_never_trained_on(tmp_path):
     (["--target", "acc=0.9"], "one of accuracy, loss"),
 ])
 def test_bench_refuses_what_it_cannot_evaluate_before_any_run(args, said, tmp_path):
-    from edgebench.fleet.commands import bench
+    from edgebench.fleet.commands.bench import bench
 
     result = CliRunner().invoke(bench, ["--model", "tiny", "--methods", "sgd", "--runs-dir", str(tmp_path / "r"),
                                         *args])
@@ -180,7 +180,7 @@ def test_bench_refuses_what_it_cannot_evaluate_before_any_run(args, said, tmp_pa
 
 
 def test_an_accuracy_target_needs_short_answers(tmp_path):
-    from edgebench.fleet.commands import bench
+    from edgebench.fleet.commands.bench import bench
 
     long_answer = " ".join(["red blue"] * 10)  # 20 tokens
     folder = _folder(tmp_path, [json.dumps({"image": "a.png", "question": "what colour is the ball ?",

@@ -348,7 +348,7 @@ def test_memory_preflight_refuses_then_force_runs_and_records_it(tmp_path, monke
     from click.testing import CliRunner
 
     from edgebench.devices.profiles import REPO_PROFILES_DIR
-    from edgebench.fleet.commands import bench
+    from edgebench.fleet.commands.bench import bench
 
     profiles = tmp_path / "profiles"  # this host as a 256 MiB board: its profile's RAM bounds what it reports
     profiles.mkdir()

@@ -1,8 +1,9 @@
 """The `edgebench` command: the host's entry point.
 
-Commands of the host rooms live in each room's `commands.py`; commands that present the
-device-side rooms (models, methods, sensors) live here in `cli/`, so the device side never
-imports click. Every command is imported and registered below, in the order `--help` lists them.
+Commands of the host rooms live in each room's `commands.py` (the fleet's in `fleet/commands/`,
+one module a command); commands that present the device-side rooms (models, methods, sensors)
+live here in `cli/`, so the device side never imports click. Every command is imported and
+registered below, in the order `--help` lists them.
 
 `main` is the one place errors reach the user: a user error (a bad name, a damaged file,
 an unreachable device: any EdgebenchError) is one line and exit code 2, Ctrl-C is exit code
@@ -24,7 +25,11 @@ from edgebench.cli.models import models_command
 from edgebench.cli.sensors import sensors_command
 from edgebench.devices.commands import devices, lab
 from edgebench.errors import EdgebenchError
-from edgebench.fleet.commands import bench, calibrate, collect, deploy, status
+from edgebench.fleet.commands.bench import bench
+from edgebench.fleet.commands.calibrate import calibrate
+from edgebench.fleet.commands.collect import collect
+from edgebench.fleet.commands.deploy import deploy
+from edgebench.fleet.commands.status import status
 from edgebench.fleet.export import export_command
 from edgebench.live.commands import live_command
 from edgebench.report.commands import report_command

@@ -1,5 +1,5 @@
 """`edgebench devices` and `edgebench lab up|down|status`; `devices calibrate` ships and runs a
-measurement on the device, so it is the fleet's (fleet/commands.py)."""
+measurement on the device, so it is the fleet's (fleet/commands/calibrate.py)."""
 
 from __future__ import annotations
 

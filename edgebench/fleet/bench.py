@@ -1,6 +1,6 @@
 """bench's sweep on this host: its specs run one at a time in the foreground, a disturbed run
 again where the budget allows, a Ctrl-C stopping the sweep with what ran ingested. The
-command (fleet/commands.py) checks the options before and renders the result after; what
+command (fleet/commands/bench.py) checks the options before and renders the result after; what
 only the specs tell (room for --save's weights, the memory model's verdict) is refused here,
 as click's errors, before any run starts."""
 

@@ -1,7 +1,7 @@
 """`edgebench export`: lower the training step for a device profile, with a manifest.
 
 It takes the user's model, data and lr as bench and deploy do (one definition of each option,
-fleet/commands.py) and shows its stages as they do (fleet/progress.py), so it lives beside
+fleet/options.py) and shows its stages as they do (fleet/progress.py), so it lives beside
 them; the lowering is exporters/'s (exporters/exporting.py)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import click
 
-from edgebench.fleet.commands import DATA_OPTION, LR_OPTION, MODEL_OPTION, THREADS, WEIGHT_DECAY_OPTION
+from edgebench.fleet.options import DATA_OPTION, LR_OPTION, MODEL_OPTION, THREADS, WEIGHT_DECAY_OPTION
 from exporters.manifest import BF16_MODES, EXPORT_BACKENDS
 
 if TYPE_CHECKING:
