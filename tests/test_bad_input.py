@@ -68,7 +68,7 @@ def files(tmp_path):
     garbage and a meter CSV with a word for a reading, to hand where other things belong; a tiny
     checkpoint, one whose MLP width is odd, a checkpoint folder without config.json, a dataset
     folder whose data.jsonl is broken, an export folder of ONNX Runtime's, RunSpec files of an
-    unknown field and of a list."""
+    unknown field, of a list and of a command."""
     def folder_with(name: str, text: str) -> Callable[[Path], object]:
         return lambda path: (path.mkdir(), (path / name).write_text(text))
 
@@ -91,6 +91,7 @@ def files(tmp_path):
         "spec_week": lambda path: path.write_text(json.dumps({"model": "tiny", "duration_s": 8 * 86400.0})),
         "spec_list": lambda path: path.write_text("[1]"),
         "spec_decay": lambda path: path.write_text(json.dumps({"model": "tiny", "weight_decay": -1})),
+        "spec_command": lambda path: path.write_text(json.dumps({"model": "tiny", "command": ["true"]})),
     })
 
 
@@ -105,6 +106,9 @@ CASES = {
               ["--data", "{broken_data}"], ["--runs-dir", ""], ["--target="], ["--steps", "1", "--duration", "10s"],
               ["--seed", "99999999999999999999999"], ["--rerun-disturbed", "1000"], ["--eval-fraction", "nan"],
               ["--sample-hz", "inf"], ["--weight-decay", "-1"], ["--weight-decay", "nan"]],
+    "measure": [[], ["--", NO_SUCH], ["--", "{text}"], ["--", "no-such-program-edgebench"],
+                ["--device", "no-such-board", "--", "true"], ["--timeout", "nan", "--", "true"],
+                ["--runs-dir", "", "--", "true"], ["--store", "{empty}", "--", "true"], ["--batch-size", "0", "true"]],
     "predict": [["--device", "no-such-board"], ["--model", "no-such-model"], ["--method", "bogus"],
                 ["--ram-bytes", "-5"], ["--ram-bytes", "1000000000", "--os-memory", "2GiB"], ["--ram-bytes", "9" * 26],
                 ["--os-memory", "lots", "--ram-bytes", "1000"], ["--ram-bytes", "8000000000", "--model", "{no_config}"],
@@ -125,6 +129,7 @@ CASES = {
                ["--device", "local", "--backend", "executorch", "--program", "{sgd_program}", "--methods", "adamw"],
                ["--device", "local", "--spec", "{spec_field}"], ["--device", "local", "--spec", "{spec_list}"],
                ["--device", "local", "--spec", "{spec_week}"], ["--device", "local", "--spec", "{spec_decay}"],
+               ["--device", "local", "--spec", "{spec_command}"],
                ["--device", "local", "--weight-decay", "inf"]],
     "collect": [["--device", "no-such-board"]],
     "status": [["--device", "no-such-board"]],
@@ -166,6 +171,12 @@ SAYS = {
         "was exported for method 'sgd', not 'adamw'; export it for this method",
     ("deploy", "--device", "local", "--spec", "{spec_field}"): "unknown field(s) ['colour']",
     ("deploy", "--device", "local", "--spec", "{spec_list}"): "RunSpec: a list, not an object",
+    ("deploy", "--device", "local", "--spec", "{spec_command}"): "command: deploy runs edgebench's methods, not a",
+    ("measure",): "give the command to measure after `--`",
+    ("measure", "--", NO_SUCH): "no such program; give the command's path",
+    ("measure", "--", "{text}"): "not executable by this user",
+    ("measure", "--", "no-such-program-edgebench"): "no such program on PATH",
+    ("measure", "--device", "no-such-board", "--", "true"): "measure runs the command on this host only",
     ("sensors", "--seconds", "0.1", "--sensors", "[1]"): "the sensors block is a list",
     ("sensors", "--seconds", "0.1", "--sensors", '{"thermal_zones": 5}'): "sensors.thermal_zones is 5",
     ("sensors", "--seconds", "0.1", "--sensors", '{"power": "rapl"}'): "sensors.power is a str",

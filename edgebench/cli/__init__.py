@@ -29,6 +29,7 @@ from edgebench.fleet.commands.bench import bench
 from edgebench.fleet.commands.calibrate import calibrate
 from edgebench.fleet.commands.collect import collect
 from edgebench.fleet.commands.deploy import deploy
+from edgebench.fleet.commands.measure import measure
 from edgebench.fleet.commands.status import status
 from edgebench.fleet.export import export_command
 from edgebench.live.commands import live_command
@@ -55,7 +56,7 @@ def cli(debug: bool) -> None:
         os.environ["EDGEBENCH_DEBUG"] = "1"
 
 
-for _command in (models_command, bench, methods_command, predict_command, devices, lab, deploy, collect,
+for _command in (models_command, bench, measure, methods_command, predict_command, devices, lab, deploy, collect,
                  status, sensors_command, ingest_command, import_trace_command, runs_group, report_command,
                  live_command, export_command):
     cli.add_command(_command)
@@ -89,6 +90,8 @@ def _one_line(exc: BaseException) -> str:
 def refuse_empty_values(args: list[str]) -> None:
     """An empty value is never "not given": `--runs-dir ''` or `--target=` from a script whose
     variable was unset would otherwise run with the default. One check for every option."""
+    if "--" in args:  # what follows is a measured command's own (edgebench measure), not edgebench's
+        args = args[:args.index("--")]
     for before, arg in zip(["", *args], args):
         option = before if arg == "" and before.startswith("--") else arg[:-1] if arg.startswith("--") and \
             arg.endswith("=") else None

@@ -16,6 +16,7 @@ Each field is checked against its declared type:
 - `Literal[...]`: one of the named choices;
 - a dataclass: a nested record, checked field by field the same way;
 - `dict[str, X]`: a JSON object (see below), each value checked as an X;
+- `list[X]`: a JSON list, each item checked as an X (RunSpec's `command`);
 - a field whose metadata holds `Keys` (`free_object`): a free-form JSON object kept as a dict,
   the keys `Keys` names checked by their kind where it holds them (each may be null), its
   other keys passed as they are;
@@ -224,6 +225,12 @@ class _Check:
                 raise self.bad(name, value, f"not one of {', '.join(typing.get_args(kind))}")
         elif dataclasses.is_dataclass(kind):
             return self.record(typing.cast(type, kind), value, f"{name}.")
+        elif typing.get_origin(kind) is list:
+            (of,) = typing.get_args(kind)
+            if not isinstance(value, list):
+                raise self.bad(name, value, "not a JSON list")
+            for i, item in enumerate(value):
+                self.checked(of, item, f"{name}[{i}]")
         elif typing.get_origin(kind) is dict:
             _, of = typing.get_args(kind)
             if not isinstance(value, dict):

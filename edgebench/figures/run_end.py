@@ -41,6 +41,8 @@ CAPS = Caps(text_chars=MAX_TEXT_CHARS)  # it holds no JSON object
 # How the worker's kernel peak was read: wait4's ru_maxrss of the reaped worker (the Python
 # supervisor), or the last VmHWM of /proc/PID/status read while it ran (the shell sweep).
 PeakFrom = Literal["ru_maxrss", "vm_hwm"]
+# What a worker's exit code means: edgebench's worker's codes, or a measured command's own
+ExitCodes = Literal["edgebench", "command"]
 LEGACY_KEYS = {"worker_maxrss_bytes": Renamed("worker_peak_bytes", {"worker_peak_from": "ru_maxrss"}),
                "worker_hwm_bytes": Renamed("worker_peak_bytes", {"worker_peak_from": "vm_hwm"})}
 
@@ -67,6 +69,9 @@ class RunEnd:
     worker_peak_bytes: int | None = whole()  # the kernel's peak RSS of the worker process
     worker_peak_from: PeakFrom | None = None  # how worker_peak_bytes was read (PeakFrom)
     worker_log_tail: str | None = None  # the end of worker.log, kept when the worker wrote no event
+    # whose exit codes `exit_code` follows: edgebench's worker's (figures.status EXIT_*), or a command's
+    # own (`edgebench measure`: 0 ok, any other an error with its code; its log tail always kept)
+    exit_codes: ExitCodes = "edgebench"
 
     @classmethod
     def from_json(cls, data: object, source: str) -> RunEnd:

@@ -11,6 +11,9 @@ SIGKILL in a host-wide OOM (`host_oom`) is `killed` too, whatever the counter sa
 also counts a kill for the whole host's sake in the victim's cgroup, but the run did not reach
 its own budget, so it says nothing about whether the method fits.
 
+A command measured by `edgebench measure` has exit codes of its own (RunEnd.exit_codes):
+0 is ok, any other an error naming the code; its signals and the rest map as a worker's.
+
 The worker's exit codes are defined here; the Python worker imports them, and a test holds
 the native worker (edgebench/native/worker.cpp) to them. So is the rule that ends a run
 `diverged` (LossWatch); the native worker's copy (common.h) is held to its constants by a test.
@@ -131,6 +134,11 @@ def _by_signal(end: RunEnd, number: int) -> tuple[str, str]:
 
 def _by_exit(end: RunEnd, events: Sequence[Event]) -> tuple[str, str]:
     code = end.exit_code
+    tail = " ".join((end.worker_log_tail or "").split()[-40:])
+    if end.exit_codes == "command":  # a measured command's own codes: only 0 says it went well
+        if code == EXIT_OK:
+            return "ok", ""
+        return "error", f"the command exited with code {code}" + (f": {tail}" if tail else "")
     last = next((e for e in reversed(events) if isinstance(e, END_KINDS)), None)
     if code == EXIT_NO_SPACE:
         why = last.detail or "" if isinstance(last, Ended) else ""
@@ -151,7 +159,6 @@ def _by_exit(end: RunEnd, events: Sequence[Event]) -> tuple[str, str]:
     problem = loader_problem(end.worker_log_tail or "")
     if problem:
         return status, problem
-    tail = " ".join((end.worker_log_tail or "").split()[-40:])
     return status, f"worker exited with code {code}" + (f": {tail}" if tail else "")
 
 

@@ -47,6 +47,9 @@ def checked_spec(path: str) -> RunSpec:
                     raise ValueError(f"{name}: {exc.message}") from None
     except (ValueError, TypeError) as exc:
         raise click.BadParameter(f"{path}: {exc}", param_hint="--spec") from None
+    if spec.command is not None:  # a device's runs are edgebench's methods: no way yet to ship a command there
+        raise click.BadParameter(f"{path}: command: deploy runs edgebench's methods, not a command; measure a command "
+                                 "on this host with `edgebench measure -- CMD`", param_hint="--spec")
     on_host = spec.checkpoint is not None and Path(spec.checkpoint).is_dir()
     shape = {**spec.to_dict(), "model": spec.checkpoint if on_host else spec.model}
     try:

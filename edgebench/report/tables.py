@@ -21,6 +21,7 @@ from rich.text import Text
 
 from edgebench.figures.learning import LEARNING_COLUMNS
 from edgebench.figures.memory import prediction_error_pct
+from edgebench.measure import METHOD
 from edgebench.results.aggregate import config_label, group_runs
 from edgebench.results.pareto import loss_drop_pct
 from edgebench.runner.native import backend_label
@@ -344,6 +345,14 @@ def disturbed_notes(groups: list[dict[str, Any]]) -> list[str]:
             f"disturbed: other processes or steal{took} (their step times are likely too long)"]
 
 
+def unmarked_notes(groups: list[dict[str, Any]]) -> list[str]:
+    """Each measured command (edgebench measure) that marked no steps: its step columns are empty
+    because it has no steps, not because a figure failed."""
+    return [f"{config_label(g)}: the command marked no steps (edgebench.measure): whole-run figures only (peak "
+            "memory, device RAM, CPU, temperature); no step time, energy per step or frontier"
+            for g in groups if g.get("method") == METHOD and g.get("step_time_median_s") is None]
+
+
 def unfinished_notes(groups: list[dict[str, Any]]) -> list[str]:
     """Each device and model where no run finished (one Ctrl-C'd run is enough): its frontier and
     the comparison across devices have nothing of it, so the report says so instead of leaving it out."""
@@ -418,7 +427,7 @@ def terminal_report(rows: list[dict[str, Any]], runs: list[dict[str, Any]], widt
                      Text("(the across-devices comparison is wider than this window: see --format html)",
                           style="dim"))
     for title, lines in (("Not finished:", unfinished_notes(groups)), ("Sensors:", sensor_notes(groups)),
-                         ("Disturbed:", disturbed_notes(groups)),
+                         ("Disturbed:", disturbed_notes(groups)), ("Measured commands:", unmarked_notes(groups)),
                          ("Clock alignment:", alignment_notes(runs)), ("Emulated devices:", emulated_notes(runs))):
         if lines:
             parts.append(_notes(title, lines))

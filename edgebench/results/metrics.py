@@ -49,6 +49,8 @@ def run_shape(run: dict[str, Any]) -> dict[str, Any]:
     """What a run was asked to do besides its method (pareto.SHAPE_KEYS): runs that differ here
     are different configurations. `data` is the folder dataset's name (else synthetic), `packed` added."""
     spec = (json.loads(run.get("meta_json") or "{}") or {}).get("spec") or {}
+    if spec.get("command"):  # a measured command (edgebench measure): it chose its steps, its data its own
+        return {"steps": None, "text_length": None, "image_size": None, "data": None, "target": None}
     data = str(spec["data_dir"]).rstrip("/").rsplit("/", 1)[-1] if spec.get("data_dir") else "synthetic"
     return {"steps": spec.get("steps") if not spec.get("duration_s") else f"{spec['duration_s']:g} s",
             "text_length": run.get("text_length"), "image_size": run.get("image_size"),

@@ -456,8 +456,9 @@ class Store:
             "status": result.get("status") or "incomplete",
             "detail": detail,
             "batch_size": _int_or_none(spec.get("batch_size")),
-            "text_length": _int_or_none(spec.get("text_length")),
-            "image_size": _int_or_none(spec.get("image_size")),
+            # a measured command's (edgebench measure) text and images are its own: none of the spec's
+            "text_length": None if spec.get("command") else _int_or_none(spec.get("text_length")),
+            "image_size": None if spec.get("command") else _int_or_none(spec.get("image_size")),
             "steps_done": _int_or_none(result.get("steps_done")),
             "run_dir": str(files.path.resolve()),
             "raw_dir": raw_dir,

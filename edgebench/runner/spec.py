@@ -78,6 +78,10 @@ class RunSpec:
     eval_fraction: float = 0.1
     target: str | None = None
     run_id: str | None = None
+    # `edgebench measure`: the command (argv, run as given, no shell) the supervisor runs and samples
+    # instead of edgebench's worker; its steps are the ones it marks (edgebench.measure), its exit
+    # code its own (0 ok, any other an error: figures.run_end.RunEnd.exit_codes). None: edgebench's run
+    command: list[str] | None = None
     # where the worker writes the trained weights after the last step (eager): a nanoVLM
     # checkpoint, plus the LoRA adapter in peft's format; a relative path is inside the run directory
     save_dir: str | None = None

@@ -9,10 +9,15 @@ snapshots before and after, the sampler's health; the host makes the figures fro
 (edgebench.figures.status), for the sweep and the progress shown while it runs. It never
 imports torch, so its own footprint stays small on a 512 MB device. The worker dies with its
 supervisor (PR_SET_PDEATHSIG), so no run trains unsupervised.
+
+A spec with a `command` (`edgebench measure`) runs that command in the worker's place, the same
+way: sampled, its end recorded (its exit codes its own: RunEnd.exit_codes), its step marks
+(edgebench.measure) appended to events.jsonl, which EVENTS_ENV names to it.
 """
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import errno
 import os
@@ -28,8 +33,10 @@ from edgebench.figures.run_end import RunEnd
 from edgebench.figures.run_events import Predicted, events_of
 from edgebench.figures.run_meta import ClockPair, OomKillsAtStart, RunClock, RunMeta
 from edgebench.figures.status import run_status
+from edgebench.measure import EVENTS_ENV
 from edgebench.runner import native, worker
 from edgebench.runner.facts import device_facts, library_versions
+from edgebench.runner.oom_score import volunteer_for_oom_kill
 from edgebench.runner.spec import RunSpec
 from edgebench.telemetry.clock import clock_pair
 from edgebench.telemetry.contention import cpu_snapshot
@@ -166,6 +173,8 @@ class Supervisor:
         self._oom_kills_at_start = OomKillsAtStart(str(counted[0]), counted[1]) if counted else None
 
     def _worker_command(self, spec_path: Path) -> list[str]:
+        if self.spec.command:  # `edgebench measure`: the user's command is the worker
+            return list(self.spec.command)
         if self.native:
             return native.command(self.spec, self.out)
         return [sys.executable, "-m", "edgebench.runner.worker", str(spec_path), "--out", str(self.out)]
@@ -230,12 +239,16 @@ class Supervisor:
                             self.child = subprocess.Popen(
                                 self._worker_command(spec_path), stdout=log, stderr=subprocess.STDOUT,
                                 env={**os.environ, worker.SUPERVISOR_PID_ENV: str(os.getpid()),
-                                     **(native.exec_prefix() if self.native else {})},
+                                     **(native.exec_prefix() if self.native else {}),
+                                     **({EVENTS_ENV: str((self.out / "events.jsonl").absolute())}
+                                        if self.spec.command else {})},
+                                preexec_fn=_as_measured_command if self.spec.command else None,
                             )
                         except OSError as exc:  # ENOEXEC, EACCES, ENOENT: the worker cannot run here
                             if disk_full(self.out, exc):
                                 raise
-                            self.start_problem = f"the worker could not be started: {exc}; deploy again"
+                            self.start_problem = (f"the command could not be started: {exc}" if self.spec.command
+                                                  else f"the worker could not be started: {exc}; deploy again")
                 if self.child is not None:
                     self._started_ns = time.monotonic_ns()
                     sampler = self._start_sampler()
@@ -280,8 +293,11 @@ class Supervisor:
         """Signals the worker by pid: until _wait reaps it, the pid is still ours (a zombie at
         worst). Popen.send_signal would poll, and could reap it before wait4 reads its usage."""
         assert self.child is not None, "no worker started"
-        try:
-            os.kill(self.child.pid, sig)
+        try:  # a measured command leads a process group of its own: the signal reaches its whole tree
+            if self.spec.command:
+                os.killpg(self.child.pid, sig)
+            else:
+                os.kill(self.child.pid, sig)
         except ProcessLookupError:
             pass
 
@@ -360,7 +376,8 @@ class Supervisor:
             disk_full=disk_full(self.out, failure),
             worker_peak_bytes=maxrss or None,
             worker_peak_from="ru_maxrss" if maxrss else None,
-            worker_log_tail=None if trace.records else self._log_tail(),
+            worker_log_tail=None if trace.records and not self.spec.command else self._log_tail(),
+            exit_codes="command" if self.spec.command else "edgebench",
         )
         status, detail = ("error", foreign) if foreign else run_status(end, events)
         result = {
@@ -380,6 +397,18 @@ class Supervisor:
         }
         write_json_atomic(self.out / "result.json", result)
         return result
+
+
+def _as_measured_command() -> None:
+    """In a measured command's process, before its exec: what the Python worker does for itself
+    (runner/worker.py): it dies with the supervisor (SIGKILL) and is the OOM killer's first choice;
+    and it leads a process group, so a stop or a kill reaches the processes it starts as well."""
+    os.setpgid(0, 0)
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(worker.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux: the supervisor's own kill on the way out is all there is
+    volunteer_for_oom_kill()
 
 
 def run_spec(spec: RunSpec, out: str | Path, root: str = "/") -> dict[str, Any]:

@@ -477,7 +477,7 @@ end_json() {  # how the worker ended, as seen here: edgebench.figures.run_end.Ru
     printf '"start_problem": null, '
     printf '"write_failure": null, "disk_full": false, "worker_peak_bytes": %s, "worker_peak_from": %s, ' \
         "$worker_peak" "$peak_from"
-    printf '"worker_log_tail": %s}' "$tail"
+    printf '"worker_log_tail": %s, "exit_codes": "edgebench"}' "$tail"
 }
 
 run_one() {
