@@ -44,6 +44,20 @@ class FiniteNonNegative(FinitePositive):
     said = "of 0 or more (e.g. 0.01; 0: no decay)"
 
 
+class GramsPerKwh(FiniteNonNegative):
+    """A grid's carbon intensity, g CO2e per kWh: finite, 0 or more (report --carbon-intensity)."""
+
+    name = "g/kWh"
+    said = "of 0 or more: grams of CO2e per kWh (e.g. 475, codecarbon's world average; 0: no emissions)"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number {self.said}", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 class Size(click.ParamType[int, Any]):
     """A size in bytes: plain bytes or with a unit (1GiB, 512MiB, 200MB), more than 0."""
 

@@ -122,7 +122,8 @@ def test_report_at_80_columns_is_one_table_of_every_configuration(configurations
     rows = _rows(lines, {"sgd", "adamw", "mezo", "lora", "lora+ckpt", "adamw+ckpt", "sgd+bf16", "adamw+bf16"})
     assert len(rows) == 23 and all(re.search(r"\d+ +\d+ +[-+]\d.*% .* est ", row) for row in rows), rows
     assert "peak, est.: MiB; err, RAM: %; t: s/step; E: J/step" in lines  # the units, in one line
-    assert "left out at this width: W (a wider window shows them; --json has every figure)" in lines
+    assert "left out at this width: CO2e mg/step (est.), W (a wider window shows them; --json has every figure)" \
+        in " ".join(line.strip() for line in lines)
     assert len(lines) < 60  # was 164 lines of cards
 
 

@@ -265,11 +265,13 @@ def test_terminal_report_fits_the_window_with_every_key_figure(repeat_store, wid
     text = "\n".join(lines)
     assert max(len(line) for line in lines) <= width and "…" not in text
     assert not any(line.startswith("#1 ") for line in lines)  # a table at every width, never a card a row
-    compact = width < 100  # short headers, their units in one line below the table
+    compact = width < 120  # short headers, their units in one line below the table; at 80 the CO2 left out first
     header = next(line for line in lines if line.split()[:1] == ["method"]).split()
-    assert header == ["method", "status", "n", *(["peak", "t", "E", "P"] if compact else
-                                                 ["peak", "MiB", "step", "s", "J/step", "W"]), "loss"]
-    assert ("peak: MiB; t: s/step; E: J/step; P: W" in lines) == compact
+    assert header == ["method", "status", "n", *(["peak", "t", "E", *["CO2"] * (width > 80), "P"] if compact else
+                                                 ["peak", "MiB", "step", "s", "J/step", "CO2e", "mg/step", "(est.)",
+                                                  "W"]), "loss"]
+    assert ("peak: MiB; t: s/step; E: J/step; P: W" in lines) == (width == 80)
+    assert ("peak: MiB; t: s/step; E: J/step; CO2: mg CO2e/step (est.); P: W" in lines) == (width == 100)
     for word in ("tiny", "adamw", "sgd", "mezo", "eager", "oom"):
         assert word in text, word
     names_beside_figures(lines, ["adamw", "sgd", "mezo"])
@@ -381,7 +383,7 @@ def test_predicted_peak_beside_the_measured_with_its_error_in_report_study_and_h
     assert max(len(line) for line in narrow) <= 80
     assert cells("\n".join(narrow), "peak", "est.", "err") == {"adamw": ("315", "330", "+4.8%"),
                                                               "sgd": ("215", "-", "-")}
-    assert "peak, est.: MiB; err: %; t: s/step; E: J/step; P: W" in narrow
+    assert "peak, est.: MiB; err: %; t: s/step; E: J/step; CO2: mg CO2e/step (est.); P: W" in narrow
     rows = {r["method"]: r for r in json.loads(_invoke("--store", str(path), "--study", "--json"))["rows"]}
     assert rows["adamw"]["predicted_peak_error_pct"] == pytest.approx(error)
     assert rows["sgd"]["predicted_peak_error_pct"] is None

@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from edgebench.figures.carbon import CarbonIntensity, with_co2
 from edgebench.report import plots
 from edgebench.report.series import learning_curves, pareto_y
 from edgebench.report.tables import sensor_notes, unfinished_notes
@@ -36,6 +37,7 @@ class Report:
     unfinished: list[str] = field(default_factory=list)  # each device and model with no finished run
     study: list[dict[str, Any]] | None = None
     study_notes: list[str] = field(default_factory=list)
+    carbon: CarbonIntensity = field(default_factory=CarbonIntensity)  # the grid's, for the CO2 beside energy
 
 
 def safe_name(*parts: str) -> str:
@@ -49,13 +51,16 @@ def _figure(name: str, title: str, drawn: bytes | dict[str, Any] | list[tuple[st
 
 
 def collect(store: Store, device: str | None = None, model: str | None = None, figures: bool = True,
-            baseline: str | None = None, interactive: bool = False, tag: str | None = None) -> Report:
-    """Metrics for the matching runs, their configurations, the study against `baseline`
+            baseline: str | None = None, interactive: bool = False, tag: str | None = None,
+            carbon: CarbonIntensity | None = None) -> Report:
+    """Metrics for the matching runs (each energy figure's estimated CO2 beside it, from the
+    grid's `carbon` intensity, else the default), their configurations, the study against `baseline`
     when one is given, and, when asked, every figure of the report: PNGs, or interactive
     charts (`interactive`) drawn by the same functions of charts.py. `tag`: only the runs so
     labelled (`edgebench runs tag`)."""
-    rows = all_metrics(store, device=device, model=model, tag=tag)
-    report = Report(rows, store.runs(device=device, model=model, tag=tag), group_runs(rows))
+    carbon = carbon or CarbonIntensity()
+    rows = [with_co2(r, carbon) for r in all_metrics(store, device=device, model=model, tag=tag)]
+    report = Report(rows, store.runs(device=device, model=model, tag=tag), group_runs(rows), carbon=carbon)
     report.notes = sensor_notes(report.groups)
     report.unfinished = unfinished_notes(report.groups)
     if baseline:

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from edgebench.cli_types import GramsPerKwh
+from edgebench.figures.carbon import DEFAULT_G_PER_KWH, ENV, CarbonIntensityError, carbon_intensity
 from edgebench.results import STORE_DEFAULT_HELP, default_store
 
 FORMATS = ["term", "html", "png", "csv", "json"]
@@ -42,8 +44,12 @@ def _default_store() -> Path:
                    "memory model's prediction and that one's error (in HTML, each device and model's Pareto "
                    "frontier once, above its tables).")
 @click.option("--baseline", default="sgd", show_default=True, help="The method --study compares against.")
+@click.option("--carbon-intensity", "carbon", type=GramsPerKwh(), default=None, metavar="G",
+              help="Your grid's carbon intensity in g CO2e per kWh: it turns each energy figure into the "
+                   "estimated CO2 beside it (CO2e g, est.). Default: $" + ENV + f" where set, else "
+                   f"{DEFAULT_G_PER_KWH:g} (codecarbon's world average).")
 def report_command(store_path: Path | None, device: str | None, model: str | None, tag: str | None, fmt: str,
-                   as_json: bool, out: Path | None, study: bool, baseline: str) -> None:
+                   as_json: bool, out: Path | None, study: bool, baseline: str, carbon: float | None) -> None:
     """Report the runs in the store: per device, one row per configuration with its key
     figures (model, method, backend, status, n, peak memory (the worker's kernel RSS) beside
     the memory model's predicted peak and its error, the device's RAM at peak against its
@@ -59,7 +65,10 @@ def report_command(store_path: Path | None, device: str | None, model: str | Non
     fell. A run that other processes disturbed (they took >10% of the CPU) is flagged "!".
     Estimated figures
     (from a device's power model) are marked "est"/"ESTIMATED" in tables and plots and
-    carry `_est` in CSV/JSON column names. docs/figures.md defines every figure.
+    carry `_est` in CSV/JSON column names. Beside each energy figure its CO2 (grams of CO2e:
+    kWh x the grid's carbon intensity, as codecarbon computes it) is always an estimate
+    (`co2e_est_...` in CSV/JSON, with the intensity and whether it is the default or yours).
+    docs/figures.md defines every figure.
 
     \b
     Examples:
@@ -69,13 +78,18 @@ def report_command(store_path: Path | None, device: str | None, model: str | Non
       edgebench report --json > runs.json
       edgebench report --study --baseline sgd --format html --out study.html
       edgebench report --tag quiet-host --study
+      edgebench report --carbon-intensity 56   # France's grid: g CO2e per kWh
     """
     from edgebench.report.output import ReportError, write_report
 
     fmt = "json" if as_json else fmt
+    try:  # the option, else the environment's, else the default
+        intensity = carbon_intensity(carbon)
+    except CarbonIntensityError as exc:
+        raise click.UsageError(str(exc)) from exc
     store_path = store_path or _default_store()
     try:
-        said = write_report(store_path, device, model, fmt, out, study, baseline, tag)
+        said = write_report(store_path, device, model, fmt, out, study, baseline, tag, intensity)
     except ReportError as exc:
         raise click.ClickException(str(exc)) from exc
     if said:

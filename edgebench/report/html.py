@@ -34,6 +34,7 @@ from edgebench.report.tables import (
     REPORT_FIGURES,
     REPORT_IDENT,
     alignment_notes,
+    carbon_legend,
     cell,
     emulated_notes,
     heldout_legend,
@@ -155,7 +156,7 @@ def _study(report: Report) -> tuple[str, set[str]]:
         return "", set()
     parts = [
         '<h2 id="study">Study: each method against the baseline</h2>',
-        f'<p class="note">{escape(study_legend(report.study))}</p>',
+        f'<p class="note">{escape(study_legend(report.study, report.carbon))}</p>',
     ]
     charts = {f.name: f for f in report.figures if f.name.startswith(("pareto_", "learning_"))}
     shown: set[str] = set()
@@ -224,12 +225,13 @@ def render_html(report: Report, title: str = "edgebench report") -> str:
 <div id="report-errors" hidden></div><div id="report-checks" hidden></div>
 <h1>{escape(title)}</h1>
 <p class="note">{len(report.rows)} runs in {len(report.groups)} configurations, made {stamp}. Columns and figures
-marked <span class="est">est.</span> or ESTIMATED come from a power model, not a measurement. Charts: hover a point,
+marked <span class="est">est.</span> or ESTIMATED come from a power model, not a measurement; CO2e is always an
+estimate: energy x the grid's carbon intensity, {escape(report.carbon.what)}. Charts: hover a point,
 bar or line for what it is; drag to zoom (double-click: back); click a legend entry to hide it.</p>
 {_contents(report, bool(notes), studied, figures)}
 {study}
 <h2 id="configurations">Configurations</h2>
-<p class="note">{escape(LEGEND + heldout_legend(report.groups))}</p>
+<p class="note">{escape(LEGEND + heldout_legend(report.groups) + carbon_legend(report.groups, report.carbon))}</p>
 {configurations}
 {f'<h2 id="notes">Notes</h2><ul class="note">{notes}</ul>' if notes else ''}
 <h2 id="runs">Runs</h2>

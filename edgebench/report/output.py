@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from edgebench.errors import EdgebenchError
+from edgebench.figures.carbon import CarbonIntensity
 from edgebench.report import build, export
 from edgebench.results.store import Store
 from edgebench.untrusted import printable
@@ -29,12 +30,15 @@ def open_store(path: Path) -> Store:
 
 
 def write_report(store_path: Path, device: str | None, model: str | None, fmt: str, out: Path | None,
-                 study: bool, baseline: str, tag: str | None = None) -> str | None:
+                 study: bool, baseline: str, tag: str | None = None,
+                 carbon: CarbonIntensity | None = None) -> str | None:
     """Writes the report of the matching runs: term to the terminal, csv/json to `out` or
-    stdout, html and png to files. Returns the line that says what was written (None: nothing to say)."""
+    stdout, html and png to files; CO2 from the grid's `carbon` intensity (else the default).
+    Returns the line that says what was written (None: nothing to say)."""
     with open_store(store_path) as store:
         report = build.collect(store, device=device, model=model, figures=fmt in ("html", "png"),
-                               baseline=baseline if study else None, interactive=fmt == "html", tag=tag)
+                               baseline=baseline if study else None, interactive=fmt == "html", tag=tag,
+                               carbon=carbon)
     if not report.rows:
         asked = " and ".join(f"{k} {v!r}" for k, v in (("device", device), ("model", model), ("tag", tag)) if v)
         none = f"no runs of {asked}" if asked else "no runs yet"
@@ -85,11 +89,11 @@ def _print_terminal(report: build.Report, study: bool) -> None:
         from edgebench.report.study import study_terminal
 
         assert report.study is not None  # collect makes it when given a baseline
-        console.print(study_terminal(report.study, report.study_notes, width=console.width))
+        console.print(study_terminal(report.study, report.study_notes, width=console.width, carbon=report.carbon))
     else:
         from edgebench.report.tables import terminal_report
 
-        console.print(terminal_report(report.rows, report.runs, width=console.width))
+        console.print(terminal_report(report.rows, report.runs, width=console.width, carbon=report.carbon))
 
 
 def _write_text(report: build.Report, fmt: str, out: Path | None, study: bool) -> str | None:
@@ -98,9 +102,11 @@ def _write_text(report: build.Report, fmt: str, out: Path | None, study: bool) -
         from edgebench.report.study import study_csv, study_json
 
         assert report.study is not None  # collect makes it when given a baseline
-        text = study_csv(report.study) if fmt == "csv" else study_json(report.study, report.study_notes)
+        text = study_csv(report.study) if fmt == "csv" else study_json(report.study, report.study_notes,
+                                                                       report.carbon)
     else:
-        text = export.to_csv(report.rows) if fmt == "csv" else export.to_json(report.rows, report.groups)
+        text = export.to_csv(report.rows) if fmt == "csv" else export.to_json(report.rows, report.groups,
+                                                                               report.carbon)
     if out:
         out.write_text(text)
         return f"wrote {out} ({len(report.rows)} runs)"

@@ -13,12 +13,15 @@ from typing import Any
 from rich.console import Group
 from rich.text import Text
 
+from edgebench.figures.carbon import CarbonIntensity
 from edgebench.report.tables import (
     FRONTIER_LEGEND,
     LOSS_FIELD,
+    MG,
     MIB,
     PREDICTED_FIELDS,
     PREDICTED_LEGEND,
+    carbon_legend,
     heldout_fields,
 )
 from edgebench.results.study import STUDY_COLUMNS
@@ -44,7 +47,7 @@ STUDY_IDENT = [Field("method", "method", lambda r: str(r["method"]), True),
                Field("n", "runs (n)", lambda r: str(r["n"]))]
 PEAK_MIB = Field("peak MiB", "peak memory, kernel RSS of the worker (MiB)",  # a narrow window can spare it
                  lambda r: "-" if r.get("peak_mem_bytes") is None else f"{r['peak_mem_bytes'] / MIB:,.0f}",
-                 short="peak", unit="MiB", drop=1)
+                 short="peak", unit="MiB", drop=2)
 STUDY_FIELDS = [Field("peak mem", "peak memory vs baseline", lambda r: ratio_cell(r, "peak_mem"), short="mem",
                       unit="x the baseline's"),
                 PEAK_MIB,
@@ -52,13 +55,13 @@ STUDY_FIELDS = [Field("peak mem", "peak memory vs baseline", lambda r: ratio_cel
                 Field("time/step", "time per step vs baseline", lambda r: ratio_cell(r, "step_time"), short="t",
                       unit="x the baseline's"),
                 Field("energy/step", "energy per step vs baseline", lambda r: ratio_cell(r, "energy"), short="E",
-                      unit="x the baseline's", drop=7),
+                      unit="x the baseline's", drop=8),
                 LOSS_FIELD,
                 *heldout_fields([  # what reaching the target cost, beside the per-step ratios' units
                     Field("time to target", "time to the target vs baseline", lambda r: ratio_cell(r, "time_to_target"),
                           short="Ttgt", unit="x the baseline's"),
                     Field("energy to target", "energy to the target vs baseline",
-                          lambda r: ratio_cell(r, "energy_to_target"), short="Etgt", unit="x the baseline's", drop=5)])]
+                          lambda r: ratio_cell(r, "energy_to_target"), short="Etgt", unit="x the baseline's", drop=6)])]
 TARGET_LEGEND = ("With a target: reached = runs that met it (of n) before their cap; time/energy to target: the "
                  "median seconds (step times only) and joules until the target, as ratios to the baseline's; the "
                  "rows run cheapest to the target first, and ★ is then peak memory against time to the target.")
@@ -68,9 +71,11 @@ STUDY_LEGEND = ("Ratios of medians to the baseline's (1.00x = the same; <1 = les
                 "not measured. ! = a disturbed run. " + FRONTIER_LEGEND)
 
 
-def study_legend(rows: list[dict[str, Any]]) -> str:
-    """STUDY_LEGEND, with what the target's columns mean where some setting has a target."""
-    return STUDY_LEGEND + (" " + TARGET_LEGEND if any(r.get("target") for r in rows) else "")
+def study_legend(rows: list[dict[str, Any]], carbon: CarbonIntensity | None = None) -> str:
+    """STUDY_LEGEND, with what the target's columns mean where some setting has a target, and
+    what the baseline's CO2 is where it has one."""
+    return STUDY_LEGEND + (" " + TARGET_LEGEND if any(r.get("target") for r in rows) else "") + \
+        carbon_legend(rows, carbon)
 
 
 def study_fields(rows: list[dict[str, Any]]) -> list[Field]:
@@ -122,17 +127,20 @@ def setting_title(key: Setting, rows: list[dict[str, Any]]) -> str:
     title = " / ".join(str(k) for k in key[:3]) + (f" ({key[3]})" if key[3] else "")
     if base is None or base["step_time_s"] is None:
         return title
-    joules = base["energy_per_step_j_est" if base["energy_estimated"] else "energy_per_step_j"]
-    energy = "" if joules is None else f", {joules:.3g} J" + (" est" if base["energy_estimated"] else "")
+    est = "_est" if base["energy_estimated"] else ""
+    joules, co2 = base[f"energy_per_step_j{est}"], base.get(f"co2e_est_per_step_g{est}")
+    energy = "" if joules is None else f", {joules:.3g} J" + (" est" if est else "") + \
+        ("" if co2 is None else f" ({co2 / MG:.3g} mg CO2e est.)")
     to_target = "" if base["time_to_target_s"] is None else f", {base['time_to_target_s']:.3g} s to {base['target']}"
     return (f"{title}: baseline {base['baseline']} = {(base['peak_mem_bytes'] or 0) / MIB:,.0f} MiB, "
             f"{base['step_time_s']:.3g} s/step{energy}{to_target} (n={base['n']})")
 
 
-def study_terminal(rows: list[dict[str, Any]], notes: list[str], width: int) -> Group:
+def study_terminal(rows: list[dict[str, Any]], notes: list[str], width: int,
+                   carbon: CarbonIntensity | None = None) -> Group:
     parts = fitted_sections([Section(setting_title(key, members), STUDY_IDENT, study_fields(members), members)
                              for key, members in settings(rows).items()], width)
-    parts.append(Text(study_legend(rows), style="dim", overflow="fold"))
+    parts.append(Text(study_legend(rows, carbon), style="dim", overflow="fold"))
     unreached = unreached_notes(rows)
     if unreached:
         parts.append(Text("Target not reached:\n  " + "\n  ".join(printable(n, newlines=False) for n in unreached),
@@ -157,6 +165,8 @@ def study_csv(rows: list[dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def study_json(rows: list[dict[str, Any]], notes: list[str]) -> str:
+def study_json(rows: list[dict[str, Any]], notes: list[str], carbon: CarbonIntensity | None = None) -> str:
+    """The study's rows, its notes, and the grid's carbon intensity its CO2 figures come from."""
     return json.dumps({"columns": STUDY_COLUMNS, "rows": [{k: r.get(k) for k in STUDY_COLUMNS} for r in rows],
-                       "notes": notes}, indent=2, default=str) + "\n"
+                       "notes": notes, "carbon_intensity": (carbon or CarbonIntensity()).as_json()},
+                      indent=2, default=str) + "\n"

@@ -19,6 +19,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from edgebench.figures.carbon import ENV, OPTION, CarbonIntensity
 from edgebench.figures.learning import LEARNING_COLUMNS
 from edgebench.figures.memory import prediction_error_pct
 from edgebench.measure import METHOD
@@ -30,6 +31,7 @@ from edgebench.terminal import console as terminal
 from edgebench.untrusted import printable
 
 MIB = 1 << 20
+MG = 1e-3  # grams in a milligram
 
 
 def shown(value: Any) -> Text:
@@ -59,6 +61,7 @@ def _loss(row: dict[str, Any]) -> str:
     return "-" if first is None else f"{first:.4g}→{last:.4g}"
 
 
+CO2_STEP = "CO2e mg/step (est.)"  # tables read CO2 in mg (a step's is well under a gram); CSV/JSON in g
 COLUMNS = [
     Column("device", "device", str),
     Column("run_id", "run", str),
@@ -84,13 +87,17 @@ COLUMNS = [
     Column("samples_per_s", "samples/s (batch / median step)", _num(".4g")),
     Column("tokens_per_s", "tokens/s", _num(".4g")),
     Column("energy_per_step_j", "J/step", _num(".4g")),
+    Column("co2e_est_per_step_g", CO2_STEP, _num(".3g", MG), estimated=True),
     Column("energy_per_sample_j", "J/sample", _num(".4g")),
+    Column("co2e_est_per_sample_g", "CO2e mg/sample (est.)", _num(".3g", MG), estimated=True),
     Column("power_mean_w", "W mean", _num(".3g")),
     Column("power_peak_w", "W peak", _num(".3g")),
     Column("energy_source", "energy from", str),
+    Column("carbon_intensity_g_per_kwh", "grid g CO2e/kWh", _num("g")),
     Column("power_covers", "power covers", str),
     Column("power_flags", "power flags", str),
     Column("energy_per_step_j_est", "J/step (est.)", _num(".4g"), estimated=True),
+    Column("co2e_est_per_step_g_est", "CO2e mg/step (est., from est. J)", _num(".3g", MG), estimated=True),
     Column("power_mean_w_est", "W mean (est.)", _num(".3g"), estimated=True),
     Column("temp_peak_c", "°C peak", _num(".1f")),
     Column("time_throttled_s", "throttled s", _num(".1f")),
@@ -103,7 +110,9 @@ COLUMNS = [
     Column("steps_to_target", "steps to target", _num(".0f")),
     Column("time_to_target_s", "s to target", _num(".4g")),
     Column("energy_to_target_j", "J to target", _num(".4g")),
+    Column("co2e_est_to_target_g", "CO2e mg to target (est.)", _num(".3g", MG), estimated=True),
     Column("energy_to_target_j_est", "J to target (est.)", _num(".4g"), estimated=True),
+    Column("co2e_est_to_target_g_est", "CO2e mg to target (est., from est. J)", _num(".3g", MG), estimated=True),
     Column("cpu_others_pct", "CPU % taken by others", _num(".0f")),
     Column("disturbed", "disturbed", _yes_no),
     Column("on_frontier", "frontier", lambda v: "★" if v else ("" if v is False else "-")),
@@ -136,12 +145,13 @@ def figure(group: dict[str, Any], key: str, fmt: str, scale: float = 1.0) -> str
     return text if s["n"] == 1 or low == high else f"{text} [{low}-{high}]"
 
 
-def energy_cell(group: dict[str, Any], key: str = "energy_per_step_j") -> str:
-    """Measured energy (per step, or to the target), else the estimate marked `est`."""
+def energy_cell(group: dict[str, Any], key: str = "energy_per_step_j", scale: float = 1.0) -> str:
+    """Measured energy (per step, or to the target), else the estimate marked `est`; the same for
+    the CO2 of either (`co2e_est_...`, in mg: an estimate whichever it comes from, so its header says)."""
     if group["spread"].get(key):
-        return figure(group, key, ".3g")
+        return figure(group, key, ".3g", scale)
     if group["spread"].get(f"{key}_est"):
-        return figure(group, f"{key}_est", ".3g") + " est"
+        return figure(group, f"{key}_est", ".3g", scale) + " est"
     return "-"
 
 
@@ -188,7 +198,7 @@ def heldout_fields(cost: list[Field]) -> list[Field]:
     """The held-out loss and accuracy, whether the target was reached, and `cost`: what
     reaching it took. A table shows each only where some row has it (edgebench.terminal)."""
     return [Field("held-out loss", "held-out loss first->last, change", lambda r: loss_cell(r, "eval_loss"),
-                  short="h-loss", drop=4),
+                  short="h-loss", drop=5),
             Field("held-out acc", "held-out exact-match accuracy, last evaluation (%)", accuracy_cell,
                   short="acc", unit="%"),
             Field("reached", "runs that reached the target", reached_cell, short="hit"),
@@ -197,11 +207,14 @@ def heldout_fields(cost: list[Field]) -> list[Field]:
 
 # What reaching the target took, medians of the runs that reached it; a narrow window leaves the steps out first.
 TO_TARGET_FIELDS = [Field("steps to target", "steps to the target", lambda g: figure(g, "steps_to_target", ".3g"),
-                          short="stp", unit="steps to target", drop=3),
+                          short="stp", unit="steps to target", drop=4),
                     Field("s to target", "training time to the target (s)",
                           lambda g: figure(g, "time_to_target_s", ".3g"), short="tgt", unit="s to target"),
                     Field("J to target", "energy to the target (J)", lambda g: energy_cell(g, "energy_to_target_j"),
-                          short="Etgt", unit="J to target", drop=5)]
+                          short="Etgt", unit="J to target", drop=6),
+                    Field("CO2e mg to target (est.)", "CO2 to the target, an estimate (mg CO2e)",
+                          lambda g: energy_cell(g, "co2e_est_to_target_g", MG), short="Ctgt",
+                          unit="mg CO2e to target (est.)", drop=1)]
 HELDOUT_LEGEND = ("held-out loss: first->last evaluation on data never trained on; held-out acc: the share of "
                   "answers greedy decoding reproduced exactly, at the last evaluation; reached: runs that met "
                   "the target (of n) before their cap; steps/s/J to target: what the runs that reached it trained, "
@@ -238,7 +251,7 @@ def budget_cell(group: dict[str, Any]) -> str:
 
 
 BUDGET_FIELD = Field("of budget", "kernel peak, % of the device's run budget (RAM less OS, supervisor, margin)",
-                     budget_cell, short="bud", unit="%", drop=2)
+                     budget_cell, short="bud", unit="%", drop=3)
 
 
 def status_cell(group: dict[str, Any]) -> str:
@@ -271,19 +284,24 @@ PEAK_FIELD = Field("peak MiB", "peak memory: kernel RSS of the worker (MiB)",
                    lambda g: figure(g, "peak_mem_bytes", ",.0f", MIB), short="peak", unit="MiB")
 STEP_FIELD = Field("step s", "time per step, median (s)", lambda g: figure(g, "step_time_median_s", ".3g"),
                    short="t", unit="s/step")
-# The order a narrow window leaves figures out (Field.drop): power first, then the device's RAM, the steps to
+CO2_FIELD = Field(CO2_STEP, "CO2 per step, an estimate (mg CO2e)",
+                  lambda g: energy_cell(g, "co2e_est_per_step_g", MG), short="CO2", unit="mg CO2e/step (est.)",
+                  drop=1)
+# The order a narrow window leaves figures out (Field.drop): the CO2 first (the joules beside it say it), power, then
+# the device's RAM, the steps to
 # the target (its seconds say it), the held-out loss (its accuracy and the target say it), the joules to the
 # target, the training loss, the energy per step (report, study). A table of repeats with a target then still
 # fits 80 columns.
-LOSS_FIELD = Field("loss", "loss first->last, change", loss_cell, drop=6)
+LOSS_FIELD = Field("loss", "loss first->last, change", loss_cell, drop=7)
 REPORT_FIGURES = [PEAK_FIELD,
                   *PREDICTED_FIELDS,
                   BUDGET_FIELD,
                   Field("dev RAM", "device RAM at peak, % of its limit", device_ram_cell, short="RAM",
-                        unit="%", drop=2),
+                        unit="%", drop=3),
                   STEP_FIELD,
-                  Field("J/step", "energy per step (J)", energy_cell, short="E", unit="J/step", drop=7),
-                  Field("W", "power, mean over the steps (W)", power_cell, short="P", unit="W", drop=1),
+                  Field("J/step", "energy per step (J)", energy_cell, short="E", unit="J/step", drop=8),
+                  CO2_FIELD,
+                  Field("W", "power, mean over the steps (W)", power_cell, short="P", unit="W", drop=2),
                   LOSS_FIELD,
                   *heldout_fields(TO_TARGET_FIELDS)]
 FRONTIER_LEGEND = ("★ = on the Pareto frontier: the loss fell and no other configuration of the device, model "
@@ -299,6 +317,16 @@ LEGEND = ("n = runs behind each figure: the median, [min-max] over them. peak Mi
           "est = estimated from the device's power model, not measured. "
           "! = disturbed: other processes or steal took >10% of the CPU in a run. " + FRONTIER_LEGEND +
           " docs/figures.md defines each figure.")
+
+
+def carbon_legend(rows: list[dict[str, Any]], carbon: CarbonIntensity | None) -> str:
+    """What the CO2 beside energy is, and the grid's intensity that made it, where some row has it."""
+    if not any(r.get(k) is not None for r in rows for k in ("co2e_est_per_step_g", "co2e_est_per_step_g_est")):
+        return ""
+    carbon = carbon or CarbonIntensity()
+    return (f" CO2e mg: milligrams of CO2-equivalent, an estimate: energy in kWh x the grid's carbon intensity, here "
+            f"{carbon.what} ({OPTION} or ${ENV} sets yours); est beside it: from "
+            "estimated energy.")
 
 
 def sensor_notes(groups: list[dict[str, Any]]) -> list[str]:
@@ -411,8 +439,10 @@ def _notes(title: str, lines: list[str]) -> Text:
                 overflow="fold")
 
 
-def terminal_report(rows: list[dict[str, Any]], runs: list[dict[str, Any]], width: int = 120) -> Group:
-    """Per device, one row per configuration with every key figure, laid out to fit `width`."""
+def terminal_report(rows: list[dict[str, Any]], runs: list[dict[str, Any]], width: int = 120,
+                    carbon: CarbonIntensity | None = None) -> Group:
+    """Per device, one row per configuration with every key figure, laid out to fit `width`
+    (CO2 from the grid's `carbon` intensity, said in the legend)."""
     groups = group_runs(rows)
     sections = []
     for device in dict.fromkeys(g["device"] for g in groups):
@@ -420,7 +450,7 @@ def terminal_report(rows: list[dict[str, Any]], runs: list[dict[str, Any]], widt
         title, ident = common_names(device, with_shape(REPORT_IDENT, mine), mine)
         sections.append(Section(title, ident, REPORT_FIGURES, mine))
     parts = fitted_sections(sections, width)
-    parts.append(Text(LEGEND + heldout_legend(groups), style="dim", overflow="fold"))
+    parts.append(Text(LEGEND + heldout_legend(groups) + carbon_legend(groups, carbon), style="dim", overflow="fold"))
     comparison = comparison_table(groups)
     if comparison is not None:
         parts.append(comparison if fits(comparison, width) else
@@ -474,7 +504,7 @@ BENCH_FIGURES = [PEAK_FIELD,
                  BUDGET_FIELD,
                  STEP_FIELD,
                  Field("samples/s", "samples per second (batch / median step)",
-                       lambda g: figure(g, "samples_per_s", ".3g"), drop=1),
+                       lambda g: figure(g, "samples_per_s", ".3g"), drop=2),
                  LOSS_FIELD,
                  *heldout_fields(TO_TARGET_FIELDS[:2])]  # joules to the target come from the store (report)
 BENCH_LEGEND = ("peak MiB: the worker's kernel peak (ru_maxrss; native: its own VmHWM); " + PREDICTED_LEGEND

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from edgebench.figures.carbon import CO2_OF, INTENSITY_COLUMNS
 from edgebench.figures.steps import spread
 from edgebench.results.pareto import SHAPE_KEYS, mark_frontier
 
@@ -52,6 +53,7 @@ FIGURE_KEYS = (
     "time_to_target_s",
     "energy_to_target_j",
     "energy_to_target_j_est",
+    *CO2_OF.values(),  # each energy figure's CO2 (report: edgebench.figures.carbon.with_co2)
 )
 
 
@@ -106,6 +108,8 @@ def group_runs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         flags = {f for r in used if r.get("power_flags") for f in r["power_flags"].split(",")}
         group["power_flags"] = ",".join(sorted(flags)) or None
         group["device_ram_bytes"] = next((r.get("device_ram_bytes") for r in used if r.get("device_ram_bytes")), None)
+        for name in INTENSITY_COLUMNS:  # the grid's that made the CO2 (one per report)
+            group[name] = next((r[name] for r in members if r.get(name) is not None), None)
         group["detail"] = next((r.get("detail") for r in members if r.get("status") != "ok" and r.get("detail")), None)
         group["reached"] = sum(1 for r in used if r.get("target_reached"))
         # runs that ended before their cap without reaching the target: `interrupted at step 16`

@@ -21,6 +21,7 @@ import json
 from collections import Counter
 from typing import Any
 
+from edgebench.figures.carbon import CO2_OF
 from edgebench.figures.steps import spread
 from edgebench.results.pareto import SHAPE_KEYS
 
@@ -30,14 +31,15 @@ STUDY_COLUMNS = [
     "peak_mem_bytes", "peak_mem_ratio", "peak_mem_ratio_min", "peak_mem_ratio_max",
     "predicted_peak_bytes_est", "predicted_peak_error_pct",
     "step_time_s", "step_time_ratio", "step_time_ratio_min", "step_time_ratio_max",
-    "energy_per_step_j", "energy_ratio", "energy_ratio_min", "energy_ratio_max",
-    "energy_per_step_j_est", "energy_ratio_est", "energy_ratio_min_est", "energy_ratio_max_est", "energy_estimated",
+    "energy_per_step_j", "co2e_est_per_step_g", "energy_ratio", "energy_ratio_min", "energy_ratio_max",
+    "energy_per_step_j_est", "co2e_est_per_step_g_est", "energy_ratio_est", "energy_ratio_min_est",
+    "energy_ratio_max_est", "energy_estimated",
     "loss_first", "loss_last", "eval_loss_first", "eval_loss_last", "eval_accuracy_last",
     "reached", "steps_to_target", "time_to_target_s", "time_to_target_ratio", "time_to_target_ratio_min",
-    "time_to_target_ratio_max", "energy_to_target_j", "energy_to_target_ratio", "energy_to_target_ratio_min",
-    "energy_to_target_ratio_max", "energy_to_target_j_est", "energy_to_target_ratio_est",
-    "energy_to_target_ratio_min_est", "energy_to_target_ratio_max_est",
-    "disturbed", "on_frontier",
+    "time_to_target_ratio_max", "energy_to_target_j", "co2e_est_to_target_g", "energy_to_target_ratio",
+    "energy_to_target_ratio_min", "energy_to_target_ratio_max", "energy_to_target_j_est", "co2e_est_to_target_g_est",
+    "energy_to_target_ratio_est", "energy_to_target_ratio_min_est", "energy_to_target_ratio_max_est",
+    "carbon_intensity_g_per_kwh", "carbon_intensity_source", "disturbed", "on_frontier",
 ]
 
 
@@ -55,11 +57,12 @@ def _finished(group: dict[str, Any]) -> bool:
 
 
 def _energy(row: dict[str, Any], g: dict[str, Any], base: dict[str, Any] | None, figure: str, name: str) -> None:
-    """An energy figure and its ratios: measured where both sides have it, else the estimates (`_est`)."""
+    """An energy figure, its CO2 (the CO2's ratios are the energy's) and its ratios: measured where
+    both sides have it, else the estimates (`_est`)."""
     measured = bool(g["spread"][figure]) and bool(base and base["spread"][figure])
     key = figure if measured or (base is None and g["spread"][figure]) else f"{figure}_est"
     est = "_est" if key.endswith("_est") else ""
-    row[f"{figure}{est}"] = g[key]
+    row[f"{figure}{est}"], row[CO2_OF[key]] = g[key], g.get(CO2_OF[key])
     if name == "energy":
         row["energy_estimated"] = bool(est) if g[key] is not None else None
     ratio = _ratio(g["spread"][key], base["spread"][key] if base else None) if _finished(g) else (None,) * 3
@@ -104,6 +107,7 @@ def study_rows(groups: list[dict[str, Any]], baseline: str = "sgd") -> tuple[lis
                                    "baseline": baseline, "status": g["status"], "n": g["n"],
                                    "n_baseline": base["n"] if base else None, "disturbed": g["disturbed"],
                                    "on_frontier": g["on_frontier"],
+                                   **{k: g.get(k) for k in ("carbon_intensity_g_per_kwh", "carbon_intensity_source")},
                                    "peak_mem_bytes": g["peak_mem_bytes"], "step_time_s": g["step_time_median_s"],
                                    "predicted_peak_bytes_est": g["predicted_peak_bytes_est"],
                                    "predicted_peak_error_pct": g["predicted_peak_error_pct"],
