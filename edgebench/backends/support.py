@@ -29,8 +29,8 @@ def _knob(method: Any, name: str, default: Any) -> Any:
 
 def _eager_only_knobs(method: Any) -> str | None:
     """The lowest-memory knobs of edgebench.methods (int4 frozen weights, chunked cross-entropy,
-    the vision encoder view by view, torch's fused attention, LoRA on the decoder alone)
-    exist in eager torch only. (bf16 trained weights take SGD fused into the step, which
+    the vision encoder view by view, torch's fused attention, LoRA on the decoder alone) and
+    pruning exist in eager torch only. (bf16 trained weights take SGD fused into the step, which
     ExecuTorch programs write in; ONNX Runtime's reason refuses bf16.)"""
     if _knob(method, "frozen_dtype", "fp32") == "int4":
         return "frozen-int4"
@@ -42,6 +42,8 @@ def _eager_only_knobs(method: Any) -> str | None:
         return "flash-attn"
     if _knob(method, "trainable", "all") == "lora-decoder":
         return "lora-decoder"
+    if _knob(method, "prune", ""):
+        return "pruning (its masks between the backward and the step)"
     return None
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgebench.errors import EdgebenchError
-from edgebench.methods import optimizers
+from edgebench.methods import optimizers, pruning
 from edgebench.untrusted import quote
 
 OPTIMIZERS = tuple(optimizers.OPTIMIZERS)  # each one's descriptor: methods/optimizers.py
@@ -66,6 +66,9 @@ class Method:
     # what the subset trains, only the decoder's last K blocks train (0: no such limit), so no
     # graph is built below them and backward stops at the first of them
     last_blocks: int = 0
+    # pruned fine-tuning (edgebench.methods.pruning): "" none, "magnitude{P}" (P % of each block
+    # linear's smallest |w| zeroed) or "2:4"; the zeros are held through training by masks
+    prune: str = ""
     name: str = ""
 
     def knobs(self) -> dict[str, Any]:
@@ -111,6 +114,7 @@ MODIFIERS: dict[str, dict[str, Any]] = {
     "chunked-ce": {"chunked_loss": True},
     "view-by-view": {"view_by_view": True},
     "flash-attn": {"flash_attention": True},
+    "prune2of4": {"prune": pruning.TWO_OF_FOUR},
 }
 _ACCUM = re.compile(r"accum(\d+)$")
 MAX_ACCUMULATION = 1024  # micro-batches per step: accum2000000000 would never finish one step
@@ -160,6 +164,10 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     "freeze-vision": ("AdamW with the vision encoder frozen", {"trainable": "freeze-vision"}),
     "sparse-update": ("every weight of the decoder's last 4 blocks, backward stopped below them (sparse "
                       "backpropagation, PockEngine); `lastK` sets another K", {"last_blocks": 4}),
+    "prune-magnitude": ("AdamW on the blocks' linears pruned to 50 % by magnitude first, the zeros held (masks); "
+                        "`pruneP` sets another P", {"prune": pruning.magnitude(50)}),
+    "prune-2of4": ("AdamW on the blocks' linears pruned 2:4 first (2 of every 4 inputs zero), the zeros held",
+                   {"prune": pruning.TWO_OF_FOUR}),
     "bitfit": ("train biases (and norms' gains) only", {"trainable": "bitfit"}),
     "mezo": ("MeZO: zeroth-order SPSA, two forwards, no backward (Malladi et al. 2023)",
              {"grad_mode": "zeroth-order"}),
@@ -194,11 +202,17 @@ def _token_knobs(token: str) -> dict[str, Any]:
             raise MethodError(f"lastK: K is 1 to {MAX_LAST_BLOCKS} decoder blocks, got {quote(digits)}; "
                               "e.g. `lora-decoder+last8`")
         return {"last_blocks": int(digits)}
+    match = pruning.PRUNE_TOKEN.match(token)
+    if match:
+        digits = match.group(1)
+        if len(digits) > 2 or not 1 <= int(digits) <= 99:
+            raise MethodError(f"pruneP: P is 1 to 99 (% of each weight zeroed), got {quote(digits)}; e.g. `prune50`")
+        return {"prune": pruning.magnitude(int(digits))}
     near = difflib.get_close_matches(token, [*PRESETS, *MODIFIERS, *OPTIMIZERS, *TRAINABLE], n=1, cutoff=0.75)
     raise MethodError(
         f"unknown method part {token!r}{f': did you mean {near[0]!r}?' if near else ''} "
         f"Use a preset ({', '.join(PRESETS)}) or a modifier "
-        f"({', '.join(MODIFIERS)}, accumN, lastK, an optimizer name, a trainable subset); "
+        f"({', '.join(MODIFIERS)}, accumN, lastK, pruneP, an optimizer name, a trainable subset); "
         "`edgebench methods` lists them"
     )
 
@@ -263,6 +277,12 @@ def _refusal(m: Method) -> str | None:
                     "once into bf16); use sgd with `fused` (the defaults), e.g. `all+bf16-weights+sr+ckpt`")
     if m.rounding == "stochastic" and m.trained_dtype != "bf16":
         return "stochastic rounding applies to bf16 trained weights; add `bf16-weights`"
+    if m.prune:
+        if m.grad_mode != "backprop" or opt.update_in_backward or m.fused_update or opt.trainer == "line-search":
+            return ("pruning holds its zeros between the backward and the optimizer's step: use a backprop "
+                    "optimizer that steps after backward (sgd, adamw, ...), not fused, LOMO, cg or zeroth-order")
+        if m.trainable in ("bitfit", *LORA_SUBSETS) or m.trained_dtype != "fp32":
+            return "pruning applies to trained fp32 linear weights: train `all` or `freeze-vision`"
     if m.flash_attention and m.grad_mode == "forward-mode":
         return "flash-attn: torch's fused attention kernel has no forward-mode derivative; drop `flash-attn`"
     if m.chunked_loss and m.grad_mode == "forward-mode":

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from torch import nn
 
+from edgebench.methods import pruning
 from edgebench.methods.knobs import Method, parse_method
 from edgebench.methods.optimizers import optimizer
 from edgebench.methods.subsets import apply_trainable
@@ -337,7 +338,7 @@ def predict(cfg: VLMConfig | str, method: Method | str, batch_size: int, text_le
     """Predicted memory of one training step (bytes, estimates) and its peak.
 
     Keys: weights, gradients (tangents for forward-mode; gradient + previous gradient for cg),
-    optimizer_state, activations (kept for backward), temporaries (largest transient),
+    optimizer_state, prune_masks (a pruned method's), activations (kept for backward), temporaries (largest transient),
     allocator_retained (freed memory the C allocator keeps resident), batch (the step's inputs),
     runtime_baseline
     (Python + torch + libraries), load_peak (building the model first),
@@ -371,6 +372,7 @@ def predict(cfg: VLMConfig | str, method: Method | str, batch_size: int, text_le
     else:
         gradients = opt.gradient_copies * grad_elem * n_trainable  # cg: this step's and the previous one
     state = 0 if method.grad_mode != "backprop" else _optimizer_state(method, trainable)
+    masks = sum(p.numel for p in trainable if method.prune and pruning.prunable(p.name, p.shape))  # bool, a byte each
     activations, temporaries, forward_temporaries = _activations(cfg, method, batch_size, text_length)
     temporaries += _update_transient(method, trainable)
     if method.grad_mode == "zeroth-order":
@@ -406,10 +408,10 @@ def predict(cfg: VLMConfig | str, method: Method | str, batch_size: int, text_le
     # trained encoder recomputes one by one
     images = batch_size * 4 * cfg.n_tiles * 3 * cfg.vit_img_size**2
     batch = images + batch_size * 3 * 8 * text_length
-    train_peak = baseline + weights + gradients + state + activations + temporaries + allocator + batch
+    train_peak = baseline + weights + gradients + state + masks + activations + temporaries + allocator + batch
     saved = not method.vision_frozen and (method.trainable == "all" or method.view_by_view)
     if method.reads_batch_once and not saved:
-        forward_peak = baseline + weights + state + activations + forward_temporaries + allocator + batch
+        forward_peak = baseline + weights + state + masks + activations + forward_temporaries + allocator + batch
         train_peak = max(train_peak - images, forward_peak)
     # the first batch is made before the model (edgebench.runner.worker) and alive while it loads
     load_peak = RUNTIME_BASELINE_BYTES_EST + dynamo + _load_peak(params, method, weights, cfg) + batch
@@ -417,6 +419,7 @@ def predict(cfg: VLMConfig | str, method: Method | str, batch_size: int, text_le
         "weights_bytes": weights,
         "gradients_bytes": gradients,
         "optimizer_state_bytes": state,
+        "prune_masks_bytes": masks,
         "activations_bytes": activations,
         "temporaries_bytes": temporaries,
         "allocator_retained_bytes": allocator,

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from edgebench.methods import optim
+from edgebench.methods import optim, pruning
 from edgebench.methods.knobs import Method, MethodError, MethodUnavailable, parse_method
 from edgebench.methods.subsets import (
     apply_trainable,
@@ -77,7 +77,8 @@ class Trainer:
 
 
 class BackpropTrainer(Trainer):
-    """Backward pass, global-norm clip 1.0, then one optimizer step over the schedule."""
+    """Backward pass, global-norm clip 1.0, then one optimizer step over the schedule; a pruned
+    method's zeros (edgebench.methods.pruning) kept out of the gradients and the weights."""
 
     def __init__(self, method: Method, model: nn.Module, lr: float, total_steps: int,
                  weight_decay: float | None = None):
@@ -85,6 +86,7 @@ class BackpropTrainer(Trainer):
         groups = (optim.galore_groups(model, lr) if method.optimizer == "galore"
                   else optim.param_groups(model, lr))
         self.optimizer = optim.build_optimizer(method.optimizer, groups, self.weight_decay)
+        self.masks = pruning.prune(model, method.prune) if method.prune else {}
 
     def step(self, batch: Batch, consume: bool = False) -> float:
         self.model.train()
@@ -93,9 +95,11 @@ class BackpropTrainer(Trainer):
             loss = self.loss(micro, consume) / self.method.accumulation
             loss.backward()  # type: ignore[no-untyped-call]  # torch's Tensor.backward is unannotated
             total += loss.item()
+        pruning.mask_gradients(self.masks)
         torch.nn.utils.clip_grad_norm_(self.params, optim.MAX_GRAD_NORM)
         optim.set_schedule([self.optimizer], self.steps_done, self.total_steps)
         self.optimizer.step()
+        pruning.hold(self.masks)
         self.optimizer.zero_grad(set_to_none=True)
         self.steps_done += 1
         return total
