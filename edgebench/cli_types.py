@@ -77,6 +77,36 @@ class Size(click.ParamType[int, Any]):
         return size
 
 
+class ListOf(click.ParamType[tuple[Any, ...], Any]):
+    """Comma-separated values (`0.01,0.001`), each checked by `item` as a single value is: a tuple
+    in the order given. An empty item or one given twice is refused, naming it (a grid of runs
+    must not run a shape twice by a typo; --repeats runs one again)."""
+
+    def __init__(self, item: click.ParamType[Any, Any]) -> None:
+        self.item = item
+        self.name = f"{item.name}[,...]"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[Any, ...]:
+        if isinstance(value, tuple):
+            return value
+        text = str(value)
+        values: dict[Any, str] = {}  # each value: its item as written
+        for item in (i.strip() for i in text.split(",")):
+            if not item:
+                self.fail(f"{text!r}: an empty item; write the values with one comma between each (e.g. 1,2)",
+                          param, ctx)
+            try:
+                one = self.item.convert(item, None, None)
+            except click.BadParameter as exc:
+                self.fail(f"{text!r}: {exc.message}", param, ctx)
+            if one in values:
+                again = "twice" if values[one] == item else f"twice ({values[one]!r} and {item!r} are one value)"
+                self.fail(f"{text!r}: {item!r} is given {again}; give each value once (--repeats runs a shape "
+                          "again)", param, ctx)
+            values[one] = item
+        return tuple(values)
+
+
 SIZE = Size()
 SEED = click.IntRange(0, MAX_SEED)
 RAM_BYTES = click.IntRange(1, MAX_RAM_BYTES)

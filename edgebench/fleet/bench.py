@@ -17,10 +17,12 @@ from edgebench.fleet.local import Interrupts, run_local, shielded
 from edgebench.fleet.plan import (
     attach_native,
     attach_program,
+    axes_of,
     disturbed_rerun,
     for_device,
     ingest_runs,
     make_specs,
+    run_label,
     unsupported_result,
 )
 from edgebench.runner.native import machine_arch
@@ -48,7 +50,7 @@ class Display(Protocol):
 
     def __exit__(self, *exc: Any) -> None: ...
 
-    def add(self, spec: RunSpec) -> Bar: ...
+    def add(self, spec: RunSpec, label: str) -> Bar: ...
 
 
 @dataclass
@@ -85,9 +87,9 @@ def bench_on_host(methods: list[str], shape: dict[str, Any], runs: Path, store_p
     specs = bench_specs(methods, shape, profile, save)
     if save:
         _check_save_room(save, specs)
-    _memory_preflight(specs, local.host_budget(profile, runs), profile, force, log)
+    refused = _memory_preflight(specs, local.host_budget(profile, runs), profile, force, log)
     return run_bench(specs, profile, runs, store_path, force=force, rerun_disturbed=rerun_disturbed,
-                     display=display, log=log)
+                     display=display, log=log, refused=refused)
 
 
 def _check_save_room(save: str, specs: list[RunSpec]) -> None:
@@ -107,30 +109,35 @@ def _check_save_room(save: str, specs: list[RunSpec]) -> None:
 
 
 def _memory_preflight(specs: list[RunSpec], held_to: Budget, profile: Profile, force: bool,
-                      log: Callable[[str], None]) -> None:
-    """Refuses (one line) runs predicted not to fit the budget, unless --force, which records it."""
-    from edgebench.fleet.plan import force_memory, memory_refusals
+                      log: Callable[[str], None]) -> dict[str, str]:
+    """Refuses (one line) the sweep where a run is predicted not to fit the budget, unless --force,
+    which records it; in a sweep of several batch sizes, only the runs of a batch size that does not
+    fit are refused (returned: run id -> why, each recorded `unsupported`) and the rest run."""
+    from edgebench.fleet.plan import fit_by_shape
 
-    refused, why = memory_refusals(specs, held_to, profile.device_speed)
-    if refused and not force:
-        raise click.ClickException(f"{why}; or --force to run anyway")
-    if refused:
-        force_memory(specs, refused, why)
-        log(f"forced (--force): {why}")
+    alone, whole = fit_by_shape(specs, held_to, profile.device_speed, force, log)
+    if whole:
+        raise click.ClickException("; ".join(whole) + "; or --force to run anyway")
+    return alone
 
 
 def run_bench(specs: list[RunSpec], profile: Profile, runs: Path, store_path: Path, *, force: bool,
-              rerun_disturbed: int, display: Display, log: Callable[[str], None]) -> BenchSweep:
-    """Runs the specs in turn, each in its own supervisor; a method the backend cannot run is
-    recorded `unsupported` and the sweep goes on. Ctrl-C: the running run ends `interrupted`
-    (result.json written), no further run starts; either way what ran is ingested into the store."""
+              rerun_disturbed: int, display: Display, log: Callable[[str], None],
+              refused: dict[str, str] | None = None) -> BenchSweep:
+    """Runs the specs in turn, each in its own supervisor; a method the backend cannot run, or a
+    run the memory preflight `refused` (run id -> why), is recorded `unsupported` and the sweep
+    goes on. Ctrl-C: the running run ends `interrupted` (result.json written), no further run
+    starts; either way what ran is ingested into the store."""
     results: list[dict[str, Any]] = []
     interrupts = Interrupts()
     queue = list(specs)  # and the re-runs of disturbed runs (--rerun-disturbed)
     try:
         with interrupts, display:
-            for spec in queue:  # a disturbed run's re-run joins the queue's end
-                result = _run_one(spec, profile, runs, display.add(spec), interrupts, force, log)
+            for k, spec in enumerate(queue, 1):  # a disturbed run's re-run joins the queue's end
+                bar = display.add(spec, f"run {k} of {len(queue)}: {run_label(spec, specs)}" if len(queue) > 1 else
+                                  spec.method)
+                too_big = (refused or {}).get(str(spec.run_id))
+                result = _run_one(spec, profile, runs, bar, interrupts, force, log, too_big)
                 results.append(result)
                 if interrupts.signal:
                     break
@@ -153,15 +160,17 @@ def run_bench(specs: list[RunSpec], profile: Profile, runs: Path, store_path: Pa
 
 
 def _run_one(spec: RunSpec, profile: Profile, runs: Path, bar: Bar, interrupts: Interrupts, force: bool,
-             log: Callable[[str], None]) -> dict[str, Any]:
-    """One spec: its program exported and its worker settled first (refused: `unsupported`), then run."""
-    refused = (attach_program(spec, profile, on_stage=bar.stage) or attach_native(spec, machine_arch(), bar.stage)
-               or _native_memory_refusal(spec, profile, runs, force, log))
+             log: Callable[[str], None], too_big: str | None) -> dict[str, Any]:
+    """One spec: its program exported and its worker settled first (refused, or `too_big` for the
+    memory preflight: `unsupported`), then run."""
+    refused = too_big or (attach_program(spec, profile, on_stage=bar.stage)
+                          or attach_native(spec, machine_arch(), bar.stage)
+                          or _native_memory_refusal(spec, profile, runs, force, log))
     if refused is not None:
         bar.stage("unsupported")
         return unsupported_result(spec, refused)
     run_dir = runs / str(spec.run_id)  # for_device gave every spec one
-    result = run_local(spec, run_dir, on_progress=bar.step, interrupts=interrupts)
+    result = {**run_local(spec, run_dir, on_progress=bar.step, interrupts=interrupts), **axes_of(spec)}
     result["run_dir"] = str(run_dir)
     if spec.save_dir and result["status"] == "ok" and (Path(spec.save_dir) / "model.safetensors").is_file():
         result["saved_to"] = spec.save_dir

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from edgebench.fleet.plan import check_method, check_model
+from edgebench.fleet.plan import axis_values, check_method, check_model
 
 if TYPE_CHECKING:
     from edgebench.model.config import VLMConfig
@@ -30,7 +30,7 @@ def check_run_shape(shape: dict[str, Any], methods: list[str]) -> None:
 
 def check_request(shape: dict[str, Any], methods: list[str]) -> None:
     """A method is given, the model and methods named exist, and each method's micro-batches
-    divide --batch-size."""
+    divide --batch-size (each of its values)."""
     from edgebench.methods.knobs import MethodError, parse_method
 
     if not methods:
@@ -46,10 +46,11 @@ def check_request(shape: dict[str, Any], methods: list[str]) -> None:
         except MethodError as exc:
             raise click.BadParameter(str(exc), param_hint="--methods") from None
         parts = parse_method(method).accumulation
-        if shape["batch_size"] % parts:
-            raise click.BadParameter(f"{method} splits each batch into {parts} micro-batches: give a --batch-size "
-                                     f"that is a multiple of {parts} (got {shape['batch_size']}), or run it alone",
-                                     param_hint="--batch-size")
+        for size in axis_values(shape["batch_size"]):  # each of a sweep's batch sizes
+            if size % parts:
+                raise click.BadParameter(f"{method} splits each batch into {parts} micro-batches: give a --batch-size "
+                                         f"that is a multiple of {parts} (got {size}), or run it alone",
+                                         param_hint="--batch-size")
 
 
 def _model_and_data(shape: dict[str, Any]) -> None:

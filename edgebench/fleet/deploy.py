@@ -43,12 +43,12 @@ from edgebench.fleet.plan import (
     attach_native,
     attach_program,
     device_budget,
+    fit_by_shape,
     for_device,
-    force_memory,
-    memory_refusals,
 )
 from edgebench.fleet.remote import run_program
-from edgebench.methods.budget import available_bytes
+from edgebench.methods.budget import Budget, available_bytes
+from edgebench.methods.device_speed import DeviceSpeed
 from edgebench.runner.spec import RunSpec
 from edgebench.runner.sweep import disk_needed_est
 from edgebench.untrusted import printable
@@ -181,6 +181,19 @@ def _runnable(name: str, specs: list[RunSpec], refused: dict[str, str],
     return specs
 
 
+def _fitting(name: str, specs: list[RunSpec], refused: dict[str, str], held_to: Budget,
+             rates: Callable[[], DeviceSpeed], force: bool,
+             log: Callable[[str], None]) -> tuple[list[RunSpec], list[str]]:
+    """The memory preflight (fleet.plan.fit_by_shape): the specs left once a batch size that does
+    not fit is dropped (its runs' reasons into `refused`, by method and batch), and the lines that
+    refuse the whole sweep."""
+    alone, whole = fit_by_shape(specs, held_to, rates, force, lambda line: log(f"{name}: {line}"))
+    for spec in specs:
+        if str(spec.run_id) in alone:
+            refused[f"{spec.method}, batch {spec.batch_size}"] = alone[str(spec.run_id)]
+    return [s for s in specs if str(s.run_id) not in alone], whole
+
+
 def deploy_one(name: str, specs: list[RunSpec], local_root: Path,
                log: Callable[[str], None] = lambda _: None, save_to: str | None = None,
                force: bool = False, rerun_disturbed: int = 0) -> Deployment:
@@ -195,10 +208,11 @@ def deploy_one(name: str, specs: list[RunSpec], local_root: Path,
         specs = _runnable(name, specs, refused,
                           lambda spec: shell_sweep.refusal(spec) if spec.backend != "executorch" else None)
     if not force:  # what the profile's RAM already rules out is refused before any export (minutes)
-        too_big, why = memory_refusals(specs, device_budget(device.profile, name, supervisor), device.device_speed)
-        if too_big:
-            raise PreflightError(f"{name} ({device.address}) cannot run this sweep:\n  - {why}; or --force to run "
-                                 "anyway")
+        specs, whole = _fitting(name, specs, refused, device_budget(device.profile, name, supervisor),
+                                device.device_speed, force, log)
+        if whole:
+            raise PreflightError(f"{name} ({device.address}) cannot run this sweep:\n  - "
+                                 + "\n  - ".join(f"{why}; or --force to run anyway" for why in whole))
 
     def exported(spec: RunSpec) -> str | None:
         return attach_program(spec, device.profile,
@@ -223,13 +237,9 @@ def deploy_one(name: str, specs: list[RunSpec], local_root: Path,
         payload = package.stat().st_size + unshipped_bytes(assets, found)
         ready = readiness.check(device, transport, backends={readiness.need(s) for s in specs})
         problems = ready.messages() + preflight(device, facts, specs, payload)
-        too_big, why = memory_refusals(specs, device_budget(device.profile, name, supervisor, facts),
-                                       device.device_speed)
-        if too_big and not force:
-            problems.append(f"{why}; or --force to run anyway")
-        elif too_big:
-            force_memory(specs, too_big, why)
-            log(f"{name}: forced (--force): {why}")
+        specs, whole = _fitting(name, specs, refused, device_budget(device.profile, name, supervisor, facts),
+                                device.device_speed, force, log)
+        problems += [f"{why}; or --force to run anyway" for why in whole]
         log(f"{name}: disk: {facts['disk_free_bytes'] / 2**20:.0f} MiB free; this sweep needs about "
             f"{(payload * 2 + disk_needed_est(specs) + DISK_HEADROOM) / 2**20:.0f} MiB (estimate)")
         if problems:

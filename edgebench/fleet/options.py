@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from edgebench.backends import BACKENDS
-from edgebench.cli_types import SEED, FiniteNonNegative, FinitePositive, FiniteRange
+from edgebench.cli_types import SEED, FiniteNonNegative, FinitePositive, FiniteRange, ListOf
 from edgebench.figures.learning import DEFAULT_EVAL_EVERY
 from edgebench.fleet.checks import check_evaluation, check_run_shape
 from edgebench.fleet.plan import parse_duration
@@ -39,14 +39,28 @@ TOKENIZER_OPTION = click.option("--tokenizer", default=None, type=click.Path(exi
                                 help="The model's tokenizer.json for --data (the file, or a folder holding it). "
                                      "Default: the dataset folder's, else the one beside --model's config.json "
                                      "(where Hugging Face saves it).")
-LR_OPTION = click.option("--lr", default=None, type=FinitePositive(),
-                         help="Backbone learning rate (default: the method's own: the recipe's for a checkpoint, "
-                              "the lr measured to learn soonest for a config's fresh weights).")
-WEIGHT_DECAY_OPTION = click.option(
-    "--weight-decay", default=None, type=FiniteNonNegative(),
-    help="Weight decay, as torch's optimizers apply it: L2 (added to the gradient) for SGD, SGD-momentum, Adam "
-         "and the estimated-gradient methods, decoupled (w *= 1 - lr*wd) for the AdamW family, LOMO and "
-         "Adafactor (default: the optimizer's own: AdamW's 0.01, else 0; cg refuses any but 0).")
+LR_HELP = ("Backbone learning rate (default: the method's own: the recipe's for a checkpoint, the lr measured to "
+           "learn soonest for a config's fresh weights).")
+WEIGHT_DECAY_HELP = (
+    "Weight decay, as torch's optimizers apply it: L2 (added to the gradient) for SGD, SGD-momentum, Adam "
+    "and the estimated-gradient methods, decoupled (w *= 1 - lr*wd) for the AdamW family, LOMO and "
+    "Adafactor (default: the optimizer's own: AdamW's 0.01, else 0; cg refuses any but 0).")
+LR_OPTION = click.option("--lr", default=None, type=FinitePositive(), help=LR_HELP)
+WEIGHT_DECAY_OPTION = click.option("--weight-decay", default=None, type=FiniteNonNegative(), help=WEIGHT_DECAY_HELP)
+# The axes of bench's and deploy's sweeps: each takes comma-separated values and the sweep runs
+# methods x lr x weight decay x threads x batch size (fleet/plan.py: make_specs).
+SEVERAL = " Several, comma-separated (e.g. {}), run each: the sweep is their cross product with the other axes."
+AXIS_OPTIONS = [
+    click.option("--lr", default=None, type=ListOf(FinitePositive()), metavar="LR[,LR...]",
+                 help=LR_HELP + SEVERAL.format("1e-3,1e-4")),
+    click.option("--weight-decay", default=None, type=ListOf(FiniteNonNegative()), metavar="WD[,WD...]",
+                 help=WEIGHT_DECAY_HELP + SEVERAL.format("0,0.01")),
+    click.option("--batch-size", default="1", show_default=True, type=ListOf(click.IntRange(min=1)),
+                 metavar="N[,N...]",
+                 help="Samples per step." + SEVERAL.format("1,4")),
+    click.option("--threads", default=None, type=ListOf(THREADS), metavar="N[,N...]",
+                 help="torch threads (default: torch's own)." + SEVERAL.format("1,2,4")),
+]
 
 # What bench and deploy do beyond the runs asked for: run a disturbed one again, keep the weights.
 RERUN_OPTION = click.option("--rerun-disturbed", default=0, show_default=True, type=click.IntRange(0, MAX_RERUNS),
@@ -63,14 +77,14 @@ SAVE_OPTION = click.option("--save", "save", default=None, type=click.Path(file_
 
 def run_options(command: Callable[..., None]) -> Callable[..., None]:
     """The run-shape options every command that starts runs takes (bench, deploy), so the
-    two can never drift apart. They arrive as one `shape` dict of RunSpec fields plus
-    `methods` (each method --repeats times), `runs_dir` and `as_json`."""
+    two can never drift apart. They arrive as one `shape` dict of RunSpec fields (the axes'
+    lr, weight_decay, threads and batch_size as tuples of their values, or None: make_specs runs
+    their cross product) plus `methods` (each method --repeats times), `runs_dir` and `as_json`."""
     options = [
         MODEL_OPTION,
         DATA_OPTION,
         TOKENIZER_OPTION,
-        LR_OPTION,
-        WEIGHT_DECAY_OPTION,
+        *AXIS_OPTIONS,
         click.option(
             "--repeats",
             default=1,
@@ -105,7 +119,6 @@ def run_options(command: Callable[..., None]) -> Callable[..., None]:
         click.option("--steps", default=5, show_default=True, type=STEPS, help="Measured steps."),
         click.option("--warmup", default=1, show_default=True, type=WARMUP_STEPS, help="Warmup steps."),
         click.option("--duration", default=None, help="Run for a time instead of --steps, e.g. 90s or 10m."),
-        click.option("--batch-size", default=1, show_default=True, type=click.IntRange(min=1)),
         click.option("--text-length", default=32, show_default=True, type=click.IntRange(min=2)),
         click.option(
             "--max-image-size",
@@ -146,9 +159,6 @@ def run_options(command: Callable[..., None]) -> Callable[..., None]:
             help="Stop a run once its held-out figure reaches this, e.g. accuracy=0.9 or loss=2.0; "
             "--steps/--duration are the cap. Records the steps, seconds and joules it took, or that the "
             "cap came first. An exported program's run, evaluated by the host afterwards, runs to its cap.",
-        ),
-        click.option(
-            "--threads", default=None, type=THREADS, help="torch threads (default: torch's own)."
         ),
         click.option("--accelerator", default="cpu", show_default=True, type=click.Choice(["cpu", "cuda"])),
         click.option(

@@ -9,6 +9,7 @@ and power model), then the export step for exported backends (a refusal becomes 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 import secrets
 import time
@@ -171,15 +172,71 @@ def new_run_id(device: str, spec: RunSpec) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text)
 
 
+# The run options that take several values (bench, deploy: `--lr 1e-3,1e-4`): a sweep runs the
+# cross product of methods and their values, each combination a run shape of its own, in this order
+# (lr outermost); the names are the report's (results.aggregate.SHAPE_NAMES).
+AXES = ("lr", "weight_decay", "threads", "batch_size")
+
+
+def axis_values(value: Any) -> tuple[Any, ...]:
+    """An axis as given: several values (a tuple or list), or one (None too: the default)."""
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
+def axis_grid(shape: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every combination of the axes' values in `shape` (RunSpec fields), lr outermost."""
+    axes = [a for a in AXES if a in shape]
+    return [dict(zip(axes, point)) for point in itertools.product(*(axis_values(shape[a]) for a in axes))]
+
+
 def make_specs(methods: list[str], **shape: Any) -> list[RunSpec]:
-    """One spec per method, all with the same run shape (RunSpec field names); a method
-    listed again is a repeat (numbered in `repeat`), so `[a, b, a, b]` interleaves them."""
-    seen: dict[str, int] = {}
+    """One spec per method and combination of the axes' values (AXES: a tuple is several values),
+    the rest of the run shape shared (RunSpec field names): every method at one combination, then
+    the next. A method listed again is a repeat (numbered in `repeat`), so `[a, b, a, b]` interleaves them."""
+    seen: dict[tuple[Any, ...], int] = {}
     specs = []
-    for method in methods:
-        specs.append(RunSpec(method=method, repeat=seen.get(method, 0), **shape))
-        seen[method] = seen.get(method, 0) + 1
+    for point in axis_grid(shape):
+        for method in methods:
+            key = (method, *point.values())
+            specs.append(RunSpec(method=method, repeat=seen.get(key, 0), **{**shape, **point}))
+            seen[key] = seen.get(key, 0) + 1
     return specs
+
+
+def run_label(spec: RunSpec, specs: list[RunSpec]) -> str:
+    """A run as a sweep's progress names it: its method, and the axes' values where the sweep's
+    `specs` differ in them (`sgd, lr 0.01, threads 2`)."""
+    from edgebench.results.aggregate import SHAPE_NAMES
+
+    differ = [a for a in AXES if len({getattr(s, a) for s in specs}) > 1]
+    return ", ".join([spec.method, *(f"{SHAPE_NAMES[a]} {getattr(spec, a)}" for a in differ)])
+
+
+def fit_by_shape(specs: list[RunSpec], held_to: Budget, rates: Callable[[], DeviceSpeed], force: bool,
+                 log: Callable[[str], None]) -> tuple[dict[str, str], list[str]]:
+    """The memory preflight of a sweep: memory_refusals for each batch size (the axis the memory
+    model reads). Returns the runs refused on their own (run id -> why: a batch size that does not
+    fit while others run) and the lines refusing the whole sweep (it asked for one batch size, as
+    a single shape always was, or no run fits). `force`: neither; the runs go ahead, recorded and logged."""
+    sizes = list(dict.fromkeys(s.batch_size for s in specs))
+    found = []
+    for size in sizes:
+        shape = [s for s in specs if s.batch_size == size]
+        refused, why = memory_refusals(shape, held_to, rates)
+        if refused:
+            found.append((shape, refused, why))
+    if force:
+        for shape, refused, why in found:
+            force_memory(shape, refused, why)
+            log(f"forced (--force): {why}")
+        return {}, []
+    alone = {str(s.run_id): f"{why}; or --force to run anyway"
+             for shape, refused, why in found for s in shape if s.method in refused}
+    if len(sizes) == 1 or len(alone) == len(specs):
+        return {}, [why for _, _, why in found]
+    for *_, why in found:
+        log(f"refused (the other batch sizes run): {why}")
+    return alone, []
 
 
 def disturbed_rerun(spec: RunSpec, result: dict[str, Any], device_name: str) -> RunSpec | None:
@@ -264,7 +321,12 @@ def attach_native(spec: RunSpec, arch: str, on_stage: Callable[[str], None] = la
 def unsupported_result(spec: RunSpec, detail: str) -> dict[str, Any]:
     """The recorded result of a run that was refused before it started."""
     return {"run_id": spec.run_id, "model": spec.model, "method": spec.method, "backend": spec.backend,
-            "status": "unsupported", "detail": detail}
+            **axes_of(spec), "status": "unsupported", "detail": detail}
+
+
+def axes_of(spec: RunSpec) -> dict[str, Any]:
+    """The run's values on the sweep's axes (bench's results carry them for its table and --json)."""
+    return {a: getattr(spec, a) for a in AXES}
 
 
 def ingest_runs(store_path: Path, run_dirs: list[Path], device: str) -> list[str]:

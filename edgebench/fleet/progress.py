@@ -58,10 +58,10 @@ class RunBars:
     def __exit__(self, *exc: Any) -> None:
         self.progress.__exit__(*exc)
 
-    def add(self, spec: RunSpec) -> RunBar:
-        """The bar of one run (a re-run of a disturbed run says so); its total is the steps, warmup
-        included (unknown for a --duration run)."""
-        label = f"{spec.method} ({spec.backend})" + (" re-run: disturbed" if spec.extra.get("rerun_of") else "")
+    def add(self, spec: RunSpec, name: str) -> RunBar:
+        """The bar of one run, as the sweep `name`s it (`run 2 of 4: sgd, lr 0.01`; a re-run of a
+        disturbed run says so); its total is the steps, warmup included (unknown for a --duration run)."""
+        label = f"{name} ({spec.backend})" + (" re-run: disturbed" if spec.extra.get("rerun_of") else "")
         total = None if spec.duration_s else spec.warmup_steps + spec.steps
         return RunBar(self, self.progress.add_task(label, total=total), label, total)
 

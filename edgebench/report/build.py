@@ -10,6 +10,7 @@ from typing import Any
 
 from edgebench.figures.carbon import CarbonIntensity, with_co2
 from edgebench.report import plots
+from edgebench.report.axes import axis_effects
 from edgebench.report.series import learning_curves, pareto_y
 from edgebench.report.tables import sensor_notes, unfinished_notes
 from edgebench.results.aggregate import group_runs
@@ -38,6 +39,7 @@ class Report:
     study: list[dict[str, Any]] | None = None
     study_notes: list[str] = field(default_factory=list)
     carbon: CarbonIntensity = field(default_factory=CarbonIntensity)  # the grid's, for the CO2 beside energy
+    axes: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # each swept axis' effect (axes.py)
 
 
 def safe_name(*parts: str) -> str:
@@ -63,6 +65,7 @@ def collect(store: Store, device: str | None = None, model: str | None = None, f
     report = Report(rows, store.runs(device=device, model=model, tag=tag), group_runs(rows), carbon=carbon)
     report.notes = sensor_notes(report.groups)
     report.unfinished = unfinished_notes(report.groups)
+    report.axes = axis_effects(report.groups)
     if baseline:
         report.study, report.study_notes = study_rows(report.groups, baseline)
     if not figures or not report.rows:
@@ -85,6 +88,9 @@ def collect(store: Store, device: str | None = None, model: str | None = None, f
                 report.figures.append(_figure(safe_name("learning", dev, mdl),
                                               f"Held-out learning curves: device {dev}, model {mdl}",
                                               charts.learning_figure(curves, basis)))
+    if interactive and any(report.axes.values()):
+        report.figures.append(_figure("axes", "Each axis' effect: threads, lr x weight decay, batch size",
+                                      charts.axis_charts(report.groups)))
     if len({g["device"] for g in report.groups}) > 1:
         report.figures.append(_figure("compare_devices", "Comparison across devices",
                                       draw.compare_devices_figure(report.groups)))

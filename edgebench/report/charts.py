@@ -20,6 +20,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from edgebench.figures.learning import parse_target
+from edgebench.report.axes import batch_memory, decimal, lr_decay_grid, thread_scaling
 from edgebench.report.series import (
     MIB,
     NO_FINISHED,
@@ -328,3 +329,41 @@ def learning_figure(curves: list[tuple[dict[str, Any], list[dict[str, Any]]]], b
         fig.update_layout(**_layout(220 + 160 * len(rows)))
         out.append((f"held-out {' and '.join(k for k, *_ in rows)} against {x_title}", _plain(fig)))
     return out
+
+
+def _lines(rows: list[dict[str, Any]], x: str, y: str, title: str, x_title: str, scale: float = 1.0,
+           log_x: bool = False) -> tuple[str, dict[str, Any]]:
+    """A line per series of `rows`: `y` against `x`."""
+    fig = go.Figure()
+    for series in dict.fromkeys(r["series"] for r in rows):
+        mine = [r for r in rows if r["series"] == series and r.get(y) is not None]
+        fig.add_trace(go.Scatter(x=[r[x] for r in mine], y=[r[y] / scale for r in mine], mode="lines+markers",
+                                 name=escape(series), hovertemplate=f"{escape(series)}<br>{escape(x_title)}: %{{x}}"
+                                 f"<br>{escape(title)}: %{{y:.4g}}<extra></extra>"))
+    fig.update_layout(**_layout(360, xaxis=_axis(x_title, type="log" if log_x else "linear"), yaxis=_axis(title)))
+    return title, _plain(fig)
+
+
+def axis_charts(groups: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """The HTML report's charts of each axis' effect (none where no axis varies)."""
+    charts = []
+    threads = thread_scaling(groups)
+    if threads:
+        energy = "energy per step, J" + (" (estimated)" if any(r["energy_estimated"] for r in threads) else "")
+        charts += [_lines(threads, "threads", "step_time_median_s", "median step time, s", "threads"),
+                   _lines(threads, "threads", "samples_per_s", "samples/s", "threads"),
+                   _lines(threads, "threads", "energy_per_step_j", energy, "threads"),
+                   _lines(threads, "threads", "scaling_efficiency", "scaling efficiency (1 = linear)", "threads")]
+    for grid in lr_decay_grid(groups):
+        fig = go.Figure(go.Heatmap(
+            z=grid["values"], x=[f"wd {decimal(v)}" for v in grid["weight_decay"]],
+            y=[f"lr {decimal(v)}" for v in grid["lr"]], colorscale="Viridis", reversescale=True,
+            colorbar={"title": {"text": escape(grid["words"])}},
+            hovertemplate="%{y}, %{x}<br>" + escape(grid["words"]) + ": %{z:.4g}<extra></extra>"))
+        fig.update_layout(**_layout(360, xaxis=_axis("weight decay", type="category"),
+                                    yaxis=_axis("learning rate", type="category")))
+        charts.append((f"{grid['words']} over lr x weight decay: {grid['series']}", _plain(fig)))
+    batch = batch_memory(groups)
+    if batch:
+        charts.append(_lines(batch, "batch_size", "peak_mem_bytes", "peak memory, MiB", "batch size", MIB))
+    return charts

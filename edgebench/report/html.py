@@ -18,6 +18,7 @@ from typing import Any
 from plotly.io.json import to_json_plotly
 from plotly.offline import get_plotlyjs
 
+from edgebench.report.axes import SCALING_CAPTION, axis_sections
 from edgebench.report.build import Figure, Report, safe_name
 from edgebench.report.study import (
     STUDY_IDENT,
@@ -178,6 +179,18 @@ def _study(report: Report) -> tuple[str, set[str]]:
     return "".join(parts), shown
 
 
+def _axes(report: Report) -> tuple[str, set[str]]:
+    """What each swept axis did (report.axes): its tables, then its charts; and the figures shown here."""
+    if not any(report.axes.values()):
+        return "", set()
+    parts = ['<h2 id="axes">Axes: threads, lr x weight decay, batch size</h2>',
+             f'<p class="note">{escape(SCALING_CAPTION)}</p>']
+    parts += [(f"<h4>{escape(s.title)}</h4>" if s.title else "") + _fields_table(s.ident + s.figures, s.rows)
+              for s in axis_sections(report.axes)]
+    figures = [f for f in report.figures if f.name == "axes"]
+    return "".join(parts + [_chart(f) for f in figures]), {f.name for f in figures}
+
+
 def _links(figures: list[Figure]) -> str:
     """Links to the figures, folded where there are many (a chart or two per run)."""
     links = "".join(f'<li><a href="#fig-{escape(f.name)}">{escape(f.title)}</a></li>' for f in figures)
@@ -187,7 +200,8 @@ def _links(figures: list[Figure]) -> str:
 
 def _contents(report: Report, notes: bool, studied: list[Figure], figures: list[Figure]) -> str:
     """The table of contents: each section, and each figure by its title (the file is long)."""
-    sections = [("study", "Study", report.study is not None, studied), ("configurations", "Configurations", True, []),
+    sections = [("study", "Study", report.study is not None, studied),
+                ("axes", "Axes", any(report.axes.values()), []), ("configurations", "Configurations", True, []),
                 ("notes", "Notes", notes, []), ("runs", "Runs", True, []),
                 ("figures", "Figures", bool(figures), figures)]
     items = [f'<li><a href="#{anchor}">{name}</a>{_links(figs) if figs else ""}</li>'
@@ -213,8 +227,9 @@ def render_html(report: Report, title: str = "edgebench report") -> str:
     notes = "".join(f"<li>{escape(n)}</li>" for n in report.unfinished + report.notes + alignment_notes(report.runs)
                     + emulated_notes(report.runs))
     study, in_study = _study(report)
+    axes, in_axes = _axes(report)
     studied = [f for f in report.figures if f.name in in_study]
-    figures = [f for f in report.figures if f.name not in in_study]  # each chart once
+    figures = [f for f in report.figures if f.name not in in_study | in_axes]  # each chart once
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
@@ -230,6 +245,7 @@ estimate: energy x the grid's carbon intensity, {escape(report.carbon.what)}. Ch
 bar or line for what it is; drag to zoom (double-click: back); click a legend entry to hide it.</p>
 {_contents(report, bool(notes), studied, figures)}
 {study}
+{axes}
 <h2 id="configurations">Configurations</h2>
 <p class="note">{escape(LEGEND + heldout_legend(report.groups) + carbon_legend(report.groups, report.carbon))}</p>
 {configurations}

@@ -89,7 +89,8 @@ def _print_terminal(report: build.Report, study: bool) -> None:
         from edgebench.report.study import study_terminal
 
         assert report.study is not None  # collect makes it when given a baseline
-        console.print(study_terminal(report.study, report.study_notes, width=console.width, carbon=report.carbon))
+        console.print(study_terminal(report.study, report.study_notes, width=console.width, carbon=report.carbon,
+                                     axes=report.axes))
     else:
         from edgebench.report.tables import terminal_report
 
@@ -103,7 +104,7 @@ def _write_text(report: build.Report, fmt: str, out: Path | None, study: bool) -
 
         assert report.study is not None  # collect makes it when given a baseline
         text = study_csv(report.study) if fmt == "csv" else study_json(report.study, report.study_notes,
-                                                                       report.carbon)
+                                                                       report.carbon, report.axes)
     else:
         text = export.to_csv(report.rows) if fmt == "csv" else export.to_json(report.rows, report.groups,
                                                                                report.carbon)

@@ -14,6 +14,7 @@ from rich.console import Group
 from rich.text import Text
 
 from edgebench.figures.carbon import CarbonIntensity
+from edgebench.report.axes import axis_sections
 from edgebench.report.tables import (
     FRONTIER_LEGEND,
     LOSS_FIELD,
@@ -137,7 +138,8 @@ def setting_title(key: Setting, rows: list[dict[str, Any]]) -> str:
 
 
 def study_terminal(rows: list[dict[str, Any]], notes: list[str], width: int,
-                   carbon: CarbonIntensity | None = None) -> Group:
+                   carbon: CarbonIntensity | None = None, axes: dict[str, list[dict[str, Any]]] | None = None) -> Group:
+    """The study's tables, then what each swept axis did (`axes`: report.axes.axis_effects)."""
     parts = fitted_sections([Section(setting_title(key, members), STUDY_IDENT, study_fields(members), members)
                              for key, members in settings(rows).items()], width)
     parts.append(Text(study_legend(rows, carbon), style="dim", overflow="fold"))
@@ -153,6 +155,8 @@ def study_terminal(rows: list[dict[str, Any]], notes: list[str], width: int,
                 overflow="fold",
             )
         )
+    if axes and any(axes.values()):  # below the study's legend: the axes say their own
+        parts += fitted_sections(axis_sections(axes), width)
     return Group(*parts)
 
 
@@ -165,8 +169,10 @@ def study_csv(rows: list[dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def study_json(rows: list[dict[str, Any]], notes: list[str], carbon: CarbonIntensity | None = None) -> str:
-    """The study's rows, its notes, and the grid's carbon intensity its CO2 figures come from."""
+def study_json(rows: list[dict[str, Any]], notes: list[str], carbon: CarbonIntensity | None = None,
+               axes: dict[str, list[dict[str, Any]]] | None = None) -> str:
+    """The study's rows, its notes, the grid's carbon intensity its CO2 figures come from, and
+    what each swept axis did (`axes`: report.axes.axis_effects)."""
     return json.dumps({"columns": STUDY_COLUMNS, "rows": [{k: r.get(k) for k in STUDY_COLUMNS} for r in rows],
-                       "notes": notes, "carbon_intensity": (carbon or CarbonIntensity()).as_json()},
-                      indent=2, default=str) + "\n"
+                       "notes": notes, "carbon_intensity": (carbon or CarbonIntensity()).as_json(),
+                       "axes": axes or {}}, indent=2, default=str) + "\n"

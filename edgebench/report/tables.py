@@ -473,6 +473,7 @@ def bench_rows(results: list[dict[str, Any]], device: str = "local") -> list[dic
         rows.append({"device": device, "run_id": r.get("run_id"), "model": r.get("model"),
                      "method": r.get("method", "?"), "backend": backend_label(r.get("backend"), r.get("runtime")),
                      "batch_size": r.get("batch_size"), "status": r.get("status"), "detail": r.get("detail"),
+                     **{k: r.get(k) for k in ("lr", "weight_decay", "threads")},  # the sweep's axes (bench adds them)
                      "peak_mem_bytes": r.get("peak_rss_bytes_kernel") or r.get("peak_rss_bytes_sampled"),
                      "peak_rss_bytes_sampled": r.get("peak_rss_bytes_sampled"),
                      "predicted_peak_bytes_est": r.get("predicted_peak_bytes_est"),
@@ -518,7 +519,7 @@ def render_bench_results(results: list[dict[str, Any]], title: str, console: Con
     """The table `edgebench bench` prints: one row per method (repeats folded), then each failure."""
     console = console or terminal()  # piped: the table as wide as its rows
     groups = group_runs(bench_rows(results))
-    for part in fitted(title, BENCH_IDENT, BENCH_FIGURES, groups, console.width):
+    for part in fitted(title, with_shape(BENCH_IDENT, groups), BENCH_FIGURES, groups, console.width):
         console.print(part)
     console.print(Text(BENCH_LEGEND + heldout_legend(groups), style="dim", overflow="fold"))
     if os.environ.get("EDGEBENCH_EMULATOR"):  # bench ran by the arm64 lab's python

@@ -2,7 +2,8 @@
 its runs with min, max and n (definitions: edgebench.figures, docs/figures.md).
 
 A configuration is (device, model, method, backend) and the run shape (batch size, steps,
-text length, image size, data, held-out target): runs that differ in any of them stay apart. Figures come
+text length, image size, data, held-out target, lr, weight decay, threads): runs that differ in
+any of them stay apart, never folded as repeats. Figures come
 from the runs that finished (`ok`); a configuration where none finished shows its failed
 runs' figures (an OOM's peak is still the story) with their status. `config_label` names a
 configuration the same way in every table and chart.
@@ -19,7 +20,8 @@ from edgebench.results.pareto import SHAPE_KEYS, mark_frontier
 
 GROUP_KEYS = ("device", "model", "method", "backend", *SHAPE_KEYS)
 SHAPE_NAMES = {"batch_size": "batch", "steps": "steps", "text_length": "text", "image_size": "image", "data": "data",
-               "target": "target"}
+               "target": "target", "lr": "lr", "weight_decay": "wd", "threads": "threads"}
+DEFAULTED = ("lr", "weight_decay", "threads")  # None: the method's (optimizer's, torch's) own
 FIGURE_KEYS = (
     "peak_mem_bytes",
     "device_ram_peak_bytes",
@@ -69,7 +71,8 @@ def _status(statuses: Counter[str]) -> str:
 def shape_text(group: dict[str, Any], keys: list[str]) -> str:
     """The run shape's `keys` as words (`steps 5, text 32, no target`); empty when none is asked."""
     return ", ".join("no target" if k == "target" and group.get(k) is None else
-                     f"{SHAPE_NAMES[k]} {'-' if group.get(k) is None else group[k]}" for k in keys)
+                     f"{SHAPE_NAMES[k]} {('default' if k in DEFAULTED else '-') if group.get(k) is None else group[k]}"
+                     for k in keys)
 
 
 def config_label(group: dict[str, Any], device: bool = True, model: bool = True) -> str:

@@ -28,7 +28,7 @@ from edgebench.runner.native import backend_label
 # Column order of `edgebench report --format csv|json`.
 METRIC_COLUMNS = [
     "device", "run_id", "model", "method", "backend", "status", "detail", "batch_size", "steps", "text_length",
-    "image_size", "data", "steps_measured", "last_step",
+    "image_size", "data", "lr", "weight_decay", "threads", "steps_measured", "last_step",
     "peak_rss_bytes_sampled", "peak_rss_bytes_kernel", "cgroup_peak_bytes", "peak_mem_bytes",
     "predicted_peak_bytes_est", "predicted_peak_error_pct", "budget_bytes", "peak_of_budget", "device_ram_bytes",
     "device_ram_peak_bytes", "device_ram_limit_bytes", "device_ram_peak_what",
@@ -50,11 +50,14 @@ def run_shape(run: dict[str, Any]) -> dict[str, Any]:
     are different configurations. `data` is the folder dataset's name (else synthetic), `packed` added."""
     spec = (json.loads(run.get("meta_json") or "{}") or {}).get("spec") or {}
     if spec.get("command"):  # a measured command (edgebench measure): it chose its steps, its data its own
-        return {"steps": None, "text_length": None, "image_size": None, "data": None, "target": None}
+        return {"steps": None, "text_length": None, "image_size": None, "data": None, "target": None, "lr": None,
+                "weight_decay": None, "threads": None}
     data = str(spec["data_dir"]).rstrip("/").rsplit("/", 1)[-1] if spec.get("data_dir") else "synthetic"
     return {"steps": spec.get("steps") if not spec.get("duration_s") else f"{spec['duration_s']:g} s",
             "text_length": run.get("text_length"), "image_size": run.get("image_size"),
-            "data": data + (" packed" if spec.get("packing") else ""), "target": spec.get("target")}
+            "data": data + (" packed" if spec.get("packing") else ""), "target": spec.get("target"),
+            # the sweep's axes (bench --lr 1e-3,1e-4): None is the method's (torch's) own
+            "lr": spec.get("lr"), "weight_decay": spec.get("weight_decay"), "threads": spec.get("threads")}
 
 
 def _pct(share: float | None) -> float | None:

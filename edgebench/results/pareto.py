@@ -22,7 +22,7 @@ from typing import Any
 
 X_KEY, Y_KEY, TARGET_Y_KEY = "peak_mem_bytes", "step_time_median_s", "time_to_target_s"
 # runs that differ here stay apart
-SHAPE_KEYS = ("batch_size", "steps", "text_length", "image_size", "data", "target")
+SHAPE_KEYS = ("batch_size", "steps", "text_length", "image_size", "data", "target", "lr", "weight_decay", "threads")
 
 
 def frontier_indices(points: list[tuple[float, float]]) -> set[int]:

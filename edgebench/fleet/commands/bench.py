@@ -13,7 +13,7 @@ import click
 from edgebench.fleet.checks import check_save
 from edgebench.fleet.commands.output import echo_err
 from edgebench.fleet.options import RERUN_OPTION, SAVE_OPTION, run_options
-from edgebench.fleet.plan import rerun_summary
+from edgebench.fleet.plan import axis_values, rerun_summary
 from edgebench.results import STORE_DEFAULT_HELP, default_store, runs_dir_for, store_for
 from edgebench.terminal import console, wrapped
 
@@ -66,7 +66,8 @@ def bench(device: str, shape: dict[str, Any], methods: list[str], runs_dir: str 
     if as_json:
         click.echo(json.dumps(sweep.results, indent=2, default=str))
     else:
-        _show_bench(sweep, f"{shape['model']} on {device}, batch {shape['batch_size']}, {shape['backend']}",
+        batch = ",".join(map(str, axis_values(shape["batch_size"])))
+        _show_bench(sweep, f"{shape['model']} on {device}, batch {batch}, {shape['backend']}",
                     rerun_disturbed, runs, store_path)
     _bench_exit(sweep.results, device, shape["backend"])
 
