@@ -135,6 +135,12 @@ def test_garbage_is_counted_and_a_good_run_beside_a_bad_one_goes_in(tmp_path):
         assert row["run_id"] == "good" and row["samples_bad_lines"] == 1 and row["samples_truncated"]
         assert store.con.execute("SELECT max(new_reading_count) FROM samples").fetchone() == (3,)
     assert read_samples(good / "samples.jsonl").bad_lines == 1
+    lines = (good / "samples.jsonl").read_text()
+    (good / "samples.jsonl").write_text("{}\n" + lines)  # no reading: counted by either reader
+    assert read_samples(good / "samples.jsonl").bad_lines == 2
+    with Store(tmp_path / "s.duckdb") as store:
+        store.ingest_run(good, device="pi")
+        assert store.runs()[0]["samples_bad_lines"] == 2
 
 
 def test_ingest_of_a_ten_megabyte_reading_is_one_line_exit_2(tmp_path, memory_cgroup):
@@ -196,3 +202,30 @@ def test_a_hostile_store_is_refused_whole_naming_its_table_row_and_field(tmp_pat
         assert mine.runs() == []
         for table in ("clock_probes", "external_sources", "external_traces"):
             assert mine.con.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,), table
+
+
+# --- the readers one line at a time -----------------------------------------------------------
+
+def test_the_live_view_leaves_a_bad_sample_out_and_says_why():
+    from types import SimpleNamespace
+
+    from edgebench.live.state import LiveState
+
+    state = LiveState(source="pi:/runs/r1")
+    good, bad = {"t_ns": 1, "rss_bytes": 1 << 20}, {"t_ns": 2, "rss_bytes": 1 << 40, "power_w": math.inf}
+    state.apply(SimpleNamespace(meta=None, result=None, error=None, bad_lines=0, events=[], samples=[good, bad]))
+    assert state.samples_seen == 1 and state.peak_rss_bytes == 1 << 20  # the bad line's RSS never shown
+    assert state.follow_error is not None and \
+        "pi:/runs/r1/samples.jsonl sample 2: sample.power_w is inf, not a finite number" in state.follow_error
+
+
+def test_the_supervisors_memory_low_point_skips_a_line_its_sampler_never_writes(tmp_path):
+    from edgebench.runner.supervisor import memory_low_point
+
+    path = tmp_path / "samples.jsonl"
+    lines = [{"t_ns": 1, "mem_available_bytes": 500, "cgroup_usage_bytes": 7},
+             {"t_ns": 2, "mem_available_bytes": -5, "cgroup_usage_bytes": 9},  # not a size
+             {"t_ns": 3, "mem_available_bytes": 600, "cgroup_usage_bytes": "8"}]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert memory_low_point(path) == {"mem_available_low_bytes": 500, "cgroup_usage_at_low_bytes": 7,
+                                      "cgroup_limit_bytes": None}

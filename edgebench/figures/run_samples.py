@@ -22,7 +22,7 @@ text of at most MAX_TEXT_CHARS characters; it is kept (the store gives it a colu
 line holds at most MAX_KEYS keys; a nested object or list is never a reading.
 
 What a bad line does is what a bad event does (`figures.run_events`): a line that is not a
-JSON object (garbage, a killed writer's cut last line) is counted and dropped; an object with
+JSON object (garbage, a killed writer's cut last line) or is an empty one is counted and dropped; an object with
 a bad field raises `untrusted.BadRecord`, one line naming the file, the line, `sample.<key>`
 and the value, and the run is refused (`edgebench ingest` stores nothing of it, exit 2). The
 readers: `read_samples` (a run's own small file: figures, probe), `sample_of` one line at a
@@ -193,11 +193,16 @@ def read_samples(path: str | Path) -> RunSamples:
     """The checked sample lines of `path`; a missing file reads as none. A bad line raises
     BadRecord naming the file and its line."""
     trace = read_trace(path)
+    records: list[Mapping[str, Any]] = []
     for record, line in zip(trace.records, trace.line_numbers):
+        if not record:  # `{}` holds no reading: counted, as the store's reader counts it
+            continue
         problem = _problem(record)
         if problem is not None:
             raise bad_sample(f"{path} line {line}", problem)
-    return RunSamples(list(trace.records), trace.truncated_last_line, trace.bad_lines)
+        records.append(record)
+    empty = len(trace.records) - len(records)
+    return RunSamples(records, trace.truncated_last_line, trace.bad_lines + empty)
 
 
 # ---- the store: DuckDB parses the file, this table checks its values ------------------------
