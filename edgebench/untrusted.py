@@ -19,7 +19,9 @@ All raise `UnsafeName` (a ValueError) naming what was refused and the rule, in o
 
 A record read from such a file is checked once, where it is read, against its one typed
 definition (result.json's `end`: `edgebench.figures.run_end.RunEnd`; meta.json:
-`edgebench.figures.run_meta.RunMeta`; each event of events.jsonl: `edgebench.figures.run_events`);
+`edgebench.figures.run_meta.RunMeta`; each event of events.jsonl: `edgebench.figures.run_events`;
+each line of samples.jsonl: `edgebench.figures.run_samples`; another store's rows:
+`edgebench.results.store_rows`);
 a field of the wrong type, out of its range or too long raises `BadRecord` (a ValueError), one
 line naming the file, the record and the field.
 

@@ -20,9 +20,10 @@ import numpy as np
 import pytest
 
 from edgebench.figures.readings import READINGS_FIELDS, is_sample_key
+from edgebench.figures.run_samples import read_samples, sample_of
 from edgebench.figures.samples import columns_of, raw_columns, sample_figures
 from edgebench.telemetry.sampler import Sampler
-from edgebench.telemetry.trace import read_trace
+from edgebench.untrusted import BadRecord
 
 SWEEP = Path(__file__).resolve().parents[1] / "edgebench" / "runner" / "sweep.sh"
 SHELLS = {"dash": ["dash"], "busybox": ["busybox", "sh"], "mksh": ["mksh"]}
@@ -141,7 +142,7 @@ def _python(root: Path, sensors: dict, tmp: Path) -> tuple[dict, dict]:
     out.unlink(missing_ok=True)
     sampler = Sampler(out, PID, root=root, sensors=sensors, runner=_no_command).start()  # resets a v1 peak
     sampler.stop()  # its last line reads every source
-    return sampler.readings(), read_trace(out).records[-1]
+    return sampler.readings(), dict(read_samples(out).records[-1])  # every line checked (figures.run_samples)
 
 
 def _no_command(argv: object) -> str:
@@ -155,7 +156,7 @@ def _shell(shell: list[str], root: Path, power: str) -> tuple[dict, dict]:
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and not done.stderr, done.stderr
     readings, sample = done.stdout.splitlines()
-    return json.loads(readings), json.loads(sample)
+    return json.loads(readings), dict(sample_of(json.loads(sample), "sweep.sh --sample"))  # as the host reads it
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -213,9 +214,11 @@ def test_the_host_makes_the_same_figures_of_either_runtime_and_reads_the_battery
 
 
 def test_readings_the_host_cannot_interpret_are_named_gaps_not_numbers(tmp_path):
-    """A run whose device recorded garbage (a battery current that is text, a thermal zone that is
-    not a number, a /proc/stat line that is not one, a garbage line, a cut last line): ingest and
-    the report go on, the figures those readings feed are gaps, and each gap is named."""
+    """A run whose device read nothing where its readings name a source (a battery current and
+    thermal zones that are null), a /proc/stat line that is not one, a garbage line, a cut last
+    line: ingest and the report go on, the figures those readings feed are gaps, and each gap is
+    named. A reading of the wrong type (text where a number belongs) is no gap: neither writer
+    writes one, and the run is refused naming its line (figures.run_samples, issue 71)."""
     from edgebench.results.metrics import all_metrics
     from edgebench.results.store import Store
 
@@ -228,7 +231,7 @@ def test_readings_the_host_cannot_interpret_are_named_gaps_not_numbers(tmp_path)
             "sensors": sensors, "power_model": {"idle_w": 1.0, "max_w": 3.0}}
     (run / "meta.json").write_text(json.dumps({"run_id": "garbled", "spec": spec, "readings": readings,
                                                "device": {"mem_total_bytes": 4 << 30}}))
-    bad = {"battery_current_ua": "-352000 uA", "thermal_zone0_mc": "hot", "thermal_zone1_mc": None,
+    bad = {"battery_current_ua": None, "thermal_zone0_mc": None, "thermal_zone1_mc": None,
            "proc_stat_cpu": "cpu garbage"}
     lines = [json.dumps({**sample, **bad, "t_ns": t * 100_000_000, "worker_cpu_ticks": t * 5}) for t in range(1, 30)]
     (run / "samples.jsonl").write_text("\n".join(lines[:10] + ["not json"] + lines[10:]) + '\n{"t_ns": 9')
@@ -246,6 +249,10 @@ def test_readings_the_host_cannot_interpret_are_named_gaps_not_numbers(tmp_path)
     gaps = row["figure_gaps"]
     for key in ("battery_current_ua", "thermal_zone0_mc", "thermal_zone1_mc", "proc_stat_cpu: 29 of 29 readings"):
         assert key in gaps, gaps
+    (run / "samples.jsonl").write_text(json.dumps({**sample, **bad, "t_ns": 5, "thermal_zone0_mc": "hot"}) + "\n")
+    with Store(tmp_path / "s.duckdb") as store, \
+            pytest.raises(BadRecord, match="samples.jsonl line 1: sample.thermal_zone0_mc is 'hot', not a finite"):
+        store.ingest_run(run, device="phone")
 
 
 def test_the_native_worker_ends_with_the_exit_codes_the_host_reads(monkeypatch):

@@ -1,6 +1,7 @@
 """Constants restated in another language: the shell sweep (edgebench/runner/sweep.sh) restates a
-few of the Python supervisor's and sweep's, the native worker (edgebench/native/plan.h) the plan's
-format line. Each is defined in Python; these tests hold the other copy to it."""
+few of the Python supervisor's and sweep's, the native worker (edgebench/native/plan.h) the
+plan's format line and (common.h) the cap of an error's detail. Each is defined in Python; these
+tests hold the other copy to it."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from edgebench.figures.run_events import MAX_TEXT_CHARS
 from edgebench.figures.status import HOST_MEMORY_LOW_BYTES
 from edgebench.runner import native, supervisor, sweep
 
 SWEEP_SH = Path(sweep.__file__).with_name("sweep.sh")
 PLAN_H = Path(native.__file__).parents[1] / "native" / "plan.h"
+COMMON_H = PLAN_H.with_name("common.h")
 
 
 def _shell_constant(name: str) -> int:
@@ -35,3 +38,11 @@ def test_the_shell_sweep_states_the_python_value(name, python_value):
 def test_the_native_worker_reads_the_plan_format_python_writes():
     declared = re.findall(r'kPlanFormat = "([^"]*)"', PLAN_H.read_text())
     assert declared == [native.PLAN_FORMAT], "native/plan.h's kPlanFormat differs from runner.native.PLAN_FORMAT"
+
+
+def test_the_native_workers_detail_cap_is_the_events_text_cap():
+    """The native worker cuts an error's detail to MAX_DETAIL_CHARS bytes (common.cpp json_detail),
+    so no detail it writes is longer than the host's typed event allows (run_events.MAX_TEXT_CHARS):
+    a longer cap would make the host refuse the run's trace."""
+    declared = re.findall(r"constexpr size_t MAX_DETAIL_CHARS = (\d+);", COMMON_H.read_text())
+    assert [int(v) for v in declared] == [MAX_TEXT_CHARS], "native/common.h's MAX_DETAIL_CHARS differs"

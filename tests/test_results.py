@@ -16,6 +16,7 @@ from edgebench.results.external import CsvMapping
 from edgebench.results.metrics import all_metrics, forward_fill, step_energy_j
 from edgebench.results.pareto import frontier_indices
 from edgebench.results.store import Store
+from edgebench.untrusted import BadRecord
 from results_fixtures import FakeRun, probes_for
 
 HOST_EPOCH_NS = 1_790_000_000_000_000_000
@@ -275,23 +276,29 @@ def test_noise_guard_counts_others_cpu_and_steal(tmp_path, others_ticks, steal_t
     assert blind["disturbed"] is None  # no /proc/stat: the guard says it cannot tell
 
 
-def test_ingest_reads_keys_that_first_appear_late_and_nested_values(tmp_path):
-    """DuckDB's type detection samples the first lines only: a field first seen later, and
-    nested values, still arrive (as numbers and JSON text)."""
+def test_ingest_reads_keys_that_first_appear_late_and_refuses_nested_values(tmp_path):
+    """DuckDB's type detection samples the first lines only: a field first seen later still
+    arrives (as a number, as text); a nested value is no reading (figures.run_samples) and
+    refuses the run, naming its line, however late it comes."""
     run = FakeRun()
     run_dir = run.write(tmp_path / "src")
     lines = (run_dir / "samples.jsonl").read_text().splitlines()
     filler = [json.dumps({"t_ns": 1, "rss_bytes": 1}) for _ in range(25_000)]  # past the detection sample
-    late = json.loads(lines[-1]) | {"gpu_mem_bytes": 123, "rails": {"vdd_in": 4.5}, "note": "x"}
+    late = json.loads(lines[-1]) | {"gpu_mem_bytes": 123, "note": "x"}
     (run_dir / "samples.jsonl").write_text("\n".join(filler + lines[:-1] + [json.dumps(late)]) + "\n")
     with Store(tmp_path / "s.duckdb") as store:
         store.ingest_run(run_dir, device="pi")
-        got = store.con.execute("SELECT gpu_mem_bytes, rails, note FROM samples WHERE gpu_mem_bytes IS NOT NULL"
-                                ).fetchall()
+        got = store.con.execute("SELECT gpu_mem_bytes, note FROM samples WHERE gpu_mem_bytes IS NOT NULL").fetchall()
         types = dict(store.con.execute("SELECT column_name, data_type FROM information_schema.columns "
                                        "WHERE table_name = 'samples'").fetchall())
-    assert got == [(123, '{"vdd_in":4.5}', "x")]
-    assert types["gpu_mem_bytes"] == "BIGINT" and types["note"] == "VARCHAR"
+        assert got == [(123, "x")]
+        assert types["gpu_mem_bytes"] == "BIGINT" and types["note"] == "VARCHAR"
+        nested = late | {"rails": {"vdd_in": 4.5}}
+        (run_dir / "samples.jsonl").write_text("\n".join(filler + lines[:-1] + [json.dumps(nested)]) + "\n")
+        with pytest.raises(BadRecord, match=f"samples.jsonl line {len(filler) + len(lines)}: sample.rails is "
+                                            "{'vdd_in': 4.5}, not null, true, false, a finite number or text"):
+            store.ingest_run(run_dir, device="pi")
+        assert store.con.execute("SELECT count(*) FROM samples WHERE gpu_mem_bytes = 123").fetchone() == (1,)
 
 
 def test_events_read_by_duckdb_count_bad_lines_and_rebuild_steps(tmp_path):

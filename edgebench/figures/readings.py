@@ -2,6 +2,8 @@
 samples.jsonl, with what it is and its unit, and the `readings` block of meta.json that says
 where each was read. The Python sampler and the shell sweep (edgebench/runner/sweep.sh) both
 write these keys and no figure; tests/test_readings_parity.py holds the shell to this table.
+What each key's value may be (its type, range, length) is `figures.run_samples`, the one
+definition every reader checks a sample line against.
 
 Values are copied as read (kB turned into bytes, µs into ns where a counter is given in those
 units), never combined into a figure: power, energy, temperatures in °C, CPU shares and

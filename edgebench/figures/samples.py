@@ -11,7 +11,7 @@ recorded before rails were raw has its rails in watts under the figure's own key
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ import numpy as np
 from edgebench.figures import estimate, power, thermal
 from edgebench.figures.counters import counter_rate
 from edgebench.figures.cpu import DEFAULT_CLOCK_TICKS, busy_idle_ticks, stat_fields
-from edgebench.telemetry.trace import read_trace
+from edgebench.figures.run_samples import read_samples
 
 TEXT_COLUMNS = ("proc_stat_cpu", "battery_status")
 NUMBER_COLUMNS = ("rss_bytes", "cgroup_usage_bytes", "cgroup_peak_bytes", "cgroup_limit_bytes", "cgroup_oom_kills",
@@ -39,11 +39,12 @@ def raw_columns(readings: dict[str, Any]) -> tuple[list[str], list[str]]:
 
 
 def read_columns(path: str | Path, numbers: Iterable[str], texts: Iterable[str] = ()) -> dict[str, np.ndarray]:
-    """The named columns of a samples.jsonl, for a run's own small file (the store reads big ones)."""
-    return columns_of(read_trace(path).records, numbers, texts)
+    """The named columns of a samples.jsonl, for a run's own small file (the store reads big ones);
+    every line checked (figures.run_samples: a bad one raises BadRecord naming it)."""
+    return columns_of(read_samples(path).records, numbers, texts)
 
 
-def columns_of(records: Iterable[dict[str, Any]], numbers: Iterable[str], texts: Iterable[str] = ()
+def columns_of(records: Iterable[Mapping[str, Any]], numbers: Iterable[str], texts: Iterable[str] = ()
                ) -> dict[str, np.ndarray]:
     """The named columns of sample records (NaN or None where a line lacks a key or holds
     something else), in time order."""

@@ -11,6 +11,7 @@ from edgebench.figures.run import run_figures
 from edgebench.figures.run_end import RunEnd, result_end
 from edgebench.figures.run_events import Diverged, Ended, Event, Load, StepBegin, StepEnd, event_of
 from edgebench.figures.run_meta import RunMeta
+from edgebench.figures.run_samples import sample_of
 from edgebench.figures.samples import FIGURE_COLUMNS, columns_of, raw_columns, sample_figures
 from edgebench.figures.steps import step_statistics
 from edgebench.live.follow import Update
@@ -69,6 +70,11 @@ class LiveState:
                                        columns_of(self.samples, *raw_columns(self.readings)), self.device == "local")
 
     def _sample(self, rec: dict[str, Any]) -> None:
+        try:
+            sample_of(rec, f"{self.source}/samples.jsonl sample {self.samples_seen + 1}")
+        except BadRecord as exc:  # shown as the view's note; the sample is left out
+            self.follow_error = str(exc)
+            return
         self.samples_seen += 1
         self.last_sample.update(rec)
         self.samples.append(rec)

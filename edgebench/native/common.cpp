@@ -50,6 +50,13 @@ std::string json_string(const std::string& s) {
   return out + "\"";
 }
 
+std::string json_detail(const std::string& s) {
+  if (s.size() <= MAX_DETAIL_CHARS) return json_string(s);
+  size_t cut = MAX_DETAIL_CHARS;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;  // not inside a character
+  return json_string(s.substr(0, cut));
+}
+
 std::string json_number(double v) {
   if (std::isnan(v)) return "NaN";  // what Python's json writes (and reads back)
   if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";

@@ -27,6 +27,11 @@ struct Failure : std::runtime_error {  // ends the run with this exit code and e
 int64_t now_ns();  // Python's time.monotonic_ns: one clock for both workers
 
 std::string json_string(const std::string& s);
+// An error's detail as a JSON string: at most MAX_DETAIL_CHARS bytes of `s` (cut at a UTF-8
+// character's start), so at most that many characters, the cap the host's typed event holds
+// (edgebench/figures/run_events.py MAX_TEXT_CHARS; tests/test_restated_constants.py holds the two equal).
+constexpr size_t MAX_DETAIL_CHARS = 1048576;
+std::string json_detail(const std::string& s);
 std::string json_number(double v);  // NaN and +-Infinity as Python's json writes them
 
 // events.jsonl: one flushed line per event, as edgebench.telemetry.trace.TraceWriter writes.

@@ -71,7 +71,7 @@ void Evaluation::run(long long steps, const std::vector<Param>& params, Events& 
     if (steps > 0) write_safetensors(out_dir_ + "/" + file(steps), params);
   } catch (const std::runtime_error& e) {  // the training figures stand without it
     every_ = 0;
-    events.write("eval_failed", after + ", \"detail\": " + json_string(e.what()), begin);
+    events.write("eval_failed", after + ", \"detail\": " + json_detail(e.what()), begin);
     return;
   }
   events.write("eval_weights", "\"end_ns\": " + std::to_string(now_ns()) + ", " + after, begin);

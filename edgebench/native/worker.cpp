@@ -144,12 +144,12 @@ int main(int argc, char** argv) {
       return f.code;
     }
     code = f.code;
-    try { events->write(f.event, std::string("\"detail\": ") + json_string(f.what())); } catch (const Failure& g) { return g.code; }
+    try { events->write(f.event, std::string("\"detail\": ") + json_detail(f.what())); } catch (const Failure& g) { return g.code; }
   } catch (const std::bad_alloc&) {
     code = EXIT_OOM;
     try { events->write("oom", "\"detail\": \"std::bad_alloc: the native worker could not allocate memory\""); } catch (...) {}
   } catch (const std::exception& e) {
-    try { events->write("error", std::string("\"detail\": ") + json_string(std::string("native worker: ") + e.what())); } catch (...) {}
+    try { events->write("error", std::string("\"detail\": ") + json_detail(std::string("native worker: ") + e.what())); } catch (...) {}
   }
   // The worker's own peak: the supervisor's ru_maxrss of it would start at the supervisor's RSS
   // (Linux carries the parent's high-water mark across exec).

@@ -391,6 +391,15 @@ void loss_watch() {
   CHECK(first_diverged({1, -inf}) == 1);
 }
 
+void detail_cap() {
+  CHECK(json_detail("short \"one\"") == "\"short \\\"one\\\"\"");
+  std::string ascii(MAX_DETAIL_CHARS + 10, 'x');
+  CHECK(json_detail(ascii).size() == MAX_DETAIL_CHARS + 2);  // the cap and its quotes
+  std::string wide = std::string(MAX_DETAIL_CHARS - 1, 'x') + "\xc3\xa9" + "tail";  // an é across the cap
+  std::string got = json_detail(wide);
+  CHECK(got.size() == MAX_DETAIL_CHARS + 1 && got[got.size() - 2] == 'x');  // cut before the é, not inside it
+}
+
 }  // namespace
 
 int main() {
@@ -407,6 +416,7 @@ int main() {
   whole_numbers();
   parallel_loops();
   loss_watch();
+  detail_cap();
   char dir[] = "/tmp/edgebench-worker-tests-XXXXXX";
   if (!mkdtemp(dir)) {
     std::perror("mkdtemp");

@@ -5,6 +5,9 @@ were spread over stores that `report` did not read together.
 Each run is ingested again from the run directory (or raw copy) the other store names, so
 its figures are made by this edgebench's figure modules; the device's clock probes and the
 external power traces come across as rows. Runs this store already has are kept as they are.
+Every row read from the other store is checked first (`results.store_rows`): one bad row
+refuses the whole store (BadRecord naming the store, the table, the row and the field; exit 2),
+and nothing of it is ingested.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from pathlib import Path
 
 from edgebench.results import OLDER_STORE
 from edgebench.results.store import Store, StoreError
+from edgebench.results.store_rows import ExternalSourceRow, ExternalTraceRow, check_store, columns
 
 PROBE_COLUMNS = "device, host_send_ns, device_mono_ns, device_wall_ns, host_recv_ns"
 
@@ -38,19 +42,21 @@ def merge_store(store: Store, other: Path) -> Merged:
     and external traces of `other` that `store` lacks."""
     if other.resolve() == store.path.resolve():
         raise StoreError(f"{other}: that is the store being written; name another store to merge from")
-    with Store(other, read_only=True) as old:
-        runs = old.con.execute("SELECT device, run_id, raw_dir, run_dir FROM runs ORDER BY run_key").fetchall()
+    with Store(other, read_only=True):
+        pass  # a DuckDB file with a `runs` table, or StoreError saying what it is
     quoted = str(other).replace("'", "''")  # ATTACH takes no parameters
     store.con.execute(f"ATTACH '{quoted}' AS other (READ_ONLY)")
     try:
+        check_store(store.con, "other", str(other))  # every row read below, checked first: one bad, none comes
+        runs = store.con.execute("SELECT device, run_id, raw_dir, run_dir FROM other.runs ORDER BY run_key").fetchall()
         store.con.execute(f"INSERT INTO clock_probes ({PROBE_COLUMNS}) SELECT {PROBE_COLUMNS} FROM other.clock_probes "
                           f"EXCEPT SELECT {PROBE_COLUMNS} FROM clock_probes")
         new_traces = ("SELECT trace_id FROM other.external_sources "
                       "WHERE trace_id NOT IN (SELECT trace_id FROM external_sources)")
-        store.con.execute(f"INSERT INTO external_traces BY NAME SELECT * FROM other.external_traces "
-                          f"WHERE trace_id IN ({new_traces})")
-        store.con.execute(f"INSERT INTO external_sources BY NAME SELECT * FROM other.external_sources "
-                          f"WHERE trace_id IN ({new_traces})")
+        for table, row in (("external_traces", ExternalTraceRow), ("external_sources", ExternalSourceRow)):
+            names = ", ".join(columns(row))
+            store.con.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM other.{table} "
+                              f"WHERE trace_id IN ({new_traces})")
     finally:
         store.con.execute("DETACH other")
     merged = Merged()

@@ -3,7 +3,9 @@ reads its samples.jsonl.
 
 samples.jsonl can hold millions of lines, so DuckDB parses it straight into the store
 (scan_samples gives the columns); it reads events.jsonl's step rows too (read_steps). A line
-it cannot parse (garbage, a killed runner's truncated last line) is counted and dropped.
+it cannot parse (garbage, a killed runner's truncated last line) is counted and dropped; every
+value of a line it parses is checked against the one definition of a sample line
+(`figures.run_samples`) by the store (`Store._check_samples`) before the run's rows are kept.
 
 events.jsonl is read checked first (`read_run_dir`: figures.run_events, the one definition of
 its events), so a run whose trace holds a bad event is refused before DuckDB reads a row of it;
@@ -25,6 +27,7 @@ from edgebench.figures.run import HOST_EVALS
 from edgebench.figures.run_end import RunEnd, result_end
 from edgebench.figures.run_events import Diverged, Ended, RunEvents, read_events
 from edgebench.figures.run_meta import RunMeta
+from edgebench.figures.run_samples import INTEGER_SUFFIXES
 from edgebench.untrusted import UnsafeName, regular_file
 
 if TYPE_CHECKING:
@@ -32,7 +35,6 @@ if TYPE_CHECKING:
 
 TAIL_BYTES = 1 << 16
 DETECT_LINES = 4096  # DuckDB's type detection reads this many lines (its default, 20480, costs 3x)
-INTEGER_SUFFIXES = ("_bytes", "_ns", "_us", "_kills", "_flags", "_count")  # the store keeps these as BIGINT
 
 
 # The most a run directory's file may hold (untrusted.regular_file): a day's samples at 20 Hz
@@ -133,9 +135,11 @@ class SampleScan:
         """`:` in the file's whole lines: one per key/value pair, more only where a text value holds one."""
         return _colons(self.path) - self.tail_colons
 
-    def source(self) -> str:
-        """A read_json call over the file; unreadable lines come back as rows of NULLs (counted)."""
-        cols = "{" + ", ".join(f"{_literal(k)}: {_literal(v)}" for k, v in self.columns.items()) + "}"
+    def source(self, as_json: bool = False) -> str:
+        """A read_json call over the file (every key as JSON: `as_json`); unreadable lines come back
+        as rows of NULLs (counted)."""
+        types = {k: "JSON" if as_json else v for k, v in self.columns.items()}
+        cols = "{" + ", ".join(f"{_literal(k)}: {_literal(v)}" for k, v in types.items()) + "}"
         return (f"read_json({_literal(str(self.path))}, format='newline_delimited', columns={cols}, "
                 f"ignore_errors=true)")
 

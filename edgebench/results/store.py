@@ -6,7 +6,9 @@ Samples are stored wide: one column per field the samplers wrote (`rss_bytes`,
 devices with different sensors share one table. A run's device and run_id live once, in
 `runs`; its sample and step rows carry only the run's small integer `run_key` (two text
 columns on every one of millions of rows cost ~13% of the ingest). DuckDB parses
-samples.jsonl straight into the table (millions of samples ingest in seconds). Device times stay as written
+samples.jsonl straight into the table (millions of samples ingest in seconds), every value
+checked meanwhile against the one definition of a sample line (`figures.run_samples`: a bad
+one refuses the run before its raw copy is made). Device times stay as written
 (monotonic ns); the views `samples_host` and `steps_host` place them on the host's
 wall clock with each run's alignment (see alignment.py), recomputed whenever probes
 for the device arrive.
@@ -31,11 +33,12 @@ from edgebench.errors import EdgebenchError
 from edgebench.figures.run import HOST_EVALS
 from edgebench.figures.run_events import Ended
 from edgebench.figures.run_meta import RunMeta
+from edgebench.figures.run_samples import INTEGER_SUFFIXES, bad_sample, check_sql, find_bad_line, keys_problem
 from edgebench.results import default_store
 from edgebench.results.alignment import Alignment, align_run
 from edgebench.results.external import CsvMapping, read_power_csv
 from edgebench.results.heldout import evaluate_saved_weights
-from edgebench.results.runfiles import INTEGER_SUFFIXES, RunFiles, SampleScan, read_run_dir, read_steps, scan_samples
+from edgebench.results.runfiles import RunFiles, SampleScan, read_run_dir, read_steps, scan_samples
 from edgebench.untrusted import BadRecord, UnsafeName, inside, path_name, printable
 
 UNLIMITED_BYTES = 1 << 60  # cgroup "max" reads as ~2^63: no limit
@@ -297,7 +300,7 @@ class Store:
         if expect_run_id is not None and run_id != expect_run_id:
             raise UnsafeName(f"{files.path / 'meta.json'}: run_id {printable(repr(run_id))} is not the run "
                              f"{expect_run_id!r} the device listed it as; not ingested (check the device's run)")
-        raw_dir = self._keep_raw(files.path, device, run_id) if keep_raw else None
+        raw_dir = self._raw_dir(files.path, device, run_id) if keep_raw else None
         # One DuckDB thread: parallel appends leave partial row groups that the commit or the next
         # checkpoint merges again (~25% more CPU for the same store); readers sort by t_ns.
         self.con.execute("SET threads = 1")
@@ -322,6 +325,8 @@ class Store:
             self._insert_run_row(files, device, run_id, run_key, raw_dir, samples)
             self._insert_bulk("steps", files.steps, run_key)
             self._store_alignment(device, run_id, align_run(self.probes(device), files.meta))
+            if raw_dir is not None:  # copied once every record of the run was checked: a refused run leaves none
+                self._keep_raw(files.path, Path(raw_dir))
             self.con.execute("COMMIT")
         except BaseException:
             self.con.execute("ROLLBACK")
@@ -333,17 +338,22 @@ class Store:
             self.con.execute("RESET preserve_insertion_order")
         return run_id
 
-    def _keep_raw(self, run_dir: Path, device: str, run_id: str) -> str:
-        """Copies the trace files beside the store, unless the run already lives under it."""
+    def _raw_dir(self, run_dir: Path, device: str, run_id: str) -> str:
+        """Where the run's trace files are kept beside the store: the run itself when it lives under it."""
         root = self.path.parent.resolve()
         if run_dir.resolve().is_relative_to(root):
             return str(run_dir.resolve())
-        dest = inside(self.raw_root, f"{device}/{run_id}", "raw copy")
+        return str(inside(self.raw_root, f"{device}/{run_id}", "raw copy"))
+
+    @staticmethod
+    def _keep_raw(run_dir: Path, dest: Path) -> None:
+        """Copies the trace files to `dest` (the raw copy), unless the run is there already."""
+        if dest == run_dir.resolve():
+            return
         dest.mkdir(parents=True, exist_ok=True)
         for name in ("meta.json", "samples.jsonl", "events.jsonl", HOST_EVALS, "result.json"):
             if (run_dir / name).exists():
                 shutil.copy2(run_dir / name, dest / name)
-        return str(dest)
 
     def _column_types(self, table: str) -> dict[str, str]:
         return dict(self.con.execute("SELECT column_name, data_type FROM information_schema.columns "
@@ -388,14 +398,17 @@ class Store:
         scan = scan_samples(self.con, path)
         if scan is None:
             return SampleCounts()
-        with ThreadPoolExecutor(1) as pool:
+        with ThreadPoolExecutor(2) as pool:  # the values checked on another core while they go in
+            checked = pool.submit(self._check_samples, scan)
             mentions = pool.submit(scan.key_mentions) if scan.checkable else None
             self._insert_scan(scan, run_key)
             got = self._tally(scan, run_key)
+            checked.result()  # a bad value: BadRecord, and the run's transaction is rolled back
             if mentions is None or got[3] != mentions.result():
                 self.con.execute("DELETE FROM samples WHERE run_key = ?", [run_key])
                 scan = scan_samples(self.con, path, full=True)
                 assert scan is not None  # None only for a missing or empty file: this one was read just now
+                self._check_samples(scan)
                 self._insert_scan(scan, run_key)
                 got = self._tally(scan, run_key)
         count, unread, limit, _ = got
@@ -403,6 +416,22 @@ class Store:
             self.con.execute("DELETE FROM samples WHERE run_key = ? AND t_ns IS NULL", [run_key])
         return SampleCounts(count, max(0, unread - int(scan.truncated_last_line)), scan.truncated_last_line,
                             int(limit) if limit is not None and limit < UNLIMITED_BYTES else None)
+
+    def _check_samples(self, scan: SampleScan) -> None:
+        """Every value of the keys `scan` reads, checked against the one definition of a sample
+        line (figures.run_samples) before a row goes in: BadRecord naming the file, the line
+        and the key otherwise."""
+        keys = list(scan.columns)
+        problem = keys_problem(keys)
+        if problem is not None:
+            raise bad_sample(str(scan.path), problem)
+        con = self.con.cursor()  # its own connection: the check runs beside the insert
+        try:
+            row = con.execute(check_sql(scan.source(as_json=True), keys)).fetchone()
+        finally:
+            con.close()
+        if row is not None:
+            raise find_bad_line(scan.path, row[0], row[1])
 
     def _tally(self, scan: SampleScan, run_key: int) -> tuple[int, int, int | None, int]:
         """In one pass over the run's rows: samples read, lines unread (all NULL), the smallest

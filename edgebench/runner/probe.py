@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from edgebench.figures.run_samples import read_samples
 from edgebench.figures.samples import raw_columns, read_columns, sample_figures
 from edgebench.telemetry.sampler import Sampler
 from edgebench.telemetry.sysfs import Runner
-from edgebench.telemetry.trace import read_trace
 
 
 def probe(root: str | Path = "/", sensors: dict[str, Any] | None = None, seconds: float = 1.0,
@@ -36,7 +36,7 @@ def probe(root: str | Path = "/", sensors: dict[str, Any] | None = None, seconds
         time.sleep(seconds)
         summary = sampler.stop()
         latest: dict[str, Any] = {}
-        for record in read_trace(out).records:
+        for record in read_samples(out).records:
             latest.update(record)
         readings = sampler.readings()
         columns, account = sample_figures(read_columns(out, *raw_columns(readings)), readings, {"sensors": sensors})

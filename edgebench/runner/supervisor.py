@@ -32,6 +32,7 @@ from typing import Any, Literal
 from edgebench.figures.run_end import RunEnd
 from edgebench.figures.run_events import Predicted, events_of
 from edgebench.figures.run_meta import ClockPair, OomKillsAtStart, RunClock, RunMeta
+from edgebench.figures.run_samples import sample_of
 from edgebench.figures.status import run_status
 from edgebench.measure import EVENTS_ENV
 from edgebench.runner import native, worker
@@ -138,8 +139,12 @@ def memory_low_point(samples: Path) -> dict[str, int | None]:
     limit: int | None = None
     try:
         with open(samples, "rb") as fh:
-            for raw in fh:
+            for n, raw in enumerate(fh, start=1):
                 rec = parse_line(raw) or {}
+                try:
+                    sample_of(rec, f"{samples} line {n}")
+                except BadRecord:  # not what its sampler writes: the host refuses the run (figures.run_samples)
+                    continue
                 usage = _int(rec.get("cgroup_usage_bytes"), usage)
                 limit = _int(rec.get("cgroup_limit_bytes"), limit)
                 available = _int(rec.get("mem_available_bytes"), None)
