@@ -10,9 +10,11 @@ it measures is what training a pruned model costs and how its loss moves.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-import torch
-from torch import nn
+if TYPE_CHECKING:  # torch only where a model is pruned: method parsing imports this module torch-free
+    import torch
+    from torch import nn
 
 PRUNE_TOKEN = re.compile(r"prune(\d+)$")  # `prune{P}` in a method's text
 TWO_OF_FOUR = "2:4"  # `prune2of4`: in every 4 consecutive inputs of a row, the 2 smallest |w| are zero
@@ -31,6 +33,8 @@ def prunable(name: str, shape: tuple[int, ...]) -> bool:
 
 def mask_of(weight: torch.Tensor, prune: str) -> torch.Tensor:
     """The bool mask (True: kept) of `weight` under `prune` (`magnitude{P}` or TWO_OF_FOUR)."""
+    import torch
+
     size = weight.abs().float()
     if prune == TWO_OF_FOUR:
         rows, columns = size.shape
@@ -53,13 +57,9 @@ def mask_of(weight: torch.Tensor, prune: str) -> torch.Tensor:
 def prune(model: nn.Module, method_prune: str) -> dict[nn.Parameter, torch.Tensor]:
     """Zero the pruned part of every trained prunable weight of `model` in place; returns
     {weight: its mask} for `hold`."""
-    masks: dict[nn.Parameter, torch.Tensor] = {}
-    for name, weight in model.named_parameters():
-        if weight.requires_grad and prunable(name, tuple(weight.shape)):
-            mask = mask_of(weight.detach(), method_prune)
-            with torch.no_grad():
-                weight.mul_(mask)
-            masks[weight] = mask
+    masks = {weight: mask_of(weight.detach(), method_prune) for name, weight in model.named_parameters()
+             if weight.requires_grad and prunable(name, tuple(weight.shape))}
+    hold(masks)
     return masks
 
 
@@ -71,7 +71,9 @@ def mask_gradients(masks: dict[nn.Parameter, torch.Tensor]) -> None:
 
 
 def hold(masks: dict[nn.Parameter, torch.Tensor]) -> None:
-    """Zero the pruned weights again after a step (weight decay and Adam's moments move them)."""
+    """Zero the pruned weights (again after a step: weight decay and Adam's moments move them)."""
+    import torch
+
     with torch.no_grad():
         for weight, mask in masks.items():
             weight.mul_(mask)
