@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -59,6 +60,7 @@ QUICK = {
     "bench Ctrl-C once", "bench kill -9 worker",
     "sweep on a full disk", "deploy while a sweep runs there", "sweep SIGTERM", "collect after a killed sweep",
     "lab up", "deploy to the lab", "lab down mid-sweep", "lab down --purge after lab down",
+    "ingest a sample with text for a number", "ingest another store naming a relative path",
 }
 
 
@@ -420,6 +422,28 @@ def hostile_runs(c: Campaign) -> None:
               error_expected=False)
 
 
+def hostile_records(c: Campaign) -> None:
+    """A run whose samples.jsonl holds text where a number belongs, and another store whose runs
+    table names a relative path: `ingest` refuses each in one line (exit 2), storing nothing of it."""
+    import duckdb
+
+    sampled = [d for d in run_dirs(c.home / "runs") if (d / "samples.jsonl").exists()
+               and (d / "samples.jsonl").stat().st_size and (d / "result.json").exists()]
+    if not sampled:
+        raise RuntimeError("no run with samples to damage: the sweeps above left none")
+    where = c.home / "runs" / "hostile-records"
+    run = where / sampled[0].name
+    shutil.copytree(sampled[0], run)
+    with open(run / "samples.jsonl", "a") as fh:
+        fh.write(json.dumps({"t_ns": 2**40, "rss_bytes": "a lot"}) + "\n")
+    c.cli("ingest a sample with text for a number", "ingest", str(run), "--store", str(where / "samples.duckdb"))
+    other = where / "other.duckdb"
+    shutil.copy2(c.env["EDGEBENCH_STORE"], other)
+    with duckdb.connect(str(other)) as con:
+        con.execute("UPDATE runs SET raw_dir = 'relative/x'")
+    c.cli("ingest another store naming a relative path", "ingest", str(other), "--store", str(where / "mine.duckdb"))
+
+
 def signals(c: Campaign) -> None:
     """Ctrl-C (once, twice), SIGTERM to bench; kill -9 of a worker and of a supervisor."""
     for label, sig, times in (("Ctrl-C once", signal.SIGINT, 1), ("Ctrl-C twice", signal.SIGINT, 2),
@@ -631,6 +655,7 @@ def campaign(c: Campaign, skip_faults: bool) -> int:
     if not skip_faults:
         signals(c)
         sweeps(c)
+        hostile_records(c)
     after = {p for p in c.work.rglob("*") if p.is_file()}
     outside = sorted(p for p in after - before if not p.is_relative_to(c.home / "runs") and p.parent != c.work)
     outside += [p for p in ESCAPES if p.exists()]
