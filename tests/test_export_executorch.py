@@ -674,7 +674,11 @@ def test_fast_xnnpack_lowering_trains_like_executorchs_own(tmp_path, monkeypatch
         own, own_losses = _attention_program(tmp_path / "own.pte")
     assert any("ExecuTorch's own XNNPACK partitioner" in str(w.message) for w in caught)
     assert fast_losses == own_losses  # same operators on the same tensors: bit for bit
-    assert _delegate_calls(own) == _delegate_calls(fast) > 2  # the same matmuls delegated
+    # The same matmuls delegated (none left to the runtime in either: below); the fast lowering
+    # keeps the backward's nodes out of the forward's partitions (xnnpack_lowering.phase_group),
+    # so it makes a few more delegate calls than ExecuTorch's own (measured 60 against 54).
+    assert _delegate_calls(fast) >= _delegate_calls(own) > 2
+    assert not {"aten::linear", "aten::mm", "aten::bmm"} & set(_operator_counts(own))
     assert fast_losses[-1] < fast_losses[0]
     assert unsorted == fast  # its partitions got only the passes with work (`_passes_with_work`)
     # Partitions of elementwise nodes too (a tanh GELU's, bf16 rounding): same bytes.
