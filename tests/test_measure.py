@@ -40,7 +40,7 @@ def test_a_command_is_measured_recorded_ingested_and_reported(tmp_path):
     done = edgebench("measure", "--runs-dir", "runs", "--",
                      PY, "-c", "import time; x = bytearray(300 * 2**20); time.sleep(1)", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    line, = done.stdout.strip().splitlines()
+    line = " ".join(done.stdout.split())  # one summary, wrapped to the output's width
     assert ": ok in " in line and "no steps marked" in line, line
     run_dir = only_run(tmp_path / "runs")
     result = json.loads((run_dir / "result.json").read_text())

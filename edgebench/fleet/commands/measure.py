@@ -8,8 +8,9 @@ import json
 import click
 
 from edgebench.cli_types import FinitePositive, FiniteRange
-from edgebench.fleet.commands.output import echo
 from edgebench.results import STORE_DEFAULT_HELP, runs_dir_for, store_for
+from edgebench.terminal import echo
+from edgebench.untrusted import printable
 
 # What running a command on a device would need that edgebench does not have yet: said as --device's refusal
 NO_DEVICE = ("measure runs the command on this host only (--device local): a device would need deploy to ship the "
@@ -58,7 +59,7 @@ def measure(device: str, name: str | None, batch_size: int, timeout_s: float | N
         click.echo(json.dumps({**measured.figures, "run_dir": str(measured.run_dir), "store": str(measured.store),
                                "duration_s": measured.duration_s, "command": argv}, indent=2, default=str))
     else:
-        echo(summary(measured))
+        echo(printable(summary(measured)))  # the command's name is the user's: printable, wrapped to the width
     if measured.interrupted:
         raise SystemExit(130)
     if measured.figures["status"] != "ok":
