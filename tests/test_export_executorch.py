@@ -1420,3 +1420,23 @@ def test_profile_flag_needs_the_executorch_backend():
     out = CliRunner().invoke(cli, ["export", "--backend", "onnxruntime", "--profile", "1"])
     assert out.exit_code == 2
     assert "--profile" in out.output and "executorch" in out.output
+
+
+def test_a_backward_node_never_joins_a_forward_partition():
+    """A backward node reading forward values alone (a transpose of a saved value) has a forward
+    node's level; `phase_group` gives the nodes after the loss their own group, so the forward's
+    call does not compute it and keep its result to the backward."""
+    from exporters.xnnpack_lowering import partition_by_level, phase_group
+
+    graph = torch.fx.Graph()
+    x, w = graph.call_function(torch.relu, (graph.placeholder("x"),)), graph.placeholder("w")
+    forward = graph.call_function(torch.mm, (x, w))  # level 1
+    loss = graph.call_function(torch.sum, (forward,))
+    saved_t = graph.call_function(torch.t, (x,))  # the backward's, level 1 by its input
+    backward = graph.call_function(torch.mm, (saved_t, forward))
+    graph.output((loss, backward))
+    matched = {forward, saved_t, backward}
+    assert any(forward in p and saved_t in p for p in partition_by_level(graph, matched))  # joined without it
+    parts = partition_by_level(graph, matched, phase_group(graph))
+    assert [forward] in parts and all(forward not in p or len(p) == 1 for p in parts)
+    assert any(saved_t in p for p in parts if forward not in p)
